@@ -1,0 +1,8 @@
+"""tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained."""
+
+from .config import SEED, LoadConfig
+from .errors import TmaConfigError
+from .plan import LoadPlan
+
+__all__ = ["SEED", "LoadConfig", "LoadPlan", "TmaConfigError"]
+__version__ = "0.1.0"

@@ -1,0 +1,87 @@
+"""Device helpers every tmakit kernel shares, named after the seed's responsibilities.
+
+- the layout describes storage (`row_major_view`, `shared_tile_layout`);
+- the coordinate tensor lets tiling pick the transfer origin (`tma_load_views`);
+- partitioning prepares views for the copy atom (`tma_load_views`);
+- the barrier says when the destination is ready (`init_load_barrier`, `issue_tile_load`).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+
+def row_major_view(tensor: cute.Tensor, shape: tuple[int, int]) -> cute.Tensor:
+    """Describe existing row-major storage: offset(row, col) = row * cols + col.
+
+    This allocates nothing; it only states what the storage is. The host checks beforehand that
+    the tensor really is row-major (a transposed tensor's pointer would not become row-major)."""
+    rows, cols = shape
+    return cute.make_tensor(tensor.iterator, cute.make_layout((rows, cols), stride=(cols, 1)))
+
+
+def shared_tile_layout(tile: tuple[int, int], swizzle_bits: int = 0) -> cute.ComposedLayout:
+    """A row-major shared tile composed with a swizzle; zero bits (the seed's) is the identity."""
+    tile_rows, tile_cols = tile
+    return cute.make_composed_layout(
+        cute.make_swizzle(swizzle_bits, 4, 3),
+        0,
+        cute.make_layout((tile_rows, tile_cols), stride=(tile_cols, 1)),
+    )
+
+
+@cute.jit
+def tma_load_views(
+    load_atom: cute.CopyAtom,
+    coordinate_view: cute.Tensor,
+    shared_tile: cute.Tensor,
+    tile: cutlass.Constexpr,
+    tile_coord: cute.Coord,
+):
+    """Views for one TMA tile load: (global source, shared destination).
+
+    `local_tile` picks the tile's coordinates (not data) from the TMA coordinate tensor;
+    `group_modes` presents the whole 2-D tile as the single mode `tma_partition` splits for the atom.
+    The CTA coordinate 0 and size-one CTA layout mean "one CTA, no multicast"; they do not pick a tile.
+    """
+    tile_coordinates = cute.local_tile(coordinate_view, tile, tile_coord)
+    shared_part, global_part = cpasync.tma_partition(
+        load_atom,
+        0,
+        cute.make_layout(1),
+        cute.group_modes(shared_tile, 0, 2),
+        cute.group_modes(tile_coordinates, 0, 2),
+    )
+    return global_part, shared_part
+
+
+@cute.jit
+def init_load_barrier(barrier: cute.Pointer):
+    """One thread initialises the barrier for one arrival; the fence and block barrier make the
+    initialisation visible before any thread (or the TMA unit) uses it.
+
+    `elect_one` elects one thread *per warp*: this is once per block only because the block is
+    one warp. Multi-warp kernels must guard it by warp index as well."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_init(barrier, 1)
+    cute.arch.mbarrier_init_fence()
+    cute.arch.barrier()
+
+
+@cute.jit
+def issue_tile_load(
+    load_atom: cute.CopyAtom,
+    global_part: cute.Tensor,
+    shared_part: cute.Tensor,
+    barrier: cute.Pointer,
+    expected_tx_bytes: cutlass.Constexpr,
+):
+    """Arrive once and declare the payload, then start the TMA copy that completes those bytes.
+
+    The copy is not wrapped in `elect_one`: the DSL issues TMA copies from one thread itself,
+    and electing around it can deadlock."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(barrier, expected_tx_bytes)
+    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)

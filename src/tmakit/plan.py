@@ -1,0 +1,139 @@
+"""The seed's arithmetic for any configuration: the single source of every number.
+
+The kernel launch, `tmakit plan`, the verifier and the tests all read grid, tile bytes and
+shared-memory size from a `LoadPlan`; none of them recomputes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import LoadConfig
+from .validate import MBARRIER_BYTES, check_load_config
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows,
+    loading that strip's column tiles one after another into one shared tile."""
+
+    config: LoadConfig
+    threads_per_block: int = 32  # one warp, as in the seed
+
+    def __post_init__(self) -> None:
+        check_load_config(self.config)
+
+    # -- the decomposition ------------------------------------------------------------------
+    @property
+    def grid(self) -> int:
+        """Blocks launched: one per strip of rows (ceiling: a partial strip still gets a block)."""
+        return ceil_div(self.config.shape[0], self.config.tile[0])
+
+    @property
+    def tiles_per_block(self) -> int:
+        """Column tiles each block loads in sequence."""
+        return ceil_div(self.config.shape[1], self.config.tile[1])
+
+    @property
+    def total_tile_loads(self) -> int:
+        return self.grid * self.tiles_per_block
+
+    @property
+    def has_partial_tiles(self) -> bool:
+        rows, cols = self.config.shape
+        return rows % self.config.tile[0] != 0 or cols % self.config.tile[1] != 0
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        """The extent covered by whole tiles; the verifying kernel's scratch output has this shape."""
+        return (self.grid * self.config.tile[0], self.tiles_per_block * self.config.tile[1])
+
+    def tile_origin(self, row_block: int, column_tile: int) -> tuple[int, int]:
+        """Element coordinates of the tile's first element: (64, 512) for tile (1, 2) of the seed."""
+        return (row_block * self.config.tile[0], column_tile * self.config.tile[1])
+
+    # -- bytes ----------------------------------------------------------------------------------
+    @property
+    def expected_tx_bytes(self) -> int:
+        """Bytes the barrier expects per phase: the whole box, even for a partial edge tile
+        (TMA zero-fills the out-of-bounds part and still counts it). The barrier's own 8 bytes
+        are storage, not transferred data, so they are not part of the transaction."""
+        tile_rows, tile_cols = self.config.tile
+        return tile_rows * tile_cols * self.config.element.nbytes
+
+    @property
+    def barrier_bytes(self) -> int:
+        return MBARRIER_BYTES
+
+    @property
+    def tile_alignment(self) -> int:
+        """Byte alignment of the shared tile (TMA destinations need 128; 1024 for the 128B swizzle)."""
+        return 128
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory the launch requests: the tile (placed first, at offset 0 of the aligned
+        dynamic shared memory) then the 8-byte barrier. 32776 for the seed."""
+        return self.expected_tx_bytes + self.barrier_bytes
+
+    def phase_parity(self, column_tile: int) -> int:
+        """The parity a block waits on for its `column_tile`-th load: 0, 1, 0, 1, ..."""
+        return column_tile % 2
+
+    # -- text -------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        cfg = self.config
+        rows, cols = cfg.shape
+        lines = [
+            f"tensor            {rows} x {cols} {cfg.dtype}, row-major "
+            f"({rows * cols * cfg.element.nbytes} bytes)",
+            f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes)",
+            f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)",
+            f"tiles per block   {self.tiles_per_block}",
+            f"total tile loads  {self.total_tile_loads}",
+            f"shared memory     {self.smem_bytes} bytes requested "
+            f"(tile {self.expected_tx_bytes} + barrier {self.barrier_bytes})",
+            f"expect_tx         {self.expected_tx_bytes} bytes per barrier phase",
+            "phase parity      "
+            + ", ".join(str(self.phase_parity(j)) for j in range(min(self.tiles_per_block, 8)))
+            + (", ..." if self.tiles_per_block > 8 else ""),
+        ]
+        if self.has_partial_tiles:
+            lines.append("partial tiles     yes: edge boxes are zero-filled by TMA past the tensor's end")
+        return "\n".join(lines)
+
+    def diagram(self, highlight: tuple[int, int] | None = None, max_blocks: int = 3) -> str:
+        """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`."""
+        lines = [f"{'':11}" + "".join(f"{j:^5}" for j in range(self.tiles_per_block))]
+        shown = sorted(
+            {b for b in range(min(max_blocks, self.grid))}
+            | ({highlight[0]} if highlight else set())
+            | {self.grid - 1}
+        )
+        previous = -1
+        for row_block in shown:
+            if row_block != previous + 1:
+                lines.append("   ...")
+            boxes = "".join(
+                "[ X ]" if highlight == (row_block, j) else "[   ]" for j in range(self.tiles_per_block)
+            )
+            lines.append(f"block {row_block:<4} {boxes}")
+            previous = row_block
+        if highlight is not None:
+            row_block, column_tile = highlight
+            if not (0 <= row_block < self.grid and 0 <= column_tile < self.tiles_per_block):
+                raise ValueError(
+                    f"tile {highlight} is outside the {self.grid} x {self.tiles_per_block} tile grid"
+                )
+            r0, c0 = self.tile_origin(row_block, column_tile)
+            r1 = min(r0 + self.config.tile[0], self.config.shape[0]) - 1
+            c1 = min(c0 + self.config.tile[1], self.config.shape[1]) - 1
+            lines.append(
+                f"tile ({row_block}, {column_tile}): element origin ({r0}, {c0}); "
+                f"rows {r0}-{r1}, columns {c0}-{c1}"
+            )
+        return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""The seed's correctness experiment, on the host side: inputs that name their position, a poison
+value the kernel cannot produce, and an element-by-element comparison that names the first wrong
+tile. Pure NumPy: the verifier itself is tested on a CPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .plan import LoadPlan
+
+# Input bit patterns keep the bit below the sign clear (for floats: exponent never all ones, so no
+# Inf/NaN that a register move might canonicalise); the poison has it set, so no input equals it.
+_FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF}
+POISON = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF}
+
+
+def position_hash(rows: np.ndarray, cols: np.ndarray, bits: int) -> np.ndarray:
+    """A bit pattern for each (row, column): a 32-bit integer mix (murmur3's finaliser) of the
+    position, truncated to `bits`. Unlike a linear index modulo 2**bits, which repeats after one
+    row block at the seed's shape, no whole-tile shift of the data leaves it unchanged."""
+    h = rows.astype(np.uint32) * np.uint32(0x9E3779B1) ^ cols.astype(np.uint32) * np.uint32(0x85EBCA77)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return (h & np.uint32(_FINITE_MASK[bits])).astype(f"uint{bits}")
+
+
+def make_input_bits(plan: LoadPlan) -> np.ndarray:
+    """The input matrix as raw bit patterns (uint8/16/32 of the dtype's width)."""
+    rows, cols = plan.config.shape
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return position_hash(r, c, plan.config.element.bits)
+
+
+def make_poisoned_output_bits(plan: LoadPlan) -> np.ndarray:
+    """The scratch output, every element the poison pattern."""
+    bits = plan.config.element.bits
+    return np.full(plan.padded_shape, POISON[bits], dtype=f"uint{bits}")
+
+
+def expected_output_bits(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
+    """What the store-back must produce: the input where the tensor is, zeros where a partial
+    edge tile reaches past it (TMA fills out-of-bounds elements with zero)."""
+    expected = np.zeros(plan.padded_shape, dtype=input_bits.dtype)
+    rows, cols = plan.config.shape
+    expected[:rows, :cols] = input_bits
+    return expected
+
+
+@dataclass(frozen=True)
+class TileMismatch:
+    row_block: int
+    column_tile: int
+    row: int
+    col: int
+    expected: int
+    found: int
+    wrong_elements: int
+
+    def __str__(self) -> str:
+        return (
+            f"tile (row_block={self.row_block}, column_tile={self.column_tile}) is wrong: "
+            f"first at element ({self.row}, {self.col}) expected {self.expected:#x}, "
+            f"found {self.found:#x}; {self.wrong_elements} wrong elements in that tile"
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    tiles_total: int
+    tiles_correct: int
+    first_mismatch: TileMismatch | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_mismatch is None
+
+    def __str__(self) -> str:
+        text = f"{self.tiles_correct}/{self.tiles_total} tiles correct"
+        return text if self.ok else f"{text}; {self.first_mismatch}"
+
+
+def compare_tiles(plan: LoadPlan, expected: np.ndarray, found: np.ndarray) -> Verdict:
+    """Compare every element's bits; count correct tiles; name the first wrong tile
+    (in row_block, then column_tile order)."""
+    tile_rows, tile_cols = plan.config.tile
+    wrong = expected != found
+    per_tile = wrong.reshape(plan.grid, tile_rows, plan.tiles_per_block, tile_cols).sum(axis=(1, 3))
+    bad_tiles = np.argwhere(per_tile)
+    first = None
+    if len(bad_tiles):
+        row_block, column_tile = (int(v) for v in bad_tiles[0])
+        r0, c0 = plan.tile_origin(row_block, column_tile)
+        tile_wrong = wrong[r0 : r0 + tile_rows, c0 : c0 + tile_cols]
+        dr, dc = (int(v) for v in np.argwhere(tile_wrong)[0])
+        first = TileMismatch(
+            row_block,
+            column_tile,
+            r0 + dr,
+            c0 + dc,
+            int(expected[r0 + dr, c0 + dc]),
+            int(found[r0 + dr, c0 + dc]),
+            int(per_tile[row_block, column_tile]),
+        )
+    return Verdict(plan.total_tile_loads, plan.total_tile_loads - len(bad_tiles), first)

@@ -1,0 +1,59 @@
+import pytest
+
+from tmakit import SEED, LoadConfig, LoadPlan
+
+
+def test_seed_arithmetic():
+    plan = LoadPlan(SEED)
+    assert plan.grid == 132
+    assert plan.tiles_per_block == 7
+    assert plan.total_tile_loads == 924
+    assert plan.expected_tx_bytes == 32768
+    assert plan.smem_bytes == 32776
+    assert plan.barrier_bytes == 8
+    assert [plan.phase_parity(j) for j in range(7)] == [0, 1, 0, 1, 0, 1, 0]
+    assert plan.tile_origin(1, 2) == (64, 512)
+    assert not plan.has_partial_tiles
+    assert plan.padded_shape == SEED.shape
+
+
+def test_seed_summary_and_diagram_show_the_seed_numbers():
+    plan = LoadPlan(SEED)
+    summary = plan.summary()
+    for fact in ("132 blocks", "tiles per block   7", "924", "32776 bytes", "32768 bytes"):
+        assert fact in summary
+    diagram = plan.diagram((1, 2))
+    assert "block 1    [   ][   ][ X ][   ]" in diagram
+    assert "rows 64-127, columns 512-767" in diagram
+    assert "block 131" in diagram
+    assert diagram.count("X") == 1
+
+
+@pytest.mark.parametrize(
+    "config, grid, tiles, tx_bytes, partial",
+    [
+        (LoadConfig((1000, 776), "bf16", (128, 64)), 8, 13, 16384, True),
+        (LoadConfig((4096, 4096), "fp32", (32, 32)), 128, 128, 4096, False),
+        (LoadConfig((1, 16), "int8", (1, 16)), 1, 1, 16, False),
+        (LoadConfig((300, 64), "fp8e4m3", (256, 64)), 2, 1, 16384, True),
+    ],
+)
+def test_other_shapes(config, grid, tiles, tx_bytes, partial):
+    plan = LoadPlan(config)
+    assert (plan.grid, plan.tiles_per_block, plan.expected_tx_bytes) == (grid, tiles, tx_bytes)
+    assert plan.total_tile_loads == grid * tiles
+    assert plan.smem_bytes == tx_bytes + 8
+    assert plan.has_partial_tiles == partial
+    rows, cols = plan.padded_shape
+    assert rows >= config.shape[0] and rows % config.tile[0] == 0
+    assert cols >= config.shape[1] and cols % config.tile[1] == 0
+
+
+def test_highlight_outside_the_grid_is_refused():
+    with pytest.raises(ValueError, match="outside"):
+        LoadPlan(SEED).diagram((132, 0))
+
+
+def test_partial_highlight_reports_clipped_extent():
+    plan = LoadPlan(LoadConfig((100, 776), "fp16", (64, 256)))
+    assert "rows 64-99, columns 768-775" in plan.diagram((1, 3))
