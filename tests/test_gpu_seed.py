@@ -8,9 +8,9 @@ pytestmark = pytest.mark.gpu
 
 
 def test_seed_kernel_loads_every_tile_correctly():
-    from tmakit.seed import verify_seed_load
+    from tmakit.loads import verify_tile_load
 
-    verdict = verify_seed_load(LoadPlan(SEED))
+    verdict = verify_tile_load(LoadPlan(SEED))
     assert verdict.ok, str(verdict)
     assert str(verdict) == "924/924 tiles correct"
 
@@ -26,17 +26,17 @@ def test_seed_kernel_loads_every_tile_correctly():
     ids=str,
 )
 def test_other_shapes_including_partial_tiles(config):
-    from tmakit.seed import verify_seed_load
+    from tmakit.loads import verify_tile_load
 
-    verdict = verify_seed_load(LoadPlan(config))
+    verdict = verify_tile_load(LoadPlan(config))
     assert verdict.ok, str(verdict)
 
 
 @pytest.mark.parametrize("tile_shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])
 def test_verifier_catches_a_kernel_that_loads_the_neighbouring_tile(tile_shift):
-    from tmakit.seed import verify_seed_load
+    from tmakit.loads import verify_tile_load
 
-    verdict = verify_seed_load(LoadPlan(SEED), tile_shift=tile_shift)
+    verdict = verify_tile_load(LoadPlan(SEED), tile_shift=tile_shift)
     assert not verdict.ok
     assert verdict.tiles_correct == 0
     first = verdict.first_mismatch

@@ -3,8 +3,8 @@
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.loads import compile_tile_load
 from tmakit.ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
-from tmakit.seed import compile_seed_load
 
 CONFIGS = [
     SEED,
@@ -17,7 +17,7 @@ CONFIGS = [
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.dtype}-{c.tile[0]}x{c.tile[1]}")
 def test_ptx_has_the_seed_schedule_and_the_plans_byte_count(config):
     plan = LoadPlan(config)
-    ptx = compile_seed_load(plan, keep_ptx=True).ptx
+    ptx = compile_tile_load(plan, keep_ptx=True).ptx
     assert ".target sm_90a" in ptx
     found = find_instructions(ptx)
     assert set(found) == set(TMA_INSTRUCTIONS)
@@ -31,7 +31,7 @@ def test_ptx_has_the_seed_schedule_and_the_plans_byte_count(config):
 
 
 def test_load_only_kernel_has_no_global_stores():
-    ptx = compile_seed_load(LoadPlan(SEED), store_back=False, keep_ptx=True).ptx
+    ptx = compile_tile_load(LoadPlan(SEED), consumer="none", keep_ptx=True).ptx
     assert "st.global" not in ptx
     assert "cp.async.bulk.tensor" in ptx
 

@@ -13,7 +13,7 @@ from tmakit.validate import check_base_address
         (LoadConfig((1000, 777), "bf16", (64, 64)), "stride of dim 0 is 1554 bytes"),
         (LoadConfig(dtype="fp64"), "dtype 'fp64' is not supported"),
         (LoadConfig((1024, 1024), "fp32", (256, 256)), "at most 232448"),
-        (LoadConfig((0, 1024)), "tensor rows is 0"),
+        (LoadConfig((0, 1024)), "tensor extent of dim 0 is 0"),
     ],
 )
 def test_bad_configurations_are_refused_with_the_rule(config, message):

@@ -87,19 +87,18 @@ def to_cute_tensor(array: Any) -> Any:
     return from_dlpack(array, assumed_align=16)
 
 
-def fake_tensor(element: Any, shape: tuple[int, ...]) -> Any:
-    """A row-major tensor description with no memory behind it: enough to compile (on a CPU too)
-    a kernel that is later called with real tensors of that dtype and shape."""
+def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> Any:
+    """A tensor description with no memory behind it (compact row-major unless `strides` are
+    given, in elements): enough to compile, on a CPU too, a kernel that is later called with real
+    tensors of that dtype, shape and strides."""
     import cutlass
-    from cutlass.cute.runtime import make_fake_compact_tensor
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
+    dtype = getattr(cutlass, element.cutlass_name)
+    if strides is not None:
+        return make_fake_tensor(dtype, shape, strides, assumed_align=16)
     innermost_first = tuple(reversed(range(len(shape))))
-    return make_fake_compact_tensor(
-        getattr(cutlass, element.cutlass_name),
-        shape,
-        stride_order=innermost_first,
-        assumed_align=16,
-    )
+    return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)
 
 
 def placeholder_stream() -> Any:

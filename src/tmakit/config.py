@@ -44,32 +44,63 @@ def dtype_named(name: str) -> DType:
         raise TmaConfigError(f"dtype {name!r} is not supported; tmakit knows {known}") from None
 
 
+SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 is no swizzle (the seed's identity Swizzle(0,4,3))
+
+
 @dataclass(frozen=True)
 class LoadConfig:
-    """A row-major matrix of `shape` elements loaded tile by tile, one block per strip of rows.
+    """A tensor loaded tile by tile: one block per strip of `tile[0]` rows (per batch index),
+    walking that strip's column tiles one after another.
 
-    The seed's configuration is the default: fp16, 8448 x 1792, 64 x 256 tiles.
+    `shape` and `strides` follow torch: outermost first, strides in elements. The tile covers the
+    last two dims (rows, columns); leading dims (up to three: TMA's rank limit is 5) are a batch.
+    `strides=None` means compact, with the columns contiguous (`major="row"`) or the rows
+    (`major="col"`, e.g. a transposed view). The seed's configuration is the default.
     """
 
-    shape: tuple[int, int] = (8448, 1792)
+    shape: tuple[int, ...] = (8448, 1792)
     dtype: str = "fp16"
     tile: tuple[int, int] = (64, 256)
+    swizzle: int = 0
+    major: str = "row"
+    strides: tuple[int, ...] | None = None
 
     @property
     def element(self) -> DType:
         return dtype_named(self.dtype)
 
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        """Strides in elements, outermost first: given, or compact in the `major` order."""
+        if self.strides is not None:
+            return self.strides
+        rows, cols = self.shape[-2:]
+        inner = (cols, 1) if self.major == "row" else (1, rows)
+        strides = list(inner)
+        step = rows * cols
+        for extent in reversed(self.shape[:-2]):
+            strides.insert(0, step)
+            step *= extent
+        return tuple(strides)
+
+    @property
+    def contiguous_dim(self) -> str:
+        """ "columns" when the last dim has stride 1 (row-major tiles), "rows" when the one before does."""
+        return "rows" if self.element_strides[-1] != 1 and self.element_strides[-2] == 1 else "columns"
+
 
 SEED = LoadConfig()
 
 
-def parse_extents(text: str, what: str) -> tuple[int, int]:
-    """Parse "8448x1792" into (8448, 1792); raise TmaConfigError on anything else."""
+def parse_extents(text: str, what: str, rank: int | None = 2) -> tuple[int, ...]:
+    """Parse "8448x1792" into (8448, 1792); raise TmaConfigError on anything else.
+
+    `rank=None` accepts 2 to 5 extents (a batched shape such as 4x1000x776)."""
     parts = text.lower().replace(",", "x").split("x")
     try:
         values = tuple(int(p) for p in parts)
     except ValueError:
         raise TmaConfigError(f"{what} {text!r} is not of the form ROWSxCOLS") from None
-    if len(values) != 2:
-        raise TmaConfigError(f"{what} {text!r} must have two extents (ROWSxCOLS), not {len(values)}")
-    return values  # type: ignore[return-value]
+    if rank is not None and len(values) != rank:
+        raise TmaConfigError(f"{what} {text!r} must have {rank} extents, not {len(values)}")
+    return values

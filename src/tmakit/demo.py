@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
@@ -33,13 +34,13 @@ def run_demo(plan: LoadPlan, highlight: tuple[int, int] = (1, 2), echo: Callable
 
 
 def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
-    from .seed import run_seed_on_gpu
+    from .loads import run_load_on_gpu
 
     echo(f"GPU: {gpu_name}")
-    run = run_seed_on_gpu(plan)
+    run = run_load_on_gpu(plan)
     echo(f"compile:  {run.compile_seconds:.2f} s (excluded from the kernel time)")
     echo(f"verify:   {run.verdict}")
-    tensor_bytes = plan.config.shape[0] * plan.config.shape[1] * plan.config.element.nbytes
+    tensor_bytes = math.prod(plan.config.shape) * plan.config.element.nbytes
     echo(
         f"kernel:   {run.median_us:.1f} us median device time, load-only "
         f"(min {min(run.kernel_us):.1f}, max {max(run.kernel_us):.1f}; CUDA-graph replay, "
@@ -49,9 +50,9 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
 
 
 def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
-    from .seed import compile_seed_load
+    from .loads import compile_tile_load
 
-    compiled = compile_seed_load(plan, store_back=True, keep_ptx=True)
+    compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
     echo(f"compile:  {compiled.compile_seconds:.2f} s")
     found = find_instructions(compiled.ptx or "")
     for prefix, meaning in TMA_INSTRUCTIONS.items():

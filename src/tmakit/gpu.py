@@ -51,6 +51,25 @@ def bits_to_device(bits: np.ndarray, element: DType) -> Any:
     return torch.from_numpy(np.ascontiguousarray(bits)).cuda().view(torch_dtype(element))
 
 
+_SIGNED_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32"}
+
+
+def strided_bits_to_device(bits: np.ndarray, config: Any) -> Any:
+    """Upload logical bit patterns into a GPU tensor with `config`'s shape and element strides
+    (padded rows or a column-major layout stay what they are), typed as `config`'s dtype."""
+    import torch
+
+    element = config.element
+    width = getattr(torch, _SIGNED_OF_WIDTH[element.nbytes])
+    tensor = torch.empty_strided(config.shape, config.element_strides, dtype=width, device="cuda")
+    tensor.copy_(torch.from_numpy(np.ascontiguousarray(bits).view(width_name(element))))
+    return tensor.view(torch_dtype(element))
+
+
+def width_name(element: DType) -> str:
+    return _SIGNED_OF_WIDTH[element.nbytes]
+
+
 def device_to_bits(tensor: Any) -> np.ndarray:
     """Download a GPU tensor as raw bit patterns of the same width."""
     import torch

@@ -6,6 +6,7 @@ shared-memory size from a `LoadPlan`; none of them recomputes it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .config import LoadConfig
@@ -18,8 +19,8 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows,
-    loading that strip's column tiles one after another into one shared tile."""
+    """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows of each
+    matrix, loading that strip's column tiles one after another into one shared tile."""
 
     config: LoadConfig
     threads_per_block: int = 32  # one warp, as in the seed
@@ -29,14 +30,34 @@ class LoadPlan:
 
     # -- the decomposition ------------------------------------------------------------------
     @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """(rows, columns): the last two dims, which the tile covers."""
+        rows, cols = self.config.shape[-2:]
+        return rows, cols
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Leading dims; each index is a separate matrix with its own blocks."""
+        return tuple(self.config.shape[:-2])
+
+    @property
+    def batch_count(self) -> int:
+        return math.prod(self.batch_shape)
+
+    @property
+    def row_blocks(self) -> int:
+        """Strips of rows per matrix (ceiling: a partial strip still gets a block)."""
+        return ceil_div(self.matrix_shape[0], self.config.tile[0])
+
+    @property
     def grid(self) -> int:
-        """Blocks launched: one per strip of rows (ceiling: a partial strip still gets a block)."""
-        return ceil_div(self.config.shape[0], self.config.tile[0])
+        """Blocks launched: one per strip of rows of each matrix in the batch."""
+        return self.row_blocks * self.batch_count
 
     @property
     def tiles_per_block(self) -> int:
         """Column tiles each block loads in sequence."""
-        return ceil_div(self.config.shape[1], self.config.tile[1])
+        return ceil_div(self.matrix_shape[1], self.config.tile[1])
 
     @property
     def total_tile_loads(self) -> int:
@@ -44,13 +65,24 @@ class LoadPlan:
 
     @property
     def has_partial_tiles(self) -> bool:
-        rows, cols = self.config.shape
+        rows, cols = self.matrix_shape
         return rows % self.config.tile[0] != 0 or cols % self.config.tile[1] != 0
 
     @property
-    def padded_shape(self) -> tuple[int, int]:
-        """The extent covered by whole tiles; the verifying kernel's scratch output has this shape."""
-        return (self.grid * self.config.tile[0], self.tiles_per_block * self.config.tile[1])
+    def padded_shape(self) -> tuple[int, ...]:
+        """The extent covered by whole tiles; the verifying kernel's scratch output has this
+        shape (row-major, compact, whatever the input's layout)."""
+        return (
+            *self.batch_shape,
+            self.row_blocks * self.config.tile[0],
+            self.tiles_per_block * self.config.tile[1],
+        )
+
+    @property
+    def rows_contiguous(self) -> bool:
+        """True when the rows dim has stride 1 (a column-major matrix, e.g. a transposed view):
+        the shared tile is then column-major too, so TMA's inner box dim is the rows."""
+        return self.config.contiguous_dim == "rows"
 
     def tile_origin(self, row_block: int, column_tile: int) -> tuple[int, int]:
         """Element coordinates of the tile's first element: (64, 512) for tile (1, 2) of the seed."""
@@ -70,14 +102,21 @@ class LoadPlan:
         return MBARRIER_BYTES
 
     @property
+    def swizzle_bits(self) -> int:
+        """B of CuTe's Swizzle(B, 4, 3) on byte addresses: 0 (none), 1 (32B), 2 (64B), 3 (128B)."""
+        return {0: 0, 32: 1, 64: 2, 128: 3}[self.config.swizzle]
+
+    @property
     def tile_alignment(self) -> int:
-        """Byte alignment of the shared tile (TMA destinations need 128; 1024 for the 128B swizzle)."""
-        return 128
+        """Byte alignment of the shared tile: TMA destinations need 128, swizzled ones 1024
+        (the swizzle pattern is a function of the address bits up to 1024)."""
+        return 1024 if self.config.swizzle else 128
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory the launch requests: the tile (placed first, at offset 0 of the aligned
-        dynamic shared memory) then the 8-byte barrier. 32776 for the seed."""
+        """Shared memory the launch requests: the tile at offset 0 of the dynamic shared memory
+        (which the DSL aligns to 1024 bytes, so no padding precedes it), then the 8-byte barrier
+        (tile sizes are multiples of 16, so none follows it either). 32776 for the seed."""
         return self.expected_tx_bytes + self.barrier_bytes
 
     def phase_parity(self, column_tile: int) -> int:
@@ -87,12 +126,15 @@ class LoadPlan:
     # -- text -------------------------------------------------------------------------------------
     def summary(self) -> str:
         cfg = self.config
-        rows, cols = cfg.shape
+        layout = "column-major" if self.rows_contiguous else "row-major"
+        shape = " x ".join(map(str, cfg.shape))
         lines = [
-            f"tensor            {rows} x {cols} {cfg.dtype}, row-major "
-            f"({rows * cols * cfg.element.nbytes} bytes)",
-            f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes)",
-            f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)",
+            f"tensor            {shape} {cfg.dtype}, {layout}, strides {cfg.element_strides} "
+            f"({math.prod(cfg.shape) * cfg.element.nbytes} bytes)",
+            f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes), "
+            + (f"{cfg.swizzle}B swizzle" if cfg.swizzle else "no swizzle (Swizzle(0,4,3))"),
+            f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)"
+            + (f" = {self.row_blocks} row blocks x {self.batch_count} batch" if self.batch_shape else ""),
             f"tiles per block   {self.tiles_per_block}",
             f"total tile loads  {self.total_tile_loads}",
             f"shared memory     {self.smem_bytes} bytes requested "
@@ -110,9 +152,9 @@ class LoadPlan:
         """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`."""
         lines = [f"{'':11}" + "".join(f"{j:^5}" for j in range(self.tiles_per_block))]
         shown = sorted(
-            {b for b in range(min(max_blocks, self.grid))}
+            set(range(min(max_blocks, self.row_blocks)))
             | ({highlight[0]} if highlight else set())
-            | {self.grid - 1}
+            | {self.row_blocks - 1}
         )
         previous = -1
         for row_block in shown:
@@ -125,13 +167,13 @@ class LoadPlan:
             previous = row_block
         if highlight is not None:
             row_block, column_tile = highlight
-            if not (0 <= row_block < self.grid and 0 <= column_tile < self.tiles_per_block):
+            if not (0 <= row_block < self.row_blocks and 0 <= column_tile < self.tiles_per_block):
                 raise ValueError(
-                    f"tile {highlight} is outside the {self.grid} x {self.tiles_per_block} tile grid"
+                    f"tile {highlight} is outside the {self.row_blocks} x {self.tiles_per_block} tile grid"
                 )
             r0, c0 = self.tile_origin(row_block, column_tile)
-            r1 = min(r0 + self.config.tile[0], self.config.shape[0]) - 1
-            c1 = min(c0 + self.config.tile[1], self.config.shape[1]) - 1
+            r1 = min(r0 + self.config.tile[0], self.matrix_shape[0]) - 1
+            c1 = min(c0 + self.config.tile[1], self.matrix_shape[1]) - 1
             lines.append(
                 f"tile ({row_block}, {column_tile}): element origin ({r0}, {c0}); "
                 f"rows {r0}-{r1}, columns {c0}-{c1}"

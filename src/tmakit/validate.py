@@ -6,9 +6,10 @@ and then fails, misbehaves or is silently split on the GPU.
 
 from __future__ import annotations
 
-from .config import LoadConfig, dtype_named
+from .config import SWIZZLE_MODES, LoadConfig, dtype_named
 from .errors import TmaConfigError
 
+MAX_RANK = 5  # dimensions a TMA tensor map can have
 MAX_BOX_EXTENT = 256  # elements per box dimension (cuTensorMapEncodeTiled's boxDim limit)
 GLOBAL_STRIDE_ALIGN = 16  # bytes: every global stride but the innermost
 GLOBAL_BASE_ALIGN = 16  # bytes: the tensor's base address
@@ -20,29 +21,62 @@ MBARRIER_BYTES = 8  # one 64-bit mbarrier
 def check_load_config(config: LoadConfig) -> None:
     """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it."""
     element = dtype_named(config.dtype)
-    rows, cols = config.shape
-    tile_rows, tile_cols = config.tile
-    for name, extent in (("rows", rows), ("columns", cols)):
+    check_rank(len(config.shape))
+    for dim, extent in enumerate(config.shape):
         if extent < 1:
-            raise TmaConfigError(f"tensor {name} is {extent}; every extent must be >= 1")
+            raise TmaConfigError(f"tensor extent of dim {dim} is {extent}; every extent must be >= 1")
+    if config.swizzle not in SWIZZLE_MODES:
+        raise TmaConfigError(
+            f"swizzle {config.swizzle} is not a TMA swizzle mode; use one of {SWIZZLE_MODES} (bytes)"
+        )
+    if config.major not in ("row", "col"):
+        raise TmaConfigError(f"major {config.major!r} must be 'row' or 'col'")
+    strides = config.element_strides
+    if len(strides) != len(config.shape):
+        raise TmaConfigError(f"{len(strides)} strides given for a rank-{len(config.shape)} shape")
+
+    tile_rows, tile_cols = config.tile
     for name, extent in (("rows", tile_rows), ("columns", tile_cols)):
         if not 1 <= extent <= MAX_BOX_EXTENT:
             raise TmaConfigError(
                 f"tile {name} is {extent}; a TMA box dimension must be 1..{MAX_BOX_EXTENT} elements "
                 "(the DSL would silently split a larger tile into many small copies)"
             )
-    inner_box_bytes = tile_cols * element.nbytes
+
+    # The innermost stride must be 1: TMA walks memory contiguously along one dim of the box.
+    contiguous = len(strides) - 1 if strides[-1] == 1 else len(strides) - 2
+    if strides[contiguous] != 1:
+        raise TmaConfigError(
+            f"strides {strides} have no stride 1 in the last two dims; TMA needs the innermost "
+            "stride to be 1 (rows or columns contiguous)"
+        )
+    outer = [d for d in range(len(strides)) if d != contiguous]
+    check_global_strides(tuple(strides[d] * element.nbytes for d in outer), dims=tuple(outer))
+
+    inner_extent = tile_cols if contiguous == len(strides) - 1 else tile_rows
+    inner_box_bytes = inner_extent * element.nbytes
     if inner_box_bytes % INNER_BOX_ALIGN:
         raise TmaConfigError(
-            f"tile's inner extent is {tile_cols} {config.dtype} = {inner_box_bytes} bytes; "
+            f"tile's contiguous extent is {inner_extent} {config.dtype} = {inner_box_bytes} bytes; "
             f"TMA needs a multiple of {INNER_BOX_ALIGN} bytes"
         )
-    check_global_strides((cols * element.nbytes,), dims=(0,))
+    if config.swizzle and inner_box_bytes > config.swizzle:
+        raise TmaConfigError(
+            f"tile's contiguous extent is {inner_box_bytes} bytes; with the {config.swizzle}B swizzle "
+            f"TMA allows at most {config.swizzle} (use a narrower tile or a wider swizzle)"
+        )
     tile_bytes = tile_rows * tile_cols * element.nbytes
     if tile_bytes + MBARRIER_BYTES > SMEM_PER_BLOCK:
         raise TmaConfigError(
             f"tile {tile_rows}x{tile_cols} {config.dtype} needs {tile_bytes + MBARRIER_BYTES} bytes "
             f"of shared memory; a Hopper block may have at most {SMEM_PER_BLOCK}"
+        )
+
+
+def check_rank(rank: int) -> None:
+    if not 2 <= rank <= MAX_RANK:
+        raise TmaConfigError(
+            f"tensor has {rank} dimensions; tmakit loads 2 to {MAX_RANK} (TMA's limit is {MAX_RANK})"
         )
 
 
@@ -52,7 +86,7 @@ def check_global_strides(stride_bytes: tuple[int, ...], dims: tuple[int, ...]) -
         if stride % GLOBAL_STRIDE_ALIGN:
             raise TmaConfigError(
                 f"global stride of dim {dim} is {stride} bytes; TMA needs a multiple of "
-                f"{GLOBAL_STRIDE_ALIGN} (pad each row to a multiple of 16 bytes)"
+                f"{GLOBAL_STRIDE_ALIGN} (tmakit.padded_empty allocates padded rows with the wanted shape)"
             )
 
 

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import DTYPES
 from .plan import LoadPlan
+
+RAW_BYTE = DTYPES["uint8"]  # element type of raw shared-memory dumps
 
 # Input bit patterns keep the bit below the sign clear (for floats: exponent never all ones, so no
 # Inf/NaN that a register move might canonicalise); the poison has it set, so no input equals it.
@@ -30,10 +33,11 @@ def position_hash(rows: np.ndarray, cols: np.ndarray, bits: int) -> np.ndarray:
 
 
 def make_input_bits(plan: LoadPlan) -> np.ndarray:
-    """The input matrix as raw bit patterns (uint8/16/32 of the dtype's width)."""
-    rows, cols = plan.config.shape
-    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    return position_hash(r, c, plan.config.element.bits)
+    """The input tensor's logical values as raw bit patterns (uint8/16/32 of the dtype's width),
+    shape `plan.config.shape`; the GPU copy gets the plan's strides."""
+    rows, cols = plan.matrix_shape
+    b, r, c = np.meshgrid(np.arange(plan.batch_count), np.arange(rows), np.arange(cols), indexing="ij")
+    return position_hash(r, c, plan.config.element.bits, b).reshape(plan.config.shape)
 
 
 def make_poisoned_output_bits(plan: LoadPlan) -> np.ndarray:
@@ -46,8 +50,8 @@ def expected_output_bits(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
     """What the store-back must produce: the input where the tensor is, zeros where a partial
     edge tile reaches past it (TMA fills out-of-bounds elements with zero)."""
     expected = np.zeros(plan.padded_shape, dtype=input_bits.dtype)
-    rows, cols = plan.config.shape
-    expected[:rows, :cols] = input_bits
+    rows, cols = plan.matrix_shape
+    expected[..., :rows, :cols] = input_bits
     return expected
 
 
@@ -60,10 +64,12 @@ class TileMismatch:
     expected: int
     found: int
     wrong_elements: int
+    batch: tuple[int, ...] = ()
 
     def __str__(self) -> str:
+        batch = f"batch={self.batch}, " if self.batch else ""
         return (
-            f"tile (row_block={self.row_block}, column_tile={self.column_tile}) is wrong: "
+            f"tile ({batch}row_block={self.row_block}, column_tile={self.column_tile}) is wrong: "
             f"first at element ({self.row}, {self.col}) expected {self.expected:#x}, "
             f"found {self.found:#x}; {self.wrong_elements} wrong elements in that tile"
         )
@@ -86,24 +92,30 @@ class Verdict:
 
 def compare_tiles(plan: LoadPlan, expected: np.ndarray, found: np.ndarray) -> Verdict:
     """Compare every element's bits; count correct tiles; name the first wrong tile
-    (in row_block, then column_tile order)."""
+    (in batch, row_block, column_tile order)."""
     tile_rows, tile_cols = plan.config.tile
-    wrong = expected != found
-    per_tile = wrong.reshape(plan.grid, tile_rows, plan.tiles_per_block, tile_cols).sum(axis=(1, 3))
+    wrong = (expected != found).reshape(
+        plan.batch_count, plan.row_blocks, tile_rows, plan.tiles_per_block, tile_cols
+    )
+    per_tile = wrong.sum(axis=(2, 4))
     bad_tiles = np.argwhere(per_tile)
     first = None
     if len(bad_tiles):
-        row_block, column_tile = (int(v) for v in bad_tiles[0])
+        batch, row_block, column_tile = (int(v) for v in bad_tiles[0])
+        dr, dc = (int(v) for v in np.argwhere(wrong[batch, row_block, :, column_tile, :])[0])
         r0, c0 = plan.tile_origin(row_block, column_tile)
-        tile_wrong = wrong[r0 : r0 + tile_rows, c0 : c0 + tile_cols]
-        dr, dc = (int(v) for v in np.argwhere(tile_wrong)[0])
+        batch_index = (
+            tuple(int(v) for v in np.unravel_index(batch, plan.batch_shape)) if plan.batch_shape else ()
+        )
+        at = (*batch_index, r0 + dr, c0 + dc)
         first = TileMismatch(
             row_block,
             column_tile,
             r0 + dr,
             c0 + dc,
-            int(expected[r0 + dr, c0 + dc]),
-            int(found[r0 + dr, c0 + dc]),
-            int(per_tile[row_block, column_tile]),
+            int(expected[at]),
+            int(found[at]),
+            int(per_tile[batch, row_block, column_tile]),
+            batch_index,
         )
     return Verdict(plan.total_tile_loads, plan.total_tile_loads - len(bad_tiles), first)

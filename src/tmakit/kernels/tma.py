@@ -1,6 +1,6 @@
 """Device helpers every tmakit kernel shares, named after the seed's responsibilities.
 
-- the layout describes storage (`row_major_view`, `shared_tile_layout`);
+- the layout describes storage (`shared_tile_layout`; global views come from the tensor itself);
 - the coordinate tensor lets tiling pick the transfer origin (`tma_load_views`);
 - partitioning prepares views for the copy atom (`tma_load_views`);
 - the barrier says when the destination is ready (`init_load_barrier`, `issue_tile_load`).
@@ -13,22 +13,17 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 
-def row_major_view(tensor: cute.Tensor, shape: tuple[int, int]) -> cute.Tensor:
-    """Describe existing row-major storage: offset(row, col) = row * cols + col.
-
-    This allocates nothing; it only states what the storage is. The host checks beforehand that
-    the tensor really is row-major (a transposed tensor's pointer would not become row-major)."""
-    rows, cols = shape
-    return cute.make_tensor(tensor.iterator, cute.make_layout((rows, cols), stride=(cols, 1)))
-
-
-def shared_tile_layout(tile: tuple[int, int], swizzle_bits: int = 0) -> cute.ComposedLayout:
-    """A row-major shared tile composed with a swizzle; zero bits (the seed's) is the identity."""
+def shared_tile_layout(
+    tile: tuple[int, int], rows_contiguous: bool = False, swizzle_bits: int = 0
+) -> cute.ComposedLayout:
+    """The shared tile: row-major, or column-major when the global rows are contiguous (its
+    contiguous mode must follow the global stride-1 mode; the DSL compiles a mismatch without
+    complaint), composed with Swizzle(bits, 4, 3) on byte addresses - TMA's 32B/64B/128B modes
+    for bits 1/2/3; zero bits (the seed's) is the identity."""
     tile_rows, tile_cols = tile
+    stride = (1, tile_rows) if rows_contiguous else (tile_cols, 1)
     return cute.make_composed_layout(
-        cute.make_swizzle(swizzle_bits, 4, 3),
-        0,
-        cute.make_layout((tile_rows, tile_cols), stride=(tile_cols, 1)),
+        cute.make_swizzle(swizzle_bits, 4, 3), 0, cute.make_layout((tile_rows, tile_cols), stride=stride)
     )
 
 

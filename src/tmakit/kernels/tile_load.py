@@ -1,0 +1,139 @@
+"""Tile loads: the seed's kernel, for any shape, dtype, layout and swizzle TMA can serve.
+
+One warp per block; block (row_block, batch) walks its strip's column tiles one after another
+into one shared tile guarded by one mbarrier. For the seed's configuration this is the seed's
+kernel, instruction for instruction.
+
+What happens to each loaded tile is the `consumer`:
+- "none": nothing (the seed's load-only kernel, for timing);
+- "store": copy the tile, read through its (swizzled) layout, to a scratch output - the
+  correctness experiment the seed proposes;
+- "raw": copy the tile's raw shared-memory bytes, as TMA placed them, to a byte scratch - to
+  check the physical swizzle against an independent model.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from ..plan import LoadPlan
+from .tma import init_load_barrier, issue_tile_load, shared_tile_layout, tma_load_views
+
+CONSUMERS = ("none", "store", "raw")
+
+
+class TileLoadKernel:
+    """Host side in `__call__` (views, atom, launch), device side in `kernel`.
+
+    `tile_shift` (row_blocks, column_tiles) makes each block load a neighbouring tile instead of
+    its own; it exists only so tests can prove the verifier catches a wrong tile origin.
+    """
+
+    def __init__(self, plan: LoadPlan, consumer: str = "store", tile_shift: tuple[int, int] = (0, 0)):
+        if consumer not in CONSUMERS:
+            raise ValueError(f"consumer {consumer!r} is not one of {CONSUMERS}")
+        self.plan = plan
+        self.consumer = consumer
+        self.tile_shift = tile_shift
+        self.element_type = getattr(cutlass, plan.config.element.cutlass_name)
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
+        """Launch on `stream`. `src`'s layout is the tensor's own (strides read from it, never
+        rebuilt around its pointer). `out` is the consumer's scratch (ignored for "none")."""
+        plan = self.plan
+        rank = cutlass.const_expr(len(plan.config.shape))
+        # Matrix modes first, batch modes (if any) grouped into one trailing mode.
+        matrix_first = cute.select(src.layout, mode=[rank - 2, rank - 1, *range(rank - 2)])
+        if cutlass.const_expr(rank > 2):
+            matrix_first = cute.group_modes(matrix_first, 2, rank)
+        matrix_view = cute.make_tensor(src.iterator, matrix_first)
+        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), matrix_view, shared_layout, plan.config.tile
+        )
+        self.kernel(load_atom, coordinate_view, self._scratch_view(out), shared_layout).launch(
+            grid=(plan.row_blocks, plan.batch_count, 1),
+            block=(plan.threads_per_block, 1, 1),
+            smem=plan.smem_bytes,
+            stream=stream,
+        )
+
+    def _scratch_view(self, out: cute.Tensor) -> cute.Tensor:
+        """The consumer's output as (tile rows, tile cols, tile index...) coordinates."""
+        plan = self.plan
+        if cutlass.const_expr(self.consumer == "raw"):
+            # One row of raw bytes per tile load: (tile bytes, column tile, row block, batch).
+            return cute.make_tensor(
+                out.iterator,
+                cute.make_layout(
+                    (plan.expected_tx_bytes, plan.tiles_per_block, plan.row_blocks, plan.batch_count)
+                ),
+            )
+        padded_rows, padded_cols = plan.padded_shape[-2:]
+        # Compact row-major (batch, padded rows, padded cols), viewed matrix modes first.
+        return cute.make_tensor(
+            out.iterator,
+            cute.make_layout(
+                (padded_rows, padded_cols, plan.batch_count),
+                stride=(padded_cols, 1, padded_rows * padded_cols),
+            ),
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        load_atom: cute.CopyAtom,
+        coordinate_view: cute.Tensor,
+        scratch: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+    ):
+        plan = self.plan
+        tile_rows, tile_cols = plan.config.tile
+        thread, _, _ = cute.arch.thread_idx()
+        row_block, batch, _ = cute.arch.block_idx()
+
+        # Allocation order is the plan's: the tile first, at offset 0 of the 1024-aligned dynamic
+        # shared memory, then the 8-byte barrier, so the launch requests exactly plan.smem_bytes.
+        smem = cutlass.memory.SmemAllocator()
+        tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)
+        shared_tile = cute.make_tensor(
+            cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=self.element_type), shared_layout.outer
+        )
+        barrier = smem.allocate_array(cutlass.Int64, 1)
+        init_load_barrier(barrier)
+
+        phase = cutlass.Int32(0)
+        for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
+            tile_coord = (row_block + self.tile_shift[0], column_tile + self.tile_shift[1])
+            if cutlass.const_expr(len(plan.config.shape) > 2):
+                tile_coord = (*tile_coord, batch)
+            global_part, shared_part = tma_load_views(
+                load_atom, coordinate_view, shared_tile, plan.config.tile, tile_coord
+            )
+            issue_tile_load(load_atom, global_part, shared_part, barrier, plan.expected_tx_bytes)
+            # The phase completes when the one arrival and all expected bytes are in.
+            cute.arch.mbarrier_wait(barrier, phase)
+            phase ^= 1
+
+            if cutlass.const_expr(self.consumer == "store"):
+                out_tile = cute.local_tile(scratch, plan.config.tile, (row_block, column_tile, batch))
+                # Row-major walk so that a warp's stores to the (row-major) scratch are contiguous.
+                for index in cutlass.range(thread, tile_rows * tile_cols, plan.threads_per_block):
+                    row = index // tile_cols
+                    col = index - row * tile_cols
+                    out_tile[row, col] = shared_tile[row, col]
+            if cutlass.const_expr(self.consumer == "raw"):
+                raw_tile = cute.make_tensor(
+                    cute.recast_ptr(tile_ptr, dtype=cutlass.Uint8), cute.make_layout(plan.expected_tx_bytes)
+                )
+                out_bytes = scratch[None, column_tile, row_block, batch]
+                for index in cutlass.range(thread, plan.expected_tx_bytes, plan.threads_per_block):
+                    out_bytes[index] = raw_tile[index]
+            if cutlass.const_expr(self.consumer != "none"):
+                # Buffer reuse: every thread's reads of this tile finish before the next TMA
+                # load (issued after this block-wide barrier) may overwrite it.
+                cute.arch.barrier()

@@ -1,0 +1,110 @@
+"""Running tile loads: compile once per configuration, verify on the GPU, time.
+
+This is the experiment layer over `kernels.tile_load`; the CLI, the benchmarks and the tests
+call it. Compiling needs no GPU (the tensors are descriptions only).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from . import verify
+from .compile import CompiledKernel, compile_kernel, fake_tensor, placeholder_stream
+from .plan import LoadPlan
+
+
+@functools.lru_cache(maxsize=256)
+def compile_tile_load(
+    plan: LoadPlan,
+    consumer: str = "store",
+    tile_shift: tuple[int, int] = (0, 0),
+    keep_ptx: bool = False,
+) -> CompiledKernel:
+    """Compile the tile-load kernel for sm_90a. `consumer="none"` is the seed's load-only
+    kernel; `tile_shift` is for verifier tests only."""
+    from .kernels.tile_load import TileLoadKernel
+
+    element = plan.config.element
+    src = fake_tensor(element, plan.config.shape, plan.config.element_strides)
+    scratch = {
+        "none": src,
+        "store": fake_tensor(element, plan.padded_shape),
+        "raw": fake_tensor(verify.RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
+    }[consumer]
+    return compile_kernel(
+        TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift),
+        src,
+        scratch,
+        placeholder_stream(),
+        keep_ptx=keep_ptx,
+    )
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """What one GPU run of the load experiment found."""
+
+    verdict: verify.Verdict
+    compile_seconds: float
+    kernel_us: list[float]  # load-only kernel, device time per launch (graph replay samples)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.kernel_us)
+
+
+def make_device_input(plan: LoadPlan) -> tuple[Any, Any]:
+    """(position-hashed input bits on the host, the GPU tensor with the plan's strides)."""
+    from . import gpu
+
+    input_bits = verify.make_input_bits(plan)
+    return input_bits, gpu.strided_bits_to_device(input_bits, plan.config)
+
+
+def verify_tile_load(plan: LoadPlan, tile_shift: tuple[int, int] = (0, 0)) -> verify.Verdict:
+    """Load every tile on the GPU, store each back to a poisoned output, compare every element
+    (the out-of-bounds part of edge tiles included: it must arrive as zeros)."""
+    from . import gpu
+    from .compile import to_cute_tensor
+
+    compiled = compile_tile_load(plan, consumer="store", tile_shift=tile_shift)
+    input_bits, src = make_device_input(plan)
+    out = gpu.bits_to_device(verify.make_poisoned_output_bits(plan), plan.config.element)
+    compiled(to_cute_tensor(src), to_cute_tensor(out), gpu.current_stream())
+    found = gpu.device_to_bits(out)  # .cpu() synchronises
+    return verify.compare_tiles(plan, verify.expected_output_bits(plan, input_bits), found)
+
+
+def dump_shared_bytes(plan: LoadPlan) -> Any:
+    """The raw shared-memory bytes of every tile load, as TMA placed them (swizzle included):
+    uint8 array (total tile loads, tile bytes), tile loads ordered (batch, row_block, column_tile)."""
+    import numpy as np
+
+    from . import gpu
+    from .compile import to_cute_tensor
+
+    compiled = compile_tile_load(plan, consumer="raw")
+    _, src = make_device_input(plan)
+    poison = np.full((plan.total_tile_loads, plan.expected_tx_bytes), 0xFF, dtype=np.uint8)
+    out = gpu.bits_to_device(poison, verify.RAW_BYTE)
+    compiled(to_cute_tensor(src), to_cute_tensor(out), gpu.current_stream())
+    return gpu.device_to_bits(out)
+
+
+def time_tile_load(plan: LoadPlan) -> list[float]:
+    """Device time of the load-only kernel (microseconds per launch, one sample a graph replay)."""
+    from . import gpu
+    from .compile import to_cute_tensor
+
+    compiled = compile_tile_load(plan, consumer="none")
+    src = to_cute_tensor(make_device_input(plan)[1])
+    return gpu.graph_time_us(lambda: compiled(src, src, gpu.current_stream()))
+
+
+def run_load_on_gpu(plan: LoadPlan) -> LoadRun:
+    compile_seconds = compile_tile_load(plan, consumer="store").compile_seconds
+    verdict = verify_tile_load(plan)
+    return LoadRun(verdict, compile_seconds, time_tile_load(plan))
