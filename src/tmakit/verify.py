@@ -19,11 +19,16 @@ _FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF}
 POISON = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF}
 
 
-def position_hash(rows: np.ndarray, cols: np.ndarray, bits: int) -> np.ndarray:
-    """A bit pattern for each (row, column): a 32-bit integer mix (murmur3's finaliser) of the
-    position, truncated to `bits`. Unlike a linear index modulo 2**bits, which repeats after one
-    row block at the seed's shape, no whole-tile shift of the data leaves it unchanged."""
-    h = rows.astype(np.uint32) * np.uint32(0x9E3779B1) ^ cols.astype(np.uint32) * np.uint32(0x85EBCA77)
+def position_hash(rows: np.ndarray, cols: np.ndarray, bits: int, batch: np.ndarray | int = 0) -> np.ndarray:
+    """A bit pattern for each (batch, row, column): a 32-bit integer mix (murmur3's finaliser) of
+    the position, truncated to `bits`. Unlike a linear index modulo 2**bits, which repeats after
+    one row block at the seed's shape, no whole-tile shift of the data leaves it unchanged - even
+    for 1-byte types, where a value cannot name its position."""
+    h = (
+        rows.astype(np.uint32) * np.uint32(0x9E3779B1)
+        ^ cols.astype(np.uint32) * np.uint32(0x85EBCA77)
+        ^ np.asarray(batch).astype(np.uint32) * np.uint32(0x27D4EB2F)
+    )
     h ^= h >> np.uint32(16)
     h *= np.uint32(0x85EBCA6B)
     h ^= h >> np.uint32(13)
