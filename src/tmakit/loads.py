@@ -108,3 +108,17 @@ def run_load_on_gpu(plan: LoadPlan) -> LoadRun:
     compile_seconds = compile_tile_load(plan, consumer="store").compile_seconds
     verdict = verify_tile_load(plan)
     return LoadRun(verdict, compile_seconds, time_tile_load(plan))
+
+
+def check_on_gpu(config: Any) -> dict:
+    """Verify one configuration on the GPU: the logical view (every element, through the
+    swizzled layout) and the physical shared-memory bytes (against the CPU model of TMA).
+    Returns a JSON-ready dict with "status" ok / mismatch."""
+    plan = LoadPlan(config)
+    verdict = verify_tile_load(plan)
+    result = {"status": "ok" if verdict.ok else "mismatch", "logical": str(verdict)}
+    physical = verify.compare_shared_bytes(plan, dump_shared_bytes(plan))
+    result["physical"] = str(physical)
+    if not physical.ok:
+        result["status"] = "mismatch"
+    return result

@@ -60,10 +60,13 @@ def check_load_config(config: LoadConfig) -> None:
             f"tile's contiguous extent is {inner_extent} {config.dtype} = {inner_box_bytes} bytes; "
             f"TMA needs a multiple of {INNER_BOX_ALIGN} bytes"
         )
-    if config.swizzle and inner_box_bytes > config.swizzle:
+    # TMA allows a swizzled box at most one span wide. tmakit asks for exactly one span: a
+    # narrower box's swizzled bytes can land past the tile (the XOR acts on address bits the
+    # box does not fill), which is how CUTLASS's swizzle atoms are always one span wide too.
+    if config.swizzle and inner_box_bytes != config.swizzle:
         raise TmaConfigError(
             f"tile's contiguous extent is {inner_box_bytes} bytes; with the {config.swizzle}B swizzle "
-            f"TMA allows at most {config.swizzle} (use a narrower tile or a wider swizzle)"
+            f"it must be exactly {config.swizzle} bytes ({config.swizzle // element.nbytes} {config.dtype})"
         )
     tile_bytes = tile_rows * tile_cols * element.nbytes
     if tile_bytes + MBARRIER_BYTES > SMEM_PER_BLOCK:

@@ -124,3 +124,61 @@ def compare_tiles(plan: LoadPlan, expected: np.ndarray, found: np.ndarray) -> Ve
             batch_index,
         )
     return Verdict(plan.total_tile_loads, plan.total_tile_loads - len(bad_tiles), first)
+
+
+def expected_shared_bytes(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
+    """The raw shared-memory bytes each tile load must leave, as the hardware places them:
+    (total tile loads, tile bytes), ordered (batch, row_block, column_tile).
+
+    The tile's bytes in its shared layout's order (row-major, or column-major when the rows are
+    contiguous), zeros past the tensor's edge, permuted by TMA's swizzle as the CPU model of the
+    hardware computes it - never from the kernel's own CuTe layout."""
+    from .model.tensor_map import swizzled_offset
+
+    tile_rows, tile_cols = plan.config.tile
+    padded = expected_output_bits(plan, input_bits).reshape(
+        plan.batch_count, plan.row_blocks, tile_rows, plan.tiles_per_block, tile_cols
+    )
+    tiles = padded.transpose(0, 1, 3, 2, 4)  # (batch, row_block, column_tile, rows, cols)
+    if plan.rows_contiguous:
+        tiles = tiles.swapaxes(-1, -2)
+    logical = (
+        np.ascontiguousarray(tiles).view(np.uint8).reshape(plan.total_tile_loads, plan.expected_tx_bytes)
+    )
+    # Swizzle<B,4,3> is an involution: the byte at physical offset p is logical byte swizzle(p).
+    return logical[:, swizzled_offset(np.arange(plan.expected_tx_bytes), plan.config.swizzle)]
+
+
+@dataclass(frozen=True)
+class BytesVerdict:
+    tiles_total: int
+    tiles_correct: int
+    first_wrong: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_wrong is None
+
+    def __str__(self) -> str:
+        text = f"{self.tiles_correct}/{self.tiles_total} tiles' shared-memory bytes match the model"
+        return text if self.ok else f"{text}; {self.first_wrong}"
+
+
+def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> BytesVerdict:
+    """Compare a raw shared-memory dump (`loads.dump_shared_bytes`) with the model, byte for byte."""
+    expected = expected_shared_bytes(plan, make_input_bits(plan))
+    wrong = expected != found
+    bad = np.flatnonzero(wrong.any(axis=1))
+    first = None
+    if len(bad):
+        load = int(bad[0])
+        offset = int(np.flatnonzero(wrong[load])[0])
+        batch, row_block, column_tile = np.unravel_index(
+            load, (plan.batch_count, plan.row_blocks, plan.tiles_per_block)
+        )
+        first = (
+            f"tile (batch={int(batch)}, row_block={int(row_block)}, column_tile={int(column_tile)}): "
+            f"byte {offset} expected {int(expected[load, offset]):#04x}, "
+            f"found {int(found[load, offset]):#04x} ({int(wrong[load].sum())} wrong bytes)"
+        )
+    return BytesVerdict(plan.total_tile_loads, plan.total_tile_loads - len(bad), first)

@@ -1,0 +1,97 @@
+"""The small public face on real tensors: describe, check, allocate, load.
+
+Every check here runs before anything compiles or launches; a tensor TMA cannot serve raises
+`TmaConfigError` naming the value and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import DTYPES, LoadConfig
+from .errors import TmaConfigError
+from .plan import LoadPlan
+from .sweep import padded_strides
+from .validate import check_base_address, check_rank
+
+# Names torch and numpy give the dtypes tmakit knows.
+_DTYPE_BY_NAME = {
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float8_e4m3fn": "fp8e4m3",
+    "float8_e5m2": "fp8e5m2",
+    "int8": "int8",
+    "uint8": "uint8",
+}
+
+
+def tmakit_dtype(dtype: Any) -> str:
+    """tmakit's name for a torch or numpy dtype; TmaConfigError for one TMA loads cannot take."""
+    name = str(dtype).removeprefix("torch.")
+    if name in DTYPES:
+        return name
+    if name not in _DTYPE_BY_NAME:
+        raise TmaConfigError(f"dtype {name} is not supported; tmakit loads {', '.join(_DTYPE_BY_NAME)}")
+    return _DTYPE_BY_NAME[name]
+
+
+def config_for(
+    tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0, *, on_gpu: bool = True
+) -> LoadConfig:
+    """The load configuration of a torch tensor (or numpy array): shape, dtype and strides read
+    from the tensor itself - a transposed view stays column-major, never reinterpreted.
+
+    Raises TmaConfigError for a tensor TMA cannot serve: unsupported dtype, rank outside 2..5,
+    no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
+    tensor that is not on a CUDA device when `on_gpu`."""
+    shape = tuple(int(e) for e in tensor.shape)
+    check_rank(len(shape))
+    dtype = tmakit_dtype(tensor.dtype)
+    if hasattr(tensor, "data_ptr"):  # torch
+        strides = tuple(int(s) for s in tensor.stride())
+        address = tensor.data_ptr()
+        device = tensor.device.type
+    else:  # numpy: strides in bytes, always host memory
+        strides = tuple(int(s) // tensor.itemsize for s in tensor.strides)
+        address = tensor.__array_interface__["data"][0]
+        device = "cpu"
+    if on_gpu and device != "cuda":
+        raise TmaConfigError(f"tensor is on {device}; TMA loads from GPU memory, move it with .cuda() first")
+    check_base_address(address)
+    major = "col" if strides[-1] != 1 and strides[-2] == 1 else "row"
+    config = LoadConfig(shape, dtype, tuple(tile), swizzle, major, strides)
+    LoadPlan(config)  # validates the strides and the tile
+    return config
+
+
+def padded_empty(shape: tuple[int, ...], dtype: Any, major: str = "row", device: str = "cuda") -> Any:
+    """An uninitialised torch tensor of `shape` whose contiguous dim is padded to a multiple of
+    16 bytes, so TMA can load it: e.g. a 1000 x 777 bf16 matrix gets 784-element rows. This is how
+    odd and prime extents are reached; the view has exactly the wanted shape."""
+    import torch
+
+    element = DTYPES[tmakit_dtype(dtype)]
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, _torch_name(element.name))
+    strides = padded_strides(tuple(shape), element.nbytes, major)
+    return torch.empty_strided(tuple(shape), strides, dtype=torch_dtype, device=device)
+
+
+def _torch_name(name: str) -> str:
+    return {v: k for k, v in _DTYPE_BY_NAME.items()}[name]
+
+
+def load_tiles(tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0) -> Any:
+    """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
+    as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros)."""
+    import torch
+
+    from . import gpu
+    from .compile import to_cute_tensor
+    from .loads import compile_tile_load
+
+    plan = LoadPlan(config_for(tensor, tile, swizzle))
+    compiled = compile_tile_load(plan, consumer="store")
+    out = torch.empty(plan.padded_shape, dtype=tensor.dtype, device=tensor.device)
+    compiled(to_cute_tensor(tensor), to_cute_tensor(out), gpu.current_stream())
+    return out

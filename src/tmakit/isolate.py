@@ -1,0 +1,113 @@
+"""Run GPU checks in a worker process under a time limit, so a hang is a result, not a stuck CLI.
+
+A TMA wait whose bytes never arrive spins forever on the GPU; the only safe response from the
+host is to kill the process that owns the context. The parent feeds configurations one per line
+to `python -m tmakit.isolate`, reads one JSON result per line, and on a timeout kills the worker,
+records a hang and starts a fresh worker for the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+from .config import LoadConfig
+
+WORKER_START_SECONDS = 120.0  # importing torch and the DSL, creating the CUDA context
+
+
+def config_to_json(config: LoadConfig) -> str:
+    return json.dumps(dataclasses.asdict(config))
+
+
+def config_from_json(text: str) -> LoadConfig:
+    fields = json.loads(text)
+    for key in ("shape", "tile", "strides"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(fields[key])
+    return LoadConfig(**fields)
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tmakit.isolate"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.process.stdout, selectors.EVENT_READ)
+        self.ready = self.read_line(WORKER_START_SECONDS) == "ready"
+
+    def read_line(self, timeout: float) -> str | None:
+        if not self.selector.select(timeout):
+            return None
+        line = self.process.stdout.readline()
+        return line.strip() if line else None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def run_isolated(
+    configs: Iterable[LoadConfig],
+    timeout_seconds: float,
+    on_result: Callable[[LoadConfig, dict], None] | None = None,
+) -> list[dict]:
+    """Check each configuration in a worker process; a check over `timeout_seconds` is a hang."""
+    results = []
+    worker = None
+    for config in configs:
+        if worker is None:
+            worker = _Worker()
+            if not worker.ready:
+                worker.kill()
+                raise RuntimeError("the GPU worker process did not start")
+        start = time.perf_counter()
+        worker.process.stdin.write(config_to_json(config) + "\n")
+        worker.process.stdin.flush()
+        line = worker.read_line(timeout_seconds)
+        if line is None:
+            worker.kill()
+            worker = None
+            result = {"status": "hang", "detail": f"no result within {timeout_seconds:.0f} s; worker killed"}
+        else:
+            result = json.loads(line)
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        results.append(result)
+        if on_result:
+            on_result(config, result)
+    if worker is not None:
+        worker.process.stdin.close()
+        worker.process.wait(timeout=30)
+    return results
+
+
+def _serve() -> None:
+    """Worker side: read configurations, check each on the GPU, answer one JSON line each."""
+    import torch  # noqa: F401  (create the CUDA context before saying ready)
+
+    from .loads import check_on_gpu
+
+    torch.cuda.init()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        try:
+            result = check_on_gpu(config_from_json(line))
+        except Exception as error:  # noqa: BLE001 - reported per configuration, not fatal
+            result = {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _serve()
