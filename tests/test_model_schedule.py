@@ -1,0 +1,193 @@
+"""Replaying load schedules: the seed's loop is clean, and each classic mistake is caught for its reason."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.model import schedule as sch
+from tmakit.model.schedule import (
+    ArriveExpectTx,
+    Init,
+    TmaCopy,
+    Wait,
+    multicast_schedule,
+    pipeline_schedule,
+    replay,
+    seed_schedule,
+)
+
+SEED_PLAN = LoadPlan(SEED)
+LANDINGS = ["at_wait", "at_issue"]
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_seed_schedule_is_ok(bytes_land):
+    report = replay(seed_schedule(SEED_PLAN, blocks=3), bytes_land=bytes_land)
+    assert report.ok, report.describe()
+    assert report.stopped_at is None
+
+
+def test_seed_schedule_uses_the_plans_numbers():
+    events = seed_schedule(SEED_PLAN)
+    expects = [e for e in events if isinstance(e, ArriveExpectTx)]
+    copies = [e for e in events if isinstance(e, TmaCopy)]
+    waits = [e for e in events if isinstance(e, Wait)]
+    assert len(expects) == len(copies) == len(waits) == SEED_PLAN.tiles_per_block == 7
+    assert {e.nbytes for e in expects} == {c.nbytes for c in copies} == {SEED_PLAN.expected_tx_bytes}
+    assert [w.parity for w in waits] == [SEED_PLAN.phase_parity(j) for j in range(7)]
+    assert events[0] == Init("mbar", 1, cta=0)
+
+
+def test_describe_walks_the_first_block_tile_by_tile():
+    text = replay(seed_schedule(SEED_PLAN, blocks=2)).describe()
+    assert "CTA 1" not in text  # the first block only, unless asked
+    assert "tile 0: arrive + expect 32768 B, copy 32768 B -> stage 0, wait parity 0 -> complete" in text
+    assert "tile 1: arrive + expect 32768 B, copy 32768 B -> stage 0, wait parity 1 -> complete" in text
+    assert "tile 6:" in text and "tile 7:" not in text
+    assert text.endswith("no races found")
+
+
+def only_kinds(report) -> set[str]:
+    return {finding.kind for finding in report.findings}
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_expecting_too_many_bytes_hangs(bytes_land):
+    report = replay(seed_schedule(SEED_PLAN, expected_tx_bytes=65536), bytes_land=bytes_land)
+    assert only_kinds(report) == {sch.EXPECTED_MORE_THAN_DELIVERED}
+    (finding,) = report.findings
+    assert finding.hang and "32768 B more than its copies delivered" in finding.message
+    assert report.stopped_at == 3  # tile 0's wait
+    assert "never completes" in report.describe()
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_delivering_too_few_bytes_hangs(bytes_land):
+    report = replay(seed_schedule(SEED_PLAN, delivered_bytes=16384), bytes_land=bytes_land)
+    assert only_kinds(report) == {sch.EXPECTED_MORE_THAN_DELIVERED}
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_expecting_too_few_bytes_completes_early(bytes_land):
+    report = replay(seed_schedule(SEED_PLAN, expected_tx_bytes=16384), bytes_land=bytes_land)
+    first = report.findings[0]
+    assert first.kind == sch.EARLY_COMPLETION and not first.hang and first.event_index <= 3
+    assert "16384" in first.message and "fewer bytes expected than delivered" in first.message
+    assert sch.CONSUME_BEFORE_LANDED in only_kinds(report)  # tile 0 is read while half of it is in flight
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_missing_arrival_hangs(bytes_land):
+    report = replay(seed_schedule(SEED_PLAN, skip_arrival=True), bytes_land=bytes_land)
+    assert only_kinds(report) == {sch.MISSING_ARRIVAL}
+    assert "1 of 1 arrival" in report.findings[0].message
+
+
+def test_two_expected_arrivals_but_one_hangs():
+    events = [Init("bar", 2), ArriveExpectTx("bar", 64), TmaCopy("bar", 64, stage=0), Wait("bar", 0)]
+    report = replay(events)
+    assert only_kinds(report) == {sch.MISSING_ARRIVAL}
+    assert "1 of 2 arrival" in report.findings[0].message
+
+
+def test_same_parity_every_time_returns_before_the_data_lands():
+    report = replay(seed_schedule(SEED_PLAN, parity_mistake=True))
+    parity_findings = [f for f in report.findings if f.kind == sch.WRONG_PARITY]
+    assert len(parity_findings) == 3  # tiles 1, 3 and 5 wait on the phase they already saw
+    assert "still in flight" in parity_findings[0].message
+    assert only_kinds(report) == {sch.WRONG_PARITY, sch.CONSUME_BEFORE_LANDED}
+
+
+def test_same_parity_every_time_hangs_when_bytes_land_first():
+    report = replay(seed_schedule(SEED_PLAN, parity_mistake=True), bytes_land="at_issue")
+    (finding,) = report.findings
+    assert finding.kind == sch.WRONG_PARITY and finding.hang
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+@pytest.mark.parametrize(("tiles", "stages"), [(1, 1), (7, 1), (8, 2), (12, 4), (3, 5)])
+def test_pipeline_ring_is_ok(tiles, stages, bytes_land):
+    report = replay(pipeline_schedule(tiles, stages, 16384), bytes_land=bytes_land)
+    assert report.ok, report.describe()
+
+
+def test_pipeline_with_two_consumer_warps_is_ok():
+    assert replay(pipeline_schedule(9, 3, 8192, consumer_arrivals=2)).ok
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+def test_pipeline_overwrites_a_stage_without_the_empty_wait(bytes_land):
+    report = replay(pipeline_schedule(8, 3, 16384, skip_empty_wait=True), bytes_land=bytes_land)
+    overwrite = next(f for f in report.findings if f.kind == sch.STAGE_OVERWRITE)
+    assert "tile 3's copy overwrites stage 0" in overwrite.message and "tile 0" in overwrite.message
+
+
+def test_pipeline_expecting_too_few_bytes_races():
+    report = replay(pipeline_schedule(6, 2, 16384, expected_tx_bytes=8192))
+    assert sch.EARLY_COMPLETION in only_kinds(report)
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+@pytest.mark.parametrize("cluster_size", [1, 2, 4])
+def test_multicast_is_ok_even_when_slices_land_before_the_expect(cluster_size, bytes_land):
+    # at_issue with 4 CTAs: CTA 3's barrier sees three slices (negative tx count) before its own
+    # arrive + expect: legal, and the phase still completes exactly when the last slice lands
+    report = replay(multicast_schedule(4, cluster_size, 16384), bytes_land=bytes_land)
+    assert report.ok, report.describe(cta=None)
+
+
+@pytest.mark.parametrize("bytes_land", LANDINGS)
+@pytest.mark.parametrize("expected", [4096, 8192, 32768])
+def test_multicast_mismatch_is_found(expected, bytes_land):
+    report = replay(multicast_schedule(3, 4, 16384, expected_tx_bytes=expected), bytes_land=bytes_land)
+    mismatches = [f for f in report.findings if f.kind == sch.MULTICAST_MISMATCH]
+    assert mismatches, report.describe(cta=None)
+    assert f"expects {expected} B but the multicast copies into it deliver" in mismatches[0].message
+
+
+def test_multicast_mismatch_names_only_the_wrong_destination():
+    events = [Init("full", 1, cta=0), Init("full", 1, cta=1)]
+    events += [ArriveExpectTx("full", 8192, cta=0, tile=0), ArriveExpectTx("full", 4096, cta=1, tile=0)]
+    events += [TmaCopy("full", 4096, stage=0, dest_cta=(0, 1), cta=c, tile=0) for c in (0, 1)]
+    events += [Wait("full", 0, cta=0), Wait("full", 0, cta=1)]
+    mismatches = [f for f in replay(events).findings if f.kind == sch.MULTICAST_MISMATCH]
+    assert [f.cta for f in mismatches] == [1]
+
+
+def test_use_before_init_and_over_arrival_are_barrier_errors():
+    assert only_kinds(replay([ArriveExpectTx("bar", 16)])) == {sch.BARRIER_ERROR}
+    events = [Init("bar", 1), ArriveExpectTx("bar", 16), ArriveExpectTx("bar", 16)]
+    assert only_kinds(replay(events)) == {sch.BARRIER_ERROR}
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    rows=st.integers(1, 600),
+    cols=st.integers(1, 2000),
+    tile_rows=st.sampled_from([1, 8, 64, 128]),
+    tile_cols=st.sampled_from([8, 64, 256]),
+    dtype=st.sampled_from(["fp16", "fp32", "fp8e4m3"]),
+)
+def test_seed_schedule_is_ok_for_any_plan(rows, cols, tile_rows, tile_cols, dtype):
+    element_bytes = {"fp16": 2, "fp32": 4, "fp8e4m3": 1}[dtype]
+    cols = -(-cols * element_bytes // 16) * 16 // element_bytes  # a legal row pitch
+    if tile_cols * element_bytes % 16:
+        tile_cols = 16
+    plan = LoadPlan(LoadConfig(shape=(rows, cols), dtype=dtype, tile=(tile_rows, tile_cols)))
+    assert replay(seed_schedule(plan, blocks=2)).ok
+    assert not replay(seed_schedule(plan, expected_tx_bytes=plan.expected_tx_bytes + 16)).ok
+
+
+def test_model_imports_no_gpu_stack():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tmakit.model; "
+        "bad = [m for m in ('cutlass', 'torch') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
