@@ -52,22 +52,41 @@ def bits_to_device(bits: np.ndarray, element: DType) -> Any:
 
 
 _SIGNED_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32"}
+_HASH_CHUNK_ELEMENTS = 1 << 26  # int64 temporaries of 512 MiB at most
 
 
-def strided_bits_to_device(bits: np.ndarray, config: Any) -> Any:
-    """Upload logical bit patterns into a GPU tensor with `config`'s shape and element strides
-    (padded rows or a column-major layout stay what they are), typed as `config`'s dtype."""
+def signed_view_dtype(element: DType) -> Any:
+    """The torch integer type of the element's width: raw bits of any dtype compare exactly."""
     import torch
 
-    element = config.element
-    width = getattr(torch, _SIGNED_OF_WIDTH[element.nbytes])
-    tensor = torch.empty_strided(config.shape, config.element_strides, dtype=width, device="cuda")
-    tensor.copy_(torch.from_numpy(np.ascontiguousarray(bits).view(width_name(element))))
-    return tensor.view(torch_dtype(element))
+    return getattr(torch, _SIGNED_OF_WIDTH[element.nbytes])
 
 
-def width_name(element: DType) -> str:
-    return _SIGNED_OF_WIDTH[element.nbytes]
+def make_input_tensor(plan: Any) -> Any:
+    """The position-hashed input made on the GPU itself (`verify.position_hash`, bit for bit the
+    host's values), with the plan's shape and strides: no host round trip even at gigabytes."""
+    import torch
+
+    from .verify import position_hash
+
+    config = plan.config
+    bits = config.element.bits
+    tensor = torch.empty_strided(
+        config.shape, config.element_strides, dtype=signed_view_dtype(config.element), device="cuda"
+    )
+    rows, cols = plan.matrix_shape
+    matrices = tensor.view(signed_view_dtype(config.element)).reshape(plan.batch_count, rows, cols)
+    col_index = torch.arange(cols, device="cuda", dtype=torch.int64)[None, :]
+    rows_per_chunk = max(1, _HASH_CHUNK_ELEMENTS // cols)
+    for batch in range(plan.batch_count):
+        for first in range(0, rows, rows_per_chunk):
+            row_index = torch.arange(first, min(rows, first + rows_per_chunk), device="cuda")[:, None]
+            values = position_hash(row_index, col_index, bits, batch)
+            values = values - (((values >> (bits - 1)) & 1) << bits)  # to the signed type's range
+            matrices[batch, first : first + len(row_index)] = values.to(matrices.dtype)
+    if matrices.data_ptr() != tensor.data_ptr():  # reshape copied: the writes above were lost
+        raise AssertionError("the (batch, rows, cols) view does not alias the strided input")
+    return tensor.view(torch_dtype(config.element))
 
 
 def device_to_bits(tensor: Any) -> np.ndarray:

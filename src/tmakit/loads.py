@@ -56,26 +56,23 @@ class LoadRun:
         return statistics.median(self.kernel_us)
 
 
-def make_device_input(plan: LoadPlan) -> tuple[Any, Any]:
-    """(position-hashed input bits on the host, the GPU tensor with the plan's strides)."""
-    from . import gpu
-
-    input_bits = verify.make_input_bits(plan)
-    return input_bits, gpu.strided_bits_to_device(input_bits, plan.config)
-
-
 def verify_tile_load(plan: LoadPlan, tile_shift: tuple[int, int] = (0, 0)) -> verify.Verdict:
-    """Load every tile on the GPU, store each back to a poisoned output, compare every element
-    (the out-of-bounds part of edge tiles included: it must arrive as zeros)."""
+    """Load every tile on the GPU, store each back to a poisoned output, compare every element's
+    bits on the device (the out-of-bounds part of edge tiles included: it must arrive as zeros)."""
+    import torch
+
     from . import gpu
     from .compile import to_cute_tensor
 
     compiled = compile_tile_load(plan, consumer="store", tile_shift=tile_shift)
-    input_bits, src = make_device_input(plan)
-    out = gpu.bits_to_device(verify.make_poisoned_output_bits(plan), plan.config.element)
-    compiled(to_cute_tensor(src), to_cute_tensor(out), gpu.current_stream())
-    found = gpu.device_to_bits(out)  # .cpu() synchronises
-    return verify.compare_tiles(plan, verify.expected_output_bits(plan, input_bits), found)
+    src = gpu.make_input_tensor(plan)
+    bits_type = gpu.signed_view_dtype(plan.config.element)
+    out = torch.full(plan.padded_shape, -1, dtype=bits_type, device="cuda")  # all-ones: the poison
+    compiled(to_cute_tensor(src), to_cute_tensor(out.view(src.dtype)), gpu.current_stream())
+    expected = torch.zeros(plan.padded_shape, dtype=bits_type, device="cuda")
+    rows, cols = plan.matrix_shape
+    expected[..., :rows, :cols] = src.view(bits_type)
+    return verify.compare_tiles(plan, expected, out)
 
 
 def dump_shared_bytes(plan: LoadPlan) -> Any:
@@ -87,7 +84,7 @@ def dump_shared_bytes(plan: LoadPlan) -> Any:
     from .compile import to_cute_tensor
 
     compiled = compile_tile_load(plan, consumer="raw")
-    _, src = make_device_input(plan)
+    src = gpu.make_input_tensor(plan)
     poison = np.full((plan.total_tile_loads, plan.expected_tx_bytes), 0xFF, dtype=np.uint8)
     out = gpu.bits_to_device(poison, verify.RAW_BYTE)
     compiled(to_cute_tensor(src), to_cute_tensor(out), gpu.current_stream())
@@ -100,7 +97,7 @@ def time_tile_load(plan: LoadPlan) -> list[float]:
     from .compile import to_cute_tensor
 
     compiled = compile_tile_load(plan, consumer="none")
-    src = to_cute_tensor(make_device_input(plan)[1])
+    src = to_cute_tensor(gpu.make_input_tensor(plan))
     return gpu.graph_time_us(lambda: compiled(src, src, gpu.current_stream()))
 
 

@@ -1,6 +1,7 @@
 """The seed's correctness experiment, on the host side: inputs that name their position, a poison
 value the kernel cannot produce, and an element-by-element comparison that names the first wrong
-tile. Pure NumPy: the verifier itself is tested on a CPU."""
+tile. NumPy on the host (so the verifier itself is tested on a CPU); the same functions compare
+GPU tensors in place for inputs too large to copy back."""
 
 from __future__ import annotations
 
@@ -19,30 +20,35 @@ _FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF}
 POISON = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF}
 
 
-def position_hash(rows: np.ndarray, cols: np.ndarray, bits: int, batch: np.ndarray | int = 0) -> np.ndarray:
+_LOW32 = 0xFFFFFFFF
+
+
+def position_hash(rows, cols, bits: int, batch=0):
     """A bit pattern for each (batch, row, column): a 32-bit integer mix (murmur3's finaliser) of
     the position, truncated to `bits`. Unlike a linear index modulo 2**bits, which repeats after
     one row block at the seed's shape, no whole-tile shift of the data leaves it unchanged - even
-    for 1-byte types, where a value cannot name its position."""
-    h = (
-        rows.astype(np.uint32) * np.uint32(0x9E3779B1)
-        ^ cols.astype(np.uint32) * np.uint32(0x85EBCA77)
-        ^ np.asarray(batch).astype(np.uint32) * np.uint32(0x27D4EB2F)
-    )
-    h ^= h >> np.uint32(16)
-    h *= np.uint32(0x85EBCA6B)
-    h ^= h >> np.uint32(13)
-    h *= np.uint32(0xC2B2AE35)
-    h ^= h >> np.uint32(16)
-    return (h & np.uint32(_FINITE_MASK[bits])).astype(f"uint{bits}")
+    for 1-byte types, where a value cannot name its position.
+
+    Works on int64 numpy arrays and int64 torch tensors alike (products wrap; only the low 32
+    bits are kept), so large inputs can be made on the GPU itself; returns int64 values."""
+    h = ((rows * 0x9E3779B1) ^ (cols * 0x85EBCA77) ^ (batch * 0x27D4EB2F)) & _LOW32
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _LOW32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _LOW32
+    h = h ^ (h >> 16)
+    return h & _FINITE_MASK[bits]
 
 
 def make_input_bits(plan: LoadPlan) -> np.ndarray:
     """The input tensor's logical values as raw bit patterns (uint8/16/32 of the dtype's width),
     shape `plan.config.shape`; the GPU copy gets the plan's strides."""
     rows, cols = plan.matrix_shape
-    b, r, c = np.meshgrid(np.arange(plan.batch_count), np.arange(rows), np.arange(cols), indexing="ij")
-    return position_hash(r, c, plan.config.element.bits, b).reshape(plan.config.shape)
+    batch = np.arange(plan.batch_count, dtype=np.int64)[:, None, None]
+    r = np.arange(rows, dtype=np.int64)[None, :, None]
+    c = np.arange(cols, dtype=np.int64)[None, None, :]
+    bits = plan.config.element.bits
+    return position_hash(r, c, bits, batch).astype(f"uint{bits}").reshape(plan.config.shape)
 
 
 def make_poisoned_output_bits(plan: LoadPlan) -> np.ndarray:
@@ -58,6 +64,10 @@ def expected_output_bits(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
     rows, cols = plan.matrix_shape
     expected[..., :rows, :cols] = input_bits
     return expected
+
+
+def _to_numpy(array) -> np.ndarray:
+    return array.cpu().numpy() if hasattr(array, "cpu") else np.asarray(array)
 
 
 @dataclass(frozen=True)
@@ -97,29 +107,30 @@ class Verdict:
 
 def compare_tiles(plan: LoadPlan, expected: np.ndarray, found: np.ndarray) -> Verdict:
     """Compare every element's bits; count correct tiles; name the first wrong tile
-    (in batch, row_block, column_tile order)."""
+    (in batch, row_block, column_tile order). numpy arrays or GPU tensors (compared in place)."""
     tile_rows, tile_cols = plan.config.tile
     wrong = (expected != found).reshape(
         plan.batch_count, plan.row_blocks, tile_rows, plan.tiles_per_block, tile_cols
     )
-    per_tile = wrong.sum(axis=(2, 4))
+    per_tile = _to_numpy(wrong.sum((2, 4)))
     bad_tiles = np.argwhere(per_tile)
     first = None
     if len(bad_tiles):
         batch, row_block, column_tile = (int(v) for v in bad_tiles[0])
-        dr, dc = (int(v) for v in np.argwhere(wrong[batch, row_block, :, column_tile, :])[0])
+        dr, dc = (int(v) for v in np.argwhere(_to_numpy(wrong[batch, row_block, :, column_tile, :]))[0])
         r0, c0 = plan.tile_origin(row_block, column_tile)
         batch_index = (
             tuple(int(v) for v in np.unravel_index(batch, plan.batch_shape)) if plan.batch_shape else ()
         )
         at = (*batch_index, r0 + dr, c0 + dc)
+        value_mask = (1 << plan.config.element.bits) - 1  # GPU tensors hold bits as signed ints
         first = TileMismatch(
             row_block,
             column_tile,
             r0 + dr,
             c0 + dc,
-            int(expected[at]),
-            int(found[at]),
+            int(expected[at]) & value_mask,
+            int(found[at]) & value_mask,
             int(per_tile[batch, row_block, column_tile]),
             batch_index,
         )
