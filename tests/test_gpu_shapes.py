@@ -20,7 +20,8 @@ CASES = [
     padded((777, 1000), "fp16", (128, 16), 32),
     padded((509, 1021), "fp32", (32, 16), 64),
     padded((3, 100, 300), "fp8e4m3", (16, 128), 128),  # rank 3
-    padded((2, 3, 2, 61, 130), "fp8e5m2", (8, 64), 64, "col"),  # rank 5
+    padded((2, 3, 2, 61, 130), "fp8e5m2", (64, 8), 64, "col"),  # rank 5
+    padded((1, 384), "int8", (16, 128), 128),  # a static extent of 1 once dropped a TMA dim
     padded((2, 2, 100, 200), "int8", (1, 32), 32),
     padded((1, 1), "uint8", (16, 16)),
     padded((4096, 4096), "fp16", (256, 64), 128),

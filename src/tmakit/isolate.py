@@ -35,9 +35,9 @@ def config_from_json(text: str) -> LoadConfig:
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, command: list[str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tmakit.isolate"],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -49,10 +49,10 @@ class _Worker:
         self.ready = self.read_line(WORKER_START_SECONDS) == "ready"
 
     def read_line(self, timeout: float) -> str | None:
+        """The next line, "" if the worker exited, None if nothing came within `timeout`."""
         if not self.selector.select(timeout):
             return None
-        line = self.process.stdout.readline()
-        return line.strip() if line else None
+        return self.process.stdout.readline().strip()
 
     def kill(self) -> None:
         self.process.kill()
@@ -63,26 +63,38 @@ def run_isolated(
     configs: Iterable[LoadConfig],
     timeout_seconds: float,
     on_result: Callable[[LoadConfig, dict], None] | None = None,
+    worker_command: list[str] | None = None,
 ) -> list[dict]:
-    """Check each configuration in a worker process; a check over `timeout_seconds` is a hang."""
+    """Check each configuration in a worker process (`python -m tmakit.isolate` unless
+    `worker_command` names another); a check over `timeout_seconds` is a hang, and a worker that
+    dies (a CUDA fault poisons its context, so the worker exits) is an error; either way the
+    next configuration gets a fresh worker."""
+    command = worker_command or [sys.executable, "-m", "tmakit.isolate"]
     results = []
     worker = None
     for config in configs:
         if worker is None:
-            worker = _Worker()
+            worker = _Worker(command)
             if not worker.ready:
                 worker.kill()
-                raise RuntimeError("the GPU worker process did not start")
+                raise RuntimeError(f"the GPU worker process ({' '.join(command)}) did not start")
         start = time.perf_counter()
         worker.process.stdin.write(config_to_json(config) + "\n")
         worker.process.stdin.flush()
         line = worker.read_line(timeout_seconds)
-        if line is None:
+        if line:
+            result = json.loads(line)
+            if result.get("fatal"):  # the worker reported, then exits: its CUDA context is gone
+                worker.kill()
+                worker = None
+        else:
             worker.kill()
             worker = None
-            result = {"status": "hang", "detail": f"no result within {timeout_seconds:.0f} s; worker killed"}
-        else:
-            result = json.loads(line)
+            result = (
+                {"status": "hang", "detail": f"no result within {timeout_seconds:.0f} s; worker killed"}
+                if line is None
+                else {"status": "error", "detail": "the worker process died"}
+            )
         result["seconds"] = round(time.perf_counter() - start, 3)
         results.append(result)
         if on_result:
@@ -104,9 +116,13 @@ def _serve() -> None:
     for line in sys.stdin:
         try:
             result = check_on_gpu(config_from_json(line))
-        except Exception as error:  # noqa: BLE001 - reported per configuration, not fatal
+        except Exception as error:  # noqa: BLE001 - reported per configuration
             result = {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+            # A CUDA fault is sticky: every later call in this process would fail too.
+            result["fatal"] = "CUDA error" in str(error) or "CUDA_ERROR" in str(error)
         print(json.dumps(result), flush=True)
+        if result.get("fatal"):
+            sys.exit(1)
 
 
 if __name__ == "__main__":

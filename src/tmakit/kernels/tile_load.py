@@ -46,8 +46,9 @@ class TileLoadKernel:
         rebuilt around its pointer). `out` is the consumer's scratch (ignored for "none")."""
         plan = self.plan
         rank = cutlass.const_expr(len(plan.config.shape))
-        # Matrix modes first, batch modes (if any) grouped into one trailing mode.
-        matrix_first = cute.select(src.layout, mode=[rank - 2, rank - 1, *range(rank - 2)])
+        # Matrix modes first, then the batch modes grouped into one trailing mode, innermost
+        # first, so that a flat batch index counts in the tensor's own (row-major) order.
+        matrix_first = cute.select(src.layout, mode=[rank - 2, rank - 1, *reversed(range(rank - 2))])
         if cutlass.const_expr(rank > 2):
             matrix_first = cute.group_modes(matrix_first, 2, rank)
         matrix_view = cute.make_tensor(src.iterator, matrix_first)
