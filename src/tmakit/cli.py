@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from .bench import MIN_SAMPLES
 from .config import SEED, LoadConfig, dtype_named, parse_extents
 from .errors import TmaConfigError
 from .plan import LoadPlan
@@ -105,6 +106,66 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if summary["ok"] == len(configs) else 1
 
 
+SIZE_SWEEP_MIB = (1, 4, 16, 64, 256, 1024, 2048)
+
+
+def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
+    """A matrix of about `mebibytes`: 4096 columns up to 64 MiB, 16384 beyond (1 GiB fp16 is the
+    32768 x 16384 of the reference numbers)."""
+    cols = 4096 if mebibytes <= 64 else 16384
+    return max(1, round(mebibytes * 2**20 / itemsize / cols)), cols
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from . import bench
+    from .gpu import find_hopper_gpu
+
+    gpu_name, why = find_hopper_gpu()
+    if gpu_name is None:
+        print(f"tmakit bench needs a Hopper GPU: {why}", file=sys.stderr)
+        return 2
+    element = dtype_named(args.dtype)
+    tile = parse_extents(args.tile, "tile")
+    shapes = [parse_extents(args.shape, "shape", rank=None)] if args.shape else []
+    if args.sizes:
+        shapes += [bench_shape(float(size), element.nbytes) for size in args.sizes.split(",")]
+    plans = [LoadPlan(LoadConfig(shape, args.dtype, tile, args.swizzle)) for shape in shapes]
+    context = bench.device_context(args.commit)
+    console = Console()
+    rows = []
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
+        for plan in plans:
+            rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
+            progress.advance(task)
+    context["host_launch"] = bench.measure_host_overhead()
+    if args.ncu:
+        context["ncu"] = {"x".join(map(str, plans[0].config.shape)): bench.ncu_kernel_times(plans[0])}
+    baselines = ["torch copy_", "torch sum"]
+    cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
+    table = Table(title=f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays")
+    for column in [*bench.TABLE_HEADER, *(f"x {b}" for b in baselines), "verified in this run"]:
+        table.add_column(column)
+    for cells in bench.table_rows(rows, context["peak_bandwidth"], baselines):
+        table.add_row(*cells)
+    console.print(table)
+    console.print(f"host cost per call (us): {context['host_launch']}")
+    if args.ncu:
+        console.print(f"Nsight Compute: {context['ncu']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(bench.report(rows, {**context, "hot_l2": args.hot_l2}, baselines), f, indent=1)
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        bench.plot(rows, args.plot, context["peak_bandwidth"], f"TMA loads vs torch on {gpu_name} ({cache})")
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tmakit", description="TMA tile loads in CuTe DSL.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +184,23 @@ def main(argv: list[str] | None = None) -> int:
     verify_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
     verify_cmd.add_argument("--json", help="write the report here")
     verify_cmd.set_defaults(run=_cmd_verify)
+    bench_cmd = commands.add_parser("bench", help="device time vs the hardware peak and torch, same run")
+    bench_cmd.add_argument("--shape", default="8448x1792", help="one extra shape (default the seed's)")
+    bench_cmd.add_argument(
+        "--sizes", default=",".join(map(str, SIZE_SWEEP_MIB)), help="MiB sizes to sweep ('' for none)"
+    )
+    bench_cmd.add_argument("--dtype", default="fp16")
+    bench_cmd.add_argument("--tile", default="64x256")
+    bench_cmd.add_argument("--swizzle", type=int, default=0)
+    bench_cmd.add_argument("--samples", type=int, default=MIN_SAMPLES)
+    bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
+    bench_cmd.add_argument(
+        "--ncu", action="store_true", help="cross-check the first shape with Nsight Compute"
+    )
+    bench_cmd.add_argument("--commit", help="git commit being measured (recorded in the JSON)")
+    bench_cmd.add_argument("--json", help="write every sample and the context here")
+    bench_cmd.add_argument("--plot", help="write a PNG of GB/s against size here")
+    bench_cmd.set_defaults(run=_cmd_bench)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -1,0 +1,50 @@
+"""What tmakit's kernels are compared with, in the same process and by the same timer:
+torch `copy_` (read + write), torch `sum` (read), and a Triton copy through TMA tensor
+descriptors when Triton is importable. Each returns one launch callable per rotated buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def torch_copy_launches(sources: list[Any]) -> list[Callable[[], Any]]:
+    destinations = [source.clone() for source in sources]
+    return [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
+
+
+def torch_sum_launches(sources: list[Any]) -> list[Callable[[], Any]]:
+    return [lambda s=s: s.sum() for s in sources]
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def triton_tma_copy_launches(sources: list[Any], tile: tuple[int, int]) -> list[Callable[[], Any]]:
+    """A Triton copy through TMA descriptors: each program loads one tile and stores it."""
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def tma_copy(in_desc, out_desc, TILE_ROWS: tl.constexpr, TILE_COLS: tl.constexpr):
+        row, col = tl.program_id(0) * TILE_ROWS, tl.program_id(1) * TILE_COLS
+        out_desc.store([row, col], in_desc.load([row, col]))
+
+    launches = []
+    for source in sources:
+        destination = source.clone()
+        rows, cols = source.shape
+        grid = (triton.cdiv(rows, tile[0]), triton.cdiv(cols, tile[1]))
+        in_desc = TensorDescriptor.from_tensor(source, list(tile))
+        out_desc = TensorDescriptor.from_tensor(destination, list(tile))
+        launches.append(
+            lambda i=in_desc, o=out_desc, g=grid: tma_copy[g](i, o, TILE_ROWS=tile[0], TILE_COLS=tile[1])
+        )
+    return launches

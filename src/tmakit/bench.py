@@ -1,0 +1,412 @@
+"""The timing experiment: device time of tmakit's kernels beside torch (and Triton), same run,
+same timer. The arithmetic and the reports are pure Python (tested on a CPU); `measure_*` need a GPU.
+
+Why a hand-written timer: a compiled CuTe DSL call costs ~10 us of host time, as long as a small
+kernel, so per-launch events measure the host. `triton.testing.do_bench` times each call with
+events (host-bound for short kernels), `do_bench_cudagraph` does not rotate buffers, and
+`cutlass.testing.benchmark` rotates workspaces and replays graphs but returns only a mean. Here:
+one CUDA graph replays a pass over enough rotated buffers that the working set exceeds 4x the L2,
+and each replay is one sample of device time per launch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Datasheet DRAM bandwidth in bytes/s, by a substring of the device name.
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12, "H100 SXM": 3.35e12}
+L2_BYTES_DEFAULT = 60 * 1024 * 1024  # H200; the GPU path reads the real size
+MIN_SAMPLES = 50
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """Datasheet DRAM bandwidth of the card, or None for a card we have no figure for."""
+    for key, peak in PEAK_BANDWIDTH.items():
+        if key in device_name:
+            return peak
+    return None
+
+
+def bytes_moved(kind: str, tensor_bytes: int) -> int:
+    """The fewest bytes that must cross DRAM: each input read once, each output written once."""
+    return {"load": 1, "sum": 1, "copy": 2}[kind] * tensor_bytes
+
+
+def rotation_buffers(bytes_per_launch: int, l2_bytes: int, hot_l2: bool = False) -> int:
+    """Buffers to rotate over so a pass touches more than 4x the L2 (1 when timing L2-hot)."""
+    if hot_l2:
+        return 1
+    return max(2, 4 * l2_bytes // bytes_per_launch + 1)
+
+
+@dataclass
+class BenchRow:
+    """One kernel on one size: device-time samples (us per launch) and what they mean."""
+
+    kernel: str  # e.g. "tmakit load", "torch copy_"
+    kind: str  # "load", "copy" or "sum": decides the bytes counted
+    shape: tuple[int, ...]
+    dtype: str
+    tensor_bytes: int
+    samples_us: list[float]
+    verified: str | None = None  # the same run's verification verdict, if any
+    compile_seconds: float | None = None
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def bytes_moved(self) -> int:
+        return bytes_moved(self.kind, self.tensor_bytes)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes_moved / self.median_us / 1e3
+
+    def percent_of_peak(self, peak: float | None) -> float | None:
+        return None if peak is None else 100.0 * self.gbps * 1e9 / peak
+
+    def summary(self, peak: float | None) -> dict:
+        return {
+            "kernel": self.kernel,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "tensor_bytes": self.tensor_bytes,
+            "bytes_moved": self.bytes_moved,
+            "median_us": self.median_us,
+            "min_us": min(self.samples_us),
+            "max_us": max(self.samples_us),
+            "samples": len(self.samples_us),
+            "gbps": self.gbps,
+            "percent_of_peak": self.percent_of_peak(peak),
+            "verified": self.verified,
+            "compile_seconds": self.compile_seconds,
+            **self.notes,
+        }
+
+
+def ratios(rows: list[BenchRow], baseline: str) -> dict[tuple, float]:
+    """GB/s of each row over the baseline row of the same shape and dtype (same run)."""
+    base = {(r.shape, r.dtype): r.gbps for r in rows if r.kernel == baseline}
+    return {
+        (r.kernel, r.shape, r.dtype): r.gbps / base[(r.shape, r.dtype)]
+        for r in rows
+        if (r.shape, r.dtype) in base
+    }
+
+
+def table_rows(rows: list[BenchRow], peak: float | None, baselines: list[str]) -> list[list[str]]:
+    """Printable cells: kernel, size, median/min/max us, GB/s, % peak, ratios, verified."""
+    ratio_maps = {b: ratios(rows, b) for b in baselines}
+    cells = []
+    for row in rows:
+        pct = row.percent_of_peak(peak)
+        cells.append(
+            [
+                row.kernel,
+                "x".join(map(str, row.shape)) + f" {row.dtype}",
+                f"{row.tensor_bytes / 2**20:.1f}",
+                f"{row.median_us:.2f}",
+                f"{min(row.samples_us):.2f}-{max(row.samples_us):.2f}",
+                f"{row.gbps:.0f}",
+                "-" if pct is None else f"{pct:.1f}",
+                *(
+                    f"{ratio_maps[b].get((row.kernel, row.shape, row.dtype), float('nan')):.2f}"
+                    for b in baselines
+                ),
+                row.verified or "-",
+            ]
+        )
+    return cells
+
+
+TABLE_HEADER = ["kernel", "shape", "MiB", "median us", "min-max us", "GB/s", "% peak"]
+
+
+def report(rows: list[BenchRow], context: dict, baselines: list[str]) -> dict:
+    """The JSON report: context (card, versions, commit, date), every sample, every summary."""
+    peak = context.get("peak_bandwidth")
+    return {
+        "context": {**context, "date": context.get("date") or _now()},
+        "baselines": baselines,
+        "rows": [{**row.summary(peak), "samples_us": row.samples_us} for row in rows],
+        "ratios": {
+            b: {f"{k[0]} {'x'.join(map(str, k[1]))} {k[2]}": v for k, v in ratios(rows, b).items()}
+            for b in baselines
+        },
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def plot(rows: list[BenchRow], path: str, peak: float | None, title: str) -> None:
+    """PNG of GB/s against size, one line per kernel, the datasheet peak as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for kernel in dict.fromkeys(r.kernel for r in rows):
+        points = sorted((r.tensor_bytes, r.gbps) for r in rows if r.kernel == kernel)
+        axes.plot([p[0] / 2**20 for p in points], [p[1] for p in points], marker="o", label=kernel)
+    if peak:
+        axes.axhline(peak / 1e9, linestyle="--", color="gray", label=f"datasheet peak {peak / 1e12:.2f} TB/s")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("tensor size (MiB)")
+    axes.set_ylabel("GB/s (bytes that must move / median device time)")
+    axes.set_title(title)
+    axes.legend()
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+# -- on the GPU --------------------------------------------------------------------------------
+def graph_samples_us(
+    launches: list[Callable[[], Any]], samples: int = MIN_SAMPLES, min_launches: int = 20
+) -> list[float]:
+    """Device time per launch: `launches` (one per rotated buffer) captured as passes into one
+    CUDA graph of at least `min_launches` launches; each replay, timed with events, is a sample."""
+    import torch
+
+    passes = max(1, math.ceil(min_launches / len(launches)))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for launch in launches:  # warm-up outside the capture (first calls load modules)
+            launch()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(passes):
+                for launch in launches:
+                    launch()
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(samples)
+        ]
+        for start, end in events:
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+        torch.cuda.synchronize()
+    per_graph = passes * len(launches)
+    return [start.elapsed_time(end) * 1000.0 / per_graph for start, end in events]
+
+
+def host_launch_us(launch: Callable[[], Any], calls: int = 2000) -> float:
+    """Host cost of one call of an already compiled kernel: back-to-back calls of a tiny problem
+    (the GPU finishes each before the host issues the next), total wall time / calls."""
+    import time
+
+    import torch
+
+    for _ in range(50):
+        launch()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        launch()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6 / calls
+
+
+def device_context(commit: str | None) -> dict:
+    """Card, driver, versions, L2 size and peak: the JSON's context."""
+    import subprocess
+
+    import torch
+
+    from .compile import installed_dsl_version
+
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        driver = None
+    return {
+        "device": props.name,
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", L2_BYTES_DEFAULT),
+        "driver": driver,
+        "cuda_runtime": torch.version.cuda,
+        "torch": torch.__version__,
+        "nvidia_cutlass_dsl": installed_dsl_version(),
+        "commit": commit,
+        "peak_bandwidth": peak_bandwidth(props.name),
+        "date": _now(),
+    }
+
+
+def bench_size(
+    plan: Any, l2_bytes: int, hot_l2: bool, samples: int, baselines: bool = True
+) -> list[BenchRow]:
+    """tmakit's load kernel and the baselines on one configuration, verified in the same run."""
+    import torch
+
+    from . import gpu
+    from .baselines import torch_copy_launches, torch_sum_launches, triton_available, triton_tma_copy_launches
+    from .compile import to_cute_tensor
+    from .loads import compile_tile_load, verify_tile_load
+
+    config = plan.config
+    tensor_bytes = math.prod(config.shape) * config.element.nbytes
+    verdict = verify_tile_load(plan)  # the same configuration's output, checked in this run
+    compiled = compile_tile_load(plan, consumer="none")
+    first = gpu.make_input_tensor(plan)
+    # Copies, not views: each buffer must be its own memory for the rotation to defeat the L2.
+    count = rotation_buffers(tensor_bytes, l2_bytes, hot_l2)
+    sources = [first] + [first.clone() for _ in range(count - 1)]
+    cute_sources = [to_cute_tensor(s) for s in sources]
+    row = lambda name, kind, launches, **extra: BenchRow(  # noqa: E731
+        name,
+        kind,
+        tuple(config.shape),
+        config.dtype,
+        tensor_bytes,
+        graph_samples_us(launches, samples),
+        **extra,
+    )
+    rows = [
+        row(
+            "tmakit load",
+            "load",
+            [lambda s=s: compiled(s, s, gpu.current_stream()) for s in cute_sources],
+            verified=str(verdict),
+            compile_seconds=compiled.compile_seconds,
+            notes={"rotated_buffers": count, "tile": list(config.tile)},
+        )
+    ]
+    if baselines:
+        rows.append(row("torch copy_", "copy", torch_copy_launches(sources)))
+        rows.append(row("torch sum", "sum", torch_sum_launches(sources)))
+        if triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32"):
+            rows.append(row("triton TMA copy", "copy", triton_tma_copy_launches(sources, config.tile)))
+    del sources, cute_sources
+    torch.cuda.empty_cache()
+    return rows
+
+
+def measure_host_overhead() -> dict:
+    """Host microseconds per call of a compiled tiny load kernel, by the plain path and, when the
+    apache-tvm-ffi package is importable, by the DSL's TVM-FFI path."""
+    import cutlass.cute as cute
+
+    from . import gpu
+    from .compile import TARGET_ARCH, fake_tensor, placeholder_stream, to_cute_tensor
+    from .config import LoadConfig
+    from .kernels.tile_load import TileLoadKernel
+    from .loads import compile_tile_load
+    from .plan import LoadPlan
+
+    plan = LoadPlan(LoadConfig((64, 256)))
+    src = gpu.make_input_tensor(plan)
+    compiled = compile_tile_load(plan, consumer="none")
+    stream = gpu.current_stream()
+    prepared = to_cute_tensor(src)
+    result = {
+        "plain_prepared_tensors_us": host_launch_us(lambda: compiled(prepared, prepared, stream)),
+        "plain_from_dlpack_each_call_us": host_launch_us(
+            lambda: compiled(to_cute_tensor(src), to_cute_tensor(src), stream)
+        ),
+    }
+    try:
+        fake = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
+        ffi = cute.compile(
+            TileLoadKernel(plan, consumer="none"),
+            fake,
+            fake,
+            placeholder_stream(),
+            options=f"--gpu-arch {TARGET_ARCH} --enable-tvm-ffi",
+        )
+        result["tvm_ffi_torch_tensors_us"] = host_launch_us(lambda: ffi(src, src, stream))
+    except Exception as error:  # noqa: BLE001 - reported, the plain path still stands
+        result["tvm_ffi_error"] = f"{type(error).__name__}: {error}"[:300]
+    return result
+
+
+def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
+    """Nsight Compute's gpu__time_duration and dram__bytes_read for the load-only kernel, caches
+    flushed before each launch (ncu's default), clocks left alone (--clock-control none)."""
+    import csv
+    import io
+    import json
+    import subprocess
+    import sys
+
+    from .isolate import config_to_json
+
+    command = [
+        "ncu", "--clock-control", "none", "--csv", "--metrics",
+        "gpu__time_duration.sum,dram__bytes_read.sum", "-k", "regex:kernel_cutlass",
+        "--launch-skip", "2", "--launch-count", str(launches),
+        sys.executable, "-m", "tmakit.bench", config_to_json(plan.config), str(launches + 2),
+    ]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True)
+    values: dict[str, list[float]] = {}
+    lines = [line for line in completed.stdout.splitlines() if line.startswith('"')]
+    for record in csv.DictReader(io.StringIO("\n".join(lines))):
+        scale = {
+            "nsecond": 1e-3,
+            "usecond": 1.0,
+            "msecond": 1e3,
+            "byte": 1.0,
+            "Kbyte": 1e3,
+            "Mbyte": 1e6,
+            "Gbyte": 1e9,
+        }
+        unit = record.get("Metric Unit", "")
+        values.setdefault(record["Metric Name"], []).append(
+            float(record["Metric Value"].replace(",", "")) * scale.get(unit, 1.0)
+        )
+    times = values.get("gpu__time_duration.sum", [])
+    reads = values.get("dram__bytes_read.sum", [])
+    if not times:
+        return {"error": (completed.stderr or completed.stdout)[-1500:], "command": json.dumps(command)}
+    return {
+        "gpu_time_us": times,
+        "median_us": statistics.median(times),
+        "dram_bytes_read": reads,
+        "median_dram_bytes_read": statistics.median(reads) if reads else None,
+    }
+
+
+def _ncu_target(config_json: str, launches: int) -> None:
+    """What ncu profiles: the load-only kernel launched `launches` times."""
+    import torch
+
+    from . import gpu
+    from .compile import to_cute_tensor
+    from .isolate import config_from_json
+    from .loads import compile_tile_load
+    from .plan import LoadPlan
+
+    plan = LoadPlan(config_from_json(config_json))
+    compiled = compile_tile_load(plan, consumer="none")
+    src = to_cute_tensor(gpu.make_input_tensor(plan))
+    for _ in range(launches):
+        compiled(src, src, gpu.current_stream())
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    import sys
+
+    _ncu_target(sys.argv[1], int(sys.argv[2]))

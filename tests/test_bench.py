@@ -1,0 +1,79 @@
+"""The timing experiment's arithmetic and reports, with synthetic samples (no GPU)."""
+
+import json
+
+import pytest
+
+from tmakit import bench
+from tmakit.bench import BenchRow
+from tmakit.cli import bench_shape
+
+GIB = 2**30
+
+
+def rows():
+    shape = (32768, 16384)
+    return [
+        BenchRow("tmakit load", "load", shape, "fp16", GIB, [240.0, 244.0, 239.0, 250.0, 241.0], "ok"),
+        BenchRow("torch copy_", "copy", shape, "fp16", GIB, [520.0, 522.0, 525.0]),
+        BenchRow("torch sum", "sum", shape, "fp16", GIB, [258.0, 256.0, 260.0]),
+    ]
+
+
+def test_bytes_are_the_fewest_that_must_move():
+    assert bench.bytes_moved("load", 100) == 100
+    assert bench.bytes_moved("sum", 100) == 100
+    assert bench.bytes_moved("copy", 100) == 200
+    with pytest.raises(KeyError):
+        bench.bytes_moved("transpose?", 100)
+
+
+def test_statistics_and_bandwidth():
+    load, copy, _ = rows()
+    assert load.median_us == 241.0
+    assert load.gbps == pytest.approx(GIB / 241.0 / 1e3)
+    assert copy.gbps == pytest.approx(2 * GIB / 522.0 / 1e3)
+    assert load.percent_of_peak(4.8e12) == pytest.approx(100 * GIB / 241e-6 / 4.8e12)
+    assert load.percent_of_peak(None) is None
+
+
+def test_peak_by_card_name():
+    assert bench.peak_bandwidth("NVIDIA H200") == 4.8e12
+    assert bench.peak_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert bench.peak_bandwidth("NVIDIA A100-SXM4-80GB") is None
+
+
+def test_rotation_exceeds_four_l2s_unless_hot():
+    l2 = 60 * 2**20
+    assert bench.rotation_buffers(30 * 2**20, l2) == 9
+    assert bench.rotation_buffers(GIB, l2) == 2  # never the same buffer twice in a row
+    assert bench.rotation_buffers(GIB, l2, hot_l2=True) == 1
+    assert bench.rotation_buffers(2**20, l2) * 2**20 > 4 * l2
+
+
+def test_ratios_are_to_the_baseline_of_the_same_shape():
+    ratio = bench.ratios(rows(), "torch sum")
+    load_key = ("tmakit load", (32768, 16384), "fp16")
+    assert ratio[load_key] == pytest.approx(257.0 / 241.0)
+    assert ratio[("torch sum", (32768, 16384), "fp16")] == pytest.approx(1.0)
+
+
+def test_table_and_json_report(tmp_path):
+    cells = bench.table_rows(rows(), 4.8e12, ["torch copy_", "torch sum"])
+    assert cells[0][0] == "tmakit load" and cells[0][-1] == "ok"
+    assert cells[0][3] == "241.00" and cells[0][4] == "239.00-250.00"
+    assert len(cells[0]) == len(bench.TABLE_HEADER) + 2 + 1
+    report = bench.report(
+        rows(), {"device": "NVIDIA H200", "peak_bandwidth": 4.8e12, "commit": "abc"}, ["torch sum"]
+    )
+    text = json.dumps(report)
+    loaded = json.loads(text)
+    assert loaded["context"]["commit"] == "abc" and loaded["context"]["date"]
+    assert loaded["rows"][0]["samples_us"] == [240.0, 244.0, 239.0, 250.0, 241.0]
+    assert loaded["rows"][0]["min_us"] == 239.0 and loaded["rows"][0]["max_us"] == 250.0
+    assert loaded["ratios"]["torch sum"]["tmakit load 32768x16384 fp16"] == pytest.approx(257.0 / 241.0)
+
+
+def test_bench_sizes_reach_a_gibibyte():
+    assert bench_shape(1024, 2) == (32768, 16384)
+    assert bench_shape(1, 2) == (128, 4096)
