@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
+#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench check
+# Everything lands in $OUT (logs, JSON, PNG).
+set -uo pipefail
+commit=$1; shift
+export TMAKIT_COMMIT=$commit
+if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels (apache-tvm-ffi for the TVM-FFI launch path)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+for step in "$@"; do
+  case $step in
+    tests) timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
+    sweep) timeout 300 python3 -m tmakit verify --sweep 200 --seed 2026 --timeout 60 --json "$OUT/sweep.json" 2>&1 | grep -v "━" | tail -15 ;;
+    bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
+    check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
+  esac
+done
