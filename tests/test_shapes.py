@@ -62,6 +62,8 @@ def test_host_tensor_is_refused_for_a_gpu_run(nothing_compiles):
         ),
         (LoadConfig((256, 256), "fp16", (64, 32), swizzle=128), "64 bytes; with the 128B swizzle"),
         (LoadConfig((256, 256), "fp16", (64, 64), swizzle=48), "not a TMA swizzle mode"),
+        (LoadConfig((1, 384), "int8", (16, 128), 128), "rows extent is 1 but the tile's is 16"),
+        (LoadConfig((132, 1), "fp8e4m3", (32, 32), 32, strides=(16, 1)), "columns extent is 1"),
         (LoadConfig((1024, 1024), "fp32", (256, 256)), "a Hopper block may have at most 232448"),
         (LoadConfig((777, 1000), "fp16", (64, 64), major="col"), "stride of dim 1 is 1554 bytes"),
     ],

@@ -96,12 +96,6 @@ def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] |
 
     dtype = getattr(cutlass, element.cutlass_name)
     if strides is not None:
-        # A static extent of 1 is coalesced away by CuTe, dropping a dimension from the TMA
-        # tensor map: a (1, 384) int8 tensor with a (16, 128) tile compiled to a 1-D copy that
-        # faulted (illegal instruction) on the H200. A dynamic extent keeps the map's rank.
-        import cutlass.cute as cute
-
-        shape = tuple(cute.sym_int() if extent == 1 else extent for extent in shape)
         return make_fake_tensor(dtype, shape, strides, assumed_align=16)
     innermost_first = tuple(reversed(range(len(shape))))
     return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)

@@ -59,6 +59,8 @@ def random_config(rng: random.Random, dtype: str, swizzle: int, major: str) -> L
         rank = rng.choices((2, 3, 4, 5), weights=(6, 2, 1, 1))[0]
         batch = tuple(rng.randint(1, 3) for _ in range(rank - 2))
         shape = (*batch, _extent(rng, tile[0]), _extent(rng, tile[1]))
+        if shape[-2] == 1 and major == "row" or shape[-1] == 1 and major == "col":
+            tile = (1, inner) if major == "row" else (inner, 1)  # an extent of 1 needs a tile extent of 1
         elements = 1
         for extent in shape:
             elements *= extent

@@ -36,6 +36,18 @@ def check_load_config(config: LoadConfig) -> None:
         raise TmaConfigError(f"{len(strides)} strides given for a rank-{len(config.shape)} shape")
 
     tile_rows, tile_cols = config.tile
+    # CuTe drops a static extent of 1 from the TMA tensor map; with a box wider than 1 there the
+    # copy no longer matches the shared tile: an illegal-instruction fault on the H200
+    # (e.g. 1 x 384 int8 with a 16 x 128 tile, 132 x 1 fp8 with 32 x 32).
+    for name, extent, tile_extent in (
+        ("rows", config.shape[-2], tile_rows),
+        ("columns", config.shape[-1], tile_cols),
+    ):
+        if extent == 1 and tile_extent != 1:
+            raise TmaConfigError(
+                f"tensor {name} extent is 1 but the tile's is {tile_extent}; tmakit needs a tile extent "
+                f"of 1 there (CuTe drops extent-1 dims from the TMA map), or a view without that dim"
+            )
     for name, extent in (("rows", tile_rows), ("columns", tile_cols)):
         if not 1 <= extent <= MAX_BOX_EXTENT:
             raise TmaConfigError(
