@@ -77,3 +77,17 @@ def test_table_and_json_report(tmp_path):
 def test_bench_sizes_reach_a_gibibyte():
     assert bench_shape(1024, 2) == (32768, 16384)
     assert bench_shape(1, 2) == (128, 4096)
+
+
+def test_ncu_csv_units_are_normalised():
+    text = """==PROF== Connected to process
+924/924 tiles correct
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python3","h","kernel_cutlass_x","1","7","(32, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Mbyte","30.28"
+"0","1","python3","h","kernel_cutlass_x","1","7","(32, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","10,672"
+"""
+    values = bench.parse_ncu_csv(text)
+    assert values["gpu__time_duration.sum"] == [pytest.approx(10.672)]
+    assert values["dram__bytes_read.sum"] == [pytest.approx(30.28e6)]
+    with pytest.raises(ValueError, match="unknown Nsight Compute unit"):
+        bench.parse_ncu_csv(text.replace('"ns"', '"furlong"'))

@@ -342,11 +342,33 @@ def measure_host_overhead() -> dict:
     return result
 
 
+# Nsight Compute's units, to microseconds and bytes.
+NCU_UNIT_SCALE = {
+    "ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+    "byte": 1.0, "B": 1.0, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9,
+}  # fmt: skip
+
+
+def parse_ncu_csv(text: str) -> dict[str, list[float]]:
+    """Metric name -> values (times in us, sizes in bytes) from `ncu --csv` output, one value per
+    profiled kernel; lines that are not CSV records (the program's own output) are skipped."""
+    import csv
+    import io
+
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    values: dict[str, list[float]] = {}
+    for record in csv.DictReader(io.StringIO("\n".join(lines))):
+        unit = record.get("Metric Unit", "")
+        if unit and unit not in NCU_UNIT_SCALE:
+            raise ValueError(f"unknown Nsight Compute unit {unit!r} for {record['Metric Name']}")
+        value = float(record["Metric Value"].replace(",", "")) * NCU_UNIT_SCALE.get(unit, 1.0)
+        values.setdefault(record["Metric Name"], []).append(value)
+    return values
+
+
 def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
     """Nsight Compute's gpu__time_duration and dram__bytes_read for the load-only kernel, caches
     flushed before each launch (ncu's default), clocks left alone (--clock-control none)."""
-    import csv
-    import io
     import json
     import subprocess
     import sys
@@ -360,22 +382,7 @@ def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
         sys.executable, "-m", "tmakit.bench", config_to_json(plan.config), str(launches + 2),
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True)
-    values: dict[str, list[float]] = {}
-    lines = [line for line in completed.stdout.splitlines() if line.startswith('"')]
-    for record in csv.DictReader(io.StringIO("\n".join(lines))):
-        scale = {
-            "nsecond": 1e-3,
-            "usecond": 1.0,
-            "msecond": 1e3,
-            "byte": 1.0,
-            "Kbyte": 1e3,
-            "Mbyte": 1e6,
-            "Gbyte": 1e9,
-        }
-        unit = record.get("Metric Unit", "")
-        values.setdefault(record["Metric Name"], []).append(
-            float(record["Metric Value"].replace(",", "")) * scale.get(unit, 1.0)
-        )
+    values = parse_ncu_csv(completed.stdout)
     times = values.get("gpu__time_duration.sum", [])
     reads = values.get("dram__bytes_read.sum", [])
     if not times:
