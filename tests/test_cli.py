@@ -24,3 +24,24 @@ def test_compile_only_demo_finds_every_instruction():
     assert "cp.async.bulk.tensor.2d" in text
     assert "MISSING" not in text
     assert "[32768] bytes; plan expects 32768 -> agree" in text
+
+
+def test_check_command_passes_the_seed_and_catches_each_mistake(capsys):
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "tile 6: arrive + expect 32768 B, copy 32768 B" in out and "ok: every wait completes" in out
+    for mistake, reason in [
+        ("expect-more", "more bytes expected than delivered"),
+        ("expect-less", "early-completion"),
+        ("skip-arrival", "missing-arrival"),
+        ("same-parity", "wrong-parity"),
+    ]:
+        assert main(["check", "--mistake", mistake]) == 1
+        assert reason in capsys.readouterr().out, mistake
+
+
+def test_compile_only_demo_walks_the_seed_schedule():
+    lines = []
+    assert _demo_compile_only(LoadPlan(SEED), lines.append)
+    text = "\n".join(lines)
+    assert "tile 6: arrive + expect 32768 B" in text

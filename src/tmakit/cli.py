@@ -106,6 +106,29 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if summary["ok"] == len(configs) else 1
 
 
+MISTAKES = {
+    "none": {},
+    "expect-more": {"expected_tx_bytes_delta": 8},  # the seed's 32776 (tile + barrier) as the tx count
+    "expect-less": {"expected_tx_bytes_delta": -16},
+    "skip-arrival": {"skip_arrival": True},
+    "same-parity": {"parity_mistake": True},
+}
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .model.schedule import replay, seed_schedule
+
+    plan = _plan_from(args)
+    mistake = dict(MISTAKES[args.mistake])
+    delta = mistake.pop("expected_tx_bytes_delta", 0)
+    if delta:
+        mistake["expected_tx_bytes"] = plan.expected_tx_bytes + delta
+    report = replay(seed_schedule(plan, **mistake))
+    print(f"schedule of block 0 ({plan.tiles_per_block} tiles), replayed against the CPU mbarrier model:")
+    print(report.describe())
+    return 0 if report.ok else 1
+
+
 SIZE_SWEEP_MIB = (1, 4, 16, 64, 256, 1024, 2048)
 
 
@@ -184,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     verify_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
     verify_cmd.add_argument("--json", help="write the report here")
     verify_cmd.set_defaults(run=_cmd_verify)
+    check_cmd = commands.add_parser(
+        "check", help="replay a block's barrier schedule on the CPU model: hangs, races, parity"
+    )
+    _add_config_arguments(check_cmd)
+    check_cmd.add_argument(
+        "--mistake", choices=list(MISTAKES), default="none", help="inject a schedule mistake to see it caught"
+    )
+    check_cmd.set_defaults(run=_cmd_check)
     bench_cmd = commands.add_parser("bench", help="device time vs the hardware peak and torch, same run")
     bench_cmd.add_argument("--shape", default="8448x1792", help="one extra shape (default the seed's)")
     bench_cmd.add_argument(

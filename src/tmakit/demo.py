@@ -51,6 +51,7 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
 
 def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
     from .loads import compile_tile_load
+    from .model.schedule import replay, seed_schedule
 
     compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
     echo(f"compile:  {compiled.compile_seconds:.2f} s")
@@ -60,8 +61,13 @@ def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
             echo(f"  {found[prefix].opcode}\n      x{found[prefix].count}: {meaning}")
         else:
             echo(f"  MISSING {prefix}: {meaning}")
+    echo("")
+    echo("The seed's run, block 0, replayed on the CPU model of TMA and mbarrier (tmakit check):")
+    schedule = replay(seed_schedule(plan))
+    echo(schedule.describe())
+    echo("")
     counts = expect_tx_byte_counts(compiled.ptx or "")
-    ok = set(counts) == {plan.expected_tx_bytes} and all(p in found for p in TMA_INSTRUCTIONS)
+    ok = set(counts) == {plan.expected_tx_bytes} and all(p in found for p in TMA_INSTRUCTIONS) and schedule.ok
     echo(
         f"expect_tx in PTX: {counts} bytes; plan expects {plan.expected_tx_bytes} -> "
         + ("agree" if ok else "DISAGREE")
