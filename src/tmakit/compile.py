@@ -88,13 +88,13 @@ def to_cute_tensor(array: Any) -> Any:
 
 
 def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> Any:
-    """A tensor description with no memory behind it (compact row-major unless `strides` are
-    given, in elements): enough to compile, on a CPU too, a kernel that is later called with real
-    tensors of that dtype, shape and strides."""
+    """A tensor of a tmakit `DType` (or a cutlass numeric type) as a description with no memory
+    behind it (compact row-major unless `strides` are given, in elements): enough to compile, on a
+    CPU too, a kernel that is later called with real tensors of that dtype, shape and strides."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    dtype = getattr(cutlass, element.cutlass_name)
+    dtype = getattr(cutlass, element.cutlass_name) if hasattr(element, "cutlass_name") else element
     if strides is not None:
         return make_fake_tensor(dtype, shape, strides, assumed_align=16)
     innermost_first = tuple(reversed(range(len(shape))))

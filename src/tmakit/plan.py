@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 
 from .config import LoadConfig
-from .validate import MBARRIER_BYTES, check_load_config
+from .errors import TmaConfigError
+from .validate import MBARRIER_BYTES, SMEM_PER_BLOCK, check_load_config
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -178,4 +179,91 @@ class LoadPlan:
                 f"tile ({row_block}, {column_tile}): element origin ({r0}, {c0}); "
                 f"rows {r0}-{r1}, columns {c0}-{c1}"
             )
+        return "\n".join(lines)
+
+
+H200_SMS = 132  # default for persistent grids; the GPU path passes the real count
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """A `LoadPlan` run as an N-stage ring: a producer warp keeps up to `stages` TMA loads in
+    flight; `consumer_warps` warps wait on each stage's "full" barrier, use the tile and release
+    the stage through its "empty" barrier. With `persistent`, about one block per SM (times
+    `blocks_per_sm`) walks the tiles round-robin instead of one block per strip of rows."""
+
+    load: LoadPlan
+    stages: int = 4
+    consumer_warps: int = 1
+    persistent: bool = False
+    sm_count: int = H200_SMS
+    blocks_per_sm: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.consumer_warps <= 31:
+            raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
+        if self.stages < 1 or self.stages > self.max_stages:
+            raise TmaConfigError(
+                f"{self.stages} stages of {self.stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
+                f"each) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
+                f"1..{self.max_stages} stages fit this tile"
+            )
+
+    @property
+    def stage_bytes(self) -> int:
+        """One stage's tile, rounded up so that the next stage starts aligned as TMA needs."""
+        alignment = self.load.tile_alignment
+        return ceil_div(self.load.expected_tx_bytes, alignment) * alignment
+
+    @property
+    def max_stages(self) -> int:
+        return SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The stages (at offset 0 of the 1024-aligned dynamic shared memory), then the full and
+        the empty barrier of each stage."""
+        return self.stages * self.stage_bytes + 2 * self.stages * MBARRIER_BYTES
+
+    @property
+    def threads_per_block(self) -> int:
+        return 32 * (1 + self.consumer_warps)
+
+    @property
+    def grid(self) -> int:
+        if self.persistent:
+            return min(self.load.total_tile_loads, self.sm_count * self.blocks_per_sm)
+        return self.load.grid
+
+    def tiles_of_block(self, block: int) -> int:
+        """Tiles block `block` loads: its strip's, or every grid-th tile when persistent."""
+        if self.persistent:
+            return ceil_div(self.load.total_tile_loads - block, self.grid)
+        return self.load.tiles_per_block
+
+    def tile_of(self, block: int, step: int) -> tuple[int, int, int]:
+        """(batch, row_block, column_tile) of the `step`-th tile block `block` loads."""
+        load = self.load
+        index = block + step * self.grid if self.persistent else block * load.tiles_per_block + step
+        strip, column_tile = divmod(index, load.tiles_per_block)
+        batch, row_block = divmod(strip, load.row_blocks)
+        return batch, row_block, column_tile
+
+    def stage_and_parity(self, step: int) -> tuple[int, int]:
+        """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
+        stage's barrier completes once per trip round the ring, so the parity flips per trip."""
+        stage, trip = step % self.stages, step // self.stages
+        return stage, trip % 2
+
+    def summary(self) -> str:
+        lines = [
+            self.load.summary(),
+            f"pipeline          {self.stages} stages x {self.stage_bytes} bytes; 1 producer warp + "
+            f"{self.consumer_warps} consumer warp(s) = {self.threads_per_block} threads",
+            f"shared memory     {self.smem_bytes} bytes requested (stages {self.stages * self.stage_bytes} "
+            f"+ full/empty barriers {2 * self.stages * MBARRIER_BYTES}); "
+            f"at most {self.max_stages} stages fit",
+        ]
+        if self.persistent:
+            lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
         return "\n".join(lines)

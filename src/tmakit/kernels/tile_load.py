@@ -20,7 +20,15 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import LoadPlan
-from .tma import init_load_barrier, issue_tile_load, shared_tile_layout, tma_load_views
+from .tma import (
+    init_load_barrier,
+    issue_tile_load,
+    matrix_first_view,
+    padded_matrix_view,
+    shared_tile_layout,
+    tile_coordinate,
+    tma_load_views,
+)
 
 CONSUMERS = ("none", "store", "raw")
 
@@ -45,13 +53,7 @@ class TileLoadKernel:
         """Launch on `stream`. `src`'s layout is the tensor's own (strides read from it, never
         rebuilt around its pointer). `out` is the consumer's scratch (ignored for "none")."""
         plan = self.plan
-        rank = cutlass.const_expr(len(plan.config.shape))
-        # Matrix modes first, then the batch modes grouped into one trailing mode, innermost
-        # first, so that a flat batch index counts in the tensor's own (row-major) order.
-        matrix_first = cute.select(src.layout, mode=[rank - 2, rank - 1, *reversed(range(rank - 2))])
-        if cutlass.const_expr(rank > 2):
-            matrix_first = cute.group_modes(matrix_first, 2, rank)
-        matrix_view = cute.make_tensor(src.iterator, matrix_first)
+        matrix_view = matrix_first_view(src, len(plan.config.shape))
         shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
         load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), matrix_view, shared_layout, plan.config.tile
@@ -74,15 +76,7 @@ class TileLoadKernel:
                     (plan.expected_tx_bytes, plan.tiles_per_block, plan.row_blocks, plan.batch_count)
                 ),
             )
-        padded_rows, padded_cols = plan.padded_shape[-2:]
-        # Compact row-major (batch, padded rows, padded cols), viewed matrix modes first.
-        return cute.make_tensor(
-            out.iterator,
-            cute.make_layout(
-                (padded_rows, padded_cols, plan.batch_count),
-                stride=(padded_cols, 1, padded_rows * padded_cols),
-            ),
-        )
+        return padded_matrix_view(out, plan.padded_shape, plan.batch_count)
 
     @cute.kernel
     def kernel(
@@ -109,9 +103,12 @@ class TileLoadKernel:
 
         phase = cutlass.Int32(0)
         for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
-            tile_coord = (row_block + self.tile_shift[0], column_tile + self.tile_shift[1])
-            if cutlass.const_expr(len(plan.config.shape) > 2):
-                tile_coord = (*tile_coord, batch)
+            tile_coord = tile_coordinate(
+                row_block + self.tile_shift[0],
+                column_tile + self.tile_shift[1],
+                batch,
+                len(plan.config.shape),
+            )
             global_part, shared_part = tma_load_views(
                 load_atom, coordinate_view, shared_tile, plan.config.tile, tile_coord
             )

@@ -27,6 +27,31 @@ def shared_tile_layout(
     )
 
 
+def matrix_first_view(src: cute.Tensor, rank: int) -> cute.Tensor:
+    """The tensor's own layout (strides read from it, never rebuilt around its pointer) with the
+    matrix modes (rows, columns) first and the batch modes, if any, grouped into one trailing
+    mode, innermost first, so that a flat batch index counts in the tensor's row-major order."""
+    matrix_first = cute.select(src.layout, mode=[rank - 2, rank - 1, *reversed(range(rank - 2))])
+    if rank > 2:
+        matrix_first = cute.group_modes(matrix_first, 2, rank)
+    return cute.make_tensor(src.iterator, matrix_first)
+
+
+def padded_matrix_view(out: cute.Tensor, padded_shape: tuple[int, ...], batch_count: int) -> cute.Tensor:
+    """A compact row-major (batch, rows, cols) scratch viewed as (rows, cols, batch)."""
+    rows, cols = padded_shape[-2:]
+    return cute.make_tensor(
+        out.iterator, cute.make_layout((rows, cols, batch_count), stride=(cols, 1, rows * cols))
+    )
+
+
+def tile_coordinate(row_block, column_tile, batch, rank: int):
+    """The coordinate `local_tile` takes for a tile: (row_block, column_tile[, batch])."""
+    if rank > 2:
+        return (row_block, column_tile, batch)
+    return (row_block, column_tile)
+
+
 @cute.jit
 def tma_load_views(
     load_atom: cute.CopyAtom,

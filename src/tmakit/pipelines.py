@@ -1,0 +1,118 @@
+"""Running pipelined loads: compile, verify (store-back or row sums) and time on the GPU.
+
+The experiment layer over `kernels.pipeline`, as `loads` is over `kernels.tile_load`."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import verify
+from .compile import CompiledKernel, compile_kernel, fake_tensor, placeholder_stream
+from .config import DTYPES
+from .errors import TmaHangError
+from .plan import PipelinePlan
+
+
+@functools.lru_cache(maxsize=256)
+def compile_pipelined_load(
+    pipeline: PipelinePlan,
+    consumer: str = "store",
+    hang_guard: bool = False,
+    expect_extra_bytes: int = 0,
+    freeze_parity: bool = False,
+    keep_ptx: bool = False,
+) -> CompiledKernel:
+    """Compile the pipelined kernel for sm_90a (no GPU needed). The last three knobs but
+    `keep_ptx` are test-only mistakes and the debug hang guard."""
+    import cutlass
+
+    from .kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
+
+    plan = pipeline.load
+    src = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
+    out = {
+        "none": src,
+        "store": fake_tensor(plan.config.element, plan.padded_shape),
+        "rowsum": fake_tensor(DTYPES["fp32"], rowsum_shape(pipeline)),
+    }[consumer]
+    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return compile_kernel(kernel, src, out, guard, placeholder_stream(), keep_ptx=keep_ptx)
+
+
+def rowsum_shape(pipeline: PipelinePlan) -> tuple[int, ...]:
+    """(batch..., padded rows, column tiles): one fp32 partial sum per row of each tile."""
+    plan = pipeline.load
+    return (*plan.batch_shape, plan.padded_shape[-2], plan.tiles_per_block)
+
+
+def new_guard() -> Any:
+    import torch
+
+    from .kernels.pipeline import GUARD_WORDS
+
+    return torch.zeros(GUARD_WORDS, dtype=torch.int32, device="cuda")
+
+
+def raise_if_timed_out(guard: Any) -> None:
+    """After the kernel: raise TmaHangError naming the wait the hang guard gave up on."""
+    timed_out, block, stage, parity, expected, role, step, _ = (int(v) for v in guard.cpu())
+    if timed_out:
+        who = "producer waiting for a free stage" if role == 0 else "consumer waiting for a full stage"
+        raise TmaHangError(
+            f"barrier wait timed out in block {block}, stage {stage}, parity {parity}, step {step} "
+            f"({who}); the producer declares {expected} bytes per tile"
+        )
+
+
+def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs: Any) -> Any:
+    """Launch once on `src` and return the consumer's output (raises TmaHangError if guarded)."""
+    import torch
+
+    from . import gpu
+    from .compile import to_cute_tensor
+
+    plan = pipeline.load
+    compiled = compile_pipelined_load(pipeline, consumer, **knobs)
+    if consumer == "rowsum":
+        out = torch.full(rowsum_shape(pipeline), float("nan"), dtype=torch.float32, device="cuda")
+    else:
+        bits = gpu.signed_view_dtype(plan.config.element)
+        out = torch.full(plan.padded_shape, -1, dtype=bits, device="cuda").view(src.dtype)  # poison
+    guard = new_guard()
+    compiled(to_cute_tensor(src), to_cute_tensor(out), to_cute_tensor(guard), gpu.current_stream())
+    torch.cuda.synchronize()
+    if knobs.get("hang_guard"):
+        raise_if_timed_out(guard)
+    return out
+
+
+def verify_pipelined_load(
+    pipeline: PipelinePlan, consumer: str = "store", **knobs: Any
+) -> verify.Verdict | str:
+    """Store-back: every element compared (a `Verdict`). Row sums: the partial sums added up
+    against torch's fp32 row sum of the same tensor (a one-line verdict string, "ok ..." or not)."""
+    import torch
+
+    from . import gpu
+
+    plan = pipeline.load
+    src = gpu.make_input_tensor(plan)
+    out = run_pipelined_load(pipeline, consumer, src, **knobs)
+    if consumer == "store":
+        bits = gpu.signed_view_dtype(plan.config.element)
+        expected = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
+        rows, cols = plan.matrix_shape
+        expected[..., :rows, :cols] = src.view(bits)
+        return verify.compare_tiles(plan, expected, out.view(bits))
+    rows = plan.matrix_shape[0]
+    found = out.sum(-1)[..., :rows].double()
+    reference = src.double().sum(-1)
+    scale = src.double().abs().sum(-1).clamp_min(1.0)
+    error = ((found - reference).abs() / scale).max().item()
+    untouched = bool(torch.isnan(out[..., :rows, :]).any())
+    ok = error < 1e-5 and not untouched
+    return f"{'ok' if ok else 'WRONG'}: row sums within {error:.1e} of torch (relative to sum |x|)" + (
+        "; some partial sums never written" if untouched else ""
+    )

@@ -1,0 +1,89 @@
+"""The ring on the device: every stage count, both consumers, 1/2/4 consumer warps, persistent,
+the hang guard and the race variants."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.plan import PipelinePlan
+from tmakit.sweep import padded_strides
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("stages", range(1, 8))
+@pytest.mark.parametrize("consumer", ["store", "rowsum"])
+def test_every_stage_count_of_the_seed(stages, consumer):
+    from tmakit.pipelines import verify_pipelined_load
+
+    verdict = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=stages), consumer)
+    assert str(verdict).startswith(("924/924 tiles correct", "ok")), str(verdict)
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("consumer", ["store", "rowsum"])
+def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
+    from tmakit.pipelines import verify_pipelined_load
+
+    config = LoadConfig((2, 1000, 777), "bf16", (64, 64), 128, strides=padded_strides((2, 1000, 777), 2))
+    pipeline = PipelinePlan(
+        LoadPlan(config), stages=3, consumer_warps=warps, persistent=persistent, sm_count=13
+    )
+    verdict = verify_pipelined_load(pipeline, consumer)
+    assert str(verdict).startswith(("448/448 tiles correct", "ok")), str(verdict)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LoadConfig((777, 1000), "fp16", (128, 16), 32, "col", padded_strides((777, 1000), 2, "col")),
+        LoadConfig((509, 1024), "fp8e4m3", (32, 128), 128),
+        LoadConfig((300, 520), "fp32", (16, 32), 128),
+    ],
+    ids=str,
+)
+def test_layouts_dtypes_swizzles(config):
+    from tmakit.pipelines import verify_pipelined_load
+
+    verdict = verify_pipelined_load(PipelinePlan(LoadPlan(config), stages=4, consumer_warps=2))
+    assert verdict.ok, str(verdict)
+
+
+GUARDED = """
+from tmakit import SEED, LoadPlan
+from tmakit.plan import PipelinePlan
+from tmakit.pipelines import verify_pipelined_load
+pipeline = PipelinePlan(LoadPlan(SEED), stages=3)
+print(verify_pipelined_load(pipeline, "store", hang_guard=True, expect_extra_bytes={extra}))
+"""
+
+
+def run_guarded(extra: int) -> subprocess.CompletedProcess:
+    """In a subprocess with a time limit: if the guard failed, the test fails instead of hanging."""
+    return subprocess.run(
+        [sys.executable, "-c", GUARDED.format(extra=extra)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_hang_guard_names_the_wait_that_never_completes():
+    result = run_guarded(16)  # 16 bytes more than TMA delivers: the full barrier never completes
+    assert "TmaHangError: barrier wait timed out in block" in result.stderr, result.stderr[-2000:]
+    assert "consumer waiting for a full stage" in result.stderr
+    assert "declares 32784 bytes per tile" in result.stderr
+
+
+def test_too_few_bytes_or_a_frozen_parity_is_caught():
+    """Neither hangs: the phase completes early or the wait returns at once on stale data, and the
+    verification must catch both. One stage makes the frozen parity race the very next load; a
+    persistent grid of 4 blocks gives each block 231 tiles, over which a 16-byte undercount drifts
+    (each early phase leaves 16 more bytes to the next) until tiles are read far too early."""
+    from tmakit.pipelines import verify_pipelined_load
+
+    frozen = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=1), "store", freeze_parity=True)
+    assert not frozen.ok, "a consumer waiting on parity 0 every trip read stale tiles unnoticed"
+    few_blocks = PipelinePlan(LoadPlan(SEED), stages=1, persistent=True, sm_count=4)
+    early = verify_pipelined_load(few_blocks, "store", expect_extra_bytes=-16)
+    assert not early.ok, "phases completing 16 bytes early (and drifting) went unnoticed"

@@ -1,0 +1,68 @@
+"""The N-stage ring on the CPU: plan arithmetic, schedule replay, compiled PTX."""
+
+import pytest
+
+from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
+from tmakit.model.schedule import pipeline_schedule, replay
+from tmakit.pipelines import compile_pipelined_load
+from tmakit.plan import PipelinePlan
+from tmakit.ptx import expect_tx_byte_counts, find_instructions
+
+
+def test_seed_ring_fits_seven_stages_and_refuses_eight():
+    plan = LoadPlan(SEED)
+    assert PipelinePlan(plan, stages=7).max_stages == 7
+    assert PipelinePlan(plan, stages=7).smem_bytes == 7 * 32768 + 7 * 16
+    with pytest.raises(TmaConfigError, match="8 stages of 32768 bytes.*1..7 stages fit"):
+        PipelinePlan(plan, stages=8)
+    with pytest.raises(TmaConfigError, match="consumer warps is 0"):
+        PipelinePlan(plan, consumer_warps=0)
+
+
+def test_swizzled_stages_stay_1024_aligned():
+    pipeline = PipelinePlan(LoadPlan(LoadConfig((512, 512), "fp16", (24, 64), 128)), stages=3)
+    assert pipeline.load.expected_tx_bytes == 3072 and pipeline.stage_bytes == 3072
+    pipeline = PipelinePlan(LoadPlan(LoadConfig((512, 512), "fp16", (20, 64), 128)), stages=3)
+    assert pipeline.stage_bytes == 3072  # 2560 rounded up to the 1024-byte swizzle alignment
+
+
+def test_persistent_grid_covers_every_tile_once():
+    pipeline = PipelinePlan(LoadPlan(LoadConfig((1000, 776), "bf16", (64, 64))), persistent=True, sm_count=7)
+    assert pipeline.grid == 7
+    seen = [pipeline.tile_of(b, s) for b in range(pipeline.grid) for s in range(pipeline.tiles_of_block(b))]
+    assert len(seen) == len(set(seen)) == pipeline.load.total_tile_loads
+    assert pipeline.threads_per_block == 64
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("tiles", [1, 5, 7, 9, 16])
+def test_ring_phases_replay_clean_across_wrap_around(stages, tiles):
+    """Every stage's parity, for tile counts that are and are not multiples of the ring."""
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=stages)
+    assert [pipeline.stage_and_parity(step) for step in range(tiles)] == [
+        (step % stages, (step // stages) % 2) for step in range(tiles)
+    ]
+    report = replay(pipeline_schedule(tiles, stages, pipeline.load.expected_tx_bytes))
+    assert report.ok, report.describe()
+    assert not replay(pipeline_schedule(tiles, stages, 32768, skip_empty_wait=True)).ok or tiles <= stages
+
+
+@pytest.mark.parametrize("consumer", ["none", "store", "rowsum"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_pipelined_kernel_compiles_with_one_init_per_barrier(consumer, persistent):
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=4, consumer_warps=2, persistent=persistent)
+    ptx = compile_pipelined_load(pipeline, consumer, keep_ptx=True).ptx
+    found = find_instructions(ptx)
+    assert found["mbarrier.init"].count == 2 * 4  # full[] and empty[] of each stage, unrolled
+    assert found["cp.async.bulk.tensor"].count == 1
+    assert expect_tx_byte_counts(ptx) == [32768]
+    assert ".reqntid 96, 1, 1" in ptx  # 1 producer + 2 consumer warps
+    assert "mbarrier.arrive.shared" in ptx  # consumers release stages
+
+
+def test_hang_guard_bounds_every_wait():
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=2)
+    guarded = compile_pipelined_load(pipeline, "store", hang_guard=True, keep_ptx=True).ptx
+    plain = compile_pipelined_load(pipeline, "store", keep_ptx=True).ptx
+    assert "4194303" not in guarded and str((1 << 20) - 1) in guarded  # the spin bound
+    assert str((1 << 20) - 1) not in plain
