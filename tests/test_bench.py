@@ -91,3 +91,12 @@ def test_ncu_csv_units_are_normalised():
     assert values["dram__bytes_read.sum"] == [pytest.approx(30.28e6)]
     with pytest.raises(ValueError, match="unknown Nsight Compute unit"):
         bench.parse_ncu_csv(text.replace('"ns"', '"furlong"'))
+
+
+def test_pipeline_variants_parse():
+    assert bench.parse_variants("4,7x2p,4x4r") == [
+        bench.PipelineVariant(4),
+        bench.PipelineVariant(7, 2, True),
+        bench.PipelineVariant(4, 4, False, "rowsum"),
+    ]
+    assert bench.PipelineVariant(7, 2, True).name == "tmakit load 7st x2w, persistent"

@@ -304,6 +304,102 @@ def bench_size(
     return rows
 
 
+@dataclass(frozen=True)
+class PipelineVariant:
+    """A pipelined kernel to time: `consumer` "none" (load-only) or "rowsum" (load + row sums)."""
+
+    stages: int
+    consumer_warps: int = 1
+    persistent: bool = False
+    consumer: str = "none"
+
+    @property
+    def name(self) -> str:
+        grid = ", persistent" if self.persistent else ""
+        what = "load+rowsum" if self.consumer == "rowsum" else "load"
+        return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}"
+
+
+def parse_variants(text: str) -> list[PipelineVariant]:
+    """ "4", "4x2p", "4x4r" ... -> variants: stages, x consumer warps, p persistent, r row sums."""
+    variants = []
+    for item in filter(None, text.split(",")):
+        persistent, rowsum = "p" in item, "r" in item
+        stages, _, warps = item.replace("p", "").replace("r", "").partition("x")
+        variants.append(
+            PipelineVariant(int(stages), int(warps or 1), persistent, "rowsum" if rowsum else "none")
+        )
+    return variants
+
+
+def bench_pipelines(
+    plan: Any, variants: list[PipelineVariant], l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """Pipelined variants on one configuration, each verified in the same run (store-back for
+    load-only variants, torch's row sums for row-sum variants); torch's fp32 row sum beside them."""
+    import torch
+
+    from . import gpu
+    from .compile import to_cute_tensor
+    from .pipelines import compile_pipelined_load, new_guard, rowsum_shape, verify_pipelined_load
+    from .plan import PipelinePlan
+
+    config = plan.config
+    tensor_bytes = math.prod(config.shape) * config.element.nbytes
+    first = gpu.make_input_tensor(plan)
+    count = rotation_buffers(tensor_bytes, l2_bytes, hot_l2)
+    sources = [first] + [first.clone() for _ in range(count - 1)]
+    guard = to_cute_tensor(new_guard())
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for variant in variants:
+        pipeline = PipelinePlan(plan, variant.stages, variant.consumer_warps, variant.persistent, sm_count)
+        verified = verify_pipelined_load(pipeline, "store" if variant.consumer == "none" else "rowsum")
+        compiled = compile_pipelined_load(pipeline, variant.consumer)
+        outs = [
+            torch.empty(rowsum_shape(pipeline), dtype=torch.float32, device="cuda")
+            if variant.consumer == "rowsum"
+            else s
+            for s in sources
+        ]
+        pairs = [(to_cute_tensor(s), to_cute_tensor(o)) for s, o in zip(sources, outs, strict=True)]
+        launches = [lambda p=p, c=compiled: c(p[0], p[1], guard, gpu.current_stream()) for p in pairs]
+        rows.append(
+            BenchRow(
+                variant.name,
+                "load",
+                tuple(config.shape),
+                config.dtype,
+                tensor_bytes,
+                graph_samples_us(launches, samples),
+                str(verified),
+                compiled.compile_seconds,
+                {
+                    "stages": variant.stages,
+                    "consumer_warps": variant.consumer_warps,
+                    "persistent": variant.persistent,
+                    "grid": pipeline.grid,
+                    "rotated_buffers": count,
+                },
+            )  # fmt: skip
+        )
+    if any(v.consumer == "rowsum" for v in variants):
+        launches = [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]
+        rows.append(
+            BenchRow(
+                "torch row-sum fp32",
+                "sum",
+                tuple(config.shape),
+                config.dtype,
+                tensor_bytes,
+                graph_samples_us(launches, samples),
+            )  # fmt: skip
+        )
+    del sources
+    torch.cuda.empty_cache()
+    return rows
+
+
 def measure_host_overhead() -> dict:
     """Host microseconds per call of a compiled tiny load kernel, by the plain path and, when the
     apache-tvm-ffi package is importable, by the DSL's TVM-FFI path."""

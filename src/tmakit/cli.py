@@ -164,6 +164,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
         for plan in plans:
             rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
+            if args.pipeline:
+                variants = bench.parse_variants(args.pipeline)
+                rows += bench.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
             progress.advance(task)
     context["host_launch"] = bench.measure_host_overhead()
     if args.ncu:
@@ -224,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument("--tile", default="64x256")
     bench_cmd.add_argument("--swizzle", type=int, default=0)
     bench_cmd.add_argument("--samples", type=int, default=MIN_SAMPLES)
+    bench_cmd.add_argument(
+        "--pipeline",
+        default="",
+        help="pipelined variants to time too: STAGES[xWARPS][p][r],... (p persistent, r load+row-sum)",
+    )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(
         "--ncu", action="store_true", help="cross-check the first shape with Nsight Compute"
