@@ -66,7 +66,14 @@ def main() -> int:
 
     outcomes = _Outcomes()
     root = Path(__file__).resolve().parent.parent
-    exit_code = pytest.main(["-q", "-m", "gpu", str(root / "tests")], plugins=[outcomes])
+    arguments = ["-q", "-m", "gpu", str(root / "tests")]
+    try:
+        import pytest_timeout  # noqa: F401  (on the GPU machine: a stuck test fails, the run goes on)
+
+        arguments.append("--timeout=120")
+    except ImportError:
+        pass
+    exit_code = pytest.main(arguments, plugins=[outcomes])
     demo = subprocess.run([sys.executable, "-m", "tmakit", "demo"], capture_output=True, text=True, cwd=root)
     print(demo.stdout, demo.stderr)
     summary = {

@@ -1,5 +1,6 @@
 """The ring on the device: every stage count, both consumers, 1/2/4 consumer warps, persistent,
-the hang guard and the race variants."""
+the hang guard and the race variants. Verification runs guarded, so a deadlock fails a test
+instead of stopping the suite."""
 
 import subprocess
 import sys
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.gpu
 def test_every_stage_count_of_the_seed(stages, consumer):
     from tmakit.pipelines import verify_pipelined_load
 
-    verdict = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=stages), consumer)
+    verdict = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=stages), consumer, hang_guard=True)
     assert str(verdict).startswith(("924/924 tiles correct", "ok")), str(verdict)
 
 
@@ -32,7 +33,7 @@ def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
     pipeline = PipelinePlan(
         LoadPlan(config), stages=3, consumer_warps=warps, persistent=persistent, sm_count=13
     )
-    verdict = verify_pipelined_load(pipeline, consumer)
+    verdict = verify_pipelined_load(pipeline, consumer, hang_guard=True)
     assert str(verdict).startswith(("448/448 tiles correct", "ok")), str(verdict)
 
 
@@ -48,7 +49,9 @@ def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
 def test_layouts_dtypes_swizzles(config):
     from tmakit.pipelines import verify_pipelined_load
 
-    verdict = verify_pipelined_load(PipelinePlan(LoadPlan(config), stages=4, consumer_warps=2))
+    verdict = verify_pipelined_load(
+        PipelinePlan(LoadPlan(config), stages=4, consumer_warps=2), hang_guard=True
+    )
     assert verdict.ok, str(verdict)
 
 
@@ -82,8 +85,10 @@ def test_too_few_bytes_or_a_frozen_parity_is_caught():
     (each early phase leaves 16 more bytes to the next) until tiles are read far too early."""
     from tmakit.pipelines import verify_pipelined_load
 
-    frozen = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=1), "store", freeze_parity=True)
+    frozen = verify_pipelined_load(
+        PipelinePlan(LoadPlan(SEED), stages=1), "store", hang_guard=True, freeze_parity=True
+    )
     assert not frozen.ok, "a consumer waiting on parity 0 every trip read stale tiles unnoticed"
     few_blocks = PipelinePlan(LoadPlan(SEED), stages=1, persistent=True, sm_count=4)
-    early = verify_pipelined_load(few_blocks, "store", expect_extra_bytes=-16)
+    early = verify_pipelined_load(few_blocks, "store", hang_guard=True, expect_extra_bytes=-16)
     assert not early.ok, "phases completing 16 bytes early (and drifting) went unnoticed"

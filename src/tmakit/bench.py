@@ -354,7 +354,10 @@ def bench_pipelines(
     rows = []
     for variant in variants:
         pipeline = PipelinePlan(plan, variant.stages, variant.consumer_warps, variant.persistent, sm_count)
-        verified = verify_pipelined_load(pipeline, "store" if variant.consumer == "none" else "rowsum")
+        # Guarded: a schedule bug raises here instead of hanging the timing below.
+        verified = verify_pipelined_load(
+            pipeline, "store" if variant.consumer == "none" else "rowsum", hang_guard=True
+        )
         compiled = compile_pipelined_load(pipeline, variant.consumer)
         outs = [
             torch.empty(rowsum_shape(pipeline), dtype=torch.float32, device="cuda")
