@@ -13,7 +13,7 @@ for step in "$@"; do
     tests) timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
     sweep) timeout 300 python3 -m tmakit verify --sweep 200 --seed 2026 --timeout 60 --json "$OUT/sweep.json" 2>&1 | grep -v "━" | tail -15 ;;
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
-    pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --ncu --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
+    pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
   esac
 done
