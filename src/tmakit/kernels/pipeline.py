@@ -197,13 +197,15 @@ class PipelinedLoadKernel:
                 plan.config.tile,
                 tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
             )
-            issue_tile_load(
-                load_atom,
-                global_part,
-                shared_part,
-                full + stage,
-                plan.expected_tx_bytes + self.expect_extra_bytes,
-            )
+            # After a guard timeout, issue nothing more: a block must not exit with loads in flight.
+            if not failed:
+                issue_tile_load(
+                    load_atom,
+                    global_part,
+                    shared_part,
+                    full + stage,
+                    plan.expected_tx_bytes + self.expect_extra_bytes,
+                )
 
     @cute.jit
     def consume(self, ring, full, empty, out_view, guard, block, tiles, consumer):
