@@ -115,6 +115,16 @@ MISTAKES = {
 }
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain, to_json, to_text
+    from .plan import PipelinePlan
+
+    pipeline = PipelinePlan(_plan_from(args), stages=args.stages, consumer_warps=args.consumer_warps)
+    report = explain(pipeline, parse_extents(args.highlight, "highlight"))
+    print(to_json(report) if args.json else to_text(report))
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from .model.schedule import replay, seed_schedule
 
@@ -210,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     verify_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
     verify_cmd.add_argument("--json", help="write the report here")
     verify_cmd.set_defaults(run=_cmd_verify)
+    explain_cmd = commands.add_parser(
+        "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
+    )
+    _add_config_arguments(explain_cmd)
+    explain_cmd.add_argument("--stages", type=int, default=1, help="ring stages (1: the seed's kernel)")
+    explain_cmd.add_argument("--consumer-warps", type=int, default=1)
+    explain_cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    explain_cmd.set_defaults(run=_cmd_explain)
     check_cmd = commands.add_parser(
         "check", help="replay a block's barrier schedule on the CPU model: hangs, races, parity"
     )

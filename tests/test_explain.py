@@ -1,0 +1,50 @@
+"""`tmakit explain` on the CPU: the seed's facts, and a non-seed configuration against the plan."""
+
+import json
+
+from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.cli import main
+from tmakit.explain import explain, to_text
+from tmakit.plan import PipelinePlan
+
+
+def test_seed_facts(capsys):
+    assert main(["explain", "--highlight", "1,2"]) == 0
+    text = capsys.readouterr().out
+    for fact in [
+        "132 blocks, 7 tiles per strip, 924 tile loads",
+        "(8448,1792):(1792,1)",
+        "S<0,4,3> o 0 o (64,256):(256,1)",
+        "tensor<(0,0) o (8448,1792):(1@1,1@0)>",
+        "its first coordinate is (512, 64)",
+        "element origin (64, 512)",
+        "((64,256)):((256,1))",
+        "shared memory requested: 32776 bytes",
+        "each barrier phase expects 32768 bytes",
+        "block 0 waits on parity 0, 1, 0, 1, 0, 1, 0",
+    ]:
+        assert fact in text, fact
+
+
+def test_swizzled_pipelined_bf16_agrees_with_the_plan(capsys):
+    load = LoadPlan(LoadConfig((1000, 776), "bf16", (128, 64), 128))
+    pipeline = PipelinePlan(load, stages=4)
+    report = explain(pipeline, (2, 3))
+    assert report["bytes"]["bytes_per_transfer"] == load.expected_tx_bytes == 16384
+    assert report["bytes"]["transfers_per_tile"] == 1
+    assert report["bytes"]["shared_memory_requested"] == pipeline.smem_bytes
+    assert report["decomposition"]["highlight_element_origin"] == list(load.tile_origin(2, 3)) == [256, 192]
+    assert report["views"]["tile_first_coordinate"] == "(192, 256)"  # TMA order: innermost first
+    assert "S<3,4,3>" in report["views"]["shared_tile"]
+    assert report["phases"]["block_0_parity"][:5] == [[0, 0], [1, 0], [2, 0], [3, 0], [0, 1]]
+    assert "s0:p1" in to_text(report)
+    assert main(["explain", "--shape", "1000x776", "--dtype", "bf16", "--tile", "128x64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes"]["expected_tx_bytes_per_phase"] == 16384
+
+
+def test_column_major_explains_the_transposed_shared_tile():
+    load = LoadPlan(LoadConfig((512, 384), "fp16", (64, 32), 128, "col"))
+    views = explain(PipelinePlan(load, stages=1), (0, 1))["views"]
+    assert views["global_view"] == "(512,384):(1,512)"
+    assert "(64,32):(1,64)" in views["shared_layout"]
+    assert explain(PipelinePlan(LoadPlan(SEED), stages=1))["bytes"]["barrier_bytes"] == 8
