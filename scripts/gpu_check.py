@@ -10,7 +10,6 @@ benchmarks/results/ whenever kernel code changes.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tmakit.bench import device_context
+
 
 class _Outcomes:
     def __init__(self) -> None:
@@ -28,34 +29,6 @@ class _Outcomes:
     def pytest_runtest_logreport(self, report):  # noqa: D401 - pytest hook
         if report.when == "call" or report.outcome != "passed":
             self.tests[report.nodeid] = report.outcome
-
-
-def machine_facts() -> dict:
-    import torch
-
-    from tmakit.compile import installed_dsl_version
-
-    facts = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda_runtime": torch.version.cuda,
-        "nvidia_cutlass_dsl": installed_dsl_version(),
-    }
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        facts["device"] = props.name
-        facts["sm_count"] = props.multi_processor_count
-        facts["capability"] = f"{props.major}.{props.minor}"
-    try:
-        facts["driver"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        facts["driver"] = None
-    return facts
 
 
 def main() -> int:
@@ -78,9 +51,8 @@ def main() -> int:
     print(demo.stdout, demo.stderr)
     summary = {
         "what": "GPU tests + tmakit demo",
-        "commit": args.commit,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **machine_facts(),
+        **device_context(args.commit),
+        "python": platform.python_version(),
         "tests": outcomes.tests,
         "passed": sum(v == "passed" for v in outcomes.tests.values()),
         "failed": sum(v == "failed" for v in outcomes.tests.values()),
