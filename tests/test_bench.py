@@ -62,6 +62,7 @@ def test_table_and_json_report(tmp_path):
     cells = bench.table_rows(rows(), 4.8e12, ["torch copy_", "torch sum"])
     assert cells[0][0] == "tmakit load" and cells[0][-1] == "ok"
     assert cells[0][3] == "241.00" and cells[0][4] == "239.00-250.00"
+    assert cells[0][7] == "-"  # host cost not measured for these synthetic rows
     assert len(cells[0]) == len(bench.TABLE_HEADER) + 2 + 1
     report = bench.report(
         rows(), {"device": "NVIDIA H200", "peak_bandwidth": 4.8e12, "commit": "abc"}, ["torch sum"]

@@ -57,6 +57,7 @@ class BenchRow:
     verified: str | None = None  # the same run's verification verdict, if any
     compile_seconds: float | None = None
     notes: dict = field(default_factory=dict)
+    host_us: float | None = None  # host cost of one call of the compiled kernel (measured apart)
 
     @property
     def bytes_moved(self) -> int:
@@ -88,6 +89,7 @@ class BenchRow:
             "percent_of_peak": self.percent_of_peak(peak),
             "verified": self.verified,
             "compile_seconds": self.compile_seconds,
+            "host_us_per_call": self.host_us,
             **self.notes,
         }
 
@@ -117,6 +119,7 @@ def table_rows(rows: list[BenchRow], peak: float | None, baselines: list[str]) -
                 f"{min(row.samples_us):.2f}-{max(row.samples_us):.2f}",
                 f"{row.gbps:.0f}",
                 "-" if pct is None else f"{pct:.1f}",
+                "-" if row.host_us is None else f"{row.host_us:.1f}",
                 *(
                     f"{ratio_maps[b].get((row.kernel, row.shape, row.dtype), float('nan')):.2f}"
                     for b in baselines
@@ -127,7 +130,7 @@ def table_rows(rows: list[BenchRow], peak: float | None, baselines: list[str]) -
     return cells
 
 
-TABLE_HEADER = ["kernel", "shape", "MiB", "median us", "min-max us", "GB/s", "% peak"]
+TABLE_HEADER = ["kernel", "shape", "MiB", "median us", "min-max us", "GB/s", "% peak", "host us/call"]
 
 
 def report(rows: list[BenchRow], context: dict, baselines: list[str]) -> dict:
