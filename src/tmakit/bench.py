@@ -270,7 +270,7 @@ def bench_size(
     from .loads import compile_tile_load, verify_tile_load
 
     config = plan.config
-    tensor_bytes = math.prod(config.shape) * config.element.nbytes
+    tensor_bytes = plan.tensor_bytes
     verdict = verify_tile_load(plan)  # the same configuration's output, checked in this run
     compiled = compile_tile_load(plan, consumer="none")
     first = gpu.make_input_tensor(plan)
@@ -348,7 +348,7 @@ def bench_pipelines(
     from .plan import PipelinePlan
 
     config = plan.config
-    tensor_bytes = math.prod(config.shape) * config.element.nbytes
+    tensor_bytes = plan.tensor_bytes
     first = gpu.make_input_tensor(plan)
     count = rotation_buffers(tensor_bytes, l2_bytes, hot_l2)
     sources = [first] + [first.clone() for _ in range(count - 1)]

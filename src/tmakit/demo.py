@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from .compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
@@ -40,11 +39,10 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
     run = run_load_on_gpu(plan)
     echo(f"compile:  {run.compile_seconds:.2f} s (excluded from the kernel time)")
     echo(f"verify:   {run.verdict}")
-    tensor_bytes = math.prod(plan.config.shape) * plan.config.element.nbytes
     echo(
         f"kernel:   {run.median_us:.1f} us median device time, load-only "
         f"(min {min(run.kernel_us):.1f}, max {max(run.kernel_us):.1f}; CUDA-graph replay, "
-        f"L2 warm), {tensor_bytes / run.median_us / 1e3:.0f} GB/s read"
+        f"L2 warm), {plan.tensor_bytes / run.median_us / 1e3:.0f} GB/s read"
     )
     return run.verdict.ok
 

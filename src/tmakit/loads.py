@@ -69,10 +69,21 @@ def verify_tile_load(plan: LoadPlan, tile_shift: tuple[int, int] = (0, 0)) -> ve
     bits_type = gpu.signed_view_dtype(plan.config.element)
     out = torch.full(plan.padded_shape, -1, dtype=bits_type, device="cuda")  # all-ones: the poison
     compiled(to_cute_tensor(src), to_cute_tensor(out.view(src.dtype)), gpu.current_stream())
+    return compare_with_input(plan, src, out)
+
+
+def compare_with_input(plan: LoadPlan, src: Any, out: Any) -> verify.Verdict:
+    """Compare a padded store-back `out` with the GPU input `src`, every element's bits, on the
+    device: the input where the tensor is, zeros past its edge (TMA's out-of-bounds fill)."""
+    import torch
+
+    from . import gpu
+
+    bits_type = gpu.signed_view_dtype(plan.config.element)
     expected = torch.zeros(plan.padded_shape, dtype=bits_type, device="cuda")
     rows, cols = plan.matrix_shape
     expected[..., :rows, :cols] = src.view(bits_type)
-    return verify.compare_tiles(plan, expected, out)
+    return verify.compare_tiles(plan, expected, out.view(bits_type))
 
 
 def dump_shared_bytes(plan: LoadPlan) -> Any:

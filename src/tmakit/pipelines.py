@@ -11,6 +11,7 @@ from . import verify
 from .compile import CompiledKernel, compile_kernel, fake_tensor, placeholder_stream
 from .config import DTYPES
 from .errors import TmaHangError
+from .loads import compare_with_input
 from .plan import PipelinePlan
 
 
@@ -101,11 +102,7 @@ def verify_pipelined_load(
     src = gpu.make_input_tensor(plan)
     out = run_pipelined_load(pipeline, consumer, src, **knobs)
     if consumer == "store":
-        bits = gpu.signed_view_dtype(plan.config.element)
-        expected = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
-        rows, cols = plan.matrix_shape
-        expected[..., :rows, :cols] = src.view(bits)
-        return verify.compare_tiles(plan, expected, out.view(bits))
+        return compare_with_input(plan, src, out)
     rows = plan.matrix_shape[0]
     found = out.sum(-1)[..., :rows].double()
     reference = src.double().sum(-1)

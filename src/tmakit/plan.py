@@ -46,6 +46,11 @@ class LoadPlan:
         return math.prod(self.batch_shape)
 
     @property
+    def tensor_bytes(self) -> int:
+        """Bytes of the tensor's elements (padding between rows not counted): what a load reads."""
+        return math.prod(self.config.shape) * self.config.element.nbytes
+
+    @property
     def row_blocks(self) -> int:
         """Strips of rows per matrix (ceiling: a partial strip still gets a block)."""
         return ceil_div(self.matrix_shape[0], self.config.tile[0])
@@ -131,7 +136,7 @@ class LoadPlan:
         shape = " x ".join(map(str, cfg.shape))
         lines = [
             f"tensor            {shape} {cfg.dtype}, {layout}, strides {cfg.element_strides} "
-            f"({math.prod(cfg.shape) * cfg.element.nbytes} bytes)",
+            f"({self.tensor_bytes} bytes)",
             f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes), "
             + (f"{cfg.swizzle}B swizzle" if cfg.swizzle else "no swizzle (Swizzle(0,4,3))"),
             f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)"
