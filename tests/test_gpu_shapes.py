@@ -23,7 +23,7 @@ CASES = [
     padded((2, 3, 2, 61, 130), "fp8e5m2", (64, 8), 64, "col"),  # rank 5
     padded((1, 384), "int8", (1, 128), 128),  # an extent of 1 (with a tile extent of 1)
     padded((2, 2, 100, 200), "int8", (1, 32), 32),
-    padded((1, 1), "uint8", (1, 16)),
+    padded((1, 16), "uint8", (1, 16)),  # a row extent of 1 with a tile extent of 1
     padded((4096, 4096), "fp16", (256, 64), 128),
 ]
 
