@@ -26,9 +26,13 @@ class _Outcomes:
     def __init__(self) -> None:
         self.tests: dict[str, str] = {}
 
+        self.failures: dict[str, str] = {}
+
     def pytest_runtest_logreport(self, report):  # noqa: D401 - pytest hook
         if report.when == "call" or report.outcome != "passed":
             self.tests[report.nodeid] = report.outcome
+        if report.outcome == "failed":  # why, so the JSON alone explains a red run
+            self.failures[report.nodeid] = report.longreprtext[-2000:]
 
 
 def main() -> int:
@@ -54,6 +58,7 @@ def main() -> int:
         **device_context(args.commit),
         "python": platform.python_version(),
         "tests": outcomes.tests,
+        "failure_messages": outcomes.failures,
         "passed": sum(v == "passed" for v in outcomes.tests.values()),
         "failed": sum(v == "failed" for v in outcomes.tests.values()),
         "skipped": sum(v == "skipped" for v in outcomes.tests.values()),
