@@ -25,7 +25,6 @@ from tmakit.bench import device_context
 class _Outcomes:
     def __init__(self) -> None:
         self.tests: dict[str, str] = {}
-
         self.failures: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report):  # noqa: D401 - pytest hook
