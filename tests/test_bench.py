@@ -101,3 +101,15 @@ def test_pipeline_variants_parse():
         bench.PipelineVariant(4, 4, False, "rowsum"),
     ]
     assert bench.PipelineVariant(7, 2, True).name == "tmakit load 7st x2w, persistent"
+
+
+def test_prefetch_variants_parse():
+    assert bench.parse_variants("1f3t,4x2pf2") == [
+        bench.PipelineVariant(1, 1, False, "none", 3, True),
+        bench.PipelineVariant(4, 2, True, "none", 2, False),
+    ]
+    assert bench.PipelineVariant(1, 1, False, "none", 3, True).name.endswith(
+        "prefetch 3, descriptor prefetch"
+    )
+    with pytest.raises(ValueError, match="is not STAGES"):
+        bench.parse_variants("4q")

@@ -107,3 +107,13 @@ def test_race_variants_are_caught(persistent, knob):
     caught_by_verification = "tiles correct" in result.stdout and "924/924" not in result.stdout
     faulted = "CUDA error" in result.stderr
     assert caught_by_verification or faulted, result.stdout + result.stderr[-1500:]
+
+
+@pytest.mark.parametrize("stages, prefetch", [(1, 2), (1, 6), (3, 4)])
+def test_prefetching_changes_no_data(stages, prefetch):
+    """Prefetch into L2 only warms the cache: every element still verifies (not yet run on a GPU)."""
+    from tmakit.pipelines import verify_pipelined_load
+
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, prefetch_tiles=prefetch, prefetch_descriptor=True)
+    verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
+    assert verdict.ok, str(verdict)

@@ -66,3 +66,15 @@ def test_hang_guard_bounds_every_wait():
     plain = compile_pipelined_load(pipeline, "store", keep_ptx=True).ptx
     assert "4194303" not in guarded and str((1 << 20) - 1) in guarded  # the spin bound
     assert str((1 << 20) - 1) not in plain
+
+
+def test_prefetch_options_compile_to_the_prefetch_instructions():
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=1, prefetch_tiles=3, prefetch_descriptor=True)
+    ptx = compile_pipelined_load(pipeline, "store", keep_ptx=True).ptx
+    assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in ptx
+    assert "prefetch.tensormap" in ptx
+    plain = compile_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=1), "store", keep_ptx=True).ptx
+    assert "prefetch" not in plain
+    assert "prefetch tile 3 loads ahead into L2, TMA descriptor at kernel start" in pipeline.summary()
+    with pytest.raises(TmaConfigError, match="prefetch distance is -1"):
+        PipelinePlan(LoadPlan(SEED), prefetch_tiles=-1)

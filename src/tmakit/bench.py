@@ -315,22 +315,38 @@ class PipelineVariant:
     consumer_warps: int = 1
     persistent: bool = False
     consumer: str = "none"
+    prefetch_tiles: int = 0
+    prefetch_descriptor: bool = False
 
     @property
     def name(self) -> str:
         grid = ", persistent" if self.persistent else ""
         what = "load+rowsum" if self.consumer == "rowsum" else "load"
-        return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}"
+        prefetch = f", prefetch {self.prefetch_tiles}" if self.prefetch_tiles else ""
+        prefetch += ", descriptor prefetch" if self.prefetch_descriptor else ""
+        return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}{prefetch}"
 
 
 def parse_variants(text: str) -> list[PipelineVariant]:
-    """ "4", "4x2p", "4x4r" ... -> variants: stages, x consumer warps, p persistent, r row sums."""
+    """ "4", "4x2p", "4x4r", "1f3t" ... -> variants: stages, x consumer warps, p persistent,
+    r row sums, fN prefetch N tiles ahead, t prefetch the descriptor."""
+    import re
+
     variants = []
     for item in filter(None, text.split(",")):
-        persistent, rowsum = "p" in item, "r" in item
-        stages, _, warps = item.replace("p", "").replace("r", "").partition("x")
+        match = re.fullmatch(r"(\d+)(?:x(\d+))?(p?)(r?)(?:f(\d+))?(t?)", item)
+        if not match:
+            raise ValueError(f"pipeline variant {item!r} is not STAGES[xWARPS][p][r][fN][t]")
+        stages, warps, persistent, rowsum, prefetch, descriptor = match.groups()
         variants.append(
-            PipelineVariant(int(stages), int(warps or 1), persistent, "rowsum" if rowsum else "none")
+            PipelineVariant(
+                int(stages),
+                int(warps or 1),
+                bool(persistent),
+                "rowsum" if rowsum else "none",
+                int(prefetch or 0),
+                bool(descriptor),
+            )  # fmt: skip
         )
     return variants
 
@@ -356,7 +372,10 @@ def bench_pipelines(
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for variant in variants:
-        pipeline = PipelinePlan(plan, variant.stages, variant.consumer_warps, variant.persistent, sm_count)
+        pipeline = PipelinePlan(
+            plan, variant.stages, variant.consumer_warps, variant.persistent, sm_count,
+            prefetch_tiles=variant.prefetch_tiles, prefetch_descriptor=variant.prefetch_descriptor,
+        )  # fmt: skip
         # Guarded: a schedule bug raises here instead of hanging the timing below.
         verified = verify_pipelined_load(
             pipeline, "store" if variant.consumer == "none" else "rowsum", hang_guard=True

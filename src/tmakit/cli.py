@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument(
         "--pipeline",
         default="",
-        help="pipelined variants to time too: STAGES[xWARPS][p][r],... (p persistent, r load+row-sum)",
+        help="pipelined variants to time too: STAGES[xWARPS][p][r][fN][t],... (p persistent, r load+row-sum, "
+        "fN prefetch N tiles ahead into L2, t prefetch the TMA descriptor)",
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(

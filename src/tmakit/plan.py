@@ -203,10 +203,14 @@ class PipelinePlan:
     persistent: bool = False
     sm_count: int = H200_SMS
     blocks_per_sm: int = 1
+    prefetch_tiles: int = 0  # the producer also prefetches the tile this many loads ahead into L2
+    prefetch_descriptor: bool = False  # prefetch the TMA descriptor at kernel start
 
     def __post_init__(self) -> None:
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
+        if self.prefetch_tiles < 0:
+            raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
         if self.stages < 1 or self.stages > self.max_stages:
             raise TmaConfigError(
                 f"{self.stages} stages of {self.stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
@@ -269,6 +273,11 @@ class PipelinePlan:
             f"+ full/empty barriers {2 * self.stages * MBARRIER_BYTES}); "
             f"at most {self.max_stages} stages fit",
         ]
+        if self.prefetch_tiles or self.prefetch_descriptor:
+            lines.append(
+                f"prefetch          tile {self.prefetch_tiles} loads ahead into L2"
+                + (", TMA descriptor at kernel start" if self.prefetch_descriptor else "")
+            )
         if self.persistent:
             lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
         return "\n".join(lines)

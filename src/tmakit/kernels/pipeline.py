@@ -181,8 +181,14 @@ class PipelinedLoadKernel:
 
     @cute.jit
     def produce(self, load_atom, coordinate_view, ring, full, empty, guard, block, tiles):
-        """The producer warp: wait for a free stage, declare its bytes, start the TMA load."""
-        plan, stages = self.plan, self.pipeline.stages
+        """The producer warp: wait for a free stage, declare its bytes, start the TMA load; with
+        prefetching, also ask for the tile `prefetch_tiles` loads ahead to be brought into L2
+        (no shared memory, no barrier: `cp.async.bulk.prefetch.tensor`)."""
+        plan, pipeline = self.plan, self.pipeline
+        stages = pipeline.stages
+        if cutlass.const_expr(pipeline.prefetch_descriptor):
+            with cute.arch.elect_one():  # `prefetch.tensormap`: the map is fetched before its first use
+                cpasync.prefetch_descriptor(load_atom)
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
             stage = step % stages
@@ -197,6 +203,23 @@ class PipelinedLoadKernel:
                 plan.config.tile,
                 tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
             )
+            if cutlass.const_expr(pipeline.prefetch_tiles > 0):
+                if step + pipeline.prefetch_tiles < tiles:
+                    ahead_batch, ahead_row_block, ahead_column_tile = self.tile_index(
+                        block, step + pipeline.prefetch_tiles
+                    )
+                    ahead_part, _ = tma_load_views(
+                        load_atom,
+                        coordinate_view,
+                        ring[None, None, stage],
+                        plan.config.tile,
+                        tile_coordinate(
+                            ahead_row_block, ahead_column_tile, ahead_batch, len(plan.config.shape)
+                        ),
+                    )
+                    # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
+                    with cute.arch.elect_one():
+                        cute.prefetch(load_atom, ahead_part)
             # After a guard timeout, issue nothing more: a block must not exit with loads in flight.
             if not failed:
                 issue_tile_load(
