@@ -75,6 +75,7 @@ def test_prefetch_options_compile_to_the_prefetch_instructions():
     assert "prefetch.tensormap" in ptx
     plain = compile_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=1), "store", keep_ptx=True).ptx
     assert "prefetch" not in plain
-    assert "prefetch tile 3 loads ahead into L2, TMA descriptor at kernel start" in pipeline.summary()
+    summary = pipeline.summary()
+    assert "prefetch          tile 3 loads ahead into L2, TMA descriptor at kernel start" in summary
     with pytest.raises(TmaConfigError, match="prefetch distance is -1"):
         PipelinePlan(LoadPlan(SEED), prefetch_tiles=-1)
