@@ -48,3 +48,18 @@ def test_column_major_explains_the_transposed_shared_tile():
     assert views["global_view"] == "(512,384):(1,512)"
     assert "(64,32):(1,64)" in views["shared_layout"]
     assert explain(PipelinePlan(LoadPlan(SEED), stages=1))["bytes"]["barrier_bytes"] == 8
+
+
+def test_cluster_slices_come_from_the_real_partitions(capsys):
+    assert main(["explain", "--cluster", "2x2", "--highlight", "1,2"]) == 0
+    text = capsys.readouterr().out
+    assert "clusters: 2x2, multicast mask 0b1111" in text
+    for rank in range(4):  # TMA order (column, row): rank r starts 16 r rows into tile (1, 2)
+        assert (
+            f"CTA {rank} issues tile rows {16 * rank}-{16 * rank + 15}: global tensor<(512,{64 + 16 * rank})"
+            in text
+        )
+    assert main(["plan", "--cluster", "1x4"]) == 0
+    assert (
+        "CTA 3: tile rows 48-63 (8192 bytes issued), barrier expects 32768 bytes" in capsys.readouterr().out
+    )

@@ -9,7 +9,7 @@ import sys
 from .bench import MIN_SAMPLES
 from .config import SEED, LoadConfig, dtype_named, parse_extents
 from .errors import TmaConfigError
-from .plan import LoadPlan
+from .plan import LoadPlan, MulticastPlan
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,9 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--pad", action="store_true", help="pad the contiguous dim to 16 bytes (tmakit.padded_empty)"
     )
     parser.add_argument("--highlight", default="1,2", help="tile ROW_BLOCK,COLUMN_TILE to mark (default 1,2)")
+    parser.add_argument(
+        "--cluster", help="CTAs per cluster sharing every tile by multicast: 1x2, 2x1, 2x2, 1x4"
+    )
 
 
 def _plan_from(args: argparse.Namespace) -> LoadPlan:
@@ -49,6 +52,8 @@ def _plan_from(args: argparse.Namespace) -> LoadPlan:
 def _cmd_plan(args: argparse.Namespace) -> int:
     plan = _plan_from(args)
     print(plan.summary())
+    if args.cluster:
+        print(MulticastPlan(plan, parse_extents(args.cluster, "cluster")).summary())
     print()
     print(plan.diagram(parse_extents(args.highlight, "highlight")))
     return 0
@@ -69,6 +74,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if gpu_name is None:
         print(f"tmakit verify needs a Hopper GPU: {why}", file=sys.stderr)
         return 2
+    if args.cluster:  # every CTA of every cluster, multicast and the baseline
+        from .loads import verify_multicast_load
+
+        ok = True
+        for multicast in (True, False):
+            plan = MulticastPlan(_plan_from(args), parse_extents(args.cluster, "cluster"), multicast)
+            for rank, verdict in enumerate(verify_multicast_load(plan)):
+                ok &= verdict.ok
+                print(f"{'multicast' if multicast else 'baseline '} CTA {rank}: {verdict}")
+        return 0 if ok else 1
     configs = sweep_configs(args.sweep, args.seed) if args.sweep else [_plan_from(args).config]
     from rich.console import Console
     from rich.progress import Progress
@@ -119,8 +134,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from .explain import explain, to_json, to_text
     from .plan import PipelinePlan
 
-    pipeline = PipelinePlan(_plan_from(args), stages=args.stages, consumer_warps=args.consumer_warps)
-    report = explain(pipeline, parse_extents(args.highlight, "highlight"))
+    load = _plan_from(args)
+    pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
+    multicast = MulticastPlan(load, parse_extents(args.cluster, "cluster")) if args.cluster else None
+    report = explain(pipeline, parse_extents(args.highlight, "highlight"), multicast)
     print(to_json(report) if args.json else to_text(report))
     return 0
 

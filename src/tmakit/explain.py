@@ -13,7 +13,49 @@ the plan - none is retyped here.
 import json
 from typing import Any
 
-from .plan import LoadPlan, PipelinePlan
+from .plan import LoadPlan, MulticastPlan, PipelinePlan
+
+
+def trace_cluster_slices(
+    plan: LoadPlan, highlight: tuple[int, int], cluster_size: int
+) -> list[dict[str, str]]:
+    """Each CTA's `tma_partition` of the highlighted tile with a multicast atom: the real slices."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.nvgpu import cpasync
+
+    from .compile import compile_kernel, fake_tensor
+    from .kernels.tma import matrix_first_view, shared_tile_layout
+
+    element_type = getattr(cutlass, plan.config.element.cutlass_name)
+    slices: list[dict[str, str]] = []
+
+    @cute.jit
+    def trace(src: cute.Tensor):
+        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            matrix_first_view(src, 2),
+            shared_layout,
+            plan.config.tile,
+            num_multicast=cluster_size,
+        )
+        tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, highlight)
+        shared_tile = cute.make_tensor(
+            cute.make_ptr(element_type, 0, cute.AddressSpace.smem, assumed_align=1024), shared_layout.outer
+        )
+        for rank in cutlass.range_constexpr(cluster_size):
+            shared_part, global_part = cpasync.tma_partition(
+                load_atom,
+                rank,
+                cute.make_layout(cluster_size),
+                cute.group_modes(shared_tile, 0, 2),
+                cute.group_modes(tile_coordinates, 0, 2),
+            )
+            slices.append({"shared": str(shared_part), "global": str(global_part)})
+
+    compile_kernel(trace, fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides))
+    return slices
 
 
 def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
@@ -71,7 +113,9 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
     return seen
 
 
-def explain(pipeline: PipelinePlan, highlight: tuple[int, int] = (1, 2)) -> dict[str, Any]:
+def explain(
+    pipeline: PipelinePlan, highlight: tuple[int, int] = (1, 2), multicast: MulticastPlan | None = None
+) -> dict[str, Any]:
     """Everything `tmakit explain` prints, as a dict (the `--json` output)."""
     plan = pipeline.load
     views = trace_views(plan, highlight)
@@ -107,7 +151,22 @@ def explain(pipeline: PipelinePlan, highlight: tuple[int, int] = (1, 2)) -> dict
             if pipeline.stages == 1
             else [list(pipeline.stage_and_parity(j)) for j in range(steps)],
         },
-        "clusters": "single CTA: no multicast (clusters are not implemented yet)",
+        "clusters": _clusters(plan, highlight, multicast),
+    }
+
+
+def _clusters(plan: LoadPlan, highlight: tuple[int, int], multicast: MulticastPlan | None) -> Any:
+    if multicast is None:
+        return "single CTA: no multicast (pass --cluster to see each CTA's slice)"
+    traced = trace_cluster_slices(plan, highlight, multicast.cluster_size)
+    return {
+        "cluster": list(multicast.cluster),
+        "multicast_mask": multicast.multicast_mask,
+        "expected_tx_bytes_per_cta": plan.expected_tx_bytes,
+        "ctas": [
+            {"rank": rank, "tile_rows": list(multicast.slice_of(rank)), **traced[rank]}
+            for rank in range(multicast.cluster_size)
+        ],
     }
 
 
@@ -174,7 +233,19 @@ def to_text(report: dict[str, Any]) -> str:
             f"  block 0 waits on parity {', '.join(map(str, parity[:12]))}"
             + (", ..." if len(parity) > 12 else "")
         )
-    lines += ["", f"clusters: {report['clusters']}"]
+    clusters = report["clusters"]
+    if isinstance(clusters, str):
+        lines += ["", f"clusters: {clusters}"]
+    else:
+        lines += [
+            "",
+            f"clusters: {clusters['cluster'][0]}x{clusters['cluster'][1]}, multicast mask "
+            f"{clusters['multicast_mask']:#06b}; every CTA's barrier expects "
+            f"{clusters['expected_tx_bytes_per_cta']} bytes (its own slice and every peer's land in it)",
+        ]
+        for cta in clusters["ctas"]:
+            first, last = cta["tile_rows"]
+            lines.append(f"  CTA {cta['rank']} issues tile rows {first}-{last - 1}: global {cta['global']}")
     return "\n".join(lines)
 
 

@@ -130,3 +130,33 @@ def check_on_gpu(config: Any) -> dict:
     if not physical.ok:
         result["status"] = "mismatch"
     return result
+
+
+@functools.lru_cache(maxsize=64)
+def compile_multicast_load(multicast: Any, keep_ptx: bool = False) -> CompiledKernel:
+    """Compile the cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline."""
+    from .kernels.multicast import MulticastLoadKernel
+
+    plan = multicast.load
+    src = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
+    copies = fake_tensor(plan.config.element, (multicast.cluster_size, *plan.padded_shape))
+    return compile_kernel(
+        MulticastLoadKernel(multicast), src, copies, placeholder_stream(), keep_ptx=keep_ptx
+    )
+
+
+def verify_multicast_load(multicast: Any) -> list[verify.Verdict]:
+    """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
+    the input, every element (so a slice that reached only some CTAs shows up by CTA rank)."""
+    import torch
+
+    from . import gpu
+    from .compile import to_cute_tensor
+
+    plan = multicast.load
+    compiled = compile_multicast_load(multicast)
+    src = gpu.make_input_tensor(plan)
+    bits_type = gpu.signed_view_dtype(plan.config.element)
+    copies = torch.full((multicast.cluster_size, *plan.padded_shape), -1, dtype=bits_type, device="cuda")
+    compiled(to_cute_tensor(src), to_cute_tensor(copies.view(src.dtype)), gpu.current_stream())
+    return [compare_with_input(plan, src, copies[rank]) for rank in range(multicast.cluster_size)]

@@ -281,3 +281,78 @@ class PipelinePlan:
         if self.persistent:
             lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
         return "\n".join(lines)
+
+
+CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examples
+
+
+@dataclass(frozen=True)
+class MulticastPlan:
+    """A `LoadPlan` where every CTA of a cluster needs the same tiles (as all CTAs in a row of a
+    GEMM read the same operand tiles): each cluster walks one strip of rows; each CTA issues only
+    its slice of every tile and multicasts it to all CTAs of the cluster, so every CTA's barrier
+    expects the whole tile's bytes. `multicast=False` is the baseline: the same CTAs, each loading
+    the whole tile itself."""
+
+    load: LoadPlan
+    cluster: tuple[int, int] = (1, 2)
+    multicast: bool = True
+
+    def __post_init__(self) -> None:
+        if tuple(self.cluster) not in CLUSTER_SHAPES:
+            raise TmaConfigError(f"cluster {self.cluster} is not one of {CLUSTER_SHAPES}")
+        if self.multicast and self.load.config.tile[0] % self.cluster_size:
+            raise TmaConfigError(
+                f"tile rows {self.load.config.tile[0]} do not split into {self.cluster_size} equal slices "
+                "(one per CTA of the cluster)"
+            )
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    @property
+    def grid(self) -> int:
+        """CTAs launched: one cluster per strip of rows."""
+        return self.load.grid * self.cluster_size
+
+    @property
+    def slice_rows(self) -> int:
+        """Rows of each tile one CTA issues (the whole tile without multicast)."""
+        return self.load.config.tile[0] // self.cluster_size if self.multicast else self.load.config.tile[0]
+
+    def slice_of(self, cta_rank: int) -> tuple[int, int]:
+        """Tile rows [first, last) CTA `cta_rank` of the cluster loads and multicasts."""
+        if not self.multicast:
+            return 0, self.load.config.tile[0]
+        return cta_rank * self.slice_rows, (cta_rank + 1) * self.slice_rows
+
+    @property
+    def multicast_mask(self) -> int:
+        """Destination CTAs of every slice: all of the cluster."""
+        return (1 << self.cluster_size) - 1 if self.multicast else 1
+
+    @property
+    def issued_bytes_per_cta(self) -> int:
+        """Bytes each CTA asks TMA for per tile: its slice (the barrier still expects the whole tile)."""
+        return self.load.expected_tx_bytes * self.slice_rows // self.load.config.tile[0]
+
+    def summary(self) -> str:
+        rows = [
+            f"cluster           {self.cluster[0]}x{self.cluster[1]} = {self.cluster_size} CTAs; "
+            f"{self.grid} CTAs in {self.load.grid} clusters, one strip of rows per cluster",
+        ]
+        if self.multicast:
+            rows.append(
+                f"multicast         mask {self.multicast_mask:#06b}: "
+                "each slice lands in every CTA of the cluster"
+            )
+            for rank in range(self.cluster_size):
+                first, last = self.slice_of(rank)
+                rows.append(
+                    f"  CTA {rank}: tile rows {first}-{last - 1} ({self.issued_bytes_per_cta} bytes issued), "
+                    f"barrier expects {self.load.expected_tx_bytes} bytes"
+                )
+        else:
+            rows.append("no multicast      every CTA loads the whole tile itself (the baseline)")
+        return "\n".join(rows)

@@ -1,0 +1,130 @@
+"""Multicast tile loads: every CTA of a cluster receives every tile; each issues only its slice.
+
+The seed's schedule (one warp, one tile in flight), with three differences:
+- the atom is `CopyBulkTensorTileG2SMulticastOp` and `tma_partition` is given the CTA's rank in the
+  cluster and the cluster's layout, so it returns that CTA's slice of the tile;
+- each CTA's barrier expects the whole tile's bytes, since every slice lands in every CTA (a
+  peer's slice may land before this CTA's expect_tx: a transiently negative count is legal);
+- barrier initialisation is made visible to the whole cluster (fence + cluster barrier) before
+  any multicast can target it, and a cluster barrier after each tile keeps a CTA from multicasting
+  into a peer that is still reading the previous tile.
+With `multicast=False` (the baseline) each CTA loads the whole tile itself, cluster or not.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from ..plan import MulticastPlan
+from .tma import init_load_barrier, matrix_first_view, shared_tile_layout
+
+
+class MulticastLoadKernel:
+    """Host side in `__call__`, device side in `kernel`. Output: each CTA stores the tiles it
+    received to its own copy of the padded scratch, (cluster size, padded rows, padded cols)."""
+
+    def __init__(self, multicast: MulticastPlan):
+        if len(multicast.load.config.shape) != 2:
+            raise ValueError("multicast loads take 2-D tensors")
+        self.multicast = multicast
+        self.plan = multicast.load
+        self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
+        plan, multicast = self.plan, self.multicast
+        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+        if cutlass.const_expr(multicast.multicast):
+            op = cpasync.CopyBulkTensorTileG2SMulticastOp()
+        else:
+            op = cpasync.CopyBulkTensorTileG2SOp()
+        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+            op,
+            matrix_first_view(src, 2),
+            shared_layout,
+            plan.config.tile,
+            num_multicast=multicast.cluster_size if multicast.multicast else 1,
+        )
+        padded_rows, padded_cols = plan.padded_shape
+        copies = cute.make_tensor(
+            out.iterator,
+            cute.make_layout(
+                (padded_rows, padded_cols, multicast.cluster_size),
+                stride=(padded_cols, 1, padded_rows * padded_cols),
+            ),
+        )
+        self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
+            grid=(multicast.grid, 1, 1),
+            block=(plan.threads_per_block, 1, 1),
+            cluster=(multicast.cluster[0], multicast.cluster[1], 1),
+            smem=plan.smem_bytes,
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        load_atom: cute.CopyAtom,
+        coordinate_view: cute.Tensor,
+        copies: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+    ):
+        plan, multicast = self.plan, self.multicast
+        tile_rows, tile_cols = plan.config.tile
+        thread, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        rank = cute.arch.block_idx_in_cluster()
+        row_block = block // multicast.cluster_size  # one cluster per strip
+
+        smem = cutlass.memory.SmemAllocator()
+        tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)
+        shared_tile = cute.make_tensor(
+            cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=self.element_type), shared_layout.outer
+        )
+        barrier = smem.allocate_array(cutlass.Int64, 1)
+        init_load_barrier(barrier)
+        # Peers multicast into this CTA's barrier: its initialisation must be visible cluster-wide.
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+
+        mask = cutlass.Int16(multicast.multicast_mask)
+        phase = cutlass.Int32(0)
+        for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
+            tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, (row_block, column_tile))
+            if cutlass.const_expr(multicast.multicast):
+                shared_part, global_part = cpasync.tma_partition(
+                    load_atom,
+                    rank,
+                    cute.make_layout(multicast.cluster_size),
+                    cute.group_modes(shared_tile, 0, 2),
+                    cute.group_modes(tile_coordinates, 0, 2),
+                )
+            else:
+                shared_part, global_part = cpasync.tma_partition(
+                    load_atom,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(shared_tile, 0, 2),
+                    cute.group_modes(tile_coordinates, 0, 2),
+                )
+            with cute.arch.elect_one():
+                # The whole tile: this CTA's slice and every peer's land here.
+                cute.arch.mbarrier_arrive_and_expect_tx(barrier, plan.expected_tx_bytes)
+            if cutlass.const_expr(multicast.multicast):
+                cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=mask)
+            else:
+                cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+            cute.arch.mbarrier_wait(barrier, phase)
+            phase ^= 1
+
+            out_tile = cute.local_tile(copies, plan.config.tile, (row_block, column_tile, rank))
+            for index in cutlass.range(thread, tile_rows * tile_cols, plan.threads_per_block):
+                row = index // tile_cols
+                col = index - row * tile_cols
+                out_tile[row, col] = shared_tile[row, col]
+            # No CTA multicasts the next tile into a peer still reading this one.
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()

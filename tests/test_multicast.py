@@ -1,0 +1,42 @@
+"""Multicast on the CPU: the plan's slices and the compiled PTX for every cluster shape."""
+
+import pytest
+
+from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
+from tmakit.loads import compile_multicast_load
+from tmakit.plan import CLUSTER_SHAPES, MulticastPlan
+from tmakit.ptx import expect_tx_byte_counts, find_instructions
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_SHAPES)
+def test_each_cta_issues_its_slice_and_expects_the_whole_tile(cluster):
+    multicast = MulticastPlan(LoadPlan(SEED), cluster)
+    size = cluster[0] * cluster[1]
+    assert multicast.grid == 132 * size
+    assert multicast.multicast_mask == (1 << size) - 1
+    slices = [multicast.slice_of(rank) for rank in range(size)]
+    assert slices[0][0] == 0 and slices[-1][1] == 64
+    assert all(a[1] == b[0] for a, b in zip(slices, slices[1:], strict=False))
+    assert multicast.issued_bytes_per_cta * size == 32768
+    ptx = compile_multicast_load(multicast, keep_ptx=True).ptx
+    copy = find_instructions(ptx)["cp.async.bulk.tensor"].opcode
+    assert "multicast::cluster" in copy and "shared::cluster" in copy
+    assert expect_tx_byte_counts(ptx) == [32768]  # every CTA's barrier expects the whole tile
+    assert "barrier.cluster.arrive" in ptx and "barrier.cluster.wait" in ptx
+
+
+def test_baseline_loads_the_whole_tile_without_multicast():
+    baseline = MulticastPlan(LoadPlan(SEED), (2, 2), multicast=False)
+    assert baseline.slice_of(3) == (0, 64) and baseline.issued_bytes_per_cta == 32768
+    copy = find_instructions(compile_multicast_load(baseline, keep_ptx=True).ptx)[
+        "cp.async.bulk.tensor"
+    ].opcode
+    assert "multicast" not in copy
+    assert "every CTA loads the whole tile itself" in baseline.summary()
+
+
+def test_bad_clusters_are_refused():
+    with pytest.raises(TmaConfigError, match=r"cluster \(3, 1\) is not one of"):
+        MulticastPlan(LoadPlan(SEED), (3, 1))
+    with pytest.raises(TmaConfigError, match="tile rows 2 do not split into 4 equal slices"):
+        MulticastPlan(LoadPlan(LoadConfig((64, 256), "fp16", (2, 256))), (1, 4))
