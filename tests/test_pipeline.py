@@ -79,3 +79,28 @@ def test_prefetch_options_compile_to_the_prefetch_instructions():
     assert "prefetch          tile 3 loads ahead into L2, TMA descriptor at kernel start" in summary
     with pytest.raises(TmaConfigError, match="prefetch distance is -1"):
         PipelinePlan(LoadPlan(SEED), prefetch_tiles=-1)
+
+
+def test_hang_report_prefers_the_consumers_record():
+    """The guard buffer's decoding, with synthetic words (the kernel writes them on the GPU)."""
+    import numpy as np
+
+    from tmakit.errors import TmaHangError
+    from tmakit.pipelines import raise_if_timed_out
+
+    class Words:  # stands in for the GPU tensor: only .cpu() is used
+        def __init__(self, words):
+            self.words = np.array(words)
+
+        def cpu(self):
+            return self.words
+
+    raise_if_timed_out(Words([0] * 16))
+    producer = [1, 5, 0, 0, 32784, 3, 0, 0]
+    consumer = [1, 5, 0, 0, 32784, 0, 0, 0]
+    with pytest.raises(
+        TmaHangError, match=r"block 5, stage 0, parity 0, step 0 \(consumer waiting for a full"
+    ):
+        raise_if_timed_out(Words(producer + consumer))
+    with pytest.raises(TmaHangError, match="producer waiting for a free stage.*declares 32784 bytes"):
+        raise_if_timed_out(Words(producer + [0] * 8))

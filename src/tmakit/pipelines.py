@@ -57,13 +57,21 @@ def new_guard() -> Any:
 
 
 def raise_if_timed_out(guard: Any) -> None:
-    """After the kernel: raise TmaHangError naming the wait the hang guard gave up on."""
-    timed_out, block, stage, parity, expected, role, step, _ = (int(v) for v in guard.cpu())
+    """After the kernel: raise TmaHangError naming the wait the hang guard gave up on - the
+    consumers' if they timed out (a full barrier that never completes is the root cause; the
+    producer then waits for a stage nobody frees), else the producer's."""
+    from .kernels.pipeline import GUARD_RECORD
+
+    words = [int(v) for v in guard.cpu()]
+    records = {"producer waiting for a free stage": words[:GUARD_RECORD],
+               "consumer waiting for a full stage": words[GUARD_RECORD:]}  # fmt: skip
+    timed_out = [(who, record) for who, record in records.items() if record[0]]
     if timed_out:
-        who = "producer waiting for a free stage" if role == 0 else "consumer waiting for a full stage"
+        who, (_, block, stage, parity, expected, step, _, _) = timed_out[-1]
+        also = " (the producer timed out too)" if len(timed_out) == 2 else ""
         raise TmaHangError(
             f"barrier wait timed out in block {block}, stage {stage}, parity {parity}, step {step} "
-            f"({who}); the producer declares {expected} bytes per tile"
+            f"({who}){also}; the producer declares {expected} bytes per tile"
         )
 
 

@@ -39,7 +39,11 @@ from .tma import (
 
 CONSUMERS = ("none", "store", "rowsum")
 GUARD_SPINS = 1 << 20  # try_wait rounds before a guarded wait gives up: >= 0.1 s, far past any real wait
-GUARD_WORDS = 8  # [timed out, block, stage, parity, expected bytes, role (0 producer, 1 consumer), step, 0]
+# One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
+# at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
+# producer soon times out too (nobody frees a stage) and would overwrite the root cause.
+GUARD_RECORD = 8
+GUARD_WORDS = 2 * GUARD_RECORD
 
 
 class PipelinedLoadKernel:
@@ -170,13 +174,13 @@ class PipelinedLoadKernel:
                 spins += 1
             if not done:
                 failed = cutlass.Boolean(True)
-                guard[0] = 1
-                guard[1] = block
-                guard[2] = stage
-                guard[3] = parity
-                guard[4] = self.plan.expected_tx_bytes + self.expect_extra_bytes
-                guard[5] = role
-                guard[6] = step
+                record = role * GUARD_RECORD
+                guard[record] = 1
+                guard[record + 1] = block
+                guard[record + 2] = stage
+                guard[record + 3] = parity
+                guard[record + 4] = self.plan.expected_tx_bytes + self.expect_extra_bytes
+                guard[record + 5] = step
         return failed
 
     @cute.jit
