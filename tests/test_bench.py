@@ -113,3 +113,8 @@ def test_prefetch_variants_parse():
     )
     with pytest.raises(ValueError, match="is not STAGES"):
         bench.parse_variants("4q")
+
+
+def test_copy_variant_parses():
+    assert bench.parse_variants("4pc") == [bench.PipelineVariant(4, 1, True, "copy")]
+    assert bench.PipelineVariant(4, 1, True, "copy").name == "tmakit copy 4st x1w, persistent"

@@ -104,3 +104,20 @@ def test_hang_report_prefers_the_consumers_record():
         raise_if_timed_out(Words(producer + consumer))
     with pytest.raises(TmaHangError, match="producer waiting for a free stage.*declares 32784 bytes"):
         raise_if_timed_out(Words(producer + [0] * 8))
+
+
+def test_copy_consumer_stores_with_tma_from_one_thread():
+    pipeline = PipelinePlan(
+        LoadPlan(LoadConfig((3, 1000, 776), "bf16", (64, 64), 128)), stages=4, persistent=True
+    )
+    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    lines = [line.strip() for line in ptx.splitlines()]
+    store = [
+        i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor.3d.global.shared::cta")
+    ]
+    assert len(store) == 1
+    assert lines[store[0] + 1] == "cp.async.bulk.commit_group;"
+    assert lines[store[0] + 2].startswith("cp.async.bulk.wait_group.read")  # stage read before release
+    assert any(line.startswith("cp.async.bulk.wait_group \t0") for line in lines)  # writes done at exit
+    before = lines[store[0] - 40 : store[0]]
+    assert any(line.startswith("elect.sync") for line in before), "the store must be issued by one thread"

@@ -321,29 +321,29 @@ class PipelineVariant:
     @property
     def name(self) -> str:
         grid = ", persistent" if self.persistent else ""
-        what = "load+rowsum" if self.consumer == "rowsum" else "load"
+        what = {"rowsum": "load+rowsum", "copy": "copy"}.get(self.consumer, "load")
         prefetch = f", prefetch {self.prefetch_tiles}" if self.prefetch_tiles else ""
         prefetch += ", descriptor prefetch" if self.prefetch_descriptor else ""
         return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}{prefetch}"
 
 
 def parse_variants(text: str) -> list[PipelineVariant]:
-    """ "4", "4x2p", "4x4r", "1f3t" ... -> variants: stages, x consumer warps, p persistent,
-    r row sums, fN prefetch N tiles ahead, t prefetch the descriptor."""
+    """ "4", "4x2p", "4x4r", "4pc", "1f3t" ... -> variants: stages, x consumer warps, p persistent,
+    r row sums (or c: a TMA-store copy), fN prefetch N tiles ahead, t prefetch the descriptor."""
     import re
 
     variants = []
     for item in filter(None, text.split(",")):
-        match = re.fullmatch(r"(\d+)(?:x(\d+))?(p?)(r?)(?:f(\d+))?(t?)", item)
+        match = re.fullmatch(r"(\d+)(?:x(\d+))?(p?)([rc]?)(?:f(\d+))?(t?)", item)
         if not match:
-            raise ValueError(f"pipeline variant {item!r} is not STAGES[xWARPS][p][r][fN][t]")
-        stages, warps, persistent, rowsum, prefetch, descriptor = match.groups()
+            raise ValueError(f"pipeline variant {item!r} is not STAGES[xWARPS][p][r|c][fN][t]")
+        stages, warps, persistent, use, prefetch, descriptor = match.groups()
         variants.append(
             PipelineVariant(
                 int(stages),
                 int(warps or 1),
                 bool(persistent),
-                "rowsum" if rowsum else "none",
+                {"r": "rowsum", "c": "copy", "": "none"}[use],
                 int(prefetch or 0),
                 bool(descriptor),
             )  # fmt: skip
@@ -378,21 +378,20 @@ def bench_pipelines(
         )  # fmt: skip
         # Guarded: a schedule bug raises here instead of hanging the timing below.
         verified = verify_pipelined_load(
-            pipeline, "store" if variant.consumer == "none" else "rowsum", hang_guard=True
+            pipeline, "store" if variant.consumer == "none" else variant.consumer, hang_guard=True
         )
         compiled = compile_pipelined_load(pipeline, variant.consumer)
-        outs = [
-            torch.empty(rowsum_shape(pipeline), dtype=torch.float32, device="cuda")
-            if variant.consumer == "rowsum"
-            else s
-            for s in sources
-        ]
+        make_out = {
+            "rowsum": lambda s, p=pipeline: torch.empty(rowsum_shape(p), dtype=torch.float32, device="cuda"),
+            "copy": lambda s: torch.empty_like(s),  # a destination per source: the copy writes it
+        }.get(variant.consumer, lambda s: s)
+        outs = [make_out(s) for s in sources]
         pairs = [(to_cute_tensor(s), to_cute_tensor(o)) for s, o in zip(sources, outs, strict=True)]
         launches = [lambda p=p, c=compiled: c(p[0], p[1], guard, gpu.current_stream()) for p in pairs]
         rows.append(
             BenchRow(
                 variant.name,
-                "load",
+                "copy" if variant.consumer == "copy" else "load",
                 tuple(config.shape),
                 config.dtype,
                 tensor_bytes,

@@ -191,8 +191,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
         for plan in plans:
             rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
-            if args.pipeline:
-                variants = bench.parse_variants(args.pipeline)
+            pipeline_variants = (args.pipeline + (",4pc" if args.kernel == "copy" else "")).strip(",")
+            if pipeline_variants:
+                variants = bench.parse_variants(pipeline_variants)
                 rows += bench.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
             progress.advance(task)
     context["host_launch"] = bench.measure_host_overhead()
@@ -268,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument(
         "--pipeline",
         default="",
-        help="pipelined variants to time too: STAGES[xWARPS][p][r][fN][t],... (p persistent, r load+row-sum, "
-        "fN prefetch N tiles ahead into L2, t prefetch the TMA descriptor)",
+        help="pipelined variants to time too: STAGES[xWARPS][p][r|c][fN][t],... (p persistent, "
+        "r load+row-sum, c copy, fN prefetch N tiles ahead into L2, t prefetch the TMA descriptor)",
+    )
+    bench_cmd.add_argument(
+        "--kernel", choices=("load", "copy"), default="load", help="copy: also time tmakit's TMA copy (4pc)"
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(

@@ -57,13 +57,17 @@ class CompiledKernel:
         return self.function(*args)
 
 
-def compile_kernel(kernel: Any, *example_args: Any, keep_ptx: bool = False) -> CompiledKernel:
+def compile_kernel(
+    kernel: Any, *example_args: Any, keep_ptx: bool = False, tvm_ffi: bool = False
+) -> CompiledKernel:
     """`cute.compile` the host function `kernel` for sm_90a; nothing touches the driver here.
+    `tvm_ffi=True` compiles for the DSL's TVM-FFI calling path (torch tensors passed directly;
+    needs the apache-tvm-ffi package).
 
     `example_args` are CuTe tensors (e.g. `to_cute_tensor` of numpy arrays on a CPU-only machine)."""
     import cutlass.cute as cute
 
-    options = f"--gpu-arch {TARGET_ARCH}"
+    options = f"--gpu-arch {TARGET_ARCH}" + (" --enable-tvm-ffi" if tvm_ffi else "")
     with tempfile.TemporaryDirectory(prefix="tmakit-ptx-") as dump_dir:
         if keep_ptx:
             options += f" --keep-ptx --dump-dir {dump_dir}"

@@ -36,6 +36,7 @@ def compile_pipelined_load(
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
         "rowsum": fake_tensor(DTYPES["fp32"], rowsum_shape(pipeline)),
+        "copy": src,  # the destination has the source's shape and strides
     }[consumer]
     kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
@@ -86,6 +87,11 @@ def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs:
     compiled = compile_pipelined_load(pipeline, consumer, **knobs)
     if consumer == "rowsum":
         out = torch.full(rowsum_shape(pipeline), float("nan"), dtype=torch.float32, device="cuda")
+    elif consumer == "copy":
+        bits = gpu.signed_view_dtype(plan.config.element)
+        out = torch.empty_strided(plan.config.shape, plan.config.element_strides, dtype=bits, device="cuda")
+        out.fill_(-1)  # poison, every element the destination has
+        out = out.view(src.dtype)
     else:
         bits = gpu.signed_view_dtype(plan.config.element)
         out = torch.full(plan.padded_shape, -1, dtype=bits, device="cuda").view(src.dtype)  # poison
@@ -111,6 +117,12 @@ def verify_pipelined_load(
     out = run_pipelined_load(pipeline, consumer, src, **knobs)
     if consumer == "store":
         return compare_with_input(plan, src, out)
+    if consumer == "copy":  # the destination padded like a store-back scratch, then the same check
+        bits = gpu.signed_view_dtype(plan.config.element)
+        padded = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
+        rows, cols = plan.matrix_shape
+        padded[..., :rows, :cols] = out.view(bits)
+        return compare_with_input(plan, src, padded)
     rows = plan.matrix_shape[0]
     found = out.sum(-1)[..., :rows].double()
     reference = src.double().sum(-1)

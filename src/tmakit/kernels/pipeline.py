@@ -13,7 +13,11 @@ Consumers:
 - "none": wait and release (load-only, for timing);
 - "store": copy the tile to a padded scratch output (every element verified);
 - "rowsum": per row of each tile, the fp32 sum of its elements, written as (rows, column tiles)
-  partial sums that the host adds up.
+  partial sums that the host adds up;
+- "copy": a TMA store of the stage to the same tile of a destination tensor (shared to global,
+  `CopyBulkTensorTileS2GOp`); the stage is released once the store has *read* it (bulk-group
+  commit + wait with read=True), and the kernel waits for the writes before it exits. The tile
+  was written by TMA (the async proxy) and is read by TMA, so no proxy fence is needed.
 
 `hang_guard=True` bounds every wait: a wait that runs out records (block, stage, parity,
 expected bytes, role) in a small device buffer, and that thread skips its remaining waits so the
@@ -37,7 +41,7 @@ from .tma import (
     tma_load_views,
 )
 
-CONSUMERS = ("none", "store", "rowsum")
+CONSUMERS = ("none", "store", "rowsum", "copy")
 GUARD_SPINS = 1 << 20  # try_wait rounds before a guarded wait gives up: >= 0.1 s, far past any real wait
 # One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
 # at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
@@ -74,7 +78,8 @@ class PipelinedLoadKernel:
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
         """`out`: the consumer's output ("store": padded scratch of the dtype; "rowsum": fp32
-        (batch, padded rows, column tiles); "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
+        (batch, padded rows, column tiles); "copy": the destination, shape and strides of `src`;
+        "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
         plan, pipeline = self.plan, self.pipeline
         shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
         load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
@@ -83,7 +88,15 @@ class PipelinedLoadKernel:
             shared_layout,
             plan.config.tile,
         )
-        if cutlass.const_expr(self.consumer == "rowsum"):
+        store_atom = load_atom  # only the "copy" consumer stores; the others never use it
+        if cutlass.const_expr(self.consumer == "copy"):
+            store_atom, out_view = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(),
+                matrix_first_view(out, len(plan.config.shape)),
+                shared_layout,
+                plan.config.tile,
+            )
+        elif cutlass.const_expr(self.consumer == "rowsum"):
             padded_rows = plan.padded_shape[-2]
             out_view = cute.make_tensor(
                 out.iterator,
@@ -94,7 +107,7 @@ class PipelinedLoadKernel:
             )
         else:
             out_view = padded_matrix_view(out, plan.padded_shape, plan.batch_count)
-        self.kernel(load_atom, coordinate_view, out_view, guard, shared_layout).launch(
+        self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout).launch(
             grid=(pipeline.grid, 1, 1),
             block=(pipeline.threads_per_block, 1, 1),
             smem=pipeline.smem_bytes,
@@ -106,6 +119,7 @@ class PipelinedLoadKernel:
         self,
         load_atom: cute.CopyAtom,
         coordinate_view: cute.Tensor,
+        store_atom: cute.CopyAtom,
         out_view: cute.Tensor,
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
@@ -145,7 +159,7 @@ class PipelinedLoadKernel:
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
         else:
-            self.consume(ring, full, empty, out_view, guard, block, tiles, warp - 1)
+            self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
 
     @cute.jit
     def tile_index(self, block, step):
@@ -235,7 +249,7 @@ class PipelinedLoadKernel:
                 )
 
     @cute.jit
-    def consume(self, ring, full, empty, out_view, guard, block, tiles, consumer):
+    def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
         """A consumer warp: wait for a full stage, use its share of the tile, release the stage."""
         plan, pipeline = self.plan, self.pipeline
         tile_rows, tile_cols = plan.config.tile
@@ -262,7 +276,25 @@ class PipelinedLoadKernel:
                     partial = cute.arch.warp_reduction(partial, lambda a, b: a + b)
                     if lane == 0:
                         out_view[row_block * tile_rows + row, column_tile, batch] = partial
+            if cutlass.const_expr(self.consumer == "copy"):
+                if consumer == 0:  # one warp stores
+                    destination_part, shared_part = tma_load_views(
+                        store_atom,
+                        out_view,
+                        tile,
+                        plan.config.tile,
+                        tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+                    )
+                    # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
+                    # would each store the tile): one thread issues, commits and waits.
+                    with cute.arch.elect_one():
+                        cute.copy(store_atom, shared_part, destination_part)
+                        cute.arch.cp_async_bulk_commit_group()
+                        # The store has read the stage (its writes may be in flight): free to reuse.
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
             # Every lane's reads of the stage are done before the warp's one arrival frees it.
             cute.arch.sync_warp()
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(empty + stage)
+        if cutlass.const_expr(self.consumer == "copy"):
+            cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits

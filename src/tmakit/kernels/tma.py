@@ -60,7 +60,8 @@ def tma_load_views(
     tile: cutlass.Constexpr,
     tile_coord: cute.Coord,
 ):
-    """Views for one TMA tile load: (global source, shared destination).
+    """Views for one TMA tile transfer: (global part, shared part) - for a load the source and
+    the destination; a TMA store atom takes the same two views the other way round.
 
     `local_tile` picks the tile's coordinates (not data) from the TMA coordinate tensor;
     `group_modes` presents the whole 2-D tile as the single mode `tma_partition` splits for the atom.
