@@ -15,6 +15,7 @@ for step in "$@"; do
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
     pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
+    copybench) timeout 280 python3 -m tmakit bench --kernel copy --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
     seedbench) for tile in 64x128 32x256; do
         timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline 4,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
       done ;;
