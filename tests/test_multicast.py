@@ -40,3 +40,17 @@ def test_bad_clusters_are_refused():
         MulticastPlan(LoadPlan(SEED), (3, 1))
     with pytest.raises(TmaConfigError, match="tile rows 2 do not split into 4 equal slices"):
         MulticastPlan(LoadPlan(LoadConfig((64, 256), "fp16", (2, 256))), (1, 4))
+
+
+def test_launch_grid_is_tiled_by_every_cluster_shape():
+    for cluster in CLUSTER_SHAPES:
+        grid = MulticastPlan(LoadPlan(SEED), cluster).launch_grid
+        assert grid[0] % cluster[0] == 0 and grid[1] % cluster[1] == 0
+        assert grid[0] * grid[1] == 132 * cluster[0] * cluster[1]
+
+
+def test_column_major_and_misaligned_slices_are_refused():
+    with pytest.raises(TmaConfigError, match="row-major 2-D tensors"):
+        MulticastPlan(LoadPlan(LoadConfig((512, 512), "fp16", (64, 64), 128, "col")), (2, 2))
+    with pytest.raises(TmaConfigError, match="slice is 16 bytes; its shared destination must stay 128-byte"):
+        MulticastPlan(LoadPlan(LoadConfig((64, 64), "fp32", (4, 4))), (1, 4))

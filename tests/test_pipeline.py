@@ -60,12 +60,16 @@ def test_pipelined_kernel_compiles_with_one_init_per_barrier(consumer, persisten
     assert "mbarrier.arrive.shared" in ptx  # consumers release stages
 
 
-def test_hang_guard_bounds_every_wait():
+def test_hang_guard_bounds_every_wait_with_non_blocking_polls():
+    from tmakit.kernels.pipeline import GUARD_SPINS
+
     pipeline = PipelinePlan(LoadPlan(SEED), stages=2)
     guarded = compile_pipelined_load(pipeline, "store", hang_guard=True, keep_ptx=True).ptx
     plain = compile_pipelined_load(pipeline, "store", keep_ptx=True).ptx
-    assert "4194303" not in guarded and str((1 << 20) - 1) in guarded  # the spin bound
-    assert str((1 << 20) - 1) not in plain
+    assert str(GUARD_SPINS - 1) in guarded and str(GUARD_SPINS - 1) not in plain  # the poll bound
+    assert "mbarrier.test_wait" in guarded and "mbarrier.test_wait" not in plain
+    assert "atom.add" in guarded or "red." in guarded  # the first timeout claims the record
+
 
 
 def test_prefetch_options_compile_to_the_prefetch_instructions():

@@ -30,3 +30,17 @@ def test_base_address_alignment():
 def test_largest_legal_tile_is_accepted():
     plan = LoadPlan(LoadConfig((1024, 1024), "fp16", (256, 256)))
     assert plan.smem_bytes == 256 * 256 * 2 + 8
+
+
+def test_broadcast_strides_and_huge_batches_are_refused():
+    with pytest.raises(TmaConfigError, match="stride of dim 0 is 0"):
+        LoadPlan(LoadConfig((64, 256), strides=(0, 1)))
+    with pytest.raises(TmaConfigError, match="70000 batch matrices"):
+        LoadPlan(LoadConfig((70000, 16, 16), "fp32", (16, 16)))
+
+
+def test_pipeline_plan_refuses_an_empty_grid():
+    from tmakit.plan import PipelinePlan
+
+    with pytest.raises(TmaConfigError, match="sm_count 0"):
+        PipelinePlan(LoadPlan(LoadConfig()), persistent=True, sm_count=0)

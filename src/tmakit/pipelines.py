@@ -68,7 +68,7 @@ def raise_if_timed_out(guard: Any) -> None:
                "consumer waiting for a full stage": words[GUARD_RECORD:]}  # fmt: skip
     timed_out = [(who, record) for who, record in records.items() if record[0]]
     if timed_out:
-        who, (_, block, stage, parity, expected, step, _, _) = timed_out[-1]
+        who, (_, block, stage, parity, expected, step, _, _) = timed_out[-1]  # word 0 counts timeouts
         also = " (the producer timed out too)" if len(timed_out) == 2 else ""
         raise TmaHangError(
             f"barrier wait timed out in block {block}, stage {stage}, parity {parity}, step {step} "

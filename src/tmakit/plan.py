@@ -209,6 +209,10 @@ class PipelinePlan:
     def __post_init__(self) -> None:
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
+        if self.sm_count < 1 or self.blocks_per_sm < 1:
+            raise TmaConfigError(
+                f"sm_count {self.sm_count} and blocks_per_sm {self.blocks_per_sm} must be >= 1"
+            )
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
         if self.stages < 1 or self.stages > self.max_stages:
@@ -301,10 +305,22 @@ class MulticastPlan:
     def __post_init__(self) -> None:
         if tuple(self.cluster) not in CLUSTER_SHAPES:
             raise TmaConfigError(f"cluster {self.cluster} is not one of {CLUSTER_SHAPES}")
-        if self.multicast and self.load.config.tile[0] % self.cluster_size:
+        if not self.multicast:
+            return
+        if self.load.rows_contiguous or len(self.load.config.shape) != 2:
+            raise TmaConfigError(
+                "multicast takes row-major 2-D tensors for now (tma_partition slices a column-major "
+                "tile along its columns, which tmakit's slice arithmetic does not describe)"
+            )
+        if self.load.config.tile[0] % self.cluster_size:
             raise TmaConfigError(
                 f"tile rows {self.load.config.tile[0]} do not split into {self.cluster_size} equal slices "
                 "(one per CTA of the cluster)"
+            )
+        if self.issued_bytes_per_cta % self.load.tile_alignment:
+            raise TmaConfigError(
+                f"each CTA's slice is {self.issued_bytes_per_cta} bytes; its shared destination must stay "
+                f"{self.load.tile_alignment}-byte aligned (use more tile rows)"
             )
 
     @property
@@ -315,6 +331,12 @@ class MulticastPlan:
     def grid(self) -> int:
         """CTAs launched: one cluster per strip of rows."""
         return self.load.grid * self.cluster_size
+
+    @property
+    def launch_grid(self) -> tuple[int, int, int]:
+        """The launch's grid: clusters side by side along x, so that (cx, cy, 1) clusters tile it
+        and a CTA's strip is its cluster's x index."""
+        return (self.load.grid * self.cluster[0], self.cluster[1], 1)
 
     @property
     def slice_rows(self) -> int:

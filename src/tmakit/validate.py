@@ -16,6 +16,7 @@ GLOBAL_BASE_ALIGN = 16  # bytes: the tensor's base address
 INNER_BOX_ALIGN = 16  # bytes: the box's innermost extent
 SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request on Hopper (sm_90)
 MBARRIER_BYTES = 8  # one 64-bit mbarrier
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, where the tile-load kernel puts the batch
 
 
 def check_load_config(config: LoadConfig) -> None:
@@ -63,6 +64,19 @@ def check_load_config(config: LoadConfig) -> None:
             "stride to be 1 (rows or columns contiguous)"
         )
     outer = [d for d in range(len(strides)) if d != contiguous]
+    for d in outer:
+        if strides[d] == 0 and config.shape[d] > 1:
+            raise TmaConfigError(
+                f"stride of dim {d} is 0 (a broadcast view); TMA loads real storage: "
+                "copy it with .contiguous() first"
+            )
+    batch = 1
+    for extent in config.shape[:-2]:
+        batch *= extent
+    if batch > MAX_GRID_Y:
+        raise TmaConfigError(
+            f"{batch} batch matrices; tmakit launches one grid row each, at most {MAX_GRID_Y}"
+        )
     check_global_strides(tuple(strides[d] * element.nbytes for d in outer), dims=tuple(outer))
 
     inner_extent = tile_cols if contiguous == len(strides) - 1 else tile_rows

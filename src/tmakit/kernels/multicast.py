@@ -57,7 +57,7 @@ class MulticastLoadKernel:
             ),
         )
         self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
-            grid=(multicast.grid, 1, 1),
+            grid=multicast.launch_grid,
             block=(plan.threads_per_block, 1, 1),
             cluster=(multicast.cluster[0], multicast.cluster[1], 1),
             smem=plan.smem_bytes,
@@ -75,9 +75,8 @@ class MulticastLoadKernel:
         plan, multicast = self.plan, self.multicast
         tile_rows, tile_cols = plan.config.tile
         thread, _, _ = cute.arch.thread_idx()
-        block, _, _ = cute.arch.block_idx()
         rank = cute.arch.block_idx_in_cluster()
-        row_block = block // multicast.cluster_size  # one cluster per strip
+        row_block, _, _ = cute.arch.cluster_idx()  # one cluster per strip
 
         smem = cutlass.memory.SmemAllocator()
         tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)

@@ -42,7 +42,10 @@ from .tma import (
 )
 
 CONSUMERS = ("none", "store", "rowsum", "copy")
-GUARD_SPINS = 1 << 20  # try_wait rounds before a guarded wait gives up: >= 0.1 s, far past any real wait
+# Polls before a guarded wait gives up. Non-blocking `test_wait` polls (a blocking try_wait may
+# suspend for a system-defined time each round, so a count of those bounds nothing): about 0.1-1 s,
+# far past any real wait for one tile.
+GUARD_SPINS = 1 << 22
 # One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
 # at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
 # producer soon times out too (nobody frees a stage) and would overwrite the root cause.
@@ -184,17 +187,19 @@ class PipelinedLoadKernel:
             done = failed
             spins = cutlass.Int32(0)
             while not done and spins < GUARD_SPINS:
-                done = cute.arch.mbarrier_try_wait(barrier, parity)
+                done = cute.arch.mbarrier_test_wait(barrier, parity)
                 spins += 1
             if not done:
                 failed = cutlass.Boolean(True)
                 record = role * GUARD_RECORD
-                guard[record] = 1
-                guard[record + 1] = block
-                guard[record + 2] = stage
-                guard[record + 3] = parity
-                guard[record + 4] = self.plan.expected_tx_bytes + self.expect_extra_bytes
-                guard[record + 5] = step
+                # The first thread to time out (of any block) claims the record; the rest leave it,
+                # so one report never mixes fields from different waits.
+                if cute.arch.atomic_add((guard.iterator + record).llvm_ptr, cutlass.Int32(1)) == 0:
+                    guard[record + 1] = block
+                    guard[record + 2] = stage
+                    guard[record + 3] = parity
+                    guard[record + 4] = self.plan.expected_tx_bytes + self.expect_extra_bytes
+                    guard[record + 5] = step
         return failed
 
     @cute.jit
@@ -292,9 +297,12 @@ class PipelinedLoadKernel:
                         cute.arch.cp_async_bulk_commit_group()
                         # The store has read the stage (its writes may be in flight): free to reuse.
                         cute.arch.cp_async_bulk_wait_group(0, read=True)
-            # Every lane's reads of the stage are done before the warp's one arrival frees it.
+            # Every lane's reads of the stage are done before the warp's one arrival frees it. A
+            # consumer whose guarded wait gave up frees nothing more: the producer then times out
+            # too and stops issuing, so the block never exits with loads still landing.
             cute.arch.sync_warp()
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(empty + stage)
+            if not failed:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive(empty + stage)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
