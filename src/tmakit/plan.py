@@ -14,8 +14,10 @@ from .errors import TmaConfigError
 from .validate import MBARRIER_BYTES, SMEM_PER_BLOCK, check_load_config
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+def ceil_div(a, b):
+    """Ceiling of a / b for a >= 0, b > 0; plain `//`, `+`, `-`, so it also runs on the DSL's
+    device integers (whose `//` truncates, which is the floor for non-negative operands)."""
+    return (a + b - 1) // b
 
 
 @dataclass(frozen=True)
@@ -248,21 +250,22 @@ class PipelinePlan:
             return min(self.load.total_tile_loads, self.sm_count * self.blocks_per_sm)
         return self.load.grid
 
-    def tiles_of_block(self, block: int) -> int:
+    # The next three run on the host and, traced, in the kernel (device integers): one source.
+    def tiles_of_block(self, block):
         """Tiles block `block` loads: its strip's, or every grid-th tile when persistent."""
         if self.persistent:
             return ceil_div(self.load.total_tile_loads - block, self.grid)
         return self.load.tiles_per_block
 
-    def tile_of(self, block: int, step: int) -> tuple[int, int, int]:
+    def tile_of(self, block, step):
         """(batch, row_block, column_tile) of the `step`-th tile block `block` loads."""
         load = self.load
         index = block + step * self.grid if self.persistent else block * load.tiles_per_block + step
-        strip, column_tile = divmod(index, load.tiles_per_block)
-        batch, row_block = divmod(strip, load.row_blocks)
-        return batch, row_block, column_tile
+        strip = index // load.tiles_per_block
+        batch = strip // load.row_blocks
+        return batch, strip - batch * load.row_blocks, index - strip * load.tiles_per_block
 
-    def stage_and_parity(self, step: int) -> tuple[int, int]:
+    def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
         stage's barrier completes once per trip round the ring, so the parity flips per trip."""
         stage, trip = step % self.stages, step // self.stages

@@ -155,27 +155,11 @@ class PipelinedLoadKernel:
         cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
 
-        if cutlass.const_expr(pipeline.persistent):
-            tiles = (plan.total_tile_loads - block + pipeline.grid - 1) // pipeline.grid
-        else:
-            tiles = cutlass.Int32(plan.tiles_per_block)
+        tiles = cutlass.Int32(pipeline.tiles_of_block(block))
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
         else:
             self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
-
-    @cute.jit
-    def tile_index(self, block, step):
-        """(batch, row_block, column_tile) of this block's `step`-th tile (`PipelinePlan.tile_of`)."""
-        plan, pipeline = self.plan, self.pipeline
-        if cutlass.const_expr(pipeline.persistent):
-            index = block + step * pipeline.grid
-        else:
-            index = block * plan.tiles_per_block + step
-        strip = index // plan.tiles_per_block
-        column_tile = index - strip * plan.tiles_per_block
-        batch = strip // plan.row_blocks
-        return batch, strip - batch * plan.row_blocks, column_tile
 
     @cute.jit
     def wait(self, barrier, parity, guard, block, stage, step, role: cutlass.Constexpr, failed):
@@ -208,17 +192,15 @@ class PipelinedLoadKernel:
         prefetching, also ask for the tile `prefetch_tiles` loads ahead to be brought into L2
         (no shared memory, no barrier: `cp.async.bulk.prefetch.tensor`)."""
         plan, pipeline = self.plan, self.pipeline
-        stages = pipeline.stages
         if cutlass.const_expr(pipeline.prefetch_descriptor):
             with cute.arch.elect_one():  # `prefetch.tensormap`: the map is fetched before its first use
                 cpasync.prefetch_descriptor(load_atom)
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
-            stage = step % stages
-            trip_parity = (step // stages) % 2
+            stage, trip_parity = pipeline.stage_and_parity(step)
             # Free when every consumer warp released it one trip ago (parity 1 on trip 0: free).
             failed = self.wait(empty + stage, trip_parity ^ 1, guard, block, stage, step, 0, failed)
-            batch, row_block, column_tile = self.tile_index(block, step)
+            batch, row_block, column_tile = self.pipeline.tile_of(block, step)
             global_part, shared_part = tma_load_views(
                 load_atom,
                 coordinate_view,
@@ -228,7 +210,7 @@ class PipelinedLoadKernel:
             )
             if cutlass.const_expr(pipeline.prefetch_tiles > 0):
                 if step + pipeline.prefetch_tiles < tiles:
-                    ahead_batch, ahead_row_block, ahead_column_tile = self.tile_index(
+                    ahead_batch, ahead_row_block, ahead_column_tile = self.pipeline.tile_of(
                         block, step + pipeline.prefetch_tiles
                     )
                     ahead_part, _ = tma_load_views(
@@ -261,13 +243,12 @@ class PipelinedLoadKernel:
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
-            stage = step % pipeline.stages
-            parity = (step // pipeline.stages) % 2
+            stage, parity = pipeline.stage_and_parity(step)
             if cutlass.const_expr(self.freeze_parity):
                 parity = 0
             failed = self.wait(full + stage, parity, guard, block, stage, step, 1, failed)
             tile = ring[None, None, stage]
-            batch, row_block, column_tile = self.tile_index(block, step)
+            batch, row_block, column_tile = self.pipeline.tile_of(block, step)
             if cutlass.const_expr(self.consumer == "store"):
                 out_tile = cute.local_tile(out_view, plan.config.tile, (row_block, column_tile, batch))
                 for row in cutlass.range(consumer, tile_rows, pipeline.consumer_warps, unroll=1):
