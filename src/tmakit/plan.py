@@ -342,6 +342,11 @@ class MulticastPlan:
         return (self.load.grid * self.cluster[0], self.cluster[1], 1)
 
     @property
+    def num_multicast(self) -> int:
+        """CTAs each TMA load lands in (1: the baseline, no multicast)."""
+        return self.cluster_size if self.multicast else 1
+
+    @property
     def slice_rows(self) -> int:
         """Rows of each tile one CTA issues (the whole tile without multicast)."""
         return self.load.config.tile[0] // self.cluster_size if self.multicast else self.load.config.tile[0]

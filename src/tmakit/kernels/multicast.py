@@ -19,7 +19,7 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import MulticastPlan
-from .tma import init_load_barrier, matrix_first_view, shared_tile_layout
+from .tma import init_load_barrier, matrix_first_view, padded_matrix_view, shared_tile_layout
 
 
 class MulticastLoadKernel:
@@ -46,16 +46,9 @@ class MulticastLoadKernel:
             matrix_first_view(src, 2),
             shared_layout,
             plan.config.tile,
-            num_multicast=multicast.cluster_size if multicast.multicast else 1,
+            num_multicast=multicast.num_multicast,
         )
-        padded_rows, padded_cols = plan.padded_shape
-        copies = cute.make_tensor(
-            out.iterator,
-            cute.make_layout(
-                (padded_rows, padded_cols, multicast.cluster_size),
-                stride=(padded_cols, 1, padded_rows * padded_cols),
-            ),
-        )
+        copies = padded_matrix_view(out, plan.padded_shape, multicast.cluster_size)  # one per CTA rank
         self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
             grid=multicast.launch_grid,
             block=(plan.threads_per_block, 1, 1),
