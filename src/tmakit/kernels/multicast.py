@@ -19,7 +19,13 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import MulticastPlan
-from .tma import init_load_barrier, matrix_first_view, padded_matrix_view, shared_tile_layout
+from .tma import (
+    allocate_tile_and_barrier,
+    init_load_barrier,
+    matrix_first_view,
+    padded_matrix_view,
+    shared_tile_layout,
+)
 
 
 class MulticastLoadKernel:
@@ -71,12 +77,7 @@ class MulticastLoadKernel:
         rank = cute.arch.block_idx_in_cluster()
         row_block, _, _ = cute.arch.cluster_idx()  # one cluster per strip
 
-        smem = cutlass.memory.SmemAllocator()
-        tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)
-        shared_tile = cute.make_tensor(
-            cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=self.element_type), shared_layout.outer
-        )
-        barrier = smem.allocate_array(cutlass.Int64, 1)
+        _, shared_tile, barrier = allocate_tile_and_barrier(plan, shared_layout, self.element_type)
         init_load_barrier(barrier)
         # Peers multicast into this CTA's barrier: its initialisation must be visible cluster-wide.
         cute.arch.cluster_arrive()

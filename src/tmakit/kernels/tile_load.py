@@ -21,6 +21,7 @@ from cutlass.cute.nvgpu import cpasync
 
 from ..plan import LoadPlan
 from .tma import (
+    allocate_tile_and_barrier,
     init_load_barrier,
     issue_tile_load,
     matrix_first_view,
@@ -91,14 +92,7 @@ class TileLoadKernel:
         thread, _, _ = cute.arch.thread_idx()
         row_block, batch, _ = cute.arch.block_idx()
 
-        # Allocation order is the plan's: the tile first, at offset 0 of the 1024-aligned dynamic
-        # shared memory, then the 8-byte barrier, so the launch requests exactly plan.smem_bytes.
-        smem = cutlass.memory.SmemAllocator()
-        tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)
-        shared_tile = cute.make_tensor(
-            cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=self.element_type), shared_layout.outer
-        )
-        barrier = smem.allocate_array(cutlass.Int64, 1)
+        tile_ptr, shared_tile, barrier = allocate_tile_and_barrier(plan, shared_layout, self.element_type)
         init_load_barrier(barrier)
 
         phase = cutlass.Int32(0)

@@ -78,6 +78,18 @@ def tma_load_views(
     return global_part, shared_part
 
 
+def allocate_tile_and_barrier(plan, shared_layout: cute.ComposedLayout, element_type):
+    """One shared tile and its barrier, in the plan's order: the tile first, at offset 0 of the
+    1024-aligned dynamic shared memory, then the 8-byte barrier, so the launch requests exactly
+    `plan.smem_bytes`. Returns (raw tile pointer, tile tensor through the swizzle, barrier)."""
+    smem = cutlass.memory.SmemAllocator()
+    tile_ptr = smem.allocate(plan.expected_tx_bytes, byte_alignment=plan.tile_alignment)
+    shared_tile = cute.make_tensor(
+        cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=element_type), shared_layout.outer
+    )
+    return tile_ptr, shared_tile, smem.allocate_array(cutlass.Int64, 1)
+
+
 @cute.jit
 def init_load_barrier(barrier: cute.Pointer):
     """One thread initialises the barrier for one arrival; the fence and block barrier make the
