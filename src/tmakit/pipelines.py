@@ -61,7 +61,7 @@ def raise_if_timed_out(guard: Any) -> None:
     """After the kernel: raise TmaHangError naming the wait the hang guard gave up on - the
     consumers' if they timed out (a full barrier that never completes is the root cause; the
     producer then waits for a stage nobody frees), else the producer's."""
-    from .kernels.pipeline import GUARD_RECORD
+    from .kernels.ring import GUARD_RECORD
 
     words = [int(v) for v in guard.cpu()]
     records = {"producer waiting for a free stage": words[:GUARD_RECORD],

@@ -1,13 +1,7 @@
 """Pipelined tile loads: an N-stage ring of shared tiles, a producer warp and consumer warps.
 
-Which barrier guards what:
-- `full[s]` (1 arrival + the tile's bytes): "stage s holds the tile the consumers wait for".
-  The producer arrives with expect_tx; TMA completes the bytes; consumers wait on it.
-- `empty[s]` (one arrival per consumer warp): "every consumer warp is done reading stage s".
-  Consumers arrive after their reads; the producer waits on it before the next load into s.
-Each barrier completes once per trip round the ring, so the parity a waiter names is the trip
-number mod 2 (`PipelinePlan.stage_and_parity`). The producer's first trip waits on the empty
-barriers with parity 1, which a fresh barrier reports as already complete: all stages start free.
+The ring's protocol (full/empty barriers, parities, the hang guard) is `kernels.ring.TileRing`;
+this module is what tmakit runs on top of it.
 
 Consumers:
 - "none": wait and release (load-only, for timing);
@@ -19,9 +13,7 @@ Consumers:
   commit + wait with read=True), and the kernel waits for the writes before it exits. The tile
   was written by TMA (the async proxy) and is read by TMA, so no proxy fence is needed.
 
-`hang_guard=True` bounds every wait: a wait that runs out records (block, stage, parity,
-expected bytes, role) in a small device buffer, and that thread skips its remaining waits so the
-kernel ends; the host then raises instead of hanging.
+`hang_guard=True` bounds every wait (see `TileRing`); the host then raises instead of hanging.
 """
 
 from __future__ import annotations
@@ -32,33 +24,17 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import PipelinePlan
-from .tma import (
-    issue_tile_load,
-    matrix_first_view,
-    padded_matrix_view,
-    shared_tile_layout,
-    tile_coordinate,
-    tma_load_views,
-)
+from .ring import GUARD_WORDS, TileRing
+from .tma import matrix_first_view, padded_matrix_view, tile_coordinate, tma_load_views
+
+__all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel"]
 
 CONSUMERS = ("none", "store", "rowsum", "copy")
-# Polls before a guarded wait gives up. Non-blocking `test_wait` polls (a blocking try_wait may
-# suspend for a system-defined time each round, so a count of those bounds nothing): about 0.1-1 s,
-# far past any real wait for one tile.
-GUARD_SPINS = 1 << 22
-# One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
-# at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
-# producer soon times out too (nobody frees a stage) and would overwrite the root cause.
-GUARD_RECORD = 8
-GUARD_WORDS = 2 * GUARD_RECORD
 
 
 class PipelinedLoadKernel:
-    """Host side in `__call__`, device side in `kernel`, roles in `produce` and `consume`.
-
-    Test-only knobs: `expect_extra_bytes` adds to the byte count the producer declares (too many
-    hangs; too few completes the phase early), `freeze_parity` makes consumers wait on parity 0
-    every trip (a missing phase flip)."""
+    """Host side in `__call__`, device side in `kernel`, roles in `produce` and `consume`; the
+    ring's protocol and the test-only knobs belong to `TileRing`."""
 
     def __init__(
         self,
@@ -73,10 +49,7 @@ class PipelinedLoadKernel:
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.consumer = consumer
-        self.hang_guard = hang_guard
-        self.expect_extra_bytes = expect_extra_bytes
-        self.freeze_parity = freeze_parity
-        self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
+        self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
@@ -84,13 +57,7 @@ class PipelinedLoadKernel:
         (batch, padded rows, column tiles); "copy": the destination, shape and strides of `src`;
         "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
         plan, pipeline = self.plan, self.pipeline
-        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
-        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(),
-            matrix_first_view(src, len(plan.config.shape)),
-            shared_layout,
-            plan.config.tile,
-        )
+        load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_atom = load_atom  # only the "copy" consumer stores; the others never use it
         if cutlass.const_expr(self.consumer == "copy"):
             store_atom, out_view = cpasync.make_tiled_tma_atom(
@@ -127,64 +94,17 @@ class PipelinedLoadKernel:
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
     ):
-        plan, pipeline = self.plan, self.pipeline
-        stages = pipeline.stages
+        pipeline = self.pipeline
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, _, _ = cute.arch.block_idx()
-
-        # Stages first, at offset 0 of the 1024-aligned dynamic shared memory, each
-        # `stage_bytes` apart (a multiple of the TMA alignment); then full[], then empty[].
-        smem = cutlass.memory.SmemAllocator()
-        ring_ptr = smem.allocate(stages * pipeline.stage_bytes, byte_alignment=plan.tile_alignment)
-        stage_elements = pipeline.stage_bytes // plan.config.element.nbytes
-        outer = shared_layout.outer
-        ring = cute.make_tensor(
-            cute.recast_ptr(ring_ptr, shared_layout.inner, dtype=self.element_type),
-            cute.make_layout((*outer.shape, stages), stride=(*outer.stride, stage_elements)),
-        )
-        full = smem.allocate_array(cutlass.Int64, stages)
-        empty = smem.allocate_array(cutlass.Int64, stages)
-
-        # Each barrier initialised exactly once per block: elect_one elects one thread *per warp*,
-        # so the election is inside the producer warp's branch.
-        if warp == 0:
-            with cute.arch.elect_one():
-                for stage in cutlass.range_constexpr(stages):
-                    cute.arch.mbarrier_init(full + stage, 1)
-                    cute.arch.mbarrier_init(empty + stage, pipeline.consumer_warps)
-        cute.arch.mbarrier_init_fence()
-        cute.arch.barrier()
+        ring, full, empty = self.ring.allocate(shared_layout)
+        self.ring.init_barriers(full, empty, warp)
 
         tiles = cutlass.Int32(pipeline.tiles_of_block(block))
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
         else:
             self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
-
-    @cute.jit
-    def wait(self, barrier, parity, guard, block, stage, step, role: cutlass.Constexpr, failed):
-        """mbarrier wait; with the hang guard, bounded, recording what timed out. Returns the
-        (possibly newly set) `failed` flag; a failed thread waits no more."""
-        if cutlass.const_expr(not self.hang_guard):
-            cute.arch.mbarrier_wait(barrier, parity)
-        else:
-            done = failed
-            spins = cutlass.Int32(0)
-            while not done and spins < GUARD_SPINS:
-                done = cute.arch.mbarrier_test_wait(barrier, parity)
-                spins += 1
-            if not done:
-                failed = cutlass.Boolean(True)
-                record = role * GUARD_RECORD
-                # The first thread to time out (of any block) claims the record; the rest leave it,
-                # so one report never mixes fields from different waits.
-                if cute.arch.atomic_add((guard.iterator + record).llvm_ptr, cutlass.Int32(1)) == 0:
-                    guard[record + 1] = block
-                    guard[record + 2] = stage
-                    guard[record + 3] = parity
-                    guard[record + 4] = self.plan.expected_tx_bytes + self.expect_extra_bytes
-                    guard[record + 5] = step
-        return failed
 
     @cute.jit
     def produce(self, load_atom, coordinate_view, ring, full, empty, guard, block, tiles):
@@ -197,9 +117,7 @@ class PipelinedLoadKernel:
                 cpasync.prefetch_descriptor(load_atom)
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
-            stage, trip_parity = pipeline.stage_and_parity(step)
-            # Free when every consumer warp released it one trip ago (parity 1 on trip 0: free).
-            failed = self.wait(empty + stage, trip_parity ^ 1, guard, block, stage, step, 0, failed)
+            stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
             batch, row_block, column_tile = self.pipeline.tile_of(block, step)
             global_part, shared_part = tma_load_views(
                 load_atom,
@@ -225,15 +143,7 @@ class PipelinedLoadKernel:
                     # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
                     with cute.arch.elect_one():
                         cute.prefetch(load_atom, ahead_part)
-            # After a guard timeout, issue nothing more: a block must not exit with loads in flight.
-            if not failed:
-                issue_tile_load(
-                    load_atom,
-                    global_part,
-                    shared_part,
-                    full + stage,
-                    plan.expected_tx_bytes + self.expect_extra_bytes,
-                )
+            self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
 
     @cute.jit
     def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
@@ -243,10 +153,7 @@ class PipelinedLoadKernel:
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
-            stage, parity = pipeline.stage_and_parity(step)
-            if cutlass.const_expr(self.freeze_parity):
-                parity = 0
-            failed = self.wait(full + stage, parity, guard, block, stage, step, 1, failed)
+            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             tile = ring[None, None, stage]
             batch, row_block, column_tile = self.pipeline.tile_of(block, step)
             if cutlass.const_expr(self.consumer == "store"):
@@ -278,12 +185,6 @@ class PipelinedLoadKernel:
                         cute.arch.cp_async_bulk_commit_group()
                         # The store has read the stage (its writes may be in flight): free to reuse.
                         cute.arch.cp_async_bulk_wait_group(0, read=True)
-            # Every lane's reads of the stage are done before the warp's one arrival frees it. A
-            # consumer whose guarded wait gave up frees nothing more: the producer then times out
-            # too and stops issuing, so the block never exits with loads still landing.
-            cute.arch.sync_warp()
-            if not failed:
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(empty + stage)
+            self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits

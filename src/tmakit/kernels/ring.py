@@ -1,0 +1,186 @@
+"""`TileRing`: an N-stage ring of shared-memory tiles filled by TMA, as a building block for your
+own CuTe DSL kernel. tmakit's pipelined kernels (`kernels.pipeline`) are written with it.
+
+Which barrier guards what:
+- `full[s]` (1 arrival + the tile's bytes): "stage s holds the tile the consumers wait for".
+  The producer arrives with expect_tx; TMA completes the bytes; consumers wait on it.
+- `empty[s]` (one arrival per consumer warp): "every consumer warp is done reading stage s".
+  Consumers arrive after their reads; the producer waits on it before the next load into s.
+Each barrier completes once per trip round the ring, so the parity a waiter names is the trip
+number mod 2 (`PipelinePlan.stage_and_parity`). The producer's first trip waits on the empty
+barriers with parity 1, which a fresh barrier reports as already complete: all stages start free.
+
+A user's view (warp 0 produces, the other warps consume; see the README):
+
+    ring = TileRing(PipelinePlan(LoadPlan(config), stages=4))            # host, in your @cute.jit
+    load_atom, coordinate_view, shared_layout = ring.make_load_atom(src)
+    ...launch(smem=ring.pipeline.smem_bytes, block=(ring.pipeline.threads_per_block, 1, 1), ...)
+
+    tiles, full, empty = ring.allocate(shared_layout)                    # in your @cute.kernel
+    ring.init_barriers(full, empty, warp)
+    failed = cutlass.Boolean(False)                                      # set only by the hang guard
+    # producer warp, per step:
+    stage, failed = ring.acquire_free(empty, step, failed)
+    global_part, shared_part = tma_load_views(load_atom, coordinate_view, tiles[None, None, stage],
+                                              tile, coord)
+    ring.load(load_atom, global_part, shared_part, full, stage, failed)
+    # consumer warps, per step:
+    stage, failed = ring.wait_full(full, step, failed)
+    ... read tiles[None, None, stage] ...
+    ring.release(empty, stage, failed)
+
+`hang_guard=True` bounds every wait (also pass `guard=`, a GUARD_WORDS int32 tensor, and `block=`): a wait
+that runs out records (block, stage, parity, expected bytes, step) and that thread waits no more,
+so the kernel ends and the host can raise instead of hanging.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from ..plan import PipelinePlan
+from .tma import issue_tile_load, matrix_first_view, shared_tile_layout
+
+# Polls before a guarded wait gives up. Non-blocking `test_wait` polls (a blocking try_wait may
+# suspend for a system-defined time each round, so a count of those bounds nothing): about 0.1-1 s,
+# far past any real wait for one tile.
+GUARD_SPINS = 1 << 22
+# One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
+# at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
+# producer soon times out too (nobody frees a stage) and would overwrite the root cause.
+GUARD_RECORD = 8
+GUARD_WORDS = 2 * GUARD_RECORD
+PRODUCER, CONSUMER = 0, 1
+
+
+class TileRing:
+    """The ring's host-side construction and device-side protocol for one `PipelinePlan`.
+
+    Test-only knobs: `expect_extra_bytes` adds to the byte count the producer declares (too many
+    hangs; too few completes the phase early), `freeze_parity` makes consumers wait on parity 0
+    every trip (a missing phase flip)."""
+
+    def __init__(
+        self,
+        pipeline: PipelinePlan,
+        hang_guard: bool = False,
+        expect_extra_bytes: int = 0,
+        freeze_parity: bool = False,
+    ):
+        self.pipeline = pipeline
+        self.plan = pipeline.load
+        self.hang_guard = hang_guard
+        self.expect_extra_bytes = expect_extra_bytes
+        self.freeze_parity = freeze_parity
+        self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
+
+    @property
+    def declared_bytes(self) -> int:
+        """What the producer declares per tile: the plan's expected bytes (plus a test's error)."""
+        return self.plan.expected_tx_bytes + self.expect_extra_bytes
+
+    # -- host ---------------------------------------------------------------------------------
+    def make_load_atom(self, src: cute.Tensor):
+        """(load atom, TMA coordinate tensor, shared tile layout) for `src`, inside a @cute.jit."""
+        plan = self.plan
+        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(),
+            matrix_first_view(src, len(plan.config.shape)),
+            shared_layout,
+            plan.config.tile,
+        )
+        return load_atom, coordinate_view, shared_layout
+
+    # -- device -------------------------------------------------------------------------------
+    def allocate(self, shared_layout: cute.ComposedLayout):
+        """(tiles, full, empty): the stages first, at offset 0 of the 1024-aligned dynamic shared
+        memory, each `stage_bytes` apart (a multiple of the TMA alignment); then full[], empty[].
+        `tiles[None, None, stage]` is one stage's tile."""
+        plan, pipeline = self.plan, self.pipeline
+        smem = cutlass.memory.SmemAllocator()
+        ring_ptr = smem.allocate(pipeline.stages * pipeline.stage_bytes, byte_alignment=plan.tile_alignment)
+        stage_elements = pipeline.stage_bytes // plan.config.element.nbytes
+        outer = shared_layout.outer
+        tiles = cute.make_tensor(
+            cute.recast_ptr(ring_ptr, shared_layout.inner, dtype=self.element_type),
+            cute.make_layout((*outer.shape, pipeline.stages), stride=(*outer.stride, stage_elements)),
+        )
+        full = smem.allocate_array(cutlass.Int64, pipeline.stages)
+        empty = smem.allocate_array(cutlass.Int64, pipeline.stages)
+        return tiles, full, empty
+
+    @cute.jit
+    def init_barriers(self, full: cute.Pointer, empty: cute.Pointer, warp):
+        """Each barrier initialised exactly once per block: elect_one elects one thread *per
+        warp*, so the election is inside warp 0's branch. Then the fence and a block barrier."""
+        pipeline = self.pipeline
+        if warp == 0:
+            with cute.arch.elect_one():
+                for stage in cutlass.range_constexpr(pipeline.stages):
+                    cute.arch.mbarrier_init(full + stage, 1)
+                    cute.arch.mbarrier_init(empty + stage, pipeline.consumer_warps)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.barrier()
+
+    @cute.jit
+    def wait(self, barrier, parity, guard, block, stage, step, role: cutlass.Constexpr, failed):
+        """mbarrier wait; with the hang guard, bounded, recording what timed out. Returns the
+        (possibly newly set) `failed` flag; a failed thread waits no more."""
+        if cutlass.const_expr(not self.hang_guard):
+            cute.arch.mbarrier_wait(barrier, parity)
+        else:
+            done = failed
+            spins = cutlass.Int32(0)
+            while not done and spins < GUARD_SPINS:
+                done = cute.arch.mbarrier_test_wait(barrier, parity)
+                spins += 1
+            if not done:
+                failed = cutlass.Boolean(True)
+                record = role * GUARD_RECORD
+                # The first thread to time out (of any block) claims the record; the rest leave it,
+                # so one report never mixes fields from different waits.
+                if cute.arch.atomic_add((guard.iterator + record).llvm_ptr, cutlass.Int32(1)) == 0:
+                    guard[record + 1] = block
+                    guard[record + 2] = stage
+                    guard[record + 3] = parity
+                    guard[record + 4] = self.declared_bytes
+                    guard[record + 5] = step
+        return failed
+
+    @cute.jit
+    def acquire_free(self, empty, step, failed, guard=None, block=0):
+        """Producer: the stage of the `step`-th load, once every consumer warp released it one
+        trip ago (parity 1 on trip 0: free). Returns (stage, failed)."""
+        stage, trip_parity = self.pipeline.stage_and_parity(step)
+        failed = self.wait(empty + stage, trip_parity ^ 1, guard, block, stage, step, PRODUCER, failed)
+        return stage, failed
+
+    @cute.jit
+    def load(self, load_atom, global_part, shared_part, full, stage, failed):
+        """Producer: declare the stage's bytes on its full barrier and start the TMA load. After a
+        guard timeout, issue nothing more: a block must not exit with loads in flight."""
+        if not failed:
+            issue_tile_load(load_atom, global_part, shared_part, full + stage, self.declared_bytes)
+
+    @cute.jit
+    def wait_full(self, full, step, failed, guard=None, block=0):
+        """Consumer: the stage of the `step`-th load, once its bytes have landed. Returns
+        (stage, failed)."""
+        stage, parity = self.pipeline.stage_and_parity(step)
+        if cutlass.const_expr(self.freeze_parity):
+            parity = 0
+        failed = self.wait(full + stage, parity, guard, block, stage, step, CONSUMER, failed)
+        return stage, failed
+
+    @cute.jit
+    def release(self, empty, stage, failed):
+        """Consumer warp: every lane's reads of the stage are done before the warp's one arrival
+        frees it. A consumer whose guarded wait gave up frees nothing more: the producer then
+        times out too and stops issuing, so the block never exits with loads still landing."""
+        cute.arch.sync_warp()
+        if not failed:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(empty + stage)
