@@ -16,12 +16,12 @@ demo: $(STAMP)
 	$(VENV)/bin/tmakit demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts examples
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts examples
+	$(VENV)/bin/ruff format --check src tests scripts examples
 
 # On a GPU machine with the DSL on PYTHONPATH (see docs/gpu.md): every GPU test + the demo.
 gpu-check:

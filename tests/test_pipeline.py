@@ -71,7 +71,6 @@ def test_hang_guard_bounds_every_wait_with_non_blocking_polls():
     assert "atom.add" in guarded or "red." in guarded  # the first timeout claims the record
 
 
-
 def test_prefetch_options_compile_to_the_prefetch_instructions():
     pipeline = PipelinePlan(LoadPlan(SEED), stages=1, prefetch_tiles=3, prefetch_descriptor=True)
     ptx = compile_pipelined_load(pipeline, "store", keep_ptx=True).ptx
@@ -125,3 +124,18 @@ def test_copy_consumer_stores_with_tma_from_one_thread():
     assert any(line.startswith("cp.async.bulk.wait_group \t0") for line in lines)  # writes done at exit
     before = lines[store[0] - 40 : store[0]]
     assert any(line.startswith("elect.sync") for line in before), "the store must be issued by one thread"
+
+
+def test_the_tile_ring_serves_a_users_own_kernel():
+    """examples/ring_rowmax.py: a row-max kernel written on TileRing compiles for sm_90a."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "ring_rowmax.py"
+    spec = importlib.util.spec_from_file_location("ring_rowmax", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ptx = example.compile_row_max().ptx
+    found = find_instructions(ptx)
+    assert found["mbarrier.init"].count == 2 * 4 and found["cp.async.bulk.tensor"].count == 1
+    assert "max.f32" in ptx and "mbarrier.arrive.shared" in ptx

@@ -10,24 +10,26 @@ Each barrier completes once per trip round the ring, so the parity a waiter name
 number mod 2 (`PipelinePlan.stage_and_parity`). The producer's first trip waits on the empty
 barriers with parity 1, which a fresh barrier reports as already complete: all stages start free.
 
-A user's view (warp 0 produces, the other warps consume; see the README):
+A user's view (warp 0 produces, the other warps consume; `examples/ring_rowmax.py` is a complete
+kernel). Keep the ring an attribute (`self.ring`): the DSL carries no plain Python object through
+a device loop.
 
-    ring = TileRing(PipelinePlan(LoadPlan(config), stages=4))            # host, in your @cute.jit
-    load_atom, coordinate_view, shared_layout = ring.make_load_atom(src)
-    ...launch(smem=ring.pipeline.smem_bytes, block=(ring.pipeline.threads_per_block, 1, 1), ...)
+    self.ring = TileRing(PipelinePlan(LoadPlan(config), stages=4))       # host
+    load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)   # in your @cute.jit
+    ...launch(smem=self.ring.pipeline.smem_bytes, block=(self.ring.pipeline.threads_per_block, 1, 1))
 
-    tiles, full, empty = ring.allocate(shared_layout)                    # in your @cute.kernel
-    ring.init_barriers(full, empty, warp)
+    tiles, full, empty = self.ring.allocate(shared_layout)               # in your @cute.kernel
+    self.ring.init_barriers(full, empty, warp)
     failed = cutlass.Boolean(False)                                      # set only by the hang guard
     # producer warp, per step:
-    stage, failed = ring.acquire_free(empty, step, failed)
+    stage, failed = self.ring.acquire_free(empty, step, failed)
     global_part, shared_part = tma_load_views(load_atom, coordinate_view, tiles[None, None, stage],
                                               tile, coord)
-    ring.load(load_atom, global_part, shared_part, full, stage, failed)
+    self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
     # consumer warps, per step:
-    stage, failed = ring.wait_full(full, step, failed)
+    stage, failed = self.ring.wait_full(full, step, failed)
     ... read tiles[None, None, stage] ...
-    ring.release(empty, stage, failed)
+    self.ring.release(empty, stage, failed)
 
 `hang_guard=True` bounds every wait (also pass `guard=`, a GUARD_WORDS int32 tensor, and `block=`): a wait
 that runs out records (block, stage, parity, expected bytes, step) and that thread waits no more,
