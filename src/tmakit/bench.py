@@ -360,7 +360,7 @@ def bench_pipelines(
 
     from . import gpu
     from .compile import to_cute_tensor
-    from .pipelines import compile_pipelined_load, new_guard, rowsum_shape, verify_pipelined_load
+    from .pipelines import compile_pipelined_load, new_guard, verify_pipelined_load
     from .plan import PipelinePlan
 
     config = plan.config
@@ -382,7 +382,7 @@ def bench_pipelines(
         )
         compiled = compile_pipelined_load(pipeline, variant.consumer)
         make_out = {
-            "rowsum": lambda s, p=pipeline: torch.empty(rowsum_shape(p), dtype=torch.float32, device="cuda"),
+            "rowsum": lambda s, p=pipeline: torch.empty(p.rowsum_shape, dtype=torch.float32, device="cuda"),
             "copy": lambda s: torch.empty_like(s),  # a destination per source: the copy writes it
         }.get(variant.consumer, lambda s: s)
         outs = [make_out(s) for s in sources]

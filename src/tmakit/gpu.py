@@ -104,32 +104,3 @@ def current_stream() -> Any:
     import torch
 
     return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-
-
-def graph_time_us(launch: Any, launches_per_graph: int = 20, replays: int = 30) -> list[float]:
-    """Device time per launch, one sample per graph replay: `launch()` captured
-    `launches_per_graph` times into a CUDA graph, each replay timed with events.
-
-    A compiled CuTe DSL call costs ~10 us of host time, as long as a small kernel, so timing
-    individual launches measures the host; graph replay leaves only device time."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        launch()  # warm-up outside the capture (first call loads the module)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(launches_per_graph):
-                launch()
-        graph.replay()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            graph.replay()
-            end.record(stream)
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0 / launches_per_graph)
-    return samples

@@ -105,11 +105,12 @@ def dump_shared_bytes(plan: LoadPlan) -> Any:
 def time_tile_load(plan: LoadPlan) -> list[float]:
     """Device time of the load-only kernel (microseconds per launch, one sample a graph replay)."""
     from . import gpu
+    from .bench import graph_samples_us
     from .compile import to_cute_tensor
 
     compiled = compile_tile_load(plan, consumer="none")
     src = to_cute_tensor(gpu.make_input_tensor(plan))
-    return gpu.graph_time_us(lambda: compiled(src, src, gpu.current_stream()))
+    return graph_samples_us([lambda: compiled(src, src, gpu.current_stream())], samples=30)
 
 
 def run_load_on_gpu(plan: LoadPlan) -> LoadRun:

@@ -35,18 +35,12 @@ def compile_pipelined_load(
     out = {
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
-        "rowsum": fake_tensor(DTYPES["fp32"], rowsum_shape(pipeline)),
+        "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
         "copy": src,  # the destination has the source's shape and strides
     }[consumer]
     kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
     return compile_kernel(kernel, src, out, guard, placeholder_stream(), keep_ptx=keep_ptx)
-
-
-def rowsum_shape(pipeline: PipelinePlan) -> tuple[int, ...]:
-    """(batch..., padded rows, column tiles): one fp32 partial sum per row of each tile."""
-    plan = pipeline.load
-    return (*plan.batch_shape, plan.padded_shape[-2], plan.tiles_per_block)
 
 
 def new_guard() -> Any:
@@ -86,7 +80,7 @@ def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs:
     plan = pipeline.load
     compiled = compile_pipelined_load(pipeline, consumer, **knobs)
     if consumer == "rowsum":
-        out = torch.full(rowsum_shape(pipeline), float("nan"), dtype=torch.float32, device="cuda")
+        out = torch.full(pipeline.rowsum_shape, float("nan"), dtype=torch.float32, device="cuda")
     elif consumer == "copy":
         bits = gpu.signed_view_dtype(plan.config.element)
         out = torch.empty_strided(plan.config.shape, plan.config.element_strides, dtype=bits, device="cuda")

@@ -265,6 +265,13 @@ class PipelinePlan:
         batch = strip // load.row_blocks
         return batch, strip - batch * load.row_blocks, index - strip * load.tiles_per_block
 
+    @property
+    def rowsum_shape(self) -> tuple[int, ...]:
+        """The row-sum consumer's output: (batch..., padded rows, column tiles), one fp32 partial
+        sum per row of each tile, added up on the host."""
+        load = self.load
+        return (*load.batch_shape, load.padded_shape[-2], load.tiles_per_block)
+
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
         stage's barrier completes once per trip round the ring, so the parity flips per trip."""

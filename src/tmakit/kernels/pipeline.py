@@ -67,14 +67,7 @@ class PipelinedLoadKernel:
                 plan.config.tile,
             )
         elif cutlass.const_expr(self.consumer == "rowsum"):
-            padded_rows = plan.padded_shape[-2]
-            out_view = cute.make_tensor(
-                out.iterator,
-                cute.make_layout(
-                    (padded_rows, plan.tiles_per_block, plan.batch_count),
-                    stride=(plan.tiles_per_block, 1, padded_rows * plan.tiles_per_block),
-                ),
-            )
+            out_view = padded_matrix_view(out, pipeline.rowsum_shape, plan.batch_count)
         else:
             out_view = padded_matrix_view(out, plan.padded_shape, plan.batch_count)
         self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout).launch(
