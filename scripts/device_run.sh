@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
-#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench check
+#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench check ncu
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -16,6 +16,7 @@ for step in "$@"; do
     pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copybench) timeout 280 python3 -m tmakit bench --kernel copy --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
+    ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do
         timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline 4,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
       done ;;

@@ -139,3 +139,41 @@ def test_the_tile_ring_serves_a_users_own_kernel():
     found = find_instructions(ptx)
     assert found["mbarrier.init"].count == 2 * 4 and found["cp.async.bulk.tensor"].count == 1
     assert "max.f32" in ptx and "mbarrier.arrive.shared" in ptx
+
+
+@pytest.mark.parametrize(
+    ("warps", "expected"),
+    [(1, (8, 32, 1, 32, 2)), (2, (8, 32, 1, 64, 1)), (4, (8, 32, 2, 64, 1)), (8, (8, 32, 4, 64, 1))],
+)
+def test_rowsum_mapping_covers_every_chunk_of_every_row_once(warps, expected):
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=4, consumer_warps=warps)
+    mapping = pipeline.rowsum_mapping
+    assert tuple(vars(mapping).values()) == expected
+    reads = []
+    for thread in range(32 * warps):
+        part = thread % mapping.threads_per_row
+        for slot in range(mapping.row_slots):
+            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            if row < 64:
+                reads += [
+                    (row, (part + mapping.threads_per_row * (j + row)) % mapping.chunks)
+                    for j in range(mapping.chunks // mapping.threads_per_row)
+                ]
+    assert sorted(reads) == [(row, chunk) for row in range(64) for chunk in range(32)]
+    # The 8 lanes of each 16-byte access phase, at each step, hit 8 different bank groups.
+    for step in range(mapping.chunks // mapping.threads_per_row):
+        for phase in range(0, 32, 8):
+            groups = set()
+            for thread in range(phase, phase + 8):
+                row, part = thread // mapping.threads_per_row, thread % mapping.threads_per_row
+                chunk = (part + mapping.threads_per_row * (step + row)) % mapping.chunks
+                groups.add((row * 512 // 16 + chunk) % 8)
+            assert len(groups) == 8
+
+
+def test_rowsum_reads_shared_memory_in_16_byte_vectors():
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=4, consumer_warps=4)
+    ptx = compile_pipelined_load(pipeline, "rowsum", keep_ptx=True).ptx
+    # 2 threads per 64-row tile row: 16 chunks of 8 fp16 each, fully unrolled.
+    assert ptx.count("ld.shared.v4") == 16
+    assert "red.relaxed.gpu.global.add.f32" in ptx

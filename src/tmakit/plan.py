@@ -193,6 +193,22 @@ H200_SMS = 132  # default for persistent grids; the GPU path passes the real cou
 
 
 @dataclass(frozen=True)
+class RowSumMapping:
+    """The row-sum consumer's split of a row-major tile: 16-byte chunks of `vector` elements,
+    `chunks` per row; `threads_per_row` adjacent lanes share a row (combined by shuffles), so
+    `rows_per_pass` rows are summed at once and each thread keeps `row_slots` fp32 accumulators.
+    Thread `part` of a row reads chunk (part + threads_per_row * (j + row)) mod chunks at step j:
+    the start rotates with the row, so the 8 lanes of a 16-byte access phase hit 8 different
+    bank groups although rows are a multiple of 128 bytes apart."""
+
+    vector: int
+    chunks: int
+    threads_per_row: int
+    rows_per_pass: int
+    row_slots: int
+
+
+@dataclass(frozen=True)
 class PipelinePlan:
     """A `LoadPlan` run as an N-stage ring: a producer warp keeps up to `stages` TMA loads in
     flight; `consumer_warps` warps wait on each stage's "full" barrier, use the tile and release
@@ -267,10 +283,24 @@ class PipelinePlan:
 
     @property
     def rowsum_shape(self) -> tuple[int, ...]:
-        """The row-sum consumer's output: (batch..., padded rows, column tiles), one fp32 partial
-        sum per row of each tile, added up on the host."""
+        """The row-sum consumer's output: (batch..., padded rows) fp32 row sums. The kernel adds
+        into it (atomically, once per row per strip of tiles a block reads): start from zeros."""
         load = self.load
-        return (*load.batch_shape, load.padded_shape[-2], load.tiles_per_block)
+        return (*load.batch_shape, load.padded_shape[-2])
+
+    @property
+    def rowsum_mapping(self) -> RowSumMapping:
+        """How the consumer threads split a row-major tile for the row sum (see RowSumMapping)."""
+        load = self.load
+        tile_rows, tile_cols = load.config.tile
+        vector = 16 // load.config.element.nbytes
+        chunks = tile_cols // vector
+        threads = 32 * self.consumer_warps
+        per_row = 1
+        while per_row * 2 * tile_rows <= threads and chunks % (per_row * 2) == 0 and per_row < 32:
+            per_row *= 2
+        rows_per_pass = threads // per_row
+        return RowSumMapping(vector, chunks, per_row, rows_per_pass, ceil_div(tile_rows, rows_per_pass))
 
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each

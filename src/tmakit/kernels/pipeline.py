@@ -67,7 +67,10 @@ class PipelinedLoadKernel:
                 plan.config.tile,
             )
         elif cutlass.const_expr(self.consumer == "rowsum"):
-            out_view = padded_matrix_view(out, pipeline.rowsum_shape, plan.batch_count)
+            padded_rows = pipeline.rowsum_shape[-1]
+            out_view = cute.make_tensor(
+                out.iterator, cute.make_layout((padded_rows, plan.batch_count), stride=(1, padded_rows))
+            )
         else:
             out_view = padded_matrix_view(out, plan.padded_shape, plan.batch_count)
         self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout).launch(
@@ -145,6 +148,10 @@ class PipelinedLoadKernel:
         tile_rows, tile_cols = plan.config.tile
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
+        if cutlass.const_expr(self.consumer == "rowsum"):
+            stage_rows = self.ring.physical_rows(ring)
+            sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
+            sums.fill(0.0)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             tile = ring[None, None, stage]
@@ -155,13 +162,14 @@ class PipelinedLoadKernel:
                     for col in cutlass.range(lane, tile_cols, 32):
                         out_tile[row, col] = tile[row, col]
             if cutlass.const_expr(self.consumer == "rowsum"):
-                for row in cutlass.range(consumer, tile_rows, pipeline.consumer_warps, unroll=1):
-                    partial = cutlass.Float32(0.0)
-                    for col in cutlass.range(lane, tile_cols, 32):
-                        partial += tile[row, col].to(cutlass.Float32)
-                    partial = cute.arch.warp_reduction(partial, lambda a, b: a + b)
-                    if lane == 0:
-                        out_view[row_block * tile_rows + row, column_tile, batch] = partial
+                if cutlass.const_expr(plan.rows_contiguous):
+                    self.add_column_major_rowsums(tile, out_view, row_block, batch, consumer, lane)
+                else:
+                    self.add_rowsums(stage_rows, stage, sums, consumer * 32 + lane)
+                    # Flush when the block's next tile starts another strip of rows (or at the end).
+                    next_batch, next_row_block, _ = self.pipeline.tile_of(block, step + 1)
+                    if step + 1 == tiles or next_row_block != row_block or next_batch != batch:
+                        self.flush_rowsums(sums, out_view, row_block, batch, consumer * 32 + lane)
             if cutlass.const_expr(self.consumer == "copy"):
                 if consumer == 0:  # one warp stores
                     destination_part, shared_part = tma_load_views(
@@ -181,3 +189,58 @@ class PipelinedLoadKernel:
             self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
+
+    @cute.jit
+    def add_rowsums(self, stage_rows, stage, sums, thread):
+        """Row sums of a row-major stage into this thread's fp32 accumulators: 16-byte shared
+        loads in the bank-conflict-free order of `RowSumMapping`. Rows are read as stored: with
+        a swizzle (one span wide) a row's chunks are permuted within the row, and a sum does not
+        mind the order."""
+        mapping = self.pipeline.rowsum_mapping
+        tile_rows = self.plan.config.tile[0]
+        part = thread % mapping.threads_per_row
+        for slot in cutlass.range_constexpr(mapping.row_slots):
+            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            if row < tile_rows:
+                total = cutlass.Float32(0.0)
+                for j in cutlass.range_constexpr(mapping.chunks // mapping.threads_per_row):
+                    chunk = (part + mapping.threads_per_row * (j + row)) % mapping.chunks
+                    values = stage_rows[row, chunk, None, stage].load().to(cutlass.Float32)
+                    total += values.reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                sums[slot] += total
+
+    @cute.jit
+    def flush_rowsums(self, sums, out_view, row_block, batch, thread):
+        """Combine the lanes that share a row, add each row's sum into the output, restart."""
+        mapping = self.pipeline.rowsum_mapping
+        tile_rows = self.plan.config.tile[0]
+        part = thread % mapping.threads_per_row
+        for slot in cutlass.range_constexpr(mapping.row_slots):
+            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            total = sums[slot]
+            width = mapping.threads_per_row // 2
+            while cutlass.const_expr(width > 0):
+                total += cute.arch.shuffle_sync_bfly(total, width)
+                width //= 2
+            if part == 0 and row < tile_rows:
+                self.add_to(out_view, row_block * tile_rows + row, batch, total)
+            sums[slot] = cutlass.Float32(0.0)
+
+    @cute.jit
+    def add_column_major_rowsums(self, tile, out_view, row_block, batch, consumer, lane):
+        """Rows are strided in a column-major tile: a warp per row, scalar reads, one atomic
+        add of each tile's partial row sum."""
+        tile_rows, tile_cols = self.plan.config.tile
+        for row in cutlass.range(consumer, tile_rows, self.pipeline.consumer_warps, unroll=1):
+            partial = cutlass.Float32(0.0)
+            for col in cutlass.range(lane, tile_cols, 32):
+                partial += tile[row, col].to(cutlass.Float32)
+            partial = cute.arch.warp_reduction(partial, lambda a, b: a + b)
+            if lane == 0:
+                self.add_to(out_view, row_block * tile_rows + row, batch, partial)
+
+    @cute.jit
+    def add_to(self, out_view, row, batch, value):
+        """out[row, batch] += value, atomically: blocks that share a strip add to the same rows."""
+        target = out_view.iterator + cute.crd2idx((row, batch), out_view.layout)
+        cute.arch.red(target, value, op="add", dtype="f32", sem="relaxed", scope="gpu")

@@ -114,6 +114,21 @@ class TileRing:
         empty = smem.allocate_array(cutlass.Int64, pipeline.stages)
         return tiles, full, empty
 
+    def physical_rows(self, tiles: cute.Tensor) -> cute.Tensor:
+        """The stages of a row-major ring as stored, (row, 16-byte chunk, element, stage), the
+        swizzle left out: for reads whose order within a row does not matter (a row sum). A
+        swizzled tile is one span wide, so the swizzle only permutes chunks within each row."""
+        plan, pipeline = self.plan, self.pipeline
+        tile_rows, tile_cols = plan.config.tile
+        mapping = pipeline.rowsum_mapping
+        return cute.make_tensor(
+            cute.recast_ptr(tiles.iterator, dtype=self.element_type),  # no swizzle: as stored
+            cute.make_layout(
+                (tile_rows, mapping.chunks, mapping.vector, pipeline.stages),
+                stride=(tile_cols, mapping.vector, 1, pipeline.stage_bytes // plan.config.element.nbytes),
+            ),
+        )
+
     @cute.jit
     def init_barriers(self, full: cute.Pointer, empty: cute.Pointer, warp):
         """Each barrier initialised exactly once per block: elect_one elects one thread *per

@@ -1,0 +1,148 @@
+"""Nsight Compute evidence for the pipeline and multicast issues, on the GPU machine.
+
+    python3 scripts/ncu_profile.py --out DIR            (driver: runs ncu on each case below)
+    python3 scripts/ncu_profile.py --target CASE N      (what ncu profiles: CASE launched N times)
+
+Cases: the seed shape's pipelined load (where the ~8.5 us floor comes from: DRAM throughput,
+achieved occupancy, warp stall reasons) and the multicast kernel per cluster shape beside its
+no-multicast baseline (L2-to-SM traffic). Raw ncu CSV per case lands in DIR, with a summary JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Sections for "where is the limit" (names as `ncu --list-sections` prints them).
+SECTIONS = ["SpeedOfLight", "Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis", "LaunchStats"]
+# Counters for the L2 -> SM traffic of TMA loads, tried together, then one by one if ncu refuses one.
+TRAFFIC_METRICS = [
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "lts__t_bytes.sum",
+    "lts__t_sectors_op_read.sum",
+    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "l1tex__m_xbar2l1tex_read_bytes.sum",
+    "lts__t_bytes_equiv_l1sectormiss_pipe_lsu_mem_global_op_ld.sum",
+    "smsp__inst_executed.sum",
+]
+
+
+def cases() -> dict[str, dict]:
+    seed = {"shape": [8448, 1792], "dtype": "fp16", "tile": [64, 256]}
+    out = {
+        "seed-pipeline-7st": {"kind": "pipeline", "config": seed, "stages": 7, "warps": 1},
+        "seed-pipeline-4st-f2t": {"kind": "pipeline", "config": seed, "stages": 4, "warps": 1, "prefetch": 2},
+        "seed-tile-load": {"kind": "tile_load", "config": seed},
+    }
+    for cluster in ((1, 2), (2, 1), (2, 2), (1, 4)):
+        for multicast in (True, False):
+            name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
+            out[name] = {
+                "kind": "multicast",
+                "config": seed,
+                "cluster": list(cluster),
+                "multicast": multicast,
+            }
+    return out
+
+
+def run_target(case: dict, launches: int) -> None:
+    import torch
+
+    from tmakit import gpu
+    from tmakit.compile import to_cute_tensor
+    from tmakit.config import LoadConfig
+    from tmakit.plan import LoadPlan, MulticastPlan, PipelinePlan
+
+    config = case["config"]
+    plan = LoadPlan(LoadConfig(tuple(config["shape"]), config["dtype"], tuple(config["tile"])))
+    src = gpu.make_input_tensor(plan)
+    stream = gpu.current_stream()
+    if case["kind"] == "pipeline":
+        from tmakit.pipelines import compile_pipelined_load, new_guard
+
+        pipeline = PipelinePlan(
+            plan, case["stages"], case["warps"], prefetch_tiles=case.get("prefetch", 0),
+            prefetch_descriptor=bool(case.get("prefetch")),
+        )  # fmt: skip
+        compiled = compile_pipelined_load(pipeline, "none")
+        args = (to_cute_tensor(src), to_cute_tensor(src), to_cute_tensor(new_guard()), stream)
+    elif case["kind"] == "tile_load":
+        from tmakit.loads import compile_tile_load
+
+        compiled = compile_tile_load(plan, consumer="none")
+        args = (to_cute_tensor(src), to_cute_tensor(src), stream)
+    else:
+        from tmakit.loads import compile_multicast_load
+
+        multicast = MulticastPlan(plan, tuple(case["cluster"]), case["multicast"])
+        copies = torch.empty((multicast.cluster_size, *plan.padded_shape), dtype=src.dtype, device="cuda")
+        compiled = compile_multicast_load(multicast)
+        args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
+    for _ in range(launches):
+        compiled(*args)
+    torch.cuda.synchronize()
+
+
+def ncu(arguments: list[str], name: str, launches: int) -> subprocess.CompletedProcess:
+    command = [
+        "ncu", "--clock-control", "none", "--csv", "-k", "regex:kernel_cutlass",
+        "--launch-skip", "1", "--launch-count", "3", *arguments,
+        sys.executable, __file__, "--target", name, str(launches),
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=240)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", nargs=2, metavar=("CASE", "LAUNCHES"))
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--only", default="", help="comma-separated case-name prefixes")
+    args = parser.parse_args()
+    if args.target:
+        run_target(cases()[args.target[0]], int(args.target[1]))
+        return 0
+
+    from tmakit.bench import device_context, parse_ncu_csv
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {
+        "what": "Nsight Compute profiles (ncu --clock-control none)",
+        **device_context(os.environ.get("TMAKIT_COMMIT")),
+    }
+    prefixes = [p for p in args.only.split(",") if p]
+    for name, case in cases().items():
+        if prefixes and not any(name.startswith(p) for p in prefixes):
+            continue
+        entry: dict = {"case": case}
+        if case["kind"] != "multicast":
+            sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name, 4)
+            (out / f"ncu-{name}-sections.csv").write_text(sections.stdout)
+            entry["sections_rc"] = sections.returncode
+            if sections.returncode:
+                entry["sections_error"] = sections.stderr[-1500:]
+        traffic = ncu(["--metrics", ",".join(TRAFFIC_METRICS)], name, 4)
+        if traffic.returncode == 0:
+            entry["metrics"] = parse_ncu_csv(traffic.stdout)
+        else:  # one unknown counter fails the whole run: take them one at a time
+            entry["metrics"], entry["metric_errors"] = {}, {}
+            for metric in TRAFFIC_METRICS:
+                single = ncu(["--metrics", metric], name, 4)
+                if single.returncode == 0:
+                    entry["metrics"].update(parse_ncu_csv(single.stdout))
+                else:
+                    entry["metric_errors"][metric] = single.stderr[-300:]
+        summary[name] = entry
+        print(name, json.dumps(entry.get("metrics", {}))[:400], flush=True)
+    (out / "ncu-profile.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
