@@ -1,6 +1,7 @@
 """What tmakit's kernels are compared with, in the same process and by the same timer:
-torch `copy_` (read + write), torch `sum` (read), and a Triton copy through TMA tensor
-descriptors when Triton is importable. Each returns one launch callable per rotated buffer."""
+torch `copy_` (read + write), torch `sum` (read), and, when Triton is importable, a Triton copy
+and a Triton fp32 row sum through TMA tensor descriptors. Each returns one launch callable per
+rotated buffer."""
 
 from __future__ import annotations
 
@@ -46,5 +47,38 @@ def triton_tma_copy_launches(sources: list[Any], tile: tuple[int, int]) -> list[
         out_desc = TensorDescriptor.from_tensor(destination, list(tile))
         launches.append(
             lambda i=in_desc, o=out_desc, g=grid: tma_copy[g](i, o, TILE_ROWS=tile[0], TILE_COLS=tile[1])
+        )
+    return launches
+
+
+def triton_tma_rowsum_launches(
+    sources: list[Any], block: tuple[int, int] = (64, 256)
+) -> list[Callable[[], Any]]:
+    """A Triton fp32 row sum through TMA descriptors: each program owns `block[0]` rows and walks
+    their columns `block[1]` at a time (2-D inputs)."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def tma_rowsum(in_desc, out, rows, cols, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        row = tl.program_id(0) * BLOCK_ROWS
+        total = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+        for col in range(0, cols, BLOCK_COLS):
+            total += tl.sum(in_desc.load([row, col]).to(tl.float32), axis=1)
+        offsets = row + tl.arange(0, BLOCK_ROWS)
+        tl.store(out + offsets, total, mask=offsets < rows)
+
+    launches = []
+    for source in sources:
+        rows, cols = source.shape
+        out = torch.empty(rows, dtype=torch.float32, device=source.device)
+        in_desc = TensorDescriptor.from_tensor(source, list(block))
+        grid = (triton.cdiv(rows, block[0]),)
+        launches.append(
+            lambda i=in_desc, o=out, r=rows, c=cols, g=grid: tma_rowsum[g](
+                i, o, r, c, BLOCK_ROWS=block[0], BLOCK_COLS=block[1]
+            )
         )
     return launches

@@ -414,17 +414,22 @@ def bench_pipelines(
             )  # fmt: skip
         )
     if any(v.consumer == "rowsum" for v in variants):
-        launches = [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]
-        rows.append(
-            BenchRow(
-                "torch row-sum fp32",
-                "sum",
-                tuple(config.shape),
-                config.dtype,
-                tensor_bytes,
-                graph_samples_us(launches, samples),
-            )  # fmt: skip
-        )
+        from .baselines import triton_available, triton_tma_rowsum_launches
+
+        baselines = {"torch row-sum fp32": [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]}
+        if triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32"):
+            baselines["triton TMA row-sum fp32"] = triton_tma_rowsum_launches(sources)
+        for name, launches in baselines.items():
+            rows.append(
+                BenchRow(
+                    name,
+                    "sum",
+                    tuple(config.shape),
+                    config.dtype,
+                    tensor_bytes,
+                    graph_samples_us(launches, samples),
+                )  # fmt: skip
+            )
     del sources
     torch.cuda.empty_cache()
     return rows
