@@ -15,7 +15,7 @@ for step in "$@"; do
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
     pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
-    copybench) timeout 280 python3 -m tmakit bench --kernel copy --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
+    copybench) timeout 280 python3 -m tmakit bench --kernel copy --pipeline 6pc,4c --shape "" --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
     rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 7,7x4r,4x4r,7x2r,4x8r,4x4pr --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
     floor) for shape in 8448x1792 64x256 1024x1792; do  # the seed shape beside tiny ones: the fixed cost
         timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline 7,4f2t,7t --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8

@@ -30,6 +30,14 @@ TRAFFIC_METRICS = [
     "lts__t_bytes_equiv_l1sectormiss_pipe_lsu_mem_global_op_ld.sum",
     "smsp__inst_executed.sum",
 ]
+# Why warps wait (cycles per issued instruction, by reason) and how busy DRAM and the SMs were.
+STALL_METRICS = [
+    "regex:smsp__average_warp_latency_issue_stalled_.*\\.ratio",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__cycles_active.avg",
+    "gpc__cycles_elapsed.max",
+]
 
 
 def cases() -> dict[str, dict]:
@@ -127,6 +135,12 @@ def main() -> int:
             entry["sections_rc"] = sections.returncode
             if sections.returncode:
                 entry["sections_error"] = sections.stderr[-1500:]
+            stalls = ncu(["--metrics", ",".join(STALL_METRICS)], name, 4)
+            (out / f"ncu-{name}-stalls.csv").write_text(stalls.stdout)
+            if stalls.returncode == 0:
+                entry["stalls"] = parse_ncu_csv(stalls.stdout)
+            else:
+                entry["stalls_error"] = stalls.stderr[-1500:]
         traffic = ncu(["--metrics", ",".join(TRAFFIC_METRICS)], name, 4)
         if traffic.returncode == 0:
             entry["metrics"] = parse_ncu_csv(traffic.stdout)

@@ -477,6 +477,8 @@ def measure_host_overhead() -> dict:
 NCU_UNIT_SCALE = {
     "ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
     "byte": 1.0, "B": 1.0, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9,
+    # counts and ratios, as they are
+    "%": 1.0, "cycle": 1.0, "warp": 1.0, "inst": 1.0, "sector": 1.0, "request": 1.0, "block": 1.0,
 }  # fmt: skip
 
 
@@ -489,6 +491,8 @@ def parse_ncu_csv(text: str) -> dict[str, list[float]]:
     lines = [line for line in text.splitlines() if line.startswith('"')]
     values: dict[str, list[float]] = {}
     for record in csv.DictReader(io.StringIO("\n".join(lines))):
+        if record["Metric Value"] in ("n/a", ""):  # a counter this kernel never touched
+            continue
         unit = record.get("Metric Unit", "")
         if unit and unit not in NCU_UNIT_SCALE:
             raise ValueError(f"unknown Nsight Compute unit {unit!r} for {record['Metric Name']}")
