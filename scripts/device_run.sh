@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
-#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench check ncu
+#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench rowbench floor clusterbench check ncu
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -13,12 +13,15 @@ for step in "$@"; do
     tests) timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
     sweep) timeout 300 python3 -m tmakit verify --sweep 200 --seed 2026 --timeout 60 --json "$OUT/sweep.json" 2>&1 | grep -v "━" | tail -15 ;;
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
-    pipebench) timeout 260 python3 -m tmakit bench --sizes 1024 --pipeline 2,4,7,4p,7p,4x2p,4x4r,4x4pr --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
+    pipebench) timeout 260 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 4,7,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copybench) timeout 280 python3 -m tmakit bench --kernel copy --pipeline 6pc,4c --shape "" --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
     rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 7,7x4r,4x4r,7x2r,4x8r,4x4pr --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
     floor) for shape in 8448x1792 64x256 1024x1792; do  # the seed shape beside tiny ones: the fixed cost
         timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline 7,4f2t,7t --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8
+      done ;;
+    clusterbench) for cluster in 1x2 2x1 2x2 1x4; do
+        timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
       done ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do

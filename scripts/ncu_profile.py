@@ -55,6 +55,7 @@ def cases() -> dict[str, dict]:
                 "config": seed,
                 "cluster": list(cluster),
                 "multicast": multicast,
+                "stages": 4,  # the ring, consumers only wait and release: the loads alone
             }
     return out
 
@@ -88,9 +89,9 @@ def run_target(case: dict, launches: int) -> None:
     else:
         from tmakit.loads import compile_multicast_load
 
-        multicast = MulticastPlan(plan, tuple(case["cluster"]), case["multicast"])
+        multicast = MulticastPlan(plan, tuple(case["cluster"]), case["multicast"], stages=case["stages"])
         copies = torch.empty((multicast.cluster_size, *plan.padded_shape), dtype=src.dtype, device="cuda")
-        compiled = compile_multicast_load(multicast)
+        compiled = compile_multicast_load(multicast, store=False)
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
     for _ in range(launches):
         compiled(*args)

@@ -91,7 +91,7 @@ def test_ncu_csv_units_are_normalised():
     assert values["gpu__time_duration.sum"] == [pytest.approx(10.672)]
     assert values["dram__bytes_read.sum"] == [pytest.approx(30.28e6)]
     with pytest.raises(ValueError, match="unknown Nsight Compute unit"):
-        bench.parse_ncu_csv(text.replace('"ns"', '"furlong"'))
+        bench.parse_ncu_csv(text.replace('"ns"', '"fortnight-second"'))
 
 
 def test_pipeline_variants_parse():

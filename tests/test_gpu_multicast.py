@@ -1,5 +1,5 @@
-"""Multicast on the device: every CTA of every cluster holds every complete tile (written, not
-yet run on a GPU: the device time of the session that wrote it ran out)."""
+"""Multicast on the device: every CTA of every cluster holds every complete tile (the single-tile
+kernel passed on the H200 on 2026-12-02, gpu-check-9cbc5e1)."""
 
 import pytest
 
@@ -18,5 +18,25 @@ def test_every_cta_receives_every_tile(config, cluster, multicast):
     from tmakit.loads import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast))
+    for rank, verdict in enumerate(verdicts):
+        assert verdict.ok, f"CTA {rank} of the cluster: {verdict}"
+
+
+@pytest.mark.parametrize("multicast", [True, False], ids=["multicast", "baseline"])
+@pytest.mark.parametrize("cluster", CLUSTER_SHAPES)
+@pytest.mark.parametrize(
+    "config, stages",
+    [
+        (LoadConfig((512, 8192)), 2),
+        (LoadConfig((512, 8192)), 4),
+        (LoadConfig((1000, 3000), "bf16", (64, 64), 128), 3),
+    ],
+    ids=["32-tiles-2st", "32-tiles-4st", "partial-swizzled-47-tiles-3st"],
+)
+def test_pipelined_multicast_every_cta_receives_every_tile(config, stages, cluster, multicast):
+    """Many tiles per CTA through a ring: a stage is reused only once every CTA released it."""
+    from tmakit.loads import verify_multicast_load
+
+    verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages))
     for rank, verdict in enumerate(verdicts):
         assert verdict.ok, f"CTA {rank} of the cluster: {verdict}"

@@ -1,5 +1,7 @@
 """Multicast on the CPU: the plan's slices and the compiled PTX for every cluster shape."""
 
+import re
+
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
@@ -54,3 +56,27 @@ def test_column_major_and_misaligned_slices_are_refused():
         MulticastPlan(LoadPlan(LoadConfig((512, 512), "fp16", (64, 64), 128, "col")), (2, 2))
     with pytest.raises(TmaConfigError, match="slice is 16 bytes; its shared destination must stay 128-byte"):
         MulticastPlan(LoadPlan(LoadConfig((64, 64), "fp32", (4, 4))), (1, 4))
+
+
+@pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
+def test_pipelined_multicast_frees_a_stage_in_every_cta(cluster):
+    """The ring's release arrives on the empty barrier of every CTA (mapa + a cluster-scoped
+    arrive per peer), and each empty barrier expects every CTA's consumer warp."""
+
+    multicast = MulticastPlan(LoadPlan(SEED), cluster, stages=4)
+    ptx = compile_multicast_load(multicast, keep_ptx=True).ptx
+    size = multicast.cluster_size
+    assert ptx.count("multicast::cluster") == 1
+    assert ptx.count("mapa") == size
+    assert len(re.findall(r"mbarrier\.arrive[^;]*cluster", ptx)) == size
+    assert "barrier.cluster.arrive" in ptx and "barrier.cluster.wait" in ptx
+    assert f"empty barrier: {size} arrival(s)" in multicast.summary()
+    baseline = compile_multicast_load(
+        MulticastPlan(LoadPlan(SEED), cluster, False, stages=4), keep_ptx=True
+    ).ptx
+    assert "mapa" not in baseline and "multicast::cluster" not in baseline
+
+
+def test_multicast_ring_stage_count_is_checked():
+    with pytest.raises(TmaConfigError, match="8 stages"):
+        MulticastPlan(LoadPlan(SEED), (1, 2), stages=8)

@@ -1,5 +1,7 @@
 """The N-stage ring on the CPU: plan arithmetic, schedule replay, compiled PTX."""
 
+import re
+
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
@@ -177,3 +179,12 @@ def test_rowsum_reads_shared_memory_in_16_byte_vectors():
     # 2 threads per 64-row tile row: 16 chunks of 8 fp16 each, fully unrolled.
     assert ptx.count("ld.shared.v4") == 16
     assert "red.relaxed.gpu.global.add.f32" in ptx
+
+
+def test_copy_keeps_two_stores_in_flight_and_waits_for_every_write():
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=4, persistent=True)
+    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx  # the TMA store
+    waits = [" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)]
+    assert "cp.async.bulk.wait_group.read 1" in waits  # all but the newest store have read their stage
+    assert "cp.async.bulk.wait_group 0" in waits  # every write done before the block exits

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from .bench import MIN_SAMPLES
 from .config import SEED, LoadConfig, dtype_named, parse_extents
@@ -79,11 +80,24 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         ok = True
         for multicast in (True, False):
-            plan = MulticastPlan(_plan_from(args), parse_extents(args.cluster, "cluster"), multicast)
+            cluster = parse_extents(args.cluster, "cluster")
+            plan = MulticastPlan(_plan_from(args), cluster, multicast, stages=args.stages)
             for rank, verdict in enumerate(verify_multicast_load(plan)):
                 ok &= verdict.ok
                 print(f"{'multicast' if multicast else 'baseline '} CTA {rank}: {verdict}")
         return 0 if ok else 1
+    if args.prefetch or args.stages > 1:  # the pipelined load, store-back verified, guarded
+        from .pipelines import verify_pipelined_load
+        from .plan import PipelinePlan
+
+        pipeline = PipelinePlan(
+            _plan_from(args), stages=max(args.stages, 1), prefetch_tiles=args.prefetch,
+            prefetch_descriptor=args.prefetch > 0,
+        )  # fmt: skip
+        print(pipeline.summary())
+        verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
+        print(verdict)
+        return 0 if verdict.ok else 1
     configs = sweep_configs(args.sweep, args.seed) if args.sweep else [_plan_from(args).config]
     from rich.console import Console
     from rich.progress import Progress
@@ -192,9 +206,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for plan in plans:
             rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
             pipeline_variants = (args.pipeline + (",4pc" if args.kernel == "copy" else "")).strip(",")
+            if args.prefetch and not pipeline_variants:
+                pipeline_variants = "4,7"
             if pipeline_variants:
                 variants = bench.parse_variants(pipeline_variants)
+                if args.prefetch:  # each variant beside itself with tile + descriptor prefetch
+                    variants += [
+                        replace(v, prefetch_tiles=args.prefetch, prefetch_descriptor=True)
+                        for v in variants
+                        if not v.prefetch_tiles
+                    ]
                 rows += bench.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
+            if args.cluster:
+                cluster = parse_extents(args.cluster, "cluster")
+                rows += bench.bench_multicast(
+                    plan, cluster, args.stages, context["l2_bytes"], args.hot_l2, args.samples
+                )
             progress.advance(task)
     context["host_launch"] = bench.measure_host_overhead()
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
@@ -240,6 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     verify_cmd.add_argument("--seed", type=int, default=0, help="random seed of the sweep")
     verify_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
     verify_cmd.add_argument("--json", help="write the report here")
+    verify_cmd.add_argument(
+        "--stages", type=int, default=1, help="> 1: verify the N-stage pipelined load (or multicast ring)"
+    )
+    verify_cmd.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="pipelined load prefetching N tiles ahead into L2 (+ descriptor)",
+    )
     verify_cmd.set_defaults(run=_cmd_verify)
     explain_cmd = commands.add_parser(
         "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
@@ -276,6 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel", choices=("load", "copy"), default="load", help="copy: also time tmakit's TMA copy (4pc)"
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
+    bench_cmd.add_argument(
+        "--cluster", help="also time multicast loads against the same cluster without: 1x2, 2x1, 2x2, 1x4"
+    )
+    bench_cmd.add_argument(
+        "--stages", type=int, default=4, help="ring stages per CTA for --cluster (default 4)"
+    )
+    bench_cmd.add_argument(
+        "--prefetch", type=int, default=0, help="also time each --pipeline variant prefetching N tiles ahead"
+    )
     bench_cmd.add_argument(
         "--ncu", action="store_true", help="cross-check the first shape with Nsight Compute"
     )

@@ -134,16 +134,22 @@ def check_on_gpu(config: Any) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def compile_multicast_load(multicast: Any, keep_ptx: bool = False) -> CompiledKernel:
-    """Compile the cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline."""
-    from .kernels.multicast import MulticastLoadKernel
+def compile_multicast_load(multicast: Any, keep_ptx: bool = False, store: bool = True) -> CompiledKernel:
+    """Compile the cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
+    single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
+    ring's consumers only wait and release, for timing)."""
+    from .kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
 
     plan = multicast.load
     src = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
     copies = fake_tensor(plan.config.element, (multicast.cluster_size, *plan.padded_shape))
-    return compile_kernel(
-        MulticastLoadKernel(multicast), src, copies, placeholder_stream(), keep_ptx=keep_ptx
-    )
+    if multicast.stages > 1:
+        kernel = PipelinedMulticastKernel(multicast, store)
+    elif not store:
+        raise ValueError("the single-tile multicast kernel always stores (use stages > 1 for load-only)")
+    else:
+        kernel = MulticastLoadKernel(multicast)
+    return compile_kernel(kernel, src, copies, placeholder_stream(), keep_ptx=keep_ptx)
 
 
 def verify_multicast_load(multicast: Any) -> list[verify.Verdict]:

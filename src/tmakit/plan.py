@@ -336,15 +336,19 @@ class MulticastPlan:
     GEMM read the same operand tiles): each cluster walks one strip of rows; each CTA issues only
     its slice of every tile and multicasts it to all CTAs of the cluster, so every CTA's barrier
     expects the whole tile's bytes. `multicast=False` is the baseline: the same CTAs, each loading
-    the whole tile itself."""
+    the whole tile itself. `stages` > 1 runs each CTA as an N-stage ring (`pipeline`): a producer
+    warp and a consumer warp, a stage reused only once every CTA's consumer released it."""
 
     load: LoadPlan
     cluster: tuple[int, int] = (1, 2)
     multicast: bool = True
+    stages: int = 1
 
     def __post_init__(self) -> None:
         if tuple(self.cluster) not in CLUSTER_SHAPES:
             raise TmaConfigError(f"cluster {self.cluster} is not one of {CLUSTER_SHAPES}")
+        if self.stages > 1:
+            self.pipeline  # noqa: B018 - validates the stage count
         if not self.multicast:
             return
         if self.load.rows_contiguous or len(self.load.config.shape) != 2:
@@ -366,6 +370,12 @@ class MulticastPlan:
     @property
     def cluster_size(self) -> int:
         return self.cluster[0] * self.cluster[1]
+
+    @property
+    def pipeline(self) -> PipelinePlan:
+        """Each CTA's ring when `stages` > 1: one producer warp, one consumer warp; the tile
+        order is the strip's (the block index the ring's arithmetic sees is the cluster's)."""
+        return PipelinePlan(self.load, stages=self.stages, consumer_warps=1)
 
     @property
     def grid(self) -> int:
@@ -422,4 +432,11 @@ class MulticastPlan:
                 )
         else:
             rows.append("no multicast      every CTA loads the whole tile itself (the baseline)")
+        if self.stages > 1:
+            peers = self.num_multicast
+            rows.append(
+                f"ring              {self.stages} stages per CTA; a stage is reused once the consumer warps "
+                f"of {'all ' + str(peers) + ' CTAs' if peers > 1 else 'this CTA'} released it "
+                f"(empty barrier: {peers} arrival(s))"
+            )
         return "\n".join(rows)

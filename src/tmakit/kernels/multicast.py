@@ -19,6 +19,7 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import MulticastPlan
+from .ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
     init_load_barrier,
@@ -119,5 +120,98 @@ class MulticastLoadKernel:
                 col = index - row * tile_cols
                 out_tile[row, col] = shared_tile[row, col]
             # No CTA multicasts the next tile into a peer still reading this one.
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+
+
+class PipelinedMulticastKernel:
+    """Multicast through an N-stage ring per CTA (`TileRing` with multicast peers): warp 0 of
+    each CTA waits until a stage is free in *every* CTA of the cluster (its empty barrier counts
+    the consumers of all of them), then multicasts its slice of the next tile into that stage of
+    every CTA; warp 1 waits on its own full barrier, stores the tile to its CTA's copy of the
+    padded scratch and releases the stage in every CTA (remote arrivals). Output as
+    `MulticastLoadKernel`'s; with `store=False` the consumer only waits and releases (for timing
+    the loads alone)."""
+
+    def __init__(self, multicast: MulticastPlan, store: bool = True):
+        if len(multicast.load.config.shape) != 2:
+            raise ValueError("multicast loads take 2-D tensors")
+        if multicast.stages < 2:
+            raise ValueError("the pipelined multicast kernel wants 2 or more stages")
+        self.multicast = multicast
+        self.plan = multicast.load
+        self.pipeline = multicast.pipeline
+        self.ring = TileRing(self.pipeline, multicast_peers=multicast.num_multicast)
+        self.store = store
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
+        plan, multicast = self.plan, self.multicast
+        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+        if cutlass.const_expr(multicast.multicast):
+            op = cpasync.CopyBulkTensorTileG2SMulticastOp()
+        else:
+            op = cpasync.CopyBulkTensorTileG2SOp()
+        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+            op,
+            matrix_first_view(src, 2),
+            shared_layout,
+            plan.config.tile,
+            num_multicast=multicast.num_multicast,
+        )
+        copies = padded_matrix_view(out, plan.padded_shape, multicast.cluster_size)
+        self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
+            grid=multicast.launch_grid,
+            block=(self.pipeline.threads_per_block, 1, 1),
+            cluster=(multicast.cluster[0], multicast.cluster[1], 1),
+            smem=self.pipeline.smem_bytes,
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        load_atom: cute.CopyAtom,
+        coordinate_view: cute.Tensor,
+        copies: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+    ):
+        plan, multicast = self.plan, self.multicast
+        tile_rows, tile_cols = plan.config.tile
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = cute.arch.lane_idx()
+        rank = cute.arch.block_idx_in_cluster()
+        strip, _, _ = cute.arch.cluster_idx()
+        ring, full, empty = self.ring.allocate(shared_layout)
+        self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
+
+        failed = cutlass.Boolean(False)  # no hang guard here: never set
+        mask = cutlass.Int16(multicast.multicast_mask)
+        for step in cutlass.range(plan.tiles_per_block, unroll=1):
+            if warp == 0:
+                stage, failed = self.ring.acquire_free(empty, step, failed)
+                tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, (strip, step))
+                shared_part, global_part = cpasync.tma_partition(
+                    load_atom,
+                    rank if cutlass.const_expr(multicast.multicast) else 0,
+                    cute.make_layout(multicast.num_multicast),
+                    cute.group_modes(ring[None, None, stage], 0, 2),
+                    cute.group_modes(tile_coordinates, 0, 2),
+                )
+                if cutlass.const_expr(multicast.multicast):
+                    self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
+                else:
+                    self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
+            else:
+                stage, failed = self.ring.wait_full(full, step, failed)
+                if cutlass.const_expr(self.store):
+                    tile = ring[None, None, stage]
+                    out_tile = cute.local_tile(copies, plan.config.tile, (strip, step, rank))
+                    for row in cutlass.range(tile_rows, unroll=1):
+                        for col in cutlass.range(lane, tile_cols, 32):
+                            out_tile[row, col] = tile[row, col]
+                self.ring.release(empty, stage, failed)
+        # No CTA exits while a peer may still multicast into it or arrive on its barriers.
+        if cutlass.const_expr(multicast.num_multicast > 1):
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()

@@ -9,8 +9,9 @@ Consumers:
 - "rowsum": per row of each tile, the fp32 sum of its elements, written as (rows, column tiles)
   partial sums that the host adds up;
 - "copy": a TMA store of the stage to the same tile of a destination tensor (shared to global,
-  `CopyBulkTensorTileS2GOp`); the stage is released once the store has *read* it (bulk-group
-  commit + wait with read=True), and the kernel waits for the writes before it exits. The tile
+  `CopyBulkTensorTileS2GOp`); two stores stay in flight, a stage being released once its store
+  has *read* it (bulk-group commit + wait with read=True, one step late), and the kernel waits
+  for the writes before it exits. The tile
   was written by TMA (the async proxy) and is read by TMA, so no proxy fence is needed.
 
 `hang_guard=True` bounds every wait (see `TileRing`); the host then raises instead of hanging.
@@ -50,6 +51,9 @@ class PipelinedLoadKernel:
         self.plan = pipeline.load
         self.consumer = consumer
         self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        # "copy": two TMA stores in flight (a stage is released one step late, once its store has
+        # read it); one with a single stage, which must be free before the next load can land.
+        self.stores_in_flight = 2 if pipeline.stages > 1 else 1
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
@@ -184,11 +188,20 @@ class PipelinedLoadKernel:
                     with cute.arch.elect_one():
                         cute.copy(store_atom, shared_part, destination_part)
                         cute.arch.cp_async_bulk_commit_group()
-                        # The store has read the stage (its writes may be in flight): free to reuse.
-                        cute.arch.cp_async_bulk_wait_group(0, read=True)
-            self.ring.release(empty, stage, failed)
+                        # Every store but the newest has read its stage (writes may be in flight).
+                        cute.arch.cp_async_bulk_wait_group(self.stores_in_flight - 1, read=True)
+                if cutlass.const_expr(self.stores_in_flight > 1):
+                    if step > 0:  # so the previous step's stage is free to reuse
+                        self.ring.release(empty, (step - 1) % pipeline.stages, failed)
+                else:
+                    self.ring.release(empty, stage, failed)
+            else:
+                self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
+            if cutlass.const_expr(self.stores_in_flight > 1):
+                if tiles > 0:
+                    self.ring.release(empty, (tiles - 1) % pipeline.stages, failed)
 
     @cute.jit
     def add_rowsums(self, stage_rows, stage, sums, thread):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass._mlir.dialects import nvvm
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import PipelinePlan
@@ -60,9 +61,14 @@ PRODUCER, CONSUMER = 0, 1
 class TileRing:
     """The ring's host-side construction and device-side protocol for one `PipelinePlan`.
 
+    `multicast_peers` > 1: the ring of one CTA in a cluster whose producers multicast every slice
+    into every CTA's stage (`kernels.multicast`). A stage is then free only when the consumers of
+    *every* CTA released it: each CTA's empty barrier expects consumer_warps x peers arrivals and
+    a consumer warp releases a stage by arriving on that barrier in every CTA of the cluster.
+
     Test-only knobs: `expect_extra_bytes` adds to the byte count the producer declares (too many
-    hangs; too few completes the phase early), `freeze_parity` makes consumers wait on parity 0
-    every trip (a missing phase flip)."""
+    hangs; too few completes the phase early or, as seen on the H200, hangs too), `freeze_parity`
+    makes consumers wait on parity 0 every trip (a missing phase flip)."""
 
     def __init__(
         self,
@@ -70,12 +76,14 @@ class TileRing:
         hang_guard: bool = False,
         expect_extra_bytes: int = 0,
         freeze_parity: bool = False,
+        multicast_peers: int = 1,
     ):
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.hang_guard = hang_guard
         self.expect_extra_bytes = expect_extra_bytes
         self.freeze_parity = freeze_parity
+        self.multicast_peers = multicast_peers
         self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
 
     @property
@@ -132,15 +140,20 @@ class TileRing:
     @cute.jit
     def init_barriers(self, full: cute.Pointer, empty: cute.Pointer, warp):
         """Each barrier initialised exactly once per block: elect_one elects one thread *per
-        warp*, so the election is inside warp 0's branch. Then the fence and a block barrier."""
+        warp*, so the election is inside warp 0's branch. Then the fence and a block barrier - a
+        cluster barrier with multicast peers, whose loads and arrivals target these barriers."""
         pipeline = self.pipeline
         if warp == 0:
             with cute.arch.elect_one():
                 for stage in cutlass.range_constexpr(pipeline.stages):
                     cute.arch.mbarrier_init(full + stage, 1)
-                    cute.arch.mbarrier_init(empty + stage, pipeline.consumer_warps)
+                    cute.arch.mbarrier_init(empty + stage, pipeline.consumer_warps * self.multicast_peers)
         cute.arch.mbarrier_init_fence()
-        cute.arch.barrier()
+        if cutlass.const_expr(self.multicast_peers > 1):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.barrier()
 
     @cute.jit
     def wait(self, barrier, parity, guard, block, stage, step, role: cutlass.Constexpr, failed):
@@ -176,11 +189,15 @@ class TileRing:
         return stage, failed
 
     @cute.jit
-    def load(self, load_atom, global_part, shared_part, full, stage, failed):
-        """Producer: declare the stage's bytes on its full barrier and start the TMA load. After a
-        guard timeout, issue nothing more: a block must not exit with loads in flight."""
+    def load(self, load_atom, global_part, shared_part, full, stage, failed, multicast_mask=None):
+        """Producer: declare the stage's bytes on its full barrier and start the TMA load (with a
+        multicast atom: this CTA's slice, into the CTAs `multicast_mask` names; the declared bytes
+        stay the whole tile's, since every peer's slice lands here too). After a guard timeout,
+        issue nothing more: a block must not exit with loads in flight."""
         if not failed:
-            issue_tile_load(load_atom, global_part, shared_part, full + stage, self.declared_bytes)
+            issue_tile_load(
+                load_atom, global_part, shared_part, full + stage, self.declared_bytes, multicast_mask
+            )
 
     @cute.jit
     def wait_full(self, full, step, failed, guard=None, block=0):
@@ -200,4 +217,9 @@ class TileRing:
         cute.arch.sync_warp()
         if not failed:
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(empty + stage)
+                if cutlass.const_expr(self.multicast_peers > 1):
+                    # Every peer's producer multicasts into this stage: free it in each of them.
+                    for peer in cutlass.range_constexpr(self.multicast_peers):
+                        cute.arch.mbarrier_arrive(empty + stage, peer, scope=nvvm.MemScopeKind.CLUSTER)
+                else:
+                    cute.arch.mbarrier_arrive(empty + stage)

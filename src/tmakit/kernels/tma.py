@@ -110,11 +110,16 @@ def issue_tile_load(
     shared_part: cute.Tensor,
     barrier: cute.Pointer,
     expected_tx_bytes: cutlass.Constexpr,
+    multicast_mask=None,
 ):
-    """Arrive once and declare the payload, then start the TMA copy that completes those bytes.
+    """Arrive once and declare the payload, then start the TMA copy that completes those bytes
+    (a multicast atom's copy goes to every CTA `multicast_mask` names).
 
     The copy is not wrapped in `elect_one`: the DSL issues TMA copies from one thread itself,
     and electing around it can deadlock."""
     with cute.arch.elect_one():
         cute.arch.mbarrier_arrive_and_expect_tx(barrier, expected_tx_bytes)
-    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+    if cutlass.const_expr(multicast_mask is None):
+        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+    else:
+        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=multicast_mask)
