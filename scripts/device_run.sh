@@ -5,6 +5,11 @@
 set -uo pipefail
 commit=$1; shift
 export TMAKIT_COMMIT=$commit
+# The device tool brings back at most 8 files: work in a folder, pack it into one archive at the end.
+final_out=$OUT
+export OUT=$final_out/work
+mkdir -p "$OUT"
+trap 'tar -czf "$final_out/results-$commit.tgz" -C "$OUT" . && rm -rf "$OUT"' EXIT
 if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels (apache-tvm-ffi for the TVM-FFI launch path)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi

@@ -29,6 +29,9 @@ TRAFFIC_METRICS = [
     "l1tex__m_xbar2l1tex_read_bytes.sum",
     "lts__t_bytes_equiv_l1sectormiss_pipe_lsu_mem_global_op_ld.sum",
     "smsp__inst_executed.sum",
+    "lts__t_requests_srcunit_tex_op_read.sum",
+    "lts__t_sectors_srcunit_tex_lookup_hit.sum",
+    "lts__t_sectors_srcunit_tex_lookup_miss.sum",
 ]
 # Why warps wait (cycles per issued instruction, by reason) and how busy DRAM and the SMs were.
 STALL_METRICS = [
