@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
-#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench rowbench floor clusterbench check ncu
+#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench rowbench floor clusterbench prefetchbench check ncu
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -28,6 +28,7 @@ for step in "$@"; do
     clusterbench) for cluster in 1x2 2x1 2x2 1x4; do
         timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
       done ;;
+    prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline 1,2,4,7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do
         timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline 4,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
