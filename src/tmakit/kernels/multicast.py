@@ -29,6 +29,21 @@ from .tma import (
 )
 
 
+def make_cluster_load_atom(multicast: MulticastPlan, src: cute.Tensor):
+    """(load atom, TMA coordinate tensor, shared tile layout) inside a @cute.jit: the multicast
+    atom for `num_multicast` CTAs, or the plain one for the baseline."""
+    plan = multicast.load
+    shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
+    if multicast.multicast:
+        op = cpasync.CopyBulkTensorTileG2SMulticastOp()
+    else:
+        op = cpasync.CopyBulkTensorTileG2SOp()
+    load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
+        op, matrix_first_view(src, 2), shared_layout, plan.config.tile, num_multicast=multicast.num_multicast
+    )
+    return load_atom, coordinate_view, shared_layout
+
+
 class MulticastLoadKernel:
     """Host side in `__call__`, device side in `kernel`. Output: each CTA stores the tiles it
     received to its own copy of the padded scratch, (cluster size, padded rows, padded cols)."""
@@ -39,28 +54,18 @@ class MulticastLoadKernel:
         self.multicast = multicast
         self.plan = multicast.load
         self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
+        self.threads_per_block, self.smem_bytes = self.plan.threads_per_block, self.plan.smem_bytes
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
         plan, multicast = self.plan, self.multicast
-        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
-        if cutlass.const_expr(multicast.multicast):
-            op = cpasync.CopyBulkTensorTileG2SMulticastOp()
-        else:
-            op = cpasync.CopyBulkTensorTileG2SOp()
-        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
-            op,
-            matrix_first_view(src, 2),
-            shared_layout,
-            plan.config.tile,
-            num_multicast=multicast.num_multicast,
-        )
+        load_atom, coordinate_view, shared_layout = make_cluster_load_atom(multicast, src)
         copies = padded_matrix_view(out, plan.padded_shape, multicast.cluster_size)  # one per CTA rank
         self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
             grid=multicast.launch_grid,
-            block=(plan.threads_per_block, 1, 1),
+            block=(self.threads_per_block, 1, 1),
             cluster=(multicast.cluster[0], multicast.cluster[1], 1),
-            smem=plan.smem_bytes,
+            smem=self.smem_bytes,
             stream=stream,
         )
 
@@ -124,49 +129,23 @@ class MulticastLoadKernel:
             cute.arch.cluster_wait()
 
 
-class PipelinedMulticastKernel:
+class PipelinedMulticastKernel(MulticastLoadKernel):
     """Multicast through an N-stage ring per CTA (`TileRing` with multicast peers): warp 0 of
     each CTA waits until a stage is free in *every* CTA of the cluster (its empty barrier counts
     the consumers of all of them), then multicasts its slice of the next tile into that stage of
     every CTA; warp 1 waits on its own full barrier, stores the tile to its CTA's copy of the
-    padded scratch and releases the stage in every CTA (remote arrivals). Output as
-    `MulticastLoadKernel`'s; with `store=False` the consumer only waits and releases (for timing
-    the loads alone)."""
+    padded scratch and releases the stage in every CTA (remote arrivals). The host side and the
+    output are `MulticastLoadKernel`'s; with `store=False` the consumer only waits and releases
+    (for timing the loads alone)."""
 
     def __init__(self, multicast: MulticastPlan, store: bool = True):
-        if len(multicast.load.config.shape) != 2:
-            raise ValueError("multicast loads take 2-D tensors")
         if multicast.stages < 2:
             raise ValueError("the pipelined multicast kernel wants 2 or more stages")
-        self.multicast = multicast
-        self.plan = multicast.load
+        super().__init__(multicast)
         self.pipeline = multicast.pipeline
+        self.threads_per_block, self.smem_bytes = self.pipeline.threads_per_block, self.pipeline.smem_bytes
         self.ring = TileRing(self.pipeline, multicast_peers=multicast.num_multicast)
         self.store = store
-
-    @cute.jit
-    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
-        plan, multicast = self.plan, self.multicast
-        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
-        if cutlass.const_expr(multicast.multicast):
-            op = cpasync.CopyBulkTensorTileG2SMulticastOp()
-        else:
-            op = cpasync.CopyBulkTensorTileG2SOp()
-        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
-            op,
-            matrix_first_view(src, 2),
-            shared_layout,
-            plan.config.tile,
-            num_multicast=multicast.num_multicast,
-        )
-        copies = padded_matrix_view(out, plan.padded_shape, multicast.cluster_size)
-        self.kernel(load_atom, coordinate_view, copies, shared_layout).launch(
-            grid=multicast.launch_grid,
-            block=(self.pipeline.threads_per_block, 1, 1),
-            cluster=(multicast.cluster[0], multicast.cluster[1], 1),
-            smem=self.pipeline.smem_bytes,
-            stream=stream,
-        )
 
     @cute.kernel
     def kernel(
