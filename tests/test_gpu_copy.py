@@ -1,5 +1,6 @@
-"""TMA store and tmakit.copy on the device (written, not yet run on a GPU: the device time of the
-session that wrote them ran out)."""
+"""TMA store and tmakit.copy on the device: a 100-configuration random sweep (every dtype x
+swizzle x layout cell, partial tiles, 1/2/4 stages, persistent or not) and the torch API (both
+passed on the H200 on 2026-12-02, gpu-check-64e5a76)."""
 
 import random
 

