@@ -151,25 +151,21 @@ def test_rowsum_mapping_covers_every_chunk_of_every_row_once(warps, expected):
     pipeline = PipelinePlan(LoadPlan(SEED), stages=4, consumer_warps=warps)
     mapping = pipeline.rowsum_mapping
     assert tuple(vars(mapping).values()) == expected
+    steps = range(mapping.chunks // mapping.threads_per_row)
     reads = []
     for thread in range(32 * warps):
-        part = thread % mapping.threads_per_row
         for slot in range(mapping.row_slots):
-            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            row, part = mapping.row_and_part(thread, slot)
             if row < 64:
-                reads += [
-                    (row, (part + mapping.threads_per_row * (j + row)) % mapping.chunks)
-                    for j in range(mapping.chunks // mapping.threads_per_row)
-                ]
+                reads += [(row, mapping.chunk(row, part, step)) for step in steps]
     assert sorted(reads) == [(row, chunk) for row in range(64) for chunk in range(32)]
     # The 8 lanes of each 16-byte access phase, at each step, hit 8 different bank groups.
-    for step in range(mapping.chunks // mapping.threads_per_row):
+    for step in steps:
         for phase in range(0, 32, 8):
             groups = set()
             for thread in range(phase, phase + 8):
-                row, part = thread // mapping.threads_per_row, thread % mapping.threads_per_row
-                chunk = (part + mapping.threads_per_row * (step + row)) % mapping.chunks
-                groups.add((row * 512 // 16 + chunk) % 8)
+                row, part = mapping.row_and_part(thread, 0)
+                groups.add((row * 512 // 16 + mapping.chunk(row, part, step)) % 8)
             assert len(groups) == 8
 
 

@@ -197,8 +197,8 @@ class RowSumMapping:
     """The row-sum consumer's split of a row-major tile: 16-byte chunks of `vector` elements,
     `chunks` per row; `threads_per_row` adjacent lanes share a row (combined by shuffles), so
     `rows_per_pass` rows are summed at once and each thread keeps `row_slots` fp32 accumulators.
-    Thread `part` of a row reads chunk (part + threads_per_row * (j + row)) mod chunks at step j:
-    the start rotates with the row, so the 8 lanes of a 16-byte access phase hit 8 different
+    Share `part` of a row reads chunk (part + threads_per_row * (step + row)) mod chunks: the
+    start rotates with the row, so the 8 lanes of a 16-byte access phase hit 8 different
     bank groups although rows are a multiple of 128 bytes apart."""
 
     vector: int
@@ -206,6 +206,15 @@ class RowSumMapping:
     threads_per_row: int
     rows_per_pass: int
     row_slots: int
+
+    # Run on the host (tests) and, traced, in the kernel (device integers): one source.
+    def row_and_part(self, thread, slot):
+        """(tile row, share of that row) of consumer thread `thread`'s accumulator `slot`."""
+        return thread // self.threads_per_row + slot * self.rows_per_pass, thread % self.threads_per_row
+
+    def chunk(self, row, part, step):
+        """The 16-byte chunk of `row` that share `part` reads at `step` (0 .. chunks/threads_per_row)."""
+        return (part + self.threads_per_row * (step + row)) % self.chunks
 
 
 @dataclass(frozen=True)

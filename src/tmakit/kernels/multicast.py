@@ -23,6 +23,7 @@ from .ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
     init_load_barrier,
+    issue_tile_load,
     matrix_first_view,
     padded_matrix_view,
     shared_tile_layout,
@@ -69,6 +70,22 @@ class MulticastLoadKernel:
             stream=stream,
         )
 
+    @cute.jit
+    def slice_views(self, load_atom, coordinate_view, shared_tile, tile_coord, rank):
+        """(global part, shared part) of this CTA's share of one tile: with multicast, its slice
+        (`tma_partition` given its rank in the cluster and the cluster's layout); without, the
+        whole tile (rank 0 of a one-CTA layout)."""
+        multicast = self.multicast
+        tile_coordinates = cute.local_tile(coordinate_view, self.plan.config.tile, tile_coord)
+        shared_part, global_part = cpasync.tma_partition(
+            load_atom,
+            rank if cutlass.const_expr(multicast.multicast) else 0,
+            cute.make_layout(multicast.num_multicast),
+            cute.group_modes(shared_tile, 0, 2),
+            cute.group_modes(tile_coordinates, 0, 2),
+        )
+        return global_part, shared_part
+
     @cute.kernel
     def kernel(
         self,
@@ -89,33 +106,14 @@ class MulticastLoadKernel:
         cute.arch.cluster_arrive()
         cute.arch.cluster_wait()
 
-        mask = cutlass.Int16(multicast.multicast_mask)
+        mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
         phase = cutlass.Int32(0)
         for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
-            tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, (row_block, column_tile))
-            if cutlass.const_expr(multicast.multicast):
-                shared_part, global_part = cpasync.tma_partition(
-                    load_atom,
-                    rank,
-                    cute.make_layout(multicast.cluster_size),
-                    cute.group_modes(shared_tile, 0, 2),
-                    cute.group_modes(tile_coordinates, 0, 2),
-                )
-            else:
-                shared_part, global_part = cpasync.tma_partition(
-                    load_atom,
-                    0,
-                    cute.make_layout(1),
-                    cute.group_modes(shared_tile, 0, 2),
-                    cute.group_modes(tile_coordinates, 0, 2),
-                )
-            with cute.arch.elect_one():
-                # The whole tile: this CTA's slice and every peer's land here.
-                cute.arch.mbarrier_arrive_and_expect_tx(barrier, plan.expected_tx_bytes)
-            if cutlass.const_expr(multicast.multicast):
-                cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=mask)
-            else:
-                cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+            global_part, shared_part = self.slice_views(
+                load_atom, coordinate_view, shared_tile, (row_block, column_tile), rank
+            )
+            # The whole tile's bytes: this CTA's slice and every peer's land here.
+            issue_tile_load(load_atom, global_part, shared_part, barrier, plan.expected_tx_bytes, mask)
             cute.arch.mbarrier_wait(barrier, phase)
             phase ^= 1
 
@@ -165,22 +163,14 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
 
         failed = cutlass.Boolean(False)  # no hang guard here: never set
-        mask = cutlass.Int16(multicast.multicast_mask)
+        mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
         for step in cutlass.range(plan.tiles_per_block, unroll=1):
             if warp == 0:
                 stage, failed = self.ring.acquire_free(empty, step, failed)
-                tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, (strip, step))
-                shared_part, global_part = cpasync.tma_partition(
-                    load_atom,
-                    rank if cutlass.const_expr(multicast.multicast) else 0,
-                    cute.make_layout(multicast.num_multicast),
-                    cute.group_modes(ring[None, None, stage], 0, 2),
-                    cute.group_modes(tile_coordinates, 0, 2),
+                global_part, shared_part = self.slice_views(
+                    load_atom, coordinate_view, ring[None, None, stage], (strip, step), rank
                 )
-                if cutlass.const_expr(multicast.multicast):
-                    self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
-                else:
-                    self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
+                self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
             else:
                 stage, failed = self.ring.wait_full(full, step, failed)
                 if cutlass.const_expr(self.store):

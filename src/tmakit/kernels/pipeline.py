@@ -58,8 +58,8 @@ class PipelinedLoadKernel:
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
         """`out`: the consumer's output ("store": padded scratch of the dtype; "rowsum": fp32
-        (batch, padded rows, column tiles); "copy": the destination, shape and strides of `src`;
-        "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
+        zeros of `PipelinePlan.rowsum_shape`, (batch..., padded rows), added into; "copy": the
+        destination, shape and strides of `src`; "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
         plan, pipeline = self.plan, self.pipeline
         load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_atom = load_atom  # only the "copy" consumer stores; the others never use it
@@ -211,14 +211,14 @@ class PipelinedLoadKernel:
         mind the order."""
         mapping = self.pipeline.rowsum_mapping
         tile_rows = self.plan.config.tile[0]
-        part = thread % mapping.threads_per_row
         for slot in cutlass.range_constexpr(mapping.row_slots):
-            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            row, part = mapping.row_and_part(thread, slot)
             if row < tile_rows:
                 total = cutlass.Float32(0.0)
                 for j in cutlass.range_constexpr(mapping.chunks // mapping.threads_per_row):
-                    chunk = (part + mapping.threads_per_row * (j + row)) % mapping.chunks
-                    values = stage_rows[row, chunk, None, stage].load().to(cutlass.Float32)
+                    values = (
+                        stage_rows[row, mapping.chunk(row, part, j), None, stage].load().to(cutlass.Float32)
+                    )
                     total += values.reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
                 sums[slot] += total
 
@@ -227,9 +227,8 @@ class PipelinedLoadKernel:
         """Combine the lanes that share a row, add each row's sum into the output, restart."""
         mapping = self.pipeline.rowsum_mapping
         tile_rows = self.plan.config.tile[0]
-        part = thread % mapping.threads_per_row
         for slot in cutlass.range_constexpr(mapping.row_slots):
-            row = thread // mapping.threads_per_row + slot * mapping.rows_per_pass
+            row, part = mapping.row_and_part(thread, slot)
             total = sums[slot]
             width = mapping.threads_per_row // 2
             while cutlass.const_expr(width > 0):
