@@ -82,13 +82,13 @@ EXAMPLE = LoadConfig((1024, 4096), "bf16", (64, 256))
 
 
 def compile_row_max(config: LoadConfig = EXAMPLE):
-    from tmakit.compile import compile_kernel, fake_tensor, placeholder_stream
+    from tmakit.compile import compile_kernel, fake_source, fake_tensor, placeholder_stream
     from tmakit.config import DTYPES
 
     plan = LoadPlan(config)
     return compile_kernel(
         RowMax(config),
-        fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides),
+        fake_source(plan.config),
         fake_tensor(DTYPES["fp32"], (plan.padded_shape[0],)),
         placeholder_stream(),
         keep_ptx=True,

@@ -93,7 +93,7 @@ def run_target(case: dict, launches: int) -> None:
         from tmakit.loads import compile_multicast_load
 
         multicast = MulticastPlan(plan, tuple(case["cluster"]), case["multicast"], stages=case["stages"])
-        copies = torch.empty((multicast.cluster_size, *plan.padded_shape), dtype=src.dtype, device="cuda")
+        copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
         compiled = compile_multicast_load(multicast, store=False)
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
     for _ in range(launches):

@@ -50,14 +50,10 @@ def test_describe_walks_the_first_block_tile_by_tile():
     assert text.endswith("no races found")
 
 
-def only_kinds(report) -> set[str]:
-    return {finding.kind for finding in report.findings}
-
-
 @pytest.mark.parametrize("bytes_land", LANDINGS)
 def test_expecting_too_many_bytes_hangs(bytes_land):
     report = replay(seed_schedule(SEED_PLAN, expected_tx_bytes=65536), bytes_land=bytes_land)
-    assert only_kinds(report) == {sch.EXPECTED_MORE_THAN_DELIVERED}
+    assert report.kinds() == {sch.EXPECTED_MORE_THAN_DELIVERED}
     (finding,) = report.findings
     assert finding.hang and "32768 B more than its copies delivered" in finding.message
     assert report.stopped_at == 3  # tile 0's wait
@@ -67,7 +63,7 @@ def test_expecting_too_many_bytes_hangs(bytes_land):
 @pytest.mark.parametrize("bytes_land", LANDINGS)
 def test_delivering_too_few_bytes_hangs(bytes_land):
     report = replay(seed_schedule(SEED_PLAN, delivered_bytes=16384), bytes_land=bytes_land)
-    assert only_kinds(report) == {sch.EXPECTED_MORE_THAN_DELIVERED}
+    assert report.kinds() == {sch.EXPECTED_MORE_THAN_DELIVERED}
 
 
 @pytest.mark.parametrize("bytes_land", LANDINGS)
@@ -76,20 +72,20 @@ def test_expecting_too_few_bytes_completes_early(bytes_land):
     first = report.findings[0]
     assert first.kind == sch.EARLY_COMPLETION and not first.hang and first.event_index <= 3
     assert "16384" in first.message and "fewer bytes expected than delivered" in first.message
-    assert sch.CONSUME_BEFORE_LANDED in only_kinds(report)  # tile 0 is read while half of it is in flight
+    assert sch.CONSUME_BEFORE_LANDED in report.kinds()  # tile 0 is read while half of it is in flight
 
 
 @pytest.mark.parametrize("bytes_land", LANDINGS)
 def test_missing_arrival_hangs(bytes_land):
     report = replay(seed_schedule(SEED_PLAN, skip_arrival=True), bytes_land=bytes_land)
-    assert only_kinds(report) == {sch.MISSING_ARRIVAL}
+    assert report.kinds() == {sch.MISSING_ARRIVAL}
     assert "1 of 1 arrival" in report.findings[0].message
 
 
 def test_two_expected_arrivals_but_one_hangs():
     events = [Init("bar", 2), ArriveExpectTx("bar", 64), TmaCopy("bar", 64, stage=0), Wait("bar", 0)]
     report = replay(events)
-    assert only_kinds(report) == {sch.MISSING_ARRIVAL}
+    assert report.kinds() == {sch.MISSING_ARRIVAL}
     assert "1 of 2 arrival" in report.findings[0].message
 
 
@@ -98,7 +94,7 @@ def test_same_parity_every_time_returns_before_the_data_lands():
     parity_findings = [f for f in report.findings if f.kind == sch.WRONG_PARITY]
     assert len(parity_findings) == 3  # tiles 1, 3 and 5 wait on the phase they already saw
     assert "still in flight" in parity_findings[0].message
-    assert only_kinds(report) == {sch.WRONG_PARITY, sch.CONSUME_BEFORE_LANDED}
+    assert report.kinds() == {sch.WRONG_PARITY, sch.CONSUME_BEFORE_LANDED}
 
 
 def test_same_parity_every_time_hangs_when_bytes_land_first():
@@ -127,7 +123,7 @@ def test_pipeline_overwrites_a_stage_without_the_empty_wait(bytes_land):
 
 def test_pipeline_expecting_too_few_bytes_races():
     report = replay(pipeline_schedule(6, 2, 16384, expected_tx_bytes=8192))
-    assert sch.EARLY_COMPLETION in only_kinds(report)
+    assert sch.EARLY_COMPLETION in report.kinds()
 
 
 @pytest.mark.parametrize("bytes_land", LANDINGS)
@@ -158,9 +154,9 @@ def test_multicast_mismatch_names_only_the_wrong_destination():
 
 
 def test_use_before_init_and_over_arrival_are_barrier_errors():
-    assert only_kinds(replay([ArriveExpectTx("bar", 16)])) == {sch.BARRIER_ERROR}
+    assert replay([ArriveExpectTx("bar", 16)]).kinds() == {sch.BARRIER_ERROR}
     events = [Init("bar", 1), ArriveExpectTx("bar", 16), ArriveExpectTx("bar", 16)]
-    assert only_kinds(replay(events)) == {sch.BARRIER_ERROR}
+    assert replay(events).kinds() == {sch.BARRIER_ERROR}
 
 
 @settings(max_examples=60, deadline=None, database=None)
@@ -183,12 +179,14 @@ def test_seed_schedule_is_ok_for_any_plan(rows, cols, tile_rows, tile_cols, dtyp
     assert not replay(seed_schedule(plan, expected_tx_bytes=plan.expected_tx_bytes + 16)).ok
 
 
-def test_model_imports_no_gpu_stack():
+def test_pure_layer_imports_no_gpu_stack():
+    """The model and the planning layer load neither the DSL nor torch."""
     import subprocess
     import sys
 
     code = (
-        "import sys, tmakit.model; "
+        "import sys, tmakit.model, tmakit.plan, tmakit.verify, tmakit.sweep, tmakit.validate, "
+        "tmakit.explain; "
         "bad = [m for m in ('cutlass', 'torch') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -16,15 +16,7 @@ from .sweep import padded_strides
 from .validate import check_base_address, check_rank
 
 # Names torch and numpy give the dtypes tmakit knows.
-_DTYPE_BY_NAME = {
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float32": "fp32",
-    "float8_e4m3fn": "fp8e4m3",
-    "float8_e5m2": "fp8e5m2",
-    "int8": "int8",
-    "uint8": "uint8",
-}
+_DTYPE_BY_NAME = {element.torch_name: name for name, element in DTYPES.items()}
 
 
 def tmakit_dtype(dtype: Any) -> str:
@@ -73,13 +65,9 @@ def padded_empty(shape: tuple[int, ...], dtype: Any, major: str = "row", device:
     import torch
 
     element = DTYPES[tmakit_dtype(dtype)]
-    torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, _torch_name(element.name))
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, element.torch_name)
     strides = padded_strides(tuple(shape), element.nbytes, major)
     return torch.empty_strided(tuple(shape), strides, dtype=torch_dtype, device=device)
-
-
-def _torch_name(name: str) -> str:
-    return {v: k for k, v in _DTYPE_BY_NAME.items()}[name]
 
 
 def load_tiles(tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0) -> Any:
@@ -122,7 +110,7 @@ def copy_(dst: Any, src: Any, tile: tuple[int, int] | None = None, stages: int =
         )
     config_for(dst, config.tile)  # the destination's device and alignment
     pipeline = PipelinePlan(LoadPlan(config), stages=stages, persistent=True, sm_count=_sm_count(src))
-    _copy_launcher(pipeline)(src, dst)
+    _copy_launcher(pipeline, str(src.device))(src, dst)
     return dst
 
 
@@ -141,20 +129,21 @@ def _sm_count(tensor: Any) -> int:
 
 
 @functools.lru_cache(maxsize=128)
-def _copy_launcher(pipeline: Any) -> Any:
-    """A callable (src, dst) for one configuration, compiled once. Through the DSL's TVM-FFI path
-    when `apache-tvm-ffi` is installed (torch tensors passed directly: ~5 us of host time per call
-    on the H200, against ~14 us with prepared CuTe tensors and ~43 us converting with from_dlpack
-    on every call); otherwise the plain path."""
+def _copy_launcher(pipeline: Any, device: str) -> Any:
+    """A callable (src, dst) for one configuration on one device (its hang-guard words live
+    there), compiled once. Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed
+    (torch tensors passed directly: 5-7 us of host time per call on the H200, against 10-16 us
+    with prepared CuTe tensors and ~45 us converting with from_dlpack on every call); otherwise
+    the plain path."""
     import importlib.util
 
     import torch
 
     from . import gpu
-    from .compile import compile_kernel, to_cute_tensor
+    from .compile import to_cute_tensor
     from .pipelines import compile_pipelined_load, new_guard
 
-    guard = new_guard()
+    guard = new_guard(device)
     if importlib.util.find_spec("tvm_ffi") is None:
         compiled = compile_pipelined_load(pipeline, "copy")
         cute_guard = to_cute_tensor(guard)
@@ -162,21 +151,7 @@ def _copy_launcher(pipeline: Any) -> Any:
             to_cute_tensor(src), to_cute_tensor(dst), cute_guard, gpu.current_stream()
         )
 
-    import cutlass
-
-    from .compile import fake_tensor, placeholder_stream
-    from .kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
-
-    plan = pipeline.load
-    src_description = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
-    compiled = compile_kernel(
-        PipelinedLoadKernel(pipeline, "copy"),
-        src_description,
-        src_description,
-        fake_tensor(cutlass.Int32, (GUARD_WORDS,)),
-        placeholder_stream(),
-        tvm_ffi=True,
-    )
+    compiled = compile_pipelined_load(pipeline, "copy", tvm_ffi=True)
     streams: dict[int, Any] = {}
 
     def launch(src: Any, dst: Any) -> None:

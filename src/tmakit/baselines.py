@@ -27,6 +27,11 @@ def triton_available() -> bool:
     return True
 
 
+def triton_supports(config: Any) -> bool:
+    """Whether the Triton baselines run here on this configuration (2-D, 16- or 32-bit floats)."""
+    return triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32")
+
+
 def triton_tma_copy_launches(sources: list[Any], tile: tuple[int, int]) -> list[Callable[[], Any]]:
     """A Triton copy through TMA descriptors: each program loads one tile and stores it."""
     import triton

@@ -44,6 +44,15 @@ def rotation_buffers(bytes_per_launch: int, l2_bytes: int, hot_l2: bool = False)
     return max(2, 4 * l2_bytes // bytes_per_launch + 1)
 
 
+def rotated_sources(plan: Any, l2_bytes: int, hot_l2: bool) -> list:
+    """The plan's position-dependent input and copies of it (copies, not views: each buffer must
+    be its own memory for the rotation to defeat the L2), `rotation_buffers` in all."""
+    from . import gpu
+
+    first = gpu.make_input_tensor(plan)
+    return [first] + [first.clone() for _ in range(rotation_buffers(plan.tensor_bytes, l2_bytes, hot_l2) - 1)]
+
+
 @dataclass
 class BenchRow:
     """One kernel on one size: device-time samples (us per launch) and what they mean."""
@@ -265,7 +274,7 @@ def bench_size(
     import torch
 
     from . import gpu
-    from .baselines import torch_copy_launches, torch_sum_launches, triton_available, triton_tma_copy_launches
+    from .baselines import torch_copy_launches, torch_sum_launches, triton_supports, triton_tma_copy_launches
     from .compile import to_cute_tensor
     from .loads import compile_tile_load, verify_tile_load
 
@@ -273,10 +282,8 @@ def bench_size(
     tensor_bytes = plan.tensor_bytes
     verdict = verify_tile_load(plan)  # the same configuration's output, checked in this run
     compiled = compile_tile_load(plan, consumer="none")
-    first = gpu.make_input_tensor(plan)
-    # Copies, not views: each buffer must be its own memory for the rotation to defeat the L2.
-    count = rotation_buffers(tensor_bytes, l2_bytes, hot_l2)
-    sources = [first] + [first.clone() for _ in range(count - 1)]
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
     cute_sources = [to_cute_tensor(s) for s in sources]
     row = lambda name, kind, launches, **extra: BenchRow(  # noqa: E731
         name,
@@ -300,7 +307,7 @@ def bench_size(
     if baselines:
         rows.append(row("torch copy_", "copy", torch_copy_launches(sources)))
         rows.append(row("torch sum", "sum", torch_sum_launches(sources)))
-        if triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32"):
+        if triton_supports(config):
             rows.append(row("triton TMA copy", "copy", triton_tma_copy_launches(sources, config.tile)))
     del sources, cute_sources
     torch.cuda.empty_cache()
@@ -365,9 +372,8 @@ def bench_pipelines(
 
     config = plan.config
     tensor_bytes = plan.tensor_bytes
-    first = gpu.make_input_tensor(plan)
-    count = rotation_buffers(tensor_bytes, l2_bytes, hot_l2)
-    sources = [first] + [first.clone() for _ in range(count - 1)]
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
     guard = to_cute_tensor(new_guard())
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
@@ -414,10 +420,10 @@ def bench_pipelines(
             )  # fmt: skip
         )
     if any(v.consumer == "rowsum" for v in variants):
-        from .baselines import triton_available, triton_tma_rowsum_launches
+        from .baselines import triton_supports, triton_tma_rowsum_launches
 
         baselines = {"torch row-sum fp32": [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]}
-        if triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32"):
+        if triton_supports(config):
             baselines["triton TMA row-sum fp32"] = triton_tma_rowsum_launches(sources)
         for name, launches in baselines.items():
             rows.append(
@@ -450,17 +456,15 @@ def bench_multicast(
     from .plan import MulticastPlan
 
     config = plan.config
-    first = gpu.make_input_tensor(plan)
-    count = rotation_buffers(plan.tensor_bytes, l2_bytes, hot_l2)
-    sources = [first] + [first.clone() for _ in range(count - 1)]
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
     rows = []
     for multicast in (True, False):
         cluster_plan = MulticastPlan(plan, cluster, multicast, stages=max(stages, 2))
         verdicts = verify_multicast_load(cluster_plan)
         ok = sum(v.ok for v in verdicts)
         compiled = compile_multicast_load(cluster_plan, store=False)
-        copies = (cluster_plan.cluster_size, *plan.padded_shape)
-        scratch = torch.empty(copies, dtype=first.dtype, device="cuda")
+        scratch = torch.empty(cluster_plan.copies_shape, dtype=sources[0].dtype, device="cuda")
         pairs = [(to_cute_tensor(s), to_cute_tensor(scratch)) for s in sources]  # scratch: never written
         launches = [lambda p=p, c=compiled: c(p[0], p[1], gpu.current_stream()) for p in pairs]
         what = "multicast" if multicast else "no-multicast"
@@ -491,36 +495,27 @@ def bench_multicast(
 
 def measure_host_overhead() -> dict:
     """Host microseconds per call of a compiled tiny load kernel, by the plain path and, when the
-    apache-tvm-ffi package is importable, by the DSL's TVM-FFI path."""
-    import cutlass.cute as cute
-
+    apache-tvm-ffi package is importable, by the DSL's TVM-FFI path (the compiled functions
+    called directly in both)."""
     from . import gpu
-    from .compile import TARGET_ARCH, fake_tensor, placeholder_stream, to_cute_tensor
+    from .compile import to_cute_tensor
     from .config import LoadConfig
-    from .kernels.tile_load import TileLoadKernel
     from .loads import compile_tile_load
     from .plan import LoadPlan
 
     plan = LoadPlan(LoadConfig((64, 256)))
     src = gpu.make_input_tensor(plan)
-    compiled = compile_tile_load(plan, consumer="none")
+    plain = compile_tile_load(plan, consumer="none").function
     stream = gpu.current_stream()
     prepared = to_cute_tensor(src)
     result = {
-        "plain_prepared_tensors_us": host_launch_us(lambda: compiled(prepared, prepared, stream)),
+        "plain_prepared_tensors_us": host_launch_us(lambda: plain(prepared, prepared, stream)),
         "plain_from_dlpack_each_call_us": host_launch_us(
-            lambda: compiled(to_cute_tensor(src), to_cute_tensor(src), stream)
+            lambda: plain(to_cute_tensor(src), to_cute_tensor(src), stream)
         ),
     }
     try:
-        fake = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
-        ffi = cute.compile(
-            TileLoadKernel(plan, consumer="none"),
-            fake,
-            fake,
-            placeholder_stream(),
-            options=f"--gpu-arch {TARGET_ARCH} --enable-tvm-ffi",
-        )
+        ffi = compile_tile_load(plan, consumer="none", tvm_ffi=True).function
         result["tvm_ffi_torch_tensors_us"] = host_launch_us(lambda: ffi(src, src, stream))
     except Exception as error:  # noqa: BLE001 - reported, the plain path still stands
         result["tvm_ffi_error"] = f"{type(error).__name__}: {error}"[:300]

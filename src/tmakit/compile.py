@@ -105,6 +105,11 @@ def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] |
     return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)
 
 
+def fake_source(config: Any) -> Any:
+    """The description of a tensor a `LoadConfig` describes: its dtype, shape and strides."""
+    return fake_tensor(config.element, config.shape, config.element_strides)
+
+
 def placeholder_stream() -> Any:
     """A CUstream value to compile against; the real stream is passed at each call."""
     import cuda.bindings.driver as cuda

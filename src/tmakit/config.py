@@ -13,7 +13,7 @@ class DType:
 
     name: str  # tmakit's name, used on the CLI
     bits: int
-    numpy_name: str  # numpy dtype of the same width used to hold raw bit patterns
+    torch_name: str  # attribute of the `torch` module (also numpy's name where numpy has one)
     cutlass_name: str  # attribute of the `cutlass` module
 
     @property
@@ -24,12 +24,12 @@ class DType:
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("fp16", 16, "uint16", "Float16"),
-        DType("bf16", 16, "uint16", "BFloat16"),
-        DType("fp32", 32, "uint32", "Float32"),
-        DType("fp8e4m3", 8, "uint8", "Float8E4M3FN"),
-        DType("fp8e5m2", 8, "uint8", "Float8E5M2"),
-        DType("int8", 8, "uint8", "Int8"),
+        DType("fp16", 16, "float16", "Float16"),
+        DType("bf16", 16, "bfloat16", "BFloat16"),
+        DType("fp32", 32, "float32", "Float32"),
+        DType("fp8e4m3", 8, "float8_e4m3fn", "Float8E4M3FN"),
+        DType("fp8e5m2", 8, "float8_e5m2", "Float8E5M2"),
+        DType("int8", 8, "int8", "Int8"),
         DType("uint8", 8, "uint8", "Uint8"),
     )
 }

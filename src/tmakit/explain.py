@@ -16,45 +16,33 @@ from typing import Any
 from .plan import LoadPlan, MulticastPlan, PipelinePlan
 
 
-def trace_cluster_slices(
-    plan: LoadPlan, highlight: tuple[int, int], cluster_size: int
-) -> list[dict[str, str]]:
-    """Each CTA's `tma_partition` of the highlighted tile with a multicast atom: the real slices."""
+def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -> list[dict[str, str]]:
+    """Each CTA's share of the highlighted tile, from the multicast kernel's own atom and
+    `slice_views` (a shared tile built as the kernel builds it, swizzle included): the real slices."""
     import cutlass
     import cutlass.cute as cute
-    from cutlass.cute.nvgpu import cpasync
 
-    from .compile import compile_kernel, fake_tensor
-    from .kernels.tma import matrix_first_view, shared_tile_layout
+    from .compile import compile_kernel, fake_source
+    from .kernels.multicast import MulticastLoadKernel, make_cluster_load_atom
 
-    element_type = getattr(cutlass, plan.config.element.cutlass_name)
+    plan = multicast.load
+    kernel = MulticastLoadKernel(multicast)
     slices: list[dict[str, str]] = []
 
     @cute.jit
     def trace(src: cute.Tensor):
-        shared_layout = shared_tile_layout(plan.config.tile, plan.rows_contiguous, plan.swizzle_bits)
-        load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SMulticastOp(),
-            matrix_first_view(src, 2),
-            shared_layout,
-            plan.config.tile,
-            num_multicast=cluster_size,
-        )
-        tile_coordinates = cute.local_tile(coordinate_view, plan.config.tile, highlight)
+        load_atom, coordinate_view, shared_layout = make_cluster_load_atom(multicast, src)
+        tile_ptr = cute.make_ptr(kernel.element_type, 0, cute.AddressSpace.smem, assumed_align=1024)
         shared_tile = cute.make_tensor(
-            cute.make_ptr(element_type, 0, cute.AddressSpace.smem, assumed_align=1024), shared_layout.outer
+            cute.recast_ptr(tile_ptr, shared_layout.inner, dtype=kernel.element_type), shared_layout.outer
         )
-        for rank in cutlass.range_constexpr(cluster_size):
-            shared_part, global_part = cpasync.tma_partition(
-                load_atom,
-                rank,
-                cute.make_layout(cluster_size),
-                cute.group_modes(shared_tile, 0, 2),
-                cute.group_modes(tile_coordinates, 0, 2),
+        for rank in cutlass.range_constexpr(multicast.cluster_size):
+            global_part, shared_part = kernel.slice_views(
+                load_atom, coordinate_view, shared_tile, highlight, rank
             )
             slices.append({"shared": str(shared_part), "global": str(global_part)})
 
-    compile_kernel(trace, fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides))
+    compile_kernel(trace, fake_source(plan.config))
     return slices
 
 
@@ -64,7 +52,7 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
     import cutlass.cute as cute
     from cutlass.cute.nvgpu import cpasync
 
-    from .compile import compile_kernel, fake_tensor
+    from .compile import compile_kernel, fake_source
     from .kernels.tma import matrix_first_view, shared_tile_layout
 
     rank = len(plan.config.shape)
@@ -109,7 +97,7 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
             atom_threads=cute.size(load_atom.thr_id),
         )
 
-    compile_kernel(trace, fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides))
+    compile_kernel(trace, fake_source(plan.config))
     return seen
 
 
@@ -121,6 +109,8 @@ def explain(
     views = trace_views(plan, highlight)
     bytes_per_transfer = views["values_per_transfer"] * plan.config.element.nbytes
     steps = pipeline.tiles_of_block(0)
+    # One stage is the seed's kernel (one tile, one barrier); more are the ring's.
+    shared = plan if pipeline.stages == 1 else pipeline
     return {
         "configuration": {
             "shape": list(plan.config.shape),
@@ -132,7 +122,7 @@ def explain(
             "consumer_warps": pipeline.consumer_warps,
         },
         "decomposition": {
-            "grid": plan.grid if pipeline.stages == 1 else pipeline.grid,
+            "grid": pipeline.grid,
             "tiles_per_block": plan.tiles_per_block,
             "total_tile_loads": plan.total_tile_loads,
             "highlight": list(highlight),
@@ -143,8 +133,8 @@ def explain(
             "bytes_per_transfer": bytes_per_transfer,
             "transfers_per_tile": plan.expected_tx_bytes // bytes_per_transfer,
             "expected_tx_bytes_per_phase": plan.expected_tx_bytes,
-            "shared_memory_requested": plan.smem_bytes if pipeline.stages == 1 else pipeline.smem_bytes,
-            "barrier_bytes": plan.barrier_bytes * (1 if pipeline.stages == 1 else 2 * pipeline.stages),
+            "shared_memory_requested": shared.smem_bytes,
+            "barrier_bytes": shared.barrier_bytes,
         },
         "phases": {
             "block_0_parity": [plan.phase_parity(j) for j in range(steps)]
@@ -158,7 +148,7 @@ def explain(
 def _clusters(plan: LoadPlan, highlight: tuple[int, int], multicast: MulticastPlan | None) -> Any:
     if multicast is None:
         return "single CTA: no multicast (pass --cluster to see each CTA's slice)"
-    traced = trace_cluster_slices(plan, highlight, multicast.cluster_size)
+    traced = trace_cluster_slices(multicast, highlight)
     return {
         "cluster": list(multicast.cluster),
         "multicast_mask": multicast.multicast_mask,

@@ -11,16 +11,6 @@ import numpy as np
 
 from .config import DType
 
-_TORCH_DTYPES = {
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "fp32": "float32",
-    "fp8e4m3": "float8_e4m3fn",
-    "fp8e5m2": "float8_e5m2",
-    "int8": "int8",
-    "uint8": "uint8",
-}
-
 
 def find_hopper_gpu() -> tuple[str | None, str]:
     """(device name, reason): the name of CUDA device 0 if it is a Hopper (sm_90) GPU that torch
@@ -41,7 +31,7 @@ def find_hopper_gpu() -> tuple[str | None, str]:
 def torch_dtype(element: DType) -> Any:
     import torch
 
-    return getattr(torch, _TORCH_DTYPES[element.name])
+    return getattr(torch, element.torch_name)
 
 
 def bits_to_device(bits: np.ndarray, element: DType) -> Any:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import verify
-from .compile import CompiledKernel, compile_kernel, fake_tensor, placeholder_stream
+from .compile import CompiledKernel, compile_kernel, fake_source, fake_tensor, placeholder_stream
 from .plan import LoadPlan
 
 
@@ -22,13 +22,14 @@ def compile_tile_load(
     consumer: str = "store",
     tile_shift: tuple[int, int] = (0, 0),
     keep_ptx: bool = False,
+    tvm_ffi: bool = False,
 ) -> CompiledKernel:
     """Compile the tile-load kernel for sm_90a. `consumer="none"` is the seed's load-only
-    kernel; `tile_shift` is for verifier tests only."""
+    kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`."""
     from .kernels.tile_load import TileLoadKernel
 
     element = plan.config.element
-    src = fake_tensor(element, plan.config.shape, plan.config.element_strides)
+    src = fake_source(plan.config)
     scratch = {
         "none": src,
         "store": fake_tensor(element, plan.padded_shape),
@@ -40,6 +41,7 @@ def compile_tile_load(
         scratch,
         placeholder_stream(),
         keep_ptx=keep_ptx,
+        tvm_ffi=tvm_ffi,
     )
 
 
@@ -141,8 +143,8 @@ def compile_multicast_load(multicast: Any, keep_ptx: bool = False, store: bool =
     from .kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
 
     plan = multicast.load
-    src = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
-    copies = fake_tensor(plan.config.element, (multicast.cluster_size, *plan.padded_shape))
+    src = fake_source(plan.config)
+    copies = fake_tensor(plan.config.element, multicast.copies_shape)
     if multicast.stages > 1:
         kernel = PipelinedMulticastKernel(multicast, store)
     elif not store:
@@ -164,6 +166,6 @@ def verify_multicast_load(multicast: Any) -> list[verify.Verdict]:
     compiled = compile_multicast_load(multicast)
     src = gpu.make_input_tensor(plan)
     bits_type = gpu.signed_view_dtype(plan.config.element)
-    copies = torch.full((multicast.cluster_size, *plan.padded_shape), -1, dtype=bits_type, device="cuda")
+    copies = torch.full(multicast.copies_shape, -1, dtype=bits_type, device="cuda")
     compiled(to_cute_tensor(src), to_cute_tensor(copies.view(src.dtype)), gpu.current_stream())
     return [compare_with_input(plan, src, copies[rank]) for rank in range(multicast.cluster_size)]

@@ -8,7 +8,7 @@ import functools
 from typing import Any
 
 from . import verify
-from .compile import CompiledKernel, compile_kernel, fake_tensor, placeholder_stream
+from .compile import CompiledKernel, compile_kernel, fake_source, fake_tensor, placeholder_stream
 from .config import DTYPES
 from .errors import TmaHangError
 from .loads import compare_with_input
@@ -23,15 +23,17 @@ def compile_pipelined_load(
     expect_extra_bytes: int = 0,
     freeze_parity: bool = False,
     keep_ptx: bool = False,
+    tvm_ffi: bool = False,
 ) -> CompiledKernel:
-    """Compile the pipelined kernel for sm_90a (no GPU needed). The last three knobs but
-    `keep_ptx` are test-only mistakes and the debug hang guard."""
+    """Compile the pipelined kernel for sm_90a (no GPU needed). `hang_guard` is the debug hang
+    guard, `expect_extra_bytes` and `freeze_parity` test-only mistakes; `tvm_ffi` as in
+    `compile_kernel`."""
     import cutlass
 
     from .kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
 
     plan = pipeline.load
-    src = fake_tensor(plan.config.element, plan.config.shape, plan.config.element_strides)
+    src = fake_source(plan.config)
     out = {
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
@@ -40,15 +42,15 @@ def compile_pipelined_load(
     }[consumer]
     kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return compile_kernel(kernel, src, out, guard, placeholder_stream(), keep_ptx=keep_ptx)
+    return compile_kernel(kernel, src, out, guard, placeholder_stream(), keep_ptx=keep_ptx, tvm_ffi=tvm_ffi)
 
 
-def new_guard() -> Any:
+def new_guard(device: Any = "cuda") -> Any:
     import torch
 
     from .kernels.pipeline import GUARD_WORDS
 
-    return torch.zeros(GUARD_WORDS, dtype=torch.int32, device="cuda")
+    return torch.zeros(GUARD_WORDS, dtype=torch.int32, device=device)
 
 
 def raise_if_timed_out(guard: Any) -> None:

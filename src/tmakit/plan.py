@@ -26,10 +26,13 @@ class LoadPlan:
     matrix, loading that strip's column tiles one after another into one shared tile."""
 
     config: LoadConfig
-    threads_per_block: int = 32  # one warp, as in the seed
 
     def __post_init__(self) -> None:
         check_load_config(self.config)
+
+    @property
+    def threads_per_block(self) -> int:
+        return 32  # one warp, as in the seed
 
     # -- the decomposition ------------------------------------------------------------------
     @property
@@ -257,13 +260,28 @@ class PipelinePlan:
 
     @property
     def max_stages(self) -> int:
-        return SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        return SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)  # a stage and its two barriers
 
     @property
     def smem_bytes(self) -> int:
         """The stages (at offset 0 of the 1024-aligned dynamic shared memory), then the full and
         the empty barrier of each stage."""
-        return self.stages * self.stage_bytes + 2 * self.stages * MBARRIER_BYTES
+        return self.ring_bytes + self.barrier_bytes
+
+    @property
+    def ring_bytes(self) -> int:
+        """The stages, each `stage_bytes` apart."""
+        return self.stages * self.stage_bytes
+
+    @property
+    def barrier_bytes(self) -> int:
+        """The full and the empty barrier of each stage."""
+        return 2 * self.stages * MBARRIER_BYTES
+
+    @property
+    def stage_elements(self) -> int:
+        """Elements from one stage to the next."""
+        return self.stage_bytes // self.load.config.element.nbytes
 
     @property
     def threads_per_block(self) -> int:
@@ -322,8 +340,8 @@ class PipelinePlan:
             self.load.summary(),
             f"pipeline          {self.stages} stages x {self.stage_bytes} bytes; 1 producer warp + "
             f"{self.consumer_warps} consumer warp(s) = {self.threads_per_block} threads",
-            f"shared memory     {self.smem_bytes} bytes requested (stages {self.stages * self.stage_bytes} "
-            f"+ full/empty barriers {2 * self.stages * MBARRIER_BYTES}); "
+            f"shared memory     {self.smem_bytes} bytes requested (stages {self.ring_bytes} "
+            f"+ full/empty barriers {self.barrier_bytes}); "
             f"at most {self.max_stages} stages fit",
         ]
         if self.prefetch_tiles or self.prefetch_descriptor:
@@ -379,6 +397,11 @@ class MulticastPlan:
     @property
     def cluster_size(self) -> int:
         return self.cluster[0] * self.cluster[1]
+
+    @property
+    def copies_shape(self) -> tuple[int, ...]:
+        """The kernels' store-back output: one padded copy of the tensor per CTA rank."""
+        return (self.cluster_size, *self.load.padded_shape)
 
     @property
     def pipeline(self) -> PipelinePlan:

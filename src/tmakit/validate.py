@@ -6,7 +6,7 @@ and then fails, misbehaves or is silently split on the GPU.
 
 from __future__ import annotations
 
-from .config import SWIZZLE_MODES, LoadConfig, dtype_named
+from .config import SWIZZLE_MODES, LoadConfig
 from .errors import TmaConfigError
 
 MAX_RANK = 5  # dimensions a TMA tensor map can have
@@ -21,7 +21,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, where the tile-load kernel puts
 
 def check_load_config(config: LoadConfig) -> None:
     """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it."""
-    element = dtype_named(config.dtype)
+    element = config.element
     check_rank(len(config.shape))
     for dim, extent in enumerate(config.shape):
         if extent < 1:

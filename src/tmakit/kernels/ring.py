@@ -111,8 +111,8 @@ class TileRing:
         `tiles[None, None, stage]` is one stage's tile."""
         plan, pipeline = self.plan, self.pipeline
         smem = cutlass.memory.SmemAllocator()
-        ring_ptr = smem.allocate(pipeline.stages * pipeline.stage_bytes, byte_alignment=plan.tile_alignment)
-        stage_elements = pipeline.stage_bytes // plan.config.element.nbytes
+        ring_ptr = smem.allocate(pipeline.ring_bytes, byte_alignment=plan.tile_alignment)
+        stage_elements = pipeline.stage_elements
         outer = shared_layout.outer
         tiles = cute.make_tensor(
             cute.recast_ptr(ring_ptr, shared_layout.inner, dtype=self.element_type),
@@ -133,7 +133,7 @@ class TileRing:
             cute.recast_ptr(tiles.iterator, dtype=self.element_type),  # no swizzle: as stored
             cute.make_layout(
                 (tile_rows, mapping.chunks, mapping.vector, pipeline.stages),
-                stride=(tile_cols, mapping.vector, 1, pipeline.stage_bytes // plan.config.element.nbytes),
+                stride=(tile_cols, mapping.vector, 1, pipeline.stage_elements),
             ),
         )
 

@@ -207,7 +207,6 @@ BarrierKey = tuple[int, str]  # (cta, name)
 class _Delivery:
     """One copy's bytes on their way to one destination barrier."""
 
-    event_index: int
     key: BarrierKey
     nbytes: int
     phase_index: int  # the destination barrier's phase when the copy was issued
@@ -320,7 +319,7 @@ class _Replay:
                     dest,
                 )
                 stage = None
-            delivery = _Delivery(self.index, key, event.nbytes, bar.completed_phases, event.tile)
+            delivery = _Delivery(key, event.nbytes, bar.completed_phases, event.tile)
             if stage is None:
                 stage = self.stages[(dest, event.stage)] = _Stage(event.tile, [])
             stage.deliveries.append(delivery)
@@ -374,10 +373,9 @@ class _Replay:
     def observe(self, event: Wait, key: BarrierKey, observed_phase: int) -> None:
         """A wait passed having seen `observed_phase` complete: bytes landed by then are visible."""
         self.last_observed[(event.cta, event.role, key)] = observed_phase
-        for delivery in self.landed:
-            if delivery.key == key and delivery.landed_phase is not None:
-                if delivery.landed_phase <= observed_phase:
-                    self.visible.add(id(delivery))
+        for delivery in self.landed:  # landed: landed_phase is set
+            if delivery.key == key and delivery.landed_phase <= observed_phase:
+                self.visible.add(id(delivery))
 
     def wait(self, event: Wait) -> bool:
         key = (event.cta, event.barrier)

@@ -21,11 +21,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..validate import GLOBAL_STRIDE_ALIGN, INNER_BOX_ALIGN, MAX_BOX_EXTENT, SMEM_PER_BLOCK
+from ..validate import (
+    GLOBAL_STRIDE_ALIGN,
+    INNER_BOX_ALIGN,
+    MAX_BOX_EXTENT,
+    MAX_RANK,
+    SMEM_PER_BLOCK,
+    SWIZZLE_MODES,
+)
 
-MAX_RANK = 5
 ELEMENT_SIZES = (1, 2, 4, 8)  # bytes; TMA's data types are 8, 16, 32 and 64 bits wide
-SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 = CU_TENSOR_MAP_SWIZZLE_NONE
 _SWIZZLE_BITS = {0: 0, 32: 1, 64: 2, 128: 3}  # the B of Swizzle<B,4,3>
 MAX_GLOBAL_EXTENT = 1 << 32  # cuTensorMapEncodeTiled: globalDim[i] <= 2^32
 MAX_GLOBAL_STRIDE_BYTES = 1 << 40  # cuTensorMapEncodeTiled: globalStrides[i] < 2^40
