@@ -44,55 +44,46 @@ STALL_METRICS = [
 
 
 def cases() -> dict[str, dict]:
-    seed = {"shape": [8448, 1792], "dtype": "fp16", "tile": [64, 256]}
+    """Name -> what to launch, on the seed's configuration: a pipeline variant as `tmakit bench
+    --pipeline` spells it, the seed's kernel, or the multicast ring (4 stages, consumers only wait
+    and release: the loads alone) with and without multicast."""
     out = {
-        "seed-pipeline-7st": {"kind": "pipeline", "config": seed, "stages": 7, "warps": 1},
-        "seed-pipeline-4st-f2t": {"kind": "pipeline", "config": seed, "stages": 4, "warps": 1, "prefetch": 2},
-        "seed-tile-load": {"kind": "tile_load", "config": seed},
+        "seed-pipeline-7st": {"kind": "pipeline", "variant": "7"},
+        "seed-pipeline-4st-f2t": {"kind": "pipeline", "variant": "4f2t"},
+        "seed-tile-load": {"kind": "tile_load"},
     }
     for cluster in ((1, 2), (2, 1), (2, 2), (1, 4)):
         for multicast in (True, False):
             name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
-            out[name] = {
-                "kind": "multicast",
-                "config": seed,
-                "cluster": list(cluster),
-                "multicast": multicast,
-                "stages": 4,  # the ring, consumers only wait and release: the loads alone
-            }
+            out[name] = {"kind": "multicast", "cluster": cluster, "multicast": multicast, "stages": 4}
     return out
 
 
 def run_target(case: dict, launches: int) -> None:
     import torch
 
-    from tmakit import gpu
+    from tmakit import SEED, gpu
+    from tmakit.bench import _ncu_target, parse_variants
     from tmakit.compile import to_cute_tensor
-    from tmakit.config import LoadConfig
-    from tmakit.plan import LoadPlan, MulticastPlan, PipelinePlan
+    from tmakit.isolate import config_to_json
+    from tmakit.plan import LoadPlan, MulticastPlan
 
-    config = case["config"]
-    plan = LoadPlan(LoadConfig(tuple(config["shape"]), config["dtype"], tuple(config["tile"])))
+    if case["kind"] == "tile_load":  # what `tmakit bench --ncu` profiles
+        _ncu_target(config_to_json(SEED), launches)
+        return
+    plan = LoadPlan(SEED)
     src = gpu.make_input_tensor(plan)
     stream = gpu.current_stream()
     if case["kind"] == "pipeline":
         from tmakit.pipelines import compile_pipelined_load, new_guard
 
-        pipeline = PipelinePlan(
-            plan, case["stages"], case["warps"], prefetch_tiles=case.get("prefetch", 0),
-            prefetch_descriptor=bool(case.get("prefetch")),
-        )  # fmt: skip
-        compiled = compile_pipelined_load(pipeline, "none")
+        (variant,) = parse_variants(case["variant"])
+        compiled = compile_pipelined_load(variant.pipeline(plan), "none")
         args = (to_cute_tensor(src), to_cute_tensor(src), to_cute_tensor(new_guard()), stream)
-    elif case["kind"] == "tile_load":
-        from tmakit.loads import compile_tile_load
-
-        compiled = compile_tile_load(plan, consumer="none")
-        args = (to_cute_tensor(src), to_cute_tensor(src), stream)
     else:
         from tmakit.loads import compile_multicast_load
 
-        multicast = MulticastPlan(plan, tuple(case["cluster"]), case["multicast"], stages=case["stages"])
+        multicast = MulticastPlan(plan, case["cluster"], case["multicast"], stages=case["stages"])
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
         compiled = compile_multicast_load(multicast, store=False)
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
@@ -101,12 +92,13 @@ def run_target(case: dict, launches: int) -> None:
     torch.cuda.synchronize()
 
 
-def ncu(arguments: list[str], name: str, launches: int) -> subprocess.CompletedProcess:
-    command = [
-        "ncu", "--clock-control", "none", "--csv", "-k", "regex:kernel_cutlass",
-        "--launch-skip", "1", "--launch-count", "3", *arguments,
-        sys.executable, __file__, "--target", name, str(launches),
-    ]  # fmt: skip
+def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
+    """One warm-up launch, three profiled."""
+    from tmakit.bench import ncu_command
+
+    command = ncu_command(
+        arguments, lambda total: [sys.executable, __file__, "--target", name, str(total)], skip=1, count=3
+    )
     return subprocess.run(command, capture_output=True, text=True, timeout=240)
 
 
@@ -134,24 +126,24 @@ def main() -> int:
             continue
         entry: dict = {"case": case}
         if case["kind"] != "multicast":
-            sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name, 4)
+            sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name)
             (out / f"ncu-{name}-sections.csv").write_text(sections.stdout)
             entry["sections_rc"] = sections.returncode
             if sections.returncode:
                 entry["sections_error"] = sections.stderr[-1500:]
-            stalls = ncu(["--metrics", ",".join(STALL_METRICS)], name, 4)
+            stalls = ncu(["--metrics", ",".join(STALL_METRICS)], name)
             (out / f"ncu-{name}-stalls.csv").write_text(stalls.stdout)
             if stalls.returncode == 0:
                 entry["stalls"] = parse_ncu_csv(stalls.stdout)
             else:
                 entry["stalls_error"] = stalls.stderr[-1500:]
-        traffic = ncu(["--metrics", ",".join(TRAFFIC_METRICS)], name, 4)
+        traffic = ncu(["--metrics", ",".join(TRAFFIC_METRICS)], name)
         if traffic.returncode == 0:
             entry["metrics"] = parse_ncu_csv(traffic.stdout)
         else:  # one unknown counter fails the whole run: take them one at a time
             entry["metrics"], entry["metric_errors"] = {}, {}
             for metric in TRAFFIC_METRICS:
-                single = ncu(["--metrics", metric], name, 4)
+                single = ncu(["--metrics", metric], name)
                 if single.returncode == 0:
                     entry["metrics"].update(parse_ncu_csv(single.stdout))
                 else:

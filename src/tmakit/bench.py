@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .plan import H200_SMS, PipelinePlan
+
 # Datasheet DRAM bandwidth in bytes/s, by a substring of the device name.
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12, "H100 SXM": 3.35e12}
 L2_BYTES_DEFAULT = 60 * 1024 * 1024  # H200; the GPU path reads the real size
@@ -325,6 +327,13 @@ class PipelineVariant:
     prefetch_tiles: int = 0
     prefetch_descriptor: bool = False
 
+    def pipeline(self, load: Any, sm_count: int = H200_SMS) -> Any:
+        """The `PipelinePlan` this variant runs on `load`."""
+        return PipelinePlan(
+            load, self.stages, self.consumer_warps, self.persistent, sm_count,
+            prefetch_tiles=self.prefetch_tiles, prefetch_descriptor=self.prefetch_descriptor,
+        )  # fmt: skip
+
     @property
     def name(self) -> str:
         grid = ", persistent" if self.persistent else ""
@@ -368,7 +377,6 @@ def bench_pipelines(
     from . import gpu
     from .compile import to_cute_tensor
     from .pipelines import compile_pipelined_load, new_guard, verify_pipelined_load
-    from .plan import PipelinePlan
 
     config = plan.config
     tensor_bytes = plan.tensor_bytes
@@ -378,10 +386,7 @@ def bench_pipelines(
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for variant in variants:
-        pipeline = PipelinePlan(
-            plan, variant.stages, variant.consumer_warps, variant.persistent, sm_count,
-            prefetch_tiles=variant.prefetch_tiles, prefetch_descriptor=variant.prefetch_descriptor,
-        )  # fmt: skip
+        pipeline = variant.pipeline(plan, sm_count)
         # Guarded: a schedule bug raises here instead of hanging the timing below.
         verified = verify_pipelined_load(
             pipeline, "store" if variant.consumer == "none" else variant.consumer, hang_guard=True
@@ -436,7 +441,7 @@ def bench_pipelines(
                     graph_samples_us(launches, samples),
                 )  # fmt: skip
             )
-    del sources
+    del sources, outs, pairs, launches  # every reference to the buffers, so the cache can free them
     torch.cuda.empty_cache()
     return rows
 
@@ -488,7 +493,7 @@ def bench_multicast(
                 },
             )  # fmt: skip
         )
-    del sources
+    del sources, pairs, scratch, launches
     torch.cuda.empty_cache()
     return rows
 
@@ -557,12 +562,12 @@ def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
 
     from .isolate import config_to_json
 
-    command = [
-        "ncu", "--clock-control", "none", "--csv", "--metrics",
-        "gpu__time_duration.sum,dram__bytes_read.sum", "-k", "regex:kernel_cutlass",
-        "--launch-skip", "2", "--launch-count", str(launches),
-        sys.executable, "-m", "tmakit.bench", config_to_json(plan.config), str(launches + 2),
-    ]  # fmt: skip
+    command = ncu_command(
+        ["--metrics", "gpu__time_duration.sum,dram__bytes_read.sum"],
+        lambda total: [sys.executable, "-m", "tmakit.bench", config_to_json(plan.config), str(total)],
+        skip=2,
+        count=launches,
+    )
     completed = subprocess.run(command, capture_output=True, text=True)
     values = parse_ncu_csv(completed.stdout)
     times = values.get("gpu__time_duration.sum", [])
@@ -575,6 +580,16 @@ def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
         "dram_bytes_read": reads,
         "median_dram_bytes_read": statistics.median(reads) if reads else None,
     }
+
+
+def ncu_command(arguments: list[str], target, skip: int, count: int) -> list[str]:
+    """An Nsight Compute command line: tmakit's kernels only, clocks left alone, CSV out,
+    `skip` warm-up launches then `count` profiled; `target(total)` is the program's argv, asked
+    to launch `skip + count` times."""
+    return [
+        "ncu", "--clock-control", "none", "--csv", "-k", "regex:kernel_cutlass",
+        "--launch-skip", str(skip), "--launch-count", str(count), *arguments, *target(skip + count),
+    ]  # fmt: skip
 
 
 def _ncu_target(config_json: str, launches: int) -> None:

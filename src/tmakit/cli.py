@@ -12,10 +12,12 @@ from .config import SEED, LoadConfig, dtype_named, parse_extents
 from .errors import TmaConfigError
 from .plan import LoadPlan, MulticastPlan
 
+SEED_SHAPE = "x".join(map(str, SEED.shape))
+SEED_TILE = "x".join(map(str, SEED.tile))
+
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    default_shape = "x".join(map(str, SEED.shape))
-    default_tile = "x".join(map(str, SEED.tile))
+    default_shape, default_tile = SEED_SHAPE, SEED_TILE
     parser.add_argument(
         "--shape", default=default_shape, help=f"[BATCHx...]ROWSxCOLS, rank 2-5 (default {default_shape})"
     )
@@ -294,12 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     check_cmd.set_defaults(run=_cmd_check)
     bench_cmd = commands.add_parser("bench", help="device time vs the hardware peak and torch, same run")
-    bench_cmd.add_argument("--shape", default="8448x1792", help="one extra shape (default the seed's)")
+    bench_cmd.add_argument("--shape", default=SEED_SHAPE, help="one extra shape (default the seed's)")
     bench_cmd.add_argument(
         "--sizes", default=",".join(map(str, SIZE_SWEEP_MIB)), help="MiB sizes to sweep ('' for none)"
     )
-    bench_cmd.add_argument("--dtype", default="fp16")
-    bench_cmd.add_argument("--tile", default="64x256")
+    bench_cmd.add_argument("--dtype", default=SEED.dtype)
+    bench_cmd.add_argument("--tile", default=SEED_TILE)
     bench_cmd.add_argument("--swizzle", type=int, default=0)
     bench_cmd.add_argument("--samples", type=int, default=MIN_SAMPLES)
     bench_cmd.add_argument(
