@@ -52,10 +52,15 @@ def config_for(
     if on_gpu and device != "cuda":
         raise TmaConfigError(f"tensor is on {device}; TMA loads from GPU memory, move it with .cuda() first")
     check_base_address(address)
-    major = "col" if strides[-1] != 1 and strides[-2] == 1 else "row"
+    major = _major(strides)
     config = LoadConfig(shape, dtype, tuple(tile), swizzle, major, strides)
     LoadPlan(config)  # validates the strides and the tile
     return config
+
+
+def _major(strides: tuple[int, ...]) -> str:
+    """ "col" when the rows are the contiguous dim (e.g. a transposed view), else "row"."""
+    return "col" if strides[-1] != 1 and strides[-2] == 1 else "row"
 
 
 def padded_empty(shape: tuple[int, ...], dtype: Any, major: str = "row", device: str = "cuda") -> Any:
@@ -86,31 +91,31 @@ def load_tiles(tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0)
     return out
 
 
-def copy_tile(dtype_name: str) -> tuple[int, int]:
-    """The copy's default tile: 64 rows of 512 bytes (256 elements at most, TMA's box limit)."""
-    return 64, min(256, 512 // DTYPES[dtype_name].nbytes)
+def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
+    """The copy's default tile: 64 rows of 512 bytes (256 elements at most, TMA's box limit); a
+    layout-changing copy needs both extents to be 128-byte multiples (128 rows for 1-byte types)."""
+    nbytes = DTYPES[dtype_name].nbytes
+    rows = max(64, 128 // nbytes) if transpose else 64
+    return rows, min(256, 512 // nbytes)
 
 
 def copy_(dst: Any, src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
-    `dst` must have `src`'s shape, dtype and strides (layout-changing copies are not implemented
-    yet). Compiled once per configuration and cached; checked before anything launches."""
-    from .plan import PipelinePlan
+    `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
+    strides with the same contiguous dim, or the other contiguous dim (a column-major source
+    into a row-major destination or back: each tile is transposed in shared memory).
 
-    config = config_for(src, tile or copy_tile(tmakit_dtype(src.dtype)))
-    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
-        raise TmaConfigError(
-            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
-            "they must match"
-        )
-    if tuple(dst.stride()) != tuple(src.stride()):
-        raise TmaConfigError(
-            f"destination strides {tuple(dst.stride())} differ from the source's {tuple(src.stride())}; "
-            "layout-changing copies are not implemented yet"
-        )
-    config_for(dst, config.tile)  # the destination's device and alignment
-    pipeline = PipelinePlan(LoadPlan(config), stages=stages, persistent=True, sm_count=_sm_count(src))
-    _copy_launcher(pipeline, str(src.device))(src, dst)
+    Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
+    `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
+    check before the launch. Raises TmaConfigError before anything launches."""
+    key = (tuple(src.shape), tuple(src.stride()), tuple(dst.shape), tuple(dst.stride()),
+           src.dtype, dst.dtype, src.device, dst.device, tile, stages)  # fmt: skip
+    launcher = _copy_launchers.get(key)
+    if launcher is None:
+        launcher = _copy_launchers[key] = _plan_copy(dst, src, tile, stages)
+    check_base_address(src.data_ptr())  # the rest of the configuration is the key's
+    check_base_address(dst.data_ptr())
+    launcher(src, dst)
     return dst
 
 
@@ -122,6 +127,38 @@ def copy(src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
     return copy_(dst, src, tile, stages)
 
 
+# (shapes, strides, dtypes, devices, tile, stages) -> launcher: what a repeated copy_ looks up.
+_copy_launchers: dict[tuple, Any] = {}
+
+
+def _plan_copy(dst: Any, src: Any, tile: tuple[int, int] | None, stages: int) -> Any:
+    """Check a copy's configuration in full and return its (cached, compiled) launcher."""
+    from .plan import PipelinePlan
+
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
+            "they must match"
+        )
+    if dst.device != src.device:
+        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
+    transpose = _major(tuple(src.stride())) != _major(tuple(dst.stride()))
+    tile = tuple(tile or copy_tile(tmakit_dtype(src.dtype), transpose))
+    source = config_for(src, tile)
+    destination = config_for(dst, tile)
+    if source.element_strides == destination.element_strides:
+        destination = None  # the default destination: the source's own layout
+    pipeline = PipelinePlan(
+        LoadPlan(source),
+        stages=stages,
+        consumer_warps=4 if transpose else 1,
+        persistent=True,
+        sm_count=_sm_count(src),
+        transpose=transpose,
+    )
+    return _copy_launcher(pipeline, destination, str(src.device))
+
+
 def _sm_count(tensor: Any) -> int:
     import torch
 
@@ -129,15 +166,12 @@ def _sm_count(tensor: Any) -> int:
 
 
 @functools.lru_cache(maxsize=128)
-def _copy_launcher(pipeline: Any, device: str) -> Any:
+def _copy_launcher(pipeline: Any, destination: Any, device: str) -> Any:
     """A callable (src, dst) for one configuration on one device (its hang-guard words live
     there), compiled once. Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed
-    (torch tensors passed directly: 5-7 us of host time per call on the H200, against 10-16 us
-    with prepared CuTe tensors and ~45 us converting with from_dlpack on every call); otherwise
-    the plain path."""
+    (torch tensors passed directly, torch's current stream taken by the compiled function itself,
+    the compiled function kept on disk); otherwise the plain path."""
     import importlib.util
-
-    import torch
 
     from . import gpu
     from .compile import to_cute_tensor
@@ -145,19 +179,16 @@ def _copy_launcher(pipeline: Any, device: str) -> Any:
 
     guard = new_guard(device)
     if importlib.util.find_spec("tvm_ffi") is None:
-        compiled = compile_pipelined_load(pipeline, "copy")
+        plain = compile_pipelined_load(pipeline, "copy", destination=destination)
         cute_guard = to_cute_tensor(guard)
-        return lambda src, dst: compiled(
+        return lambda src, dst: plain(
             to_cute_tensor(src), to_cute_tensor(dst), cute_guard, gpu.current_stream()
         )
-
-    compiled = compile_pipelined_load(pipeline, "copy", tvm_ffi=True)
-    streams: dict[int, Any] = {}
+    compiled = compile_pipelined_load(pipeline, "copy", tvm_ffi=True, destination=destination)
+    function = compiled.function
 
     def launch(src: Any, dst: Any) -> None:
-        handle = torch.cuda.current_stream().cuda_stream
-        if handle not in streams:
-            streams[handle] = gpu.current_stream()
-        compiled(src, dst, guard, streams[handle])
+        function(src, dst, guard)
 
+    launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
     return launch

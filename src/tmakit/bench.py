@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -446,6 +447,140 @@ def bench_pipelines(
     return rows
 
 
+@dataclass(frozen=True)
+class CopyOption:
+    """A `tmakit.copy_` configuration to time: tile (None: the API's default) and stages."""
+
+    tile: tuple[int, int] | None = None
+    stages: int = 4
+
+    @property
+    def name(self) -> str:
+        tile = "default tile" if self.tile is None else f"{self.tile[0]}x{self.tile[1]}"
+        return f"{tile}, {self.stages}st"
+
+
+def parse_copy_options(text: str) -> list[CopyOption]:
+    """ "64x256s4,32x256s6,s4" -> options: [ROWSxCOLS]sSTAGES (no tile: the API's default)."""
+    import re
+
+    options = []
+    for item in filter(None, text.split(",")):
+        match = re.fullmatch(r"(?:(\d+)x(\d+))?s(\d+)", item)
+        if not match:
+            raise ValueError(f"copy option {item!r} is not [ROWSxCOLS]sSTAGES")
+        rows, cols, stages = match.groups()
+        options.append(CopyOption((int(rows), int(cols)) if rows else None, int(stages)))
+    return options
+
+
+def first_wrong_tile(found: Any, expected: Any, tile: tuple[int, int]) -> str | None:
+    """None when `found` equals `expected` bit for bit; else the first wrong element and its tile
+    (batch..., row block, column tile)."""
+    import torch
+
+    bits = signed_bits(found)
+    wrong = bits(found) != bits(expected)
+    if not bool(wrong.any()):
+        return None
+    index = [int(i) for i in torch.nonzero(wrong)[0]]
+    *batch, row, col = index
+    return (
+        f"{int(wrong.sum())} wrong elements; first at {tuple(index)}, tile "
+        f"{(*batch, row // tile[0], col // tile[1])}: "
+        f"{found[tuple(index)].item()} vs {expected[tuple(index)].item()}"
+    )
+
+
+def signed_bits(tensor: Any) -> Callable[[Any], Any]:
+    """A view of a tensor's raw bits as the signed integer type of its width (exact compares)."""
+    from . import gpu
+    from .api import tmakit_dtype
+    from .config import DTYPES
+
+    bits_dtype = gpu.signed_view_dtype(DTYPES[tmakit_dtype(tensor.dtype)])
+    return lambda t: t.view(bits_dtype)
+
+
+def bench_copy(
+    plan: Any, transpose: bool, options: list[CopyOption], l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """`tmakit.copy_` as a user calls it (TVM-FFI launch, torch's stream), each option verified
+    element for element in the same run (destination poisoned first), beside torch's `copy_` of
+    the same pair. `transpose`: the source is the column-major view `x.t()` of each rotated
+    buffer and the destination row-major - torch's `dst.copy_(x.t())`."""
+    import torch
+
+    from . import api
+
+    config = plan.config
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    if transpose:
+        sources = [s.t() for s in sources]  # column-major views; the buffers stay distinct memory
+    destinations = [torch.empty(s.shape, dtype=s.dtype, device="cuda") for s in sources]
+    bits = signed_bits(sources[0])
+    what = "transpose" if transpose else "copy"
+    shape = tuple(sources[0].shape)
+    rows = []
+    for option in options:
+        bits(destinations[0]).fill_(-1)  # poison: every element the copy must write
+        start = time.perf_counter()
+        api.copy_(destinations[0], sources[0], option.tile, option.stages)  # compiles (or loads) once
+        torch.cuda.synchronize()
+        first_call = time.perf_counter() - start
+        wrong = first_wrong_tile(
+            destinations[0], sources[0], option.tile or api.copy_tile(config.dtype, transpose)
+        )
+        launches = [
+            lambda s=s, d=d, o=option: api.copy_(d, s, o.tile, o.stages)
+            for s, d in zip(sources, destinations, strict=True)
+        ]
+        rows.append(
+            BenchRow(
+                f"tmakit.copy_ {what} ({option.name})",
+                "copy",
+                shape,
+                config.dtype,
+                plan.tensor_bytes,
+                graph_samples_us(launches, samples),
+                f"ok: every element bit-exact ({sources[0].numel()})" if wrong is None else f"WRONG: {wrong}",
+                first_call,
+                {
+                    "tile": list(option.tile) if option.tile else "default",
+                    "stages": option.stages,
+                    "rotated_buffers": len(sources),
+                    "transpose": transpose,
+                },
+            )  # fmt: skip
+        )
+    name = "torch copy_ (transpose)" if transpose else "torch copy_"
+    torch_launches = [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
+    rows.append(
+        BenchRow(
+            name, "copy", shape, config.dtype, plan.tensor_bytes, graph_samples_us(torch_launches, samples)
+        )
+    )
+    del sources, destinations, launches, torch_launches
+    torch.cuda.empty_cache()
+    return rows
+
+
+def measure_copy_host_cost(transpose: bool = False) -> dict:
+    """Host microseconds per `tmakit.copy_` call on a tiny tensor, the configuration seen before
+    (what a user's loop pays): the whole public call, cache lookup and alignment checks included."""
+    import torch
+
+    from . import api
+
+    x = torch.randn(256, 512, device="cuda").to(torch.float16)
+    src = x.t() if transpose else x
+    dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
+    api.copy_(dst, src)
+    return {
+        f"tmakit_copy_{'transpose_' if transpose else ''}call_us": host_launch_us(lambda: api.copy_(dst, src))
+    }
+
+
 def bench_multicast(
     plan: Any, cluster: tuple[int, int], stages: int, l2_bytes: int, hot_l2: bool, samples: int
 ) -> list:
@@ -521,7 +656,7 @@ def measure_host_overhead() -> dict:
     }
     try:
         ffi = compile_tile_load(plan, consumer="none", tvm_ffi=True).function
-        result["tvm_ffi_torch_tensors_us"] = host_launch_us(lambda: ffi(src, src, stream))
+        result["tvm_ffi_torch_tensors_us"] = host_launch_us(lambda: ffi(src, src))  # torch's stream
     except Exception as error:  # noqa: BLE001 - reported, the plain path still stands
         result["tvm_ffi_error"] = f"{type(error).__name__}: {error}"[:300]
     return result

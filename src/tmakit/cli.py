@@ -206,8 +206,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     with Progress(console=console) as progress:
         task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
         for plan in plans:
-            rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
-            pipeline_variants = (args.pipeline + (",4pc" if args.kernel == "copy" else "")).strip(",")
+            if args.kernel in ("copy", "transpose"):
+                options = bench.parse_copy_options(args.copy_options)
+                rows += bench.bench_copy(
+                    plan, args.kernel == "transpose", options, context["l2_bytes"], args.hot_l2, args.samples
+                )
+            else:
+                rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
+            pipeline_variants = args.pipeline
             if args.prefetch and not pipeline_variants:
                 pipeline_variants = "4,7"
             if pipeline_variants:
@@ -226,12 +232,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 )
             progress.advance(task)
     context["host_launch"] = bench.measure_host_overhead()
+    if args.kernel in ("copy", "transpose"):
+        context["host_launch"].update(bench.measure_copy_host_cost(args.kernel == "transpose"))
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
-        if row.kernel.startswith("tmakit"):
+        if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
+            row.host_us = next(v for k, v in context["host_launch"].items() if k.startswith("tmakit_copy"))
+        elif row.kernel.startswith("tmakit"):
             row.host_us = context["host_launch"]["plain_prepared_tensors_us"]
     if args.ncu:
         context["ncu"] = {"x".join(map(str, plans[0].config.shape)): bench.ncu_kernel_times(plans[0])}
-    baselines = ["torch copy_", "torch sum"]
+    baselines = {"copy": ["torch copy_"], "transpose": ["torch copy_ (transpose)"]}.get(
+        args.kernel, ["torch copy_", "torch sum"]
+    )
     cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
     table = Table(title=f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays")
     for column in [*bench.TABLE_HEADER, *(f"x {b}" for b in baselines), "verified in this run"]:
@@ -311,7 +323,17 @@ def main(argv: list[str] | None = None) -> int:
         "r load+row-sum, c copy, fN prefetch N tiles ahead into L2, t prefetch the TMA descriptor)",
     )
     bench_cmd.add_argument(
-        "--kernel", choices=("load", "copy"), default="load", help="copy: also time tmakit's TMA copy (4pc)"
+        "--kernel",
+        choices=("load", "copy", "transpose"),
+        default="load",
+        help="copy: time tmakit.copy_ against torch copy_ instead of loads; transpose: the same with a "
+        "column-major source (x.t()) into a row-major destination",
+    )
+    bench_cmd.add_argument(
+        "--copy-options",
+        default="s4",
+        help="tmakit.copy_ configurations for --kernel copy/transpose: [ROWSxCOLS]sSTAGES,... "
+        "(no tile: the default)",
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(

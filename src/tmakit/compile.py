@@ -6,10 +6,13 @@ so tmakit always names its target: Hopper's sm_90a.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 TARGET_ARCH = "sm_90a"
@@ -52,20 +55,36 @@ class CompiledKernel:
     function: Any
     compile_seconds: float
     ptx: str | None
+    from_disk: bool = False  # loaded from the on-disk cache (`compile_seconds` is then the load)
 
     def __call__(self, *args: Any) -> Any:
         return self.function(*args)
 
 
 def compile_kernel(
-    kernel: Any, *example_args: Any, keep_ptx: bool = False, tvm_ffi: bool = False
+    kernel: Any,
+    *example_args: Any,
+    keep_ptx: bool = False,
+    tvm_ffi: bool = False,
+    cache_key: str | None = None,
 ) -> CompiledKernel:
     """`cute.compile` the host function `kernel` for sm_90a; nothing touches the driver here.
-    `tvm_ffi=True` compiles for the DSL's TVM-FFI calling path (torch tensors passed directly;
+    `tvm_ffi=True` compiles for the DSL's TVM-FFI calling path (torch tensors passed directly, the
+    stream taken from torch's current stream when compiled against `placeholder_stream(env=True)`;
     needs the apache-tvm-ffi package).
+
+    With `tvm_ffi` and a `cache_key` (a text that names the kernel and its configuration), the
+    compiled function is also kept on disk (`cache_dir()`) and later loaded instead of compiled.
 
     `example_args` are CuTe tensors (e.g. `to_cute_tensor` of numpy arrays on a CPU-only machine)."""
     import cutlass.cute as cute
+
+    cached = disk_cache_entry(cache_key) if tvm_ffi and cache_key and not keep_ptx else None
+    if cached is not None and cached[0].exists():
+        start = time.perf_counter()
+        function = load_cached(*cached)
+        if function is not None:
+            return CompiledKernel(function, time.perf_counter() - start, None, from_disk=True)
 
     options = f"--gpu-arch {TARGET_ARCH}" + (" --enable-tvm-ffi" if tvm_ffi else "")
     with tempfile.TemporaryDirectory(prefix="tmakit-ptx-") as dump_dir:
@@ -78,7 +97,61 @@ def compile_kernel(
     if ptx is not None and os.path.exists(ptx):  # some versions return the path, not the text
         with open(ptx) as f:
             ptx = f.read()
+    if cached is not None:
+        store_cached(function, *cached)
     return CompiledKernel(function, seconds, ptx)
+
+
+# -- the on-disk cache of TVM-FFI compiled functions --------------------------------------------
+def cache_dir() -> Path | None:
+    """Where compiled kernels are kept: $TMAKIT_CACHE_DIR, else ~/.cache/tmakit; "off" (or an
+    empty value) keeps nothing on disk."""
+    configured = os.environ.get("TMAKIT_CACHE_DIR")
+    if configured is not None:
+        return None if configured in ("", "off") else Path(configured)
+    return Path.home() / ".cache" / "tmakit"
+
+
+@functools.cache
+def _source_fingerprint() -> str:
+    """A hash of tmakit's own source: any change to a kernel (or anything else) misses the cache."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def disk_cache_entry(cache_key: str) -> tuple[Path, str] | None:
+    """(object file, exported function name) for `cache_key` with this tmakit source, DSL
+    version and target; None when the cache is off."""
+    directory = cache_dir()
+    if directory is None:
+        return None
+    text = "\n".join((cache_key, _source_fingerprint(), str(installed_dsl_version()), TARGET_ARCH))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return directory / f"{digest}.o", f"tmakit_{digest}"
+
+
+def load_cached(path: Path, name: str) -> Any:
+    """The TVM-FFI function exported to `path`, or None if it cannot be loaded (then recompiled)."""
+    try:
+        from cutlass.runtime import load_module
+
+        return getattr(load_module(str(path), enable_tvm_ffi=True), name)
+    except Exception:  # noqa: BLE001 - a damaged or foreign file is a cache miss, not an error
+        return None
+
+
+def store_cached(function: Any, path: Path, name: str) -> None:
+    """Export a TVM-FFI compiled function to `path` (written aside, then renamed: concurrent
+    processes never read half a file). A read-only or full disk only costs the cache."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp.o")
+        function.export_to_c(str(partial), function_name=name)
+        os.replace(partial, path)
+    except OSError:
+        pass
 
 
 def to_cute_tensor(array: Any) -> Any:
@@ -110,8 +183,14 @@ def fake_source(config: Any) -> Any:
     return fake_tensor(config.element, config.shape, config.element_strides)
 
 
-def placeholder_stream() -> Any:
-    """A CUstream value to compile against; the real stream is passed at each call."""
+def placeholder_stream(env: bool = False) -> Any:
+    """A CUstream value to compile against; the real stream is passed at each call. `env=True`
+    (TVM-FFI only): the compiled function takes no stream argument and launches on the caller's
+    current torch stream (no stream query in Python: less host time per call)."""
+    if env:
+        from cutlass.runtime import make_fake_stream
+
+        return make_fake_stream(use_tvm_ffi_env_stream=True)
     import cuda.bindings.driver as cuda
 
     return cuda.CUstream(0)

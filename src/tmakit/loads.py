@@ -39,7 +39,7 @@ def compile_tile_load(
         TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift),
         src,
         scratch,
-        placeholder_stream(),
+        placeholder_stream(env=tvm_ffi),
         keep_ptx=keep_ptx,
         tvm_ffi=tvm_ffi,
     )

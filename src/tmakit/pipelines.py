@@ -9,10 +9,11 @@ from typing import Any
 
 from . import verify
 from .compile import CompiledKernel, compile_kernel, fake_source, fake_tensor, placeholder_stream
-from .config import DTYPES
+from .config import DTYPES, LoadConfig
 from .errors import TmaHangError
 from .loads import compare_with_input
 from .plan import PipelinePlan
+from .sweep import padded_strides
 
 
 @functools.lru_cache(maxsize=256)
@@ -24,10 +25,14 @@ def compile_pipelined_load(
     freeze_parity: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
+    destination: LoadConfig | None = None,
 ) -> CompiledKernel:
     """Compile the pipelined kernel for sm_90a (no GPU needed). `hang_guard` is the debug hang
     guard, `expect_extra_bytes` and `freeze_parity` test-only mistakes; `tvm_ffi` as in
-    `compile_kernel`."""
+    `compile_kernel` (the compiled function then takes no stream: it launches on torch's current
+    stream, and is kept in the on-disk cache); `destination`: the "copy" consumer's destination
+    (default: the source's shape and strides, or with `pipeline.transpose` the compact
+    other-major layout)."""
     import cutlass
 
     from .kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
@@ -38,11 +43,44 @@ def compile_pipelined_load(
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
         "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
-        "copy": src,  # the destination has the source's shape and strides
+        "copy": fake_source(destination or copy_destination(pipeline)),
     }[consumer]
     kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return compile_kernel(kernel, src, out, guard, placeholder_stream(), keep_ptx=keep_ptx, tvm_ffi=tvm_ffi)
+    # Kept on disk too when called through TVM-FFI (the copy launcher): the key names everything
+    # the kernel is built from; the source itself is fingerprinted by `compile_kernel`.
+    key = repr(
+        (
+            "PipelinedLoadKernel",
+            pipeline,
+            consumer,
+            hang_guard,
+            expect_extra_bytes,
+            freeze_parity,
+            destination,
+        )
+    )
+    return compile_kernel(
+        kernel,
+        src,
+        out,
+        guard,
+        placeholder_stream(env=tvm_ffi),
+        keep_ptx=keep_ptx,
+        tvm_ffi=tvm_ffi,
+        cache_key=key,
+    )
+
+
+def copy_destination(pipeline: PipelinePlan) -> LoadConfig:
+    """The default destination of a copy: the source's layout, or with `pipeline.transpose` the
+    same shape stored with the other contiguous mode (pitch padded to 16 bytes)."""
+    config = pipeline.load.config
+    if not pipeline.transpose:
+        return config
+    major = "row" if pipeline.load.rows_contiguous else "col"
+    strides = padded_strides(config.shape, config.element.nbytes, major)
+    return LoadConfig(config.shape, config.dtype, config.tile, 0, major, strides)
 
 
 def new_guard(device: Any = "cuda") -> Any:
@@ -85,7 +123,8 @@ def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs:
         out = torch.zeros(pipeline.rowsum_shape, dtype=torch.float32, device="cuda")  # added into
     elif consumer == "copy":
         bits = gpu.signed_view_dtype(plan.config.element)
-        out = torch.empty_strided(plan.config.shape, plan.config.element_strides, dtype=bits, device="cuda")
+        strides = copy_destination(pipeline).element_strides
+        out = torch.empty_strided(plan.config.shape, strides, dtype=bits, device="cuda")
         out.fill_(-1)  # poison, every element the destination has
         out = out.view(src.dtype)
     else:

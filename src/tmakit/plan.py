@@ -220,6 +220,49 @@ class RowSumMapping:
         return (part + self.threads_per_row * (step + row)) % self.chunks
 
 
+STAGING_ALIGNMENT = 1024  # a transposing copy's staging tiles, as TMA stores read them
+
+
+@dataclass(frozen=True)
+class TransposeMapping:
+    """A layout-changing copy's transpose of one stage in shared memory, from the stored source
+    tile (`source_rows` rows of `source_chunks` 16-byte chunks) into a staging tile stored the
+    other way round (`source_chunks * vector` rows of `source_rows` elements).
+
+    A thread moves one `vector` x `vector` block at a time: `vector` 16-byte reads (one chunk of
+    `vector` consecutive source rows), a transpose in registers, `vector` 16-byte writes (one
+    chunk of `vector` consecutive staging rows). Both row widths are multiples of 128 bytes, so
+    a 16-byte access's bank group is its chunk index mod 8; block `index` reads chunk
+    `index mod source_chunks` and writes chunk `(index / source_chunks + that) mod row_blocks`,
+    so the 8 lanes of an access phase hit 8 different bank groups on both sides."""
+
+    vector: int
+    source_rows: int
+    source_chunks: int
+    threads: int
+
+    @property
+    def row_blocks(self) -> int:
+        """Blocks of `vector` source rows (= 16-byte chunks of a staging row)."""
+        return self.source_rows // self.vector
+
+    @property
+    def blocks(self) -> int:
+        return self.row_blocks * self.source_chunks
+
+    @property
+    def passes(self) -> int:
+        """Blocks each consumer thread moves per stage (the last pass may leave threads idle)."""
+        return ceil_div(self.blocks, self.threads)
+
+    # Run on the host (tests) and, traced, in the kernel (device integers): one source.
+    def block(self, index):
+        """(row block, chunk) of block `index`: source rows row_block*vector.., chunk `chunk`;
+        staging rows chunk*vector.., chunk `row_block`."""
+        chunk = index % self.source_chunks
+        return (index // self.source_chunks + chunk) % self.row_blocks, chunk
+
+
 @dataclass(frozen=True)
 class PipelinePlan:
     """A `LoadPlan` run as an N-stage ring: a producer warp keeps up to `stages` TMA loads in
@@ -235,8 +278,13 @@ class PipelinePlan:
     blocks_per_sm: int = 1
     prefetch_tiles: int = 0  # the producer also prefetches the tile this many loads ahead into L2
     prefetch_descriptor: bool = False  # prefetch the TMA descriptor at kernel start
+    # A layout-changing copy: consumers transpose each stage into one of two staging tiles that a
+    # TMA store writes out with the other contiguous mode (`transpose_mapping`).
+    transpose: bool = False
 
     def __post_init__(self) -> None:
+        if self.transpose:
+            self._check_transpose()
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
         if self.sm_count < 1 or self.blocks_per_sm < 1:
@@ -260,13 +308,28 @@ class PipelinePlan:
 
     @property
     def max_stages(self) -> int:
-        return SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)  # a stage and its two barriers
+        # A stage and its two barriers; staging tiles and their alignment come first.
+        staging = self.staging_bytes + STAGING_ALIGNMENT if self.transpose else 0
+        return (SMEM_PER_BLOCK - staging) // (self.stage_bytes + 2 * MBARRIER_BYTES)
 
     @property
     def smem_bytes(self) -> int:
         """The stages (at offset 0 of the 1024-aligned dynamic shared memory), then the full and
-        the empty barrier of each stage."""
+        the empty barrier of each stage, then (transposing) the staging tiles, 1024-aligned."""
+        if self.transpose:
+            return self.staging_offset + self.staging_bytes
         return self.ring_bytes + self.barrier_bytes
+
+    @property
+    def staging_offset(self) -> int:
+        """Where a transposing copy's staging tiles start."""
+        return ceil_div(self.ring_bytes + self.barrier_bytes, STAGING_ALIGNMENT) * STAGING_ALIGNMENT
+
+    @property
+    def staging_bytes(self) -> int:
+        """A transposing copy's two staging tiles: one being filled while the other's TMA store
+        reads it."""
+        return 2 * self.stage_bytes if self.transpose else 0
 
     @property
     def ring_bytes(self) -> int:
@@ -329,6 +392,33 @@ class PipelinePlan:
         rows_per_pass = threads // per_row
         return RowSumMapping(vector, chunks, per_row, rows_per_pass, ceil_div(tile_rows, rows_per_pass))
 
+    @property
+    def transpose_mapping(self) -> TransposeMapping:
+        """How the consumer threads transpose a stage (see TransposeMapping)."""
+        load = self.load
+        tile_rows, tile_cols = load.config.tile
+        # As stored: a column-major tile is tile_cols rows of tile_rows elements.
+        source_rows, source_width = (tile_cols, tile_rows) if load.rows_contiguous else (tile_rows, tile_cols)
+        vector = 16 // load.config.element.nbytes
+        return TransposeMapping(vector, source_rows, source_width // vector, 32 * self.consumer_warps)
+
+    def _check_transpose(self) -> None:
+        """A transposing copy needs both tile extents to be whole 128-byte multiples (each stored
+        row then starts in bank group 0, which the conflict-free mapping relies on) and no
+        swizzle (the staging tile is written unswizzled)."""
+        load = self.load
+        nbytes = load.config.element.nbytes
+        if load.config.swizzle:
+            raise TmaConfigError(
+                f"swizzle {load.config.swizzle} with a layout-changing copy; it stages tiles unswizzled"
+            )
+        bad = [extent for extent in load.config.tile if extent * nbytes % 128]
+        if bad:
+            raise TmaConfigError(
+                f"tile {load.config.tile} of {load.config.dtype}: a layout-changing copy needs both "
+                f"tile extents to be multiples of {128 // nbytes} elements (128 bytes)"
+            )
+
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
         stage's barrier completes once per trip round the ring, so the parity flips per trip."""
@@ -344,6 +434,13 @@ class PipelinePlan:
             f"+ full/empty barriers {self.barrier_bytes}); "
             f"at most {self.max_stages} stages fit",
         ]
+        if self.transpose:
+            mapping = self.transpose_mapping
+            lines.append(
+                f"transpose         each stage into one of 2 staging tiles ({self.staging_bytes} bytes at "
+                f"{self.staging_offset}); {mapping.blocks} blocks of {mapping.vector}x{mapping.vector}, "
+                f"{mapping.passes} per consumer thread"
+            )
         if self.prefetch_tiles or self.prefetch_descriptor:
             lines.append(
                 f"prefetch          tile {self.prefetch_tiles} loads ahead into L2"

@@ -8,6 +8,7 @@ batches up to rank 5; strides are compact where TMA allows it and padded where i
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 from .config import DTYPES, SWIZZLE_MODES, LoadConfig
@@ -84,6 +85,41 @@ def sweep_configs(count: int, seed: int) -> list[LoadConfig]:
     while len(cells) < count:
         cells.append((rng.choice(list(DTYPES)), rng.choice(SWIZZLE_MODES), rng.choice(LAYOUTS)))
     return [random_config(rng, *cell) for cell in cells[:count]]
+
+
+def transpose_configs(count: int, seed: int) -> list[LoadConfig]:
+    """`count` source configurations for layout-changing copies (each copied into the other
+    contiguous layout): each dtype x source layout first, then random; unswizzled tiles whose
+    extents are whole multiples of 128 bytes (what `PipelinePlan(transpose=True)` accepts), at
+    most 32 KiB; shapes with partial tiles, primes and batches as in `random_config`."""
+    rng = random.Random(seed)
+    cells = list(itertools.product(DTYPES, LAYOUTS))
+    rng.shuffle(cells)
+    while len(cells) < count:
+        cells.append((rng.choice(list(DTYPES)), rng.choice(LAYOUTS)))
+    configs = []
+    for dtype, major in cells[:count]:
+        itemsize = DTYPES[dtype].nbytes
+        unit = 128 // itemsize
+        while True:
+            extents = [unit * rng.randint(1, MAX_BOX_EXTENT // unit) for _ in range(2)]
+            while extents[0] * extents[1] * itemsize > 32 << 10:
+                halve = rng.randrange(2)
+                extents[halve] = unit * max(1, extents[halve] // unit // 2)
+            tile = (extents[0], extents[1])
+            rank = rng.choices((2, 3, 4), weights=(6, 2, 1))[0]
+            batch = tuple(rng.randint(1, 3) for _ in range(rank - 2))
+            shape = (*batch, _extent(rng, tile[0]), _extent(rng, tile[1]))
+            if math.prod(shape) > MAX_ELEMENTS:
+                continue
+            config = LoadConfig(shape, dtype, tile, 0, major, strides=padded_strides(shape, itemsize, major))
+            try:
+                LoadPlan(config)
+            except TmaConfigError:
+                continue  # e.g. an extent of 1 under a tile extent > 1
+            configs.append(config)
+            break
+    return configs
 
 
 def is_prime_or_one(n: int) -> bool:

@@ -13,6 +13,11 @@ Consumers:
   has *read* it (bulk-group commit + wait with read=True, one step late), and the kernel waits
   for the writes before it exits. The tile
   was written by TMA (the async proxy) and is read by TMA, so no proxy fence is needed.
+  With `PipelinePlan.transpose` (a layout-changing copy, e.g. column-major into row-major) the
+  consumer warps first transpose the stage into one of two staging tiles stored the other way
+  round (16-byte reads and writes, bank-conflict free: `TransposeMapping`), release the stage,
+  fence their writes to the async proxy, meet at a named barrier, and one thread TMA-stores the
+  staging tile; a staging tile is rewritten only after its store has read it.
 
 `hang_guard=True` bounds every wait (see `TileRing`); the host then raises instead of hanging.
 """
@@ -26,7 +31,13 @@ from cutlass.cute.nvgpu import cpasync
 
 from ..plan import PipelinePlan
 from .ring import GUARD_WORDS, TileRing
-from .tma import matrix_first_view, padded_matrix_view, tile_coordinate, tma_load_views
+from .tma import (
+    matrix_first_view,
+    padded_matrix_view,
+    shared_tile_layout,
+    tile_coordinate,
+    tma_load_views,
+)
 
 __all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel"]
 
@@ -63,11 +74,14 @@ class PipelinedLoadKernel:
         plan, pipeline = self.plan, self.pipeline
         load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_atom = load_atom  # only the "copy" consumer stores; the others never use it
+        store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
         if cutlass.const_expr(self.consumer == "copy"):
+            if cutlass.const_expr(pipeline.transpose):
+                store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
             store_atom, out_view = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(),
                 matrix_first_view(out, len(plan.config.shape)),
-                shared_layout,
+                store_layout,
                 plan.config.tile,
             )
         elif cutlass.const_expr(self.consumer == "rowsum"):
@@ -77,7 +91,9 @@ class PipelinedLoadKernel:
             )
         else:
             out_view = padded_matrix_view(out, plan.padded_shape, plan.batch_count)
-        self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout).launch(
+        self.kernel(
+            load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout
+        ).launch(
             grid=(pipeline.grid, 1, 1),
             block=(pipeline.threads_per_block, 1, 1),
             smem=pipeline.smem_bytes,
@@ -93,6 +109,7 @@ class PipelinedLoadKernel:
         out_view: cute.Tensor,
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
+        store_layout: cute.ComposedLayout,
     ):
         pipeline = self.pipeline
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -103,6 +120,10 @@ class PipelinedLoadKernel:
         tiles = cutlass.Int32(pipeline.tiles_of_block(block))
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
+        elif cutlass.const_expr(pipeline.transpose):
+            self.consume_transposing(
+                ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, warp - 1
+            )
         else:
             self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
 
@@ -202,6 +223,95 @@ class PipelinedLoadKernel:
             if cutlass.const_expr(self.stores_in_flight > 1):
                 if tiles > 0:
                     self.ring.release(empty, (tiles - 1) % pipeline.stages, failed)
+
+    @cute.jit
+    def consume_transposing(
+        self, ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, consumer
+    ):
+        """A consumer warp of a layout-changing copy: per stage, transpose its share of the blocks
+        into staging tile `step % 2`, release the stage, fence the writes to the async proxy (TMA
+        reads them), meet the other consumer warps at named barrier 1, and (warp 0, one thread)
+        TMA-store the staging tile. Before the barrier that thread waits until the previous
+        store has read the other staging tile, so after it every thread may overwrite that one."""
+        plan, pipeline = self.plan, self.pipeline
+        source, staging, staging_tiles = self.staging_views(ring, store_layout)
+        thread = consumer * 32 + cute.arch.lane_idx()
+        failed = cutlass.Boolean(False)
+        for step in cutlass.range(tiles, unroll=1):
+            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
+            buffer = step % 2
+            self.transpose_stage(source, stage, staging, buffer, thread)
+            self.ring.release(empty, stage, failed)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            if consumer == 0:
+                with cute.arch.elect_one():
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=1, number_of_threads=32 * pipeline.consumer_warps)
+            if consumer == 0:
+                batch, row_block, column_tile = self.pipeline.tile_of(block, step)
+                destination_part, shared_part = tma_load_views(
+                    store_atom,
+                    out_view,
+                    staging_tiles[None, None, buffer],
+                    plan.config.tile,
+                    tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+                )
+                with cute.arch.elect_one():
+                    cute.copy(store_atom, shared_part, destination_part)
+                    cute.arch.cp_async_bulk_commit_group()
+        if consumer == 0:
+            with cute.arch.elect_one():
+                cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
+
+    def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
+        """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,
+        (vector, chunk, row, buffer); staging tiles as the store sees them, (rows, cols, buffer)).
+        The staging tiles start `PipelinePlan.staging_offset` bytes into shared memory."""
+        pipeline = self.pipeline
+        mapping = pipeline.transpose_mapping
+        vector, source_rows = mapping.vector, mapping.source_rows
+        source_width = mapping.source_chunks * vector
+        base = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)
+        staging_base = base + pipeline.staging_offset // self.plan.config.element.nbytes
+        source = cute.make_tensor(
+            base,
+            cute.make_layout(
+                (vector, mapping.source_chunks, source_rows, pipeline.stages),
+                stride=(1, vector, source_width, pipeline.stage_elements),
+            ),
+        )
+        staging = cute.make_tensor(
+            staging_base,
+            cute.make_layout(
+                (vector, mapping.row_blocks, source_width, 2),
+                stride=(1, vector, source_rows, pipeline.stage_elements),
+            ),
+        )
+        outer = store_layout.outer
+        staging_tiles = cute.make_tensor(
+            staging_base,
+            cute.make_layout((*outer.shape, 2), stride=(*outer.stride, pipeline.stage_elements)),
+        )
+        return source, staging, staging_tiles
+
+    @cute.jit
+    def transpose_stage(self, source, stage, staging, buffer, thread):
+        """This thread's blocks of the stage into the staging tile: `vector` 16-byte reads of
+        one chunk of consecutive source rows, `vector` 16-byte writes of one chunk of
+        consecutive staging rows, the block transposed in registers in between."""
+        mapping = self.pipeline.transpose_mapping
+        vector = mapping.vector
+        block_registers = cute.make_rmem_tensor((vector, vector), self.ring.element_type)
+        for k in cutlass.range_constexpr(mapping.passes):
+            index = thread + k * mapping.threads
+            if index < mapping.blocks:
+                row_block, chunk = mapping.block(index)
+                for i in cutlass.range_constexpr(vector):
+                    block_registers[None, i].store(source[None, chunk, row_block * vector + i, stage].load())
+                for j in cutlass.range_constexpr(vector):
+                    staging[None, row_block, chunk * vector + j, buffer].store(
+                        block_registers[j, None].load()
+                    )
 
     @cute.jit
     def add_rowsums(self, stage_rows, stage, sums, thread):
