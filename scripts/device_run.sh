@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
-#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench rowbench floor clusterbench prefetchbench check ncu
+#   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench
+#   transposebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -20,7 +21,11 @@ for step in "$@"; do
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
     pipebench) timeout 260 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 4,7,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
-    copybench) timeout 280 python3 -m tmakit bench --kernel copy --pipeline 6pc,4c --shape "" --sizes 1,16,256,1024,2048 --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -30 ;;
+    copybench) timeout ${TMAKIT_COPYBENCH_S:-280} python3 -m tmakit bench --kernel copy --copy-options "${TMAKIT_COPY_OPTIONS:-s4,s6}" --shape "" --sizes "${TMAKIT_COPY_SIZES:-1,16,256,1024,2048}" --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -40 ;;
+    transposebench) timeout ${TMAKIT_TRANSPOSEBENCH_S:-200} python3 -m tmakit bench --kernel transpose --copy-options "${TMAKIT_TRANSPOSE_OPTIONS:-s4}" --shape "" --sizes "${TMAKIT_TRANSPOSE_SIZES:-16,256,1024}" --commit "$commit" --json "$OUT/bench-transpose.json" --plot "$OUT/bench-transpose.png" 2>&1 | tail -30 ;;
+    copytests) timeout ${TMAKIT_COPYTESTS_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
+    mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1
+      timeout ${TMAKIT_MCNCU_S:-300} python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-multicast-1x2,multicast-1x4}" --extra --sections 2>&1 | tail -20 ;;
     rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 7,7x4r,4x4r,7x2r,4x8r,4x4pr --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
     floor) for shape in 8448x1792 64x256 1024x1792; do  # the seed shape beside tiny ones: the fixed cost
         timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline 7,4f2t,7t --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8

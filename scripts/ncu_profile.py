@@ -43,6 +43,15 @@ STALL_METRICS = [
 ]
 
 
+# Where a multicast's saving could show: the L2 request coalescer (LRC) in front of the L2 slices
+# and the L2's own request/sector counters by source unit - collected by name pattern with --extra.
+EXTRA_METRICS = [
+    "regex:^lrc__.*\\.sum$",
+    "regex:^lts__t_(requests|sectors)_srcunit_.*_op_read\\.sum$",
+    "regex:^l1tex__m_.*read.*\\.sum$",
+]
+
+
 def cases() -> dict[str, dict]:
     """Name -> what to launch, on the seed's configuration: a pipeline variant as `tmakit bench
     --pipeline` spells it, the seed's kernel, or the multicast ring (4 stages, consumers only wait
@@ -107,6 +116,8 @@ def main() -> int:
     parser.add_argument("--target", nargs=2, metavar=("CASE", "LAUNCHES"))
     parser.add_argument("--out", default=".")
     parser.add_argument("--only", default="", help="comma-separated case-name prefixes")
+    parser.add_argument("--extra", action="store_true", help="also collect EXTRA_METRICS (LRC, L2 by unit)")
+    parser.add_argument("--sections", action="store_true", help="sections and stalls for multicast cases too")
     args = parser.parse_args()
     if args.target:
         run_target(cases()[args.target[0]], int(args.target[1]))
@@ -125,7 +136,7 @@ def main() -> int:
         if prefixes and not any(name.startswith(p) for p in prefixes):
             continue
         entry: dict = {"case": case}
-        if case["kind"] != "multicast":
+        if case["kind"] != "multicast" or args.sections:
             sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name)
             (out / f"ncu-{name}-sections.csv").write_text(sections.stdout)
             entry["sections_rc"] = sections.returncode
@@ -148,6 +159,13 @@ def main() -> int:
                     entry["metrics"].update(parse_ncu_csv(single.stdout))
                 else:
                     entry["metric_errors"][metric] = single.stderr[-300:]
+        if args.extra:
+            extra = ncu(["--metrics", ",".join(EXTRA_METRICS)], name)
+            (out / f"ncu-{name}-extra.csv").write_text(extra.stdout)
+            if extra.returncode == 0:
+                entry["extra"] = parse_ncu_csv(extra.stdout)
+            else:
+                entry["extra_error"] = extra.stderr[-1500:]
         summary[name] = entry
         print(name, json.dumps(entry.get("metrics", {}))[:400], flush=True)
     (out / "ncu-profile.json").write_text(json.dumps(summary, indent=2) + "\n")
