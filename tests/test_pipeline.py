@@ -184,3 +184,14 @@ def test_copy_keeps_two_stores_in_flight_and_waits_for_every_write():
     waits = [" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)]
     assert "cp.async.bulk.wait_group.read 1" in waits  # all but the newest store have read their stage
     assert "cp.async.bulk.wait_group 0" in waits  # every write done before the block exits
+
+
+@pytest.mark.parametrize(("depth", "stages", "wait"), [(4, 6, 3), (8, 4, 3), (1, 4, 0)])
+def test_copy_store_depth_sets_the_read_wait_and_is_capped_by_the_stages(depth, stages, wait):
+    pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, persistent=True, store_depth=depth)
+    assert pipeline.stores_in_flight == min(depth, stages)
+    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    waits = {" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)}
+    assert waits == {f"cp.async.bulk.wait_group.read {wait}", "cp.async.bulk.wait_group 0"}
+    with pytest.raises(TmaConfigError, match="store depth is 0"):
+        PipelinePlan(LoadPlan(SEED), store_depth=0)

@@ -99,20 +99,31 @@ def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
     return rows, min(256, 512 // nbytes)
 
 
-def copy_(dst: Any, src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
+def copy_(
+    dst: Any,
+    src: Any,
+    tile: tuple[int, int] | None = None,
+    stages: int = 4,
+    *,
+    store_depth: int = 2,
+    blocks_per_sm: int = 1,
+) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
     strides with the same contiguous dim, or the other contiguous dim (a column-major source
     into a row-major destination or back: each tile is transposed in shared memory).
 
+    Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
+    ring, `store_depth` TMA stores in flight per block, `blocks_per_sm` of the persistent grid.
+
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
-    key = (tuple(src.shape), tuple(src.stride()), tuple(dst.shape), tuple(dst.stride()),
-           src.dtype, dst.dtype, src.device, dst.device, tile, stages)  # fmt: skip
+    key = (tuple(src.shape), tuple(src.stride()), tuple(dst.shape), tuple(dst.stride()), src.dtype,
+           dst.dtype, src.device, dst.device, tile, stages, store_depth, blocks_per_sm)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
-        launcher = _copy_launchers[key] = _plan_copy(dst, src, tile, stages)
+        launcher = _copy_launchers[key] = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm)
     check_base_address(src.data_ptr())  # the rest of the configuration is the key's
     check_base_address(dst.data_ptr())
     launcher(src, dst)
@@ -131,7 +142,9 @@ def copy(src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
 _copy_launchers: dict[tuple, Any] = {}
 
 
-def _plan_copy(dst: Any, src: Any, tile: tuple[int, int] | None, stages: int) -> Any:
+def _plan_copy(
+    dst: Any, src: Any, tile: tuple[int, int] | None, stages: int, store_depth: int, blocks_per_sm: int
+) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
 
@@ -154,7 +167,9 @@ def _plan_copy(dst: Any, src: Any, tile: tuple[int, int] | None, stages: int) ->
         consumer_warps=4 if transpose else 1,
         persistent=True,
         sm_count=_sm_count(src),
+        blocks_per_sm=blocks_per_sm,
         transpose=transpose,
+        store_depth=store_depth,
     )
     return _copy_launcher(pipeline, destination, str(src.device))
 

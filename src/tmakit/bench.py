@@ -449,28 +449,37 @@ def bench_pipelines(
 
 @dataclass(frozen=True)
 class CopyOption:
-    """A `tmakit.copy_` configuration to time: tile (None: the API's default) and stages."""
+    """A `tmakit.copy_` configuration to time: tile (None: the API's default), ring stages, TMA
+    stores in flight per block, blocks per SM."""
 
     tile: tuple[int, int] | None = None
     stages: int = 4
+    store_depth: int = 2
+    blocks_per_sm: int = 1
 
     @property
     def name(self) -> str:
         tile = "default tile" if self.tile is None else f"{self.tile[0]}x{self.tile[1]}"
-        return f"{tile}, {self.stages}st"
+        return f"{tile}, {self.stages}st, {self.store_depth} stores, {self.blocks_per_sm}/SM"
+
+    @property
+    def knobs(self) -> dict:
+        return {"store_depth": self.store_depth, "blocks_per_sm": self.blocks_per_sm}
 
 
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "64x256s4,32x256s6,s4" -> options: [ROWSxCOLS]sSTAGES (no tile: the API's default)."""
+    """ "64x256s4,32x256s6d4,s3b2" -> options: [ROWSxCOLS]sSTAGES[dSTORES][bBLOCKS_PER_SM] (no tile:
+    the API's default)."""
     import re
 
     options = []
     for item in filter(None, text.split(",")):
-        match = re.fullmatch(r"(?:(\d+)x(\d+))?s(\d+)", item)
+        match = re.fullmatch(r"(?:(\d+)x(\d+))?s(\d+)(?:d(\d+))?(?:b(\d+))?", item)
         if not match:
-            raise ValueError(f"copy option {item!r} is not [ROWSxCOLS]sSTAGES")
-        rows, cols, stages = match.groups()
-        options.append(CopyOption((int(rows), int(cols)) if rows else None, int(stages)))
+            raise ValueError(f"copy option {item!r} is not [ROWSxCOLS]sSTAGES[dSTORES][bBLOCKS]")
+        rows, cols, stages, depth, blocks = match.groups()
+        tile = (int(rows), int(cols)) if rows else None
+        options.append(CopyOption(tile, int(stages), int(depth or 2), int(blocks or 1)))
     return options
 
 
@@ -525,14 +534,14 @@ def bench_copy(
     for option in options:
         bits(destinations[0]).fill_(-1)  # poison: every element the copy must write
         start = time.perf_counter()
-        api.copy_(destinations[0], sources[0], option.tile, option.stages)  # compiles (or loads) once
+        api.copy_(destinations[0], sources[0], option.tile, option.stages, **option.knobs)  # compiles once
         torch.cuda.synchronize()
         first_call = time.perf_counter() - start
         wrong = first_wrong_tile(
             destinations[0], sources[0], option.tile or api.copy_tile(config.dtype, transpose)
         )
         launches = [
-            lambda s=s, d=d, o=option: api.copy_(d, s, o.tile, o.stages)
+            lambda s=s, d=d, o=option: api.copy_(d, s, o.tile, o.stages, **o.knobs)
             for s, d in zip(sources, destinations, strict=True)
         ]
         rows.append(

@@ -281,6 +281,9 @@ class PipelinePlan:
     # A layout-changing copy: consumers transpose each stage into one of two staging tiles that a
     # TMA store writes out with the other contiguous mode (`transpose_mapping`).
     transpose: bool = False
+    # The "copy" consumer: TMA stores allowed in flight before the oldest must have read its stage
+    # (capped at `stages`: a stage is released only once its store has read it).
+    store_depth: int = 2
 
     def __post_init__(self) -> None:
         if self.transpose:
@@ -291,6 +294,8 @@ class PipelinePlan:
             raise TmaConfigError(
                 f"sm_count {self.sm_count} and blocks_per_sm {self.blocks_per_sm} must be >= 1"
             )
+        if self.store_depth < 1:
+            raise TmaConfigError(f"store depth is {self.store_depth}; at least one store must be in flight")
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
         if self.stages < 1 or self.stages > self.max_stages:
@@ -391,6 +396,11 @@ class PipelinePlan:
             per_row *= 2
         rows_per_pass = threads // per_row
         return RowSumMapping(vector, chunks, per_row, rows_per_pass, ceil_div(tile_rows, rows_per_pass))
+
+    @property
+    def stores_in_flight(self) -> int:
+        """The copy consumer's TMA stores in flight: `store_depth`, at most one per stage."""
+        return min(self.store_depth, self.stages)
 
     @property
     def transpose_mapping(self) -> TransposeMapping:

@@ -9,8 +9,9 @@ Consumers:
 - "rowsum": per row of each tile, the fp32 sum of its elements, written as (rows, column tiles)
   partial sums that the host adds up;
 - "copy": a TMA store of the stage to the same tile of a destination tensor (shared to global,
-  `CopyBulkTensorTileS2GOp`); two stores stay in flight, a stage being released once its store
-  has *read* it (bulk-group commit + wait with read=True, one step late), and the kernel waits
+  `CopyBulkTensorTileS2GOp`); `PipelinePlan.stores_in_flight` stores stay in flight, a stage
+  being released once its store has *read* it (bulk-group commit + wait with read=True, that
+  many steps late), and the kernel waits
   for the writes before it exits. The tile
   was written by TMA (the async proxy) and is read by TMA, so no proxy fence is needed.
   With `PipelinePlan.transpose` (a layout-changing copy, e.g. column-major into row-major) the
@@ -62,9 +63,6 @@ class PipelinedLoadKernel:
         self.plan = pipeline.load
         self.consumer = consumer
         self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
-        # "copy": two TMA stores in flight (a stage is released one step late, once its store has
-        # read it); one with a single stage, which must be free before the next load can land.
-        self.stores_in_flight = 2 if pipeline.stages > 1 else 1
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
@@ -196,6 +194,7 @@ class PipelinedLoadKernel:
                     if step + 1 == tiles or next_row_block != row_block or next_batch != batch:
                         self.flush_rowsums(sums, out_view, row_block, batch, consumer * 32 + lane)
             if cutlass.const_expr(self.consumer == "copy"):
+                late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
                 if consumer == 0:  # one warp stores
                     destination_part, shared_part = tma_load_views(
                         store_atom,
@@ -209,20 +208,18 @@ class PipelinedLoadKernel:
                     with cute.arch.elect_one():
                         cute.copy(store_atom, shared_part, destination_part)
                         cute.arch.cp_async_bulk_commit_group()
-                        # Every store but the newest has read its stage (writes may be in flight).
-                        cute.arch.cp_async_bulk_wait_group(self.stores_in_flight - 1, read=True)
-                if cutlass.const_expr(self.stores_in_flight > 1):
-                    if step > 0:  # so the previous step's stage is free to reuse
-                        self.ring.release(empty, (step - 1) % pipeline.stages, failed)
-                else:
-                    self.ring.release(empty, stage, failed)
+                        # Every store but the newest `late` has read its stage (writes may be in flight).
+                        cute.arch.cp_async_bulk_wait_group(late, read=True)
+                if step >= late:  # the stage whose store is now known to have read it
+                    self.ring.release(empty, (step - late) % pipeline.stages, failed)
             else:
                 self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
-            if cutlass.const_expr(self.stores_in_flight > 1):
-                if tiles > 0:
-                    self.ring.release(empty, (tiles - 1) % pipeline.stages, failed)
+            late = pipeline.stores_in_flight - 1
+            for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
+                if step >= 0:
+                    self.ring.release(empty, step % pipeline.stages, failed)
 
     @cute.jit
     def consume_transposing(
