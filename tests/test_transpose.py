@@ -171,3 +171,28 @@ def test_a_damaged_cache_file_is_a_miss_not_an_error(tmp_path, monkeypatch):
     path.write_bytes(b"not an object file")
     assert load_cached(path, name) is None
     assert re.fullmatch(r"tmakit_[0-9a-f]{32}", name)
+
+
+def test_compact_copies_run_over_rows_of_their_memory():
+    from tmakit.api import copy_stages, rows_view, rows_view_tile
+
+    assert rows_view(3 * 1000 * 512, 2) == (6000, 256)  # any shape: the memory as 512-byte rows
+    assert rows_view(1000 * 776, 2) == (12125, 64)  # the widest width that divides
+    assert rows_view(999 * 777, 2) is None  # odd: the strided path (padded pitch) instead
+    assert rows_view(48, 1) == (3, 16)  # 16 bytes at least
+    # 32 KiB tiles while >= 4 per SM remain, down to 4 KiB for small copies.
+    assert rows_view_tile(2 << 20, 256, 2, 132) == (64, 256)  # 1 GiB
+    assert rows_view_tile(32768, 256, 2, 132) == (32, 256)  # 16 MiB: 1024 tiles
+    assert rows_view_tile(2048, 256, 2, 132) == (8, 256)  # 1 MiB: 256 tiles of 4 KiB
+    assert rows_view_tile(3, 16, 1, 132) == (3, 16)
+    assert (copy_stages(32768), copy_stages(4096), copy_stages(65536)) == (4, 32, 4)
+
+
+def test_a_rows_view_copy_compiles_for_tensors_of_another_shape():
+    """The compiled copy takes (3, 1000, 512) tensors and views their memory as 6000 x 256 rows:
+    2-D TMA loads and stores, no batch mode."""
+    pipeline = PipelinePlan(LoadPlan(LoadConfig((6000, 256), "fp16", (32, 256))), stages=8, persistent=True)
+    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True, tensor_shape=(3, 1000, 512)).ptx
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    assert "cp.async.bulk.tensor.2d.shared::cta.global" in ptx
+    assert "cp.async.bulk.tensor.3d" not in ptx

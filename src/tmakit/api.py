@@ -7,6 +7,7 @@ Every check here runs before anything compiles or launches; a tensor TMA cannot 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from .config import DTYPES, LoadConfig
@@ -38,6 +39,16 @@ def config_for(
     Raises TmaConfigError for a tensor TMA cannot serve: unsupported dtype, rank outside 2..5,
     no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
     tensor that is not on a CUDA device when `on_gpu`."""
+    shape, dtype, strides = checked_tensor(tensor, on_gpu)
+    major = _major(strides)
+    config = LoadConfig(shape, dtype, tuple(tile), swizzle, major, strides)
+    LoadPlan(config)  # validates the strides and the tile
+    return config
+
+
+def checked_tensor(tensor: Any, on_gpu: bool = True) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
+    """(shape, tmakit dtype, element strides) of a torch tensor or numpy array, after the checks
+    that need no tile: rank, dtype, device (when `on_gpu`) and 16-byte base address."""
     shape = tuple(int(e) for e in tensor.shape)
     check_rank(len(shape))
     dtype = tmakit_dtype(tensor.dtype)
@@ -52,10 +63,7 @@ def config_for(
     if on_gpu and device != "cuda":
         raise TmaConfigError(f"tensor is on {device}; TMA loads from GPU memory, move it with .cuda() first")
     check_base_address(address)
-    major = _major(strides)
-    config = LoadConfig(shape, dtype, tuple(tile), swizzle, major, strides)
-    LoadPlan(config)  # validates the strides and the tile
-    return config
+    return shape, dtype, strides
 
 
 def _major(strides: tuple[int, ...]) -> str:
@@ -92,20 +100,54 @@ def load_tiles(tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0)
 
 
 def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
-    """The copy's default tile: 64 rows of 512 bytes (256 elements at most, TMA's box limit); a
-    layout-changing copy needs both extents to be 128-byte multiples (128 rows for 1-byte types)."""
+    """The copy's default tile for a strided tensor: 64 rows of 512 bytes (256 elements at most,
+    TMA's box limit); for a layout-changing copy 32 KiB with both extents 128-byte multiples
+    (128 x 128 for 2-byte types, the fastest of those timed on the H200)."""
     nbytes = DTYPES[dtype_name].nbytes
-    rows = max(64, 128 // nbytes) if transpose else 64
-    return rows, min(256, 512 // nbytes)
+    if transpose:
+        rows = 128 if nbytes <= 2 else 64
+        return rows, min(MAX_TILE_COLUMNS, 32768 // (rows * nbytes))
+    return 64, min(MAX_TILE_COLUMNS, 512 // nbytes)
+
+
+MAX_TILE_COLUMNS = 256  # TMA's box limit, in elements
+ROW_VIEW_WIDTHS = (256, 128, 64, 32, 16)  # a compact copy's rows, widest first
+
+
+def rows_view(numel: int, nbytes: int) -> tuple[int, int] | None:
+    """(rows, width): a compact tensor's memory as rows of the widest `ROW_VIEW_WIDTHS` that
+    divides its elements and is a whole number of 16-byte chunks; None if none does."""
+    for width in ROW_VIEW_WIDTHS:
+        if numel % width == 0 and width * nbytes % 16 == 0 and numel >= width:
+            return numel // width, width
+    return None
+
+
+def rows_view_tile(rows: int, width: int, nbytes: int, sm_count: int) -> tuple[int, int]:
+    """The tile of a compact copy's rows view: 32 KiB while that leaves >= 4 tiles per SM, then
+    halved (to 4 KiB) so that small copies still reach every SM. Each tile is one contiguous run
+    of memory."""
+    tile_rows = max(1, 32768 // (width * nbytes))
+    while tile_rows * width * nbytes > 4096 and -(-rows // tile_rows) < 4 * sm_count:
+        tile_rows //= 2
+    return min(tile_rows, MAX_BOX_ROWS, rows), width
+
+
+MAX_BOX_ROWS = 256
+
+
+def copy_stages(tile_bytes: int) -> int:
+    """Default ring depth: about 128 KiB of loads in flight per block, at least 4 stages."""
+    return max(4, 131072 // tile_bytes)
 
 
 def copy_(
     dst: Any,
     src: Any,
     tile: tuple[int, int] | None = None,
-    stages: int = 4,
+    stages: int | None = None,
     *,
-    store_depth: int = 2,
+    store_depth: int | None = None,
     blocks_per_sm: int = 1,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
@@ -113,24 +155,30 @@ def copy_(
     strides with the same contiguous dim, or the other contiguous dim (a column-major source
     into a row-major destination or back: each tile is transposed in shared memory).
 
+    When both tensors are compact (torch-contiguous) the copy runs over their memory viewed as
+    rows (`rows_view`: 256 elements wide where the size allows), so that every tile is one
+    contiguous run whatever the tensor's shape; `tile` then is a tile of that view.
+
     Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
-    ring, `store_depth` TMA stores in flight per block, `blocks_per_sm` of the persistent grid.
+    ring (default `copy_stages`), `store_depth` TMA stores in flight per block (default half the
+    stages, at least 2), `blocks_per_sm` of the persistent grid.
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
-    key = (tuple(src.shape), tuple(src.stride()), tuple(dst.shape), tuple(dst.stride()), src.dtype,
-           dst.dtype, src.device, dst.device, tile, stages, store_depth, blocks_per_sm)  # fmt: skip
+    key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.device, dst.device,
+           tile, stages, store_depth, blocks_per_sm)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
         launcher = _copy_launchers[key] = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm)
-    check_base_address(src.data_ptr())  # the rest of the configuration is the key's
-    check_base_address(dst.data_ptr())
+    if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the key's
+        check_base_address(src.data_ptr())
+        check_base_address(dst.data_ptr())
     launcher(src, dst)
     return dst
 
 
-def copy(src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
+def copy(src: Any, tile: tuple[int, int] | None = None, stages: int | None = None) -> Any:
     """A new tensor with `src`'s shape, strides and values, copied through TMA (`copy_`)."""
     import torch
 
@@ -138,12 +186,17 @@ def copy(src: Any, tile: tuple[int, int] | None = None, stages: int = 4) -> Any:
     return copy_(dst, src, tile, stages)
 
 
-# (shapes, strides, dtypes, devices, tile, stages) -> launcher: what a repeated copy_ looks up.
+# (shapes, strides, dtypes, devices, tuning) -> launcher: what a repeated copy_ looks up.
 _copy_launchers: dict[tuple, Any] = {}
 
 
 def _plan_copy(
-    dst: Any, src: Any, tile: tuple[int, int] | None, stages: int, store_depth: int, blocks_per_sm: int
+    dst: Any,
+    src: Any,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    store_depth: int | None,
+    blocks_per_sm: int,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -155,23 +208,43 @@ def _plan_copy(
         )
     if dst.device != src.device:
         raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
+    dtype = tmakit_dtype(src.dtype)
+    nbytes = DTYPES[dtype].nbytes
+    sm_count = _sm_count(src)
     transpose = _major(tuple(src.stride())) != _major(tuple(dst.stride()))
-    tile = tuple(tile or copy_tile(tmakit_dtype(src.dtype), transpose))
-    source = config_for(src, tile)
-    destination = config_for(dst, tile)
-    if source.element_strides == destination.element_strides:
-        destination = None  # the default destination: the source's own layout
+    view = (
+        None
+        if transpose or not (src.is_contiguous() and dst.is_contiguous())
+        else rows_view(src.numel(), nbytes)
+    )
+    if view is not None:
+        checked_tensor(src)  # device, dtype, alignment (the view's tile comes next)
+        checked_tensor(dst)
+        tile = tuple(tile or rows_view_tile(*view, nbytes, sm_count))
+        source, destination = LoadConfig(view, dtype, tile), None
+    else:
+        tile = tuple(tile or copy_tile(dtype, transpose))
+        source = config_for(src, tile)
+        destination = config_for(dst, tile)
+        if source.element_strides == destination.element_strides:
+            destination = None  # the default destination: the source's own layout
+    load = LoadPlan(source)
+    if stages is None:
+        stages = min(
+            copy_stages(math.prod(tile) * nbytes), PipelinePlan(load, 1, transpose=transpose).max_stages
+        )
     pipeline = PipelinePlan(
-        LoadPlan(source),
+        load,
         stages=stages,
         consumer_warps=4 if transpose else 1,
         persistent=True,
-        sm_count=_sm_count(src),
+        sm_count=sm_count,
         blocks_per_sm=blocks_per_sm,
         transpose=transpose,
-        store_depth=store_depth,
+        store_depth=store_depth or max(2, stages // 2),
     )
-    return _copy_launcher(pipeline, destination, str(src.device))
+    tensor_shape = tuple(src.shape) if view is not None else None
+    return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))
 
 
 def _sm_count(tensor: Any) -> int:
@@ -181,9 +254,10 @@ def _sm_count(tensor: Any) -> int:
 
 
 @functools.lru_cache(maxsize=128)
-def _copy_launcher(pipeline: Any, destination: Any, device: str) -> Any:
+def _copy_launcher(pipeline: Any, destination: Any, tensor_shape: Any, device: str) -> Any:
     """A callable (src, dst) for one configuration on one device (its hang-guard words live
-    there), compiled once. Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed
+    there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
+    the plan's rows). Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed
     (torch tensors passed directly, torch's current stream taken by the compiled function itself,
     the compiled function kept on disk); otherwise the plain path."""
     import importlib.util
@@ -194,12 +268,14 @@ def _copy_launcher(pipeline: Any, destination: Any, device: str) -> Any:
 
     guard = new_guard(device)
     if importlib.util.find_spec("tvm_ffi") is None:
-        plain = compile_pipelined_load(pipeline, "copy", destination=destination)
+        plain = compile_pipelined_load(pipeline, "copy", destination=destination, tensor_shape=tensor_shape)
         cute_guard = to_cute_tensor(guard)
         return lambda src, dst: plain(
             to_cute_tensor(src), to_cute_tensor(dst), cute_guard, gpu.current_stream()
         )
-    compiled = compile_pipelined_load(pipeline, "copy", tvm_ffi=True, destination=destination)
+    compiled = compile_pipelined_load(
+        pipeline, "copy", tvm_ffi=True, destination=destination, tensor_shape=tensor_shape
+    )
     function = compiled.function
 
     def launch(src: Any, dst: Any) -> None:

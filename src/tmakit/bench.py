@@ -449,18 +449,25 @@ def bench_pipelines(
 
 @dataclass(frozen=True)
 class CopyOption:
-    """A `tmakit.copy_` configuration to time: tile (None: the API's default), ring stages, TMA
-    stores in flight per block, blocks per SM."""
+    """A `tmakit.copy_` configuration to time; None takes the API's default (tile, ring stages,
+    TMA stores in flight per block); blocks per SM of the persistent grid."""
 
     tile: tuple[int, int] | None = None
-    stages: int = 4
-    store_depth: int = 2
+    stages: int | None = None
+    store_depth: int | None = None
     blocks_per_sm: int = 1
 
     @property
     def name(self) -> str:
-        tile = "default tile" if self.tile is None else f"{self.tile[0]}x{self.tile[1]}"
-        return f"{tile}, {self.stages}st, {self.store_depth} stores, {self.blocks_per_sm}/SM"
+        parts = [
+            "default tile" if self.tile is None else f"{self.tile[0]}x{self.tile[1]}",
+            "default stages" if self.stages is None else f"{self.stages}st",
+        ]
+        if self.store_depth is not None:
+            parts.append(f"{self.store_depth} stores")
+        if self.blocks_per_sm != 1:
+            parts.append(f"{self.blocks_per_sm}/SM")
+        return ", ".join(parts)
 
     @property
     def knobs(self) -> dict:
@@ -468,18 +475,19 @@ class CopyOption:
 
 
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "64x256s4,32x256s6d4,s3b2" -> options: [ROWSxCOLS]sSTAGES[dSTORES][bBLOCKS_PER_SM] (no tile:
-    the API's default)."""
+    """ "auto,64x256s4,32x256s6d4,s3b2" -> options: [ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM],
+    each part left out taking the API's default ("auto": all of them)."""
     import re
 
     options = []
     for item in filter(None, text.split(",")):
-        match = re.fullmatch(r"(?:(\d+)x(\d+))?s(\d+)(?:d(\d+))?(?:b(\d+))?", item)
+        match = re.fullmatch(r"(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?", item.replace("auto", ""))
         if not match:
-            raise ValueError(f"copy option {item!r} is not [ROWSxCOLS]sSTAGES[dSTORES][bBLOCKS]")
+            raise ValueError(f"copy option {item!r} is not auto or [ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS]")
         rows, cols, stages, depth, blocks = match.groups()
         tile = (int(rows), int(cols)) if rows else None
-        options.append(CopyOption(tile, int(stages), int(depth or 2), int(blocks or 1)))
+        number = lambda text: int(text) if text else None  # noqa: E731
+        options.append(CopyOption(tile, number(stages), number(depth), int(blocks or 1)))
     return options
 
 

@@ -331,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench_cmd.add_argument(
         "--copy-options",
-        default="s4",
-        help="tmakit.copy_ configurations for --kernel copy/transpose: [ROWSxCOLS]sSTAGES,... "
-        "(no tile: the default)",
+        default="auto",
+        help="tmakit.copy_ configurations for --kernel copy/transpose: auto or "
+        "[ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM],... (a part left out: the API's default)",
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(

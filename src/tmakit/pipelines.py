@@ -26,40 +26,36 @@ def compile_pipelined_load(
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
+    tensor_shape: tuple[int, ...] | None = None,
 ) -> CompiledKernel:
     """Compile the pipelined kernel for sm_90a (no GPU needed). `hang_guard` is the debug hang
     guard, `expect_extra_bytes` and `freeze_parity` test-only mistakes; `tvm_ffi` as in
     `compile_kernel` (the compiled function then takes no stream: it launches on torch's current
     stream, and is kept in the on-disk cache); `destination`: the "copy" consumer's destination
     (default: the source's shape and strides, or with `pipeline.transpose` the compact
-    other-major layout)."""
+    other-major layout); `tensor_shape`: the compiled function is called with compact tensors of
+    this shape, whose memory the kernel views as the plan's compact matrix (a "copy" of the
+    tensor's memory as rows)."""
     import cutlass
 
     from .kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
 
     plan = pipeline.load
-    src = fake_source(plan.config)
+    src = fake_source(plan.config) if tensor_shape is None else fake_tensor(plan.config.element, tensor_shape)
     out = {
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
         "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
-        "copy": fake_source(destination or copy_destination(pipeline)),
+        "copy": src if tensor_shape else fake_source(destination or copy_destination(pipeline)),
     }[consumer]
-    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+    kernel = PipelinedLoadKernel(
+        pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity, as_rows=tensor_shape is not None
+    )
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
     # Kept on disk too when called through TVM-FFI (the copy launcher): the key names everything
     # the kernel is built from; the source itself is fingerprinted by `compile_kernel`.
-    key = repr(
-        (
-            "PipelinedLoadKernel",
-            pipeline,
-            consumer,
-            hang_guard,
-            expect_extra_bytes,
-            freeze_parity,
-            destination,
-        )
-    )
+    knobs = (hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
+    key = repr(("PipelinedLoadKernel", pipeline, consumer, *knobs))
     return compile_kernel(
         kernel,
         src,

@@ -56,6 +56,7 @@ class PipelinedLoadKernel:
         hang_guard: bool = False,
         expect_extra_bytes: int = 0,
         freeze_parity: bool = False,
+        as_rows: bool = False,
     ):
         if consumer not in CONSUMERS:
             raise ValueError(f"consumer {consumer!r} is not one of {CONSUMERS}")
@@ -63,6 +64,9 @@ class PipelinedLoadKernel:
         self.plan = pipeline.load
         self.consumer = consumer
         self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        # The tensors passed are compact with another shape: view their memory as the plan's
+        # (compact) matrix, e.g. a copy run over rows of 256 elements whatever the tensor's shape.
+        self.as_rows = as_rows
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
@@ -70,6 +74,10 @@ class PipelinedLoadKernel:
         zeros of `PipelinePlan.rowsum_shape`, (batch..., padded rows), added into; "copy": the
         destination, shape and strides of `src`; "none": ignored). `guard`: GUARD_WORDS int32 zeros."""
         plan, pipeline = self.plan, self.pipeline
+        if cutlass.const_expr(self.as_rows):
+            rows_layout = cute.make_layout(plan.config.shape, stride=plan.config.element_strides)
+            src = cute.make_tensor(src.iterator, rows_layout)
+            out = cute.make_tensor(out.iterator, rows_layout)
         load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_atom = load_atom  # only the "copy" consumer stores; the others never use it
         store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
