@@ -39,7 +39,7 @@ def test_copy_api_on_torch_tensors():
 
 
 def test_compact_tensors_copy_as_rows_of_their_memory():
-    """Contiguous tensors of any shape go through the rows view (tiles of contiguous memory);
+    """(Written, not yet run on the GPU.) Contiguous tensors of any shape through the rows view;
     sizes from a few rows to 64 MiB, 1-, 2- and 4-byte types, bit-exact, destination poisoned."""
     import torch
 
@@ -54,7 +54,7 @@ def test_compact_tensors_copy_as_rows_of_their_memory():
         source = torch.randint(-100, 100, shape, device="cuda").to(dtype)
         found = torch.empty(shape, dtype=dtype, device="cuda")
         found.view(torch.uint8).fill_(0xFF)  # poison
-        tmakit.copy_(found, source)
+        tmakit.copy_(found, source, as_rows=True)
         assert torch.equal(found.view(torch.uint8), source.view(torch.uint8)), (shape, dtype)
 
 

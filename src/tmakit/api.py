@@ -149,14 +149,16 @@ def copy_(
     *,
     store_depth: int | None = None,
     blocks_per_sm: int = 1,
+    as_rows: bool = False,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
     strides with the same contiguous dim, or the other contiguous dim (a column-major source
     into a row-major destination or back: each tile is transposed in shared memory).
 
-    When both tensors are compact (torch-contiguous) the copy runs over their memory viewed as
-    rows (`rows_view`: 256 elements wide where the size allows), so that every tile is one
+    With `as_rows=True` (not yet run on a GPU: opt-in), when both tensors are compact
+    (torch-contiguous) the copy runs over their memory viewed as rows (`rows_view`: 256 elements
+    wide where the size allows), so that every tile is one
     contiguous run whatever the tensor's shape; `tile` then is a tile of that view.
 
     Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
@@ -167,10 +169,11 @@ def copy_(
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.device, dst.device,
-           tile, stages, store_depth, blocks_per_sm)  # fmt: skip
+           tile, stages, store_depth, blocks_per_sm, as_rows)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
-        launcher = _copy_launchers[key] = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm)
+        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows)
+        _copy_launchers[key] = launcher
     if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the key's
         check_base_address(src.data_ptr())
         check_base_address(dst.data_ptr())
@@ -197,6 +200,7 @@ def _plan_copy(
     stages: int | None,
     store_depth: int | None,
     blocks_per_sm: int,
+    as_rows: bool,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -214,7 +218,7 @@ def _plan_copy(
     transpose = _major(tuple(src.stride())) != _major(tuple(dst.stride()))
     view = (
         None
-        if transpose or not (src.is_contiguous() and dst.is_contiguous())
+        if transpose or not as_rows or not (src.is_contiguous() and dst.is_contiguous())
         else rows_view(src.numel(), nbytes)
     )
     if view is not None:
