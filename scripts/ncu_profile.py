@@ -111,6 +111,19 @@ def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=240)
 
 
+def collect_metrics(entry: dict, key: str, metrics: list[str], name: str, out: Path) -> None:
+    """Profile `metrics` for case `name`, keep the raw CSV, record the values under `key` (or
+    ncu's error under `key`_error)."""
+    from tmakit.bench import parse_ncu_csv
+
+    run = ncu(["--metrics", ",".join(metrics)], name)
+    (out / f"ncu-{name}-{key}.csv").write_text(run.stdout)
+    if run.returncode == 0:
+        entry[key] = parse_ncu_csv(run.stdout)
+    else:
+        entry[f"{key}_error"] = run.stderr[-1500:]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", nargs=2, metavar=("CASE", "LAUNCHES"))
@@ -142,12 +155,7 @@ def main() -> int:
             entry["sections_rc"] = sections.returncode
             if sections.returncode:
                 entry["sections_error"] = sections.stderr[-1500:]
-            stalls = ncu(["--metrics", ",".join(STALL_METRICS)], name)
-            (out / f"ncu-{name}-stalls.csv").write_text(stalls.stdout)
-            if stalls.returncode == 0:
-                entry["stalls"] = parse_ncu_csv(stalls.stdout)
-            else:
-                entry["stalls_error"] = stalls.stderr[-1500:]
+            collect_metrics(entry, "stalls", STALL_METRICS, name, out)
         traffic = ncu(["--metrics", ",".join(TRAFFIC_METRICS)], name)
         if traffic.returncode == 0:
             entry["metrics"] = parse_ncu_csv(traffic.stdout)
@@ -160,12 +168,7 @@ def main() -> int:
                 else:
                     entry["metric_errors"][metric] = single.stderr[-300:]
         if args.extra:
-            extra = ncu(["--metrics", ",".join(EXTRA_METRICS)], name)
-            (out / f"ncu-{name}-extra.csv").write_text(extra.stdout)
-            if extra.returncode == 0:
-                entry["extra"] = parse_ncu_csv(extra.stdout)
-            else:
-                entry["extra_error"] = extra.stderr[-1500:]
+            collect_metrics(entry, "extra", EXTRA_METRICS, name, out)
         summary[name] = entry
         print(name, json.dumps(entry.get("metrics", {}))[:400], flush=True)
     (out / "ncu-profile.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -179,6 +179,7 @@ class PipelinedLoadKernel:
         tile_rows, tile_cols = plan.config.tile
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
+        late = pipeline.stores_in_flight - 1  # "copy": stores that may still be reading their stage
         if cutlass.const_expr(self.consumer == "rowsum"):
             stage_rows = self.ring.physical_rows(ring)
             sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
@@ -202,7 +203,6 @@ class PipelinedLoadKernel:
                     if step + 1 == tiles or next_row_block != row_block or next_batch != batch:
                         self.flush_rowsums(sums, out_view, row_block, batch, consumer * 32 + lane)
             if cutlass.const_expr(self.consumer == "copy"):
-                late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
                 if consumer == 0:  # one warp stores
                     destination_part, shared_part = tma_load_views(
                         store_atom,
@@ -224,7 +224,6 @@ class PipelinedLoadKernel:
                 self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
             cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
-            late = pipeline.stores_in_flight - 1
             for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
                 if step >= 0:
                     self.ring.release(empty, step % pipeline.stages, failed)
