@@ -20,10 +20,10 @@ for step in "$@"; do
     sweep) timeout 300 python3 -m tmakit verify --sweep 200 --seed 2026 --timeout 60 --json "$OUT/sweep.json" 2>&1 | grep -v "━" | tail -15 ;;
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
     pipebench) timeout 260 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 4,7,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
-    check) timeout 200 python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
+    check) timeout ${TMAKIT_CHECK_S:-400} python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copybench) timeout ${TMAKIT_COPYBENCH_S:-280} python3 -m tmakit bench --kernel copy --copy-options "${TMAKIT_COPY_OPTIONS:-s4,s6}" --shape "" --sizes "${TMAKIT_COPY_SIZES:-1,16,256,1024,2048}" --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -40 ;;
     transposebench) timeout ${TMAKIT_TRANSPOSEBENCH_S:-200} python3 -m tmakit bench --kernel transpose --copy-options "${TMAKIT_TRANSPOSE_OPTIONS:-s4}" --shape "" --sizes "${TMAKIT_TRANSPOSE_SIZES:-16,256,1024}" --commit "$commit" --json "$OUT/bench-transpose.json" --plot "$OUT/bench-transpose.png" 2>&1 | tail -30 ;;
-    copytests) timeout ${TMAKIT_COPYTESTS_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
+    copytests) timeout ${TMAKIT_COPYTESTS_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py -k "${TMAKIT_COPYTESTS_K:-}" 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1
       timeout ${TMAKIT_MCNCU_S:-300} python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-multicast-1x2,multicast-1x4}" --extra --sections 2>&1 | tail -20 ;;
     rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 7,7x4r,4x4r,7x2r,4x8r,4x4pr --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
