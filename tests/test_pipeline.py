@@ -123,9 +123,38 @@ def test_copy_consumer_stores_with_tma_from_one_thread():
     assert len(store) == 1
     assert lines[store[0] + 1] == "cp.async.bulk.commit_group;"
     assert lines[store[0] + 2].startswith("cp.async.bulk.wait_group.read")  # stage read before release
-    assert any(line.startswith("cp.async.bulk.wait_group \t0") for line in lines)  # writes done at exit
+    # At exit only the stores' reads of shared memory are waited for: their writes complete
+    # before the grid does, so waiting for them would only add their latency to every block.
+    assert any(line.startswith("cp.async.bulk.wait_group.read \t0") for line in lines)
+    assert not any(line.startswith("cp.async.bulk.wait_group \t") for line in lines)
     before = lines[store[0] - 40 : store[0]]
     assert any(line.startswith("elect.sync") for line in before), "the store must be issued by one thread"
+
+
+def tma_cache_policies(ptx: str) -> dict[str, int]:
+    """Each TMA copy's direction -> the 64-bit L2 cache policy its `.L2::cache_hint` operand holds
+    (4.8.1 always emits the hint; policy 0 is no hint)."""
+    values = dict(re.findall(r"mov\.b64\s+(%rd\d+), (\d+);", ptx))
+    policies = {}
+    for line in ptx.splitlines():
+        if line.strip().startswith("cp.async.bulk.tensor") and "cache_hint" in line:
+            direction = "store" if ".global.shared::cta" in line else "load"
+            policies[direction] = int(values[line.strip().rstrip(";").split(", ")[-1]])
+    return policies
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_evict_first_hints_the_copys_loads_and_stores(transpose):
+    from tmakit.kernels.tma import L2_EVICT_FIRST
+
+    config = LoadConfig((1024, 512), "fp16", (128, 128) if transpose else (32, 256))
+    plan = dict(stages=2, persistent=True, transpose=transpose, consumer_warps=4 if transpose else 1)
+    hinted = compile_pipelined_load(
+        PipelinePlan(LoadPlan(config), evict_first=True, **plan), "copy", keep_ptx=True
+    )
+    plain = compile_pipelined_load(PipelinePlan(LoadPlan(config), **plan), "copy", keep_ptx=True)
+    assert tma_cache_policies(hinted.ptx) == {"load": L2_EVICT_FIRST, "store": L2_EVICT_FIRST}
+    assert tma_cache_policies(plain.ptx) == {"load": 0, "store": 0}
 
 
 def test_the_tile_ring_serves_a_users_own_kernel():
@@ -177,13 +206,13 @@ def test_rowsum_reads_shared_memory_in_16_byte_vectors():
     assert "red.relaxed.gpu.global.add.f32" in ptx
 
 
-def test_copy_keeps_two_stores_in_flight_and_waits_for_every_write():
+def test_copy_keeps_two_stores_in_flight_and_waits_for_every_read_before_exit():
     pipeline = PipelinePlan(LoadPlan(SEED), stages=4, persistent=True)
     ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx  # the TMA store
     waits = [" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)]
     assert "cp.async.bulk.wait_group.read 1" in waits  # all but the newest store have read their stage
-    assert "cp.async.bulk.wait_group 0" in waits  # every write done before the block exits
+    assert "cp.async.bulk.wait_group.read 0" in waits  # every stage read before the block exits
 
 
 @pytest.mark.parametrize(("depth", "stages", "wait"), [(4, 6, 3), (8, 4, 3), (1, 4, 0)])
@@ -192,6 +221,6 @@ def test_copy_store_depth_sets_the_read_wait_and_is_capped_by_the_stages(depth, 
     assert pipeline.stores_in_flight == min(depth, stages)
     ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
     waits = {" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)}
-    assert waits == {f"cp.async.bulk.wait_group.read {wait}", "cp.async.bulk.wait_group 0"}
+    assert waits == {f"cp.async.bulk.wait_group.read {wait}", "cp.async.bulk.wait_group.read 0"}
     with pytest.raises(TmaConfigError, match="store depth is 0"):
         PipelinePlan(LoadPlan(SEED), store_depth=0)

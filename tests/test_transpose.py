@@ -123,7 +123,7 @@ def test_transposing_copy_compiles_to_vector_shared_accesses_a_proxy_fence_and_a
     )
     assert fence < read_wait < barrier < store  # writes fenced, other staging tile free, then the store
     assert lines[store + 1] == "cp.async.bulk.commit_group;"
-    assert "cp.async.bulk.wait_group 0;" in lines[store:]
+    assert "cp.async.bulk.wait_group.read 0;" in lines[store:]  # staging tiles read before exit
 
 
 def test_transpose_sweep_configs_are_valid_and_cover_every_dtype_and_layout():

@@ -150,6 +150,7 @@ def copy_(
     store_depth: int | None = None,
     blocks_per_sm: int = 1,
     as_rows: bool = False,
+    evict_first: bool = False,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -163,16 +164,17 @@ def copy_(
 
     Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
     ring (default `copy_stages`), `store_depth` TMA stores in flight per block (default half the
-    stages, at least 2), `blocks_per_sm` of the persistent grid.
+    stages, at least 2), `blocks_per_sm` of the persistent grid, `evict_first` (loads and stores
+    hint L2 to evict their lines first).
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.device, dst.device,
-           tile, stages, store_depth, blocks_per_sm, as_rows)  # fmt: skip
+           tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
-        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows)
+        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)
         _copy_launchers[key] = launcher
     if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the key's
         check_base_address(src.data_ptr())
@@ -201,6 +203,7 @@ def _plan_copy(
     store_depth: int | None,
     blocks_per_sm: int,
     as_rows: bool,
+    evict_first: bool = False,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -246,6 +249,7 @@ def _plan_copy(
         blocks_per_sm=blocks_per_sm,
         transpose=transpose,
         store_depth=store_depth or max(2, stages // 2),
+        evict_first=evict_first,
     )
     tensor_shape = tuple(src.shape) if view is not None else None
     return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))

@@ -451,13 +451,15 @@ def bench_pipelines(
 class CopyOption:
     """A `tmakit.copy_` configuration to time; None takes the API's default (tile, ring stages,
     TMA stores in flight per block); blocks per SM of the persistent grid; `as_rows`: compact
-    tensors copied as rows of their memory (the tile is then a tile of that view)."""
+    tensors copied as rows of their memory (the tile is then a tile of that view); `evict_first`:
+    L2 evict-first hints on the loads and stores."""
 
     tile: tuple[int, int] | None = None
     stages: int | None = None
     store_depth: int | None = None
     blocks_per_sm: int = 1
     as_rows: bool = False
+    evict_first: bool = False
 
     @property
     def name(self) -> str:
@@ -471,29 +473,36 @@ class CopyOption:
             parts.append(f"{self.blocks_per_sm}/SM")
         if self.as_rows:
             parts.append("rows view")
+        if self.evict_first:
+            parts.append("evict first")
         return ", ".join(parts)
 
     @property
     def knobs(self) -> dict:
-        return {"store_depth": self.store_depth, "blocks_per_sm": self.blocks_per_sm, "as_rows": self.as_rows}
+        return {"store_depth": self.store_depth, "blocks_per_sm": self.blocks_per_sm, "as_rows": self.as_rows,
+                "evict_first": self.evict_first}  # fmt: skip
 
 
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8" -> options:
-    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM], each part left out taking the API's default
-    ("auto": all of them); a leading "r" copies compact tensors as rows of their memory."""
+    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e" -> options:
+    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e], each part left out taking the API's
+    default ("auto": all of them); a leading "r" copies compact tensors as rows of their memory,
+    a trailing "e" hints L2 to evict the copy's lines first."""
     import re
 
     options = []
     for item in filter(None, text.split(",")):
-        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?"
+        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?(e)?"
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
-            raise ValueError(f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS]")
-        as_rows, rows, cols, stages, depth, blocks = match.groups()
+            raise ValueError(
+                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e]"
+            )
+        as_rows, rows, cols, stages, depth, blocks, evict_first = match.groups()
         tile = (int(rows), int(cols)) if rows else None
         number = lambda text: int(text) if text else None  # noqa: E731
-        options.append(CopyOption(tile, number(stages), number(depth), int(blocks or 1), bool(as_rows)))
+        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), bool(evict_first))
+        options.append(CopyOption(tile, *knobs))
     return options
 
 

@@ -284,6 +284,9 @@ class PipelinePlan:
     # The "copy" consumer: TMA stores allowed in flight before the oldest must have read its stage
     # (capped at `stages`: a stage is released only once its store has read it).
     store_depth: int = 2
+    # Loads (and a copy's stores) hint L2 to evict their lines first: a streaming copy touches
+    # each byte once, so its lines need not displace anything else.
+    evict_first: bool = False
 
     def __post_init__(self) -> None:
         if self.transpose:

@@ -33,6 +33,7 @@ from cutlass.cute.nvgpu import cpasync
 from ..plan import PipelinePlan
 from .ring import GUARD_WORDS, TileRing
 from .tma import (
+    L2_EVICT_FIRST,
     matrix_first_view,
     padded_matrix_view,
     shared_tile_layout,
@@ -214,7 +215,7 @@ class PipelinedLoadKernel:
                     # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
                     # would each store the tile): one thread issues, commits and waits.
                     with cute.arch.elect_one():
-                        cute.copy(store_atom, shared_part, destination_part)
+                        self.store(store_atom, shared_part, destination_part)
                         cute.arch.cp_async_bulk_commit_group()
                         # Every store but the newest `late` has read its stage (writes may be in flight).
                         cute.arch.cp_async_bulk_wait_group(late, read=True)
@@ -223,10 +224,21 @@ class PipelinedLoadKernel:
             else:
                 self.ring.release(empty, stage, failed)
         if cutlass.const_expr(self.consumer == "copy"):
-            cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
+            # Before the block exits (and its shared memory goes), every store must have read its
+            # stage; the writes themselves complete before the grid does.
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
             for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
                 if step >= 0:
                     self.ring.release(empty, step % pipeline.stages, failed)
+
+    @cute.jit
+    def store(self, store_atom, shared_part, destination_part):
+        """One thread's TMA store of a tile from shared memory (`PipelinePlan.evict_first`: with
+        the L2 evict-first hint)."""
+        if cutlass.const_expr(self.pipeline.evict_first):
+            cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(L2_EVICT_FIRST))
+        else:
+            cute.copy(store_atom, shared_part, destination_part)
 
     @cute.jit
     def consume_transposing(
@@ -261,11 +273,11 @@ class PipelinedLoadKernel:
                     tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
                 )
                 with cute.arch.elect_one():
-                    cute.copy(store_atom, shared_part, destination_part)
+                    self.store(store_atom, shared_part, destination_part)
                     cute.arch.cp_async_bulk_commit_group()
         if consumer == 0:
             with cute.arch.elect_one():
-                cute.arch.cp_async_bulk_wait_group(0)  # every store written before the block exits
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
 
     def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
         """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,

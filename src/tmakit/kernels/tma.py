@@ -103,6 +103,11 @@ def init_load_barrier(barrier: cute.Pointer):
     cute.arch.barrier()
 
 
+# The 64-bit L2 cache policy a TMA copy's `.L2::cache_hint` takes: evict first (the value CUTLASS's
+# C++ names `TMA::CacheHintSm90::EVICT_FIRST`).
+L2_EVICT_FIRST = 0x12F0000000000000
+
+
 @cute.jit
 def issue_tile_load(
     load_atom: cute.CopyAtom,
@@ -111,15 +116,18 @@ def issue_tile_load(
     barrier: cute.Pointer,
     expected_tx_bytes: cutlass.Constexpr,
     multicast_mask=None,
+    cache_policy=None,
 ):
     """Arrive once and declare the payload, then start the TMA copy that completes those bytes
-    (a multicast atom's copy goes to every CTA `multicast_mask` names).
+    (a multicast atom's copy goes to every CTA `multicast_mask` names; `cache_policy`: an L2
+    eviction hint, `L2_EVICT_FIRST`).
 
     The copy is not wrapped in `elect_one`: the DSL issues TMA copies from one thread itself,
     and electing around it can deadlock."""
     with cute.arch.elect_one():
         cute.arch.mbarrier_arrive_and_expect_tx(barrier, expected_tx_bytes)
+    hint = {} if cutlass.const_expr(cache_policy is None) else {"cache_policy": cutlass.Int64(cache_policy)}
     if cutlass.const_expr(multicast_mask is None):
-        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, **hint)
     else:
-        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=multicast_mask)
+        cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=multicast_mask, **hint)
