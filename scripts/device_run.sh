@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
 #   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench
-#   transposebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu
+#   transposebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu copyncu
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -34,6 +34,7 @@ for step in "$@"; do
         timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
       done ;;
     prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline 1,2,4,7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
+    copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do
         timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline 4,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3

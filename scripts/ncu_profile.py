@@ -4,8 +4,10 @@
     python3 scripts/ncu_profile.py --target CASE N      (what ncu profiles: CASE launched N times)
 
 Cases: the seed shape's pipelined load (where the ~8.5 us floor comes from: DRAM throughput,
-achieved occupancy, warp stall reasons) and the multicast kernel per cluster shape beside its
-no-multicast baseline (L2-to-SM traffic). Raw ncu CSV per case lands in DIR, with a summary JSON.
+achieved occupancy, warp stall reasons), the multicast kernel per cluster shape beside its
+no-multicast baseline (L2-to-SM traffic), and `tmakit.copy_` beside torch's `copy_` (DRAM
+throughput of a copy: how close each comes to the card's limit). Raw ncu CSV per case lands in
+DIR, with a summary JSON.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ TRAFFIC_METRICS = [
     "lts__t_requests_srcunit_tex_op_read.sum",
     "lts__t_sectors_srcunit_tex_lookup_hit.sum",
     "lts__t_sectors_srcunit_tex_lookup_miss.sum",
+]
+# A copy's DRAM traffic and how busy DRAM was (read + write against the card's peak).
+COPY_METRICS = [
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "lts__t_sectors_srcunit_tex_op_write.sum",
 ]
 # Why warps wait (cycles per issued instruction, by reason) and how busy DRAM and the SMs were.
 STALL_METRICS = [
@@ -61,6 +72,9 @@ def cases() -> dict[str, dict]:
         "seed-pipeline-4st-f2t": {"kind": "pipeline", "variant": "4f2t"},
         "seed-tile-load": {"kind": "tile_load"},
     }
+    for mib, shape in ((1, (128, 4096)), (256, (8192, 16384))):  # fp16, as `tmakit bench --kernel copy`
+        for who in ("tmakit", "torch"):
+            out[f"copy-{mib}MiB-{who}"] = {"kind": "copy", "shape": shape, "who": who}
     for cluster in ((1, 2), (2, 1), (2, 2), (1, 4)):
         for multicast in (True, False):
             name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
@@ -77,6 +91,20 @@ def run_target(case: dict, launches: int) -> None:
     from tmakit.isolate import config_to_json
     from tmakit.plan import LoadPlan, MulticastPlan
 
+    if case["kind"] == "copy":  # the one copy between profiler start and stop
+        import tmakit
+
+        src = torch.arange(case["shape"][0] * case["shape"][1], device="cuda").view(case["shape"]).half()
+        dst = torch.empty_like(src)
+        copy = (lambda: tmakit.copy_(dst, src)) if case["who"] == "tmakit" else (lambda: dst.copy_(src))
+        copy()  # compiled (tmakit) before profiling starts
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for _ in range(launches):
+            copy()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return
     if case["kind"] == "tile_load":  # what `tmakit bench --ncu` profiles
         _ncu_target(config_to_json(SEED), launches)
         return
@@ -102,11 +130,19 @@ def run_target(case: dict, launches: int) -> None:
 
 
 def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
-    """One warm-up launch, three profiled."""
+    """One warm-up launch, three profiled (a copy case: only what runs between profiler start
+    and stop, torch's kernels too)."""
     from tmakit.bench import ncu_command
 
+    kernels = "regex:kernel_cutlass"
+    if cases()[name]["kind"] == "copy":
+        arguments, kernels = ["--profile-from-start", "off", *arguments], "regex:."
     command = ncu_command(
-        arguments, lambda total: [sys.executable, __file__, "--target", name, str(total)], skip=1, count=3
+        arguments,
+        lambda total: [sys.executable, __file__, "--target", name, str(total)],
+        skip=1,
+        count=3,
+        kernels=kernels,
     )
     return subprocess.run(command, capture_output=True, text=True, timeout=240)
 
@@ -149,6 +185,11 @@ def main() -> int:
         if prefixes and not any(name.startswith(p) for p in prefixes):
             continue
         entry: dict = {"case": case}
+        if case["kind"] == "copy":
+            collect_metrics(entry, "metrics", COPY_METRICS, name, out)
+            summary[name] = entry
+            print(name, json.dumps(entry.get("metrics", entry))[:400], flush=True)
+            continue
         if case["kind"] != "multicast" or args.sections:
             sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name)
             (out / f"ncu-{name}-sections.csv").write_text(sections.stdout)

@@ -123,17 +123,20 @@ def test_copy_variant_parses():
 def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
     from tmakit.bench import CopyOption, parse_copy_options
 
-    assert parse_copy_options("auto,s4,32x256s6d4,s3b2,r,r16x256s8") == [
+    assert parse_copy_options("auto,s4,32x256s6d4,s3b2,r,r16x256s8,e,16x256n") == [
         CopyOption(),
         CopyOption(None, 4),
         CopyOption((32, 256), 6, 4, 1),
         CopyOption(None, 3, None, 2),
         CopyOption(as_rows=True),
         CopyOption((16, 256), 8, as_rows=True),
+        CopyOption(evict_first=True),
+        CopyOption((16, 256), evict_first=False),
     ]
     assert parse_copy_options("r")[0].knobs["as_rows"] is True
     assert parse_copy_options("64x128s5")[0].name == "64x128, 5st"
     assert parse_copy_options("auto")[0].name == "default tile, default stages"
     assert parse_copy_options("r8x256")[0].name == "8x256, default stages, rows view"
+    assert parse_copy_options("n")[0].name == "default tile, default stages, no evict hint"
     with pytest.raises(ValueError, match="is not"):
         parse_copy_options("4x")

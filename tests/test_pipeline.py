@@ -129,6 +129,10 @@ def test_copy_consumer_stores_with_tma_from_one_thread():
     assert not any(line.startswith("cp.async.bulk.wait_group \t") for line in lines)
     before = lines[store[0] - 40 : store[0]]
     assert any(line.startswith("elect.sync") for line in before), "the store must be issued by one thread"
+    # The storing warp fetches the store's tensor map before its first wait (the load's is fetched
+    # by its first use, right at the start).
+    prefetch = [i for i, line in enumerate(lines) if line.startswith("prefetch.tensormap")]
+    assert len(prefetch) == 1 and prefetch[0] < store[0]
 
 
 def tma_cache_policies(ptx: str) -> dict[str, int]:

@@ -185,7 +185,7 @@ def test_compact_copies_run_over_rows_of_their_memory():
     assert rows_view_tile(32768, 256, 2, 132) == (32, 256)  # 16 MiB: 1024 tiles
     assert rows_view_tile(2048, 256, 2, 132) == (8, 256)  # 1 MiB: 256 tiles of 4 KiB
     assert rows_view_tile(3, 16, 1, 132) == (3, 16)
-    assert (copy_stages(32768), copy_stages(4096), copy_stages(65536)) == (4, 32, 4)
+    assert (copy_stages(32768), copy_stages(8192), copy_stages(4096), copy_stages(65536)) == (4, 8, 16, 4)
 
 
 def test_a_rows_view_copy_compiles_for_tensors_of_another_shape():

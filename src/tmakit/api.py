@@ -100,14 +100,15 @@ def load_tiles(tensor: Any, tile: tuple[int, int] = (64, 256), swizzle: int = 0)
 
 
 def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
-    """The copy's default tile for a strided tensor: 64 rows of 512 bytes (256 elements at most,
-    TMA's box limit); for a layout-changing copy 32 KiB with both extents 128-byte multiples
-    (128 x 128 for 2-byte types, the fastest of those timed on the H200)."""
+    """The copy's default tile for a strided tensor: 16 rows of 512 bytes (256 elements at most,
+    TMA's box limit; 8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB on the H200 but for 16 MiB);
+    for a layout-changing copy 32 KiB with both extents 128-byte multiples (128 x 128 for 2-byte
+    types, the fastest of those timed on the H200)."""
     nbytes = DTYPES[dtype_name].nbytes
     if transpose:
         rows = 128 if nbytes <= 2 else 64
         return rows, min(MAX_TILE_COLUMNS, 32768 // (rows * nbytes))
-    return 64, min(MAX_TILE_COLUMNS, 512 // nbytes)
+    return 16, min(MAX_TILE_COLUMNS, 512 // nbytes)
 
 
 MAX_TILE_COLUMNS = 256  # TMA's box limit, in elements
@@ -137,8 +138,9 @@ MAX_BOX_ROWS = 256
 
 
 def copy_stages(tile_bytes: int) -> int:
-    """Default ring depth: about 128 KiB of loads in flight per block, at least 4 stages."""
-    return max(4, 131072 // tile_bytes)
+    """Default ring depth: about 64 KiB of loads in flight per block, at least 4 stages (8 stages
+    of 8 KiB beat 16 on the H200)."""
+    return max(4, 65536 // tile_bytes)
 
 
 def copy_(
@@ -150,7 +152,7 @@ def copy_(
     store_depth: int | None = None,
     blocks_per_sm: int = 1,
     as_rows: bool = False,
-    evict_first: bool = False,
+    evict_first: bool | None = None,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -165,7 +167,8 @@ def copy_(
     Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
     ring (default `copy_stages`), `store_depth` TMA stores in flight per block (default half the
     stages, at least 2), `blocks_per_sm` of the persistent grid, `evict_first` (loads and stores
-    hint L2 to evict their lines first).
+    hint L2 to evict their lines first; default: when source and destination together fit in
+    L2, where it was faster on the H200, and not beyond, where it was not).
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
@@ -203,7 +206,7 @@ def _plan_copy(
     store_depth: int | None,
     blocks_per_sm: int,
     as_rows: bool,
-    evict_first: bool = False,
+    evict_first: bool | None = None,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -217,7 +220,10 @@ def _plan_copy(
         raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
     dtype = tmakit_dtype(src.dtype)
     nbytes = DTYPES[dtype].nbytes
-    sm_count = _sm_count(src)
+    properties = _device_properties(src)
+    sm_count = properties.multi_processor_count
+    if evict_first is None:
+        evict_first = 2 * src.numel() * nbytes <= properties.L2_cache_size
     transpose = _major(tuple(src.stride())) != _major(tuple(dst.stride()))
     view = (
         None
@@ -255,10 +261,10 @@ def _plan_copy(
     return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))
 
 
-def _sm_count(tensor: Any) -> int:
+def _device_properties(tensor: Any) -> Any:
     import torch
 
-    return torch.cuda.get_device_properties(tensor.device).multi_processor_count
+    return torch.cuda.get_device_properties(tensor.device)
 
 
 @functools.lru_cache(maxsize=128)

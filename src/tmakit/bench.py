@@ -452,14 +452,14 @@ class CopyOption:
     """A `tmakit.copy_` configuration to time; None takes the API's default (tile, ring stages,
     TMA stores in flight per block); blocks per SM of the persistent grid; `as_rows`: compact
     tensors copied as rows of their memory (the tile is then a tile of that view); `evict_first`:
-    L2 evict-first hints on the loads and stores."""
+    L2 evict-first hints on the loads and stores (None: the API's choice)."""
 
     tile: tuple[int, int] | None = None
     stages: int | None = None
     store_depth: int | None = None
     blocks_per_sm: int = 1
     as_rows: bool = False
-    evict_first: bool = False
+    evict_first: bool | None = None
 
     @property
     def name(self) -> str:
@@ -473,8 +473,8 @@ class CopyOption:
             parts.append(f"{self.blocks_per_sm}/SM")
         if self.as_rows:
             parts.append("rows view")
-        if self.evict_first:
-            parts.append("evict first")
+        if self.evict_first is not None:
+            parts.append("evict first" if self.evict_first else "no evict hint")
         return ", ".join(parts)
 
     @property
@@ -484,24 +484,25 @@ class CopyOption:
 
 
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e" -> options:
-    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e], each part left out taking the API's
+    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n" -> options:
+    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n], each part left out taking the API's
     default ("auto": all of them); a leading "r" copies compact tensors as rows of their memory,
-    a trailing "e" hints L2 to evict the copy's lines first."""
+    a trailing "e" hints L2 to evict the copy's lines first, a trailing "n" gives no hint."""
     import re
 
     options = []
     for item in filter(None, text.split(",")):
-        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?(e)?"
+        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?"
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
             raise ValueError(
-                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e]"
+                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n]"
             )
         as_rows, rows, cols, stages, depth, blocks, evict_first = match.groups()
         tile = (int(rows), int(cols)) if rows else None
         number = lambda text: int(text) if text else None  # noqa: E731
-        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), bool(evict_first))
+        hint = None if evict_first is None else evict_first == "e"
+        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), hint)
         options.append(CopyOption(tile, *knobs))
     return options
 
@@ -608,8 +609,16 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     src = x.t() if transpose else x
     dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
     api.copy_(dst, src)
+    launcher = next(  # the compiled launch this call looks up (default knobs)
+        launch
+        for key, launch in api._copy_launchers.items()
+        if key[:4] == (src.shape, src.stride(), dst.shape, dst.stride())
+    )
+    what = f"tmakit_copy_{'transpose_' if transpose else ''}"
     return {
-        f"tmakit_copy_{'transpose_' if transpose else ''}call_us": host_launch_us(lambda: api.copy_(dst, src))
+        f"{what}call_us": host_launch_us(lambda: api.copy_(dst, src)),
+        # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
+        f"{what}compiled_launch_us": host_launch_us(lambda: launcher(src, dst)),
     }
 
 
@@ -749,12 +758,14 @@ def ncu_kernel_times(plan: Any, launches: int = 10) -> dict:
     }
 
 
-def ncu_command(arguments: list[str], target, skip: int, count: int) -> list[str]:
-    """An Nsight Compute command line: tmakit's kernels only, clocks left alone, CSV out,
-    `skip` warm-up launches then `count` profiled; `target(total)` is the program's argv, asked
-    to launch `skip + count` times."""
+def ncu_command(
+    arguments: list[str], target, skip: int, count: int, kernels: str = "regex:kernel_cutlass"
+) -> list[str]:
+    """An Nsight Compute command line: tmakit's kernels only (or those `kernels` names), clocks
+    left alone, CSV out, `skip` warm-up launches then `count` profiled; `target(total)` is the
+    program's argv, asked to launch `skip + count` times."""
     return [
-        "ncu", "--clock-control", "none", "--csv", "-k", "regex:kernel_cutlass",
+        "ncu", "--clock-control", "none", "--csv", "-k", kernels,
         "--launch-skip", str(skip), "--launch-count", str(count), *arguments, *target(skip + count),
     ]  # fmt: skip
 

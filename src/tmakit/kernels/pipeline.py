@@ -181,6 +181,8 @@ class PipelinedLoadKernel:
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
         late = pipeline.stores_in_flight - 1  # "copy": stores that may still be reading their stage
+        if cutlass.const_expr(self.consumer == "copy"):
+            self.prefetch_store_descriptor(store_atom, consumer)
         if cutlass.const_expr(self.consumer == "rowsum"):
             stage_rows = self.ring.physical_rows(ring)
             sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
@@ -232,6 +234,14 @@ class PipelinedLoadKernel:
                     self.ring.release(empty, step % pipeline.stages, failed)
 
     @cute.jit
+    def prefetch_store_descriptor(self, store_atom, consumer):
+        """The storing warp fetches the store's tensor map while the first load is in flight, so
+        that the first store (a small copy's only one) does not wait for it."""
+        if consumer == 0:
+            with cute.arch.elect_one():
+                cpasync.prefetch_descriptor(store_atom)
+
+    @cute.jit
     def store(self, store_atom, shared_part, destination_part):
         """One thread's TMA store of a tile from shared memory (`PipelinePlan.evict_first`: with
         the L2 evict-first hint)."""
@@ -253,6 +263,7 @@ class PipelinedLoadKernel:
         source, staging, staging_tiles = self.staging_views(ring, store_layout)
         thread = consumer * 32 + cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
+        self.prefetch_store_descriptor(store_atom, consumer)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             buffer = step % 2
