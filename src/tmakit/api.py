@@ -159,10 +159,11 @@ def copy_(
     strides with the same contiguous dim, or the other contiguous dim (a column-major source
     into a row-major destination or back: each tile is transposed in shared memory).
 
-    With `as_rows=True` (not yet run on a GPU: opt-in), when both tensors are compact
-    (torch-contiguous) the copy runs over their memory viewed as rows (`rows_view`: 256 elements
-    wide where the size allows), so that every tile is one
-    contiguous run whatever the tensor's shape; `tile` then is a tile of that view.
+    With `as_rows=True`, when both tensors are compact (torch-contiguous) the copy runs over their
+    memory viewed as rows (`rows_view`: 256 elements wide where the size allows), so that every
+    tile is one contiguous run whatever the tensor's shape (a (N, 3) tensor, a 1-D one); `tile`
+    then is a tile of that view. Verified on the H200, but 2-6% slower than 2-D tiles on wide
+    matrices there (4c44ab7), hence opt-in.
 
     Tuning (`tmakit bench --kernel copy --copy-options` measures them): `tile`, `stages` of the
     ring (default `copy_stages`), `store_depth` TMA stores in flight per block (default half the
@@ -173,8 +174,9 @@ def copy_(
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
-    key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.device, dst.device,
-           tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)  # fmt: skip
+    # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
+    key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
+           dst.get_device(), tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
         launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)
