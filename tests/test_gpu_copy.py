@@ -123,6 +123,42 @@ def test_copy_runs_on_the_callers_stream_and_in_cuda_graphs():
     assert torch.equal(z, x)
 
 
+def test_programmatic_dependent_launches_keep_back_to_back_copies_ordered():
+    """Copies launched with PDL start before the previous kernel ends: each must still see what
+    the previous one wrote (a chain) and not overwrite what it still reads (a -> b, then x -> a),
+    on a stream and replayed in a CUDA graph."""
+    import torch
+
+    x = (torch.arange(2048 * 4096, device="cuda") % 4093).view(2048, 4096).half()
+    chain = [torch.empty_like(x) for _ in range(6)]
+    old = (torch.arange(2048 * 4096, device="cuda") % 3001 + 7).view(2048, 4096).half()
+    a, b = old.clone(), torch.empty_like(x)
+
+    def copies():
+        source = x
+        for buffer in chain:
+            tmakit.copy_(buffer, source, pdl=True)
+            source = buffer
+        tmakit.copy_(b, a, pdl=True)
+        tmakit.copy_(a, x, pdl=True)  # overwrites what the copy before it reads
+
+    for buffer in (*chain, b):
+        buffer.view(torch.int16).fill_(-1)  # poison
+    copies()
+    torch.cuda.synchronize()
+    assert torch.equal(chain[-1], x) and torch.equal(b, old) and torch.equal(a, x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        copies()
+    for _ in range(3):
+        a.copy_(old)
+        for buffer in (*chain, b):
+            buffer.view(torch.int16).fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(chain[-1], x) and torch.equal(b, old) and torch.equal(a, x)
+
+
 def test_the_disk_cache_serves_a_fresh_process(tmp_path):
     """Two processes copy the same configuration: the first compiles and keeps the kernel on
     disk, the second loads it (no compilation) and copies correctly."""

@@ -161,6 +161,22 @@ def test_evict_first_hints_the_copys_loads_and_stores(transpose):
     assert tma_cache_policies(plain.ptx) == {"load": 0, "store": 0}
 
 
+def test_programmatic_dependent_launch_waits_before_any_global_access():
+    config = LoadConfig((1024, 512), "fp16", (16, 256))
+    with_pdl = compile_pipelined_load(
+        PipelinePlan(LoadPlan(config), stages=4, persistent=True, pdl=True), "copy", keep_ptx=True
+    ).ptx
+    lines = [line.strip() for line in with_pdl.splitlines()]
+    wait = lines.index("griddepcontrol.wait;")
+    trigger = lines.index("griddepcontrol.launch_dependents;")
+    first_tma = next(i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor"))
+    assert wait < trigger < first_tma  # waits, then lets the next kernel start, then copies
+    without = compile_pipelined_load(
+        PipelinePlan(LoadPlan(config), stages=4, persistent=True), "copy", keep_ptx=True
+    )
+    assert "griddepcontrol" not in without.ptx
+
+
 def test_the_tile_ring_serves_a_users_own_kernel():
     """examples/ring_rowmax.py: a row-max kernel written on TileRing compiles for sm_90a."""
     import importlib.util

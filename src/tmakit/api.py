@@ -153,6 +153,7 @@ def copy_(
     blocks_per_sm: int = 1,
     as_rows: bool = False,
     evict_first: bool | None = None,
+    pdl: bool = False,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -169,17 +170,19 @@ def copy_(
     ring (default `copy_stages`), `store_depth` TMA stores in flight per block (default half the
     stages, at least 2), `blocks_per_sm` of the persistent grid, `evict_first` (loads and stores
     hint L2 to evict their lines first; default: when source and destination together fit in
-    L2, where it was faster on the H200, and not beyond, where it was not).
+    L2, where it was faster on the H200, and not beyond, where it was not), `pdl` (programmatic
+    dependent launch: the copy's set-up overlaps the previous kernel's tail; it waits for that
+    kernel to complete before it reads or writes memory).
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
-           dst.get_device(), tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)  # fmt: skip
+           dst.get_device(), tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
-        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows, evict_first)
+        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl)
         _copy_launchers[key] = launcher
     if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the key's
         check_base_address(src.data_ptr())
@@ -209,6 +212,7 @@ def _plan_copy(
     blocks_per_sm: int,
     as_rows: bool,
     evict_first: bool | None = None,
+    pdl: bool = False,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -258,6 +262,7 @@ def _plan_copy(
         transpose=transpose,
         store_depth=store_depth or max(2, stages // 2),
         evict_first=evict_first,
+        pdl=pdl,
     )
     tensor_shape = tuple(src.shape) if view is not None else None
     return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))

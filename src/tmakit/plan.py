@@ -287,6 +287,10 @@ class PipelinePlan:
     # Loads (and a copy's stores) hint L2 to evict their lines first: a streaming copy touches
     # each byte once, so its lines need not displace anything else.
     evict_first: bool = False
+    # Programmatic dependent launch: the kernel may start while the previous kernel on the stream
+    # finishes (its barrier set-up overlapping that kernel's tail), waits for it to complete
+    # before touching global memory, then lets the next kernel start the same way.
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.transpose:

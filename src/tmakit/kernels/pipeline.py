@@ -105,6 +105,7 @@ class PipelinedLoadKernel:
             block=(pipeline.threads_per_block, 1, 1),
             smem=pipeline.smem_bytes,
             stream=stream,
+            use_pdl=pipeline.pdl,
         )
 
     @cute.kernel
@@ -123,6 +124,11 @@ class PipelinedLoadKernel:
         block, _, _ = cute.arch.block_idx()
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)
+        if cutlass.const_expr(pipeline.pdl):
+            # Nothing above touched global memory; everything below may read what the previous
+            # kernel wrote or overwrite what it reads.
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         tiles = cutlass.Int32(pipeline.tiles_of_block(block))
         if warp == 0:
