@@ -123,7 +123,7 @@ def test_copy_variant_parses():
 def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
     from tmakit.bench import CopyOption, parse_copy_options
 
-    assert parse_copy_options("auto,s4,32x256s6d4,s3b2,r,r16x256s8,e,16x256n,np") == [
+    assert parse_copy_options("auto,s4,32x256s6d4,s3b2,r,r16x256s8,e,16x256n,np1,p0") == [
         CopyOption(),
         CopyOption(None, 4),
         CopyOption((32, 256), 6, 4, 1),
@@ -133,7 +133,10 @@ def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
         CopyOption(evict_first=True),
         CopyOption((16, 256), evict_first=False),
         CopyOption(evict_first=False, pdl=True),
+        CopyOption(pdl=False),
     ]
+    assert "pdl" not in parse_copy_options("auto")[0].knobs  # the API's default
+    assert parse_copy_options("p0")[0].knobs["pdl"] is False
     assert parse_copy_options("r")[0].knobs["as_rows"] is True
     assert parse_copy_options("64x128s5")[0].name == "64x128, 5st"
     assert parse_copy_options("auto")[0].name == "default tile, default stages"

@@ -153,7 +153,7 @@ def copy_(
     blocks_per_sm: int = 1,
     as_rows: bool = False,
     evict_first: bool | None = None,
-    pdl: bool = False,
+    pdl: bool = True,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -171,8 +171,9 @@ def copy_(
     stages, at least 2), `blocks_per_sm` of the persistent grid, `evict_first` (loads and stores
     hint L2 to evict their lines first; default: when source and destination together fit in
     L2, where it was faster on the H200, and not beyond, where it was not), `pdl` (programmatic
-    dependent launch: the copy's set-up overlaps the previous kernel's tail; it waits for that
-    kernel to complete before it reads or writes memory).
+    dependent launch, default on: the copy may start while the previous kernel on the stream
+    ends, and waits for it to complete before it reads or writes memory; back-to-back copies of
+    1 MiB took 1.87 instead of 2.42 us on the H200).
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
@@ -212,7 +213,7 @@ def _plan_copy(
     blocks_per_sm: int,
     as_rows: bool,
     evict_first: bool | None = None,
-    pdl: bool = False,
+    pdl: bool = True,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan

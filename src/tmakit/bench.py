@@ -460,7 +460,7 @@ class CopyOption:
     blocks_per_sm: int = 1
     as_rows: bool = False
     evict_first: bool | None = None
-    pdl: bool = False
+    pdl: bool | None = None
 
     @property
     def name(self) -> str:
@@ -476,37 +476,46 @@ class CopyOption:
             parts.append("rows view")
         if self.evict_first is not None:
             parts.append("evict first" if self.evict_first else "no evict hint")
-        if self.pdl:
-            parts.append("PDL")
+        if self.pdl is not None:
+            parts.append("PDL" if self.pdl else "no PDL")
         return ", ".join(parts)
 
     @property
     def knobs(self) -> dict:
-        return {"store_depth": self.store_depth, "blocks_per_sm": self.blocks_per_sm, "as_rows": self.as_rows,
-                "evict_first": self.evict_first, "pdl": self.pdl}  # fmt: skip
+        """`tmakit.copy_`'s keyword arguments (those left None take the API's default)."""
+        knobs = {
+            "store_depth": self.store_depth,
+            "blocks_per_sm": self.blocks_per_sm,
+            "as_rows": self.as_rows,
+            "evict_first": self.evict_first,
+        }
+        if self.pdl is not None:
+            knobs["pdl"] = self.pdl
+        return knobs
 
 
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p" -> options:
-    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p], each part left out taking the API's
+    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p0" -> options:
+    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1], each part left out taking the API's
     default ("auto": all of them); a leading "r" copies compact tensors as rows of their memory,
-    "e" hints L2 to evict the copy's lines first, "n" gives no hint, a trailing "p" launches with
-    programmatic dependent launch."""
+    "e" hints L2 to evict the copy's lines first, "n" gives no hint; "p1"/"p0": programmatic
+    dependent launch on/off."""
     import re
 
     options = []
     for item in filter(None, text.split(",")):
-        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(p)?"
+        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?"
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
             raise ValueError(
-                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p]"
+                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1]"
             )
         as_rows, rows, cols, stages, depth, blocks, evict_first, pdl = match.groups()
         tile = (int(rows), int(cols)) if rows else None
         number = lambda text: int(text) if text else None  # noqa: E731
         hint = None if evict_first is None else evict_first == "e"
-        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), hint, bool(pdl))
+        launch = None if pdl is None else pdl == "1"
+        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), hint, launch)
         options.append(CopyOption(tile, *knobs))
     return options
 
