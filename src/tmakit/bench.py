@@ -221,6 +221,36 @@ def graph_samples_us(
     return [start.elapsed_time(end) * 1000.0 / per_graph for start, end in events]
 
 
+def stream_samples_us(
+    launches: list[Callable[[], Any]], samples: int = MIN_SAMPLES, min_launches: int = 20
+) -> list[float]:
+    """Device time per launch as a user's eager loop gets it: passes of at least `min_launches`
+    launches queued on a stream (no graph), events around each pass. Only device time while the
+    host queues launches faster than the GPU runs them (copies of >= 16 MiB here); a CUDA graph
+    can run an operation differently (torch's `copy_` becomes a graph memcpy node)."""
+    import torch
+
+    passes = max(1, math.ceil(min_launches / len(launches)))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up
+            for launch in launches:
+                launch()
+        torch.cuda.synchronize()
+        events = []
+        for _ in range(samples):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(passes):
+                for launch in launches:
+                    launch()
+            end.record(stream)
+            events.append((start, end))
+        torch.cuda.synchronize()
+    per_pass = passes * len(launches)
+    return [start.elapsed_time(end) * 1000.0 / per_pass for start, end in events]
+
+
 def host_launch_us(launch: Callable[[], Any], calls: int = 2000) -> float:
     """Host cost of one call of an already compiled kernel: back-to-back calls of a tiny problem
     (the GPU finishes each before the host issues the next), total wall time / calls."""
@@ -548,6 +578,12 @@ def signed_bits(tensor: Any) -> Callable[[Any], Any]:
     return lambda t: t.view(bits_dtype)
 
 
+# Copies at least this large are also timed eagerly (`stream_samples_us`): long enough that the
+# host's ~6 us per call stays ahead of the GPU.
+STREAM_TIMED_BYTES = 16 * 2**20
+STREAM_TIMED = "[stream]"
+
+
 def bench_copy(
     plan: Any, transpose: bool, options: list[CopyOption], l2_bytes: int, hot_l2: bool, samples: int
 ) -> list:
@@ -567,7 +603,7 @@ def bench_copy(
     bits = signed_bits(sources[0])
     what = "transpose" if transpose else "copy"
     shape = tuple(sources[0].shape)
-    rows = []
+    rows, first_launches = [], None
     for option in options:
         bits(destinations[0]).fill_(-1)  # poison: every element the copy must write
         start = time.perf_counter()
@@ -581,6 +617,7 @@ def bench_copy(
             lambda s=s, d=d, o=option: api.copy_(d, s, o.tile, o.stages, **o.knobs)
             for s, d in zip(sources, destinations, strict=True)
         ]
+        first_launches = first_launches or launches  # the first option is also timed eagerly
         rows.append(
             BenchRow(
                 f"tmakit.copy_ {what} ({option.name})",
@@ -606,7 +643,16 @@ def bench_copy(
             name, "copy", shape, config.dtype, plan.tensor_bytes, graph_samples_us(torch_launches, samples)
         )
     )
-    del sources, destinations, launches, torch_launches
+    if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, both kinds
+        first = rows[0]
+        eager = ((first.kernel, first_launches, first.verified), (name, torch_launches, None))
+        for kernel, timed, verified in eager:
+            row = BenchRow(
+                f"{kernel} {STREAM_TIMED}", "copy", shape, config.dtype, plan.tensor_bytes,
+                stream_samples_us(timed, samples), verified,
+            )  # fmt: skip
+            rows.append(row)
+    del sources, destinations, launches, first_launches, torch_launches
     torch.cuda.empty_cache()
     return rows
 
@@ -632,6 +678,8 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
         f"{what}call_us": host_launch_us(lambda: api.copy_(dst, src)),
         # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
         f"{what}compiled_launch_us": host_launch_us(lambda: launcher(src, dst)),
+        # What torch's own `copy_` of the same pair costs the host, for scale.
+        f"torch_copy_{'transpose_' if transpose else ''}call_us": host_launch_us(lambda: dst.copy_(src)),
     }
 
 

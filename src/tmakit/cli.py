@@ -241,11 +241,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             row.host_us = context["host_launch"]["plain_prepared_tensors_us"]
     if args.ncu:
         context["ncu"] = {"x".join(map(str, plans[0].config.shape)): bench.ncu_kernel_times(plans[0])}
-    baselines = {"copy": ["torch copy_"], "transpose": ["torch copy_ (transpose)"]}.get(
-        args.kernel, ["torch copy_", "torch sum"]
-    )
+    baselines = {
+        "copy": ["torch copy_", f"torch copy_ {bench.STREAM_TIMED}"],
+        "transpose": ["torch copy_ (transpose)", f"torch copy_ (transpose) {bench.STREAM_TIMED}"],
+    }.get(args.kernel, ["torch copy_", "torch sum"])
     cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
-    table = Table(title=f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays")
+    table = Table(
+        title=f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays "
+        f"({bench.STREAM_TIMED}: eager launches on a stream)"
+    )
     for column in [*bench.TABLE_HEADER, *(f"x {b}" for b in baselines), "verified in this run"]:
         table.add_column(column)
     for cells in bench.table_rows(rows, context["peak_bandwidth"], baselines):
