@@ -142,5 +142,10 @@ def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
     assert parse_copy_options("auto")[0].name == "default tile, default stages"
     assert parse_copy_options("r8x256")[0].name == "8x256, default stages, rows view"
     assert parse_copy_options("n")[0].name == "default tile, default stages, no evict hint"
+    split = parse_copy_options("hfl,h-0c")
+    assert split[0].knobs["load_hint"] == "evict_first" and split[0].knobs["store_hint"] == "evict_last"
+    assert split[0].name == "default tile, default stages, loads evict first, stores evict last"
+    assert (split[1].hints, split[1].knobs["tile_order"]) == ((None, "none"), "blocked")
+    assert "tile_order" not in split[0].knobs
     with pytest.raises(ValueError, match="is not"):
         parse_copy_options("4x")

@@ -7,7 +7,7 @@ import pytest
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.model.schedule import pipeline_schedule, replay
 from tmakit.pipelines import compile_pipelined_load
-from tmakit.plan import PipelinePlan
+from tmakit.plan import L2_HINTS, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
 
 
@@ -28,11 +28,18 @@ def test_swizzled_stages_stay_1024_aligned():
     assert pipeline.stage_bytes == 3072  # 2560 rounded up to the 1024-byte swizzle alignment
 
 
-def test_persistent_grid_covers_every_tile_once():
-    pipeline = PipelinePlan(LoadPlan(LoadConfig((1000, 776), "bf16", (64, 64))), persistent=True, sm_count=7)
-    assert pipeline.grid == 7
-    seen = [pipeline.tile_of(b, s) for b in range(pipeline.grid) for s in range(pipeline.tiles_of_block(b))]
-    assert len(seen) == len(set(seen)) == pipeline.load.total_tile_loads
+@pytest.mark.parametrize("order", ["interleaved", "blocked"])
+@pytest.mark.parametrize("shape", [(1000, 776), (64, 64), (4, 3, 200, 136)])
+def test_persistent_grid_covers_every_tile_once(order, shape):
+    load = LoadPlan(LoadConfig(shape, "bf16", (64, 64)))
+    pipeline = PipelinePlan(load, persistent=True, sm_count=7, tile_order=order)
+    assert pipeline.grid == min(7, load.total_tile_loads)
+    runs = [[pipeline.tile_of(b, s) for s in range(pipeline.tiles_of_block(b))] for b in range(pipeline.grid)]
+    seen = [tile for run in runs for tile in run]
+    assert len(seen) == len(set(seen)) == load.total_tile_loads
+    assert max(map(len, runs)) - min(map(len, runs)) <= 1  # balanced either way
+    if order == "blocked":  # each block one contiguous run, in the blocks' order
+        assert seen == sorted(seen)
     assert pipeline.threads_per_block == 64
 
 
@@ -149,8 +156,7 @@ def tma_cache_policies(ptx: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("transpose", [False, True])
 def test_evict_first_hints_the_copys_loads_and_stores(transpose):
-    from tmakit.kernels.tma import L2_EVICT_FIRST
-
+    L2_EVICT_FIRST = L2_HINTS["evict_first"]
     config = LoadConfig((1024, 512), "fp16", (128, 128) if transpose else (32, 256))
     plan = dict(stages=2, persistent=True, transpose=transpose, consumer_warps=4 if transpose else 1)
     hinted = compile_pipelined_load(
@@ -159,6 +165,30 @@ def test_evict_first_hints_the_copys_loads_and_stores(transpose):
     plain = compile_pipelined_load(PipelinePlan(LoadPlan(config), **plan), "copy", keep_ptx=True)
     assert tma_cache_policies(hinted.ptx) == {"load": L2_EVICT_FIRST, "store": L2_EVICT_FIRST}
     assert tma_cache_policies(plain.ptx) == {"load": 0, "store": 0}
+
+
+def test_load_and_store_hints_are_set_apart():
+    config = LoadConfig((1024, 512), "fp16", (32, 256))
+    pipeline = PipelinePlan(
+        LoadPlan(config), stages=2, persistent=True, load_hint="evict_first", store_hint="evict_last"
+    )
+    compiled = compile_pipelined_load(pipeline, "copy", keep_ptx=True)
+    assert tma_cache_policies(compiled.ptx) == {
+        "load": L2_HINTS["evict_first"],
+        "store": L2_HINTS["evict_last"],
+    }
+    with pytest.raises(TmaConfigError, match="L2 hint"):
+        PipelinePlan(LoadPlan(config), store_hint="keep")
+
+
+def test_blocked_tile_order_compiles_for_sm90a():
+    load = LoadPlan(LoadConfig((1000, 776), "fp16", (16, 256)))
+    blocked = PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order="blocked")
+    interleaved = PipelinePlan(load, stages=4, persistent=True, sm_count=5)
+    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in (blocked, interleaved)]
+    assert ptx[0] != ptx[1]
+    with pytest.raises(TmaConfigError, match="tile order"):
+        PipelinePlan(load, tile_order="random")
 
 
 def test_programmatic_dependent_launch_waits_before_any_global_access():

@@ -154,6 +154,9 @@ def copy_(
     as_rows: bool = False,
     evict_first: bool | None = None,
     pdl: bool = True,
+    load_hint: str | None = None,
+    store_hint: str | None = None,
+    tile_order: str = "interleaved",
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -173,17 +176,22 @@ def copy_(
     L2, where it was faster on the H200, and not beyond, where it was not), `pdl` (programmatic
     dependent launch, default on: the copy may start while the previous kernel on the stream
     ends, and waits for it to complete before it reads or writes memory; back-to-back copies of
-    1 MiB took 1.87 instead of 2.42 us on the H200).
+    1 MiB took 1.87 instead of 2.42 us on the H200), `load_hint`/`store_hint` (one side's L2
+    hint, a `plan.L2_HINTS` name, overriding `evict_first` there), `tile_order` ("interleaved":
+    the grid sweeps the tensor together; "blocked": each block copies one contiguous run of
+    tiles).
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
+    knobs = (tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint,
+             tile_order)  # fmt: skip
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
-           dst.get_device(), tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl)  # fmt: skip
+           dst.get_device(), knobs)  # fmt: skip
     launcher = _copy_launchers.get(key)
     if launcher is None:
-        launcher = _plan_copy(dst, src, tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl)
+        launcher = _plan_copy(dst, src, *knobs)
         _copy_launchers[key] = launcher
     if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the key's
         check_base_address(src.data_ptr())
@@ -214,6 +222,9 @@ def _plan_copy(
     as_rows: bool,
     evict_first: bool | None = None,
     pdl: bool = True,
+    load_hint: str | None = None,
+    store_hint: str | None = None,
+    tile_order: str = "interleaved",
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -264,6 +275,9 @@ def _plan_copy(
         store_depth=store_depth or max(2, stages // 2),
         evict_first=evict_first,
         pdl=pdl,
+        load_hint=load_hint,
+        store_hint=store_hint,
+        tile_order=tile_order,
     )
     tensor_shape = tuple(src.shape) if view is not None else None
     return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))

@@ -482,7 +482,8 @@ class CopyOption:
     """A `tmakit.copy_` configuration to time; None takes the API's default (tile, ring stages,
     TMA stores in flight per block); blocks per SM of the persistent grid; `as_rows`: compact
     tensors copied as rows of their memory (the tile is then a tile of that view); `evict_first`:
-    L2 evict-first hints on the loads and stores (None: the API's choice)."""
+    L2 evict-first hints on the loads and stores (None: the API's choice); `hints`: (load, store)
+    L2 hints overriding that; `blocked`: each block copies one contiguous run of tiles."""
 
     tile: tuple[int, int] | None = None
     stages: int | None = None
@@ -491,6 +492,8 @@ class CopyOption:
     as_rows: bool = False
     evict_first: bool | None = None
     pdl: bool | None = None
+    hints: tuple[str | None, str | None] = (None, None)
+    blocked: bool = False
 
     @property
     def name(self) -> str:
@@ -508,6 +511,11 @@ class CopyOption:
             parts.append("evict first" if self.evict_first else "no evict hint")
         if self.pdl is not None:
             parts.append("PDL" if self.pdl else "no PDL")
+        for side, hint in zip(("loads", "stores"), self.hints, strict=True):
+            if hint is not None:
+                parts.append(f"{side} {hint.replace('_', ' ')}")
+        if self.blocked:
+            parts.append("blocked order")
         return ", ".join(parts)
 
     @property
@@ -521,31 +529,51 @@ class CopyOption:
         }
         if self.pdl is not None:
             knobs["pdl"] = self.pdl
+        if self.hints != (None, None):
+            knobs["load_hint"], knobs["store_hint"] = self.hints
+        if self.blocked:
+            knobs["tile_order"] = "blocked"
         return knobs
 
 
+# A copy option's one-letter L2 hints ("-": the API's choice).
+HINT_LETTERS = {"f": "evict_first", "l": "evict_last", "n": "evict_normal", "0": "none", "-": None}
+
+
 def parse_copy_options(text: str) -> list[CopyOption]:
-    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p0" -> options:
-    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1], each part left out taking the API's
-    default ("auto": all of them); a leading "r" copies compact tensors as rows of their memory,
-    "e" hints L2 to evict the copy's lines first, "n" gives no hint; "p1"/"p0": programmatic
-    dependent launch on/off."""
+    """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p0,hfl,c" -> options:
+    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1][hLS][c], each part left out
+    taking the API's default ("auto": all of them); a leading "r" copies compact tensors as rows
+    of their memory, "e" hints L2 to evict the copy's lines first, "n" gives no hint; "p1"/"p0":
+    programmatic dependent launch on/off; "hLS": the loads' and the stores' L2 hints, each one of
+    f(irst), l(ast), n(ormal), 0 (none), - (the API's); "c": blocked tile order."""
     import re
 
     options = []
+    grammar = "[r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1][hLS][c]"
     for item in filter(None, text.split(",")):
-        pattern = r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?"
+        pattern = (
+            r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?(?:h([-fln0]{2}))?(c)?"
+        )
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
-            raise ValueError(
-                f"copy option {item!r} is not auto or [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1]"
-            )
-        as_rows, rows, cols, stages, depth, blocks, evict_first, pdl = match.groups()
+            raise ValueError(f"copy option {item!r} is not auto or {grammar}")
+        as_rows, rows, cols, stages, depth, blocks, evict_first, pdl, hints, blocked = match.groups()
         tile = (int(rows), int(cols)) if rows else None
         number = lambda text: int(text) if text else None  # noqa: E731
         hint = None if evict_first is None else evict_first == "e"
         launch = None if pdl is None else pdl == "1"
-        knobs = (number(stages), number(depth), int(blocks or 1), bool(as_rows), hint, launch)
+        sides = tuple(HINT_LETTERS[letter] for letter in hints or "--")
+        knobs = (
+            number(stages),
+            number(depth),
+            int(blocks or 1),
+            bool(as_rows),
+            hint,
+            launch,
+            sides,
+            bool(blocked),
+        )
         options.append(CopyOption(tile, *knobs))
     return options
 

@@ -192,6 +192,14 @@ class LoadPlan:
         return "\n".join(lines)
 
 
+# 64-bit L2 cache policies for TMA's `.L2::cache_hint` (CUTLASS's `TMA::CacheHintSm90`); "none":
+# no hint.
+L2_HINTS = {
+    "none": None,
+    "evict_first": 0x12F0000000000000,
+    "evict_normal": 0x1000000000000000,
+    "evict_last": 0x14F0000000000000,
+}
 H200_SMS = 132  # default for persistent grids; the GPU path passes the real count
 
 
@@ -291,10 +299,24 @@ class PipelinePlan:
     # finishes (its barrier set-up overlapping that kernel's tail), waits for it to complete
     # before touching global memory, then lets the next kernel start the same way.
     pdl: bool = False
+    # L2 eviction-priority hints (`L2_HINTS`) of the loads and of a copy's stores, overriding
+    # `evict_first` for that side; "none" gives no hint.
+    load_hint: str | None = None
+    store_hint: str | None = None
+    # Persistent grids: "interleaved" (block b takes tiles b, b + grid, ...: the grid sweeps the
+    # tensor together) or "blocked" (each block one contiguous run of tiles).
+    tile_order: str = "interleaved"
 
     def __post_init__(self) -> None:
+        for hint in (self.load_hint, self.store_hint):
+            if hint is not None and hint not in L2_HINTS:
+                raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
+        if self.tile_order not in ("interleaved", "blocked"):
+            raise TmaConfigError(f"tile order {self.tile_order!r}; interleaved or blocked")
         if self.transpose:
             self._check_transpose()
+        if self.tile_order == "blocked" and self.grid * self.load.total_tile_loads >= 2**31:
+            raise TmaConfigError("blocked tile order: grid x tiles must fit 32-bit device arithmetic")
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
         if self.sm_count < 1 or self.blocks_per_sm < 1:
@@ -368,17 +390,38 @@ class PipelinePlan:
             return min(self.load.total_tile_loads, self.sm_count * self.blocks_per_sm)
         return self.load.grid
 
-    # The next three run on the host and, traced, in the kernel (device integers): one source.
+    @property
+    def load_policy(self) -> int | None:
+        """The loads' 64-bit L2 cache policy (None: no hint)."""
+        return L2_HINTS[self.load_hint or ("evict_first" if self.evict_first else "none")]
+
+    @property
+    def store_policy(self) -> int | None:
+        """A copy's stores' 64-bit L2 cache policy (None: no hint)."""
+        return L2_HINTS[self.store_hint or ("evict_first" if self.evict_first else "none")]
+
+    # The next four run on the host and, traced, in the kernel (device integers): one source.
+    def first_tile(self, block):
+        """Where a "blocked" block's run of tiles starts (block * tiles // grid)."""
+        return block * self.load.total_tile_loads // self.grid
+
     def tiles_of_block(self, block):
-        """Tiles block `block` loads: its strip's, or every grid-th tile when persistent."""
+        """Tiles block `block` loads: its strip's, or its share of the tiles when persistent."""
         if self.persistent:
+            if self.tile_order == "blocked":
+                return self.first_tile(block + 1) - self.first_tile(block)
             return ceil_div(self.load.total_tile_loads - block, self.grid)
         return self.load.tiles_per_block
 
     def tile_of(self, block, step):
         """(batch, row_block, column_tile) of the `step`-th tile block `block` loads."""
         load = self.load
-        index = block + step * self.grid if self.persistent else block * load.tiles_per_block + step
+        if not self.persistent:
+            index = block * load.tiles_per_block + step
+        elif self.tile_order == "blocked":
+            index = self.first_tile(block) + step
+        else:
+            index = block + step * self.grid
         strip = index // load.tiles_per_block
         batch = strip // load.row_blocks
         return batch, strip - batch * load.row_blocks, index - strip * load.tiles_per_block

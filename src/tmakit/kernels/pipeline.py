@@ -33,7 +33,6 @@ from cutlass.cute.nvgpu import cpasync
 from ..plan import PipelinePlan
 from .ring import GUARD_WORDS, TileRing
 from .tma import (
-    L2_EVICT_FIRST,
     matrix_first_view,
     padded_matrix_view,
     shared_tile_layout,
@@ -249,10 +248,11 @@ class PipelinedLoadKernel:
 
     @cute.jit
     def store(self, store_atom, shared_part, destination_part):
-        """One thread's TMA store of a tile from shared memory (`PipelinePlan.evict_first`: with
-        the L2 evict-first hint)."""
-        if cutlass.const_expr(self.pipeline.evict_first):
-            cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(L2_EVICT_FIRST))
+        """One thread's TMA store of a tile from shared memory (with `PipelinePlan.store_policy`'s
+        L2 hint, if any)."""
+        policy = self.pipeline.store_policy
+        if cutlass.const_expr(policy is not None):
+            cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(policy))
         else:
             cute.copy(store_atom, shared_part, destination_part)
 

@@ -44,7 +44,7 @@ from cutlass._mlir.dialects import nvvm
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import PipelinePlan
-from .tma import L2_EVICT_FIRST, issue_tile_load, matrix_first_view, shared_tile_layout
+from .tma import issue_tile_load, matrix_first_view, shared_tile_layout
 
 # Polls before a guarded wait gives up. Non-blocking `test_wait` polls (a blocking try_wait may
 # suspend for a system-defined time each round, so a count of those bounds nothing): about 0.1-1 s,
@@ -202,7 +202,7 @@ class TileRing:
                 full + stage,
                 self.declared_bytes,
                 multicast_mask,
-                L2_EVICT_FIRST if self.pipeline.evict_first else None,
+                self.pipeline.load_policy,
             )
 
     @cute.jit

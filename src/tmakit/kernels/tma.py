@@ -103,11 +103,6 @@ def init_load_barrier(barrier: cute.Pointer):
     cute.arch.barrier()
 
 
-# The 64-bit L2 cache policy a TMA copy's `.L2::cache_hint` takes: evict first (the value CUTLASS's
-# C++ names `TMA::CacheHintSm90::EVICT_FIRST`).
-L2_EVICT_FIRST = 0x12F0000000000000
-
-
 @cute.jit
 def issue_tile_load(
     load_atom: cute.CopyAtom,
@@ -120,7 +115,7 @@ def issue_tile_load(
 ):
     """Arrive once and declare the payload, then start the TMA copy that completes those bytes
     (a multicast atom's copy goes to every CTA `multicast_mask` names; `cache_policy`: an L2
-    eviction hint, `L2_EVICT_FIRST`).
+    eviction hint, one of `plan.L2_HINTS`).
 
     The copy is not wrapped in `elect_one`: the DSL issues TMA copies from one thread itself,
     and electing around it can deadlock."""
