@@ -251,21 +251,21 @@ def stream_samples_us(
     return [start.elapsed_time(end) * 1000.0 / per_pass for start, end in events]
 
 
-def host_launch_us(launch: Callable[[], Any], calls: int = 2000) -> float:
+def host_launch_us(launch: Callable[[], Any], calls: int = 1000, repeats: int = 7) -> float:
     """Host cost of one call of an already compiled kernel: back-to-back calls of a tiny problem
-    (the GPU finishes each before the host issues the next), total wall time / calls."""
-    import time
-
+    (the GPU finishes each before the host issues the next), wall time / calls, the median of
+    `repeats` rounds after a warm-up round (the first round of a process ran up to 1.6x slower)."""
     import torch
 
-    for _ in range(50):
-        launch()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        launch()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e6 / calls
+    rounds = []
+    for _ in range(repeats + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            launch()
+        torch.cuda.synchronize()
+        rounds.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(rounds[1:])
 
 
 def device_context(commit: str | None) -> dict:
