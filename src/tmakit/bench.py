@@ -192,33 +192,7 @@ def graph_samples_us(
 ) -> list[float]:
     """Device time per launch: `launches` (one per rotated buffer) captured as passes into one
     CUDA graph of at least `min_launches` launches; each replay, timed with events, is a sample."""
-    import torch
-
-    passes = max(1, math.ceil(min_launches / len(launches)))
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for launch in launches:  # warm-up outside the capture (first calls load modules)
-            launch()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(passes):
-                for launch in launches:
-                    launch()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-        events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(samples)
-        ]
-        for start, end in events:
-            start.record(stream)
-            graph.replay()
-            end.record(stream)
-        torch.cuda.synchronize()
-    per_graph = passes * len(launches)
-    return [start.elapsed_time(end) * 1000.0 / per_graph for start, end in events]
+    return _pass_samples_us(launches, samples, min_launches, graph=True)
 
 
 def stream_samples_us(
@@ -228,24 +202,45 @@ def stream_samples_us(
     launches queued on a stream (no graph), events around each pass. Only device time while the
     host queues launches faster than the GPU runs them (copies of >= 16 MiB here); a CUDA graph
     can run an operation differently (torch's `copy_` becomes a graph memcpy node)."""
+    return _pass_samples_us(launches, samples, min_launches, graph=False)
+
+
+def _pass_samples_us(
+    launches: list[Callable[[], Any]], samples: int, min_launches: int, graph: bool
+) -> list[float]:
+    """Events around each of `samples` passes over `launches` (at least `min_launches` launches
+    a pass) on a side stream, replayed from one CUDA graph or launched eagerly; us per launch."""
     import torch
 
     passes = max(1, math.ceil(min_launches / len(launches)))
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up
+
+    def run_pass() -> None:
+        for _ in range(passes):
             for launch in launches:
                 launch()
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for launch in launches:  # warm-up outside any capture (first calls load modules)
+            launch()
         torch.cuda.synchronize()
-        events = []
-        for _ in range(samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        timed = run_pass
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=stream):
+                run_pass()
+            timed = captured.replay  # each pass is one replay
+        for _ in range(3):
+            timed()
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(samples)
+        ]
+        for start, end in events:
             start.record(stream)
-            for _ in range(passes):
-                for launch in launches:
-                    launch()
+            timed()
             end.record(stream)
-            events.append((start, end))
         torch.cuda.synchronize()
     per_pass = passes * len(launches)
     return [start.elapsed_time(end) * 1000.0 / per_pass for start, end in events]

@@ -315,8 +315,6 @@ class PipelinePlan:
             raise TmaConfigError(f"tile order {self.tile_order!r}; interleaved or blocked")
         if self.transpose:
             self._check_transpose()
-        if self.tile_order == "blocked" and self.grid * self.load.total_tile_loads >= 2**31:
-            raise TmaConfigError("blocked tile order: grid x tiles must fit 32-bit device arithmetic")
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
         if self.sm_count < 1 or self.blocks_per_sm < 1:
@@ -327,6 +325,8 @@ class PipelinePlan:
             raise TmaConfigError(f"store depth is {self.store_depth}; at least one store must be in flight")
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
+        if self.tile_order == "blocked" and self.grid * self.load.total_tile_loads >= 2**31:
+            raise TmaConfigError("blocked tile order: grid x tiles must fit 32-bit device arithmetic")
         if self.stages < 1 or self.stages > self.max_stages:
             raise TmaConfigError(
                 f"{self.stages} stages of {self.stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
@@ -393,12 +393,16 @@ class PipelinePlan:
     @property
     def load_policy(self) -> int | None:
         """The loads' 64-bit L2 cache policy (None: no hint)."""
-        return L2_HINTS[self.load_hint or ("evict_first" if self.evict_first else "none")]
+        return self._policy(self.load_hint)
 
     @property
     def store_policy(self) -> int | None:
         """A copy's stores' 64-bit L2 cache policy (None: no hint)."""
-        return L2_HINTS[self.store_hint or ("evict_first" if self.evict_first else "none")]
+        return self._policy(self.store_hint)
+
+    def _policy(self, hint: str | None) -> int | None:
+        """One side's hint, else `evict_first`'s."""
+        return L2_HINTS[hint or ("evict_first" if self.evict_first else "none")]
 
     # The next four run on the host and, traced, in the kernel (device integers): one source.
     def first_tile(self, block):
