@@ -149,3 +149,15 @@ def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
     assert "tile_order" not in split[0].knobs
     with pytest.raises(ValueError, match="is not"):
         parse_copy_options("4x")
+
+
+def test_copy_option_k_selects_bulk_copies():
+    from tmakit.bench import CopyOption, parse_copy_options
+
+    assert parse_copy_options("k,k32x256s4") == [
+        CopyOption(as_rows=True, bulk=True),
+        CopyOption((32, 256), 4, as_rows=True, bulk=True),
+    ]
+    assert parse_copy_options("k")[0].knobs["bulk"] is True
+    assert parse_copy_options("k")[0].name == "default tile, default stages, bulk copies"
+    assert "bulk" not in parse_copy_options("r")[0].knobs

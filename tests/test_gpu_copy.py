@@ -60,6 +60,34 @@ def test_compact_tensors_copy_as_rows_of_their_memory():
         assert torch.equal(found.view(torch.uint8), source.view(torch.uint8)), (shape, dtype)
 
 
+def test_bulk_copies_move_every_byte():
+    """`bulk=True`: compact tensors copied as contiguous runs by non-tensor bulk copies, every
+    byte compared, destination poisoned; sizes from one run to 64 MiB, 1-, 2- and 4-byte types,
+    last runs shorter than a tile, tiles of 1 to 256 rows, 1 to 8 stages."""
+    import torch
+
+    for shape, dtype, knobs in [
+        ((3, 1000, 512), torch.float16, {}),
+        ((2048, 256), torch.bfloat16, {"tile": (16, 256), "stages": 8}),
+        ((64, 1024, 512), torch.float16, {}),
+        ((7, 48), torch.int8, {}),
+        ((4096, 1000), torch.float32, {"tile": (3, 256), "stages": 1}),  # 16000 rows of 256: last run 1 row
+        ((5, 3, 128, 96), torch.float8_e4m3fn, {"stages": 2, "store_depth": 1}),
+        ((1_000_016,), torch.float16, {"tile": (256, 16)}),  # 62501 rows of 16: last run 37 rows
+        ((4099, 256), torch.float16, {"tile": (16, 256), "blocks_per_sm": 2}),
+    ]:
+        numel = math.prod(shape)  # position-dependent values: a misplaced run shows
+        source = (torch.arange(numel, device="cuda") % 251 - 125).view(shape).to(dtype)
+        found = torch.empty(shape, dtype=dtype, device="cuda")
+        found.view(torch.uint8).fill_(0xFF)  # poison
+        tmakit.copy_(found, source, bulk=True, **knobs)
+        torch.cuda.synchronize()
+        assert torch.equal(found.view(torch.uint8), source.view(torch.uint8)), (shape, dtype, knobs)
+    with pytest.raises(TmaConfigError, match="compact"):
+        strided = torch.empty(64, 1000, device="cuda")[:, :512]
+        tmakit.copy_(strided, torch.ones(64, 512, device="cuda"), bulk=True)
+
+
 def test_a_random_sweep_of_transposing_copies_verifies():
     """Column-major sources into row-major destinations and back, every dtype, partial tiles,
     batches, 1-8 consumer warps, 1-4 stages: every element compared, destination poisoned."""

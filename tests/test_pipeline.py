@@ -274,3 +274,39 @@ def test_copy_store_depth_sets_the_read_wait_and_is_capped_by_the_stages(depth, 
     assert waits == {f"cp.async.bulk.wait_group.read {wait}", "cp.async.bulk.wait_group.read 0"}
     with pytest.raises(TmaConfigError, match="store depth is 0"):
         PipelinePlan(LoadPlan(SEED), store_depth=0)
+
+
+def test_bulk_copy_moves_runs_by_address_without_tensor_maps():
+    """`PipelinePlan.bulk`: each tile one contiguous run, loaded and stored with non-tensor bulk
+    copies whose byte count is the run's own (the last tile's rows left over: 3 x 512 bytes)."""
+    load = LoadPlan(LoadConfig((4099, 256), "fp16", (16, 256)))
+    pipeline = PipelinePlan(load, stages=8, persistent=True, store_depth=4, bulk=True)
+    assert pipeline.bulk_tile_bytes == (8192, 1536)
+    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    lines = [line.strip() for line in ptx.splitlines()]
+    assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx
+    loads = [line for line in lines if line.startswith("cp.async.bulk.shared::cluster.global.mbarrier")]
+    store = "cp.async.bulk.global.shared::cta.bulk_group"
+    stores = [i for i, line in enumerate(lines) if line.startswith(store)]
+    assert len(loads) == 1 and len(stores) == 1
+    # The barrier expects exactly the bytes the load moves: one register holds both counts.
+    declared = next(line for line in lines if line.startswith("mbarrier.arrive.expect_tx"))
+    assert declared.rstrip(";").split(", ")[-1] == loads[0].split(", ")[2]
+    assert re.search(r"\b1536\b", ptx) and re.search(r"\b8192\b", ptx)  # the last tile's bytes, a tile's
+    assert lines[stores[0] + 1] == "cp.async.bulk.commit_group;"
+    assert lines[stores[0] + 2].startswith("cp.async.bulk.wait_group.read \t3")
+    assert any(line.startswith("elect.sync") for line in lines[stores[0] - 30 : stores[0]])
+
+
+def test_bulk_copy_plans_only_contiguous_runs():
+    compact = LoadConfig((1024, 256), "fp16", (16, 256))
+    PipelinePlan(LoadPlan(compact), bulk=True)  # whole rows of a compact matrix: fine
+    for config, extra, why in [
+        (LoadConfig((1024, 256), "fp16", (16, 128)), {}, "whole rows"),
+        (LoadConfig((1024, 256), "fp16", (16, 256), 0, "row", (264, 1)), {}, "compact row-major"),
+        (LoadConfig((1024, 64), "fp16", (16, 64), 128), {}, "swizzle"),
+        (LoadConfig((4, 1024, 256), "fp16", (16, 256)), {}, "rank-3"),
+        (compact, {"prefetch_tiles": 2}, "prefetching"),
+    ]:
+        with pytest.raises(TmaConfigError, match=why):
+            PipelinePlan(LoadPlan(config), bulk=True, **extra)

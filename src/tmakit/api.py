@@ -157,6 +157,7 @@ def copy_(
     load_hint: str | None = None,
     store_hint: str | None = None,
     tile_order: str = "interleaved",
+    bulk: bool = False,
 ) -> Any:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out.
     `dst` has `src`'s shape and dtype and any layout TMA can address: the same strides, other
@@ -179,14 +180,17 @@ def copy_(
     1 MiB took 1.87 instead of 2.42 us on the H200), `load_hint`/`store_hint` (one side's L2
     hint, a `plan.L2_HINTS` name, overriding `evict_first` there), `tile_order` ("interleaved":
     the grid sweeps the tensor together; "blocked": each block copies one contiguous run of
-    tiles); neither of these last three beat the defaults on the H200 (6f917b4).
+    tiles); neither of these last three beat the defaults on the H200 (6f917b4). `bulk=True`
+    (compact tensors of one layout only): the rows view copied with non-tensor bulk copies
+    (`cp.async.bulk`, by address and byte count) instead of tensor-map TMA; the launch then
+    encodes no tensor maps.
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
     check before the launch. Raises TmaConfigError before anything launches."""
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
     knobs = (tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint,
-             tile_order)  # fmt: skip
+             tile_order, bulk)  # fmt: skip
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
            dst.get_device(), knobs)  # fmt: skip
     launcher = _copy_launchers.get(key)
@@ -215,16 +219,17 @@ _copy_launchers: dict[tuple, Any] = {}
 def _plan_copy(
     dst: Any,
     src: Any,
-    tile: tuple[int, int] | None,
-    stages: int | None,
-    store_depth: int | None,
-    blocks_per_sm: int,
-    as_rows: bool,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    store_depth: int | None = None,
+    blocks_per_sm: int = 1,
+    as_rows: bool = False,
     evict_first: bool | None = None,
     pdl: bool = True,
     load_hint: str | None = None,
     store_hint: str | None = None,
     tile_order: str = "interleaved",
+    bulk: bool = False,
 ) -> Any:
     """Check a copy's configuration in full and return its (cached, compiled) launcher."""
     from .plan import PipelinePlan
@@ -243,11 +248,14 @@ def _plan_copy(
     if evict_first is None:
         evict_first = 2 * src.numel() * nbytes <= properties.L2_cache_size
     transpose = _major(tuple(src.stride())) != _major(tuple(dst.stride()))
-    view = (
-        None
-        if transpose or not as_rows or not (src.is_contiguous() and dst.is_contiguous())
-        else rows_view(src.numel(), nbytes)
-    )
+    compact = src.is_contiguous() and dst.is_contiguous()
+    view = None if transpose or not (as_rows or bulk) or not compact else rows_view(src.numel(), nbytes)
+    if bulk and view is None:
+        raise TmaConfigError(
+            f"bulk copy of {tuple(src.shape)} {dtype} with strides {tuple(src.stride())} into "
+            f"{tuple(dst.stride())}: it needs both tensors compact (contiguous) and a number of "
+            f"elements that {min(ROW_VIEW_WIDTHS)} divides"
+        )
     if view is not None:
         checked_tensor(src)  # device, dtype, alignment (the view's tile comes next)
         checked_tensor(dst)
@@ -278,6 +286,7 @@ def _plan_copy(
         load_hint=load_hint,
         store_hint=store_hint,
         tile_order=tile_order,
+        bulk=bulk,
     )
     tensor_shape = tuple(src.shape) if view is not None else None
     return _copy_launcher(pipeline, destination, tensor_shape, str(src.device))

@@ -478,7 +478,8 @@ class CopyOption:
     TMA stores in flight per block); blocks per SM of the persistent grid; `as_rows`: compact
     tensors copied as rows of their memory (the tile is then a tile of that view); `evict_first`:
     L2 evict-first hints on the loads and stores (None: the API's choice); `hints`: (load, store)
-    L2 hints overriding that; `blocked`: each block copies one contiguous run of tiles."""
+    L2 hints overriding that; `blocked`: each block copies one contiguous run of tiles; `bulk`:
+    the rows view copied with non-tensor bulk copies (no tensor maps)."""
 
     tile: tuple[int, int] | None = None
     stages: int | None = None
@@ -489,6 +490,7 @@ class CopyOption:
     pdl: bool | None = None
     hints: tuple[str | None, str | None] = (None, None)
     blocked: bool = False
+    bulk: bool = False
 
     @property
     def name(self) -> str:
@@ -500,7 +502,9 @@ class CopyOption:
             parts.append(f"{self.store_depth} stores")
         if self.blocks_per_sm != 1:
             parts.append(f"{self.blocks_per_sm}/SM")
-        if self.as_rows:
+        if self.bulk:
+            parts.append("bulk copies")
+        elif self.as_rows:
             parts.append("rows view")
         if self.evict_first is not None:
             parts.append("evict first" if self.evict_first else "no evict hint")
@@ -528,6 +532,8 @@ class CopyOption:
             knobs["load_hint"], knobs["store_hint"] = self.hints
         if self.blocked:
             knobs["tile_order"] = "blocked"
+        if self.bulk:
+            knobs["bulk"] = True
         return knobs
 
 
@@ -537,18 +543,20 @@ HINT_LETTERS = {"f": "evict_first", "l": "evict_last", "n": "evict_normal", "0":
 
 def parse_copy_options(text: str) -> list[CopyOption]:
     """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p0,hfl,c" -> options:
-    [r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1][hLS][c], each part left out
+    [r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1][hLS][c], each part left out
     taking the API's default ("auto": all of them); a leading "r" copies compact tensors as rows
-    of their memory, "e" hints L2 to evict the copy's lines first, "n" gives no hint; "p1"/"p0":
+    of their memory, "k" copies those rows with bulk copies instead of tensor maps, "e" hints L2
+    to evict the copy's lines first, "n" gives no hint; "p1"/"p0":
     programmatic dependent launch on/off; "hLS": the loads' and the stores' L2 hints, each one of
     f(irst), l(ast), n(ormal), 0 (none), - (the API's); "c": blocked tile order."""
     import re
 
     options = []
-    grammar = "[r][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1][hLS][c]"
+    grammar = "[r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1][hLS][c]"
     for item in filter(None, text.split(",")):
         pattern = (
-            r"(r)?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?(?:h([-fln0]{2}))?(c)?"
+            r"([rk])?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?"
+            r"(?:h([-fln0]{2}))?(c)?"
         )
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
@@ -568,6 +576,7 @@ def parse_copy_options(text: str) -> list[CopyOption]:
             launch,
             sides,
             bool(blocked),
+            as_rows == "k",
         )
         options.append(CopyOption(tile, *knobs))
     return options
@@ -690,20 +699,19 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     x = torch.randn(256, 512, device="cuda").to(torch.float16)
     src = x.t() if transpose else x
     dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
-    api.copy_(dst, src)
-    launcher = next(  # the compiled launch this call looks up (default knobs)
-        launch
-        for key, launch in api._copy_launchers.items()
-        if key[:4] == (src.shape, src.stride(), dst.shape, dst.stride())
-    )
-    what = f"tmakit_copy_{'transpose_' if transpose else ''}"
-    return {
-        f"{what}call_us": host_launch_us(lambda: api.copy_(dst, src)),
+    result = {}
+    # The default copy, and (same layout) the bulk copy, whose launch encodes no tensor maps.
+    variants = {"": {}} if transpose else {"": {}, "bulk_": {"bulk": True}}
+    for label, knobs in variants.items():
+        api.copy_(dst, src, **knobs)
+        launcher = api._plan_copy(dst, src, **knobs)  # the compiled launch this call looks up
+        what = f"tmakit_copy_{'transpose_' if transpose else ''}{label}"
+        result[f"{what}call_us"] = host_launch_us(lambda k=knobs: api.copy_(dst, src, **k))
         # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
-        f"{what}compiled_launch_us": host_launch_us(lambda: launcher(src, dst)),
-        # What torch's own `copy_` of the same pair costs the host, for scale.
-        f"torch_copy_{'transpose_' if transpose else ''}call_us": host_launch_us(lambda: dst.copy_(src)),
-    }
+        result[f"{what}compiled_launch_us"] = host_launch_us(lambda f=launcher: f(src, dst))
+    # What torch's own `copy_` of the same pair costs the host, for scale.
+    result[f"torch_copy_{'transpose_' if transpose else ''}call_us"] = host_launch_us(lambda: dst.copy_(src))
+    return result
 
 
 def bench_multicast(

@@ -236,7 +236,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         context["host_launch"].update(bench.measure_copy_host_cost(args.kernel == "transpose"))
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
         if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
-            row.host_us = next(v for k, v in context["host_launch"].items() if k.startswith("tmakit_copy"))
+            host = context["host_launch"]
+            calls = [k for k in host if k.startswith("tmakit_copy") and k.endswith("call_us")]
+            bulk = "bulk copies" in row.kernel and "tmakit_copy_bulk_call_us" in calls
+            row.host_us = host["tmakit_copy_bulk_call_us" if bulk else calls[0]]
         elif row.kernel.startswith("tmakit"):
             row.host_us = context["host_launch"]["plain_prepared_tensors_us"]
     if args.ncu:

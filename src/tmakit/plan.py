@@ -306,6 +306,10 @@ class PipelinePlan:
     # Persistent grids: "interleaved" (block b takes tiles b, b + grid, ...: the grid sweeps the
     # tensor together) or "blocked" (each block one contiguous run of tiles).
     tile_order: str = "interleaved"
+    # The "copy" consumer over a compact row-major matrix whose tiles span whole rows (each tile
+    # one contiguous run of memory): non-tensor bulk copies (`cp.async.bulk`) of each run, by
+    # address and byte count, instead of tensor-map TMA; the host encodes no tensor maps.
+    bulk: bool = False
 
     def __post_init__(self) -> None:
         for hint in (self.load_hint, self.store_hint):
@@ -315,6 +319,8 @@ class PipelinePlan:
             raise TmaConfigError(f"tile order {self.tile_order!r}; interleaved or blocked")
         if self.transpose:
             self._check_transpose()
+        if self.bulk:
+            self._check_bulk()
         if not 1 <= self.consumer_warps <= 31:
             raise TmaConfigError(f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..31")
         if self.sm_count < 1 or self.blocks_per_sm < 1:
@@ -482,6 +488,39 @@ class PipelinePlan:
                 f"tile {load.config.tile} of {load.config.dtype}: a layout-changing copy needs both "
                 f"tile extents to be multiples of {128 // nbytes} elements (128 bytes)"
             )
+
+    def _check_bulk(self) -> None:
+        """Bulk copies move contiguous runs: the matrix compact and row-major, the tile whole
+        rows of it, nothing swizzled or transposed."""
+        config = self.load.config
+        rows, cols = self.load.matrix_shape
+        problems = [
+            *(["a layout-changing copy"] if self.transpose else []),
+            *([f"swizzle {config.swizzle}"] if config.swizzle else []),
+            *([f"a rank-{len(config.shape)} tensor (2-D rows views only)"] if len(config.shape) != 2 else []),
+            *(
+                [f"strides {config.element_strides} (compact row-major only)"]
+                if config.element_strides != (cols, 1)
+                else []
+            ),  # fmt: skip
+            *([f"tile {config.tile} (whole rows of {cols} only)"] if config.tile[1] != cols else []),
+            *(
+                ["prefetching (no tensor map to prefetch through)"]
+                if self.prefetch_tiles or self.prefetch_descriptor
+                else []
+            ),  # fmt: skip
+        ]
+        if problems:
+            raise TmaConfigError(f"bulk copy cannot take {', '.join(problems)}: it copies contiguous runs")
+
+    @property
+    def bulk_tile_bytes(self) -> tuple[int, int]:
+        """A bulk copy's bytes per tile: (every tile but the last, the last), which holds the rows
+        left over and may be shorter (a bulk copy moves exactly its bytes, nothing zero-filled)."""
+        tile_rows, cols = self.load.config.tile
+        rows = self.load.matrix_shape[0]
+        row_bytes = cols * self.load.config.element.nbytes
+        return tile_rows * row_bytes, (rows - (self.load.row_blocks - 1) * tile_rows) * row_bytes
 
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each

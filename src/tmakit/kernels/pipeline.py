@@ -29,6 +29,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
+from cutlass.experimental import primitives as prims
 
 from ..plan import PipelinePlan
 from .ring import GUARD_WORDS, TileRing
@@ -78,10 +79,18 @@ class PipelinedLoadKernel:
             rows_layout = cute.make_layout(plan.config.shape, stride=plan.config.element_strides)
             src = cute.make_tensor(src.iterator, rows_layout)
             out = cute.make_tensor(out.iterator, rows_layout)
-        load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
+        if cutlass.const_expr(pipeline.bulk):
+            # Runs of memory copied by address: no TMA atom and no tensor map; the kernel takes
+            # the tensors themselves where the tensor-map path takes atoms and coordinate views.
+            load_atom, coordinate_view = src, src
+            shared_layout = shared_tile_layout(plan.config.tile)
+        else:
+            load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_atom = load_atom  # only the "copy" consumer stores; the others never use it
         store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
-        if cutlass.const_expr(self.consumer == "copy"):
+        if cutlass.const_expr(self.consumer == "copy" and pipeline.bulk):
+            store_atom, out_view = out, out
+        elif cutlass.const_expr(self.consumer == "copy"):
             if cutlass.const_expr(pipeline.transpose):
                 store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
             store_atom, out_view = cpasync.make_tiled_tma_atom(
@@ -110,9 +119,9 @@ class PipelinedLoadKernel:
     @cute.kernel
     def kernel(
         self,
-        load_atom: cute.CopyAtom,
+        load_atom,  # a TMA atom, or with `PipelinePlan.bulk` the source tensor
         coordinate_view: cute.Tensor,
-        store_atom: cute.CopyAtom,
+        store_atom,  # likewise: a TMA store atom or the destination tensor
         out_view: cute.Tensor,
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
@@ -144,39 +153,47 @@ class PipelinedLoadKernel:
         """The producer warp: wait for a free stage, declare its bytes, start the TMA load; with
         prefetching, also ask for the tile `prefetch_tiles` loads ahead to be brought into L2
         (no shared memory, no barrier: `cp.async.bulk.prefetch.tensor`)."""
-        plan, pipeline = self.plan, self.pipeline
+        pipeline = self.pipeline
         if cutlass.const_expr(pipeline.prefetch_descriptor):
             with cute.arch.elect_one():  # `prefetch.tensormap`: the map is fetched before its first use
                 cpasync.prefetch_descriptor(load_atom)
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
-            batch, row_block, column_tile = self.pipeline.tile_of(block, step)
-            global_part, shared_part = tma_load_views(
-                load_atom,
-                coordinate_view,
-                ring[None, None, stage],
-                plan.config.tile,
-                tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
-            )
-            if cutlass.const_expr(pipeline.prefetch_tiles > 0):
-                if step + pipeline.prefetch_tiles < tiles:
-                    ahead_batch, ahead_row_block, ahead_column_tile = self.pipeline.tile_of(
-                        block, step + pipeline.prefetch_tiles
-                    )
-                    ahead_part, _ = tma_load_views(
-                        load_atom,
-                        coordinate_view,
-                        ring[None, None, stage],
-                        plan.config.tile,
-                        tile_coordinate(
-                            ahead_row_block, ahead_column_tile, ahead_batch, len(plan.config.shape)
-                        ),
-                    )
-                    # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
-                    with cute.arch.elect_one():
-                        cute.prefetch(load_atom, ahead_part)
-            self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
+            if cutlass.const_expr(pipeline.bulk):
+                _, row_block, _ = pipeline.tile_of(block, step)
+                self.load_run(load_atom, ring, full, stage, row_block, failed)
+            else:
+                self.load_tile(load_atom, coordinate_view, ring, full, stage, block, step, tiles, failed)
+
+    @cute.jit
+    def load_tile(self, load_atom, coordinate_view, ring, full, stage, block, step, tiles, failed):
+        """Producer: the TMA load of the `step`-th tile into `stage` (and the prefetch ahead)."""
+        plan, pipeline = self.plan, self.pipeline
+        batch, row_block, column_tile = pipeline.tile_of(block, step)
+        global_part, shared_part = tma_load_views(
+            load_atom,
+            coordinate_view,
+            ring[None, None, stage],
+            plan.config.tile,
+            tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+        )
+        if cutlass.const_expr(pipeline.prefetch_tiles > 0):
+            if step + pipeline.prefetch_tiles < tiles:
+                ahead_batch, ahead_row_block, ahead_column_tile = self.pipeline.tile_of(
+                    block, step + pipeline.prefetch_tiles
+                )
+                ahead_part, _ = tma_load_views(
+                    load_atom,
+                    coordinate_view,
+                    ring[None, None, stage],
+                    plan.config.tile,
+                    tile_coordinate(ahead_row_block, ahead_column_tile, ahead_batch, len(plan.config.shape)),
+                )
+                # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
+                with cute.arch.elect_one():
+                    cute.prefetch(load_atom, ahead_part)
+        self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
 
     @cute.jit
     def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
@@ -186,7 +203,7 @@ class PipelinedLoadKernel:
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
         late = pipeline.stores_in_flight - 1  # "copy": stores that may still be reading their stage
-        if cutlass.const_expr(self.consumer == "copy"):
+        if cutlass.const_expr(self.consumer == "copy" and not pipeline.bulk):
             self.prefetch_store_descriptor(store_atom, consumer)
         if cutlass.const_expr(self.consumer == "rowsum"):
             stage_rows = self.ring.physical_rows(ring)
@@ -212,17 +229,25 @@ class PipelinedLoadKernel:
                         self.flush_rowsums(sums, out_view, row_block, batch, consumer * 32 + lane)
             if cutlass.const_expr(self.consumer == "copy"):
                 if consumer == 0:  # one warp stores
-                    destination_part, shared_part = tma_load_views(
-                        store_atom,
-                        out_view,
-                        tile,
-                        plan.config.tile,
-                        tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
-                    )
+                    if cutlass.const_expr(pipeline.bulk):
+                        destination, staged, size = self.run_of(out_view, ring, stage, row_block)
+                    else:
+                        destination_part, shared_part = tma_load_views(
+                            store_atom,
+                            out_view,
+                            tile,
+                            plan.config.tile,
+                            tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+                        )
                     # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
                     # would each store the tile): one thread issues, commits and waits.
                     with cute.arch.elect_one():
-                        self.store(store_atom, shared_part, destination_part)
+                        if cutlass.const_expr(pipeline.bulk):
+                            prims.cp_async_bulk_global_shared_cta(
+                                destination, staged, size, l2_cache_hint=pipeline.store_policy
+                            )
+                        else:
+                            self.store(store_atom, shared_part, destination_part)
                         cute.arch.cp_async_bulk_commit_group()
                         # Every store but the newest `late` has read its stage (writes may be in flight).
                         cute.arch.cp_async_bulk_wait_group(late, read=True)
@@ -237,6 +262,33 @@ class PipelinedLoadKernel:
             for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
                 if step >= 0:
                     self.ring.release(empty, step % pipeline.stages, failed)
+
+    @cute.jit
+    def run_of(self, tensor, ring, stage, row_block):
+        """A bulk copy's tile `row_block`: (its address in `tensor`, its stage's shared address,
+        its bytes: a whole tile's, or the rows left over for the last)."""
+        tile_bytes, last_bytes = self.pipeline.bulk_tile_bytes
+        size = cutlass.Int32(tile_bytes)
+        if cutlass.const_expr(last_bytes != tile_bytes):
+            if row_block == self.plan.row_blocks - 1:
+                size = cutlass.Int32(last_bytes)
+        # 64-bit: a 2 GiB tensor of bytes has 2**31 elements.
+        address = tensor.iterator + cutlass.Int64(row_block) * (tile_bytes // self.plan.config.element.nbytes)
+        stages = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)  # unswizzled: as stored
+        staged = stages + stage * self.pipeline.stage_elements
+        return address, staged, size
+
+    @cute.jit
+    def load_run(self, src, ring, full, stage, row_block, failed):
+        """Producer of a bulk copy: one thread declares the run's bytes on the stage's full
+        barrier and starts its bulk copy into the stage (the DSL elects no thread for these)."""
+        if not failed:
+            address, staged, size = self.run_of(src, ring, stage, row_block)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(full + stage, size)
+                prims.cp_async_bulk_shared_cluster_global(
+                    staged, address, full + stage, size, l2_cache_hint=self.pipeline.load_policy
+                )
 
     @cute.jit
     def prefetch_store_descriptor(self, store_atom, consumer):
