@@ -635,7 +635,7 @@ def bench_copy(
     bits = signed_bits(sources[0])
     what = "transpose" if transpose else "copy"
     shape = tuple(sources[0].shape)
-    rows, first_launches = [], None
+    rows, eager = [], []  # eager: (kernel, launches, verified), timed on a stream after the graphs
     for option in options:
         bits(destinations[0]).fill_(-1)  # poison: every element the copy must write
         start = time.perf_counter()
@@ -649,7 +649,6 @@ def bench_copy(
             lambda s=s, d=d, o=option: api.copy_(d, s, o.tile, o.stages, **o.knobs)
             for s, d in zip(sources, destinations, strict=True)
         ]
-        first_launches = first_launches or launches  # the first option is also timed eagerly
         rows.append(
             BenchRow(
                 f"tmakit.copy_ {what} ({option.name})",
@@ -668,6 +667,7 @@ def bench_copy(
                 },
             )  # fmt: skip
         )
+        eager.append((rows[-1].kernel, launches, rows[-1].verified))
     name = "torch copy_ (transpose)" if transpose else "torch copy_"
     torch_launches = [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
     rows.append(
@@ -675,16 +675,14 @@ def bench_copy(
             name, "copy", shape, config.dtype, plan.tensor_bytes, graph_samples_us(torch_launches, samples)
         )
     )
-    if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, both kinds
-        first = rows[0]
-        eager = ((first.kernel, first_launches, first.verified), (name, torch_launches, None))
-        for kernel, timed, verified in eager:
+    if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, every row
+        for kernel, timed, verified in [*eager, (name, torch_launches, None)]:
             row = BenchRow(
                 f"{kernel} {STREAM_TIMED}", "copy", shape, config.dtype, plan.tensor_bytes,
                 stream_samples_us(timed, samples), verified,
             )  # fmt: skip
             rows.append(row)
-    del sources, destinations, launches, first_launches, torch_launches
+    del sources, destinations, launches, eager, torch_launches
     torch.cuda.empty_cache()
     return rows
 
