@@ -147,6 +147,8 @@ def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
     assert split[0].name == "default tile, default stages, loads evict first, stores evict last"
     assert (split[1].hints, split[1].knobs["tile_order"]) == ((None, "none"), "blocked")
     assert "tile_order" not in split[0].knobs
+    assert parse_copy_options("v")[0].knobs["tile_order"] == "columns"
+    assert parse_copy_options("v")[0].name == "default tile, default stages, columns order"
     with pytest.raises(ValueError, match="is not"):
         parse_copy_options("4x")
 

@@ -7,7 +7,7 @@ import pytest
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.model.schedule import pipeline_schedule, replay
 from tmakit.pipelines import compile_pipelined_load
-from tmakit.plan import L2_HINTS, PipelinePlan
+from tmakit.plan import L2_HINTS, TILE_ORDERS, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
 
 
@@ -28,7 +28,7 @@ def test_swizzled_stages_stay_1024_aligned():
     assert pipeline.stage_bytes == 3072  # 2560 rounded up to the 1024-byte swizzle alignment
 
 
-@pytest.mark.parametrize("order", ["interleaved", "blocked"])
+@pytest.mark.parametrize("order", ["interleaved", "columns", "blocked"])
 @pytest.mark.parametrize("shape", [(1000, 776), (64, 64), (4, 3, 200, 136)])
 def test_persistent_grid_covers_every_tile_once(order, shape):
     load = LoadPlan(LoadConfig(shape, "bf16", (64, 64)))
@@ -40,6 +40,11 @@ def test_persistent_grid_covers_every_tile_once(order, shape):
     assert max(map(len, runs)) - min(map(len, runs)) <= 1  # balanced either way
     if order == "blocked":  # each block one contiguous run, in the blocks' order
         assert seen == sorted(seen)
+    if order == "columns":  # the grid's first step: down the first column of tiles
+        first_step = [run[0] for run in runs]
+        assert [tile[2] for tile in first_step] == sorted(tile[2] for tile in first_step)
+        if len(first_step) > 1:
+            assert first_step[1][1] == (first_step[0][1] + 1) % load.row_blocks
     assert pipeline.threads_per_block == 64
 
 
@@ -181,12 +186,11 @@ def test_load_and_store_hints_are_set_apart():
         PipelinePlan(LoadPlan(config), store_hint="keep")
 
 
-def test_blocked_tile_order_compiles_for_sm90a():
+def test_every_tile_order_compiles_for_sm90a():
     load = LoadPlan(LoadConfig((1000, 776), "fp16", (16, 256)))
-    blocked = PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order="blocked")
-    interleaved = PipelinePlan(load, stages=4, persistent=True, sm_count=5)
-    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in (blocked, interleaved)]
-    assert ptx[0] != ptx[1]
+    orders = [PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order=order) for order in TILE_ORDERS]
+    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in orders]
+    assert len(set(ptx)) == len(TILE_ORDERS)
     with pytest.raises(TmaConfigError, match="tile order"):
         PipelinePlan(load, tile_order="random")
 

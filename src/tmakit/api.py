@@ -46,11 +46,15 @@ def config_for(
     return config
 
 
-def checked_tensor(tensor: Any, on_gpu: bool = True) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
+def checked_tensor(
+    tensor: Any, on_gpu: bool = True, any_rank: bool = False
+) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
     """(shape, tmakit dtype, element strides) of a torch tensor or numpy array, after the checks
-    that need no tile: rank, dtype, device (when `on_gpu`) and 16-byte base address."""
+    that need no tile: rank (unless `any_rank`: a compact copy's rows view reads memory, not
+    dims), dtype, device (when `on_gpu`) and 16-byte base address."""
     shape = tuple(int(e) for e in tensor.shape)
-    check_rank(len(shape))
+    if not any_rank:
+        check_rank(len(shape))
     dtype = tmakit_dtype(tensor.dtype)
     if hasattr(tensor, "data_ptr"):  # torch
         strides = tuple(int(s) for s in tensor.stride())
@@ -257,8 +261,8 @@ def _plan_copy(
             f"elements that {min(ROW_VIEW_WIDTHS)} divides"
         )
     if view is not None:
-        checked_tensor(src)  # device, dtype, alignment (the view's tile comes next)
-        checked_tensor(dst)
+        checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
+        checked_tensor(dst, any_rank=True)
         tile = tuple(tile or rows_view_tile(*view, nbytes, sm_count))
         source, destination = LoadConfig(view, dtype, tile), None
     else:

@@ -478,7 +478,7 @@ class CopyOption:
     TMA stores in flight per block); blocks per SM of the persistent grid; `as_rows`: compact
     tensors copied as rows of their memory (the tile is then a tile of that view); `evict_first`:
     L2 evict-first hints on the loads and stores (None: the API's choice); `hints`: (load, store)
-    L2 hints overriding that; `blocked`: each block copies one contiguous run of tiles; `bulk`:
+    L2 hints overriding that; `tile_order`: the persistent grid's walk (`plan.TILE_ORDERS`); `bulk`:
     the rows view copied with non-tensor bulk copies (no tensor maps)."""
 
     tile: tuple[int, int] | None = None
@@ -489,7 +489,7 @@ class CopyOption:
     evict_first: bool | None = None
     pdl: bool | None = None
     hints: tuple[str | None, str | None] = (None, None)
-    blocked: bool = False
+    tile_order: str = "interleaved"
     bulk: bool = False
 
     @property
@@ -513,8 +513,8 @@ class CopyOption:
         for side, hint in zip(("loads", "stores"), self.hints, strict=True):
             if hint is not None:
                 parts.append(f"{side} {hint.replace('_', ' ')}")
-        if self.blocked:
-            parts.append("blocked order")
+        if self.tile_order != "interleaved":
+            parts.append(f"{self.tile_order} order")
         return ", ".join(parts)
 
     @property
@@ -530,8 +530,8 @@ class CopyOption:
             knobs["pdl"] = self.pdl
         if self.hints != (None, None):
             knobs["load_hint"], knobs["store_hint"] = self.hints
-        if self.blocked:
-            knobs["tile_order"] = "blocked"
+        if self.tile_order != "interleaved":
+            knobs["tile_order"] = self.tile_order
         if self.bulk:
             knobs["bulk"] = True
         return knobs
@@ -543,20 +543,20 @@ HINT_LETTERS = {"f": "evict_first", "l": "evict_last", "n": "evict_normal", "0":
 
 def parse_copy_options(text: str) -> list[CopyOption]:
     """ "auto,64x256s4,32x256s6d4,s3b2,r,r32x256s8,16x256s8e,n,p0,hfl,c" -> options:
-    [r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1][hLS][c], each part left out
+    [r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM][e|n][p0|p1][hLS][c|v], each part left out
     taking the API's default ("auto": all of them); a leading "r" copies compact tensors as rows
     of their memory, "k" copies those rows with bulk copies instead of tensor maps, "e" hints L2
     to evict the copy's lines first, "n" gives no hint; "p1"/"p0":
     programmatic dependent launch on/off; "hLS": the loads' and the stores' L2 hints, each one of
-    f(irst), l(ast), n(ormal), 0 (none), - (the API's); "c": blocked tile order."""
+    f(irst), l(ast), n(ormal), 0 (none), - (the API's); "c": blocked tile order, "v": columns."""
     import re
 
     options = []
-    grammar = "[r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1][hLS][c]"
+    grammar = "[r|k][ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS][e|n][p0|p1][hLS][c|v]"
     for item in filter(None, text.split(",")):
         pattern = (
             r"([rk])?(?:(\d+)x(\d+))?(?:s(\d+))?(?:d(\d+))?(?:b(\d+))?([en])?(?:p([01]))?"
-            r"(?:h([-fln0]{2}))?(c)?"
+            r"(?:h([-fln0]{2}))?([cv])?"
         )
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
@@ -575,7 +575,7 @@ def parse_copy_options(text: str) -> list[CopyOption]:
             hint,
             launch,
             sides,
-            bool(blocked),
+            {None: "interleaved", "c": "blocked", "v": "columns"}[blocked],
             as_rows == "k",
         )
         options.append(CopyOption(tile, *knobs))

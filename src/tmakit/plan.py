@@ -200,6 +200,7 @@ L2_HINTS = {
     "evict_normal": 0x1000000000000000,
     "evict_last": 0x14F0000000000000,
 }
+TILE_ORDERS = ("interleaved", "columns", "blocked")  # a persistent grid's walk (PipelinePlan.tile_order)
 H200_SMS = 132  # default for persistent grids; the GPU path passes the real count
 
 
@@ -304,7 +305,9 @@ class PipelinePlan:
     load_hint: str | None = None
     store_hint: str | None = None
     # Persistent grids: "interleaved" (block b takes tiles b, b + grid, ...: the grid sweeps the
-    # tensor together) or "blocked" (each block one contiguous run of tiles).
+    # tensor together, along each strip of rows), "columns" (interleaved, but counting tiles down
+    # each column of tiles first: the tiles in flight spread over many strips of rows) or
+    # "blocked" (each block one contiguous run of tiles).
     tile_order: str = "interleaved"
     # The "copy" consumer over a compact row-major matrix whose tiles span whole rows (each tile
     # one contiguous run of memory): non-tensor bulk copies (`cp.async.bulk`) of each run, by
@@ -315,8 +318,8 @@ class PipelinePlan:
         for hint in (self.load_hint, self.store_hint):
             if hint is not None and hint not in L2_HINTS:
                 raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
-        if self.tile_order not in ("interleaved", "blocked"):
-            raise TmaConfigError(f"tile order {self.tile_order!r}; interleaved or blocked")
+        if self.tile_order not in TILE_ORDERS:
+            raise TmaConfigError(f"tile order {self.tile_order!r}; one of {', '.join(TILE_ORDERS)}")
         if self.transpose:
             self._check_transpose()
         if self.bulk:
@@ -432,6 +435,12 @@ class PipelinePlan:
             index = self.first_tile(block) + step
         else:
             index = block + step * self.grid
+        if self.persistent and self.tile_order == "columns":
+            matrix_tiles = load.row_blocks * load.tiles_per_block
+            batch = index // matrix_tiles
+            within = index - batch * matrix_tiles
+            column_tile = within // load.row_blocks
+            return batch, within - column_tile * load.row_blocks, column_tile
         strip = index // load.tiles_per_block
         batch = strip // load.row_blocks
         return batch, strip - batch * load.row_blocks, index - strip * load.tiles_per_block
