@@ -188,8 +188,8 @@ def test_load_and_store_hints_are_set_apart():
 
 def test_every_tile_order_compiles_for_sm90a():
     load = LoadPlan(LoadConfig((1000, 776), "fp16", (16, 256)))
-    orders = [PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order=order) for order in TILE_ORDERS]
-    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in orders]
+    plans = [PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order=o) for o in TILE_ORDERS]
+    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in plans]
     assert len(set(ptx)) == len(TILE_ORDERS)
     with pytest.raises(TmaConfigError, match="tile order"):
         PipelinePlan(load, tile_order="random")
