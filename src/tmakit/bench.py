@@ -698,8 +698,11 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     src = x.t() if transpose else x
     dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
     result = {}
-    # The default copy, and (same layout) the bulk copy, whose launch encodes no tensor maps.
-    variants = {"": {}} if transpose else {"": {}, "bulk_": {"bulk": True}}
+    # The default copy, without PDL (a plain launch), and (same layout) the bulk copy, whose
+    # launch encodes no tensor maps: what each part of the launch costs.
+    variants = {"": {}, "no_pdl_": {"pdl": False}}
+    if not transpose:
+        variants.update({"bulk_": {"bulk": True}, "bulk_no_pdl_": {"bulk": True, "pdl": False}})
     for label, knobs in variants.items():
         api.copy_(dst, src, **knobs)
         launcher = api._plan_copy(dst, src, **knobs)  # the compiled launch this call looks up
