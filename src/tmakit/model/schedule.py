@@ -21,6 +21,7 @@ Pure Python: no cutlass, torch or DSL import.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -534,9 +535,9 @@ def seed_schedule(
 def pipeline_schedule(
     tiles: int,
     stages: int,
-    tx_bytes: int,
+    tx_bytes: int | Sequence[int],
     *,
-    expected_tx_bytes: int | None = None,
+    expected_tx_bytes: int | Sequence[int] | None = None,
     skip_empty_wait: bool = False,
     consumer_arrivals: int = 1,
 ) -> list[Event]:
@@ -549,10 +550,15 @@ def pipeline_schedule(
 
     The interleaving lets the producer run `stages` tiles ahead; with `skip_empty_wait` it is not
     held back and runs one tile further, into a stage the consumer still holds.
+
+    `tx_bytes` (and `expected_tx_bytes`) may be one count per tile: a bulk copy moves exactly a
+    run's bytes, so its last, shorter run completes fewer (a tensor-map load always completes the
+    whole box, zero-filled past the edge).
     """
     if stages < 1 or tiles < 0:
         raise ValueError(f"need stages >= 1 and tiles >= 0, not stages={stages}, tiles={tiles}")
-    expected = tx_bytes if expected_tx_bytes is None else expected_tx_bytes
+    delivered = _per_tile(tx_bytes, tiles)
+    expected = delivered if expected_tx_bytes is None else _per_tile(expected_tx_bytes, tiles)
     events: list[Event] = []
     for stage in range(stages):
         events += [Init(f"full[{stage}]", 1), Init(f"empty[{stage}]", consumer_arrivals)]
@@ -561,8 +567,8 @@ def pipeline_schedule(
         stage, ring_round = tile % stages, tile // stages
         if not skip_empty_wait:
             events.append(Wait(f"empty[{stage}]", (ring_round & 1) ^ 1, role="producer", tile=tile))
-        events.append(ArriveExpectTx(f"full[{stage}]", expected, tile=tile))
-        events.append(TmaCopy(f"full[{stage}]", tx_bytes, stage=stage, tile=tile))
+        events.append(ArriveExpectTx(f"full[{stage}]", expected[tile], tile=tile))
+        events.append(TmaCopy(f"full[{stage}]", delivered[tile], stage=stage, tile=tile))
 
     def consume(tile: int) -> None:
         stage, ring_round = tile % stages, tile // stages
@@ -578,6 +584,15 @@ def pipeline_schedule(
         if tile + lead < tiles:
             produce(tile + lead)
     return events
+
+
+def _per_tile(nbytes: int | Sequence[int], tiles: int) -> list[int]:
+    """One byte count per tile: a single count repeated, or the counts given (one per tile)."""
+    if isinstance(nbytes, int):
+        return [nbytes] * tiles
+    if len(nbytes) != tiles:
+        raise ValueError(f"{len(nbytes)} byte counts for {tiles} tiles")
+    return list(nbytes)
 
 
 def multicast_schedule(
