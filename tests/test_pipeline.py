@@ -286,6 +286,7 @@ def test_bulk_copy_moves_runs_by_address_without_tensor_maps():
     load = LoadPlan(LoadConfig((4099, 256), "fp16", (16, 256)))
     pipeline = PipelinePlan(load, stages=8, persistent=True, store_depth=4, bulk=True)
     assert pipeline.bulk_tile_bytes == (8192, 1536)
+    assert "runs of 8192 bytes (the last 1536)" in pipeline.summary()
     ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
     lines = [line.strip() for line in ptx.splitlines()]
     assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx

@@ -553,6 +553,12 @@ class PipelinePlan:
                 f"{self.staging_offset}); {mapping.blocks} blocks of {mapping.vector}x{mapping.vector}, "
                 f"{mapping.passes} per consumer thread"
             )
+        if self.bulk:
+            tile_bytes, last_bytes = self.bulk_tile_bytes
+            lines.append(
+                f"bulk copies       runs of {tile_bytes} bytes (the last {last_bytes}) by address, "
+                "`cp.async.bulk`; no tensor maps"
+            )
         if self.prefetch_tiles or self.prefetch_descriptor:
             lines.append(
                 f"prefetch          tile {self.prefetch_tiles} loads ahead into L2"
