@@ -169,31 +169,28 @@ class PipelinedLoadKernel:
     @cute.jit
     def load_tile(self, load_atom, coordinate_view, ring, full, stage, block, step, tiles, failed):
         """Producer: the TMA load of the `step`-th tile into `stage` (and the prefetch ahead)."""
-        plan, pipeline = self.plan, self.pipeline
-        batch, row_block, column_tile = pipeline.tile_of(block, step)
-        global_part, shared_part = tma_load_views(
-            load_atom,
-            coordinate_view,
-            ring[None, None, stage],
-            plan.config.tile,
-            tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+        pipeline = self.pipeline
+        global_part, shared_part = self.tile_views(
+            load_atom, coordinate_view, ring[None, None, stage], block, step
         )
         if cutlass.const_expr(pipeline.prefetch_tiles > 0):
             if step + pipeline.prefetch_tiles < tiles:
-                ahead_batch, ahead_row_block, ahead_column_tile = self.pipeline.tile_of(
-                    block, step + pipeline.prefetch_tiles
-                )
-                ahead_part, _ = tma_load_views(
-                    load_atom,
-                    coordinate_view,
-                    ring[None, None, stage],
-                    plan.config.tile,
-                    tile_coordinate(ahead_row_block, ahead_column_tile, ahead_batch, len(plan.config.shape)),
+                ahead_part, _ = self.tile_views(
+                    load_atom, coordinate_view, ring[None, None, stage], block, step + pipeline.prefetch_tiles
                 )
                 # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
                 with cute.arch.elect_one():
                     cute.prefetch(load_atom, ahead_part)
         self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
+
+    @cute.jit
+    def tile_views(self, atom, tensor_view, shared_tile, block, step):
+        """`tma_load_views` of the `step`-th tile of block `block`: (global part, shared part),
+        a load's source and destination or a store's destination and source."""
+        plan = self.plan
+        batch, row_block, column_tile = self.pipeline.tile_of(block, step)
+        coordinate = tile_coordinate(row_block, column_tile, batch, len(plan.config.shape))
+        return tma_load_views(atom, tensor_view, shared_tile, plan.config.tile, coordinate)
 
     @cute.jit
     def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
@@ -232,12 +229,8 @@ class PipelinedLoadKernel:
                     if cutlass.const_expr(pipeline.bulk):
                         destination, staged, size = self.run_of(out_view, ring, stage, row_block)
                     else:
-                        destination_part, shared_part = tma_load_views(
-                            store_atom,
-                            out_view,
-                            tile,
-                            plan.config.tile,
-                            tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+                        destination_part, shared_part = self.tile_views(
+                            store_atom, out_view, tile, block, step
                         )
                     # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
                     # would each store the tile): one thread issues, commits and waits.
@@ -317,7 +310,7 @@ class PipelinedLoadKernel:
         reads them), meet the other consumer warps at named barrier 1, and (warp 0, one thread)
         TMA-store the staging tile. Before the barrier that thread waits until the previous
         store has read the other staging tile, so after it every thread may overwrite that one."""
-        plan, pipeline = self.plan, self.pipeline
+        pipeline = self.pipeline
         source, staging, staging_tiles = self.staging_views(ring, store_layout)
         thread = consumer * 32 + cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
@@ -333,13 +326,8 @@ class PipelinedLoadKernel:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
             cute.arch.barrier(barrier_id=1, number_of_threads=32 * pipeline.consumer_warps)
             if consumer == 0:
-                batch, row_block, column_tile = self.pipeline.tile_of(block, step)
-                destination_part, shared_part = tma_load_views(
-                    store_atom,
-                    out_view,
-                    staging_tiles[None, None, buffer],
-                    plan.config.tile,
-                    tile_coordinate(row_block, column_tile, batch, len(plan.config.shape)),
+                destination_part, shared_part = self.tile_views(
+                    store_atom, out_view, staging_tiles[None, None, buffer], block, step
                 )
                 with cute.arch.elect_one():
                     self.store(store_atom, shared_part, destination_part)
