@@ -19,6 +19,9 @@ Consumers:
   round (16-byte reads and writes, bank-conflict free: `TransposeMapping`), release the stage,
   fence their writes to the async proxy, meet at a named barrier, and one thread TMA-stores the
   staging tile; a staging tile is rewritten only after its store has read it.
+  With `PipelinePlan.bulk` each tile is one contiguous run loaded and stored by non-tensor bulk
+  copies (`cp.async.bulk`, address + byte count, no tensor map); the last run may be shorter, and
+  its barrier expects exactly its bytes (nothing is zero-filled).
 
 `hang_guard=True` bounds every wait (see `TileRing`); the host then raises instead of hanging.
 """
@@ -29,6 +32,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
+# 4.8.1's wrappers of the non-tensor bulk copies: they take a run-time byte count (the
+# `CopyBulk*Op` atoms fix it at compile time, and a copy's last run is shorter).
 from cutlass.experimental import primitives as prims
 
 from ..plan import PipelinePlan
