@@ -21,7 +21,8 @@ Consumers:
   staging tile; a staging tile is rewritten only after its store has read it.
   With `PipelinePlan.bulk` each tile is one contiguous run loaded and stored by non-tensor bulk
   copies (`cp.async.bulk`, address + byte count, no tensor map); the last run may be shorter, and
-  its barrier expects exactly its bytes (nothing is zero-filled).
+  its barrier expects exactly its bytes (nothing is zero-filled). 4.8.1's `CopyBulk*Op` atoms
+  fix the byte count at compile time, hence the wrappers of `cutlass.experimental.primitives`.
 
 `hang_guard=True` bounds every wait (see `TileRing`); the host then raises instead of hanging.
 """
@@ -32,9 +33,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
-# 4.8.1's wrappers of the non-tensor bulk copies: they take a run-time byte count (the
-# `CopyBulk*Op` atoms fix it at compile time, and a copy's last run is shorter).
-from cutlass.experimental import primitives as prims
+from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
 from ..plan import PipelinePlan
 from .ring import GUARD_WORDS, TileRing
