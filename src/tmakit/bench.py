@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .plan import H200_SMS, PipelinePlan
@@ -635,7 +635,7 @@ def bench_copy(
     bits = signed_bits(sources[0])
     what = "transpose" if transpose else "copy"
     shape = tuple(sources[0].shape)
-    rows, eager = [], []  # eager: (kernel, launches, verified), timed on a stream after the graphs
+    rows, eager = [], []  # eager: (graph-timed row, its launches), timed on a stream after the graphs
     for option in options:
         bits(destinations[0]).fill_(-1)  # poison: every element the copy must write
         start = time.perf_counter()
@@ -664,10 +664,11 @@ def bench_copy(
                     "stages": option.stages,
                     "rotated_buffers": len(sources),
                     "transpose": transpose,
+                    "bulk": option.bulk,
                 },
             )  # fmt: skip
         )
-        eager.append((rows[-1].kernel, launches, rows[-1].verified))
+        eager.append((rows[-1], launches))
     name = "torch copy_ (transpose)" if transpose else "torch copy_"
     torch_launches = [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
     rows.append(
@@ -676,12 +677,10 @@ def bench_copy(
         )
     )
     if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, every row
-        for kernel, timed, verified in [*eager, (name, torch_launches, None)]:
-            row = BenchRow(
-                f"{kernel} {STREAM_TIMED}", "copy", shape, config.dtype, plan.tensor_bytes,
-                stream_samples_us(timed, samples), verified,
-            )  # fmt: skip
-            rows.append(row)
+        for graph_row, timed in [*eager, (rows[-1], torch_launches)]:
+            samples_us = stream_samples_us(timed, samples)
+            rows.append(replace(graph_row, kernel=f"{graph_row.kernel} {STREAM_TIMED}", samples_us=samples_us,
+                                compile_seconds=None))  # fmt: skip
     del sources, destinations, launches, eager, torch_launches
     torch.cuda.empty_cache()
     return rows

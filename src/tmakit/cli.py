@@ -234,14 +234,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     context["host_launch"] = bench.measure_host_overhead()
     if args.kernel in ("copy", "transpose"):
         context["host_launch"].update(bench.measure_copy_host_cost(args.kernel == "transpose"))
+    host = context["host_launch"]
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
         if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
-            host = context["host_launch"]
-            calls = [k for k in host if k.startswith("tmakit_copy") and k.endswith("call_us")]
-            bulk = "bulk copies" in row.kernel and "tmakit_copy_bulk_call_us" in calls
-            row.host_us = host["tmakit_copy_bulk_call_us" if bulk else calls[0]]
+            default = next(k for k in host if k.startswith("tmakit_copy") and k.endswith("call_us"))
+            row.host_us = host["tmakit_copy_bulk_call_us" if row.notes.get("bulk") else default]
         elif row.kernel.startswith("tmakit"):
-            row.host_us = context["host_launch"]["plain_prepared_tensors_us"]
+            row.host_us = host["plain_prepared_tensors_us"]
     if args.ncu:
         context["ncu"] = {"x".join(map(str, plans[0].config.shape)): bench.ncu_kernel_times(plans[0])}
     baselines = {

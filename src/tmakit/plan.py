@@ -502,23 +502,16 @@ class PipelinePlan:
         """Bulk copies move contiguous runs: the matrix compact and row-major, the tile whole
         rows of it, nothing swizzled or transposed."""
         config = self.load.config
-        rows, cols = self.load.matrix_shape
-        problems = [
-            *(["a layout-changing copy"] if self.transpose else []),
-            *([f"swizzle {config.swizzle}"] if config.swizzle else []),
-            *([f"a rank-{len(config.shape)} tensor (2-D rows views only)"] if len(config.shape) != 2 else []),
-            *(
-                [f"strides {config.element_strides} (compact row-major only)"]
-                if config.element_strides != (cols, 1)
-                else []
-            ),  # fmt: skip
-            *([f"tile {config.tile} (whole rows of {cols} only)"] if config.tile[1] != cols else []),
-            *(
-                ["prefetching (no tensor map to prefetch through)"]
-                if self.prefetch_tiles or self.prefetch_descriptor
-                else []
-            ),  # fmt: skip
+        cols = self.load.matrix_shape[1]
+        checks = [
+            (self.transpose, "a layout-changing copy"),
+            (config.swizzle, f"swizzle {config.swizzle}"),
+            (len(config.shape) != 2, f"a rank-{len(config.shape)} tensor (2-D rows views only)"),
+            (config.element_strides != (cols, 1), f"strides {config.element_strides} (compact row-major)"),
+            (config.tile[1] != cols, f"tile {config.tile} (whole rows of {cols} only)"),
+            (self.prefetch_tiles or self.prefetch_descriptor, "prefetching (no tensor map to prefetch by)"),
         ]
+        problems = [what for failed, what in checks if failed]
         if problems:
             raise TmaConfigError(f"bulk copy cannot take {', '.join(problems)}: it copies contiguous runs")
 
@@ -526,10 +519,10 @@ class PipelinePlan:
     def bulk_tile_bytes(self) -> tuple[int, int]:
         """A bulk copy's bytes per tile: (every tile but the last, the last), which holds the rows
         left over and may be shorter (a bulk copy moves exactly its bytes, nothing zero-filled)."""
-        tile_rows, cols = self.load.config.tile
-        rows = self.load.matrix_shape[0]
-        row_bytes = cols * self.load.config.element.nbytes
-        return tile_rows * row_bytes, (rows - (self.load.row_blocks - 1) * tile_rows) * row_bytes
+        load = self.load
+        tile_rows, cols = load.config.tile
+        rows_short = load.row_blocks * tile_rows - load.matrix_shape[0]  # rows the last tile lacks
+        return load.expected_tx_bytes, load.expected_tx_bytes - rows_short * cols * load.config.element.nbytes
 
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
