@@ -39,6 +39,48 @@ def test_copy_api_on_torch_tensors():
         tmakit.copy_(torch.empty(10, 16, device="cuda", dtype=torch.bfloat16), x)
 
 
+def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
+    """`copy_` first tries the last call's compiled function, which checks its arguments itself:
+    another shape, dtype of the same width, layout, misaligned pointer or mismatched destination
+    after a copy must still reach its own launcher or a clear error, never the last launcher."""
+    import torch
+
+    def poisoned_like(x):
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+        out.view(torch.uint8).fill_(0xFF)
+        return out
+
+    def position_dependent(shape, dtype):
+        return (torch.arange(math.prod(shape), device="cuda") % 1021 - 510).view(shape).to(dtype)
+
+    half = position_dependent((256, 512), torch.float16)
+    sources = [
+        half,
+        position_dependent((256, 1024), torch.float16),  # another shape
+        half.view(torch.bfloat16),  # the same bits as another dtype of the same width
+        byte := position_dependent((256, 1024), torch.int8),
+        byte.view(torch.uint8),  # 1-byte types: four codes of one width
+        byte.view(torch.float8_e4m3fn),
+        byte.view(torch.float8_e5m2),
+        position_dependent((512, 256), torch.float16).t(),  # a column-major view
+        tmakit.padded_empty((255, 511), torch.float16).copy_(half[:255, :511]),  # padded strides
+        half,  # back to the first
+    ]
+    for source in sources * 2:  # each one right after another configuration, twice
+        out = poisoned_like(source)
+        assert tmakit.copy_(out, source) is out
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.uint8), source.view(torch.uint8)), (source.shape, source.dtype)
+    tmakit.copy_(poisoned_like(half), half)
+    storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
+    with pytest.raises(TmaConfigError, match="16"):  # 2 bytes past a 16-byte boundary
+        tmakit.copy_(storage[1 : 1 + 256 * 512].view(256, 512), half)
+    with pytest.raises(TmaConfigError, match="they must match"):
+        tmakit.copy_(torch.empty(256, 512, dtype=torch.float32, device="cuda"), half)
+    with pytest.raises(TmaConfigError, match="they must match"):
+        tmakit.copy_(torch.empty(256, 256, dtype=torch.float16, device="cuda"), half)
+
+
 def test_compact_tensors_copy_as_rows_of_their_memory():
     """Contiguous tensors of any shape through the rows view; sizes from a few rows to 64 MiB, 1-,
     2- and 4-byte types, bit-exact, destination poisoned (first passed on the H200 at 4c44ab7)."""

@@ -709,8 +709,32 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
         result[f"{what}call_us"] = host_launch_us(lambda k=knobs: api.copy_(dst, src, **k))
         # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
         result[f"{what}compiled_launch_us"] = host_launch_us(lambda f=launcher: f(src, dst))
-    # What torch's own `copy_` of the same pair costs the host, for scale.
-    result[f"torch_copy_{'transpose_' if transpose else ''}call_us"] = host_launch_us(lambda: dst.copy_(src))
+    prefix = f"tmakit_copy_{'transpose_' if transpose else ''}"
+    # The same compiled function through the DSL's own Python wrapper (what tmakit skips).
+    default = api._plan_copy(dst, src)
+    wrapped = getattr(default, "compiled", None)
+    if wrapped is not None:
+        guard = default.guard
+        result[f"{prefix}dsl_wrapped_launch_us"] = host_launch_us(lambda: wrapped.function(src, dst, guard))
+    # `tmakit.copy`: a new tensor each call, then the copy.
+    result[f"{prefix}new_tensor_call_us"] = host_launch_us(lambda: api.copy(src))
+    # A caller alternating between two configurations: every call misses the last launcher and
+    # pays the rejected try plus the full lookup (per call, the mean of the two).
+    other_src = torch.empty(tuple(s + 16 for s in src.shape), dtype=src.dtype, device="cuda")
+    other_src = other_src.t().contiguous().t() if transpose else other_src
+    other_dst = torch.empty(other_src.shape, dtype=src.dtype, device="cuda")
+
+    def alternate() -> None:
+        api.copy_(dst, src)
+        api.copy_(other_dst, other_src)
+
+    alternate()
+    result[f"{prefix}alternating_call_us"] = host_launch_us(alternate, calls=500) / 2
+    # What torch's own calls cost the host, for scale.
+    torch_prefix = f"torch_copy_{'transpose_' if transpose else ''}"
+    result[f"{torch_prefix}call_us"] = host_launch_us(lambda: dst.copy_(src))
+    result["torch_clone_call_us"] = host_launch_us(lambda: src.clone())
+    result["torch_empty_like_us"] = host_launch_us(lambda: torch.empty_like(src))
     return result
 
 
