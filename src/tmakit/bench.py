@@ -735,6 +735,9 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     result[f"{torch_prefix}call_us"] = host_launch_us(lambda: dst.copy_(src))
     result["torch_clone_call_us"] = host_launch_us(lambda: src.clone())
     result["torch_empty_like_us"] = host_launch_us(lambda: torch.empty_like(src))
+    result["torch_empty_strided_us"] = host_launch_us(
+        lambda: torch.empty_strided(src.size(), src.stride(), dtype=src.dtype, device=src.device)
+    )
     return result
 
 
