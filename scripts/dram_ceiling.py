@@ -146,14 +146,15 @@ def run_target(case: str, mib: int) -> None:
 
 
 def ncu_range(case: str, mib: int, out: Path) -> dict:
-    """Nsight Compute over the range around one operation, clocks left alone: replayed by
+    """Nsight Compute over the range between the target's profiler start and stop (one operation),
+    clocks left alone: replayed by
     re-running the application ("app-range"), else by saving and restoring memory ("range")."""
     from tmakit.bench import parse_ncu_csv
 
     result: dict = {}
     for mode in ("app-range", "range"):
         command = [
-            "ncu", "--replay-mode", mode, "--profile-from-start", "off", "--clock-control", "none", "--csv",
+            "ncu", "--replay-mode", mode, "--clock-control", "none", "--csv",
             "--metrics", ",".join(NCU_METRICS), sys.executable, __file__, "--target", case, str(mib),
         ]  # fmt: skip
         run = subprocess.run(command, capture_output=True, text=True, timeout=240)

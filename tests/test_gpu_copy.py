@@ -40,15 +40,18 @@ def test_copy_api_on_torch_tensors():
 
 
 def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
-    """`copy_` first tries the last call's compiled function, which checks its arguments itself:
-    another shape, dtype of the same width, layout, misaligned pointer or mismatched destination
-    after a copy must still reach its own launcher or a clear error, never the last launcher."""
+    """`copy_` first tries the compiled function that served the last calls, which checks its
+    arguments itself: another shape, dtype of the same width, layout, misaligned pointer or
+    mismatched destination after it must still reach its own launcher or a clear error."""
     import torch
 
-    def poisoned_like(x):
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
-        out.view(torch.uint8).fill_(0xFF)
-        return out
+    def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
+        extent = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
+        memory = torch.full((extent * x.element_size(),), 0xFF, dtype=torch.uint8, device="cuda")
+        return memory.view(x.dtype).as_strided(x.shape, x.stride())
+
+    def bits(x):
+        return x.contiguous().view(torch.uint8)
 
     def position_dependent(shape, dtype):
         return (torch.arange(math.prod(shape), device="cuda") % 1021 - 510).view(shape).to(dtype)
@@ -66,12 +69,14 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
         tmakit.padded_empty((255, 511), torch.float16).copy_(half[:255, :511]),  # padded strides
         half,  # back to the first
     ]
-    for source in sources * 2:  # each one right after another configuration, twice
-        out = poisoned_like(source)
-        assert tmakit.copy_(out, source) is out
-        torch.cuda.synchronize()
-        assert torch.equal(out.view(torch.uint8), source.view(torch.uint8)), (source.shape, source.dtype)
-    tmakit.copy_(poisoned_like(half), half)
+    # Three calls each: the first meets the launcher the last configuration left to be tried
+    # first, the second makes its own that launcher, the third is served by it.
+    for source in sources * 2:
+        for _ in range(3):
+            out = poisoned_like(source)
+            assert tmakit.copy_(out, source) is out
+            torch.cuda.synchronize()
+            assert torch.equal(bits(out), bits(source)), (source.shape, source.stride(), source.dtype)
     storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
     with pytest.raises(TmaConfigError, match="16"):  # 2 bytes past a 16-byte boundary
         tmakit.copy_(storage[1 : 1 + 256 * 512].view(256, 512), half)

@@ -195,18 +195,20 @@ def copy_(
     check before the launch. Raises TmaConfigError before anything launches."""
     knobs = (tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint,
              tile_order, bulk)  # fmt: skip
-    # First the launcher of the last call with these knobs, without building the key (reading
-    # shapes and strides off two torch tensors costs more host time than the launch itself). Its
-    # compiled TVM-FFI function checks every argument against what it was compiled for (dtype,
-    # shape, strides, 16-byte alignment, one device for both tensors and its own guard words)
-    # and raises before launching when one differs: then the full lookup below.
-    launcher = _last_checked_launcher.get(knobs)
+    # A configuration repeated call after call skips the key (reading shapes and strides off two
+    # torch tensors costs about as much host time as the launch): its launcher is tried first.
+    # The compiled TVM-FFI function checks every argument against what it was compiled for
+    # (dtype, shape, strides, 16-byte alignment, one device for both tensors and its own guard
+    # words) and raises before launching when one differs; then the full lookup below. Raising
+    # costs ~15 us, so a launcher is tried first only after it served two calls in a row: a
+    # caller alternating between configurations never pays it.
+    launcher = _repeated_launcher.get(knobs)
     if launcher is not None:
         try:
             launcher(src, dst)
             return dst
         except (TypeError, ValueError):
-            pass
+            del _repeated_launcher[knobs]
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
            dst.get_device(), knobs)  # fmt: skip
@@ -219,7 +221,9 @@ def copy_(
         check_base_address(dst.data_ptr())
     launcher(src, dst)
     if getattr(launcher, "checks_arguments", False):
-        _last_checked_launcher[knobs] = launcher
+        if _previous_launcher.get(knobs) is launcher:
+            _repeated_launcher[knobs] = launcher
+        _previous_launcher[knobs] = launcher
     return dst
 
 
@@ -233,8 +237,10 @@ def copy(src: Any, tile: tuple[int, int] | None = None, stages: int | None = Non
 
 # (shapes, strides, dtypes, devices, tuning) -> launcher: what a repeated copy_ looks up.
 _copy_launchers: dict[tuple, Any] = {}
-# tuning -> the launcher of the last call with it, when its compiled function checks its arguments.
-_last_checked_launcher: dict[tuple, Any] = {}
+# tuning -> the launcher of the last full lookup with it, and the one to try first (it served
+# two calls in a row), when its compiled function checks its arguments.
+_previous_launcher: dict[tuple, Any] = {}
+_repeated_launcher: dict[tuple, Any] = {}
 
 
 def _plan_copy(

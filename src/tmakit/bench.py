@@ -247,20 +247,32 @@ def _pass_samples_us(
 
 
 def host_launch_us(launch: Callable[[], Any], calls: int = 1000, repeats: int = 7) -> float:
-    """Host cost of one call of an already compiled kernel: back-to-back calls of a tiny problem
-    (the GPU finishes each before the host issues the next), wall time / calls, the median of
-    `repeats` rounds after a warm-up round (the first round of a process ran up to 1.6x slower)."""
+    """Host cost of one call of an already compiled kernel (`host_costs_us` of this one)."""
+    return host_costs_us({"launch": launch}, calls, repeats)["launch"]
+
+
+def host_costs_us(launches: dict[str, Callable[[], Any]], calls: int = 1000, repeats: int = 7) -> dict:
+    """Host microseconds per call of each of `launches` (already compiled): back-to-back calls of
+    a tiny problem (the GPU finishes each before the host issues the next), wall time / calls,
+    the median of `repeats` rounds after a warm-up round. The rounds interleave the launches, each
+    round in another order: the host's speed drifts within a run (the first round of a process
+    ran up to 1.6x slower; launches timed one after another differed by up to 1.5 us), and
+    interleaving spreads the drift over all of them."""
     import torch
 
-    rounds = []
-    for _ in range(repeats + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            launch()
-        torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - start) * 1e6 / calls)
-    return statistics.median(rounds[1:])
+    names = list(launches)
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(repeats + 1):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            launch = launches[name]
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                launch()
+            torch.cuda.synchronize()
+            rounds[name].append((time.perf_counter() - start) * 1e6 / calls)
+    return {name: statistics.median(samples[1:]) for name, samples in rounds.items()}
 
 
 def device_context(commit: str | None) -> dict:
@@ -688,7 +700,8 @@ def bench_copy(
 
 def measure_copy_host_cost(transpose: bool = False) -> dict:
     """Host microseconds per `tmakit.copy_` call on a tiny tensor, the configuration seen before
-    (what a user's loop pays): the whole public call, cache lookup and alignment checks included."""
+    (what a user's loop pays): the whole public call, cache lookup and alignment checks included;
+    beside it the parts and variants of that call and torch's own calls, all timed interleaved."""
     import torch
 
     from . import api
@@ -696,7 +709,8 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     x = torch.randn(256, 512, device="cuda").to(torch.float16)
     src = x.t() if transpose else x
     dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
-    result = {}
+    prefix = f"tmakit_copy_{'transpose_' if transpose else ''}"
+    launches = {}
     # The default copy, without PDL (a plain launch), and (same layout) the bulk copy, whose
     # launch encodes no tensor maps: what each part of the launch costs.
     variants = {"": {}, "no_pdl_": {"pdl": False}}
@@ -705,39 +719,31 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     for label, knobs in variants.items():
         api.copy_(dst, src, **knobs)
         launcher = api._plan_copy(dst, src, **knobs)  # the compiled launch this call looks up
-        what = f"tmakit_copy_{'transpose_' if transpose else ''}{label}"
-        result[f"{what}call_us"] = host_launch_us(lambda k=knobs: api.copy_(dst, src, **k))
+        launches[f"{prefix}{label}call_us"] = lambda k=knobs: api.copy_(dst, src, **k)
         # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
-        result[f"{what}compiled_launch_us"] = host_launch_us(lambda f=launcher: f(src, dst))
-    prefix = f"tmakit_copy_{'transpose_' if transpose else ''}"
+        launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher: f(src, dst)
     # The same compiled function through the DSL's own Python wrapper (what tmakit skips).
     default = api._plan_copy(dst, src)
-    wrapped = getattr(default, "compiled", None)
-    if wrapped is not None:
-        guard = default.guard
-        result[f"{prefix}dsl_wrapped_launch_us"] = host_launch_us(lambda: wrapped.function(src, dst, guard))
+    if hasattr(default, "compiled"):
+        wrapped, guard = default.compiled.function, default.guard
+        launches[f"{prefix}dsl_wrapped_launch_us"] = lambda: wrapped(src, dst, guard)
     # `tmakit.copy`: a new tensor each call, then the copy.
-    result[f"{prefix}new_tensor_call_us"] = host_launch_us(lambda: api.copy(src))
-    # A caller alternating between two configurations: every call misses the last launcher and
-    # pays the rejected try plus the full lookup (per call, the mean of the two).
+    launches[f"{prefix}new_tensor_call_us"] = lambda: api.copy(src)
+    # A caller alternating between two configurations (per copy: half of each call here).
     other_src = torch.empty(tuple(s + 16 for s in src.shape), dtype=src.dtype, device="cuda")
     other_src = other_src.t().contiguous().t() if transpose else other_src
     other_dst = torch.empty(other_src.shape, dtype=src.dtype, device="cuda")
-
-    def alternate() -> None:
-        api.copy_(dst, src)
-        api.copy_(other_dst, other_src)
-
-    alternate()
-    result[f"{prefix}alternating_call_us"] = host_launch_us(alternate, calls=500) / 2
+    api.copy_(other_dst, other_src)
+    launches[f"{prefix}alternating_pair_us"] = lambda: (api.copy_(dst, src), api.copy_(other_dst, other_src))
     # What torch's own calls cost the host, for scale.
-    torch_prefix = f"torch_copy_{'transpose_' if transpose else ''}"
-    result[f"{torch_prefix}call_us"] = host_launch_us(lambda: dst.copy_(src))
-    result["torch_clone_call_us"] = host_launch_us(lambda: src.clone())
-    result["torch_empty_like_us"] = host_launch_us(lambda: torch.empty_like(src))
-    result["torch_empty_strided_us"] = host_launch_us(
-        lambda: torch.empty_strided(src.size(), src.stride(), dtype=src.dtype, device=src.device)
+    launches[f"torch_copy_{'transpose_' if transpose else ''}call_us"] = lambda: dst.copy_(src)
+    launches["torch_clone_call_us"] = lambda: src.clone()
+    launches["torch_empty_like_us"] = lambda: torch.empty_like(src)
+    launches["torch_empty_strided_us"] = lambda: torch.empty_strided(
+        src.size(), src.stride(), dtype=src.dtype, device=src.device
     )
+    result = host_costs_us(launches)
+    result[f"{prefix}alternating_call_us"] = result.pop(f"{prefix}alternating_pair_us") / 2
     return result
 
 
