@@ -1,14 +1,16 @@
 """What DRAM allows a copy on this card: read-only, write-only and read+write streams, each by
 several mechanisms (TMA, torch's kernels and its driver memcpy, Triton's plain loads and stores),
 timed like `tmakit bench` (eager passes on a stream, L2 cold: buffers rotated) and each profiled
-once by Nsight Compute over an application range that holds only that operation, so that the
-driver's memcpy behind torch's `copy_`, which ncu's kernel replay cannot see, is measured too.
+by Nsight Compute over an application range that holds only that operation (10 of them back to
+back), so that the driver's memcpy behind torch's `copy_`, which ncu's kernel replay cannot see,
+is measured too.
 
     python3 scripts/dram_ceiling.py --out DIR [--mib 1024]     (times, then runs ncu per case)
     python3 scripts/dram_ceiling.py --target CASE MIB          (what ncu profiles)
 
 Writes DIR/dram-ceiling.json: per case, bytes moved, us per operation (median), GB/s of
-read+write traffic, and ncu's DRAM bytes, duration and throughput (% of peak sustained).
+read+write traffic, and ncu's DRAM bytes, range duration and throughput (% of peak sustained,
+and bytes / duration as GB/s: the range's gaps included, so a little under the operations' own).
 """
 
 from __future__ import annotations
@@ -132,15 +134,21 @@ def check(case: str, mib: int) -> str:
     return "every element equal" if torch.equal(out, expected) else "WRONG"
 
 
+NCU_OPERATIONS = 10  # back to back in the profiled range: the range's own start and end gaps amortised
+
+
 def run_target(case: str, mib: int) -> None:
-    """One operation between profiler start and stop (warmed up before)."""
+    """`NCU_OPERATIONS` operations over two buffers between profiler start and stop (each warmed
+    up before)."""
     import torch
 
-    (launch,) = operations(case, mib, 1)
-    launch()
+    launches = operations(case, mib, 2)
+    for launch in launches:
+        launch()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    launch()
+    for index in range(NCU_OPERATIONS):
+        launches[index % 2]()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 
@@ -164,7 +172,10 @@ def ncu_range(case: str, mib: int, out: Path) -> dict:
         except (ValueError, KeyError) as error:
             values = {"parse_error": str(error)}
         if values and "parse_error" not in values:
-            return {"replay_mode": mode, **values}
+            moved = sum(values.get(f"dram__bytes_{side}.sum", [0])[0] for side in ("read", "write"))
+            duration_us = values.get("gpu__time_duration.sum", [0])[0]
+            rate = moved / duration_us / 1e3 if duration_us else None
+            return {"replay_mode": mode, "operations": NCU_OPERATIONS, "dram_gb_per_s": rate, **values}
         result[mode] = values or {"error": (run.stderr or run.stdout)[-800:], "rc": run.returncode}
     return result
 
