@@ -192,7 +192,8 @@ def copy_(
 
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `compile.cache_dir`); a configuration seen before costs a dictionary lookup and an alignment
-    check before the launch. Raises TmaConfigError before anything launches."""
+    check before the launch, and one repeated call after call not even that (its compiled
+    function checks the tensors itself). Raises TmaConfigError before anything launches."""
     knobs = (tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint,
              tile_order, bulk)  # fmt: skip
     # A configuration repeated call after call skips the key (reading shapes and strides off two
@@ -348,21 +349,11 @@ def _copy_launcher(pipeline: Any, destination: Any, tensor_shape: Any, device: s
     compiled = compile_pipelined_load(
         pipeline, "copy", tvm_ffi=True, destination=destination, tensor_shape=tensor_shape
     )
-    function = plain_tvm_ffi_function(compiled.function)
+    function = compiled.function
 
     def launch(src: Any, dst: Any) -> None:
         function(src, dst, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
     launch.checks_arguments = True  # the TVM-FFI function raises on a tensor it was not built for
-    launch.guard = guard
     return launch
-
-
-def plain_tvm_ffi_function(function: Any) -> Any:
-    """The `tvm_ffi.Function` behind a DSL compiled function: the DSL wraps it in a Python layer
-    (keyword arguments, pointer conversion) that tmakit's positional tensor calls do not need and
-    that costs host time on every call."""
-    unwrap = getattr(function, "__tvm_ffi_object__", None)
-    plain = unwrap() if unwrap is not None else None
-    return function if plain is None else plain

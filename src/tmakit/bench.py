@@ -722,11 +722,6 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
         launches[f"{prefix}{label}call_us"] = lambda k=knobs: api.copy_(dst, src, **k)
         # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
         launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher: f(src, dst)
-    # The same compiled function through the DSL's own Python wrapper (what tmakit skips).
-    default = api._plan_copy(dst, src)
-    if hasattr(default, "compiled"):
-        wrapped, guard = default.compiled.function, default.guard
-        launches[f"{prefix}dsl_wrapped_launch_us"] = lambda: wrapped(src, dst, guard)
     # `tmakit.copy`: a new tensor each call, then the copy.
     launches[f"{prefix}new_tensor_call_us"] = lambda: api.copy(src)
     # A caller alternating between two configurations (per copy: half of each call here).
