@@ -35,8 +35,8 @@ for step in "$@"; do
         timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
       done ;;
     prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline 1,2,4,7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
-    ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" --ncu "${TMAKIT_CEILING_NCU-copy-,read-tmakit-load-16x256,read-triton,write-}" 2>&1 | tail -30 ;;
-    hostcost) timeout 120 python3 -c "import json, sys; from tmakit import bench; r = {**bench.device_context(sys.argv[1]), 'copy': bench.measure_copy_host_cost(), 'transpose': bench.measure_copy_host_cost(True), 'plain': bench.measure_host_overhead()}; json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2>&1 | tail -8 ;;
+    ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" ${TMAKIT_CEILING_NCU+--ncu "$TMAKIT_CEILING_NCU"} 2>&1 | tail -30 ;;
+    hostcost) timeout 120 python3 -c "import json, sys; from tmakit import bench; r = bench.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2>&1 | tail -8 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do

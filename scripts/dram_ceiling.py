@@ -1,9 +1,9 @@
 """What DRAM allows a copy on this card: read-only, write-only and read+write streams, each by
 several mechanisms (TMA, torch's kernels and its driver memcpy, Triton's plain loads and stores),
 timed like `tmakit bench` (eager passes on a stream, L2 cold: buffers rotated) and each profiled
-by Nsight Compute over an application range that holds only that operation (100 of them back to
-back), so that the driver's memcpy behind torch's `copy_`, which ncu's kernel replay cannot see,
-is measured too.
+by Nsight Compute over an application range that holds 100 of its operations back to back and
+nothing else, so that the driver's memcpy behind torch's `copy_`, which ncu's kernel replay cannot
+see, is measured too.
 
     python3 scripts/dram_ceiling.py --out DIR [--mib 1024]     (times, then runs ncu per case)
     python3 scripts/dram_ceiling.py --target CASE MIB          (what ncu profiles)
@@ -44,7 +44,8 @@ NCU_METRICS = [
     "dram__bytes_write.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
 ]
-BLOCK = 16384  # fp16 elements per Triton program: 32 KiB
+NCU_OPERATIONS = 100  # back to back in the profiled range: its start and end gaps (~1 ms) amortised
+TRITON_BLOCK_ELEMENTS = 16384  # fp16 elements per Triton program: 32 KiB
 
 
 def _triton_kernels() -> dict[str, Any]:
@@ -69,22 +70,24 @@ def _triton_kernels() -> dict[str, Any]:
     return {"read": read_sum, "write": store_constant, "copy": copy}
 
 
-def operations(case: str, mib: int, buffers: int) -> list[Callable[[], Any]]:
+def operations(case: str, mib: int, buffers: int) -> tuple[list[Callable[[], Any]], list[tuple]]:
     """`buffers` launches of `case` over distinct memory (rotating them keeps the L2 cold),
-    compiled and warmed up."""
+    compiled, and the (source, output) pair each one reads and writes."""
     import torch
 
     import tmakit
 
     shape = (mib * 2**20 // 2 // 16384, 16384)  # fp16, 16384 wide as `tmakit bench --kernel copy`
     numel = shape[0] * shape[1]
-    grid = (numel // BLOCK,)
+    grid = (numel // TRITON_BLOCK_ELEMENTS,)
+    block = TRITON_BLOCK_ELEMENTS
 
     def source() -> Any:
         return (torch.arange(numel, device="cuda", dtype=torch.int32) % 2039).to(torch.float16).view(shape)
 
     sources = [source() for _ in range(buffers)]
     outs = [torch.empty(shape, dtype=torch.float16, device="cuda") for _ in range(buffers)]
+    pairs = list(zip(sources, outs, strict=True))
     direction = CASES[case][0]
     if case.startswith("read-tmakit-load"):
         from tmakit import gpu
@@ -101,23 +104,23 @@ def operations(case: str, mib: int, buffers: int) -> list[Callable[[], Any]]:
         compiled = compile_pipelined_load(pipeline, "none")
         guard = to_cute_tensor(new_guard())
         cute_sources = [to_cute_tensor(s) for s in sources]
-        return [lambda s=s: compiled(s, s, guard, gpu.current_stream()) for s in cute_sources]
+        return [lambda s=s: compiled(s, s, guard, gpu.current_stream()) for s in cute_sources], pairs
     if "triton" in case:
         kernel = _triton_kernels()[direction]
         partial = torch.empty(grid[0], dtype=torch.float32, device="cuda")
         if direction == "read":
-            return [lambda s=s: kernel[grid](s, partial, BLOCK=BLOCK) for s in sources]
+            return [lambda s=s: kernel[grid](s, partial, BLOCK=block) for s in sources], pairs
         if direction == "write":
-            return [lambda o=o: kernel[grid](o, BLOCK=BLOCK) for o in outs]
-        return [lambda s=s, o=o: kernel[grid](s, o, BLOCK=BLOCK) for s, o in zip(sources, outs, strict=True)]
-    pairs = list(zip(sources, outs, strict=True))
-    return {
+            return [lambda o=o: kernel[grid](o, BLOCK=block) for o in outs], pairs
+        return [lambda s=s, o=o: kernel[grid](s, o, BLOCK=block) for s, o in pairs], pairs
+    launches = {
         "read-torch-sum": [lambda s=s: s.sum() for s in sources],
         "write-torch-fill": [lambda o=o: o.fill_(1.0) for o in outs],
         "copy-tmakit": [lambda s=s, o=o: tmakit.copy_(o, s) for s, o in pairs],
         "copy-torch-memcpy": [lambda s=s, o=o: o.copy_(s) for s, o in pairs],
         "copy-torch-neg": [lambda s=s, o=o: torch.neg(s, out=o) for s, o in pairs],
     }[case]
+    return launches, pairs
 
 
 def check(case: str, mib: int) -> str:
@@ -126,15 +129,11 @@ def check(case: str, mib: int) -> str:
 
     if CASES[case][0] != "copy":
         return "not a copy"
-    (launch,) = operations(case, mib, 1)
+    (launch,), ((source, out),) = operations(case, mib, 1)
     launch()
     torch.cuda.synchronize()
-    source, out = launch.__defaults__
     expected = -source if case == "copy-torch-neg" else source
     return "every element equal" if torch.equal(out, expected) else "WRONG"
-
-
-NCU_OPERATIONS = 100  # back to back in the profiled range: its start and end gaps (~1 ms) amortised
 
 
 def run_target(case: str, mib: int) -> None:
@@ -142,7 +141,7 @@ def run_target(case: str, mib: int) -> None:
     up before)."""
     import torch
 
-    launches = operations(case, mib, 2)
+    launches, _ = operations(case, mib, 2)
     for launch in launches:
         launch()
     torch.cuda.synchronize()
@@ -154,8 +153,8 @@ def run_target(case: str, mib: int) -> None:
 
 
 def ncu_range(case: str, mib: int, out: Path) -> dict:
-    """Nsight Compute over the range between the target's profiler start and stop (one operation),
-    clocks left alone: replayed by
+    """Nsight Compute over the range between the target's profiler start and stop
+    (`NCU_OPERATIONS` operations), clocks left alone: replayed by
     re-running the application ("app-range"), else by saving and restoring memory ("range")."""
     from tmakit.bench import parse_ncu_csv
 
@@ -208,7 +207,7 @@ def main() -> int:
         entry: dict = {"what": what, "direction": direction, "bytes_moved": moved, "buffers": buffers}
         try:
             entry["check"] = check(case, args.mib)
-            samples = stream_samples_us(operations(case, args.mib, buffers), args.samples)
+            samples = stream_samples_us(operations(case, args.mib, buffers)[0], args.samples)
             entry["us"] = statistics.median(samples)
             entry["gb_per_s"] = moved / entry["us"] / 1e3
             entry["us_min_max"] = [min(samples), max(samples)]

@@ -2,9 +2,9 @@
 
 Once a launcher has served two calls in a row with the same knobs, the next call tries it
 first and reads nothing off the tensors; a launcher that rejects the tensors (as a TVM-FFI
-function does, before it launches) sends the call to the full lookup. Callers alternating
-between configurations never pay a rejection, and only a launcher that checks its arguments is
-tried that way."""
+function does, before it launches) sends the call to the full lookup, and each rejection doubles
+the calls in a row needed next time, so callers who keep changing configurations soon stop
+paying rejections. Only a launcher that checks its arguments is tried that way."""
 
 from __future__ import annotations
 
@@ -42,9 +42,13 @@ class StandInLauncher:
             self.checks_arguments = True
 
     def __call__(self, src: StandInTensor, dst: StandInTensor) -> None:
-        if getattr(self, "checks_arguments", False) and (src.shape, dst.shape) != (self.shape, self.shape):
-            self.rejections += 1
-            raise ValueError(f"Mismatched Tensor: expected shape {self.shape}")
+        if getattr(self, "checks_arguments", False):
+            if (src.shape, dst.shape) != (self.shape, self.shape):
+                self.rejections += 1
+                raise ValueError(f"Mismatched Tensor: expected shape {self.shape}")
+            if (src.address | dst.address) % 16:
+                self.rejections += 1
+                raise ValueError("Misaligned Tensor data, expected data alignment=16 bytes")
         self.launches.append((src, dst))
 
 
@@ -58,8 +62,8 @@ def planned(monkeypatch):
         return planned[-1]
 
     monkeypatch.setattr(api, "_copy_launchers", {})
-    monkeypatch.setattr(api, "_previous_launcher", {})
-    monkeypatch.setattr(api, "_repeated_launcher", {})
+    monkeypatch.setattr(api, "_streaks", {})
+    monkeypatch.setattr(api, "_tried_first", {})
     monkeypatch.setattr(api, "_plan_copy", plan)
     return planned
 
@@ -81,11 +85,13 @@ def test_a_repeated_copy_reads_no_key_off_the_tensors(planned):
 
 def test_a_rejected_launcher_falls_back_to_the_full_lookup(planned):
     small, large = pair((256, 512)), pair((512, 512))
-    for tensors in (small, small, large, large, large, small):
+    # small's launcher is tried first after 2 calls, rejects large (4 in a row needed now),
+    # large's is tried first after 4 calls and rejects small; the lookup finds small's again.
+    for tensors in (small, small, large, large, large, large, small):
         assert api.copy_(*tensors) is tensors[0]
-    assert len(planned) == 2  # the lookup found the first launcher again
-    assert [len(p.launches) for p in planned] == [3, 3]
-    assert [p.rejections for p in planned] == [1, 1]  # small's launcher rejected large, and back
+    assert len(planned) == 2
+    assert [len(p.launches) for p in planned] == [3, 4]
+    assert [p.rejections for p in planned] == [1, 1]
 
 
 def test_alternating_configurations_pay_no_rejection(planned):
@@ -95,6 +101,20 @@ def test_alternating_configurations_pay_no_rejection(planned):
         api.copy_(*large)
     assert [len(p.launches) for p in planned] == [4, 4]
     assert [p.rejections for p in planned] == [0, 0]
+
+
+@pytest.mark.parametrize("run", [2, 3, 5])
+def test_changing_configurations_soon_stop_paying_rejections(planned, run):
+    """Runs of `run` calls of one configuration between calls of another: rejections stop once
+    the calls needed in a row have doubled past the run."""
+    small, large = pair((256, 512)), pair((512, 512))
+    for _ in range(20):
+        for _ in range(run):
+            api.copy_(*small)
+        api.copy_(*large)
+    rejections = sum(p.rejections for p in planned)
+    assert 1 <= rejections <= run.bit_length()  # 2 -> 1, 3 -> 1, 5 -> 2 (needed 2, 4, 8)
+    assert [len(p.launches) for p in planned] == [20 * run, 20]
 
 
 def test_knobs_have_their_own_launchers(planned):
@@ -117,11 +137,17 @@ def test_a_launcher_that_does_not_check_is_never_tried_first(planned, monkeypatc
     reads = src.key_reads
     api.copy_(dst, src)
     assert src.key_reads > reads  # the key was built: the plain launch path checks nothing
-    assert api._repeated_launcher == {}
+    assert api._tried_first == {}
 
 
-def test_a_misaligned_pointer_is_refused_on_the_full_lookup(planned):
-    src, dst = StandInTensor((256, 512)), StandInTensor((256, 512), address=4096 + 2)
-    with pytest.raises(api.TmaConfigError, match="16"):
+@pytest.mark.parametrize("primed", [False, True])
+def test_a_misaligned_pointer_is_refused_before_any_launch(planned, primed):
+    """On the full lookup, and after the launcher tried first rejected it."""
+    src, dst = pair((256, 512))
+    for _ in range(3 if primed else 0):
         api.copy_(dst, src)
-    assert planned[0].launches == []
+    assert bool(api._tried_first) is primed
+    with pytest.raises(api.TmaConfigError, match="16"):
+        api.copy_(StandInTensor((256, 512), address=4096 + 2), src)
+    assert len(planned) == 1 and len(planned[0].launches) == (3 if primed else 0)
+    assert planned[0].rejections == (1 if primed else 0)

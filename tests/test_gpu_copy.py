@@ -41,8 +41,9 @@ def test_copy_api_on_torch_tensors():
 
 def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
     """`copy_` first tries the compiled function that served the last calls, which checks its
-    arguments itself: another shape, dtype of the same width, layout, misaligned pointer or
-    mismatched destination after it must still reach its own launcher or a clear error."""
+    arguments itself: another shape, layout, dtype (of the same width: a bit copy either way),
+    misaligned pointer or mismatched destination after it must still be copied exactly or get
+    a clear error."""
     import torch
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
@@ -72,18 +73,25 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
     # Three calls each: the first meets the launcher the last configuration left to be tried
     # first, the second makes its own that launcher, the third is served by it.
     for source in sources * 2:
+        for streak in tmakit.api._streaks.values():  # each rejection doubled it; 2 for this test
+            streak.needed = 2
         for _ in range(3):
             out = poisoned_like(source)
             assert tmakit.copy_(out, source) is out
             torch.cuda.synchronize()
             assert torch.equal(bits(out), bits(source)), (source.shape, source.stride(), source.dtype)
     storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
-    with pytest.raises(TmaConfigError, match="16"):  # 2 bytes past a 16-byte boundary
-        tmakit.copy_(storage[1 : 1 + 256 * 512].view(256, 512), half)
-    with pytest.raises(TmaConfigError, match="they must match"):
-        tmakit.copy_(torch.empty(256, 512, dtype=torch.float32, device="cuda"), half)
-    with pytest.raises(TmaConfigError, match="they must match"):
-        tmakit.copy_(torch.empty(256, 256, dtype=torch.float16, device="cuda"), half)
+    for wrong, message in [
+        (storage[1 : 1 + 256 * 512].view(256, 512), "16"),  # 2 bytes past a 16-byte boundary
+        (torch.empty(256, 512, dtype=torch.float32, device="cuda"), "they must match"),
+        (torch.empty(256, 256, dtype=torch.float16, device="cuda"), "they must match"),
+    ]:
+        for _ in range(64):  # enough calls in a row for half's launcher to be tried first again
+            tmakit.copy_(poisoned_like(half), half)
+        ((knobs, tried_first),) = tmakit.api._tried_first.items()  # half's launcher, not another
+        assert tmakit.api._streaks[knobs].launcher is tried_first
+        with pytest.raises(TmaConfigError, match=message):
+            tmakit.copy_(wrong, half)
 
 
 def test_compact_tensors_copy_as_rows_of_their_memory():

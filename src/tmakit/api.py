@@ -197,19 +197,20 @@ def copy_(
     knobs = (tile, stages, store_depth, blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint,
              tile_order, bulk)  # fmt: skip
     # A configuration repeated call after call skips the key (reading shapes and strides off two
-    # torch tensors costs about as much host time as the launch): its launcher is tried first.
-    # The compiled TVM-FFI function checks every argument against what it was compiled for
-    # (dtype, shape, strides, 16-byte alignment, one device for both tensors and its own guard
-    # words) and raises before launching when one differs; then the full lookup below. Raising
-    # costs ~15 us, so a launcher is tried first only after it served two calls in a row: a
-    # caller alternating between configurations never pays it.
-    launcher = _repeated_launcher.get(knobs)
+    # torch tensors costs about half as much host time as the launch): its launcher is tried
+    # first. The compiled TVM-FFI function checks every argument against what it was compiled
+    # for (dtype, shape, strides, 16-byte alignment, one device for both tensors and its own
+    # guard words) and raises before launching when one differs; then the full lookup below.
+    # (A launch error whose message the DSL cannot parse also surfaces as ValueError: the copy
+    # is then launched again, which writes the same bytes.)
+    launcher = _tried_first.get(knobs)
     if launcher is not None:
         try:
             launcher(src, dst)
             return dst
         except (TypeError, ValueError):
-            del _repeated_launcher[knobs]
+            _tried_first.pop(knobs, None)
+            _streaks[knobs].needed = min(2 * _streaks[knobs].needed, _LauncherStreak.MOST_NEEDED)
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
            dst.get_device(), knobs)  # fmt: skip
@@ -222,9 +223,9 @@ def copy_(
         check_base_address(dst.data_ptr())
     launcher(src, dst)
     if getattr(launcher, "checks_arguments", False):
-        if _previous_launcher.get(knobs) is launcher:
-            _repeated_launcher[knobs] = launcher
-        _previous_launcher[knobs] = launcher
+        streak = _streaks.setdefault(knobs, _LauncherStreak())
+        if streak.count(launcher):
+            _tried_first[knobs] = launcher
     return dst
 
 
@@ -238,10 +239,32 @@ def copy(src: Any, tile: tuple[int, int] | None = None, stages: int | None = Non
 
 # (shapes, strides, dtypes, devices, tuning) -> launcher: what a repeated copy_ looks up.
 _copy_launchers: dict[tuple, Any] = {}
-# tuning -> the launcher of the last full lookup with it, and the one to try first (it served
-# two calls in a row), when its compiled function checks its arguments.
-_previous_launcher: dict[tuple, Any] = {}
-_repeated_launcher: dict[tuple, Any] = {}
+
+
+class _LauncherStreak:
+    """Which launcher the last full lookups with one set of knobs found, how many times in a
+    row, and how many in a row make it the launcher tried first: 2, doubled after each
+    rejection (raising costs ~15 us of host time), so that a caller who keeps changing
+    configurations (A, A, B, A, A, B, ...) soon stops paying rejections."""
+
+    MOST_NEEDED = 64
+
+    def __init__(self) -> None:
+        self.launcher: Any = None
+        self.calls = 0
+        self.needed = 2
+
+    def count(self, launcher: Any) -> bool:
+        """Count a call served by `launcher`; True when it is to be tried first from now on."""
+        self.calls = self.calls + 1 if launcher is self.launcher else 1
+        self.launcher = launcher
+        return self.calls >= self.needed
+
+
+# tuning -> the streak of its full lookups, and the launcher tried first (only launchers whose
+# compiled function checks its arguments). Shared by threads: a race costs a rejection at most.
+_streaks: dict[tuple, _LauncherStreak] = {}
+_tried_first: dict[tuple, Any] = {}
 
 
 def _plan_copy(

@@ -251,7 +251,9 @@ def host_launch_us(launch: Callable[[], Any], calls: int = 1000, repeats: int = 
     return host_costs_us({"launch": launch}, calls, repeats)["launch"]
 
 
-def host_costs_us(launches: dict[str, Callable[[], Any]], calls: int = 1000, repeats: int = 7) -> dict:
+def host_costs_us(
+    launches: dict[str, Callable[[], Any]], calls: int = 1000, repeats: int = 7
+) -> dict[str, float]:
     """Host microseconds per call of each of `launches` (already compiled): back-to-back calls of
     a tiny problem (the GPU finishes each before the host issues the next), wall time / calls,
     the median of `repeats` rounds after a warm-up round. The rounds interleave the launches, each
@@ -699,9 +701,10 @@ def bench_copy(
 
 
 def measure_copy_host_cost(transpose: bool = False) -> dict:
-    """Host microseconds per `tmakit.copy_` call on a tiny tensor, the configuration seen before
-    (what a user's loop pays): the whole public call, cache lookup and alignment checks included;
-    beside it the parts and variants of that call and torch's own calls, all timed interleaved."""
+    """Host microseconds per `tmakit.copy_` call on a tiny tensor, the configuration repeated
+    call after call (what a user's loop pays: the whole public call, its launcher tried first);
+    beside it the parts and variants of that call (alternating configurations pay the full
+    lookup and alignment check) and torch's own calls, all timed interleaved."""
     import torch
 
     from . import api
@@ -720,7 +723,7 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
         api.copy_(dst, src, **knobs)
         launcher = api._plan_copy(dst, src, **knobs)  # the compiled launch this call looks up
         launches[f"{prefix}{label}call_us"] = lambda k=knobs: api.copy_(dst, src, **k)
-        # Without tmakit's lookup and checks: the TVM-FFI call of the compiled function alone.
+        # The launcher alone (tmakit's closure around the compiled TVM-FFI function).
         launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher: f(src, dst)
     # `tmakit.copy`: a new tensor each call, then the copy.
     launches[f"{prefix}new_tensor_call_us"] = lambda: api.copy(src)
@@ -740,6 +743,17 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     result = host_costs_us(launches)
     result[f"{prefix}alternating_call_us"] = result.pop(f"{prefix}alternating_pair_us") / 2
     return result
+
+
+def host_cost_report(commit: str | None) -> dict:
+    """What `scripts/device_run.sh hostcost` writes: the device context, the host cost of copies
+    and transposing copies (`measure_copy_host_cost`) and of plain compiled calls."""
+    return {
+        **device_context(commit),
+        "copy": measure_copy_host_cost(),
+        "transpose": measure_copy_host_cost(transpose=True),
+        "plain": measure_host_overhead(),
+    }
 
 
 def bench_multicast(
