@@ -210,7 +210,7 @@ def copy_(
             return dst
         except (TypeError, ValueError):
             _tried_first.pop(knobs, None)
-            _streaks[knobs].needed = min(2 * _streaks[knobs].needed, _LauncherStreak.MOST_NEEDED)
+            _streaks[knobs].rejected()
     # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
     key = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
            dst.get_device(), knobs)  # fmt: skip
@@ -259,6 +259,10 @@ class _LauncherStreak:
         self.calls = self.calls + 1 if launcher is self.launcher else 1
         self.launcher = launcher
         return self.calls >= self.needed
+
+    def rejected(self) -> None:
+        """The launcher tried first refused a call: ask twice as many calls in a row next time."""
+        self.needed = min(2 * self.needed, self.MOST_NEEDED)
 
 
 # tuning -> the streak of its full lookups, and the launcher tried first (only launchers whose

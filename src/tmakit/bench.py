@@ -575,7 +575,7 @@ def parse_copy_options(text: str) -> list[CopyOption]:
         match = re.fullmatch(pattern, item.replace("auto", ""))
         if not match:
             raise ValueError(f"copy option {item!r} is not auto or {grammar}")
-        as_rows, rows, cols, stages, depth, blocks, evict_first, pdl, hints, blocked = match.groups()
+        as_rows, rows, cols, stages, depth, blocks, evict_first, pdl, hints, order = match.groups()
         tile = (int(rows), int(cols)) if rows else None
         number = lambda text: int(text) if text else None  # noqa: E731
         hint = None if evict_first is None else evict_first == "e"
@@ -589,7 +589,7 @@ def parse_copy_options(text: str) -> list[CopyOption]:
             hint,
             launch,
             sides,
-            {None: "interleaved", "c": "blocked", "v": "columns"}[blocked],
+            {None: "interleaved", "c": "blocked", "v": "columns"}[order],
             as_rows == "k",
         )
         options.append(CopyOption(tile, *knobs))

@@ -235,10 +235,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.kernel in ("copy", "transpose"):
         context["host_launch"].update(bench.measure_copy_host_cost(args.kernel == "transpose"))
     host = context["host_launch"]
+    copy_prefix = "tmakit_copy_transpose_" if args.kernel == "transpose" else "tmakit_copy_"
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
         if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
-            default = next(k for k in host if k.startswith("tmakit_copy") and k.endswith("call_us"))
-            row.host_us = host["tmakit_copy_bulk_call_us" if row.notes.get("bulk") else default]
+            row.host_us = host[f"{copy_prefix}{'bulk_' if row.notes.get('bulk') else ''}call_us"]
         elif row.kernel.startswith("tmakit"):
             row.host_us = host["plain_prepared_tensors_us"]
     if args.ncu:
