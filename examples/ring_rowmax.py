@@ -11,8 +11,7 @@ import cutlass
 import cutlass.cute as cute
 
 from tmakit import LoadConfig, LoadPlan
-from tmakit.kernels.ring import TileRing
-from tmakit.kernels.tma import tile_coordinate, tma_load_views
+from tmakit.kernels import TileRing, tile_coordinate, tma_load_views
 from tmakit.plan import PipelinePlan
 
 
@@ -82,8 +81,8 @@ EXAMPLE = LoadConfig((1024, 4096), "bf16", (64, 256))
 
 
 def compile_row_max(config: LoadConfig = EXAMPLE):
-    from tmakit.compile import compile_kernel, fake_source, fake_tensor, placeholder_stream
     from tmakit.config import DTYPES
+    from tmakit.runtime import compile_kernel, fake_source, fake_tensor, placeholder_stream
 
     plan = LoadPlan(config)
     return compile_kernel(

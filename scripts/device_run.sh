@@ -20,27 +20,27 @@ for step in "$@"; do
     tests) timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
     sweep) timeout 300 python3 -m tmakit verify --sweep 200 --seed 2026 --timeout 60 --json "$OUT/sweep.json" 2>&1 | grep -v "━" | tail -15 ;;
     bench) timeout 300 python3 -m tmakit bench --ncu --commit "$commit" --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;
-    pipebench) timeout 260 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 4,7,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
+    pipebench) timeout 260 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline stages=4 --pipeline stages=7 --pipeline stages=4,persistent --pipeline stages=7,persistent --pipeline stages=4,consumer_warps=2,persistent --commit "$commit" --json "$OUT/bench-pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" | tail -45 ;;
     check) timeout ${TMAKIT_CHECK_S:-400} python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
-    copybench) timeout ${TMAKIT_COPYBENCH_S:-280} python3 -m tmakit bench --kernel copy --copy-options "${TMAKIT_COPY_OPTIONS:-s4,s6}" --shape "" --sizes "${TMAKIT_COPY_SIZES:-1,16,256,1024,2048}" --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -40 ;;
-    transposebench) timeout ${TMAKIT_TRANSPOSEBENCH_S:-200} python3 -m tmakit bench --kernel transpose --copy-options "${TMAKIT_TRANSPOSE_OPTIONS:-s4}" --shape "" --sizes "${TMAKIT_TRANSPOSE_SIZES:-16,256,1024}" --commit "$commit" --json "$OUT/bench-transpose.json" --plot "$OUT/bench-transpose.png" 2>&1 | tail -30 ;;
+    copybench) timeout ${TMAKIT_COPYBENCH_S:-280} python3 -m tmakit bench --kernel copy ${TMAKIT_COPY_OPTIONS:---copy stages=4 --copy stages=6} --shape "" --sizes "${TMAKIT_COPY_SIZES:-1,16,256,1024,2048}" --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -40 ;;
+    transposebench) timeout ${TMAKIT_TRANSPOSEBENCH_S:-200} python3 -m tmakit bench --kernel transpose ${TMAKIT_TRANSPOSE_OPTIONS:---copy stages=4} --shape "" --sizes "${TMAKIT_TRANSPOSE_SIZES:-16,256,1024}" --commit "$commit" --json "$OUT/bench-transpose.json" --plot "$OUT/bench-transpose.png" 2>&1 | tail -30 ;;
     copytests) timeout ${TMAKIT_COPYTESTS_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py -k "${TMAKIT_COPYTESTS_K:-}" 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1
       timeout ${TMAKIT_MCNCU_S:-300} python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-multicast-1x2,multicast-1x4}" --extra --sections 2>&1 | tail -20 ;;
-    rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline 7,7x4r,4x4r,7x2r,4x8r,4x4pr --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
+    rowbench) timeout 200 python3 -m tmakit bench --shape "" --sizes 1024 --pipeline stages=7 --pipeline stages=7,consumer_warps=4,consumer=rowsum --pipeline stages=4,consumer_warps=4,consumer=rowsum --pipeline stages=7,consumer_warps=2,consumer=rowsum --pipeline stages=4,consumer_warps=8,consumer=rowsum --pipeline stages=4,consumer_warps=4,persistent,consumer=rowsum --commit "$commit" --json "$OUT/bench-rowsum.json" 2>&1 | tee "$OUT/bench-rowsum.log" | tail -25 ;;
     floor) for shape in 8448x1792 64x256 1024x1792; do  # the seed shape beside tiny ones: the fixed cost
-        timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline 7,4f2t,7t --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8
+        timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline stages=7 --pipeline stages=4,prefetch_tiles=2,prefetch_descriptor --pipeline stages=7,prefetch_descriptor --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8
       done ;;
     clusterbench) for cluster in 1x2 2x1 2x2 1x4; do
         timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
       done ;;
-    prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline 1,2,4,7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
+    prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline stages=1 --pipeline stages=2 --pipeline stages=4 --pipeline stages=7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
     ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" ${TMAKIT_CEILING_NCU+--ncu "$TMAKIT_CEILING_NCU"} 2>&1 | tail -30 ;;
-    hostcost) timeout 120 python3 -c "import json, sys; from tmakit import bench; r = bench.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2>&1 | tail -8 ;;
+    hostcost) timeout 120 python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2>&1 | tail -8 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do
-        timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline 4,4p,7p,4x2p --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
+        timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline stages=4 --pipeline stages=4,persistent --pipeline stages=7,persistent --pipeline stages=4,consumer_warps=2,persistent --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
       done ;;
   esac
 done

@@ -90,11 +90,11 @@ def operations(case: str, mib: int, buffers: int) -> tuple[list[Callable[[], Any
     pairs = list(zip(sources, outs, strict=True))
     direction = CASES[case][0]
     if case.startswith("read-tmakit-load"):
-        from tmakit import gpu
-        from tmakit.compile import to_cute_tensor
         from tmakit.config import LoadConfig
-        from tmakit.pipelines import compile_pipelined_load, new_guard
         from tmakit.plan import LoadPlan, PipelinePlan
+        from tmakit.runtime.compile import to_cute_tensor
+        from tmakit.runtime.device import current_stream
+        from tmakit.runtime.launch import compile_pipelined_load, new_guard
 
         tile, stages = ((16, 256), 8) if "16x256" in case else ((64, 256), 4)
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
@@ -104,7 +104,7 @@ def operations(case: str, mib: int, buffers: int) -> tuple[list[Callable[[], Any
         compiled = compile_pipelined_load(pipeline, "none")
         guard = to_cute_tensor(new_guard())
         cute_sources = [to_cute_tensor(s) for s in sources]
-        return [lambda s=s: compiled(s, s, guard, gpu.current_stream()) for s in cute_sources], pairs
+        return [lambda s=s: compiled(s, s, guard, current_stream()) for s in cute_sources], pairs
     if "triton" in case:
         kernel = _triton_kernels()[direction]
         partial = torch.empty(grid[0], dtype=torch.float32, device="cuda")
@@ -156,7 +156,7 @@ def ncu_range(case: str, mib: int, out: Path) -> dict:
     """Nsight Compute over the range between the target's profiler start and stop
     (`NCU_OPERATIONS` operations), clocks left alone: replayed by
     re-running the application ("app-range"), else by saving and restoring memory ("range")."""
-    from tmakit.bench import parse_ncu_csv
+    from tmakit.bench.ncu import parse_ncu_csv
 
     result: dict = {}
     for mode in ("app-range", "range"):
@@ -194,7 +194,9 @@ def main() -> int:
 
     import torch
 
-    from tmakit.bench import device_context, rotation_buffers, stream_samples_us
+    from tmakit.bench.report import device_context
+    from tmakit.bench.suites import rotation_buffers
+    from tmakit.bench.timing import stream_samples_us
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

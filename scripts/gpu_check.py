@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tmakit.bench import device_context
+from tmakit.bench.report import device_context
 
 
 class _Outcomes:

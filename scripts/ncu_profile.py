@@ -68,8 +68,11 @@ def cases() -> dict[str, dict]:
     --pipeline` spells it, the seed's kernel, or the multicast ring (4 stages, consumers only wait
     and release: the loads alone) with and without multicast."""
     out = {
-        "seed-pipeline-7st": {"kind": "pipeline", "variant": "7"},
-        "seed-pipeline-4st-f2t": {"kind": "pipeline", "variant": "4f2t"},
+        "seed-pipeline-7st": {"kind": "pipeline", "variant": "stages=7"},
+        "seed-pipeline-4st-f2t": {
+            "kind": "pipeline",
+            "variant": "stages=4,prefetch_tiles=2,prefetch_descriptor",
+        },
         "seed-tile-load": {"kind": "tile_load"},
     }
     for mib, shape in ((1, (128, 4096)), (256, (8192, 16384))):  # fp16, as `tmakit bench --kernel copy`
@@ -85,11 +88,15 @@ def cases() -> dict[str, dict]:
 def run_target(case: dict, launches: int) -> None:
     import torch
 
-    from tmakit import SEED, gpu
-    from tmakit.bench import _ncu_target, parse_variants
-    from tmakit.compile import to_cute_tensor
-    from tmakit.isolate import config_to_json
+    from tmakit import SEED
+    from tmakit.bench.ncu import profiled_program
+    from tmakit.bench.suites import PipelineVariant
+    from tmakit.check.inputs import make_input_tensor
+    from tmakit.check.isolate import config_to_json
     from tmakit.plan import LoadPlan, MulticastPlan
+    from tmakit.runtime.compile import to_cute_tensor
+    from tmakit.runtime.device import current_stream
+    from tmakit.runtime.launch import compile_multicast_load, compile_pipelined_load, new_guard
 
     if case["kind"] == "copy":  # the one copy between profiler start and stop
         import tmakit
@@ -106,20 +113,16 @@ def run_target(case: dict, launches: int) -> None:
         torch.cuda.profiler.stop()
         return
     if case["kind"] == "tile_load":  # what `tmakit bench --ncu` profiles
-        _ncu_target(config_to_json(SEED), launches)
+        profiled_program(config_to_json(SEED), launches)
         return
     plan = LoadPlan(SEED)
-    src = gpu.make_input_tensor(plan)
-    stream = gpu.current_stream()
+    src = make_input_tensor(plan)
+    stream = current_stream()
     if case["kind"] == "pipeline":
-        from tmakit.pipelines import compile_pipelined_load, new_guard
-
-        (variant,) = parse_variants(case["variant"])
+        variant = PipelineVariant.parse(case["variant"])
         compiled = compile_pipelined_load(variant.pipeline(plan), "none")
         args = (to_cute_tensor(src), to_cute_tensor(src), to_cute_tensor(new_guard()), stream)
     else:
-        from tmakit.loads import compile_multicast_load
-
         multicast = MulticastPlan(plan, case["cluster"], case["multicast"], stages=case["stages"])
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
         compiled = compile_multicast_load(multicast, store=False)

@@ -9,8 +9,10 @@ suite before and after, then compare:
     TMAKIT_CACHE_DIR=off PTX_SNAPSHOT=after.json  python -m pytest -q -p ptx_snapshot
     python scripts/ptx_snapshot.py before.json after.json
 
-The snapshot maps each normalised PTX's hash to the first test that compiled it; the comparison
-counts the variants and names the tests behind any that appear on one side only.
+The snapshot maps each normalised PTX's hash to the first test that compiled it and to the hash of
+its body alone (parameter declarations dropped, parameter indices normalised); the comparison
+counts the variants, names the tests behind any that appear on one side only, and says which of
+those differ in their parameter list alone (a kernel that stopped taking a parameter twice).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 _SYMBOL = re.compile(r"\bkernel_cutlass_\w*?(_param_\d+)?\b")
 _REGISTER = re.compile(r"%([a-z]+)\d+")
 _COMMENT = re.compile(r"//.*$", re.MULTILINE)
+_PARAMETER = re.compile(r"_param_\d+")
 
 
 def normalise(ptx: str) -> str:
@@ -36,10 +39,20 @@ def normalise(ptx: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
+def body(normalised: str) -> str:
+    """The kernel without its parameter list: declarations dropped, references renumbered."""
+    lines = [line for line in normalised.splitlines() if not line.lstrip().startswith(".param")]
+    return _PARAMETER.sub("_param_N", "\n".join(lines))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class _Recorder:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.variants: dict[str, str] = {}
+        self.variants: dict[str, dict[str, str]] = {}
         self.current = "<collection>"
 
     def pytest_runtest_setup(self, item) -> None:
@@ -48,8 +61,8 @@ class _Recorder:
     def record(self, ptx: str) -> None:
         if ".entry" not in ptx:  # a host-only trace (explain) compiles no kernel
             return
-        digest = hashlib.sha256(normalise(ptx).encode()).hexdigest()[:16]
-        self.variants.setdefault(digest, self.current)
+        text = normalise(ptx)
+        self.variants.setdefault(_digest(text), {"test": self.current, "body": _digest(body(text))})
 
     def pytest_sessionfinish(self) -> None:
         Path(self.path).write_text(json.dumps(self.variants, indent=1, sort_keys=True) + "\n")
@@ -98,12 +111,21 @@ def compare(before_path: str, after_path: str) -> int:
     before = json.loads(Path(before_path).read_text())
     after = json.loads(Path(after_path).read_text())
     same = before.keys() & after.keys()
+    bodies_after = {entry["body"] for entry in after.values()}
+    bodies_before = {entry["body"] for entry in before.values()}
     print(f"{len(before)} kernel variants before, {len(after)} after, {len(same)} identical")
-    for name, only, where in (("before", before.keys() - after.keys(), before),
-                              ("after", after.keys() - before.keys(), after)):  # fmt: skip
+    changed = 0
+    for name, only, where, other_bodies in (
+        ("before", before.keys() - after.keys(), before, bodies_after),
+        ("after", after.keys() - before.keys(), after, bodies_before),
+    ):
         for digest in sorted(only):
-            print(f"  only {name}: {digest} (first compiled by {where[digest]})")
-    return 0 if before.keys() == after.keys() else 1
+            entry = where[digest]
+            parameters_only = entry["body"] in other_bodies
+            changed += not parameters_only
+            verdict = "parameter list only: body identical" if parameters_only else "BODY DIFFERS"
+            print(f"  only {name}: {digest} ({verdict}; first compiled by {entry['test']})")
+    return 0 if changed == 0 else 1
 
 
 if __name__ == "__main__":

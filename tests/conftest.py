@@ -3,12 +3,12 @@ import os
 import pytest
 
 # The DSL falls back to sm_100a when it finds no driver; tmakit names sm_90a itself, this is a
-# second guard for anything that compiles without going through tmakit.compile.
+# second guard for anything that compiles without going through tmakit.runtime.compile.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 
 def pytest_collection_modifyitems(config, items):
-    from tmakit.gpu import find_hopper_gpu
+    from tmakit.runtime.device import find_hopper_gpu
 
     name, why = find_hopper_gpu()
     if name is not None:

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from tmakit import bench
-from tmakit.bench import BenchRow
+from tmakit import CopyOptions, TmaConfigError
+from tmakit.bench import ncu, report, suites
+from tmakit.bench.report import BenchRow
+from tmakit.bench.suites import PipelineVariant
 from tmakit.cli import bench_shape
 
 GIB = 2**30
@@ -21,11 +23,11 @@ def rows():
 
 
 def test_bytes_are_the_fewest_that_must_move():
-    assert bench.bytes_moved("load", 100) == 100
-    assert bench.bytes_moved("sum", 100) == 100
-    assert bench.bytes_moved("copy", 100) == 200
+    assert report.bytes_moved("load", 100) == 100
+    assert report.bytes_moved("sum", 100) == 100
+    assert report.bytes_moved("copy", 100) == 200
     with pytest.raises(KeyError):
-        bench.bytes_moved("transpose?", 100)
+        report.bytes_moved("transpose?", 100)
 
 
 def test_statistics_and_bandwidth():
@@ -38,36 +40,36 @@ def test_statistics_and_bandwidth():
 
 
 def test_peak_by_card_name():
-    assert bench.peak_bandwidth("NVIDIA H200") == 4.8e12
-    assert bench.peak_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
-    assert bench.peak_bandwidth("NVIDIA A100-SXM4-80GB") is None
+    assert report.peak_bandwidth("NVIDIA H200") == 4.8e12
+    assert report.peak_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert report.peak_bandwidth("NVIDIA A100-SXM4-80GB") is None
 
 
 def test_rotation_exceeds_four_l2s_unless_hot():
     l2 = 60 * 2**20
-    assert bench.rotation_buffers(30 * 2**20, l2) == 9
-    assert bench.rotation_buffers(GIB, l2) == 2  # never the same buffer twice in a row
-    assert bench.rotation_buffers(GIB, l2, hot_l2=True) == 1
-    assert bench.rotation_buffers(2**20, l2) * 2**20 > 4 * l2
+    assert suites.rotation_buffers(30 * 2**20, l2) == 9
+    assert suites.rotation_buffers(GIB, l2) == 2  # never the same buffer twice in a row
+    assert suites.rotation_buffers(GIB, l2, hot_l2=True) == 1
+    assert suites.rotation_buffers(2**20, l2) * 2**20 > 4 * l2
 
 
 def test_ratios_are_to_the_baseline_of_the_same_shape():
-    ratio = bench.ratios(rows(), "torch sum")
+    ratio = report.ratios(rows(), "torch sum")
     load_key = ("tmakit load", (32768, 16384), "fp16")
     assert ratio[load_key] == pytest.approx(258.0 / 241.0)
     assert ratio[("torch sum", (32768, 16384), "fp16")] == pytest.approx(1.0)
 
 
 def test_table_and_json_report(tmp_path):
-    cells = bench.table_rows(rows(), 4.8e12, ["torch copy_", "torch sum"])
+    cells = report.table_rows(rows(), 4.8e12, ["torch copy_", "torch sum"])
     assert cells[0][0] == "tmakit load" and cells[0][-1] == "ok"
     assert cells[0][3] == "241.00" and cells[0][4] == "239.00-250.00"
     assert cells[0][7] == "-"  # host cost not measured for these synthetic rows
-    assert len(cells[0]) == len(bench.TABLE_HEADER) + 2 + 1
-    report = bench.report(
+    assert len(cells[0]) == len(report.TABLE_HEADER) + 2 + 1
+    written = report.report(
         rows(), {"device": "NVIDIA H200", "peak_bandwidth": 4.8e12, "commit": "abc"}, ["torch sum"]
     )
-    text = json.dumps(report)
+    text = json.dumps(written)
     loaded = json.loads(text)
     assert loaded["context"]["commit"] == "abc" and loaded["context"]["date"]
     assert loaded["rows"][0]["samples_us"] == [240.0, 244.0, 239.0, 250.0, 241.0]
@@ -87,79 +89,113 @@ def test_ncu_csv_units_are_normalised():
 "0","1","python3","h","kernel_cutlass_x","1","7","(32, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Mbyte","30.28"
 "0","1","python3","h","kernel_cutlass_x","1","7","(32, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","10,672"
 """
-    values = bench.parse_ncu_csv(text)
+    values = ncu.parse_ncu_csv(text)
     assert values["gpu__time_duration.sum"] == [pytest.approx(10.672)]
     assert values["dram__bytes_read.sum"] == [pytest.approx(30.28e6)]
     with pytest.raises(ValueError, match="unknown Nsight Compute unit"):
-        bench.parse_ncu_csv(text.replace('"ns"', '"fortnight-second"'))
+        ncu.parse_ncu_csv(text.replace('"ns"', '"fortnight-second"'))
 
 
-def test_pipeline_variants_parse():
-    assert bench.parse_variants("4,7x2p,4x4r") == [
-        bench.PipelineVariant(4),
-        bench.PipelineVariant(7, 2, True),
-        bench.PipelineVariant(4, 4, False, "rowsum"),
+def test_pipeline_variants_parse_by_name():
+    parsed = [
+        PipelineVariant.parse(text)
+        for text in (
+            "stages=4",
+            "stages=7,consumer_warps=2,persistent",
+            "stages=4,consumer_warps=4,consumer=rowsum",
+        )
     ]
-    assert bench.PipelineVariant(7, 2, True).name == "tmakit load 7st x2w, persistent"
+    assert parsed == [PipelineVariant(4), PipelineVariant(7, 2, True), PipelineVariant(4, 4, False, "rowsum")]
+    assert PipelineVariant(7, 2, True).name == "tmakit load 7st x2w, persistent"
+    assert PipelineVariant(7, 2, True).describe() == "stages=7,consumer_warps=2,persistent=true"
 
 
 def test_prefetch_variants_parse():
-    assert bench.parse_variants("1f3t,4x2pf2") == [
-        bench.PipelineVariant(1, 1, False, "none", 3, True),
-        bench.PipelineVariant(4, 2, True, "none", 2, False),
+    parsed = [
+        PipelineVariant.parse(text)
+        for text in (
+            "stages=1,prefetch_tiles=3,prefetch_descriptor",
+            "stages=4,consumer_warps=2,persistent,prefetch_tiles=2",
+        )
     ]
-    assert bench.PipelineVariant(1, 1, False, "none", 3, True).name.endswith(
-        "prefetch 3, descriptor prefetch"
-    )
-    with pytest.raises(ValueError, match="is not STAGES"):
-        bench.parse_variants("4q")
+    assert parsed == [
+        PipelineVariant(1, 1, False, "none", 3, True),
+        PipelineVariant(4, 2, True, "none", 2, False),
+    ]
+    assert PipelineVariant(1, 1, False, "none", 3, True).name.endswith("prefetch 3, descriptor prefetch")
+    with pytest.raises(TmaConfigError, match="'q' is not one of stages"):
+        PipelineVariant.parse("stages=4,q")
+    with pytest.raises(TmaConfigError, match="names no stages"):
+        PipelineVariant.parse("persistent")
 
 
 def test_copy_variant_parses():
-    assert bench.parse_variants("4pc") == [bench.PipelineVariant(4, 1, True, "copy")]
-    assert bench.PipelineVariant(4, 1, True, "copy").name == "tmakit copy 4st x1w, persistent"
+    assert PipelineVariant.parse("stages=4,persistent,consumer=copy") == PipelineVariant(4, 1, True, "copy")
+    assert PipelineVariant(4, 1, True, "copy").name == "tmakit copy 4st x1w, persistent"
 
 
-def test_copy_options_parse_tile_stages_store_depth_and_blocks_per_sm():
-    from tmakit.bench import CopyOption, parse_copy_options
-
-    assert parse_copy_options("auto,s4,32x256s6d4,s3b2,r,r16x256s8,e,16x256n,np1,p0") == [
-        CopyOption(),
-        CopyOption(None, 4),
-        CopyOption((32, 256), 6, 4, 1),
-        CopyOption(None, 3, None, 2),
-        CopyOption(as_rows=True),
-        CopyOption((16, 256), 8, as_rows=True),
-        CopyOption(evict_first=True),
-        CopyOption((16, 256), evict_first=False),
-        CopyOption(evict_first=False, pdl=True),
-        CopyOption(pdl=False),
+def test_copy_options_parse_by_name():
+    texts = (
+        "default",
+        "stages=4",
+        "tile=32x256,stages=6,store_depth=4",
+        "stages=3,blocks_per_sm=2",
+        "as_rows",
+        "tile=16x256,stages=8,as_rows=true",
+        "evict_first=true",
+        "tile=16x256,evict_first=false",
+        "evict_first=false,pdl=true",
+        "pdl=false",
+    )
+    assert [CopyOptions.parse(text) for text in texts] == [
+        CopyOptions(),
+        CopyOptions(None, 4),
+        CopyOptions((32, 256), 6, 4, 1),
+        CopyOptions(None, 3, None, 2),
+        CopyOptions(as_rows=True),
+        CopyOptions((16, 256), 8, as_rows=True),
+        CopyOptions(evict_first=True),
+        CopyOptions((16, 256), evict_first=False),
+        CopyOptions(evict_first=False, pdl=True),
+        CopyOptions(pdl=False),
     ]
-    assert "pdl" not in parse_copy_options("auto")[0].knobs  # the API's default
-    assert parse_copy_options("p0")[0].knobs["pdl"] is False
-    assert parse_copy_options("r")[0].knobs["as_rows"] is True
-    assert parse_copy_options("64x128s5")[0].name == "64x128, 5st"
-    assert parse_copy_options("auto")[0].name == "default tile, default stages"
-    assert parse_copy_options("r8x256")[0].name == "8x256, default stages, rows view"
-    assert parse_copy_options("n")[0].name == "default tile, default stages, no evict hint"
-    split = parse_copy_options("hfl,h-0c")
-    assert split[0].knobs["load_hint"] == "evict_first" and split[0].knobs["store_hint"] == "evict_last"
-    assert split[0].name == "default tile, default stages, loads evict first, stores evict last"
-    assert (split[1].hints, split[1].knobs["tile_order"]) == ((None, "none"), "blocked")
-    assert "tile_order" not in split[0].knobs
-    assert parse_copy_options("v")[0].knobs["tile_order"] == "columns"
-    assert parse_copy_options("v")[0].name == "default tile, default stages, columns order"
-    with pytest.raises(ValueError, match="is not"):
-        parse_copy_options("4x")
+    assert "pdl" not in CopyOptions.parse("default").changed()  # the API's default
+    assert CopyOptions.parse("pdl=false").changed()["pdl"] is False
+    assert CopyOptions.parse("as_rows").changed()["as_rows"] is True
+    assert CopyOptions.parse("tile=64x128,stages=5").describe() == "tile=64x128,stages=5"
+    assert CopyOptions.parse("").describe() == "default"
+    assert CopyOptions.parse("as_rows,tile=8x256").describe() == "tile=8x256,as_rows=true"
+    assert CopyOptions.parse("evict_first=false").describe() == "evict_first=false"
+    split = [CopyOptions.parse("load_hint=evict_first,store_hint=evict_last"),
+             CopyOptions.parse("load_hint=default,store_hint=none,tile_order=blocked")]  # fmt: skip
+    assert (
+        split[0].changed()["load_hint"] == "evict_first" and split[0].changed()["store_hint"] == "evict_last"
+    )
+    assert split[0].describe() == "load_hint=evict_first,store_hint=evict_last"
+    assert (split[1].load_hint, split[1].store_hint, split[1].changed()["tile_order"]) == (
+        None,
+        "none",
+        "blocked",
+    )
+    assert "tile_order" not in split[0].changed()
+    assert CopyOptions.parse("tile_order=columns").changed()["tile_order"] == "columns"
+    assert CopyOptions.parse("tile_order=columns").describe() == "tile_order=columns"
+    assert CopyOptions.parse(CopyOptions((32, 256), 6, bulk=True).describe()) == CopyOptions(
+        (32, 256), 6, bulk=True
+    )
+    with pytest.raises(TmaConfigError, match="tile='4x' is not ROWSxCOLS"):
+        CopyOptions.parse("tile=4x")
+    with pytest.raises(TmaConfigError, match="'stage' is not one of tile, stages"):
+        CopyOptions.parse("stage=4")
+    with pytest.raises(TmaConfigError, match="unknown copy option stage; tmakit.CopyOptions has tile"):
+        CopyOptions.of(stage=4)
 
 
-def test_copy_option_k_selects_bulk_copies():
-    from tmakit.bench import CopyOption, parse_copy_options
-
-    assert parse_copy_options("k,k32x256s4") == [
-        CopyOption(as_rows=True, bulk=True),
-        CopyOption((32, 256), 4, as_rows=True, bulk=True),
+def test_copy_option_bulk_selects_bulk_copies():
+    assert [CopyOptions.parse("bulk"), CopyOptions.parse("bulk,tile=32x256,stages=4")] == [
+        CopyOptions(bulk=True),
+        CopyOptions((32, 256), 4, bulk=True),
     ]
-    assert parse_copy_options("k")[0].knobs["bulk"] is True
-    assert parse_copy_options("k")[0].name == "default tile, default stages, bulk copies"
-    assert "bulk" not in parse_copy_options("r")[0].knobs
+    assert CopyOptions.parse("bulk").changed()["bulk"] is True
+    assert CopyOptions.parse("bulk").describe() == "bulk=true"
+    assert "bulk" not in CopyOptions.parse("as_rows").changed()

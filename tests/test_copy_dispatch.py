@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from tmakit import api
+from tmakit import TmaConfigError
+from tmakit.runtime.dispatch import CopyDispatch
 
 
 class StandInTensor:
@@ -33,7 +34,7 @@ class StandInTensor:
 
 
 class StandInLauncher:
-    """Accepts only tensors of the shape it was planned for, as a compiled TVM-FFI function does
+    """Accepts only tensors of the shape it was copies.planned for, as a compiled TVM-FFI function does
     (it raises ValueError before launching otherwise)."""
 
     def __init__(self, shape: tuple[int, ...], checks_arguments: bool) -> None:
@@ -52,102 +53,103 @@ class StandInLauncher:
         self.launches.append((src, dst))
 
 
+class Copies:
+    """A `CopyDispatch` whose planner makes stand-in launchers, and `copy_` called as the API calls it."""
+
+    def __init__(self, checks_arguments: bool = True) -> None:
+        self.planned: list[StandInLauncher] = []
+        self.checks_arguments = checks_arguments
+        self.dispatch = CopyDispatch(self.plan)
+
+    def plan(self, dst, src, options):
+        self.planned.append(StandInLauncher(src.shape, self.checks_arguments))
+        return self.planned[-1]
+
+    def copy_(self, dst, src, tile=None, stages=None, **options):
+        return self.dispatch.copy_(dst, src, tile, stages, options)
+
+
 @pytest.fixture
-def planned(monkeypatch):
-    """Replace planning/compiling by stand-in launchers; returns the list of launchers planned."""
-    planned: list[StandInLauncher] = []
-
-    def plan(dst, src, *knobs):
-        planned.append(StandInLauncher(src.shape, checks_arguments=True))
-        return planned[-1]
-
-    monkeypatch.setattr(api, "_copy_launchers", {})
-    monkeypatch.setattr(api, "_streaks", {})
-    monkeypatch.setattr(api, "_tried_first", {})
-    monkeypatch.setattr(api, "_plan_copy", plan)
-    return planned
+def copies():
+    return Copies()
 
 
 def pair(shape: tuple[int, ...]) -> tuple[StandInTensor, StandInTensor]:
     return StandInTensor(shape), StandInTensor(shape)
 
 
-def test_a_repeated_copy_reads_no_key_off_the_tensors(planned):
+def test_a_repeated_copy_reads_no_key_off_the_tensors(copies):
     dst, src = pair((256, 512))
-    api.copy_(dst, src)
-    api.copy_(dst, src)  # the second call in a row: from now on its launcher is tried first
+    copies.copy_(dst, src)
+    copies.copy_(dst, src)  # the second call in a row: from now on its launcher is tried first
     reads = src.key_reads + dst.key_reads
     for _ in range(3):
-        assert api.copy_(dst, src) is dst
-    assert len(planned) == 1 and len(planned[0].launches) == 5
+        assert copies.copy_(dst, src) is dst
+    assert len(copies.planned) == 1 and len(copies.planned[0].launches) == 5
     assert src.key_reads + dst.key_reads == reads  # the three repeats built no key
 
 
-def test_a_rejected_launcher_falls_back_to_the_full_lookup(planned):
+def test_a_rejected_launcher_falls_back_to_the_full_lookup(copies):
     small, large = pair((256, 512)), pair((512, 512))
     # small's launcher is tried first after 2 calls, rejects large (4 in a row needed now),
     # large's is tried first after 4 calls and rejects small; the lookup finds small's again.
     for tensors in (small, small, large, large, large, large, small):
-        assert api.copy_(*tensors) is tensors[0]
-    assert len(planned) == 2
-    assert [len(p.launches) for p in planned] == [3, 4]
-    assert [p.rejections for p in planned] == [1, 1]
+        assert copies.copy_(*tensors) is tensors[0]
+    assert len(copies.planned) == 2
+    assert [len(p.launches) for p in copies.planned] == [3, 4]
+    assert [p.rejections for p in copies.planned] == [1, 1]
 
 
-def test_alternating_configurations_pay_no_rejection(planned):
+def test_alternating_configurations_pay_no_rejection(copies):
     small, large = pair((256, 512)), pair((512, 512))
     for _ in range(4):
-        api.copy_(*small)
-        api.copy_(*large)
-    assert [len(p.launches) for p in planned] == [4, 4]
-    assert [p.rejections for p in planned] == [0, 0]
+        copies.copy_(*small)
+        copies.copy_(*large)
+    assert [len(p.launches) for p in copies.planned] == [4, 4]
+    assert [p.rejections for p in copies.planned] == [0, 0]
 
 
 @pytest.mark.parametrize("run", [2, 3, 5])
-def test_changing_configurations_soon_stop_paying_rejections(planned, run):
+def test_changing_configurations_soon_stop_paying_rejections(copies, run):
     """Runs of `run` calls of one configuration between calls of another: rejections stop once
     the calls needed in a row have doubled past the run."""
     small, large = pair((256, 512)), pair((512, 512))
     for _ in range(20):
         for _ in range(run):
-            api.copy_(*small)
-        api.copy_(*large)
-    rejections = sum(p.rejections for p in planned)
+            copies.copy_(*small)
+        copies.copy_(*large)
+    rejections = sum(p.rejections for p in copies.planned)
     assert 1 <= rejections <= run.bit_length()  # 2 -> 1, 3 -> 1, 5 -> 2 (needed 2, 4, 8)
-    assert [len(p.launches) for p in planned] == [20 * run, 20]
+    assert [len(p.launches) for p in copies.planned] == [20 * run, 20]
 
 
-def test_knobs_have_their_own_launchers(planned):
+def test_knobs_have_their_own_launchers(copies):
     dst, src = pair((256, 512))
     for knobs in ({}, {}, {"stages": 4}, {"stages": 4}, {}, {"stages": 4}):
-        api.copy_(dst, src, **knobs)
-    assert len(planned) == 2 and [len(p.launches) for p in planned] == [3, 3]
-    assert [p.rejections for p in planned] == [0, 0]
+        copies.copy_(dst, src, **knobs)
+    assert len(copies.planned) == 2 and [len(p.launches) for p in copies.planned] == [3, 3]
+    assert [p.rejections for p in copies.planned] == [0, 0]
 
 
-def test_a_launcher_that_does_not_check_is_never_tried_first(planned, monkeypatch):
-    def unchecked(dst, src, *knobs):
-        planned.append(StandInLauncher(src.shape, checks_arguments=False))
-        return planned[-1]
-
-    monkeypatch.setattr(api, "_plan_copy", unchecked)
+def test_a_launcher_that_does_not_check_is_never_tried_first():
+    copies = Copies(checks_arguments=False)
     dst, src = pair((256, 512))
     for _ in range(3):
-        api.copy_(dst, src)
+        copies.copy_(dst, src)
     reads = src.key_reads
-    api.copy_(dst, src)
+    copies.copy_(dst, src)
     assert src.key_reads > reads  # the key was built: the plain launch path checks nothing
-    assert api._tried_first == {}
+    assert copies.dispatch.tried_first() == {}
 
 
 @pytest.mark.parametrize("primed", [False, True])
-def test_a_misaligned_pointer_is_refused_before_any_launch(planned, primed):
+def test_a_misaligned_pointer_is_refused_before_any_launch(copies, primed):
     """On the full lookup, and after the launcher tried first rejected it."""
     src, dst = pair((256, 512))
     for _ in range(3 if primed else 0):
-        api.copy_(dst, src)
-    assert bool(api._tried_first) is primed
-    with pytest.raises(api.TmaConfigError, match="16"):
-        api.copy_(StandInTensor((256, 512), address=4096 + 2), src)
-    assert len(planned) == 1 and len(planned[0].launches) == (3 if primed else 0)
-    assert planned[0].rejections == (1 if primed else 0)
+        copies.copy_(dst, src)
+    assert bool(copies.dispatch.tried_first()) is primed
+    with pytest.raises(TmaConfigError, match="16"):
+        copies.copy_(StandInTensor((256, 512), address=4096 + 2), src)
+    assert len(copies.planned) == 1 and len(copies.planned[0].launches) == (3 if primed else 0)
+    assert copies.planned[0].rejections == (1 if primed else 0)

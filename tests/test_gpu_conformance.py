@@ -4,7 +4,7 @@ partial tiles, raw shared memory after a TMA load compared with `tmakit.model`."
 import pytest
 
 from tmakit import LoadConfig, LoadPlan
-from tmakit.sweep import padded_strides
+from tmakit.config import padded_strides
 
 pytestmark = pytest.mark.gpu
 
@@ -15,13 +15,13 @@ WIDTH_DTYPES = {1: "uint8", 2: "bf16", 4: "fp32"}
 @pytest.mark.parametrize("width", [1, 2, 4])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 def test_shared_memory_bytes_match_the_model(swizzle, width, partial):
-    from tmakit import verify
-    from tmakit.loads import dump_shared_bytes
+    from tmakit.check import reference
+    from tmakit.check.run import dump_shared_bytes
 
     inner = (swizzle or 64) // width
     shape = (64 * 3 + (17 if partial else 0), inner * 4 + (5 if partial else 0))
     config = LoadConfig(shape, WIDTH_DTYPES[width], (64, inner), swizzle, "row", padded_strides(shape, width))
     plan = LoadPlan(config)
     assert plan.has_partial_tiles == partial
-    verdict = verify.compare_shared_bytes(plan, dump_shared_bytes(plan))
+    verdict = reference.compare_shared_bytes(plan, dump_shared_bytes(plan))
     assert verdict.ok, str(verdict)

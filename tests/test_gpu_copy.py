@@ -9,14 +9,14 @@ import pytest
 
 import tmakit
 from tmakit import LoadPlan, TmaConfigError
+from tmakit.check.sweep import sweep_configs
 from tmakit.plan import PipelinePlan
-from tmakit.sweep import sweep_configs
 
 pytestmark = pytest.mark.gpu
 
 
 def test_a_random_sweep_of_copies_verifies():
-    from tmakit.pipelines import verify_pipelined_load
+    from tmakit.check.run import verify_pipelined_load
 
     rng = random.Random(6)
     for config in sweep_configs(100, seed=6):
@@ -146,8 +146,8 @@ def test_bulk_copies_move_every_byte():
 def test_a_random_sweep_of_transposing_copies_verifies():
     """Column-major sources into row-major destinations and back, every dtype, partial tiles,
     batches, 1-8 consumer warps, 1-4 stages: every element compared, destination poisoned."""
-    from tmakit.pipelines import verify_pipelined_load
-    from tmakit.sweep import transpose_configs
+    from tmakit.check.run import verify_pipelined_load
+    from tmakit.check.sweep import transpose_configs
 
     rng = random.Random(7)
     for config in transpose_configs(60, seed=7):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
     "config", [SEED, LoadConfig((1000, 776), "bf16", (64, 64), 128)], ids=["seed", "partial-swizzled"]
 )
 def test_every_cta_receives_every_tile(config, cluster, multicast):
-    from tmakit.loads import verify_multicast_load
+    from tmakit.check.run import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast))
     for rank, verdict in enumerate(verdicts):
@@ -35,7 +35,7 @@ def test_every_cta_receives_every_tile(config, cluster, multicast):
 )
 def test_pipelined_multicast_every_cta_receives_every_tile(config, stages, cluster, multicast):
     """Many tiles per CTA through a ring: a stage is reused only once every CTA released it."""
-    from tmakit.loads import verify_multicast_load
+    from tmakit.check.run import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages))
     for rank, verdict in enumerate(verdicts):

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.config import padded_strides
 from tmakit.plan import PipelinePlan
-from tmakit.sweep import padded_strides
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("stages", range(1, 8))
 @pytest.mark.parametrize("consumer", ["store", "rowsum"])
 def test_every_stage_count_of_the_seed(stages, consumer):
-    from tmakit.pipelines import verify_pipelined_load
+    from tmakit.check.run import verify_pipelined_load
 
     verdict = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=stages), consumer, hang_guard=True)
     assert str(verdict).startswith(("924/924 tiles correct", "ok")), str(verdict)
@@ -27,7 +27,7 @@ def test_every_stage_count_of_the_seed(stages, consumer):
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("consumer", ["store", "rowsum"])
 def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
-    from tmakit.pipelines import verify_pipelined_load
+    from tmakit.check.run import verify_pipelined_load
 
     config = LoadConfig((2, 1000, 777), "bf16", (64, 64), 128, strides=padded_strides((2, 1000, 777), 2))
     pipeline = PipelinePlan(
@@ -47,7 +47,7 @@ def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
     ids=str,
 )
 def test_layouts_dtypes_swizzles(config):
-    from tmakit.pipelines import verify_pipelined_load
+    from tmakit.check.run import verify_pipelined_load
 
     verdict = verify_pipelined_load(
         PipelinePlan(LoadPlan(config), stages=4, consumer_warps=2), hang_guard=True
@@ -58,7 +58,7 @@ def test_layouts_dtypes_swizzles(config):
 GUARDED = """
 from tmakit import SEED, LoadPlan
 from tmakit.plan import PipelinePlan
-from tmakit.pipelines import verify_pipelined_load
+from tmakit.check.run import verify_pipelined_load
 pipeline = PipelinePlan(LoadPlan(SEED), stages=3)
 print(verify_pipelined_load(pipeline, "store", hang_guard=True, expect_extra_bytes={extra}))
 """
@@ -81,7 +81,7 @@ def test_hang_guard_names_the_wait_that_never_completes():
 RACE = """
 from tmakit import SEED, LoadPlan
 from tmakit.plan import PipelinePlan
-from tmakit.pipelines import verify_pipelined_load
+from tmakit.check.run import verify_pipelined_load
 pipeline = PipelinePlan(LoadPlan(SEED), stages=1, persistent={persistent}, sm_count=4)
 print(verify_pipelined_load(pipeline, "store", hang_guard=True, {knob}))
 """
@@ -115,7 +115,7 @@ def test_race_variants_are_caught(persistent, knob):
 @pytest.mark.parametrize("stages, prefetch", [(1, 2), (1, 6), (3, 4)])
 def test_prefetching_changes_no_data(stages, prefetch):
     """Prefetch into L2 only warms the cache: every element still verifies."""
-    from tmakit.pipelines import verify_pipelined_load
+    from tmakit.check.run import verify_pipelined_load
 
     pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, prefetch_tiles=prefetch, prefetch_descriptor=True)
     verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)

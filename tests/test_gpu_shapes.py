@@ -4,7 +4,7 @@ import pytest
 
 import tmakit
 from tmakit import LoadConfig, TmaConfigError
-from tmakit.sweep import padded_strides
+from tmakit.config import padded_strides
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ CASES = [
 
 @pytest.mark.parametrize("config", CASES, ids=str)
 def test_logical_and_physical_bytes_match(config):
-    from tmakit.loads import check_on_gpu
+    from tmakit.check.run import check_on_gpu
 
     result = check_on_gpu(config)
     assert result["status"] == "ok", result

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from tmakit import LoadConfig
-from tmakit.isolate import config_from_json, config_to_json, run_isolated
+from tmakit.check.isolate import config_from_json, config_to_json, run_isolated
 
 FAKE_WORKER = [sys.executable, str(Path(__file__).parent / "fakes" / "fake_worker.py")]
 

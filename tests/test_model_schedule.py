@@ -204,8 +204,8 @@ def test_pure_layer_imports_no_gpu_stack():
     import sys
 
     code = (
-        "import sys, tmakit.model, tmakit.plan, tmakit.verify, tmakit.sweep, tmakit.validate, "
-        "tmakit.explain; "
+        "import sys, tmakit.model, tmakit.plan, tmakit.check.reference, tmakit.check.sweep, "
+        "tmakit.validate, tmakit.limits, tmakit.config, tmakit.explain; "
         "bad = [m for m in ('cutlass', 'torch') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -5,9 +5,9 @@ import re
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
-from tmakit.loads import compile_multicast_load
 from tmakit.plan import CLUSTER_SHAPES, MulticastPlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
+from tmakit.runtime.launch import compile_multicast_load
 
 
 @pytest.mark.parametrize("cluster", CLUSTER_SHAPES)

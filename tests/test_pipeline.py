@@ -5,10 +5,11 @@ import re
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
+from tmakit.limits import L2_HINTS
 from tmakit.model.schedule import pipeline_schedule, replay
-from tmakit.pipelines import compile_pipelined_load
-from tmakit.plan import L2_HINTS, TILE_ORDERS, PipelinePlan
+from tmakit.plan import TILE_ORDERS, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
+from tmakit.runtime.launch import compile_pipelined_load
 
 
 def test_seed_ring_fits_seven_stages_and_refuses_eight():
@@ -103,7 +104,7 @@ def test_hang_report_prefers_the_consumers_record():
     import numpy as np
 
     from tmakit.errors import TmaHangError
-    from tmakit.pipelines import raise_if_timed_out
+    from tmakit.runtime.launch import raise_if_timed_out
 
     class Words:  # stands in for the GPU tensor: only .cpu() is used
         def __init__(self, words):

@@ -5,10 +5,11 @@ import pytest
 
 import tmakit
 from tmakit import LoadConfig, LoadPlan, TmaConfigError
-from tmakit.config import DTYPES, SWIZZLE_MODES
-from tmakit.loads import compile_tile_load
+from tmakit.check.sweep import LAYOUTS, is_prime_or_one, sweep_configs
+from tmakit.config import DTYPES, padded_strides
+from tmakit.limits import SWIZZLE_MODES
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
-from tmakit.sweep import LAYOUTS, is_prime_or_one, padded_strides, sweep_configs
+from tmakit.runtime.launch import compile_tile_load
 
 
 @pytest.fixture
@@ -18,8 +19,7 @@ def nothing_compiles(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel was compiled for a configuration that should have been refused")
 
-    monkeypatch.setattr("tmakit.compile.compile_kernel", refuse)
-    monkeypatch.setattr("tmakit.loads.compile_kernel", refuse)
+    monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
 
 
 def aligned_array(shape, dtype, offset_bytes=0):

@@ -6,10 +6,10 @@ import re
 import pytest
 
 from tmakit import LoadConfig, LoadPlan, TmaConfigError
+from tmakit.check.sweep import transpose_configs
 from tmakit.config import DTYPES
-from tmakit.pipelines import compile_pipelined_load, copy_destination
-from tmakit.plan import PipelinePlan
-from tmakit.sweep import transpose_configs
+from tmakit.plan import PipelinePlan, copy_destination
+from tmakit.runtime.launch import compile_pipelined_load
 from tmakit.validate import SMEM_PER_BLOCK
 
 
@@ -137,8 +137,9 @@ def test_transpose_sweep_configs_are_valid_and_cover_every_dtype_and_layout():
 
 def test_compiled_copies_are_kept_on_disk_and_loaded_back(tmp_path, monkeypatch):
     pytest.importorskip("tvm_ffi")
-    from tmakit.compile import compile_kernel, fake_source, fake_tensor, placeholder_stream
-    from tmakit.kernels.pipeline import GUARD_WORDS, PipelinedLoadKernel
+    from tmakit.kernels.copy import CopyKernel
+    from tmakit.plan.ring import GUARD_WORDS
+    from tmakit.runtime.compile import compile_kernel, fake_source, fake_tensor, placeholder_stream
 
     monkeypatch.setenv("TMAKIT_CACHE_DIR", str(tmp_path))
     pipeline = PipelinePlan(LoadPlan(LoadConfig((512, 512), "fp16", (64, 256))), stages=2)
@@ -146,7 +147,7 @@ def test_compiled_copies_are_kept_on_disk_and_loaded_back(tmp_path, monkeypatch)
     def build(key):
         src = fake_source(pipeline.load.config)
         guard = fake_tensor(__import__("cutlass").Int32, (GUARD_WORDS,))
-        kernel = PipelinedLoadKernel(pipeline, "copy")
+        kernel = CopyKernel(pipeline)
         return compile_kernel(
             kernel, src, src, guard, placeholder_stream(env=True), tvm_ffi=True, cache_key=key
         )
@@ -164,7 +165,7 @@ def test_compiled_copies_are_kept_on_disk_and_loaded_back(tmp_path, monkeypatch)
 
 def test_a_damaged_cache_file_is_a_miss_not_an_error(tmp_path, monkeypatch):
     pytest.importorskip("tvm_ffi")
-    from tmakit.compile import disk_cache_entry, load_cached
+    from tmakit.runtime.compile import disk_cache_entry, load_cached
 
     monkeypatch.setenv("TMAKIT_CACHE_DIR", str(tmp_path))
     path, name = disk_cache_entry("anything")
@@ -174,7 +175,8 @@ def test_a_damaged_cache_file_is_a_miss_not_an_error(tmp_path, monkeypatch):
 
 
 def test_compact_copies_run_over_rows_of_their_memory():
-    from tmakit.api import copy_stages, rows_view, rows_view_tile
+    from tmakit.config import rows_view
+    from tmakit.plan.copy import copy_stages, rows_view_tile
 
     assert rows_view(3 * 1000 * 512, 2) == (6000, 256)  # any shape: the memory as 512-byte rows
     assert rows_view(1000 * 776, 2) == (12125, 64)  # the widest width that divides

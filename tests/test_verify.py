@@ -1,19 +1,20 @@
 import numpy as np
 import pytest
 
-from tmakit import SEED, LoadConfig, LoadPlan, verify
+from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.check import reference
 
 
 @pytest.fixture(scope="module")
 def seed_case():
     plan = LoadPlan(SEED)
-    input_bits = verify.make_input_bits(plan)
-    return plan, input_bits, verify.expected_output_bits(plan, input_bits)
+    input_bits = reference.make_input_bits(plan)
+    return plan, input_bits, reference.expected_output_bits(plan, input_bits)
 
 
 def test_correct_output_passes(seed_case):
     plan, _, expected = seed_case
-    verdict = verify.compare_tiles(plan, expected, expected.copy())
+    verdict = reference.compare_tiles(plan, expected, expected.copy())
     assert verdict.ok and str(verdict) == "924/924 tiles correct"
 
 
@@ -21,7 +22,7 @@ def test_one_wrong_element_names_its_tile(seed_case):
     plan, _, expected = seed_case
     found = expected.copy()
     found[64 + 5, 512 + 7] ^= 0x10
-    verdict = verify.compare_tiles(plan, expected, found)
+    verdict = reference.compare_tiles(plan, expected, found)
     assert not verdict.ok and verdict.tiles_correct == 923
     m = verdict.first_mismatch
     assert (m.row_block, m.column_tile, m.row, m.col) == (1, 2, 69, 519)
@@ -32,8 +33,8 @@ def test_one_wrong_element_names_its_tile(seed_case):
 def test_untouched_poison_is_caught(seed_case):
     plan, _, expected = seed_case
     found = expected.copy()
-    found[-64:, -256:] = verify.make_poisoned_output_bits(plan)[-64:, -256:]
-    m = verify.compare_tiles(plan, expected, found).first_mismatch
+    found[-64:, -256:] = reference.make_poisoned_output_bits(plan)[-64:, -256:]
+    m = reference.compare_tiles(plan, expected, found).first_mismatch
     assert (m.row_block, m.column_tile) == (131, 6)
     assert m.found == 0xFFFF and m.wrong_elements == 64 * 256
 
@@ -44,7 +45,7 @@ def test_whole_tile_shifts_never_match(seed_case, shift):
     for the right tile: the hash differs from its shifted self almost everywhere."""
     plan, input_bits, expected = seed_case
     shifted = np.roll(input_bits, (shift[0] * 64, shift[1] * 256), axis=(0, 1))
-    verdict = verify.compare_tiles(plan, expected, shifted)
+    verdict = reference.compare_tiles(plan, expected, shifted)
     assert verdict.tiles_correct == 0
     assert np.mean(shifted == input_bits) < 0.001
 
@@ -52,18 +53,18 @@ def test_whole_tile_shifts_never_match(seed_case, shift):
 def test_inputs_never_equal_the_poison():
     for dtype in ("fp16", "fp32", "int8"):
         plan = LoadPlan(LoadConfig((256, 256), dtype, (64, 64)))
-        bits = verify.make_input_bits(plan)
-        assert not np.any(bits == verify.POISON[plan.config.element.bits])
+        bits = reference.make_input_bits(plan)
+        assert not np.any(bits == reference.POISON[plan.config.element.bits])
 
 
 def test_partial_tiles_expect_zeros_past_the_edge():
     plan = LoadPlan(LoadConfig((100, 776), "fp16", (64, 256)))
-    input_bits = verify.make_input_bits(plan)
-    expected = verify.expected_output_bits(plan, input_bits)
+    input_bits = reference.make_input_bits(plan)
+    expected = reference.expected_output_bits(plan, input_bits)
     assert expected.shape == (128, 1024)
     assert not expected[100:, :].any() and not expected[:, 776:].any()
     np.testing.assert_array_equal(expected[:100, :776], input_bits)
     found = expected.copy()
     found[127, 1023] = 1  # a non-zero where TMA must have zero-filled
-    m = verify.compare_tiles(plan, expected, found).first_mismatch
+    m = reference.compare_tiles(plan, expected, found).first_mismatch
     assert (m.row_block, m.column_tile) == (1, 3)

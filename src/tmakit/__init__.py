@@ -1,15 +1,24 @@
-"""tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained."""
+"""tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained.
+
+The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
+`CopyOptions`), the configuration and plan types and the errors. Building blocks for your own
+kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
+"""
 
 from .api import config_for, copy, copy_, load_tiles, padded_empty
 from .config import SEED, LoadConfig
-from .errors import TmaConfigError
-from .plan import LoadPlan
+from .errors import TmaConfigError, TmaHangError
+from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
 
 __all__ = [
     "SEED",
+    "CopyOptions",
     "LoadConfig",
     "LoadPlan",
+    "MulticastPlan",
+    "PipelinePlan",
     "TmaConfigError",
+    "TmaHangError",
     "config_for",
     "copy",
     "copy_",

@@ -7,10 +7,18 @@ import json
 import sys
 from dataclasses import replace
 
-from .bench import MIN_SAMPLES
-from .config import SEED, LoadConfig, dtype_named, parse_extents
+from .bench import hostcost, ncu, report, suites
+from .bench.timing import MIN_SAMPLES
+from .check.isolate import run_isolated
+from .check.run import verify_multicast_load, verify_pipelined_load
+from .check.sweep import summarize, sweep_configs
+from .config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
+from .demo import run_demo
 from .errors import TmaConfigError
-from .plan import LoadPlan, MulticastPlan
+from .explain import explain, to_json, to_text
+from .model.schedule import replay, seed_schedule
+from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .runtime.device import find_hopper_gpu
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
@@ -37,8 +45,6 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan_from(args: argparse.Namespace) -> LoadPlan:
-    from .sweep import padded_strides
-
     element = dtype_named(args.dtype)
     shape = parse_extents(args.shape, "shape", rank=None)
     config = LoadConfig(
@@ -63,23 +69,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
     return 0 if run_demo(_plan_from(args), parse_extents(args.highlight, "highlight")) else 1
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .gpu import find_hopper_gpu
-    from .isolate import run_isolated
-    from .sweep import summarize, sweep_configs
-
     gpu_name, why = find_hopper_gpu()
     if gpu_name is None:
         print(f"tmakit verify needs a Hopper GPU: {why}", file=sys.stderr)
         return 2
     if args.cluster:  # every CTA of every cluster, multicast and the baseline
-        from .loads import verify_multicast_load
-
         ok = True
         for multicast in (True, False):
             cluster = parse_extents(args.cluster, "cluster")
@@ -89,9 +87,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 print(f"{'multicast' if multicast else 'baseline '} CTA {rank}: {verdict}")
         return 0 if ok else 1
     if args.prefetch or args.stages > 1:  # the pipelined load, store-back verified, guarded
-        from .pipelines import verify_pipelined_load
-        from .plan import PipelinePlan
-
         pipeline = PipelinePlan(
             _plan_from(args), stages=max(args.stages, 1), prefetch_tiles=args.prefetch,
             prefetch_descriptor=args.prefetch > 0,
@@ -147,9 +142,6 @@ MISTAKES = {
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .explain import explain, to_json, to_text
-    from .plan import PipelinePlan
-
     load = _plan_from(args)
     pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
     multicast = MulticastPlan(load, parse_extents(args.cluster, "cluster")) if args.cluster else None
@@ -159,8 +151,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .model.schedule import replay, seed_schedule
-
     plan = _plan_from(args)
     mistake = dict(MISTAKES[args.mistake])
     delta = mistake.pop("expected_tx_bytes_delta", 0)
@@ -187,9 +177,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from . import bench
-    from .gpu import find_hopper_gpu
-
     gpu_name, why = find_hopper_gpu()
     if gpu_name is None:
         print(f"tmakit bench needs a Hopper GPU: {why}", file=sys.stderr)
@@ -200,40 +187,40 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.sizes:
         shapes += [bench_shape(float(size), element.nbytes) for size in args.sizes.split(",")]
     plans = [LoadPlan(LoadConfig(shape, args.dtype, tile, args.swizzle)) for shape in shapes]
-    context = bench.device_context(args.commit)
+    context = report.device_context(args.commit)
     console = Console()
     rows = []
     with Progress(console=console) as progress:
         task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
         for plan in plans:
             if args.kernel in ("copy", "transpose"):
-                options = bench.parse_copy_options(args.copy_options)
-                rows += bench.bench_copy(
+                options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
+                rows += suites.bench_copy(
                     plan, args.kernel == "transpose", options, context["l2_bytes"], args.hot_l2, args.samples
                 )
             else:
-                rows += bench.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
+                rows += suites.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
             pipeline_variants = args.pipeline
             if args.prefetch and not pipeline_variants:
-                pipeline_variants = "4,7"
+                pipeline_variants = ["stages=4", "stages=7"]
             if pipeline_variants:
-                variants = bench.parse_variants(pipeline_variants)
+                variants = [suites.PipelineVariant.parse(text) for text in pipeline_variants]
                 if args.prefetch:  # each variant beside itself with tile + descriptor prefetch
                     variants += [
                         replace(v, prefetch_tiles=args.prefetch, prefetch_descriptor=True)
                         for v in variants
                         if not v.prefetch_tiles
                     ]
-                rows += bench.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
+                rows += suites.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
             if args.cluster:
                 cluster = parse_extents(args.cluster, "cluster")
-                rows += bench.bench_multicast(
+                rows += suites.bench_multicast(
                     plan, cluster, args.stages, context["l2_bytes"], args.hot_l2, args.samples
                 )
             progress.advance(task)
-    context["host_launch"] = bench.measure_host_overhead()
+    context["host_launch"] = hostcost.measure_host_overhead()
     if args.kernel in ("copy", "transpose"):
-        context["host_launch"].update(bench.measure_copy_host_cost(args.kernel == "transpose"))
+        context["host_launch"].update(hostcost.measure_copy_host_cost(args.kernel == "transpose"))
     host = context["host_launch"]
     copy_prefix = "tmakit_copy_transpose_" if args.kernel == "transpose" else "tmakit_copy_"
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
@@ -242,19 +229,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         elif row.kernel.startswith("tmakit"):
             row.host_us = host["plain_prepared_tensors_us"]
     if args.ncu:
-        context["ncu"] = {"x".join(map(str, plans[0].config.shape)): bench.ncu_kernel_times(plans[0])}
+        context["ncu"] = {"x".join(map(str, plans[0].config.shape)): ncu.ncu_kernel_times(plans[0])}
     baselines = {
-        "copy": ["torch copy_", f"torch copy_ {bench.STREAM_TIMED}"],
-        "transpose": ["torch copy_ (transpose)", f"torch copy_ (transpose) {bench.STREAM_TIMED}"],
+        "copy": ["torch copy_", f"torch copy_ {suites.STREAM_TIMED}"],
+        "transpose": ["torch copy_ (transpose)", f"torch copy_ (transpose) {suites.STREAM_TIMED}"],
     }.get(args.kernel, ["torch copy_", "torch sum"])
     cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
     table = Table(
         title=f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays "
-        f"({bench.STREAM_TIMED}: eager launches on a stream)"
+        f"({suites.STREAM_TIMED}: eager launches on a stream)"
     )
-    for column in [*bench.TABLE_HEADER, *(f"x {b}" for b in baselines), "verified in this run"]:
+    for column in [*report.TABLE_HEADER, *(f"x {b}" for b in baselines), "verified in this run"]:
         table.add_column(column)
-    for cells in bench.table_rows(rows, context["peak_bandwidth"], baselines):
+    for cells in report.table_rows(rows, context["peak_bandwidth"], baselines):
         table.add_row(*cells)
     console.print(table)
     console.print(f"host cost per call (us): {context['host_launch']}")
@@ -262,10 +249,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print(f"Nsight Compute: {context['ncu']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(bench.report(rows, {**context, "hot_l2": args.hot_l2}, baselines), f, indent=1)
+            json.dump(report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines), f, indent=1)
         console.print(f"wrote {args.json}")
     if args.plot:
-        bench.plot(rows, args.plot, context["peak_bandwidth"], f"TMA loads vs torch on {gpu_name} ({cache})")
+        report.plot(rows, args.plot, context["peak_bandwidth"], f"tmakit vs torch on {gpu_name} ({cache})")
         console.print(f"wrote {args.plot}")
     return 0
 
@@ -324,9 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument("--samples", type=int, default=MIN_SAMPLES)
     bench_cmd.add_argument(
         "--pipeline",
-        default="",
-        help="pipelined variants to time too: STAGES[xWARPS][p][r|c][fN][t],... (p persistent, "
-        "r load+row-sum, c copy, fN prefetch N tiles ahead into L2, t prefetch the TMA descriptor)",
+        action="append",
+        metavar="FIELD=VALUE,...",
+        help="a pipelined variant to time too (repeatable), by name: stages=N (required), consumer_warps=N, "
+        "persistent, consumer=none|rowsum|copy, prefetch_tiles=N, prefetch_descriptor",
     )
     bench_cmd.add_argument(
         "--kernel",
@@ -336,10 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         "column-major source (x.t()) into a row-major destination",
     )
     bench_cmd.add_argument(
-        "--copy-options",
-        default="auto",
-        help="tmakit.copy_ configurations for --kernel copy/transpose: auto or "
-        "[ROWSxCOLS][sSTAGES][dSTORES][bBLOCKS_PER_SM],... (a part left out: the API's default)",
+        "--copy",
+        action="append",
+        metavar="FIELD=VALUE,...",
+        help="a tmakit.copy_ configuration for --kernel copy/transpose (repeatable; default: the defaults), "
+        f"by the names of tmakit.CopyOptions: {', '.join(CopyOptions.names())}; "
+        "e.g. tile=16x256,stages=8 or bulk",
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .errors import TmaConfigError
+from .limits import GLOBAL_STRIDE_ALIGN
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,25 @@ DTYPES: dict[str, DType] = {
 }
 
 
+RAW_BYTE = DTYPES["uint8"]  # element type of raw shared-memory dumps
+
+# Names torch and numpy give the dtypes tmakit knows.
+_DTYPE_BY_FRAMEWORK_NAME = {element.torch_name: name for name, element in DTYPES.items()}
+
+
+def dtype_of(dtype: object) -> str:
+    """tmakit's name for a torch or numpy dtype (or a tmakit name); TmaConfigError for one TMA
+    loads cannot take."""
+    name = str(dtype).removeprefix("torch.")
+    if name in DTYPES:
+        return name
+    if name not in _DTYPE_BY_FRAMEWORK_NAME:
+        raise TmaConfigError(
+            f"dtype {name} is not supported; tmakit loads {', '.join(_DTYPE_BY_FRAMEWORK_NAME)}"
+        )
+    return _DTYPE_BY_FRAMEWORK_NAME[name]
+
+
 def dtype_named(name: str) -> DType:
     """Look up a dtype by tmakit name; raise TmaConfigError naming the known ones otherwise."""
     try:
@@ -42,9 +63,6 @@ def dtype_named(name: str) -> DType:
     except KeyError:
         known = ", ".join(DTYPES)
         raise TmaConfigError(f"dtype {name!r} is not supported; tmakit knows {known}") from None
-
-
-SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 is no swizzle (the seed's identity Swizzle(0,4,3))
 
 
 @dataclass(frozen=True)
@@ -104,3 +122,92 @@ def parse_extents(text: str, what: str, rank: int | None = 2) -> tuple[int, ...]
     if rank is not None and len(values) != rank:
         raise TmaConfigError(f"{what} {text!r} must have {rank} extents, not {len(values)}")
     return values
+
+
+# -- layouts ----------------------------------------------------------------------------------------
+def major_of(strides: tuple[int, ...]) -> str:
+    """ "col" when the rows are the contiguous dim (e.g. a transposed view), else "row"."""
+    return "col" if strides[-1] != 1 and strides[-2] == 1 else "row"
+
+
+def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") -> tuple[int, ...]:
+    """Element strides for `shape` with the contiguous dim's pitch rounded up to 16 bytes, so
+    that every outer stride is one TMA accepts (compact where it already is)."""
+    rows, cols = shape[-2:]
+    contiguous_extent = cols if major == "row" else rows
+    pitch_elems = -(-contiguous_extent * itemsize // GLOBAL_STRIDE_ALIGN) * GLOBAL_STRIDE_ALIGN // itemsize
+    strides = [pitch_elems, 1] if major == "row" else [1, pitch_elems]
+    step = pitch_elems * (rows if major == "row" else cols)
+    for extent in reversed(shape[:-2]):
+        strides.insert(0, step)
+        step *= extent
+    return tuple(strides)
+
+
+ROW_VIEW_WIDTHS = (256, 128, 64, 32, 16)  # a compact tensor's memory viewed as rows, widest first
+
+
+def rows_view(numel: int, nbytes: int) -> tuple[int, int] | None:
+    """(rows, width): a compact tensor's memory as rows of the widest `ROW_VIEW_WIDTHS` that
+    divides its elements and is a whole number of 16-byte chunks; None if none does."""
+    for width in ROW_VIEW_WIDTHS:
+        if numel % width == 0 and width * nbytes % GLOBAL_STRIDE_ALIGN == 0 and numel >= width:
+            return numel // width, width
+    return None
+
+
+# -- options given by name (`tmakit bench --copy tile=16x256,stages=8`) -------------------------------
+def parse_fields(cls: type, text: str, what: str) -> dict[str, object]:
+    """ "name=value,..." -> {name: value} for fields of the dataclass `cls`, each value read by
+    its field's type: ROWSxCOLS for a tuple, an integer, true/false (a bare name: true), a name;
+    "default" for None (tmakit's choice). "default" or "" alone gives {}. TmaConfigError names a
+    bad item and the fields."""
+    types = {field.name: str(field.type) for field in dataclasses.fields(cls)}
+    values: dict[str, object] = {}
+    if text.strip() == "default":
+        return values
+    for item in filter(None, text.split(",")):
+        name, equals, value = (part.strip() for part in item.partition("="))
+        if name not in types:
+            raise TmaConfigError(f"{what} {item!r}: {name!r} is not one of {', '.join(types)}")
+        values[name] = _parse_value(types[name], f"{what} {name}", value if equals else "true")
+    return values
+
+
+def describe_fields(instance: object) -> str:
+    """The fields of a dataclass instance that differ from their defaults, as `parse_fields`
+    reads them ("default" if none do)."""
+    parts = []
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if value != field.default:
+            parts.append(f"{field.name}={_format_value(value)}")
+    return ",".join(parts) or "default"
+
+
+def _parse_value(kind: str, what: str, text: str) -> object:
+    if text == "default" and "None" in kind:
+        return None
+    try:
+        if kind.startswith("tuple"):
+            return parse_extents(text, what)
+        if kind.startswith("int"):
+            return int(text)
+        if kind.startswith("bool"):
+            return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
+    except (ValueError, KeyError):
+        wanted = {"tuple": "ROWSxCOLS", "int": "an integer", "bool": "true or false"}[
+            kind[: kind.find("[")] if kind.startswith("tuple") else kind.split(" ")[0]
+        ]
+        raise TmaConfigError(f"{what}={text!r} is not {wanted}") from None
+    return text
+
+
+def _format_value(value: object) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, tuple):
+        return "x".join(map(str, value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

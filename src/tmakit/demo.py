@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
+from .bench.suites import run_load_on_gpu
+from .model.schedule import replay, seed_schedule
 from .plan import LoadPlan
 from .ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
+from .runtime.compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
+from .runtime.device import find_hopper_gpu
+from .runtime.launch import compile_tile_load
 
 
 def run_demo(plan: LoadPlan, highlight: tuple[int, int] = (1, 2), echo: Callable = print) -> bool:
     """Print the plan, then run and verify the kernel on a Hopper GPU, or, without one, compile it
     for sm_90a and show its TMA instructions. Returns whether everything checked out."""
-    from .gpu import find_hopper_gpu
-
     echo(f"CuTe DSL (nvidia-cutlass-dsl) {installed_dsl_version() or 'not installed'}")
     warning = dsl_version_warning()
     if warning:
@@ -33,8 +35,6 @@ def run_demo(plan: LoadPlan, highlight: tuple[int, int] = (1, 2), echo: Callable
 
 
 def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
-    from .loads import run_load_on_gpu
-
     echo(f"GPU: {gpu_name}")
     run = run_load_on_gpu(plan)
     echo(f"compile:  {run.compile_seconds:.2f} s (excluded from the kernel time)")
@@ -48,9 +48,6 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
 
 
 def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
-    from .loads import compile_tile_load
-    from .model.schedule import replay, seed_schedule
-
     compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
     echo(f"compile:  {compiled.compile_seconds:.2f} s")
     found = find_instructions(compiled.ptx or "")

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from .plan import LoadPlan, MulticastPlan, PipelinePlan
+from .runtime.compile import compile_kernel, fake_source
 
 
 def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -> list[dict[str, str]]:
@@ -22,7 +23,6 @@ def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -
     import cutlass
     import cutlass.cute as cute
 
-    from .compile import compile_kernel, fake_source
     from .kernels.multicast import MulticastLoadKernel, make_cluster_load_atom
 
     plan = multicast.load
@@ -52,7 +52,6 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
     import cutlass.cute as cute
     from cutlass.cute.nvgpu import cpasync
 
-    from .compile import compile_kernel, fake_source
     from .kernels.tma import matrix_first_view, shared_tile_layout
 
     rank = len(plan.config.shape)

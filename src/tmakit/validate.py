@@ -6,17 +6,19 @@ and then fails, misbehaves or is silently split on the GPU.
 
 from __future__ import annotations
 
-from .config import SWIZZLE_MODES, LoadConfig
+from .config import LoadConfig
 from .errors import TmaConfigError
-
-MAX_RANK = 5  # dimensions a TMA tensor map can have
-MAX_BOX_EXTENT = 256  # elements per box dimension (cuTensorMapEncodeTiled's boxDim limit)
-GLOBAL_STRIDE_ALIGN = 16  # bytes: every global stride but the innermost
-GLOBAL_BASE_ALIGN = 16  # bytes: the tensor's base address
-INNER_BOX_ALIGN = 16  # bytes: the box's innermost extent
-SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request on Hopper (sm_90)
-MBARRIER_BYTES = 8  # one 64-bit mbarrier
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, where the tile-load kernel puts the batch
+from .limits import (
+    GLOBAL_BASE_ALIGN,
+    GLOBAL_STRIDE_ALIGN,
+    INNER_BOX_ALIGN,
+    MAX_BOX_EXTENT,
+    MAX_GRID_Y,
+    MAX_RANK,
+    MBARRIER_BYTES,
+    SMEM_PER_BLOCK,
+    SWIZZLE_MODES,
+)
 
 
 def check_load_config(config: LoadConfig) -> None:

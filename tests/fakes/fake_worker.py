@@ -1,4 +1,4 @@
-"""A stand-in GPU worker for testing tmakit.isolate on a CPU: it answers per the tile shape.
+"""A stand-in GPU worker for testing tmakit.check.isolate on a CPU: it answers per the tile shape.
 
 tile (1, 16): hangs; tile (2, 16): dies after a fatal error; anything else: ok."""
 

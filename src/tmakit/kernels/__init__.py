@@ -1,1 +1,39 @@
-"""CuTe DSL device code: shared TMA helpers (`tma`) and one module per kernel family."""
+"""CuTe DSL device code (importing this package imports the DSL).
+
+The building blocks for your own kernel, one import path:
+
+    from tmakit.kernels import TileRing, tma_load_views, shared_tile_layout, matrix_first_view
+
+- `tma`: the shared device helpers, named after the seed's responsibilities (the layout describes
+  storage, the coordinate tensor picks the transfer origin, partitioning prepares the views, the
+  barrier says when the destination is ready);
+- `ring`: `TileRing`, the N-stage ring's protocol (full/empty barriers, parities, hang guard);
+- one module per kernel family: `tile_load` (the seed's kernel), `pipeline` (load-only, store,
+  row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters).
+"""
+
+from ..plan.ring import GUARD_WORDS
+from .ring import TileRing
+from .tma import (
+    allocate_tile_and_barrier,
+    init_load_barrier,
+    issue_tile_load,
+    matrix_first_view,
+    padded_matrix_view,
+    shared_tile_layout,
+    tile_coordinate,
+    tma_load_views,
+)
+
+__all__ = [
+    "GUARD_WORDS",
+    "TileRing",
+    "allocate_tile_and_barrier",
+    "init_load_barrier",
+    "issue_tile_load",
+    "matrix_first_view",
+    "padded_matrix_view",
+    "shared_tile_layout",
+    "tile_coordinate",
+    "tma_load_views",
+]

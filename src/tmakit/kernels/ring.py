@@ -44,18 +44,13 @@ from cutlass._mlir.dialects import nvvm
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import PipelinePlan
+from ..plan.ring import CONSUMER, GUARD_RECORD, PRODUCER
 from .tma import issue_tile_load, matrix_first_view, shared_tile_layout
 
 # Polls before a guarded wait gives up. Non-blocking `test_wait` polls (a blocking try_wait may
 # suspend for a system-defined time each round, so a count of those bounds nothing): about 0.1-1 s,
 # far past any real wait for one tile.
 GUARD_SPINS = 1 << 22
-# One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
-# at words 0-7, the consumers' at 8-15. Separate, because when a full barrier never completes the
-# producer soon times out too (nobody frees a stage) and would overwrite the root cause.
-GUARD_RECORD = 8
-GUARD_WORDS = 2 * GUARD_RECORD
-PRODUCER, CONSUMER = 0, 1
 
 
 class TileRing:

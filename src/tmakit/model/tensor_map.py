@@ -21,26 +21,25 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..validate import (
+from ..limits import (
+    ELEMENT_SIZES,
     GLOBAL_STRIDE_ALIGN,
     INNER_BOX_ALIGN,
     MAX_BOX_EXTENT,
+    MAX_GLOBAL_EXTENT,
+    MAX_GLOBAL_STRIDE_BYTES,
     MAX_RANK,
     SMEM_PER_BLOCK,
+    SWIZZLE_BITS,
     SWIZZLE_MODES,
+    TMA_COORDINATE_RANGE,
 )
-
-ELEMENT_SIZES = (1, 2, 4, 8)  # bytes; TMA's data types are 8, 16, 32 and 64 bits wide
-_SWIZZLE_BITS = {0: 0, 32: 1, 64: 2, 128: 3}  # the B of Swizzle<B,4,3>
-MAX_GLOBAL_EXTENT = 1 << 32  # cuTensorMapEncodeTiled: globalDim[i] <= 2^32
-MAX_GLOBAL_STRIDE_BYTES = 1 << 40  # cuTensorMapEncodeTiled: globalStrides[i] < 2^40
-_INT32 = (-(1 << 31), (1 << 31) - 1)  # box coordinates are signed 32-bit
 
 
 def swizzle_bits(swizzle_bytes: int) -> int:
     """The B of Swizzle<B,4,3> for a swizzle mode given in bytes (0, 32, 64 or 128)."""
     try:
-        return _SWIZZLE_BITS[swizzle_bytes]
+        return SWIZZLE_BITS[swizzle_bytes]
     except KeyError:
         raise TmaConfigError(
             f"swizzle mode {swizzle_bytes!r} bytes is not one TMA has; use one of {SWIZZLE_MODES}"
@@ -147,7 +146,7 @@ def check_box(
             f"box is {box_bytes} bytes; it must fit a Hopper block's {SMEM_PER_BLOCK} bytes of shared memory"
         )
     for dim, coord in enumerate(box_coords):
-        if not _INT32[0] <= coord <= _INT32[1]:
+        if not TMA_COORDINATE_RANGE[0] <= coord <= TMA_COORDINATE_RANGE[1]:
             raise TmaConfigError(f"box coordinate of dim {dim} is {coord}; coordinates are signed 32-bit")
 
 

@@ -2,7 +2,7 @@
 
 A TMA wait whose bytes never arrive spins forever on the GPU; the only safe response from the
 host is to kill the process that owns the context. The parent feeds configurations one per line
-to `python -m tmakit.isolate`, reads one JSON result per line, and on a timeout kills the worker,
+to `python -m tmakit.check.isolate`, reads one JSON result per line, and on a timeout kills the worker,
 records a hang and starts a fresh worker for the rest.
 """
 
@@ -17,7 +17,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from .config import LoadConfig
+from ..config import LoadConfig
+from .run import check_on_gpu
 
 WORKER_START_SECONDS = 120.0  # importing torch and the DSL, creating the CUDA context
 
@@ -65,11 +66,11 @@ def run_isolated(
     on_result: Callable[[LoadConfig, dict], None] | None = None,
     worker_command: list[str] | None = None,
 ) -> list[dict]:
-    """Check each configuration in a worker process (`python -m tmakit.isolate` unless
+    """Check each configuration in a worker process (`python -m tmakit.check.isolate` unless
     `worker_command` names another); a check over `timeout_seconds` is a hang, and a worker that
     dies (a CUDA fault poisons its context, so the worker exits) is an error; either way the
     next configuration gets a fresh worker."""
-    command = worker_command or [sys.executable, "-m", "tmakit.isolate"]
+    command = worker_command or [sys.executable, "-m", "tmakit.check.isolate"]
     results = []
     worker = None
     for config in configs:
@@ -108,8 +109,6 @@ def run_isolated(
 def _serve() -> None:
     """Worker side: read configurations, check each on the GPU, answer one JSON line each."""
     import torch  # noqa: F401  (create the CUDA context before saying ready)
-
-    from .loads import check_on_gpu
 
     torch.cuda.init()
     print("ready", flush=True)

@@ -1,4 +1,5 @@
-"""Build compiled kernels for sm_90a, with or without a GPU, and keep their PTX.
+"""Build compiled kernels for sm_90a, with or without a GPU, and keep their PTX; the one compile
+cache (in memory for the process, on disk for TVM-FFI functions across processes).
 
 `CUTE_DSL_ARCH` detection calls the driver and silently falls back to sm_100a when there is none,
 so tmakit always names its target: Hopper's sm_90a.
@@ -11,6 +12,7 @@ import hashlib
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,27 @@ class CompiledKernel:
 
     def __call__(self, *args: Any) -> Any:
         return self.function(*args)
+
+
+# (cache key, keep_ptx, tvm_ffi) -> compiled kernel, for the life of the process.
+_COMPILED: dict[tuple, CompiledKernel] = {}
+
+
+def compiled_once(
+    cache_key: tuple, build: Callable[[], tuple], keep_ptx: bool = False, tvm_ffi: bool = False
+) -> CompiledKernel:
+    """The kernel `cache_key` names (a hashable tuple of everything it is built from), compiled
+    once per process: `build()` returns (host function, *example arguments) on a miss, which
+    `compile_kernel` compiles (or, for TVM-FFI, loads from the disk cache)."""
+    key = (cache_key, keep_ptx, tvm_ffi)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        kernel, *example_args = build()
+        compiled = compile_kernel(
+            kernel, *example_args, keep_ptx=keep_ptx, tvm_ffi=tvm_ffi, cache_key=repr(cache_key)
+        )
+        _COMPILED[key] = compiled
+    return compiled
 
 
 def compile_kernel(
@@ -116,7 +139,7 @@ def cache_dir() -> Path | None:
 def _source_fingerprint() -> str:
     """A hash of tmakit's own source: any change to a kernel (or anything else) misses the cache."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.rglob("*.py")):
+    for path in sorted(Path(__file__).parent.parent.rglob("*.py")):  # the whole tmakit package
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -11,28 +11,15 @@ import itertools
 import math
 import random
 
-from .config import DTYPES, SWIZZLE_MODES, LoadConfig
-from .errors import TmaConfigError
-from .plan import LoadPlan
-from .validate import GLOBAL_STRIDE_ALIGN, MAX_BOX_EXTENT
+from ..config import DTYPES, LoadConfig, padded_strides
+from ..errors import TmaConfigError
+from ..limits import BANK_ROW_BYTES, INNER_BOX_ALIGN, MAX_BOX_EXTENT, SWIZZLE_MODES
+from ..plan import LoadPlan
+from ..plan.copy import TRANSPOSE_TILE_BYTES
 
 LAYOUTS = ("row", "col")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 769, 1021, 1531, 2039)
 MAX_ELEMENTS = 3 << 20  # per configuration, so a sweep of hundreds stays fast
-
-
-def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") -> tuple[int, ...]:
-    """Element strides for `shape` with the contiguous dim's pitch rounded up to 16 bytes, so
-    that every outer stride is one TMA accepts (compact where it already is)."""
-    rows, cols = shape[-2:]
-    contiguous_extent = cols if major == "row" else rows
-    pitch_elems = -(-contiguous_extent * itemsize // GLOBAL_STRIDE_ALIGN) * GLOBAL_STRIDE_ALIGN // itemsize
-    strides = [pitch_elems, 1] if major == "row" else [1, pitch_elems]
-    step = pitch_elems * (rows if major == "row" else cols)
-    for extent in reversed(shape[:-2]):
-        strides.insert(0, step)
-        step *= extent
-    return tuple(strides)
 
 
 def _extent(rng: random.Random, tile_extent: int) -> int:
@@ -54,7 +41,7 @@ def random_config(rng: random.Random, dtype: str, swizzle: int, major: str) -> L
         if swizzle:
             inner = swizzle // itemsize  # a swizzled box is exactly one span wide (validate.py)
         else:
-            inner = rng.randrange(16, MAX_BOX_EXTENT * itemsize + 1, 16) // itemsize
+            inner = rng.randrange(INNER_BOX_ALIGN, MAX_BOX_EXTENT * itemsize + 1, INNER_BOX_ALIGN) // itemsize
         outer = rng.choice((1, 2, 8, 16, 32, 64, 128, 256, rng.randint(1, 256)))
         tile = (outer, inner) if major == "row" else (inner, outer)
         rank = rng.choices((2, 3, 4, 5), weights=(6, 2, 1, 1))[0]
@@ -100,10 +87,10 @@ def transpose_configs(count: int, seed: int) -> list[LoadConfig]:
     configs = []
     for dtype, major in cells[:count]:
         itemsize = DTYPES[dtype].nbytes
-        unit = 128 // itemsize
+        unit = BANK_ROW_BYTES // itemsize
         while True:
             extents = [unit * rng.randint(1, MAX_BOX_EXTENT // unit) for _ in range(2)]
-            while extents[0] * extents[1] * itemsize > 32 << 10:
+            while extents[0] * extents[1] * itemsize > TRANSPOSE_TILE_BYTES:
                 halve = rng.randrange(2)
                 extents[halve] = unit * max(1, extents[halve] // unit // 2)
             tile = (extents[0], extents[1])

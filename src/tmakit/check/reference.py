@@ -9,15 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import DTYPES
-from .plan import LoadPlan
-
-RAW_BYTE = DTYPES["uint8"]  # element type of raw shared-memory dumps
+from ..limits import POISON as POISON_SIGNED
+from ..model.tensor_map import swizzled_offset
+from ..plan import LoadPlan
 
 # Input bit patterns keep the bit below the sign clear (for floats: exponent never all ones, so no
 # Inf/NaN that a register move might canonicalise); the poison has it set, so no input equals it.
 _FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF}
-POISON = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF}
+POISON = {bits: POISON_SIGNED & ((1 << bits) - 1) for bits in (8, 16, 32)}  # as unsigned bits
 
 
 _LOW32 = 0xFFFFFFFF
@@ -144,8 +143,6 @@ def expected_shared_bytes(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
     The tile's bytes in its shared layout's order (row-major, or column-major when the rows are
     contiguous), zeros past the tensor's edge, permuted by TMA's swizzle as the CPU model of the
     hardware computes it - never from the kernel's own CuTe layout."""
-    from .model.tensor_map import swizzled_offset
-
     tile_rows, tile_cols = plan.config.tile
     padded = expected_output_bits(plan, input_bits).reshape(
         plan.batch_count, plan.row_blocks, tile_rows, plan.tiles_per_block, tile_cols
@@ -176,7 +173,7 @@ class BytesVerdict:
 
 
 def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> BytesVerdict:
-    """Compare a raw shared-memory dump (`loads.dump_shared_bytes`) with the model, byte for byte."""
+    """Compare a raw shared-memory dump (`run.dump_shared_bytes`) with the model, byte for byte."""
     expected = expected_shared_bytes(plan, make_input_bits(plan))
     wrong = expected != found
     bad = np.flatnonzero(wrong.any(axis=1))

@@ -1,0 +1,356 @@
+"""The timing suites: tmakit's kernels beside torch (and Triton) on the same configuration, same
+run, same timer, every tmakit row verified in that run. `tmakit bench` runs them."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from .. import api
+from ..check.inputs import make_input_tensor
+from ..check.reference import Verdict
+from ..check.run import (
+    first_wrong_tile,
+    signed_bits,
+    verify_multicast_load,
+    verify_pipelined_load,
+    verify_tile_load,
+)
+from ..config import describe_fields, parse_fields
+from ..errors import TmaConfigError
+from ..limits import DEFAULT_SM_COUNT, POISON
+from ..plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from ..plan.copy import copy_tile
+from ..runtime.compile import to_cute_tensor
+from ..runtime.device import current_stream
+from ..runtime.launch import compile_multicast_load, compile_pipelined_load, compile_tile_load, new_guard
+from .baselines import (
+    torch_copy_launches,
+    torch_sum_launches,
+    triton_supports,
+    triton_tma_copy_launches,
+    triton_tma_rowsum_launches,
+)
+from .report import BenchRow
+from .timing import graph_samples_us, stream_samples_us
+
+if TYPE_CHECKING:
+    pass
+
+
+def rotation_buffers(bytes_per_launch: int, l2_bytes: int, hot_l2: bool = False) -> int:
+    """Buffers to rotate over so a pass touches more than 4x the L2 (1 when timing L2-hot)."""
+    if hot_l2:
+        return 1
+    return max(2, 4 * l2_bytes // bytes_per_launch + 1)
+
+
+def rotated_sources(plan: LoadPlan, l2_bytes: int, hot_l2: bool) -> list:
+    """The plan's position-dependent input and copies of it (copies, not views: each buffer must
+    be its own memory for the rotation to defeat the L2), `rotation_buffers` in all."""
+
+    first = make_input_tensor(plan)
+    return [first] + [first.clone() for _ in range(rotation_buffers(plan.tensor_bytes, l2_bytes, hot_l2) - 1)]
+
+
+def bench_size(
+    plan: LoadPlan, l2_bytes: int, hot_l2: bool, samples: int, baselines: bool = True
+) -> list[BenchRow]:
+    """tmakit's load kernel and the baselines on one configuration, verified in the same run."""
+    import torch
+
+    config = plan.config
+    tensor_bytes = plan.tensor_bytes
+    verdict = verify_tile_load(plan)  # the same configuration's output, checked in this run
+    compiled = compile_tile_load(plan, consumer="none")
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
+    cute_sources = [to_cute_tensor(s) for s in sources]
+    row = lambda name, kind, launches, **extra: BenchRow(  # noqa: E731
+        name,
+        kind,
+        tuple(config.shape),
+        config.dtype,
+        tensor_bytes,
+        graph_samples_us(launches, samples),
+        **extra,
+    )
+    rows = [
+        row(
+            "tmakit load",
+            "load",
+            [lambda s=s: compiled(s, s, current_stream()) for s in cute_sources],
+            verified=str(verdict),
+            compile_seconds=compiled.compile_seconds,
+            notes={"rotated_buffers": count, "tile": list(config.tile)},
+        )
+    ]
+    if baselines:
+        rows.append(row("torch copy_", "copy", torch_copy_launches(sources)))
+        rows.append(row("torch sum", "sum", torch_sum_launches(sources)))
+        if triton_supports(config):
+            rows.append(row("triton TMA copy", "copy", triton_tma_copy_launches(sources, config.tile)))
+    del sources, cute_sources
+    torch.cuda.empty_cache()
+    return rows
+
+
+@dataclass(frozen=True)
+class PipelineVariant:
+    """A pipelined kernel to time: `consumer` "none" (load-only) or "rowsum" (load + row sums)."""
+
+    stages: int
+    consumer_warps: int = 1
+    persistent: bool = False
+    consumer: str = "none"
+    prefetch_tiles: int = 0
+    prefetch_descriptor: bool = False
+
+    def pipeline(self, load: LoadPlan, sm_count: int = DEFAULT_SM_COUNT) -> PipelinePlan:
+        """The `PipelinePlan` this variant runs on `load`."""
+        return PipelinePlan(
+            load, self.stages, self.consumer_warps, self.persistent, sm_count,
+            prefetch_tiles=self.prefetch_tiles, prefetch_descriptor=self.prefetch_descriptor,
+        )  # fmt: skip
+
+    @classmethod
+    def parse(cls, text: str) -> PipelineVariant:
+        """ "stages=4,consumer_warps=2,persistent,consumer=rowsum" -> a variant (`config.parse_fields`)."""
+        fields = parse_fields(cls, text, "pipeline variant")
+        if "stages" not in fields:
+            raise TmaConfigError(f"pipeline variant {text!r} names no stages (e.g. stages=4)")
+        return cls(**fields)
+
+    def describe(self) -> str:
+        return describe_fields(self)
+
+    @property
+    def name(self) -> str:
+        grid = ", persistent" if self.persistent else ""
+        what = {"rowsum": "load+rowsum", "copy": "copy"}.get(self.consumer, "load")
+        prefetch = f", prefetch {self.prefetch_tiles}" if self.prefetch_tiles else ""
+        prefetch += ", descriptor prefetch" if self.prefetch_descriptor else ""
+        return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}{prefetch}"
+
+
+def bench_pipelines(
+    plan: LoadPlan, variants: list[PipelineVariant], l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """Pipelined variants on one configuration, each verified in the same run (store-back for
+    load-only variants, torch's row sums for row-sum variants); torch's fp32 row sum beside them."""
+    import torch
+
+    config = plan.config
+    tensor_bytes = plan.tensor_bytes
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
+    guard = to_cute_tensor(new_guard())
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for variant in variants:
+        pipeline = variant.pipeline(plan, sm_count)
+        # Guarded: a schedule bug raises here instead of hanging the timing below.
+        verified = verify_pipelined_load(
+            pipeline, "store" if variant.consumer == "none" else variant.consumer, hang_guard=True
+        )
+        compiled = compile_pipelined_load(pipeline, variant.consumer)
+        make_out = {
+            "rowsum": lambda s, p=pipeline: torch.zeros(p.rowsum_shape, dtype=torch.float32, device="cuda"),
+            "copy": lambda s: torch.empty_like(s),  # a destination per source: the copy writes it
+        }.get(variant.consumer, lambda s: s)
+        outs = [make_out(s) for s in sources]
+        pairs = [(to_cute_tensor(s), to_cute_tensor(o)) for s, o in zip(sources, outs, strict=True)]
+        if variant.consumer == "rowsum":  # the kernel adds into its output: zeroing it is part of the time
+            launches = [
+                lambda p=p, o=o, c=compiled: (o.zero_(), c(p[0], p[1], guard, current_stream()))
+                for p, o in zip(pairs, outs, strict=True)
+            ]
+        else:
+            launches = [lambda p=p, c=compiled: c(p[0], p[1], guard, current_stream()) for p in pairs]
+        rows.append(
+            BenchRow(
+                variant.name,
+                "copy" if variant.consumer == "copy" else "load",
+                tuple(config.shape),
+                config.dtype,
+                tensor_bytes,
+                graph_samples_us(launches, samples),
+                str(verified),
+                compiled.compile_seconds,
+                {
+                    "stages": variant.stages,
+                    "consumer_warps": variant.consumer_warps,
+                    "persistent": variant.persistent,
+                    "grid": pipeline.grid,
+                    "rotated_buffers": count,
+                },
+            )  # fmt: skip
+        )
+    if any(v.consumer == "rowsum" for v in variants):
+        baselines = {"torch row-sum fp32": [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]}
+        if triton_supports(config):
+            baselines["triton TMA row-sum fp32"] = triton_tma_rowsum_launches(sources)
+        for name, launches in baselines.items():
+            rows.append(
+                BenchRow(
+                    name,
+                    "sum",
+                    tuple(config.shape),
+                    config.dtype,
+                    tensor_bytes,
+                    graph_samples_us(launches, samples),
+                )  # fmt: skip
+            )
+    del sources, outs, pairs, launches  # every reference to the buffers, so the cache can free them
+    torch.cuda.empty_cache()
+    return rows
+
+
+# Copies at least this large are also timed eagerly (`stream_samples_us`): long enough that the
+# host's ~6 us per call stays ahead of the GPU.
+STREAM_TIMED_BYTES = 16 * 2**20
+STREAM_TIMED = "[stream]"
+
+
+def bench_copy(
+    plan: LoadPlan, transpose: bool, options: list[CopyOptions], l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """`tmakit.copy_` as a user calls it (TVM-FFI launch, torch's stream), each option verified
+    element for element in the same run (destination poisoned first), beside torch's `copy_` of
+    the same pair. `transpose`: the source is the column-major view `x.t()` of each rotated
+    buffer and the destination row-major - torch's `dst.copy_(x.t())`."""
+    import torch
+
+    config = plan.config
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    if transpose:
+        sources = [s.t() for s in sources]  # column-major views; the buffers stay distinct memory
+    destinations = [torch.empty(s.shape, dtype=s.dtype, device="cuda") for s in sources]
+    bits = signed_bits(sources[0])
+    what = "transpose" if transpose else "copy"
+    shape = tuple(sources[0].shape)
+    rows, eager = [], []  # eager: (graph-timed row, its launches), timed on a stream after the graphs
+    for option in options:
+        bits(destinations[0]).fill_(POISON)  # every element the copy must write
+        knobs = option.changed()
+        start = time.perf_counter()
+        api.copy_(destinations[0], sources[0], **knobs)  # compiles once
+        torch.cuda.synchronize()
+        first_call = time.perf_counter() - start
+        wrong = first_wrong_tile(
+            destinations[0], sources[0], option.tile or copy_tile(config.dtype, transpose)
+        )
+        launches = [
+            lambda s=s, d=d, k=knobs: api.copy_(d, s, **k) for s, d in zip(sources, destinations, strict=True)
+        ]
+        rows.append(
+            BenchRow(
+                f"tmakit.copy_ {what} ({option.describe()})",
+                "copy",
+                shape,
+                config.dtype,
+                plan.tensor_bytes,
+                graph_samples_us(launches, samples),
+                f"ok: every element bit-exact ({sources[0].numel()})" if wrong is None else f"WRONG: {wrong}",
+                first_call,
+                {
+                    "options": option.describe(),
+                    "tile": list(option.tile) if option.tile else "default",
+                    "stages": option.stages,
+                    "rotated_buffers": len(sources),
+                    "transpose": transpose,
+                    "bulk": option.bulk,
+                },
+            )  # fmt: skip
+        )
+        eager.append((rows[-1], launches))
+    name = "torch copy_ (transpose)" if transpose else "torch copy_"
+    torch_launches = [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
+    rows.append(
+        BenchRow(
+            name, "copy", shape, config.dtype, plan.tensor_bytes, graph_samples_us(torch_launches, samples)
+        )
+    )
+    if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, every row
+        for graph_row, timed in [*eager, (rows[-1], torch_launches)]:
+            samples_us = stream_samples_us(timed, samples)
+            rows.append(replace(graph_row, kernel=f"{graph_row.kernel} {STREAM_TIMED}", samples_us=samples_us,
+                                compile_seconds=None))  # fmt: skip
+    del sources, destinations, launches, eager, torch_launches
+    torch.cuda.empty_cache()
+    return rows
+
+
+def bench_multicast(
+    plan: LoadPlan, cluster: tuple[int, int], stages: int, l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """The cluster kernel's loads alone (ring of `stages` per CTA, consumers only wait and
+    release), with multicast and without (each CTA loading every whole tile itself), each first
+    verified with its store-back in the same run. Every CTA of a cluster receives the whole
+    strip, so SMs receive cluster-size x the tensor either way; multicast reads it from L2 once."""
+    import torch
+
+    config = plan.config
+    sources = rotated_sources(plan, l2_bytes, hot_l2)
+    count = len(sources)
+    rows = []
+    for multicast in (True, False):
+        cluster_plan = MulticastPlan(plan, cluster, multicast, stages=max(stages, 2))
+        verdicts = verify_multicast_load(cluster_plan)
+        ok = sum(v.ok for v in verdicts)
+        compiled = compile_multicast_load(cluster_plan, store=False)
+        scratch = torch.empty(cluster_plan.copies_shape, dtype=sources[0].dtype, device="cuda")
+        pairs = [(to_cute_tensor(s), to_cute_tensor(scratch)) for s in sources]  # scratch: never written
+        launches = [lambda p=p, c=compiled: c(p[0], p[1], current_stream()) for p in pairs]
+        what = "multicast" if multicast else "no-multicast"
+        name = f"tmakit {what} {cluster[0]}x{cluster[1]} {cluster_plan.stages}st"
+        rows.append(
+            BenchRow(
+                name,
+                "load",
+                tuple(config.shape),
+                config.dtype,
+                plan.tensor_bytes,
+                graph_samples_us(launches, samples),
+                f"{ok}/{len(verdicts)} CTAs of the cluster hold every tile ({verdicts[0]})",
+                compiled.compile_seconds,
+                {
+                    "cluster": list(cluster),
+                    "stages": cluster_plan.stages,
+                    "multicast": multicast,
+                    "bytes_to_sms": cluster_plan.cluster_size * plan.tensor_bytes,
+                    "rotated_buffers": count,
+                },
+            )  # fmt: skip
+        )
+    del sources, pairs, scratch, launches
+    torch.cuda.empty_cache()
+    return rows
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """What one GPU run of the load experiment found."""
+
+    verdict: Verdict
+    compile_seconds: float
+    kernel_us: list[float]  # load-only kernel, device time per launch (graph replay samples)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.kernel_us)
+
+
+def time_tile_load(plan: LoadPlan) -> list[float]:
+    """Device time of the load-only kernel (microseconds per launch, one sample a graph replay)."""
+    compiled = compile_tile_load(plan, consumer="none")
+    src = to_cute_tensor(make_input_tensor(plan))
+    return graph_samples_us([lambda: compiled(src, src, current_stream())], samples=30)
+
+
+def run_load_on_gpu(plan: LoadPlan) -> LoadRun:
+    compile_seconds = compile_tile_load(plan, consumer="store").compile_seconds
+    verdict = verify_tile_load(plan)
+    return LoadRun(verdict, compile_seconds, time_tile_load(plan))

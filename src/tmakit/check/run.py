@@ -1,0 +1,176 @@
+"""The GPU experiments: run each kernel family on position-hashed inputs and compare what it
+wrote with the reference, every element (and, for tile loads, every shared-memory byte against
+the CPU model). Needs a Hopper GPU and torch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config import DTYPES, RAW_BYTE, dtype_of
+from ..limits import POISON
+from ..plan import LoadPlan, PipelinePlan, copy_destination
+from ..runtime.compile import to_cute_tensor
+from ..runtime.device import current_stream, signed_view_dtype
+from ..runtime.launch import (
+    compile_multicast_load,
+    compile_pipelined_load,
+    compile_tile_load,
+    new_guard,
+    raise_if_timed_out,
+)
+from . import reference
+from .inputs import bits_to_device, device_to_bits, make_input_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+
+def verify_tile_load(plan: LoadPlan, tile_shift: tuple[int, int] = (0, 0)) -> reference.Verdict:
+    """Load every tile on the GPU, store each back to a poisoned output, compare every element's
+    bits on the device (the out-of-bounds part of edge tiles included: it must arrive as zeros)."""
+    import torch
+
+    compiled = compile_tile_load(plan, consumer="store", tile_shift=tile_shift)
+    src = make_input_tensor(plan)
+    bits_type = signed_view_dtype(plan.config.element)
+    out = torch.full(plan.padded_shape, POISON, dtype=bits_type, device="cuda")
+    compiled(to_cute_tensor(src), to_cute_tensor(out.view(src.dtype)), current_stream())
+    return compare_with_input(plan, src, out)
+
+
+def compare_with_input(plan: LoadPlan, src: Any, out: Any) -> reference.Verdict:
+    """Compare a padded store-back `out` with the GPU input `src`, every element's bits, on the
+    device: the input where the tensor is, zeros past its edge (TMA's out-of-bounds fill)."""
+    import torch
+
+    bits_type = signed_view_dtype(plan.config.element)
+    expected = torch.zeros(plan.padded_shape, dtype=bits_type, device="cuda")
+    rows, cols = plan.matrix_shape
+    expected[..., :rows, :cols] = src.view(bits_type)
+    return reference.compare_tiles(plan, expected, out.view(bits_type))
+
+
+def dump_shared_bytes(plan: LoadPlan) -> Any:
+    """The raw shared-memory bytes of every tile load, as TMA placed them (swizzle included):
+    uint8 array (total tile loads, tile bytes), tile loads ordered (batch, row_block, column_tile)."""
+
+    compiled = compile_tile_load(plan, consumer="raw")
+    src = make_input_tensor(plan)
+    poison = np.full((plan.total_tile_loads, plan.expected_tx_bytes), reference.POISON[8], dtype=np.uint8)
+    out = bits_to_device(poison, RAW_BYTE)
+    compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
+    return device_to_bits(out)
+
+
+def check_on_gpu(config: Any) -> dict:
+    """Verify one configuration on the GPU: the logical view (every element, through the
+    swizzled layout) and the physical shared-memory bytes (against the CPU model of TMA).
+    Returns a JSON-ready dict with "status" ok / mismatch."""
+    plan = LoadPlan(config)
+    verdict = verify_tile_load(plan)
+    result = {"status": "ok" if verdict.ok else "mismatch", "logical": str(verdict)}
+    physical = reference.compare_shared_bytes(plan, dump_shared_bytes(plan))
+    result["physical"] = str(physical)
+    if not physical.ok:
+        result["status"] = "mismatch"
+    return result
+
+
+def verify_multicast_load(multicast: Any) -> list[reference.Verdict]:
+    """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
+    the input, every element (so a slice that reached only some CTAs shows up by CTA rank)."""
+    import torch
+
+    plan = multicast.load
+    compiled = compile_multicast_load(multicast)
+    src = make_input_tensor(plan)
+    bits_type = signed_view_dtype(plan.config.element)
+    copies = torch.full(multicast.copies_shape, POISON, dtype=bits_type, device="cuda")
+    compiled(to_cute_tensor(src), to_cute_tensor(copies.view(src.dtype)), current_stream())
+    return [compare_with_input(plan, src, copies[rank]) for rank in range(multicast.cluster_size)]
+
+
+def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs: Any) -> Any:
+    """Launch once on `src` and return the consumer's output (raises TmaHangError if guarded)."""
+    import torch
+
+    plan = pipeline.load
+    compiled = compile_pipelined_load(pipeline, consumer, **knobs)
+    if consumer == "rowsum":
+        out = torch.zeros(pipeline.rowsum_shape, dtype=torch.float32, device="cuda")  # added into
+    elif consumer == "copy":
+        bits = signed_view_dtype(plan.config.element)
+        strides = copy_destination(pipeline).element_strides
+        out = torch.empty_strided(plan.config.shape, strides, dtype=bits, device="cuda")
+        out.fill_(POISON)  # every element the destination has
+        out = out.view(src.dtype)
+    else:
+        bits = signed_view_dtype(plan.config.element)
+        out = torch.full(plan.padded_shape, POISON, dtype=bits, device="cuda").view(src.dtype)
+    guard = new_guard()
+    compiled(to_cute_tensor(src), to_cute_tensor(out), to_cute_tensor(guard), current_stream())
+    torch.cuda.synchronize()
+    if knobs.get("hang_guard"):
+        raise_if_timed_out(guard)
+    return out
+
+
+def verify_pipelined_load(
+    pipeline: PipelinePlan, consumer: str = "store", **knobs: Any
+) -> reference.Verdict | str:
+    """Store-back: every element compared (a `Verdict`). Row sums: every row against torch's
+    row sum of the same tensor in fp64 (a one-line verdict string, "ok ..." or not)."""
+    import torch
+
+    plan = pipeline.load
+    src = make_input_tensor(plan)
+    out = run_pipelined_load(pipeline, consumer, src, **knobs)
+    if consumer == "store":
+        return compare_with_input(plan, src, out)
+    if consumer == "copy":  # the destination padded like a store-back scratch, then the same check
+        bits = signed_view_dtype(plan.config.element)
+        padded = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
+        rows, cols = plan.matrix_shape
+        padded[..., :rows, :cols] = out.view(bits)
+        return compare_with_input(plan, src, padded)
+    rows = plan.matrix_shape[0]
+    found = out[..., :rows].double()
+    expected_sums = src.double().sum(-1)
+    scale = src.double().abs().sum(-1).clamp_min(1.0)
+    relative = (found - expected_sums).abs() / scale
+    error = relative.max().item()
+    if error < 1e-5:
+        return f"ok: {found.numel()} row sums within {error:.1e} of torch (relative to sum |x|)"
+    first = [int(i) for i in torch.nonzero(relative >= 1e-5)[0]]
+    return (
+        f"WRONG: row sums off by up to {error:.1e} (relative to sum |x|); first wrong row {first}, "
+        f"row block {first[-1] // plan.config.tile[0]}: {found[tuple(first)].item()} vs "
+        f"{expected_sums[tuple(first)].item()}"
+    )
+
+
+def first_wrong_tile(found: torch.Tensor, expected: torch.Tensor, tile: tuple[int, int]) -> str | None:
+    """None when `found` equals `expected` bit for bit; else the first wrong element and its tile
+    (batch..., row block, column tile)."""
+    import torch
+
+    bits = signed_bits(found)
+    wrong = bits(found) != bits(expected)
+    if not bool(wrong.any()):
+        return None
+    index = [int(i) for i in torch.nonzero(wrong)[0]]
+    *batch, row, col = index
+    return (
+        f"{int(wrong.sum())} wrong elements; first at {tuple(index)}, tile "
+        f"{(*batch, row // tile[0], col // tile[1])}: "
+        f"{found[tuple(index)].item()} vs {expected[tuple(index)].item()}"
+    )
+
+
+def signed_bits(tensor: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A view of a tensor's raw bits as the signed integer type of its width (exact compares)."""
+    bits_dtype = signed_view_dtype(DTYPES[dtype_of(tensor.dtype)])
+    return lambda t: t.view(bits_dtype)

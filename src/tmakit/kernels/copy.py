@@ -1,0 +1,324 @@
+"""Copies through the ring: TMA loads into shared memory, TMA stores out of it.
+
+- `CopyKernel`: a TMA store of each stage to the same tile of the destination (shared to global,
+  `CopyBulkTensorTileS2GOp`). `PipelinePlan.stores_in_flight` stores stay in flight, a stage being
+  released once its store has *read* it (bulk-group commit + wait with read=True, that many steps
+  late), and the kernel waits for the reads before it exits. The tile was written by TMA (the
+  async proxy) and is read by TMA, so no proxy fence is needed.
+  With `PipelinePlan.transpose` (a layout-changing copy, e.g. column-major into row-major) the
+  consumer warps first transpose the stage into one of two staging tiles stored the other way
+  round (16-byte reads and writes, bank-conflict free: `TransposeMapping`), release the stage,
+  fence their writes to the async proxy, meet at a named barrier, and one thread TMA-stores the
+  staging tile; a staging tile is rewritten only after its store has read it.
+- `BulkCopyKernel` (`PipelinePlan.bulk`): each tile is one contiguous run loaded and stored by
+  non-tensor bulk copies (`cp.async.bulk`, address + byte count, no tensor map); the last run may
+  be shorter, and its barrier expects exactly its bytes (nothing is zero-filled). 4.8.1's
+  `CopyBulk*Op` atoms fix the byte count at compile time, hence the wrappers of
+  `cutlass.experimental.primitives`.
+
+Both can view compact tensors of another shape as the plan's compact matrix (`as_rows`): a copy
+run over rows of 256 elements whatever the tensor's shape.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
+
+from ..limits import WARP_THREADS
+from ..plan import PipelinePlan
+from .pipeline import TmaRingKernel
+from .tma import matrix_first_view, shared_tile_layout
+
+__all__ = ["BulkCopyKernel", "CopyKernel"]
+
+
+class _CopyCommon:
+    """What both copies share: the rows view of compact tensors, and the end of the stores."""
+
+    def rows_views(self, src: cute.Tensor, dst: cute.Tensor):
+        """With `as_rows`, the tensors' memory viewed as the plan's compact matrix."""
+        if cutlass.const_expr(self.as_rows):
+            config = self.plan.config
+            rows_layout = cute.make_layout(config.shape, stride=config.element_strides)
+            return cute.make_tensor(src.iterator, rows_layout), cute.make_tensor(dst.iterator, rows_layout)
+        return src, dst
+
+    @cute.jit
+    def release_after_stores(self, empty, tiles, late, failed):
+        """Before the block exits (and its shared memory goes), every store must have read its
+        stage; then the stages not yet released are. The writes complete before the grid does."""
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+        for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
+            if step >= 0:
+                self.ring.release(empty, step % self.pipeline.stages, failed)
+
+
+class CopyKernel(TmaRingKernel, _CopyCommon):
+    """A copy by TMA loads and TMA stores, transposing each stage when the layouts differ."""
+
+    def __init__(
+        self,
+        pipeline: PipelinePlan,
+        hang_guard: bool = False,
+        expect_extra_bytes: int = 0,
+        freeze_parity: bool = False,
+        as_rows: bool = False,
+    ):
+        super().__init__(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        self.as_rows = as_rows
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
+        """`dst`: the destination, `src`'s shape; `guard`: GUARD_WORDS int32 zeros."""
+        plan, pipeline = self.plan, self.pipeline
+        src, dst = self.rows_views(src, dst)
+        load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
+        store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
+        if cutlass.const_expr(pipeline.transpose):
+            store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
+        store_atom, out_view = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            matrix_first_view(dst, len(plan.config.shape)),
+            store_layout,
+            plan.config.tile,
+        )
+        self.launch(
+            self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout),
+            stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        load_atom: cute.CopyAtom,
+        coordinate_view: cute.Tensor,
+        store_atom: cute.CopyAtom,
+        out_view: cute.Tensor,
+        guard: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+        store_layout: cute.ComposedLayout,
+    ):
+        warp, block, ring, full, empty, tiles = self.begin(shared_layout)
+        if warp == 0:
+            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
+        elif cutlass.const_expr(self.pipeline.transpose):
+            self.consume_transposing(
+                ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, warp - 1
+            )
+        else:
+            self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
+
+    @cute.jit
+    def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
+        """The consumer warp: wait for a full stage, TMA-store it (one thread), release each stage
+        once its store has read it."""
+        pipeline = self.pipeline
+        failed = cutlass.Boolean(False)
+        late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
+        self.prefetch_store_descriptor(store_atom, consumer)
+        for step in cutlass.range(tiles, unroll=1):
+            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
+            tile = ring[None, None, stage]
+            if consumer == 0:  # one warp stores
+                destination_part, shared_part = self.tile_views(store_atom, out_view, tile, block, step)
+                # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
+                # would each store the tile): one thread issues, commits and waits.
+                with cute.arch.elect_one():
+                    self.store(store_atom, shared_part, destination_part)
+                    cute.arch.cp_async_bulk_commit_group()
+                    # Every store but the newest `late` has read its stage (writes may be in flight).
+                    cute.arch.cp_async_bulk_wait_group(late, read=True)
+            if step >= late:  # the stage whose store is now known to have read it
+                self.ring.release(empty, (step - late) % pipeline.stages, failed)
+        self.release_after_stores(empty, tiles, late, failed)
+
+    @cute.jit
+    def prefetch_store_descriptor(self, store_atom, consumer):
+        """The storing warp fetches the store's tensor map while the first load is in flight, so
+        that the first store (a small copy's only one) does not wait for it."""
+        if consumer == 0:
+            with cute.arch.elect_one():
+                cpasync.prefetch_descriptor(store_atom)
+
+    @cute.jit
+    def store(self, store_atom, shared_part, destination_part):
+        """One thread's TMA store of a tile from shared memory (with `PipelinePlan.store_policy`'s
+        L2 hint, if any)."""
+        policy = self.pipeline.store_policy
+        if cutlass.const_expr(policy is not None):
+            cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(policy))
+        else:
+            cute.copy(store_atom, shared_part, destination_part)
+
+    @cute.jit
+    def consume_transposing(
+        self, ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, consumer
+    ):
+        """A consumer warp of a layout-changing copy: per stage, transpose its share of the blocks
+        into staging tile `step % 2`, release the stage, fence the writes to the async proxy (TMA
+        reads them), meet the other consumer warps at named barrier 1, and (warp 0, one thread)
+        TMA-store the staging tile. Before the barrier that thread waits until the previous
+        store has read the other staging tile, so after it every thread may overwrite that one."""
+        pipeline = self.pipeline
+        source, staging, staging_tiles = self.staging_views(ring, store_layout)
+        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
+        failed = cutlass.Boolean(False)
+        self.prefetch_store_descriptor(store_atom, consumer)
+        for step in cutlass.range(tiles, unroll=1):
+            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
+            buffer = step % 2
+            self.transpose_stage(source, stage, staging, buffer, thread)
+            self.ring.release(empty, stage, failed)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            if consumer == 0:
+                with cute.arch.elect_one():
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=1, number_of_threads=WARP_THREADS * pipeline.consumer_warps)
+            if consumer == 0:
+                destination_part, shared_part = self.tile_views(
+                    store_atom, out_view, staging_tiles[None, None, buffer], block, step
+                )
+                with cute.arch.elect_one():
+                    self.store(store_atom, shared_part, destination_part)
+                    cute.arch.cp_async_bulk_commit_group()
+        if consumer == 0:
+            with cute.arch.elect_one():
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
+
+    def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
+        """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,
+        (vector, chunk, row, buffer); staging tiles as the store sees them, (rows, cols, buffer)).
+        The staging tiles start `PipelinePlan.staging_offset` bytes into shared memory."""
+        pipeline = self.pipeline
+        mapping = pipeline.transpose_mapping
+        vector, source_rows = mapping.vector, mapping.source_rows
+        source_width = mapping.source_chunks * vector
+        base = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)
+        staging_base = base + pipeline.staging_offset // self.plan.config.element.nbytes
+        source = cute.make_tensor(
+            base,
+            cute.make_layout(
+                (vector, mapping.source_chunks, source_rows, pipeline.stages),
+                stride=(1, vector, source_width, pipeline.stage_elements),
+            ),
+        )
+        staging = cute.make_tensor(
+            staging_base,
+            cute.make_layout(
+                (vector, mapping.row_blocks, source_width, 2),
+                stride=(1, vector, source_rows, pipeline.stage_elements),
+            ),
+        )
+        outer = store_layout.outer
+        staging_tiles = cute.make_tensor(
+            staging_base,
+            cute.make_layout((*outer.shape, 2), stride=(*outer.stride, pipeline.stage_elements)),
+        )
+        return source, staging, staging_tiles
+
+    @cute.jit
+    def transpose_stage(self, source, stage, staging, buffer, thread):
+        """This thread's blocks of the stage into the staging tile: `vector` 16-byte reads of
+        one chunk of consecutive source rows, `vector` 16-byte writes of one chunk of
+        consecutive staging rows, the block transposed in registers in between."""
+        mapping = self.pipeline.transpose_mapping
+        vector = mapping.vector
+        block_registers = cute.make_rmem_tensor((vector, vector), self.ring.element_type)
+        for k in cutlass.range_constexpr(mapping.passes):
+            index = thread + k * mapping.threads
+            if index < mapping.blocks:
+                row_block, chunk = mapping.block(index)
+                for i in cutlass.range_constexpr(vector):
+                    block_registers[None, i].store(source[None, chunk, row_block * vector + i, stage].load())
+                for j in cutlass.range_constexpr(vector):
+                    staging[None, row_block, chunk * vector + j, buffer].store(
+                        block_registers[j, None].load()
+                    )
+
+
+class BulkCopyKernel(TmaRingKernel, _CopyCommon):
+    """A compact copy as contiguous runs: non-tensor bulk copies in and out, no tensor maps."""
+
+    def __init__(self, pipeline: PipelinePlan, hang_guard: bool = False, as_rows: bool = False):
+        super().__init__(pipeline, hang_guard)
+        self.as_rows = as_rows
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
+        """`dst`: the destination, `src`'s shape; `guard`: GUARD_WORDS int32 zeros."""
+        src, dst = self.rows_views(src, dst)
+        self.launch(self.kernel(src, dst, guard, shared_tile_layout(self.plan.config.tile)), stream)
+
+    @cute.kernel
+    def kernel(
+        self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, shared_layout: cute.ComposedLayout
+    ):
+        warp, block, ring, full, empty, tiles = self.begin(shared_layout)
+        if warp == 0:
+            self.produce(src, ring, full, empty, guard, block, tiles)
+        else:
+            self.consume(ring, full, empty, dst, guard, block, tiles, warp - 1)
+
+    @cute.jit
+    def produce(self, src, ring, full, empty, guard, block, tiles):
+        """The producer warp: wait for a free stage, then load the next run into it."""
+        pipeline = self.pipeline
+        failed = cutlass.Boolean(False)
+        for step in cutlass.range(tiles, unroll=1):
+            stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
+            _, row_block, _ = pipeline.tile_of(block, step)
+            self.load_run(src, ring, full, stage, row_block, failed)
+
+    @cute.jit
+    def consume(self, ring, full, empty, dst, guard, block, tiles, consumer):
+        """The consumer warp: wait for a full stage, bulk-store its run (one thread), release each
+        stage once its store has read it."""
+        pipeline = self.pipeline
+        failed = cutlass.Boolean(False)
+        late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
+        for step in cutlass.range(tiles, unroll=1):
+            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
+            _, row_block, _ = pipeline.tile_of(block, step)
+            if consumer == 0:  # one warp stores
+                destination, staged, size = self.run_of(dst, ring, stage, row_block)
+                with cute.arch.elect_one():  # the DSL elects no thread for bulk copies
+                    prims.cp_async_bulk_global_shared_cta(
+                        destination, staged, size, l2_cache_hint=pipeline.store_policy
+                    )
+                    cute.arch.cp_async_bulk_commit_group()
+                    # Every store but the newest `late` has read its stage (writes may be in flight).
+                    cute.arch.cp_async_bulk_wait_group(late, read=True)
+            if step >= late:  # the stage whose store is now known to have read it
+                self.ring.release(empty, (step - late) % pipeline.stages, failed)
+        self.release_after_stores(empty, tiles, late, failed)
+
+    @cute.jit
+    def run_of(self, tensor, ring, stage, row_block):
+        """A bulk copy's tile `row_block`: (its address in `tensor`, its stage's shared address,
+        its bytes: a whole tile's, or the rows left over for the last)."""
+        tile_bytes, last_bytes = self.pipeline.bulk_tile_bytes
+        size = cutlass.Int32(tile_bytes)
+        if cutlass.const_expr(last_bytes != tile_bytes):
+            if row_block == self.plan.row_blocks - 1:
+                size = cutlass.Int32(last_bytes)
+        # 64-bit: a 2 GiB tensor of bytes has 2**31 elements.
+        address = tensor.iterator + cutlass.Int64(row_block) * (tile_bytes // self.plan.config.element.nbytes)
+        stages = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)  # unswizzled: as stored
+        staged = stages + stage * self.pipeline.stage_elements
+        return address, staged, size
+
+    @cute.jit
+    def load_run(self, src, ring, full, stage, row_block, failed):
+        """Producer of a bulk copy: one thread declares the run's bytes on the stage's full
+        barrier and starts its bulk copy into the stage (the DSL elects no thread for these)."""
+        if not failed:
+            address, staged, size = self.run_of(src, ring, stage, row_block)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(full + stage, size)
+                prims.cp_async_bulk_shared_cluster_global(
+                    staged, address, full + stage, size, l2_cache_hint=self.pipeline.load_policy
+                )

@@ -1,0 +1,52 @@
+"""Every hardware and TMA number tmakit relies on, once, with where it comes from. Pure Python.
+
+The plans, the validation, the CPU model, the kernels and the benchmarks read these names; none
+of them writes the number again.
+"""
+
+from __future__ import annotations
+
+# -- TMA tensor maps (cuTensorMapEncodeTiled's limits; PTX ISA, cp.async.bulk.tensor) ----------
+MAX_RANK = 5  # dimensions a TMA tensor map can have
+ELEMENT_SIZES = (1, 2, 4, 8)  # bytes; TMA's data types are 8, 16, 32 and 64 bits wide
+MAX_GLOBAL_EXTENT = 1 << 32  # globalDim[i] <= 2^32
+MAX_GLOBAL_STRIDE_BYTES = 1 << 40  # globalStrides[i] < 2^40
+TMA_COORDINATE_RANGE = (-(1 << 31), (1 << 31) - 1)  # box coordinates are signed 32-bit
+MAX_BOX_EXTENT = 256  # elements per box dimension (boxDim); the DSL would split a larger tile silently
+GLOBAL_STRIDE_ALIGN = 16  # bytes: every global stride but the innermost
+GLOBAL_BASE_ALIGN = 16  # bytes: the tensor's base address
+INNER_BOX_ALIGN = 16  # bytes: the box's innermost extent
+SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 is no swizzle (the seed's identity Swizzle(0,4,3))
+# B of CuTe's Swizzle(B, 4, 3) on byte addresses for each TMA swizzle mode.
+SWIZZLE_BITS = {0: 0, 32: 1, 64: 2, 128: 3}
+SHARED_TILE_ALIGN = 128  # bytes: a TMA shared-memory destination
+SWIZZLED_TILE_ALIGN = 1024  # bytes: a swizzled one (the pattern repeats every 1024 bytes)
+STAGING_TILE_ALIGN = 1024  # bytes: a transposing copy's staging tiles, which TMA stores read
+VECTOR_BYTES = 16  # one 16-byte shared-memory access: the chunk the consumer mappings move
+BANK_ROW_BYTES = 128  # 32 banks x 4 bytes: rows a multiple of this long all start in bank 0
+
+# -- a Hopper (sm_90) block and grid (CUDA's launch limits) ---------------------------------------
+WARP_THREADS = 32
+SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request
+MBARRIER_BYTES = 8  # one 64-bit mbarrier
+MAX_CONSUMER_WARPS = 31  # a block of at most 1024 threads: one producer warp + 31
+MAX_GRID_Y = 65535  # gridDim.y, where the tile-load kernel puts the batch
+
+# -- L2 cache policies for TMA's `.L2::cache_hint` (CUTLASS's `TMA::CacheHintSm90`) --------------
+L2_HINTS = {
+    "none": None,
+    "evict_first": 0x12F0000000000000,
+    "evict_normal": 0x1000000000000000,
+    "evict_last": 0x14F0000000000000,
+}
+
+# -- the card tmakit is measured on (used where no GPU reports its own) --------------------------
+DEFAULT_SM_COUNT = 132  # H200
+DEFAULT_L2_BYTES = 60 * 1024 * 1024  # H200
+# Datasheet DRAM bandwidth in bytes/s, by a substring of the device name.
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12, "H100 SXM": 3.35e12}
+
+# -- verification ---------------------------------------------------------------------------------
+# Outputs are filled with every bit set before a kernel runs: -1 as a signed integer of any width.
+# Position-hashed inputs keep the bit below the sign clear, so no input value equals the poison.
+POISON = -1

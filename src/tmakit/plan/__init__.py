@@ -1,0 +1,28 @@
+"""The arithmetic of every kernel, once: frozen plans the kernels, the CPU model, `explain` and
+the tests read, never recompute. Pure Python (no torch, no DSL).
+
+- `load`: `LoadPlan`, the seed's decomposition (grid, tiles per block, bytes per phase);
+- `ring`: `PipelinePlan`, an N-stage ring (stages, parities, the persistent grid's tile order);
+- `mappings`: how consumer threads split a tile (row sums, the transposing copy);
+- `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check;
+- `multicast`: `MulticastPlan`, clusters whose CTAs share every tile.
+"""
+
+from .copy import CopyOptions, copy_destination
+from .load import LoadPlan, ceil_div
+from .mappings import RowSumMapping, TransposeMapping
+from .multicast import CLUSTER_SHAPES, MulticastPlan
+from .ring import TILE_ORDERS, PipelinePlan
+
+__all__ = [
+    "CLUSTER_SHAPES",
+    "TILE_ORDERS",
+    "CopyOptions",
+    "LoadPlan",
+    "MulticastPlan",
+    "PipelinePlan",
+    "RowSumMapping",
+    "TransposeMapping",
+    "ceil_div",
+    "copy_destination",
+]

@@ -1,0 +1,180 @@
+"""`tmakit.copy_`'s options and how a copy is planned: the one place for every copy option's name,
+default and check. Pure Python.
+
+`CopyOptions` is what a user (or `tmakit bench --copy name=value,...`) may set; a field left None
+takes the default chosen here from the tensors and the device. Adding an option is a field here
+plus its use in `CopyOptions.pipeline` and the kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..config import DTYPES, LoadConfig, describe_fields, padded_strides, parse_fields
+from ..errors import TmaConfigError
+from ..limits import MAX_BOX_EXTENT
+from .load import LoadPlan
+from .ring import PipelinePlan
+
+# The defaults, as measured on the H200 (docs/results.md): 16 rows of 512 bytes for a copy of
+# one layout (8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB but for 16 MiB); 32 KiB tiles for a
+# layout-changing copy, 128 x 128 for 2-byte types; about 64 KiB of loads in flight per block,
+# at least 4 stages (8 stages of 8 KiB beat 16).
+COPY_TILE_ROWS = 16
+COPY_TILE_ROW_BYTES = 512
+TRANSPOSE_TILE_BYTES = 32 * 1024
+BYTES_IN_FLIGHT = 64 * 1024
+MIN_STAGES = 4
+MIN_STORES_IN_FLIGHT = 2
+TRANSPOSE_CONSUMER_WARPS = 4
+# A compact copy's rows view: tiles of 32 KiB while that leaves at least 4 tiles per SM, else
+# halved down to 4 KiB, so that small copies still reach every SM.
+ROWS_VIEW_TILE_BYTES = 32 * 1024
+ROWS_VIEW_MIN_TILE_BYTES = 4 * 1024
+ROWS_VIEW_TILES_PER_SM = 4
+
+
+def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
+    """The copy's default tile for a strided tensor (the box limit caps the columns)."""
+    nbytes = DTYPES[dtype_name].nbytes
+    if transpose:
+        rows = 128 if nbytes <= 2 else 64
+        return rows, min(MAX_BOX_EXTENT, TRANSPOSE_TILE_BYTES // (rows * nbytes))
+    return COPY_TILE_ROWS, min(MAX_BOX_EXTENT, COPY_TILE_ROW_BYTES // nbytes)
+
+
+def rows_view_tile(rows: int, width: int, nbytes: int, sm_count: int) -> tuple[int, int]:
+    """The tile of a compact copy's rows view; each tile is one contiguous run of memory."""
+    tile_rows = max(1, ROWS_VIEW_TILE_BYTES // (width * nbytes))
+    while (
+        tile_rows * width * nbytes > ROWS_VIEW_MIN_TILE_BYTES
+        and -(-rows // tile_rows) < ROWS_VIEW_TILES_PER_SM * sm_count
+    ):
+        tile_rows //= 2
+    return min(tile_rows, MAX_BOX_EXTENT, rows), width
+
+
+def copy_stages(tile_bytes: int) -> int:
+    """Default ring depth: about `BYTES_IN_FLIGHT` of loads in flight per block."""
+    return max(MIN_STAGES, BYTES_IN_FLIGHT // tile_bytes)
+
+
+@dataclass(frozen=True)
+class CopyOptions:
+    """How `tmakit.copy_` copies; None (or the default) lets tmakit choose.
+
+    - `tile`: (rows, columns) of each TMA box (default `copy_tile`; with `as_rows`/`bulk`, a tile
+      of the rows view, `rows_view_tile`);
+    - `stages`: the ring's depth (default `copy_stages`, capped by shared memory);
+    - `store_depth`: TMA stores in flight per block (default half the stages, at least 2);
+    - `blocks_per_sm`: blocks of the persistent grid per SM;
+    - `as_rows`: compact tensors copied as rows of their memory (`config.rows_view`), every tile
+      one contiguous run whatever the tensor's shape;
+    - `evict_first`: loads and stores hint L2 to evict their lines first (default: when source
+      and destination together fit in L2);
+    - `pdl`: programmatic dependent launch (the copy may start while the previous kernel on the
+      stream ends, and waits for it before touching memory);
+    - `load_hint`, `store_hint`: one side's L2 hint (a `limits.L2_HINTS` name), overriding
+      `evict_first` there;
+    - `tile_order`: the persistent grid's walk, one of `TILE_ORDERS`;
+    - `bulk`: compact tensors of one layout copied as contiguous runs with non-tensor bulk copies
+      (`cp.async.bulk`, by address and byte count, no tensor maps).
+    The defaults are what measured fastest on the H200; docs/results.md has what the others cost.
+    """
+
+    tile: tuple[int, int] | None = None
+    stages: int | None = None
+    store_depth: int | None = None
+    blocks_per_sm: int = 1
+    as_rows: bool = False
+    evict_first: bool | None = None
+    pdl: bool = True
+    load_hint: str | None = None
+    store_hint: str | None = None
+    tile_order: str = "interleaved"
+    bulk: bool = False
+
+    def __post_init__(self) -> None:
+        # The values are checked where they are used (`PipelinePlan`), before anything compiles.
+        if self.tile is not None:
+            object.__setattr__(self, "tile", tuple(self.tile))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls, **fields: object) -> CopyOptions:
+        """`CopyOptions(**fields)`, an unknown name refused with TmaConfigError naming the known ones."""
+        unknown = sorted(set(fields) - set(cls.names()))
+        if unknown:
+            raise TmaConfigError(
+                f"unknown copy option {', '.join(unknown)}; tmakit.CopyOptions has {', '.join(cls.names())}"
+            )
+        return cls(**fields)
+
+    @classmethod
+    def parse(cls, text: str) -> CopyOptions:
+        """ "tile=16x256,stages=8,bulk=true" -> CopyOptions; "default" (or "") for all defaults
+        (`config.parse_fields`: ROWSxCOLS for the tile, integers, true/false, names, default)."""
+        return cls.of(**parse_fields(cls, text, "copy option"))
+
+    def describe(self) -> str:
+        """The options that differ from the defaults, as `parse` reads them ("default" if none)."""
+        return describe_fields(self)
+
+    def changed(self) -> dict[str, object]:
+        """The options that differ from the defaults, as `tmakit.copy_`'s keyword arguments."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != field.default
+        }
+
+    # -- planning ------------------------------------------------------------------------------
+    def default_tile(
+        self, dtype_name: str, transpose: bool, rows_view: tuple[int, int] | None, sm_count: int
+    ):
+        """The tile this copy uses: the one asked for, else the default for its kind."""
+        if self.tile is not None:
+            return self.tile
+        if rows_view is not None:
+            return rows_view_tile(*rows_view, DTYPES[dtype_name].nbytes, sm_count)
+        return copy_tile(dtype_name, transpose)
+
+    def pipeline(self, load: LoadPlan, transpose: bool, sm_count: int, fits_l2: bool) -> PipelinePlan:
+        """The persistent ring that runs this copy of `load`'s tensor (`fits_l2`: source and
+        destination together fit in the L2, where evict-first hints were faster)."""
+        stages = self.stages
+        if stages is None:
+            deepest = PipelinePlan(load, 1, transpose=transpose).max_stages
+            stages = min(copy_stages(math.prod(load.config.tile) * load.config.element.nbytes), deepest)
+        return PipelinePlan(
+            load,
+            stages=stages,
+            consumer_warps=TRANSPOSE_CONSUMER_WARPS if transpose else 1,
+            persistent=True,
+            sm_count=sm_count,
+            blocks_per_sm=self.blocks_per_sm,
+            transpose=transpose,
+            store_depth=self.store_depth or max(MIN_STORES_IN_FLIGHT, stages // 2),
+            evict_first=fits_l2 if self.evict_first is None else self.evict_first,
+            pdl=self.pdl,
+            load_hint=self.load_hint,
+            store_hint=self.store_hint,
+            tile_order=self.tile_order,
+            bulk=self.bulk,
+        )
+
+
+def copy_destination(pipeline: PipelinePlan) -> LoadConfig:
+    """The default destination of a copy: the source's layout, or with `pipeline.transpose` the
+    same shape stored with the other contiguous mode (pitch padded to 16 bytes)."""
+    config = pipeline.load.config
+    if not pipeline.transpose:
+        return config
+    major = "row" if pipeline.load.rows_contiguous else "col"
+    strides = padded_strides(config.shape, config.element.nbytes, major)
+    return LoadConfig(config.shape, config.dtype, config.tile, 0, major, strides)

@@ -1,0 +1,192 @@
+"""The seed's arithmetic for any configuration: the single source of every number. Pure Python.
+
+The kernel launch, `tmakit plan`, the verifier and the tests all read grid, tile bytes and
+shared-memory size from a `LoadPlan`; none of them recomputes it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..config import LoadConfig
+from ..limits import MBARRIER_BYTES, SHARED_TILE_ALIGN, SWIZZLE_BITS, SWIZZLED_TILE_ALIGN, WARP_THREADS
+from ..validate import check_load_config
+
+
+def ceil_div(a, b):
+    """Ceiling of a / b for a >= 0, b > 0; plain `//`, `+`, `-`, so it also runs on the DSL's
+    device integers (whose `//` truncates, which is the floor for non-negative operands)."""
+    return (a + b - 1) // b
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows of each
+    matrix, loading that strip's column tiles one after another into one shared tile."""
+
+    config: LoadConfig
+
+    def __post_init__(self) -> None:
+        check_load_config(self.config)
+
+    @property
+    def threads_per_block(self) -> int:
+        return WARP_THREADS  # one warp, as in the seed
+
+    # -- the decomposition ------------------------------------------------------------------
+    @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """(rows, columns): the last two dims, which the tile covers."""
+        rows, cols = self.config.shape[-2:]
+        return rows, cols
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Leading dims; each index is a separate matrix with its own blocks."""
+        return tuple(self.config.shape[:-2])
+
+    @property
+    def batch_count(self) -> int:
+        return math.prod(self.batch_shape)
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of the tensor's elements (padding between rows not counted): what a load reads."""
+        return math.prod(self.config.shape) * self.config.element.nbytes
+
+    @property
+    def row_blocks(self) -> int:
+        """Strips of rows per matrix (ceiling: a partial strip still gets a block)."""
+        return ceil_div(self.matrix_shape[0], self.config.tile[0])
+
+    @property
+    def grid(self) -> int:
+        """Blocks launched: one per strip of rows of each matrix in the batch."""
+        return self.row_blocks * self.batch_count
+
+    @property
+    def tiles_per_block(self) -> int:
+        """Column tiles each block loads in sequence."""
+        return ceil_div(self.matrix_shape[1], self.config.tile[1])
+
+    @property
+    def total_tile_loads(self) -> int:
+        return self.grid * self.tiles_per_block
+
+    @property
+    def has_partial_tiles(self) -> bool:
+        rows, cols = self.matrix_shape
+        return rows % self.config.tile[0] != 0 or cols % self.config.tile[1] != 0
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        """The extent covered by whole tiles; the verifying kernel's scratch output has this
+        shape (row-major, compact, whatever the input's layout)."""
+        return (
+            *self.batch_shape,
+            self.row_blocks * self.config.tile[0],
+            self.tiles_per_block * self.config.tile[1],
+        )
+
+    @property
+    def rows_contiguous(self) -> bool:
+        """True when the rows dim has stride 1 (a column-major matrix, e.g. a transposed view):
+        the shared tile is then column-major too, so TMA's inner box dim is the rows."""
+        return self.config.contiguous_dim == "rows"
+
+    def tile_origin(self, row_block: int, column_tile: int) -> tuple[int, int]:
+        """Element coordinates of the tile's first element: (64, 512) for tile (1, 2) of the seed."""
+        return (row_block * self.config.tile[0], column_tile * self.config.tile[1])
+
+    # -- bytes ----------------------------------------------------------------------------------
+    @property
+    def expected_tx_bytes(self) -> int:
+        """Bytes the barrier expects per phase: the whole box, even for a partial edge tile
+        (TMA zero-fills the out-of-bounds part and still counts it). The barrier's own 8 bytes
+        are storage, not transferred data, so they are not part of the transaction."""
+        tile_rows, tile_cols = self.config.tile
+        return tile_rows * tile_cols * self.config.element.nbytes
+
+    @property
+    def barrier_bytes(self) -> int:
+        return MBARRIER_BYTES
+
+    @property
+    def swizzle_bits(self) -> int:
+        """B of CuTe's Swizzle(B, 4, 3) on byte addresses: 0 (none), 1 (32B), 2 (64B), 3 (128B)."""
+        return SWIZZLE_BITS[self.config.swizzle]
+
+    @property
+    def tile_alignment(self) -> int:
+        """Byte alignment of the shared tile: TMA destinations need 128, swizzled ones 1024
+        (the swizzle pattern is a function of the address bits up to 1024)."""
+        return SWIZZLED_TILE_ALIGN if self.config.swizzle else SHARED_TILE_ALIGN
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory the launch requests: the tile at offset 0 of the dynamic shared memory
+        (which the DSL aligns to 1024 bytes, so no padding precedes it), then the 8-byte barrier
+        (tile sizes are multiples of 16, so none follows it either). 32776 for the seed."""
+        return self.expected_tx_bytes + self.barrier_bytes
+
+    def phase_parity(self, column_tile: int) -> int:
+        """The parity a block waits on for its `column_tile`-th load: 0, 1, 0, 1, ..."""
+        return column_tile % 2
+
+    # -- text -------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        cfg = self.config
+        layout = "column-major" if self.rows_contiguous else "row-major"
+        shape = " x ".join(map(str, cfg.shape))
+        lines = [
+            f"tensor            {shape} {cfg.dtype}, {layout}, strides {cfg.element_strides} "
+            f"({self.tensor_bytes} bytes)",
+            f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes), "
+            + (f"{cfg.swizzle}B swizzle" if cfg.swizzle else "no swizzle (Swizzle(0,4,3))"),
+            f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)"
+            + (f" = {self.row_blocks} row blocks x {self.batch_count} batch" if self.batch_shape else ""),
+            f"tiles per block   {self.tiles_per_block}",
+            f"total tile loads  {self.total_tile_loads}",
+            f"shared memory     {self.smem_bytes} bytes requested "
+            f"(tile {self.expected_tx_bytes} + barrier {self.barrier_bytes})",
+            f"expect_tx         {self.expected_tx_bytes} bytes per barrier phase",
+            "phase parity      "
+            + ", ".join(str(self.phase_parity(j)) for j in range(min(self.tiles_per_block, 8)))
+            + (", ..." if self.tiles_per_block > 8 else ""),
+        ]
+        if self.has_partial_tiles:
+            lines.append("partial tiles     yes: edge boxes are zero-filled by TMA past the tensor's end")
+        return "\n".join(lines)
+
+    def diagram(self, highlight: tuple[int, int] | None = None, max_blocks: int = 3) -> str:
+        """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`."""
+        lines = [f"{'':11}" + "".join(f"{j:^5}" for j in range(self.tiles_per_block))]
+        shown = sorted(
+            set(range(min(max_blocks, self.row_blocks)))
+            | ({highlight[0]} if highlight else set())
+            | {self.row_blocks - 1}
+        )
+        previous = -1
+        for row_block in shown:
+            if row_block != previous + 1:
+                lines.append("   ...")
+            boxes = "".join(
+                "[ X ]" if highlight == (row_block, j) else "[   ]" for j in range(self.tiles_per_block)
+            )
+            lines.append(f"block {row_block:<4} {boxes}")
+            previous = row_block
+        if highlight is not None:
+            row_block, column_tile = highlight
+            if not (0 <= row_block < self.row_blocks and 0 <= column_tile < self.tiles_per_block):
+                raise ValueError(
+                    f"tile {highlight} is outside the {self.row_blocks} x {self.tiles_per_block} tile grid"
+                )
+            r0, c0 = self.tile_origin(row_block, column_tile)
+            r1 = min(r0 + self.config.tile[0], self.matrix_shape[0]) - 1
+            c1 = min(c0 + self.config.tile[1], self.matrix_shape[1]) - 1
+            lines.append(
+                f"tile ({row_block}, {column_tile}): element origin ({r0}, {c0}); "
+                f"rows {r0}-{r1}, columns {c0}-{c1}"
+            )
+        return "\n".join(lines)

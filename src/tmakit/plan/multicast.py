@@ -1,0 +1,128 @@
+"""Cluster loads: every CTA of a cluster needs every tile; each issues its slice. Pure Python."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TmaConfigError
+from .load import LoadPlan
+from .ring import PipelinePlan
+
+CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examples
+
+
+@dataclass(frozen=True)
+class MulticastPlan:
+    """A `LoadPlan` where every CTA of a cluster needs the same tiles (as all CTAs in a row of a
+    GEMM read the same operand tiles): each cluster walks one strip of rows; each CTA issues only
+    its slice of every tile and multicasts it to all CTAs of the cluster, so every CTA's barrier
+    expects the whole tile's bytes. `multicast=False` is the baseline: the same CTAs, each loading
+    the whole tile itself. `stages` > 1 runs each CTA as an N-stage ring (`pipeline`): a producer
+    warp and a consumer warp, a stage reused only once every CTA's consumer released it."""
+
+    load: LoadPlan
+    cluster: tuple[int, int] = (1, 2)
+    multicast: bool = True
+    stages: int = 1
+
+    def __post_init__(self) -> None:
+        if tuple(self.cluster) not in CLUSTER_SHAPES:
+            raise TmaConfigError(f"cluster {self.cluster} is not one of {CLUSTER_SHAPES}")
+        if self.stages > 1:
+            self.pipeline  # noqa: B018 - validates the stage count
+        if not self.multicast:
+            return
+        if self.load.rows_contiguous or len(self.load.config.shape) != 2:
+            raise TmaConfigError(
+                "multicast takes row-major 2-D tensors for now (tma_partition slices a column-major "
+                "tile along its columns, which tmakit's slice arithmetic does not describe)"
+            )
+        if self.load.config.tile[0] % self.cluster_size:
+            raise TmaConfigError(
+                f"tile rows {self.load.config.tile[0]} do not split into {self.cluster_size} equal slices "
+                "(one per CTA of the cluster)"
+            )
+        if self.issued_bytes_per_cta % self.load.tile_alignment:
+            raise TmaConfigError(
+                f"each CTA's slice is {self.issued_bytes_per_cta} bytes; its shared destination must stay "
+                f"{self.load.tile_alignment}-byte aligned (use more tile rows)"
+            )
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    @property
+    def copies_shape(self) -> tuple[int, ...]:
+        """The kernels' store-back output: one padded copy of the tensor per CTA rank."""
+        return (self.cluster_size, *self.load.padded_shape)
+
+    @property
+    def pipeline(self) -> PipelinePlan:
+        """Each CTA's ring when `stages` > 1: one producer warp, one consumer warp; the tile
+        order is the strip's (the block index the ring's arithmetic sees is the cluster's)."""
+        return PipelinePlan(self.load, stages=self.stages, consumer_warps=1)
+
+    @property
+    def grid(self) -> int:
+        """CTAs launched: one cluster per strip of rows."""
+        return self.load.grid * self.cluster_size
+
+    @property
+    def launch_grid(self) -> tuple[int, int, int]:
+        """The launch's grid: clusters side by side along x, so that (cx, cy, 1) clusters tile it
+        and a CTA's strip is its cluster's x index."""
+        return (self.load.grid * self.cluster[0], self.cluster[1], 1)
+
+    @property
+    def num_multicast(self) -> int:
+        """CTAs each TMA load lands in (1: the baseline, no multicast)."""
+        return self.cluster_size if self.multicast else 1
+
+    @property
+    def slice_rows(self) -> int:
+        """Rows of each tile one CTA issues (the whole tile without multicast)."""
+        return self.load.config.tile[0] // self.cluster_size if self.multicast else self.load.config.tile[0]
+
+    def slice_of(self, cta_rank: int) -> tuple[int, int]:
+        """Tile rows [first, last) CTA `cta_rank` of the cluster loads and multicasts."""
+        if not self.multicast:
+            return 0, self.load.config.tile[0]
+        return cta_rank * self.slice_rows, (cta_rank + 1) * self.slice_rows
+
+    @property
+    def multicast_mask(self) -> int:
+        """Destination CTAs of every slice: all of the cluster."""
+        return (1 << self.cluster_size) - 1 if self.multicast else 1
+
+    @property
+    def issued_bytes_per_cta(self) -> int:
+        """Bytes each CTA asks TMA for per tile: its slice (the barrier still expects the whole tile)."""
+        return self.load.expected_tx_bytes * self.slice_rows // self.load.config.tile[0]
+
+    def summary(self) -> str:
+        rows = [
+            f"cluster           {self.cluster[0]}x{self.cluster[1]} = {self.cluster_size} CTAs; "
+            f"{self.grid} CTAs in {self.load.grid} clusters, one strip of rows per cluster",
+        ]
+        if self.multicast:
+            rows.append(
+                f"multicast         mask {self.multicast_mask:#06b}: "
+                "each slice lands in every CTA of the cluster"
+            )
+            for rank in range(self.cluster_size):
+                first, last = self.slice_of(rank)
+                rows.append(
+                    f"  CTA {rank}: tile rows {first}-{last - 1} ({self.issued_bytes_per_cta} bytes issued), "
+                    f"barrier expects {self.load.expected_tx_bytes} bytes"
+                )
+        else:
+            rows.append("no multicast      every CTA loads the whole tile itself (the baseline)")
+        if self.stages > 1:
+            peers = self.num_multicast
+            rows.append(
+                f"ring              {self.stages} stages per CTA; a stage is reused once the consumer warps "
+                f"of {'all ' + str(peers) + ' CTAs' if peers > 1 else 'this CTA'} released it "
+                f"(empty barrier: {peers} arrival(s))"
+            )
+        return "\n".join(rows)

@@ -1,0 +1,115 @@
+"""How `tmakit.copy_` finds the launcher for a call: a lookup by the tensors' signature, and a fast
+path that skips it for a configuration repeated call after call.
+
+Reading shapes and strides off two torch tensors costs about half as much host time as the launch
+itself, so a caller who copies the same configuration again and again should not pay it. A
+TVM-FFI launcher's compiled function checks every argument against what it was compiled for
+(dtype, shape, strides, 16-byte alignment, one device for both tensors and its guard words) and
+raises before it launches when one differs: such a launcher can be tried first.
+
+The states, per call key (the options exactly as the caller passed them):
+
+    LOOKING --(the same checking launcher served `needed` calls in a row)--> FAST
+    FAST    --(the launcher tried first raised TypeError/ValueError)------> LOOKING, `needed` doubled
+    FAST    --(it launched)----------------------------------------------> FAST
+
+- LOOKING: the call builds the signature (shapes, strides, dtypes, devices, call key), finds its
+  launcher or plans and compiles one, checks both base addresses are 16-byte aligned, launches,
+  and counts the streak of calls in a row served by that launcher.
+- FAST: the launcher is called first and nothing is read off the tensors.
+- `needed` starts at 2 and doubles with each rejection, up to 64: raising costs about 15 us, so a
+  caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
+A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
+through the lookup, which writes the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from ..plan import CopyOptions
+from ..validate import check_base_address
+
+Launcher = Callable[[Any, Any], None]
+PlanLauncher = Callable[[Any, Any, CopyOptions], Launcher]
+
+
+class Streak:
+    """Which launcher the last full lookups of one call key found, how many times in a row, and
+    how many in a row make it the launcher tried first."""
+
+    FIRST_NEEDED = 2
+    MOST_NEEDED = 64
+
+    def __init__(self) -> None:
+        self.launcher: Launcher | None = None
+        self.calls = 0
+        self.needed = self.FIRST_NEEDED
+
+    def count(self, launcher: Launcher) -> bool:
+        """Count a call served by `launcher`; True when it is to be tried first from now on."""
+        self.calls = self.calls + 1 if launcher is self.launcher else 1
+        self.launcher = launcher
+        return self.calls >= self.needed
+
+    def rejected(self) -> None:
+        """The launcher tried first refused a call: ask twice as many calls in a row next time."""
+        self.needed = min(2 * self.needed, self.MOST_NEEDED)
+
+
+class CopyDispatch:
+    """The launchers of `copy_` calls: `plan_launcher(dst, src, options)` checks a new
+    configuration in full and returns its launcher (a callable (src, dst); one whose
+    `checks_arguments` is True may be tried first). Shared by threads: a race costs a rejection
+    at most."""
+
+    def __init__(self, plan_launcher: PlanLauncher) -> None:
+        self.plan_launcher = plan_launcher
+        self._launchers: dict[tuple, Launcher] = {}  # signature -> launcher
+        self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
+        self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
+
+    def copy_(self, dst: Any, src: Any, tile: Any, stages: Any, options: dict[str, Any]) -> Any:
+        """Copy `src` into `dst` with these options; returns `dst`."""
+        key = (tile, stages, *options.items()) if options else (tile, stages)
+        launcher = self._tried_first.get(key)
+        if launcher is not None:
+            try:
+                launcher(src, dst)
+                return dst
+            except (TypeError, ValueError):
+                self._tried_first.pop(key, None)
+                self._streaks[key].rejected()
+        # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
+        signature = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
+                     dst.get_device(), key)  # fmt: skip
+        launcher = self._launchers.get(signature)
+        if launcher is None:
+            launcher = self.plan_launcher(dst, src, CopyOptions.of(tile=tile, stages=stages, **options))
+            self._launchers[signature] = launcher
+        if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the signature's
+            check_base_address(src.data_ptr())
+            check_base_address(dst.data_ptr())
+        launcher(src, dst)
+        if getattr(launcher, "checks_arguments", False):
+            streak = self._streaks.setdefault(key, Streak())
+            if streak.count(launcher):
+                self._tried_first[key] = launcher
+        return dst
+
+    # -- what tests and tools may read ------------------------------------------------------------
+    def tried_first(self) -> dict[Hashable, Launcher]:
+        """Call key -> the launcher tried first (the keys in the FAST state)."""
+        return dict(self._tried_first)
+
+    def streak(self, key: Hashable) -> Streak | None:
+        """The streak of a call key, None before its first checked launch."""
+        return self._streaks.get(key)
+
+    def streaks(self) -> list[Streak]:
+        return list(self._streaks.values())
+
+    def launchers(self) -> list[Launcher]:
+        """Every launcher found so far, one per signature."""
+        return list(self._launchers.values())

@@ -1,0 +1,185 @@
+"""Each kernel family compiled once per configuration (`compile.compiled_once`), and what a launch
+needs beside it: the hang guard's words and the copy's launcher.
+
+Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
+which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
+checks, the CPU model) stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import DTYPES, RAW_BYTE, LoadConfig
+from ..errors import TmaHangError
+from ..plan import LoadPlan, MulticastPlan, PipelinePlan, copy_destination
+from ..plan.ring import GUARD_RECORD, GUARD_WORDS
+from .compile import (
+    CompiledKernel,
+    compiled_once,
+    fake_source,
+    fake_tensor,
+    placeholder_stream,
+    to_cute_tensor,
+)
+from .device import current_stream
+
+if TYPE_CHECKING:
+    import torch
+
+
+def compile_tile_load(
+    plan: LoadPlan,
+    consumer: str = "store",
+    tile_shift: tuple[int, int] = (0, 0),
+    keep_ptx: bool = False,
+    tvm_ffi: bool = False,
+) -> CompiledKernel:
+    """The tile-load kernel (`kernels.tile_load`) for sm_90a. `consumer="none"` is the seed's
+    load-only kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`."""
+
+    def build() -> tuple:
+        from ..kernels.tile_load import TileLoadKernel
+
+        src = fake_source(plan.config)
+        scratch = {
+            "none": src,
+            "store": fake_tensor(plan.config.element, plan.padded_shape),
+            "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
+        }[consumer]
+        kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift)
+        return kernel, src, scratch, placeholder_stream(env=tvm_ffi)
+
+    return compiled_once(("TileLoadKernel", plan, consumer, tile_shift), build, keep_ptx, tvm_ffi)
+
+
+def compile_pipelined_load(
+    pipeline: PipelinePlan,
+    consumer: str = "store",
+    hang_guard: bool = False,
+    expect_extra_bytes: int = 0,
+    freeze_parity: bool = False,
+    keep_ptx: bool = False,
+    tvm_ffi: bool = False,
+    destination: LoadConfig | None = None,
+    tensor_shape: tuple[int, ...] | None = None,
+) -> CompiledKernel:
+    """A pipelined kernel for sm_90a (no GPU needed): `kernels.pipeline` for the consumers
+    "none", "store" and "rowsum", `kernels.copy` for "copy" (`BulkCopyKernel` when the plan's
+    `bulk`). `hang_guard` is the debug hang guard, `expect_extra_bytes` and `freeze_parity`
+    test-only mistakes; `tvm_ffi` as in `compile_kernel` (the compiled function then takes no
+    stream: it launches on torch's current stream, and is kept in the on-disk cache); `destination`:
+    the copy's destination (default `plan.copy_destination`); `tensor_shape`: the compiled
+    function is called with compact tensors of this shape, whose memory the kernel views as the
+    plan's compact matrix (a copy of the tensor's memory as rows)."""
+
+    def build() -> tuple:
+        import cutlass
+
+        from ..kernels.copy import BulkCopyKernel, CopyKernel
+        from ..kernels.pipeline import PipelinedLoadKernel
+
+        plan = pipeline.load
+        as_rows = tensor_shape is not None
+        src = fake_tensor(plan.config.element, tensor_shape) if as_rows else fake_source(plan.config)
+        if consumer != "copy":
+            kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+        elif pipeline.bulk:
+            kernel = BulkCopyKernel(pipeline, hang_guard, as_rows=as_rows)
+        else:
+            kernel = CopyKernel(pipeline, hang_guard, expect_extra_bytes, freeze_parity, as_rows=as_rows)
+        out = {
+            "none": src,
+            "store": fake_tensor(plan.config.element, plan.padded_shape),
+            "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
+            "copy": src if as_rows else fake_source(destination or copy_destination(pipeline)),
+        }[consumer]
+        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+        return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
+
+    # The key names everything the kernel is built from (the source is fingerprinted on disk).
+    key = ("PipelinedKernel", pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity,
+           destination, tensor_shape)  # fmt: skip
+    return compiled_once(key, build, keep_ptx, tvm_ffi)
+
+
+def compile_multicast_load(
+    multicast: MulticastPlan, keep_ptx: bool = False, store: bool = True
+) -> CompiledKernel:
+    """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
+    single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
+    ring's consumers only wait and release, for timing)."""
+    if multicast.stages == 1 and not store:
+        raise ValueError("the single-tile multicast kernel always stores (use stages > 1 for load-only)")
+
+    def build() -> tuple:
+        from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
+
+        plan = multicast.load
+        kernel = (
+            PipelinedMulticastKernel(multicast, store)
+            if multicast.stages > 1
+            else MulticastLoadKernel(multicast)
+        )
+        copies = fake_tensor(plan.config.element, multicast.copies_shape)
+        return kernel, fake_source(plan.config), copies, placeholder_stream()
+
+    return compiled_once(("MulticastKernel", multicast, store), build, keep_ptx)
+
+
+# -- the hang guard's words -------------------------------------------------------------------
+def new_guard(device: Any = "cuda") -> torch.Tensor:
+    """GUARD_WORDS int32 zeros on `device`: where a guarded kernel records a wait that ran out."""
+    import torch
+
+    return torch.zeros(GUARD_WORDS, dtype=torch.int32, device=device)
+
+
+def raise_if_timed_out(guard: torch.Tensor) -> None:
+    """After the kernel: raise TmaHangError naming the wait the hang guard gave up on - the
+    consumers' if they timed out (a full barrier that never completes is the root cause; the
+    producer then waits for a stage nobody frees), else the producer's."""
+    words = [int(v) for v in guard.cpu()]
+    records = {"producer waiting for a free stage": words[:GUARD_RECORD],
+               "consumer waiting for a full stage": words[GUARD_RECORD:]}  # fmt: skip
+    timed_out = [(who, record) for who, record in records.items() if record[0]]
+    if timed_out:
+        who, (_, block, stage, parity, expected, step, _, _) = timed_out[-1]  # word 0 counts timeouts
+        also = " (the producer timed out too)" if len(timed_out) == 2 else ""
+        raise TmaHangError(
+            f"barrier wait timed out in block {block}, stage {stage}, parity {parity}, step {step} "
+            f"({who}){also}; the producer declares {expected} bytes per tile"
+        )
+
+
+# -- the copy's launcher ------------------------------------------------------------------------
+CopyLauncher = Callable[[Any, Any], None]
+
+
+def copy_launcher(
+    pipeline: PipelinePlan, destination: LoadConfig | None, tensor_shape: tuple[int, ...] | None, device: str
+) -> CopyLauncher:
+    """A callable (src, dst) for one copy configuration on one device (its hang-guard words live
+    there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
+    the plan's rows). Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed (torch
+    tensors passed directly, torch's current stream taken by the compiled function itself, the
+    compiled function kept on disk); otherwise the plain path. A TVM-FFI launcher's
+    `checks_arguments` is True: its compiled function raises on a tensor it was not built for."""
+    guard = new_guard(device)
+    if importlib.util.find_spec("tvm_ffi") is None:
+        plain = compile_pipelined_load(pipeline, "copy", destination=destination, tensor_shape=tensor_shape)
+        cute_guard = to_cute_tensor(guard)
+        return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
+    compiled = compile_pipelined_load(
+        pipeline, "copy", tvm_ffi=True, destination=destination, tensor_shape=tensor_shape
+    )
+    function = compiled.function
+
+    def launch(src: Any, dst: Any) -> None:
+        function(src, dst, guard)
+
+    launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
+    launch.checks_arguments = True
+    return launch
