@@ -2,9 +2,9 @@
 
     python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) --out DIR
 
-The GPU machine's copy of the tree may have no .git, so the commit is passed in. The JSON names
-the card, driver, versions, date, commit and each test's outcome; commit it under
-benchmarks/results/ whenever kernel code changes.
+The GPU machine's copy of the tree may have no .git, so the commit is passed in. It writes
+`gpu-check.json` in the one schema of benchmarks/results (the card, driver, versions, date, commit
+and each test's outcome); it replaces benchmarks/results/gpu-check.json whenever kernel code changes.
 """
 
 from __future__ import annotations
@@ -52,25 +52,30 @@ def main() -> int:
     exit_code = pytest.main(arguments, plugins=[outcomes])
     demo = subprocess.run([sys.executable, "-m", "tmakit", "demo"], capture_output=True, text=True, cwd=root)
     print(demo.stdout, demo.stderr)
-    summary = {
-        "what": "GPU tests + tmakit demo",
-        **device_context(args.commit),
-        "python": platform.python_version(),
-        "tests": outcomes.tests,
-        "failure_messages": outcomes.failures,
-        "passed": sum(v == "passed" for v in outcomes.tests.values()),
-        "failed": sum(v == "failed" for v in outcomes.tests.values()),
-        "skipped": sum(v == "skipped" for v in outcomes.tests.values()),
-        "pytest_exit_code": int(exit_code),
-        "demo_exit_code": demo.returncode,
-        "demo_output": demo.stdout.splitlines(),
+    passed, failed, skipped = (sum(v == outcome for v in outcomes.tests.values())
+                               for outcome in ("passed", "failed", "skipped"))  # fmt: skip
+    study = {  # the one schema of benchmarks/results (benchmarks/README.md)
+        "study": "gpu-check",
+        "what": "Every GPU test (pytest -m gpu) and `tmakit demo` on the GPU (scripts/gpu_check.py); "
+        "the demo's output in summary.",
+        "context": {**device_context(args.commit), "python": platform.python_version(), "step": "check"},
+        "rows": [{"test": test, "outcome": outcome} for test, outcome in outcomes.tests.items()],
+        "summary": {
+            "passed": passed,
+            "failed": failed,
+            "skipped": skipped,
+            "pytest_exit_code": int(exit_code),
+            "demo_exit_code": demo.returncode,
+            "failure_messages": outcomes.failures,
+            "demo_output": demo.stdout.splitlines(),
+        },
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"gpu-check-{args.commit[:10]}.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {path}")
-    ok = exit_code == 0 and demo.returncode == 0 and summary["skipped"] == 0
+    path = out / "gpu-check.json"
+    path.write_text(json.dumps(study, indent=2) + "\n")
+    print(f"wrote {path}: {passed} passed, {failed} failed, {skipped} skipped; demo exit {demo.returncode}")
+    ok = exit_code == 0 and demo.returncode == 0 and skipped == 0
     return 0 if ok else 1
 
 

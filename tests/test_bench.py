@@ -66,15 +66,17 @@ def test_table_and_json_report(tmp_path):
     assert cells[0][3] == "241.00" and cells[0][4] == "239.00-250.00"
     assert cells[0][7] == "-"  # host cost not measured for these synthetic rows
     assert len(cells[0]) == len(report.TABLE_HEADER) + 2 + 1
-    written = report.report(
-        rows(), {"device": "NVIDIA H200", "peak_bandwidth": 4.8e12, "commit": "abc"}, ["torch sum"]
-    )
+    context = {"device": "NVIDIA H200", "peak_bandwidth": 4.8e12, "commit": "abc"}
+    written = report.report(rows(), context, ["torch sum"], "load", "a test")
     text = json.dumps(written)
     loaded = json.loads(text)
     assert loaded["context"]["commit"] == "abc" and loaded["context"]["date"]
     assert loaded["rows"][0]["samples_us"] == [240.0, 244.0, 239.0, 250.0, 241.0]
     assert loaded["rows"][0]["min_us"] == 239.0 and loaded["rows"][0]["max_us"] == 250.0
-    assert loaded["ratios"]["torch sum"]["tmakit load 32768x16384 fp16"] == pytest.approx(258.0 / 241.0)
+    assert loaded["summary"]["ratios"]["torch sum"]["tmakit load 32768x16384 fp16"] == pytest.approx(
+        258.0 / 241.0
+    )
+    assert list(loaded) == ["study", "what", "context", "rows", "summary"]  # the one schema
 
 
 def test_bench_sizes_reach_a_gibibyte():

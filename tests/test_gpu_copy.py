@@ -73,7 +73,7 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
     # Three calls each: the first meets the launcher the last configuration left to be tried
     # first, the second makes its own that launcher, the third is served by it.
     for source in sources * 2:
-        for streak in tmakit.api._streaks.values():  # each rejection doubled it; 2 for this test
+        for streak in tmakit.api.copy_dispatch().streaks():  # each rejection doubled it; 2 for this test
             streak.needed = 2
         for _ in range(3):
             out = poisoned_like(source)
@@ -88,8 +88,8 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
     ]:
         for _ in range(64):  # enough calls in a row for half's launcher to be tried first again
             tmakit.copy_(poisoned_like(half), half)
-        ((knobs, tried_first),) = tmakit.api._tried_first.items()  # half's launcher, not another
-        assert tmakit.api._streaks[knobs].launcher is tried_first
+        ((key, tried_first),) = tmakit.api.copy_dispatch().tried_first().items()  # half's, not another
+        assert tmakit.api.copy_dispatch().streak(key).launcher is tried_first
         with pytest.raises(TmaConfigError, match=message):
             tmakit.copy_(wrong, half)
 
@@ -256,7 +256,7 @@ def test_the_disk_cache_serves_a_fresh_process(tmp_path):
         "start = time.perf_counter(); tmakit.copy_(y, x); torch.cuda.synchronize()\n"
         "first = time.perf_counter() - start\n"
         "assert torch.equal(y, x)\n"
-        "(launcher,) = tmakit.api._copy_launchers.values()\n"
+        "(launcher,) = tmakit.api.copy_dispatch().launchers()\n"
         "print(round(launcher.compiled.compile_seconds, 3), launcher.compiled.from_disk, round(first, 3))\n"
     )
     env = {**os.environ, "TMAKIT_CACHE_DIR": str(tmp_path)}

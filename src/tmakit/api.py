@@ -167,3 +167,8 @@ def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Lau
 
 
 _COPIES = CopyDispatch(plan_copy)  # every copy_ call's launcher, and the fast path's state
+
+
+def copy_dispatch() -> CopyDispatch:
+    """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
+    return _COPIES

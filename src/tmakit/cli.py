@@ -249,7 +249,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print(f"Nsight Compute: {context['ncu']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines), f, indent=1)
+            what = f"tmakit bench --kernel {args.kernel}: device time, {cache}, every tmakit row verified"
+            study = report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines, args.kernel, what)
+            json.dump(study, f, indent=1)
         console.print(f"wrote {args.json}")
     if args.plot:
         report.plot(rows, args.plot, context["peak_bandwidth"], f"tmakit vs torch on {gpu_name} ({cache})")

@@ -114,16 +114,22 @@ def table_rows(rows: list[BenchRow], peak: float | None, baselines: list[str]) -
 TABLE_HEADER = ["kernel", "shape", "MiB", "median us", "min-max us", "GB/s", "% peak", "host us/call"]
 
 
-def report(rows: list[BenchRow], context: dict, baselines: list[str]) -> dict:
-    """The JSON report: context (card, versions, commit, date), every sample, every summary."""
+def report(rows: list[BenchRow], context: dict, baselines: list[str], study: str, what: str) -> dict:
+    """The JSON of a study, in the one schema of `benchmarks/results` (benchmarks/README.md):
+    study, what, context (card, versions, commit, date, run parameters), rows (every sample),
+    summary (the baselines and each row's ratio to them)."""
     peak = context.get("peak_bandwidth")
     return {
+        "study": study,
+        "what": what,
         "context": {**context, "date": context.get("date") or _now()},
-        "baselines": baselines,
         "rows": [{**row.summary(peak), "samples_us": row.samples_us} for row in rows],
-        "ratios": {
-            b: {f"{k[0]} {'x'.join(map(str, k[1]))} {k[2]}": v for k, v in ratios(rows, b).items()}
-            for b in baselines
+        "summary": {
+            "baselines": baselines,
+            "ratios": {
+                b: {f"{k[0]} {'x'.join(map(str, k[1]))} {k[2]}": v for k, v in ratios(rows, b).items()}
+                for b in baselines
+            },
         },
     }
 
