@@ -7,6 +7,10 @@ import json
 import sys
 from dataclasses import replace
 
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
 from .bench import hostcost, ncu, report, suites
 from .bench.timing import MIN_SAMPLES
 from .check.isolate import run_isolated
@@ -96,10 +100,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(verdict)
         return 0 if verdict.ok else 1
     configs = sweep_configs(args.sweep, args.seed) if args.sweep else [_plan_from(args).config]
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
     console = Console()
     with Progress(console=console) as progress:
         task = progress.add_task(f"verifying on {gpu_name}", total=len(configs))
@@ -173,10 +173,6 @@ def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
     gpu_name, why = find_hopper_gpu()
     if gpu_name is None:
         print(f"tmakit bench needs a Hopper GPU: {why}", file=sys.stderr)

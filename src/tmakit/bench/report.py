@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import statistics
+import subprocess
 from dataclasses import dataclass, field
 
 from ..limits import DEFAULT_L2_BYTES, PEAK_BANDWIDTH
@@ -164,8 +165,6 @@ def plot(rows: list[BenchRow], path: str, peak: float | None, title: str) -> Non
 # -- on the GPU --------------------------------------------------------------------------------
 def device_context(commit: str | None) -> dict:
     """Card, driver, versions, L2 size and peak: the JSON's context."""
-    import subprocess
-
     import torch
 
     props = torch.cuda.get_device_properties(0)

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,6 @@ TESTED_DSL_VERSION = "4.8.1"
 
 def installed_dsl_version() -> str | None:
     """The installed nvidia-cutlass-dsl version, or None when it is not installed."""
-    from importlib import metadata
-
     try:
         return metadata.version("nvidia-cutlass-dsl")
     except metadata.PackageNotFoundError:
