@@ -10,18 +10,18 @@ import pytest
 import tmakit
 from tmakit import LoadPlan, TmaConfigError
 from tmakit.check.sweep import sweep_configs
-from tmakit.plan import PipelinePlan
+from tmakit.plan import CopyPlan, PipelinePlan
 
 pytestmark = pytest.mark.gpu
 
 
 def test_a_random_sweep_of_copies_verifies():
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.check.run import verify_copy
 
     rng = random.Random(6)
     for config in sweep_configs(100, seed=6):
         pipeline = PipelinePlan(LoadPlan(config), stages=rng.choice((1, 2, 4)), persistent=rng.random() < 0.5)
-        verdict = verify_pipelined_load(pipeline, "copy", hang_guard=True)
+        verdict = verify_copy(CopyPlan(pipeline), hang_guard=True)
         assert verdict.ok, f"{config}: {verdict}"
 
 
@@ -146,7 +146,7 @@ def test_bulk_copies_move_every_byte():
 def test_a_random_sweep_of_transposing_copies_verifies():
     """Column-major sources into row-major destinations and back, every dtype, partial tiles,
     batches, 1-8 consumer warps, 1-4 stages: every element compared, destination poisoned."""
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.check.run import verify_copy
     from tmakit.check.sweep import transpose_configs
 
     rng = random.Random(7)
@@ -155,9 +155,8 @@ def test_a_random_sweep_of_transposing_copies_verifies():
         stages = rng.choice((1, 2, 4))
         pipeline = PipelinePlan(
             load, stages=stages, consumer_warps=rng.choice((1, 2, 4, 8)), persistent=rng.random() < 0.5,
-            transpose=True,
         )  # fmt: skip
-        verdict = verify_pipelined_load(pipeline, "copy", hang_guard=True)
+        verdict = verify_copy(CopyPlan(pipeline, transpose=True), hang_guard=True)
         assert verdict.ok, f"{config} {pipeline.stages} stages x{pipeline.consumer_warps}w: {verdict}"
 
 

@@ -123,15 +123,15 @@ def test_pipeline_overwrites_a_stage_without_the_empty_wait(bytes_land):
 
 @pytest.mark.parametrize("bytes_land", LANDINGS)
 def test_bulk_copy_expects_its_last_runs_own_bytes(bytes_land):
-    """A bulk copy (`PipelinePlan.bulk`) moves exactly each run's bytes: the plan's per-run counts
+    """A bulk copy (`CopyPlan.bulk`) moves exactly each run's bytes: the plan's per-run counts
     replay clean, while declaring the whole tile for the shorter last run - right for a
     tensor-map load, which zero-fills the box - leaves that wait hanging."""
     from tmakit import LoadConfig, LoadPlan
-    from tmakit.plan import PipelinePlan
+    from tmakit.plan import CopyPlan, PipelinePlan
 
-    pipeline = PipelinePlan(LoadPlan(LoadConfig((4099, 256), "fp16", (16, 256))), stages=3, bulk=True)
-    tiles = pipeline.load.total_tile_loads
-    tile_bytes, last_bytes = pipeline.bulk_tile_bytes
+    copy = CopyPlan(PipelinePlan(LoadPlan(LoadConfig((4099, 256), "fp16", (16, 256))), stages=3), bulk=True)
+    tiles = copy.load.total_tile_loads
+    tile_bytes, last_bytes = copy.bulk_tile_bytes
     runs = [tile_bytes] * (tiles - 1) + [last_bytes]
     assert replay(pipeline_schedule(tiles, 3, runs), bytes_land=bytes_land).ok
     whole_box = replay(pipeline_schedule(tiles, 3, runs, expected_tx_bytes=tile_bytes), bytes_land=bytes_land)

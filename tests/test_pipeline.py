@@ -7,9 +7,9 @@ import pytest
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.limits import L2_HINTS
 from tmakit.model.schedule import pipeline_schedule, replay
-from tmakit.plan import TILE_ORDERS, PipelinePlan
+from tmakit.plan import TILE_ORDERS, CopyPlan, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
-from tmakit.runtime.launch import compile_pipelined_load
+from tmakit.runtime.launch import compile_copy, compile_pipelined_load
 
 
 def test_seed_ring_fits_seven_stages_and_refuses_eight():
@@ -128,7 +128,7 @@ def test_copy_consumer_stores_with_tma_from_one_thread():
     pipeline = PipelinePlan(
         LoadPlan(LoadConfig((3, 1000, 776), "bf16", (64, 64), 128)), stages=4, persistent=True
     )
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    ptx = compile_copy(CopyPlan(pipeline), keep_ptx=True).ptx
     lines = [line.strip() for line in ptx.splitlines()]
     store = [
         i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor.3d.global.shared::cta")
@@ -164,33 +164,33 @@ def tma_cache_policies(ptx: str) -> dict[str, int]:
 def test_evict_first_hints_the_copys_loads_and_stores(transpose):
     L2_EVICT_FIRST = L2_HINTS["evict_first"]
     config = LoadConfig((1024, 512), "fp16", (128, 128) if transpose else (32, 256))
-    plan = dict(stages=2, persistent=True, transpose=transpose, consumer_warps=4 if transpose else 1)
-    hinted = compile_pipelined_load(
-        PipelinePlan(LoadPlan(config), evict_first=True, **plan), "copy", keep_ptx=True
+    plan = dict(stages=2, persistent=True, consumer_warps=4 if transpose else 1)
+    hinted = compile_copy(
+        CopyPlan(PipelinePlan(LoadPlan(config), evict_first=True, **plan), transpose), keep_ptx=True
     )
-    plain = compile_pipelined_load(PipelinePlan(LoadPlan(config), **plan), "copy", keep_ptx=True)
+    plain = compile_copy(CopyPlan(PipelinePlan(LoadPlan(config), **plan), transpose), keep_ptx=True)
     assert tma_cache_policies(hinted.ptx) == {"load": L2_EVICT_FIRST, "store": L2_EVICT_FIRST}
     assert tma_cache_policies(plain.ptx) == {"load": 0, "store": 0}
 
 
 def test_load_and_store_hints_are_set_apart():
     config = LoadConfig((1024, 512), "fp16", (32, 256))
-    pipeline = PipelinePlan(
-        LoadPlan(config), stages=2, persistent=True, load_hint="evict_first", store_hint="evict_last"
-    )
-    compiled = compile_pipelined_load(pipeline, "copy", keep_ptx=True)
+    pipeline = PipelinePlan(LoadPlan(config), stages=2, persistent=True, load_hint="evict_first")
+    compiled = compile_copy(CopyPlan(pipeline, store_hint="evict_last"), keep_ptx=True)
     assert tma_cache_policies(compiled.ptx) == {
         "load": L2_HINTS["evict_first"],
         "store": L2_HINTS["evict_last"],
     }
     with pytest.raises(TmaConfigError, match="L2 hint"):
-        PipelinePlan(LoadPlan(config), store_hint="keep")
+        CopyPlan(PipelinePlan(LoadPlan(config)), store_hint="keep")
+    with pytest.raises(TmaConfigError, match="L2 hint"):
+        PipelinePlan(LoadPlan(config), load_hint="keep")
 
 
 def test_every_tile_order_compiles_for_sm90a():
     load = LoadPlan(LoadConfig((1000, 776), "fp16", (16, 256)))
     plans = [PipelinePlan(load, stages=4, persistent=True, sm_count=5, tile_order=o) for o in TILE_ORDERS]
-    ptx = [compile_pipelined_load(p, "copy", keep_ptx=True).ptx for p in plans]
+    ptx = [compile_copy(CopyPlan(p), keep_ptx=True).ptx for p in plans]
     assert len(set(ptx)) == len(TILE_ORDERS)
     with pytest.raises(TmaConfigError, match="tile order"):
         PipelinePlan(load, tile_order="random")
@@ -198,17 +198,15 @@ def test_every_tile_order_compiles_for_sm90a():
 
 def test_programmatic_dependent_launch_waits_before_any_global_access():
     config = LoadConfig((1024, 512), "fp16", (16, 256))
-    with_pdl = compile_pipelined_load(
-        PipelinePlan(LoadPlan(config), stages=4, persistent=True, pdl=True), "copy", keep_ptx=True
+    with_pdl = compile_copy(
+        CopyPlan(PipelinePlan(LoadPlan(config), stages=4, persistent=True, pdl=True)), keep_ptx=True
     ).ptx
     lines = [line.strip() for line in with_pdl.splitlines()]
     wait = lines.index("griddepcontrol.wait;")
     trigger = lines.index("griddepcontrol.launch_dependents;")
     first_tma = next(i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor"))
     assert wait < trigger < first_tma  # waits, then lets the next kernel start, then copies
-    without = compile_pipelined_load(
-        PipelinePlan(LoadPlan(config), stages=4, persistent=True), "copy", keep_ptx=True
-    )
+    without = compile_copy(CopyPlan(PipelinePlan(LoadPlan(config), stages=4, persistent=True)), keep_ptx=True)
     assert "griddepcontrol" not in without.ptx
 
 
@@ -263,7 +261,7 @@ def test_rowsum_reads_shared_memory_in_16_byte_vectors():
 
 def test_copy_keeps_two_stores_in_flight_and_waits_for_every_read_before_exit():
     pipeline = PipelinePlan(LoadPlan(SEED), stages=4, persistent=True)
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    ptx = compile_copy(CopyPlan(pipeline), keep_ptx=True).ptx
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx  # the TMA store
     waits = [" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)]
     assert "cp.async.bulk.wait_group.read 1" in waits  # all but the newest store have read their stage
@@ -272,23 +270,23 @@ def test_copy_keeps_two_stores_in_flight_and_waits_for_every_read_before_exit():
 
 @pytest.mark.parametrize(("depth", "stages", "wait"), [(4, 6, 3), (8, 4, 3), (1, 4, 0)])
 def test_copy_store_depth_sets_the_read_wait_and_is_capped_by_the_stages(depth, stages, wait):
-    pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, persistent=True, store_depth=depth)
-    assert pipeline.stores_in_flight == min(depth, stages)
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    copy = CopyPlan(PipelinePlan(LoadPlan(SEED), stages=stages, persistent=True), store_depth=depth)
+    assert copy.stores_in_flight == min(depth, stages)
+    ptx = compile_copy(copy, keep_ptx=True).ptx
     waits = {" ".join(w.split()) for w in re.findall(r"cp\.async\.bulk\.wait_group[^;]*", ptx)}
     assert waits == {f"cp.async.bulk.wait_group.read {wait}", "cp.async.bulk.wait_group.read 0"}
     with pytest.raises(TmaConfigError, match="store depth is 0"):
-        PipelinePlan(LoadPlan(SEED), store_depth=0)
+        CopyPlan(PipelinePlan(LoadPlan(SEED)), store_depth=0)
 
 
 def test_bulk_copy_moves_runs_by_address_without_tensor_maps():
-    """`PipelinePlan.bulk`: each tile one contiguous run, loaded and stored with non-tensor bulk
+    """`CopyPlan.bulk`: each tile one contiguous run, loaded and stored with non-tensor bulk
     copies whose byte count is the run's own (the last tile's rows left over: 3 x 512 bytes)."""
     load = LoadPlan(LoadConfig((4099, 256), "fp16", (16, 256)))
-    pipeline = PipelinePlan(load, stages=8, persistent=True, store_depth=4, bulk=True)
-    assert pipeline.bulk_tile_bytes == (8192, 1536)
-    assert "runs of 8192 bytes (the last 1536)" in pipeline.summary()
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    copy = CopyPlan(PipelinePlan(load, stages=8, persistent=True), store_depth=4, bulk=True)
+    assert copy.bulk_tile_bytes == (8192, 1536)
+    assert "runs of 8192 bytes (the last 1536)" in copy.summary()
+    ptx = compile_copy(copy, keep_ptx=True).ptx
     lines = [line.strip() for line in ptx.splitlines()]
     assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx
     loads = [line for line in lines if line.startswith("cp.async.bulk.shared::cluster.global.mbarrier")]
@@ -306,7 +304,7 @@ def test_bulk_copy_moves_runs_by_address_without_tensor_maps():
 
 def test_bulk_copy_plans_only_contiguous_runs():
     compact = LoadConfig((1024, 256), "fp16", (16, 256))
-    PipelinePlan(LoadPlan(compact), bulk=True)  # whole rows of a compact matrix: fine
+    CopyPlan(PipelinePlan(LoadPlan(compact)), bulk=True)  # whole rows of a compact matrix: fine
     for config, extra, why in [
         (LoadConfig((1024, 256), "fp16", (16, 128)), {}, "whole rows"),
         (LoadConfig((1024, 256), "fp16", (16, 256), 0, "row", (264, 1)), {}, "compact row-major"),
@@ -315,4 +313,4 @@ def test_bulk_copy_plans_only_contiguous_runs():
         (compact, {"prefetch_tiles": 2}, "prefetching"),
     ]:
         with pytest.raises(TmaConfigError, match=why):
-            PipelinePlan(LoadPlan(config), bulk=True, **extra)
+            CopyPlan(PipelinePlan(LoadPlan(config), **extra), bulk=True)

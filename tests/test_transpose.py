@@ -8,15 +8,15 @@ import pytest
 from tmakit import LoadConfig, LoadPlan, TmaConfigError
 from tmakit.check.sweep import transpose_configs
 from tmakit.config import DTYPES
-from tmakit.plan import PipelinePlan, copy_destination
-from tmakit.runtime.launch import compile_pipelined_load
+from tmakit.plan import CopyPlan, PipelinePlan, copy_destination
+from tmakit.runtime.launch import compile_copy
 from tmakit.validate import SMEM_PER_BLOCK
 
 
 def transposing(shape, dtype, tile, major="col", warps=4, stages=4):
     config = LoadConfig(shape, dtype, tile, 0, major)
-    return PipelinePlan(
-        LoadPlan(config), stages=stages, consumer_warps=warps, persistent=True, transpose=True
+    return CopyPlan(
+        PipelinePlan(LoadPlan(config), stages=stages, consumer_warps=warps, persistent=True), True
     )
 
 
@@ -38,8 +38,8 @@ def test_transpose_moves_every_element_once_without_bank_conflicts(dtype, tile, 
     (staging row, chunk) written once, element (r, c) of the tile landing at (c, r) of the
     stored transpose; and in every 16-byte access (read i or write j of a pass) the 8 lanes
     of each phase hit 8 different bank groups (rows are 128-byte multiples apart)."""
-    pipeline = transposing((1024, 1024), dtype, tile, major, warps)
-    mapping = pipeline.transpose_mapping
+    copy = transposing((1024, 1024), dtype, tile, major, warps)
+    mapping = copy.transpose_mapping
     nbytes = DTYPES[dtype].nbytes
     assert mapping.vector * nbytes == 16
     stored_rows, stored_width = (tile[1], tile[0]) if major == "col" else tile
@@ -76,15 +76,15 @@ def test_transpose_moves_every_element_once_without_bank_conflicts(dtype, tile, 
 
 
 def test_staging_tiles_follow_the_ring_and_count_in_shared_memory():
-    pipeline = transposing((8448, 1792), "fp16", (64, 256), stages=4)
-    assert pipeline.staging_offset % 1024 == 0
-    assert pipeline.staging_offset >= pipeline.ring_bytes + pipeline.barrier_bytes
-    assert pipeline.smem_bytes == pipeline.staging_offset + 2 * 32768 <= SMEM_PER_BLOCK
-    assert pipeline.max_stages == 5  # 6 stages + 2 staging tiles of 32 KiB do not fit 227 KiB
+    copy = transposing((8448, 1792), "fp16", (64, 256), stages=4)
+    assert copy.staging_offset % 1024 == 0
+    assert copy.staging_offset >= copy.ring.ring_bytes + copy.ring.barrier_bytes
+    assert copy.smem_bytes == copy.staging_offset + 2 * 32768 <= SMEM_PER_BLOCK
+    assert copy.max_stages == 5  # 6 stages + 2 staging tiles of 32 KiB do not fit 227 KiB
     assert transposing((8448, 1792), "fp16", (64, 256), stages=5).smem_bytes <= SMEM_PER_BLOCK
     with pytest.raises(TmaConfigError, match="1..5 stages fit"):
         transposing((8448, 1792), "fp16", (64, 256), stages=6)
-    assert "transpose         each stage into one of 2 staging tiles" in pipeline.summary()
+    assert "transpose         each stage into one of 2 staging tiles" in copy.summary()
 
 
 @pytest.mark.parametrize(
@@ -98,19 +98,19 @@ def test_staging_tiles_follow_the_ring_and_count_in_shared_memory():
 def test_transposing_copies_refuse_tiles_the_transpose_cannot_serve(dtype, tile, swizzle, match):
     config = LoadConfig((1024, 1024), dtype, tile, swizzle, "col")
     with pytest.raises(TmaConfigError, match=match):
-        PipelinePlan(LoadPlan(config), transpose=True)
+        CopyPlan(PipelinePlan(LoadPlan(config)), transpose=True)
 
 
 def test_default_destination_has_the_other_contiguous_dim_with_a_padded_pitch():
     destination = copy_destination(transposing((3, 1000, 777), "bf16", (64, 256)))
     assert destination.major == "row" and destination.element_strides == (1000 * 784, 784, 1)
-    same = PipelinePlan(LoadPlan(LoadConfig((1000, 776), "bf16")))
+    same = CopyPlan(PipelinePlan(LoadPlan(LoadConfig((1000, 776), "bf16"))))
     assert copy_destination(same) == same.load.config
 
 
 def test_transposing_copy_compiles_to_vector_shared_accesses_a_proxy_fence_and_a_tma_store():
-    pipeline = transposing((1000, 3000), "fp16", (64, 256), "col", warps=4)
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True).ptx
+    copy = transposing((1000, 3000), "fp16", (64, 256), "col", warps=4)
+    ptx = compile_copy(copy, keep_ptx=True).ptx
     # 256 blocks of 8x8 over 128 threads: 2 passes of 8 reads and 8 writes, 16 bytes each.
     assert ptx.count("ld.shared.v4") == 16 and ptx.count("st.shared.v4") == 16
     assert "ld.local" not in ptx and "st.local" not in ptx  # the block stays in registers
@@ -130,8 +130,8 @@ def test_transpose_sweep_configs_are_valid_and_cover_every_dtype_and_layout():
     configs = transpose_configs(40, seed=3)
     assert {(c.dtype, c.major) for c in configs} == {(d, m) for d in DTYPES for m in ("row", "col")}
     for config in configs:
-        pipeline = PipelinePlan(LoadPlan(config), stages=2, transpose=True)
-        assert pipeline.smem_bytes <= SMEM_PER_BLOCK
+        copy = CopyPlan(PipelinePlan(LoadPlan(config), stages=2), transpose=True)
+        assert copy.smem_bytes <= SMEM_PER_BLOCK
     assert sum(LoadPlan(c).has_partial_tiles for c in configs) > 20
 
 
@@ -147,7 +147,7 @@ def test_compiled_copies_are_kept_on_disk_and_loaded_back(tmp_path, monkeypatch)
     def build(key):
         src = fake_source(pipeline.load.config)
         guard = fake_tensor(__import__("cutlass").Int32, (GUARD_WORDS,))
-        kernel = CopyKernel(pipeline)
+        kernel = CopyKernel(CopyPlan(pipeline))
         return compile_kernel(
             kernel, src, src, guard, placeholder_stream(env=True), tvm_ffi=True, cache_key=key
         )
@@ -194,7 +194,7 @@ def test_a_rows_view_copy_compiles_for_tensors_of_another_shape():
     """The compiled copy takes (3, 1000, 512) tensors and views their memory as 6000 x 256 rows:
     2-D TMA loads and stores, no batch mode."""
     pipeline = PipelinePlan(LoadPlan(LoadConfig((6000, 256), "fp16", (32, 256))), stages=8, persistent=True)
-    ptx = compile_pipelined_load(pipeline, "copy", keep_ptx=True, tensor_shape=(3, 1000, 512)).ptx
+    ptx = compile_copy(CopyPlan(pipeline), keep_ptx=True, tensor_shape=(3, 1000, 512)).ptx
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
     assert "cp.async.bulk.tensor.2d.shared::cta.global" in ptx
     assert "cp.async.bulk.tensor.3d" not in ptx

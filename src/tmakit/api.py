@@ -161,9 +161,9 @@ def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Lau
         if source.element_strides == destination.element_strides:
             destination = None  # the default destination: the source's own layout
     fits_l2 = 2 * src.numel() * nbytes <= properties.L2_cache_size
-    pipeline = options.pipeline(LoadPlan(source), transpose, properties.multi_processor_count, fits_l2)
+    copy = options.plan(LoadPlan(source), transpose, properties.multi_processor_count, fits_l2)
     tensor_shape = tuple(src.shape) if view is not None else None
-    return copy_launcher(pipeline, destination, tensor_shape, str(src.device))
+    return copy_launcher(copy, destination, tensor_shape, str(src.device))
 
 
 _COPIES = CopyDispatch(plan_copy)  # every copy_ call's launcher, and the fast path's state

@@ -14,6 +14,7 @@ from ..check.reference import Verdict
 from ..check.run import (
     first_wrong_tile,
     signed_bits,
+    verify_copy,
     verify_multicast_load,
     verify_pipelined_load,
     verify_tile_load,
@@ -21,11 +22,17 @@ from ..check.run import (
 from ..config import describe_fields, parse_fields
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
-from ..runtime.launch import compile_multicast_load, compile_pipelined_load, compile_tile_load, new_guard
+from ..runtime.launch import (
+    compile_copy,
+    compile_multicast_load,
+    compile_pipelined_load,
+    compile_tile_load,
+    new_guard,
+)
 from .baselines import (
     torch_copy_launches,
     torch_sum_launches,
@@ -152,10 +159,13 @@ def bench_pipelines(
     for variant in variants:
         pipeline = variant.pipeline(plan, sm_count)
         # Guarded: a schedule bug raises here instead of hanging the timing below.
-        verified = verify_pipelined_load(
-            pipeline, "store" if variant.consumer == "none" else variant.consumer, hang_guard=True
-        )
-        compiled = compile_pipelined_load(pipeline, variant.consumer)
+        if variant.consumer == "copy":  # a TMA store of each stage (`CopyPlan`)
+            verified = verify_copy(CopyPlan(pipeline), hang_guard=True)
+            compiled = compile_copy(CopyPlan(pipeline))
+        else:
+            consumer = "store" if variant.consumer == "none" else variant.consumer
+            verified = verify_pipelined_load(pipeline, consumer, hang_guard=True)
+            compiled = compile_pipelined_load(pipeline, variant.consumer)
         make_out = {
             "rowsum": lambda s, p=pipeline: torch.zeros(p.rowsum_shape, dtype=torch.float32, device="cuda"),
             "copy": lambda s: torch.empty_like(s),  # a destination per source: the copy writes it

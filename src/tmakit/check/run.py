@@ -11,10 +11,11 @@ import numpy as np
 
 from ..config import DTYPES, RAW_BYTE, dtype_of
 from ..limits import POISON
-from ..plan import LoadPlan, PipelinePlan, copy_destination
+from ..plan import CopyPlan, LoadPlan, PipelinePlan, copy_destination
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream, signed_view_dtype
 from ..runtime.launch import (
+    compile_copy,
     compile_multicast_load,
     compile_pipelined_load,
     compile_tile_load,
@@ -93,7 +94,9 @@ def verify_multicast_load(multicast: Any) -> list[reference.Verdict]:
     return [compare_with_input(plan, src, copies[rank]) for rank in range(multicast.cluster_size)]
 
 
-def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs: Any) -> Any:
+def run_pipelined_load(
+    pipeline: PipelinePlan, consumer: str, src: torch.Tensor, **knobs: Any
+) -> torch.Tensor:
     """Launch once on `src` and return the consumer's output (raises TmaHangError if guarded)."""
     import torch
 
@@ -101,19 +104,35 @@ def run_pipelined_load(pipeline: PipelinePlan, consumer: str, src: Any, **knobs:
     compiled = compile_pipelined_load(pipeline, consumer, **knobs)
     if consumer == "rowsum":
         out = torch.zeros(pipeline.rowsum_shape, dtype=torch.float32, device="cuda")  # added into
-    elif consumer == "copy":
-        bits = signed_view_dtype(plan.config.element)
-        strides = copy_destination(pipeline).element_strides
-        out = torch.empty_strided(plan.config.shape, strides, dtype=bits, device="cuda")
-        out.fill_(POISON)  # every element the destination has
-        out = out.view(src.dtype)
     else:
         bits = signed_view_dtype(plan.config.element)
         out = torch.full(plan.padded_shape, POISON, dtype=bits, device="cuda").view(src.dtype)
+    return launch_guarded(compiled, src, out, knobs.get("hang_guard", False))
+
+
+def run_copy(copy: CopyPlan, src: torch.Tensor, **knobs: Any) -> torch.Tensor:
+    """Copy `src` once into a poisoned destination of the plan's layout and return it (raises
+    TmaHangError if guarded)."""
+    import torch
+
+    plan = copy.load
+    compiled = compile_copy(copy, **knobs)
+    bits = signed_view_dtype(plan.config.element)
+    strides = copy_destination(copy).element_strides
+    out = torch.empty_strided(plan.config.shape, strides, dtype=bits, device="cuda")
+    out.fill_(POISON)  # every element the destination has
+    return launch_guarded(compiled, src, out.view(src.dtype), knobs.get("hang_guard", False))
+
+
+def launch_guarded(compiled: Any, src: torch.Tensor, out: torch.Tensor, hang_guard: bool) -> torch.Tensor:
+    """Launch a ring kernel on (src, out) with fresh guard words; raise TmaHangError if guarded
+    and a wait ran out."""
+    import torch
+
     guard = new_guard()
     compiled(to_cute_tensor(src), to_cute_tensor(out), to_cute_tensor(guard), current_stream())
     torch.cuda.synchronize()
-    if knobs.get("hang_guard"):
+    if hang_guard:
         raise_if_timed_out(guard)
     return out
 
@@ -130,12 +149,6 @@ def verify_pipelined_load(
     out = run_pipelined_load(pipeline, consumer, src, **knobs)
     if consumer == "store":
         return compare_with_input(plan, src, out)
-    if consumer == "copy":  # the destination padded like a store-back scratch, then the same check
-        bits = signed_view_dtype(plan.config.element)
-        padded = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
-        rows, cols = plan.matrix_shape
-        padded[..., :rows, :cols] = out.view(bits)
-        return compare_with_input(plan, src, padded)
     rows = plan.matrix_shape[0]
     found = out[..., :rows].double()
     expected_sums = src.double().sum(-1)
@@ -150,6 +163,21 @@ def verify_pipelined_load(
         f"row block {first[-1] // plan.config.tile[0]}: {found[tuple(first)].item()} vs "
         f"{expected_sums[tuple(first)].item()}"
     )
+
+
+def verify_copy(copy: CopyPlan, **knobs: Any) -> reference.Verdict:
+    """A copy into a poisoned destination, every element compared with the input (the
+    destination padded like a store-back scratch, then the same check)."""
+    import torch
+
+    plan = copy.load
+    src = make_input_tensor(plan)
+    out = run_copy(copy, src, **knobs)
+    bits = signed_view_dtype(plan.config.element)
+    padded = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
+    rows, cols = plan.matrix_shape
+    padded[..., :rows, :cols] = out.view(bits)
+    return compare_with_input(plan, src, padded)
 
 
 def first_wrong_tile(found: torch.Tensor, expected: torch.Tensor, tile: tuple[int, int]) -> str | None:

@@ -1,16 +1,16 @@
 """Copies through the ring: TMA loads into shared memory, TMA stores out of it.
 
 - `CopyKernel`: a TMA store of each stage to the same tile of the destination (shared to global,
-  `CopyBulkTensorTileS2GOp`). `PipelinePlan.stores_in_flight` stores stay in flight, a stage being
+  `CopyBulkTensorTileS2GOp`). `CopyPlan.stores_in_flight` stores stay in flight, a stage being
   released once its store has *read* it (bulk-group commit + wait with read=True, that many steps
   late), and the kernel waits for the reads before it exits. The tile was written by TMA (the
   async proxy) and is read by TMA, so no proxy fence is needed.
-  With `PipelinePlan.transpose` (a layout-changing copy, e.g. column-major into row-major) the
+  With `CopyPlan.transpose` (a layout-changing copy, e.g. column-major into row-major) the
   consumer warps first transpose the stage into one of two staging tiles stored the other way
   round (16-byte reads and writes, bank-conflict free: `TransposeMapping`), release the stage,
   fence their writes to the async proxy, meet at a named barrier, and one thread TMA-stores the
   staging tile; a staging tile is rewritten only after its store has read it.
-- `BulkCopyKernel` (`PipelinePlan.bulk`): each tile is one contiguous run loaded and stored by
+- `BulkCopyKernel` (`CopyPlan.bulk`): each tile is one contiguous run loaded and stored by
   non-tensor bulk copies (`cp.async.bulk`, address + byte count, no tensor map); the last run may
   be shorter, and its barrier expects exactly its bytes (nothing is zero-filled). 4.8.1's
   `CopyBulk*Op` atoms fix the byte count at compile time, hence the wrappers of
@@ -29,7 +29,7 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
 from ..limits import WARP_THREADS
-from ..plan import PipelinePlan
+from ..plan import CopyPlan
 from .pipeline import TmaRingKernel
 from .tma import matrix_first_view, shared_tile_layout
 
@@ -37,7 +37,12 @@ __all__ = ["BulkCopyKernel", "CopyKernel"]
 
 
 class _CopyCommon:
-    """What both copies share: the rows view of compact tensors, and the end of the stores."""
+    """What both copies share: the plan's shared memory, the rows view of compact tensors, and
+    the end of the stores."""
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.copy.smem_bytes
 
     def rows_views(self, src: cute.Tensor, dst: cute.Tensor):
         """With `as_rows`, the tensors' memory viewed as the plan's compact matrix."""
@@ -57,28 +62,29 @@ class _CopyCommon:
                 self.ring.release(empty, step % self.pipeline.stages, failed)
 
 
-class CopyKernel(TmaRingKernel, _CopyCommon):
+class CopyKernel(_CopyCommon, TmaRingKernel):
     """A copy by TMA loads and TMA stores, transposing each stage when the layouts differ."""
 
     def __init__(
         self,
-        pipeline: PipelinePlan,
+        copy: CopyPlan,
         hang_guard: bool = False,
         expect_extra_bytes: int = 0,
         freeze_parity: bool = False,
         as_rows: bool = False,
     ):
-        super().__init__(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        super().__init__(copy.ring, hang_guard, expect_extra_bytes, freeze_parity)
+        self.copy = copy
         self.as_rows = as_rows
 
     @cute.jit
     def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
         """`dst`: the destination, `src`'s shape; `guard`: GUARD_WORDS int32 zeros."""
-        plan, pipeline = self.plan, self.pipeline
+        plan = self.plan
         src, dst = self.rows_views(src, dst)
         load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)
         store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
-        if cutlass.const_expr(pipeline.transpose):
+        if cutlass.const_expr(self.copy.transpose):
             store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
         store_atom, out_view = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(),
@@ -105,7 +111,7 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
         warp, block, ring, full, empty, tiles = self.begin(shared_layout)
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
-        elif cutlass.const_expr(self.pipeline.transpose):
+        elif cutlass.const_expr(self.copy.transpose):
             self.consume_transposing(
                 ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, warp - 1
             )
@@ -118,7 +124,7 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
         once its store has read it."""
         pipeline = self.pipeline
         failed = cutlass.Boolean(False)
-        late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
+        late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
         self.prefetch_store_descriptor(store_atom, consumer)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
@@ -146,9 +152,9 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
 
     @cute.jit
     def store(self, store_atom, shared_part, destination_part):
-        """One thread's TMA store of a tile from shared memory (with `PipelinePlan.store_policy`'s
+        """One thread's TMA store of a tile from shared memory (with `CopyPlan.store_policy`'s
         L2 hint, if any)."""
-        policy = self.pipeline.store_policy
+        policy = self.copy.store_policy
         if cutlass.const_expr(policy is not None):
             cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(policy))
         else:
@@ -192,13 +198,13 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
     def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
         """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,
         (vector, chunk, row, buffer); staging tiles as the store sees them, (rows, cols, buffer)).
-        The staging tiles start `PipelinePlan.staging_offset` bytes into shared memory."""
+        The staging tiles start `CopyPlan.staging_offset` bytes into shared memory."""
         pipeline = self.pipeline
-        mapping = pipeline.transpose_mapping
+        mapping = self.copy.transpose_mapping
         vector, source_rows = mapping.vector, mapping.source_rows
         source_width = mapping.source_chunks * vector
         base = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)
-        staging_base = base + pipeline.staging_offset // self.plan.config.element.nbytes
+        staging_base = base + self.copy.staging_offset // self.plan.config.element.nbytes
         source = cute.make_tensor(
             base,
             cute.make_layout(
@@ -225,7 +231,7 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
         """This thread's blocks of the stage into the staging tile: `vector` 16-byte reads of
         one chunk of consecutive source rows, `vector` 16-byte writes of one chunk of
         consecutive staging rows, the block transposed in registers in between."""
-        mapping = self.pipeline.transpose_mapping
+        mapping = self.copy.transpose_mapping
         vector = mapping.vector
         block_registers = cute.make_rmem_tensor((vector, vector), self.ring.element_type)
         for k in cutlass.range_constexpr(mapping.passes):
@@ -240,11 +246,12 @@ class CopyKernel(TmaRingKernel, _CopyCommon):
                     )
 
 
-class BulkCopyKernel(TmaRingKernel, _CopyCommon):
+class BulkCopyKernel(_CopyCommon, TmaRingKernel):
     """A compact copy as contiguous runs: non-tensor bulk copies in and out, no tensor maps."""
 
-    def __init__(self, pipeline: PipelinePlan, hang_guard: bool = False, as_rows: bool = False):
-        super().__init__(pipeline, hang_guard)
+    def __init__(self, copy: CopyPlan, hang_guard: bool = False, as_rows: bool = False):
+        super().__init__(copy.ring, hang_guard)
+        self.copy = copy
         self.as_rows = as_rows
 
     @cute.jit
@@ -279,7 +286,7 @@ class BulkCopyKernel(TmaRingKernel, _CopyCommon):
         stage once its store has read it."""
         pipeline = self.pipeline
         failed = cutlass.Boolean(False)
-        late = pipeline.stores_in_flight - 1  # stores that may still be reading their stage
+        late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             _, row_block, _ = pipeline.tile_of(block, step)
@@ -287,7 +294,7 @@ class BulkCopyKernel(TmaRingKernel, _CopyCommon):
                 destination, staged, size = self.run_of(dst, ring, stage, row_block)
                 with cute.arch.elect_one():  # the DSL elects no thread for bulk copies
                     prims.cp_async_bulk_global_shared_cta(
-                        destination, staged, size, l2_cache_hint=pipeline.store_policy
+                        destination, staged, size, l2_cache_hint=self.copy.store_policy
                     )
                     cute.arch.cp_async_bulk_commit_group()
                     # Every store but the newest `late` has read its stage (writes may be in flight).
@@ -300,7 +307,7 @@ class BulkCopyKernel(TmaRingKernel, _CopyCommon):
     def run_of(self, tensor, ring, stage, row_block):
         """A bulk copy's tile `row_block`: (its address in `tensor`, its stage's shared address,
         its bytes: a whole tile's, or the rows left over for the last)."""
-        tile_bytes, last_bytes = self.pipeline.bulk_tile_bytes
+        tile_bytes, last_bytes = self.copy.bulk_tile_bytes
         size = cutlass.Int32(tile_bytes)
         if cutlass.const_expr(last_bytes != tile_bytes):
             if row_block == self.plan.row_blocks - 1:

@@ -46,13 +46,18 @@ class TmaRingKernel:
         self.plan = pipeline.load
         self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
 
+    @property
+    def smem_bytes(self) -> int:
+        """The shared memory a block requests: the ring's (a copy adds its staging tiles)."""
+        return self.pipeline.smem_bytes
+
     def launch(self, kernel, stream: cuda.CUstream) -> None:
         """Launch a traced `kernel(...)` with the plan's grid, block and shared memory."""
         pipeline = self.pipeline
         kernel.launch(
             grid=(pipeline.grid, 1, 1),
             block=(pipeline.threads_per_block, 1, 1),
-            smem=pipeline.smem_bytes,
+            smem=self.smem_bytes,
             stream=stream,
             use_pdl=pipeline.pdl,
         )

@@ -4,11 +4,12 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `load`: `LoadPlan`, the seed's decomposition (grid, tiles per block, bytes per phase);
 - `ring`: `PipelinePlan`, an N-stage ring (stages, parities, the persistent grid's tile order);
 - `mappings`: how consumer threads split a tile (row sums, the transposing copy);
-- `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check;
+- `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
+  a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile.
 """
 
-from .copy import CopyOptions, copy_destination
+from .copy import CopyOptions, CopyPlan, copy_destination
 from .load import LoadPlan, ceil_div
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
@@ -18,6 +19,7 @@ __all__ = [
     "CLUSTER_SHAPES",
     "TILE_ORDERS",
     "CopyOptions",
+    "CopyPlan",
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",

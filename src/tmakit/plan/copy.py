@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from ..config import DTYPES, LoadConfig, describe_fields, padded_strides, parse_fields
 from ..errors import TmaConfigError
-from ..limits import MAX_BOX_EXTENT
-from .load import LoadPlan
-from .ring import PipelinePlan
+from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
+from .load import LoadPlan, ceil_div
+from .mappings import TransposeMapping
+from .ring import PipelinePlan, check_l2_hint, check_stages
 
 # The defaults, as measured on the H200 (docs/results.md): 16 rows of 512 bytes for a copy of
 # one layout (8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB but for 16 MiB); 32 KiB tiles for a
@@ -144,37 +145,179 @@ class CopyOptions:
             return rows_view_tile(*rows_view, DTYPES[dtype_name].nbytes, sm_count)
         return copy_tile(dtype_name, transpose)
 
-    def pipeline(self, load: LoadPlan, transpose: bool, sm_count: int, fits_l2: bool) -> PipelinePlan:
-        """The persistent ring that runs this copy of `load`'s tensor (`fits_l2`: source and
-        destination together fit in the L2, where evict-first hints were faster)."""
+    def plan(self, load: LoadPlan, transpose: bool, sm_count: int, fits_l2: bool) -> CopyPlan:
+        """The copy of `load`'s tensor on a persistent ring (`fits_l2`: source and destination
+        together fit in the L2, where evict-first hints were faster)."""
+        consumer_warps = TRANSPOSE_CONSUMER_WARPS if transpose else 1
         stages = self.stages
         if stages is None:
-            deepest = PipelinePlan(load, 1, transpose=transpose).max_stages
+            deepest = CopyPlan(PipelinePlan(load, 1, consumer_warps), transpose).max_stages
             stages = min(copy_stages(math.prod(load.config.tile) * load.config.element.nbytes), deepest)
-        return PipelinePlan(
+        ring = PipelinePlan(
             load,
             stages=stages,
-            consumer_warps=TRANSPOSE_CONSUMER_WARPS if transpose else 1,
+            consumer_warps=consumer_warps,
             persistent=True,
             sm_count=sm_count,
             blocks_per_sm=self.blocks_per_sm,
-            transpose=transpose,
-            store_depth=self.store_depth or max(MIN_STORES_IN_FLIGHT, stages // 2),
             evict_first=fits_l2 if self.evict_first is None else self.evict_first,
             pdl=self.pdl,
             load_hint=self.load_hint,
-            store_hint=self.store_hint,
             tile_order=self.tile_order,
-            bulk=self.bulk,
+        )
+        store_depth = self.store_depth or max(MIN_STORES_IN_FLIGHT, stages // 2)
+        return CopyPlan(ring, transpose, store_depth, self.store_hint, self.bulk)
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """A copy run on a `PipelinePlan`'s ring: the consumer warps store each stage to the same tile
+    of the destination (TMA stores, or with `bulk` non-tensor bulk copies of contiguous runs);
+    with `transpose` (a layout-changing copy) they first transpose the stage into one of two
+    staging tiles stored with the other contiguous mode (`transpose_mapping`).
+
+    `store_depth` stores stay in flight before the oldest must have read its stage (capped at the
+    stages: a stage is released only once its store has read it); `store_hint` is the stores' L2
+    hint, overriding the ring's `evict_first`."""
+
+    ring: PipelinePlan
+    transpose: bool = False
+    store_depth: int = 2
+    store_hint: str | None = None
+    bulk: bool = False
+
+    def __post_init__(self) -> None:
+        check_l2_hint(self.store_hint)
+        if self.store_depth < 1:
+            raise TmaConfigError(f"store depth is {self.store_depth}; at least one store must be in flight")
+        if self.transpose:
+            self._check_transpose()
+        if self.bulk:
+            self._check_bulk()
+        check_stages(self.ring.stages, self.max_stages, self.ring.stage_bytes)
+
+    @property
+    def load(self) -> LoadPlan:
+        return self.ring.load
+
+    @property
+    def max_stages(self) -> int:
+        """Stages that fit beside the staging tiles (and their alignment) of a transposing copy."""
+        return self.ring.stages_that_fit(self.staging_bytes + STAGING_TILE_ALIGN if self.transpose else 0)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The ring's shared memory, then (transposing) the staging tiles, 1024-aligned."""
+        if self.transpose:
+            return self.staging_offset + self.staging_bytes
+        return self.ring.smem_bytes
+
+    @property
+    def staging_offset(self) -> int:
+        """Where a transposing copy's staging tiles start."""
+        return ceil_div(self.ring.smem_bytes, STAGING_TILE_ALIGN) * STAGING_TILE_ALIGN
+
+    @property
+    def staging_bytes(self) -> int:
+        """A transposing copy's two staging tiles: one being filled while the other's TMA store
+        reads it."""
+        return 2 * self.ring.stage_bytes if self.transpose else 0
+
+    @property
+    def store_policy(self) -> int | None:
+        """The stores' 64-bit L2 cache policy (None: no hint)."""
+        return self.ring.policy(self.store_hint)
+
+    @property
+    def stores_in_flight(self) -> int:
+        """The copy consumer's TMA stores in flight: `store_depth`, at most one per stage."""
+        return min(self.store_depth, self.ring.stages)
+
+    @property
+    def transpose_mapping(self) -> TransposeMapping:
+        """How the consumer threads transpose a stage (see TransposeMapping)."""
+        load = self.load
+        tile_rows, tile_cols = load.config.tile
+        # As stored: a column-major tile is tile_cols rows of tile_rows elements.
+        source_rows, source_width = (tile_cols, tile_rows) if load.rows_contiguous else (tile_rows, tile_cols)
+        vector = VECTOR_BYTES // load.config.element.nbytes
+        return TransposeMapping(
+            vector, source_rows, source_width // vector, WARP_THREADS * self.ring.consumer_warps
         )
 
+    def _check_transpose(self) -> None:
+        """A transposing copy needs both tile extents to be whole 128-byte multiples (each stored
+        row then starts in bank group 0, which the conflict-free mapping relies on) and no
+        swizzle (the staging tile is written unswizzled)."""
+        load = self.load
+        nbytes = load.config.element.nbytes
+        if load.config.swizzle:
+            raise TmaConfigError(
+                f"swizzle {load.config.swizzle} with a layout-changing copy; it stages tiles unswizzled"
+            )
+        bad = [extent for extent in load.config.tile if extent * nbytes % BANK_ROW_BYTES]
+        if bad:
+            raise TmaConfigError(
+                f"tile {load.config.tile} of {load.config.dtype}: a layout-changing copy needs both "
+                f"tile extents to be multiples of {BANK_ROW_BYTES // nbytes} elements "
+                f"({BANK_ROW_BYTES} bytes)"
+            )
 
-def copy_destination(pipeline: PipelinePlan) -> LoadConfig:
-    """The default destination of a copy: the source's layout, or with `pipeline.transpose` the
+    def _check_bulk(self) -> None:
+        """Bulk copies move contiguous runs: the matrix compact and row-major, the tile whole
+        rows of it, nothing swizzled or transposed."""
+        config = self.load.config
+        cols = self.load.matrix_shape[1]
+        checks = [
+            (self.transpose, "a layout-changing copy"),
+            (config.swizzle, f"swizzle {config.swizzle}"),
+            (len(config.shape) != 2, f"a rank-{len(config.shape)} tensor (2-D rows views only)"),
+            (config.element_strides != (cols, 1), f"strides {config.element_strides} (compact row-major)"),
+            (config.tile[1] != cols, f"tile {config.tile} (whole rows of {cols} only)"),
+            (
+                self.ring.prefetch_tiles or self.ring.prefetch_descriptor,
+                "prefetching (no tensor map to prefetch by)",
+            ),
+        ]
+        problems = [what for failed, what in checks if failed]
+        if problems:
+            raise TmaConfigError(f"bulk copy cannot take {', '.join(problems)}: it copies contiguous runs")
+
+    @property
+    def bulk_tile_bytes(self) -> tuple[int, int]:
+        """A bulk copy's bytes per tile: (every tile but the last, the last), which holds the rows
+        left over and may be shorter (a bulk copy moves exactly its bytes, nothing zero-filled)."""
+        load = self.load
+        tile_rows, cols = load.config.tile
+        rows_short = load.row_blocks * tile_rows - load.matrix_shape[0]  # rows the last tile lacks
+        return load.expected_tx_bytes, load.expected_tx_bytes - rows_short * cols * load.config.element.nbytes
+
+    def summary(self) -> str:
+        lines = [self.ring.summary()]
+        if self.transpose:
+            mapping = self.transpose_mapping
+            lines.append(
+                f"transpose         each stage into one of 2 staging tiles ({self.staging_bytes} bytes at "
+                f"{self.staging_offset}); {mapping.blocks} blocks of {mapping.vector}x{mapping.vector}, "
+                f"{mapping.passes} per consumer thread; {self.smem_bytes} bytes of shared memory in all, "
+                f"at most {self.max_stages} stages fit"
+            )
+        if self.bulk:
+            tile_bytes, last_bytes = self.bulk_tile_bytes
+            lines.append(
+                f"bulk copies       runs of {tile_bytes} bytes (the last {last_bytes}) by address, "
+                "`cp.async.bulk`; no tensor maps"
+            )
+        lines.append(f"stores            {self.stores_in_flight} in flight per block")
+        return "\n".join(lines)
+
+
+def copy_destination(copy: CopyPlan) -> LoadConfig:
+    """The default destination of a copy: the source's layout, or with `copy.transpose` the
     same shape stored with the other contiguous mode (pitch padded to 16 bytes)."""
-    config = pipeline.load.config
-    if not pipeline.transpose:
+    config = copy.load.config
+    if not copy.transpose:
         return config
-    major = "row" if pipeline.load.rows_contiguous else "col"
+    major = "row" if copy.load.rows_contiguous else "col"
     strides = padded_strides(config.shape, config.element.nbytes, major)
     return LoadConfig(config.shape, config.dtype, config.tile, 0, major, strides)

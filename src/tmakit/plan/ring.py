@@ -1,5 +1,5 @@
 """A `LoadPlan` run as an N-stage ring: stages, barriers, parities, the persistent grid's tile
-order, and the copy consumer's options. Pure Python."""
+order, the hang guard's record. Pure Python."""
 
 from __future__ import annotations
 
@@ -7,18 +7,16 @@ from dataclasses import dataclass
 
 from ..errors import TmaConfigError
 from ..limits import (
-    BANK_ROW_BYTES,
     DEFAULT_SM_COUNT,
     L2_HINTS,
     MAX_CONSUMER_WARPS,
     MBARRIER_BYTES,
     SMEM_PER_BLOCK,
-    STAGING_TILE_ALIGN,
     VECTOR_BYTES,
     WARP_THREADS,
 )
 from .load import LoadPlan, ceil_div
-from .mappings import RowSumMapping, TransposeMapping
+from .mappings import RowSumMapping
 
 TILE_ORDERS = ("interleaved", "columns", "blocked")  # a persistent grid's walk (PipelinePlan.tile_order)
 # One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
@@ -44,43 +42,25 @@ class PipelinePlan:
     blocks_per_sm: int = 1
     prefetch_tiles: int = 0  # the producer also prefetches the tile this many loads ahead into L2
     prefetch_descriptor: bool = False  # prefetch the TMA descriptor at kernel start
-    # A layout-changing copy: consumers transpose each stage into one of two staging tiles that a
-    # TMA store writes out with the other contiguous mode (`transpose_mapping`).
-    transpose: bool = False
-    # The "copy" consumer: TMA stores allowed in flight before the oldest must have read its stage
-    # (capped at `stages`: a stage is released only once its store has read it).
-    store_depth: int = 2
-    # Loads (and a copy's stores) hint L2 to evict their lines first: a streaming copy touches
-    # each byte once, so its lines need not displace anything else.
+    # Loads (and a copy's stores: `CopyPlan`) hint L2 to evict their lines first: a streaming copy
+    # touches each byte once, so its lines need not displace anything else.
     evict_first: bool = False
     # Programmatic dependent launch: the kernel may start while the previous kernel on the stream
     # finishes (its barrier set-up overlapping that kernel's tail), waits for it to complete
     # before touching global memory, then lets the next kernel start the same way.
     pdl: bool = False
-    # L2 eviction-priority hints (`L2_HINTS`) of the loads and of a copy's stores, overriding
-    # `evict_first` for that side; "none" gives no hint.
+    # The loads' L2 eviction-priority hint (`L2_HINTS`), overriding `evict_first`; "none" gives no hint.
     load_hint: str | None = None
-    store_hint: str | None = None
     # Persistent grids: "interleaved" (block b takes tiles b, b + grid, ...: the grid sweeps the
     # tensor together, along each strip of rows), "columns" (interleaved, but counting tiles down
     # each column of tiles first: the tiles in flight spread over many strips of rows) or
     # "blocked" (each block one contiguous run of tiles).
     tile_order: str = "interleaved"
-    # The "copy" consumer over a compact row-major matrix whose tiles span whole rows (each tile
-    # one contiguous run of memory): non-tensor bulk copies (`cp.async.bulk`) of each run, by
-    # address and byte count, instead of tensor-map TMA; the host encodes no tensor maps.
-    bulk: bool = False
 
     def __post_init__(self) -> None:
-        for hint in (self.load_hint, self.store_hint):
-            if hint is not None and hint not in L2_HINTS:
-                raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
+        check_l2_hint(self.load_hint)
         if self.tile_order not in TILE_ORDERS:
             raise TmaConfigError(f"tile order {self.tile_order!r}; one of {', '.join(TILE_ORDERS)}")
-        if self.transpose:
-            self._check_transpose()
-        if self.bulk:
-            self._check_bulk()
         if not 1 <= self.consumer_warps <= MAX_CONSUMER_WARPS:
             raise TmaConfigError(
                 f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..{MAX_CONSUMER_WARPS}"
@@ -89,18 +69,11 @@ class PipelinePlan:
             raise TmaConfigError(
                 f"sm_count {self.sm_count} and blocks_per_sm {self.blocks_per_sm} must be >= 1"
             )
-        if self.store_depth < 1:
-            raise TmaConfigError(f"store depth is {self.store_depth}; at least one store must be in flight")
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
         if self.tile_order == "blocked" and self.grid * self.load.total_tile_loads >= 2**31:
             raise TmaConfigError("blocked tile order: grid x tiles must fit 32-bit device arithmetic")
-        if self.stages < 1 or self.stages > self.max_stages:
-            raise TmaConfigError(
-                f"{self.stages} stages of {self.stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
-                f"each) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
-                f"1..{self.max_stages} stages fit this tile"
-            )
+        check_stages(self.stages, self.max_stages, self.stage_bytes)
 
     @property
     def stage_bytes(self) -> int:
@@ -108,30 +81,19 @@ class PipelinePlan:
         alignment = self.load.tile_alignment
         return ceil_div(self.load.expected_tx_bytes, alignment) * alignment
 
+    def stages_that_fit(self, reserved_bytes: int = 0) -> int:
+        """Stages (each with its two barriers) that fit beside `reserved_bytes` of shared memory."""
+        return (SMEM_PER_BLOCK - reserved_bytes) // (self.stage_bytes + 2 * MBARRIER_BYTES)
+
     @property
     def max_stages(self) -> int:
-        # A stage and its two barriers; staging tiles and their alignment come first.
-        staging = self.staging_bytes + STAGING_TILE_ALIGN if self.transpose else 0
-        return (SMEM_PER_BLOCK - staging) // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        return self.stages_that_fit()
 
     @property
     def smem_bytes(self) -> int:
         """The stages (at offset 0 of the 1024-aligned dynamic shared memory), then the full and
-        the empty barrier of each stage, then (transposing) the staging tiles, 1024-aligned."""
-        if self.transpose:
-            return self.staging_offset + self.staging_bytes
+        the empty barrier of each stage."""
         return self.ring_bytes + self.barrier_bytes
-
-    @property
-    def staging_offset(self) -> int:
-        """Where a transposing copy's staging tiles start."""
-        return ceil_div(self.ring_bytes + self.barrier_bytes, STAGING_TILE_ALIGN) * STAGING_TILE_ALIGN
-
-    @property
-    def staging_bytes(self) -> int:
-        """A transposing copy's two staging tiles: one being filled while the other's TMA store
-        reads it."""
-        return 2 * self.stage_bytes if self.transpose else 0
 
     @property
     def ring_bytes(self) -> int:
@@ -161,15 +123,10 @@ class PipelinePlan:
     @property
     def load_policy(self) -> int | None:
         """The loads' 64-bit L2 cache policy (None: no hint)."""
-        return self._policy(self.load_hint)
+        return self.policy(self.load_hint)
 
-    @property
-    def store_policy(self) -> int | None:
-        """A copy's stores' 64-bit L2 cache policy (None: no hint)."""
-        return self._policy(self.store_hint)
-
-    def _policy(self, hint: str | None) -> int | None:
-        """One side's hint, else `evict_first`'s."""
+    def policy(self, hint: str | None) -> int | None:
+        """The 64-bit L2 cache policy of one side: its hint, else `evict_first`'s."""
         return L2_HINTS[hint or ("evict_first" if self.evict_first else "none")]
 
     # The next four run on the host and, traced, in the kernel (device integers): one source.
@@ -225,67 +182,6 @@ class PipelinePlan:
         rows_per_pass = threads // per_row
         return RowSumMapping(vector, chunks, per_row, rows_per_pass, ceil_div(tile_rows, rows_per_pass))
 
-    @property
-    def stores_in_flight(self) -> int:
-        """The copy consumer's TMA stores in flight: `store_depth`, at most one per stage."""
-        return min(self.store_depth, self.stages)
-
-    @property
-    def transpose_mapping(self) -> TransposeMapping:
-        """How the consumer threads transpose a stage (see TransposeMapping)."""
-        load = self.load
-        tile_rows, tile_cols = load.config.tile
-        # As stored: a column-major tile is tile_cols rows of tile_rows elements.
-        source_rows, source_width = (tile_cols, tile_rows) if load.rows_contiguous else (tile_rows, tile_cols)
-        vector = VECTOR_BYTES // load.config.element.nbytes
-        return TransposeMapping(
-            vector, source_rows, source_width // vector, WARP_THREADS * self.consumer_warps
-        )
-
-    def _check_transpose(self) -> None:
-        """A transposing copy needs both tile extents to be whole 128-byte multiples (each stored
-        row then starts in bank group 0, which the conflict-free mapping relies on) and no
-        swizzle (the staging tile is written unswizzled)."""
-        load = self.load
-        nbytes = load.config.element.nbytes
-        if load.config.swizzle:
-            raise TmaConfigError(
-                f"swizzle {load.config.swizzle} with a layout-changing copy; it stages tiles unswizzled"
-            )
-        bad = [extent for extent in load.config.tile if extent * nbytes % BANK_ROW_BYTES]
-        if bad:
-            raise TmaConfigError(
-                f"tile {load.config.tile} of {load.config.dtype}: a layout-changing copy needs both "
-                f"tile extents to be multiples of {BANK_ROW_BYTES // nbytes} elements "
-                f"({BANK_ROW_BYTES} bytes)"
-            )
-
-    def _check_bulk(self) -> None:
-        """Bulk copies move contiguous runs: the matrix compact and row-major, the tile whole
-        rows of it, nothing swizzled or transposed."""
-        config = self.load.config
-        cols = self.load.matrix_shape[1]
-        checks = [
-            (self.transpose, "a layout-changing copy"),
-            (config.swizzle, f"swizzle {config.swizzle}"),
-            (len(config.shape) != 2, f"a rank-{len(config.shape)} tensor (2-D rows views only)"),
-            (config.element_strides != (cols, 1), f"strides {config.element_strides} (compact row-major)"),
-            (config.tile[1] != cols, f"tile {config.tile} (whole rows of {cols} only)"),
-            (self.prefetch_tiles or self.prefetch_descriptor, "prefetching (no tensor map to prefetch by)"),
-        ]
-        problems = [what for failed, what in checks if failed]
-        if problems:
-            raise TmaConfigError(f"bulk copy cannot take {', '.join(problems)}: it copies contiguous runs")
-
-    @property
-    def bulk_tile_bytes(self) -> tuple[int, int]:
-        """A bulk copy's bytes per tile: (every tile but the last, the last), which holds the rows
-        left over and may be shorter (a bulk copy moves exactly its bytes, nothing zero-filled)."""
-        load = self.load
-        tile_rows, cols = load.config.tile
-        rows_short = load.row_blocks * tile_rows - load.matrix_shape[0]  # rows the last tile lacks
-        return load.expected_tx_bytes, load.expected_tx_bytes - rows_short * cols * load.config.element.nbytes
-
     def stage_and_parity(self, step):
         """The ring slot of the `step`-th load and the parity its full-barrier wait names: each
         stage's barrier completes once per trip round the ring, so the parity flips per trip."""
@@ -301,19 +197,6 @@ class PipelinePlan:
             f"+ full/empty barriers {self.barrier_bytes}); "
             f"at most {self.max_stages} stages fit",
         ]
-        if self.transpose:
-            mapping = self.transpose_mapping
-            lines.append(
-                f"transpose         each stage into one of 2 staging tiles ({self.staging_bytes} bytes at "
-                f"{self.staging_offset}); {mapping.blocks} blocks of {mapping.vector}x{mapping.vector}, "
-                f"{mapping.passes} per consumer thread"
-            )
-        if self.bulk:
-            tile_bytes, last_bytes = self.bulk_tile_bytes
-            lines.append(
-                f"bulk copies       runs of {tile_bytes} bytes (the last {last_bytes}) by address, "
-                "`cp.async.bulk`; no tensor maps"
-            )
         if self.prefetch_tiles or self.prefetch_descriptor:
             lines.append(
                 f"prefetch          tile {self.prefetch_tiles} loads ahead into L2"
@@ -322,3 +205,18 @@ class PipelinePlan:
         if self.persistent:
             lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
         return "\n".join(lines)
+
+
+def check_l2_hint(hint: str | None) -> None:
+    if hint is not None and hint not in L2_HINTS:
+        raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
+
+
+def check_stages(stages: int, fitting: int, stage_bytes: int) -> None:
+    """Refuse a stage count outside 1..`fitting` (what the shared memory holds)."""
+    if stages < 1 or stages > fitting:
+        raise TmaConfigError(
+            f"{stages} stages of {stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
+            f"each) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
+            f"1..{fitting} stages fit this tile"
+        )

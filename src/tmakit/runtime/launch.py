@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DTYPES, RAW_BYTE, LoadConfig
 from ..errors import TmaHangError
-from ..plan import LoadPlan, MulticastPlan, PipelinePlan, copy_destination
+from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, copy_destination
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
     CompiledKernel,
@@ -63,45 +63,66 @@ def compile_pipelined_load(
     freeze_parity: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
+) -> CompiledKernel:
+    """A pipelined load (`kernels.pipeline`: the consumers "none", "store" and "rowsum") for
+    sm_90a, no GPU needed. `hang_guard` is the debug hang guard, `expect_extra_bytes` and
+    `freeze_parity` test-only mistakes; `tvm_ffi` as in `compile_kernel`."""
+
+    def build() -> tuple:
+        import cutlass
+
+        from ..kernels.pipeline import PipelinedLoadKernel
+
+        plan = pipeline.load
+        src = fake_source(plan.config)
+        kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+        out = {
+            "none": src,
+            "store": fake_tensor(plan.config.element, plan.padded_shape),
+            "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
+        }[consumer]
+        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+        return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
+
+    key = ("PipelinedLoadKernel", pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+    return compiled_once(key, build, keep_ptx, tvm_ffi)
+
+
+def compile_copy(
+    copy: CopyPlan,
+    hang_guard: bool = False,
+    expect_extra_bytes: int = 0,
+    freeze_parity: bool = False,
+    keep_ptx: bool = False,
+    tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
     tensor_shape: tuple[int, ...] | None = None,
 ) -> CompiledKernel:
-    """A pipelined kernel for sm_90a (no GPU needed): `kernels.pipeline` for the consumers
-    "none", "store" and "rowsum", `kernels.copy` for "copy" (`BulkCopyKernel` when the plan's
-    `bulk`). `hang_guard` is the debug hang guard, `expect_extra_bytes` and `freeze_parity`
-    test-only mistakes; `tvm_ffi` as in `compile_kernel` (the compiled function then takes no
-    stream: it launches on torch's current stream, and is kept in the on-disk cache); `destination`:
-    the copy's destination (default `plan.copy_destination`); `tensor_shape`: the compiled
-    function is called with compact tensors of this shape, whose memory the kernel views as the
-    plan's compact matrix (a copy of the tensor's memory as rows)."""
+    """A copy (`kernels.copy`: `BulkCopyKernel` when the plan's `bulk`, else `CopyKernel`) for
+    sm_90a. `tvm_ffi` as in `compile_kernel` (the compiled function then takes no stream: it
+    launches on torch's current stream, and is kept in the on-disk cache); `destination`: the
+    destination's layout (default `plan.copy_destination`); `tensor_shape`: the compiled function
+    is called with compact tensors of this shape, whose memory the kernel views as the plan's
+    compact matrix (a copy of the tensor's memory as rows)."""
 
     def build() -> tuple:
         import cutlass
 
         from ..kernels.copy import BulkCopyKernel, CopyKernel
-        from ..kernels.pipeline import PipelinedLoadKernel
 
-        plan = pipeline.load
+        config = copy.load.config
         as_rows = tensor_shape is not None
-        src = fake_tensor(plan.config.element, tensor_shape) if as_rows else fake_source(plan.config)
-        if consumer != "copy":
-            kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
-        elif pipeline.bulk:
-            kernel = BulkCopyKernel(pipeline, hang_guard, as_rows=as_rows)
+        if copy.bulk:
+            kernel = BulkCopyKernel(copy, hang_guard, as_rows=as_rows)
         else:
-            kernel = CopyKernel(pipeline, hang_guard, expect_extra_bytes, freeze_parity, as_rows=as_rows)
-        out = {
-            "none": src,
-            "store": fake_tensor(plan.config.element, plan.padded_shape),
-            "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
-            "copy": src if as_rows else fake_source(destination or copy_destination(pipeline)),
-        }[consumer]
+            kernel = CopyKernel(copy, hang_guard, expect_extra_bytes, freeze_parity, as_rows=as_rows)
+        src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
+        dst = src if as_rows else fake_source(destination or copy_destination(copy))
         guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-        return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
+        return kernel, src, dst, guard, placeholder_stream(env=tvm_ffi)
 
     # The key names everything the kernel is built from (the source is fingerprinted on disk).
-    key = ("PipelinedKernel", pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity,
-           destination, tensor_shape)  # fmt: skip
+    key = ("CopyKernel", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
     return compiled_once(key, build, keep_ptx, tvm_ffi)
 
 
@@ -159,7 +180,7 @@ CopyLauncher = Callable[[Any, Any], None]
 
 
 def copy_launcher(
-    pipeline: PipelinePlan, destination: LoadConfig | None, tensor_shape: tuple[int, ...] | None, device: str
+    copy: CopyPlan, destination: LoadConfig | None, tensor_shape: tuple[int, ...] | None, device: str
 ) -> CopyLauncher:
     """A callable (src, dst) for one copy configuration on one device (its hang-guard words live
     there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
@@ -169,12 +190,10 @@ def copy_launcher(
     `checks_arguments` is True: its compiled function raises on a tensor it was not built for."""
     guard = new_guard(device)
     if importlib.util.find_spec("tvm_ffi") is None:
-        plain = compile_pipelined_load(pipeline, "copy", destination=destination, tensor_shape=tensor_shape)
+        plain = compile_copy(copy, destination=destination, tensor_shape=tensor_shape)
         cute_guard = to_cute_tensor(guard)
         return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
-    compiled = compile_pipelined_load(
-        pipeline, "copy", tvm_ffi=True, destination=destination, tensor_shape=tensor_shape
-    )
+    compiled = compile_copy(copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape)
     function = compiled.function
 
     def launch(src: Any, dst: Any) -> None:
