@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, dtype_of, major_of, padded_strides, rows_view
+from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
 from .errors import TmaConfigError
 from .plan import CopyOptions, LoadPlan
 from .runtime.compile import to_cute_tensor
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def config_for(
     tensor: torch.Tensor | np.ndarray,
-    tile: tuple[int, int] = (64, 256),
+    tile: tuple[int, int] = SEED.tile,
     swizzle: int = 0,
     *,
     on_gpu: bool = True,
@@ -79,7 +79,7 @@ def padded_empty(
     return torch.empty_strided(tuple(shape), strides, dtype=torch_dtype, device=device)
 
 
-def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = (64, 256), swizzle: int = 0) -> torch.Tensor:
+def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
     """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
     as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros)."""
     import torch

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..config import LoadConfig
+
 
 def torch_copy_launches(sources: list[Any]) -> list[Callable[[], Any]]:
     destinations = [source.clone() for source in sources]
@@ -27,7 +29,7 @@ def triton_available() -> bool:
     return True
 
 
-def triton_supports(config: Any) -> bool:
+def triton_supports(config: LoadConfig) -> bool:
     """Whether the Triton baselines run here on this configuration (2-D, 16- or 32-bit floats)."""
     return triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32")
 

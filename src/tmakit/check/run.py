@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import DTYPES, RAW_BYTE, dtype_of
+from ..config import DTYPES, RAW_BYTE, LoadConfig, dtype_of
 from ..limits import POISON
-from ..plan import CopyPlan, LoadPlan, PipelinePlan, copy_destination
-from ..runtime.compile import to_cute_tensor
+from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, copy_destination
+from ..runtime.compile import CompiledKernel, to_cute_tensor
 from ..runtime.device import current_stream, signed_view_dtype
 from ..runtime.launch import (
     compile_copy,
@@ -42,7 +42,7 @@ def verify_tile_load(plan: LoadPlan, tile_shift: tuple[int, int] = (0, 0)) -> re
     return compare_with_input(plan, src, out)
 
 
-def compare_with_input(plan: LoadPlan, src: Any, out: Any) -> reference.Verdict:
+def compare_with_input(plan: LoadPlan, src: torch.Tensor, out: torch.Tensor) -> reference.Verdict:
     """Compare a padded store-back `out` with the GPU input `src`, every element's bits, on the
     device: the input where the tensor is, zeros past its edge (TMA's out-of-bounds fill)."""
     import torch
@@ -54,7 +54,7 @@ def compare_with_input(plan: LoadPlan, src: Any, out: Any) -> reference.Verdict:
     return reference.compare_tiles(plan, expected, out.view(bits_type))
 
 
-def dump_shared_bytes(plan: LoadPlan) -> Any:
+def dump_shared_bytes(plan: LoadPlan) -> np.ndarray:
     """The raw shared-memory bytes of every tile load, as TMA placed them (swizzle included):
     uint8 array (total tile loads, tile bytes), tile loads ordered (batch, row_block, column_tile)."""
 
@@ -66,7 +66,7 @@ def dump_shared_bytes(plan: LoadPlan) -> Any:
     return device_to_bits(out)
 
 
-def check_on_gpu(config: Any) -> dict:
+def check_on_gpu(config: LoadConfig) -> dict:
     """Verify one configuration on the GPU: the logical view (every element, through the
     swizzled layout) and the physical shared-memory bytes (against the CPU model of TMA).
     Returns a JSON-ready dict with "status" ok / mismatch."""
@@ -80,7 +80,7 @@ def check_on_gpu(config: Any) -> dict:
     return result
 
 
-def verify_multicast_load(multicast: Any) -> list[reference.Verdict]:
+def verify_multicast_load(multicast: MulticastPlan) -> list[reference.Verdict]:
     """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
     the input, every element (so a slice that reached only some CTAs shows up by CTA rank)."""
     import torch
@@ -124,7 +124,9 @@ def run_copy(copy: CopyPlan, src: torch.Tensor, **knobs: Any) -> torch.Tensor:
     return launch_guarded(compiled, src, out.view(src.dtype), knobs.get("hang_guard", False))
 
 
-def launch_guarded(compiled: Any, src: torch.Tensor, out: torch.Tensor, hang_guard: bool) -> torch.Tensor:
+def launch_guarded(
+    compiled: CompiledKernel, src: torch.Tensor, out: torch.Tensor, hang_guard: bool
+) -> torch.Tensor:
     """Launch a ring kernel on (src, out) with fresh guard words; raise TmaHangError if guarded
     and a wait ran out."""
     import torch

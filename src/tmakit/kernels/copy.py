@@ -22,6 +22,8 @@ run over rows of 256 elements whatever the tensor's shape.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -53,6 +55,19 @@ class _CopyCommon:
         return src, dst
 
     @cute.jit
+    def commit_store(self, late: cutlass.Constexpr):
+        """After the issuing thread's store of a stage: commit it, then wait until every store
+        but the newest `late` has read its stage (their writes may still be in flight)."""
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(late, read=True)
+
+    @cute.jit
+    def release_stored(self, empty, step, late: cutlass.Constexpr, failed):
+        """Release the stage whose store is now known to have read it, `late` steps back."""
+        if step >= late:
+            self.ring.release(empty, (step - late) % self.pipeline.stages, failed)
+
+    @cute.jit
     def release_after_stores(self, empty, tiles, late, failed):
         """Before the block exits (and its shared memory goes), every store must have read its
         stage; then the stages not yet released are. The writes complete before the grid does."""
@@ -65,15 +80,8 @@ class _CopyCommon:
 class CopyKernel(_CopyCommon, TmaRingKernel):
     """A copy by TMA loads and TMA stores, transposing each stage when the layouts differ."""
 
-    def __init__(
-        self,
-        copy: CopyPlan,
-        hang_guard: bool = False,
-        expect_extra_bytes: int = 0,
-        freeze_parity: bool = False,
-        as_rows: bool = False,
-    ):
-        super().__init__(copy.ring, hang_guard, expect_extra_bytes, freeze_parity)
+    def __init__(self, copy: CopyPlan, as_rows: bool = False, **ring_options: Any):
+        super().__init__(copy.ring, **ring_options)
         self.copy = copy
         self.as_rows = as_rows
 
@@ -122,7 +130,6 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
     def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
         """The consumer warp: wait for a full stage, TMA-store it (one thread), release each stage
         once its store has read it."""
-        pipeline = self.pipeline
         failed = cutlass.Boolean(False)
         late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
         self.prefetch_store_descriptor(store_atom, consumer)
@@ -135,11 +142,8 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
                 # would each store the tile): one thread issues, commits and waits.
                 with cute.arch.elect_one():
                     self.store(store_atom, shared_part, destination_part)
-                    cute.arch.cp_async_bulk_commit_group()
-                    # Every store but the newest `late` has read its stage (writes may be in flight).
-                    cute.arch.cp_async_bulk_wait_group(late, read=True)
-            if step >= late:  # the stage whose store is now known to have read it
-                self.ring.release(empty, (step - late) % pipeline.stages, failed)
+                    self.commit_store(late)
+            self.release_stored(empty, step, late, failed)
         self.release_after_stores(empty, tiles, late, failed)
 
     @cute.jit
@@ -249,8 +253,8 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
 class BulkCopyKernel(_CopyCommon, TmaRingKernel):
     """A compact copy as contiguous runs: non-tensor bulk copies in and out, no tensor maps."""
 
-    def __init__(self, copy: CopyPlan, hang_guard: bool = False, as_rows: bool = False):
-        super().__init__(copy.ring, hang_guard)
+    def __init__(self, copy: CopyPlan, as_rows: bool = False, hang_guard: bool = False):
+        super().__init__(copy.ring, hang_guard=hang_guard)
         self.copy = copy
         self.as_rows = as_rows
 
@@ -296,11 +300,8 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
                     prims.cp_async_bulk_global_shared_cta(
                         destination, staged, size, l2_cache_hint=self.copy.store_policy
                     )
-                    cute.arch.cp_async_bulk_commit_group()
-                    # Every store but the newest `late` has read its stage (writes may be in flight).
-                    cute.arch.cp_async_bulk_wait_group(late, read=True)
-            if step >= late:  # the stage whose store is now known to have read it
-                self.ring.release(empty, (step - late) % pipeline.stages, failed)
+                    self.commit_store(late)
+            self.release_stored(empty, step, late, failed)
         self.release_after_stores(empty, tiles, late, failed)
 
     @cute.jit

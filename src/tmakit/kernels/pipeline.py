@@ -14,6 +14,8 @@ The copies (a TMA store of each stage, transposing or not, and bulk copies) are 
 
 from __future__ import annotations
 
+from typing import Any
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -33,18 +35,13 @@ CONSUMERS = ("none", "store", "rowsum")
 class TmaRingKernel:
     """What every pipelined kernel shares: the ring (`TileRing`), the block's set-up (`begin`) and
     the producer warp (`produce`: wait for a free stage, declare its bytes, start the TMA load).
-    Subclasses add the host side (`__call__`), the device entry (`kernel`) and the consumers."""
+    Subclasses add the host side (`__call__`), the device entry (`kernel`) and the consumers.
+    `ring_options` go to `TileRing` (the hang guard and the test-only mistakes)."""
 
-    def __init__(
-        self,
-        pipeline: PipelinePlan,
-        hang_guard: bool = False,
-        expect_extra_bytes: int = 0,
-        freeze_parity: bool = False,
-    ):
+    def __init__(self, pipeline: PipelinePlan, **ring_options: Any):
         self.pipeline = pipeline
         self.plan = pipeline.load
-        self.ring = TileRing(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        self.ring = TileRing(pipeline, **ring_options)
 
     @property
     def smem_bytes(self) -> int:
@@ -123,17 +120,10 @@ class PipelinedLoadKernel(TmaRingKernel):
     """Host side in `__call__`, device side in `kernel`; the producer is `TmaRingKernel`'s, the
     consumer warps run `consume`."""
 
-    def __init__(
-        self,
-        pipeline: PipelinePlan,
-        consumer: str = "store",
-        hang_guard: bool = False,
-        expect_extra_bytes: int = 0,
-        freeze_parity: bool = False,
-    ):
+    def __init__(self, pipeline: PipelinePlan, consumer: str = "store", **ring_options: Any):
         if consumer not in CONSUMERS:
             raise ValueError(f"consumer {consumer!r} is not one of {CONSUMERS}")
-        super().__init__(pipeline, hang_guard, expect_extra_bytes, freeze_parity)
+        super().__init__(pipeline, **ring_options)
         self.consumer = consumer
 
     @cute.jit

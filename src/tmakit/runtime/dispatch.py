@@ -26,12 +26,17 @@ through the lookup, which writes the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import CopyOptions
 from ..validate import check_base_address
 
+if TYPE_CHECKING:
+    import torch
+
 Launcher = Callable[[Any, Any], None]
+_ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 PlanLauncher = Callable[[Any, Any, CopyOptions], Launcher]
 
 
@@ -70,8 +75,16 @@ class CopyDispatch:
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
         self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
 
-    def copy_(self, dst: Any, src: Any, tile: Any, stages: Any, options: dict[str, Any]) -> Any:
-        """Copy `src` into `dst` with these options; returns `dst`."""
+    def copy_(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        tile: tuple[int, int] | None,
+        stages: int | None,
+        options: dict[str, Any],
+    ) -> torch.Tensor:
+        """Copy `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
+        (shape, stride(), dtype, get_device(), data_ptr()): the tests pass stand-ins."""
         key = (tile, stages, *options.items()) if options else (tile, stages)
         launcher = self._tried_first.get(key)
         if launcher is not None:
@@ -88,7 +101,7 @@ class CopyDispatch:
         if launcher is None:
             launcher = self.plan_launcher(dst, src, CopyOptions.of(tile=tile, stages=stages, **options))
             self._launchers[signature] = launcher
-        if (src.data_ptr() | dst.data_ptr()) & 15:  # the rest of the configuration is the signature's
+        if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:  # the rest is the signature's
             check_base_address(src.data_ptr())
             check_base_address(dst.data_ptr())
         launcher(src, dst)

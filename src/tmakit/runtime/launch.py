@@ -75,7 +75,8 @@ def compile_pipelined_load(
 
         plan = pipeline.load
         src = fake_source(plan.config)
-        kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
+        mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
+        kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard, **mistakes)
         out = {
             "none": src,
             "store": fake_tensor(plan.config.element, plan.padded_shape),
@@ -113,9 +114,10 @@ def compile_copy(
         config = copy.load.config
         as_rows = tensor_shape is not None
         if copy.bulk:
-            kernel = BulkCopyKernel(copy, hang_guard, as_rows=as_rows)
+            kernel = BulkCopyKernel(copy, as_rows, hang_guard=hang_guard)
         else:
-            kernel = CopyKernel(copy, hang_guard, expect_extra_bytes, freeze_parity, as_rows=as_rows)
+            mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
+            kernel = CopyKernel(copy, as_rows, hang_guard=hang_guard, **mistakes)
         src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
         dst = src if as_rows else fake_source(destination or copy_destination(copy))
         guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
