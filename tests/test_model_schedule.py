@@ -210,3 +210,22 @@ def test_pure_layer_imports_no_gpu_stack():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_replay_is_linear_in_the_tiles():
+    """Each wait looks only at its own barrier's copies: 4x the tiles take well under 6x the time
+    (best of three runs each, so a busy machine does not decide it)."""
+    import time
+
+    from tmakit import LoadConfig, LoadPlan
+
+    def seconds(tiles: int) -> float:
+        events = seed_schedule(LoadPlan(LoadConfig((64, 256 * tiles), "fp16", (64, 256))))
+        runs = []
+        for _ in range(3):
+            start = time.perf_counter()
+            assert replay(events).ok
+            runs.append(time.perf_counter() - start)
+        return min(runs)
+
+    assert seconds(8192) < 6 * seconds(2048)
