@@ -6,17 +6,20 @@ rotated buffer."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import LoadConfig
 
+if TYPE_CHECKING:
+    import torch
 
-def torch_copy_launches(sources: list[Any]) -> list[Callable[[], Any]]:
+
+def torch_copy_launches(sources: list[torch.Tensor]) -> list[Callable[[], Any]]:
     destinations = [source.clone() for source in sources]
     return [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
 
 
-def torch_sum_launches(sources: list[Any]) -> list[Callable[[], Any]]:
+def torch_sum_launches(sources: list[torch.Tensor]) -> list[Callable[[], Any]]:
     return [lambda s=s: s.sum() for s in sources]
 
 
@@ -34,7 +37,7 @@ def triton_supports(config: LoadConfig) -> bool:
     return triton_available() and len(config.shape) == 2 and config.dtype in ("fp16", "bf16", "fp32")
 
 
-def triton_tma_copy_launches(sources: list[Any], tile: tuple[int, int]) -> list[Callable[[], Any]]:
+def triton_tma_copy_launches(sources: list[torch.Tensor], tile: tuple[int, int]) -> list[Callable[[], Any]]:
     """A Triton copy through TMA descriptors: each program loads one tile and stores it."""
     import triton
     import triton.language as tl
@@ -59,7 +62,7 @@ def triton_tma_copy_launches(sources: list[Any], tile: tuple[int, int]) -> list[
 
 
 def triton_tma_rowsum_launches(
-    sources: list[Any], block: tuple[int, int] = (64, 256)
+    sources: list[torch.Tensor], block: tuple[int, int] = (64, 256)
 ) -> list[Callable[[], Any]]:
     """A Triton fp32 row sum through TMA descriptors: each program owns `block[0]` rows and walks
     their columns `block[1]` at a time (2-D inputs)."""

@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..config import LoadConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 TARGET_ARCH = "sm_90a"
 TESTED_DSL_VERSION = "4.8.1"
@@ -176,7 +182,7 @@ def store_cached(function: Any, path: Path, name: str) -> None:
         pass
 
 
-def to_cute_tensor(array: Any) -> Any:
+def to_cute_tensor(array: torch.Tensor | np.ndarray) -> Any:
     """A CuTe tensor over any DLPack array (numpy or torch), promising TMA's 16-byte alignment.
 
     Callers check the base address first (`validate.check_base_address`): the promise is not
@@ -200,7 +206,7 @@ def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] |
     return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)
 
 
-def fake_source(config: Any) -> Any:
+def fake_source(config: LoadConfig) -> Any:
     """The description of a tensor a `LoadConfig` describes: its dtype, shape and strides."""
     return fake_tensor(config.element, config.shape, config.element_strides)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, LoadConfig
 from ..errors import TmaHangError
@@ -153,7 +153,7 @@ def compile_multicast_load(
 
 
 # -- the hang guard's words -------------------------------------------------------------------
-def new_guard(device: Any = "cuda") -> torch.Tensor:
+def new_guard(device: str | torch.device = "cuda") -> torch.Tensor:
     """GUARD_WORDS int32 zeros on `device`: where a guarded kernel records a wait that ran out."""
     import torch
 
@@ -178,7 +178,7 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
 
 
 # -- the copy's launcher ------------------------------------------------------------------------
-CopyLauncher = Callable[[Any, Any], None]
+CopyLauncher = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 
 def copy_launcher(
@@ -198,7 +198,7 @@ def copy_launcher(
     compiled = compile_copy(copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape)
     function = compiled.function
 
-    def launch(src: Any, dst: Any) -> None:
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
         function(src, dst, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
