@@ -1,47 +1,164 @@
+"""The `tmakit` commands through the real entry point: every flag does something, every argument is
+checked before anything prints or looks for a GPU, errors are one line on stderr (exit 2),
+findings exit 1."""
+
+import json
+
+import pytest
+
+from entry_point import one_error_line, tmakit
 from tmakit import SEED, LoadPlan
-from tmakit.cli import main
 from tmakit.demo import _demo_compile_only
+from tmakit.runtime.device import find_hopper_gpu
+
+NO_GPU = find_hopper_gpu()[0] is None
 
 
-def test_plan_command_prints_the_seed(capsys):
-    assert main(["plan", "--highlight", "1,2"]) == 0
-    out = capsys.readouterr().out
-    assert "total tile loads  924" in out
-    assert "32776 bytes requested" in out
-    assert "element origin (64, 512)" in out
+def test_plan_prints_the_seed_quietly():
+    run = tmakit("plan")
+    assert run.returncode == 0 and run.stderr == ""
+    for fact in ["total tile loads  924", "32776 bytes requested", "tile (1, 2): element origin (64, 512)"]:
+        assert fact in run.stdout, fact
 
 
-def test_plan_command_refuses_bad_input_with_the_rule(capsys):
-    assert main(["plan", "--shape", "1000x777", "--dtype", "bf16"]) == 2
-    assert "1554 bytes; TMA needs a multiple of 16" in capsys.readouterr().err
-    assert main(["plan", "--tile", "64by256"]) == 2
+def test_a_configuration_tma_cannot_serve_is_one_line_naming_the_clis_own_fix():
+    run = tmakit("plan", "--shape", "1000x777", "--dtype", "bf16")
+    assert run.returncode == 2 and run.stdout == ""
+    error = one_error_line(run)
+    assert "1554 bytes; TMA needs a multiple of 16" in error
+    assert "--pad" in error and "padded_empty" not in error  # the CLI user's remedy, not the library's
+    padded = tmakit("plan", "--shape", "1000x777", "--dtype", "bf16", "--pad")
+    assert padded.returncode == 0 and "strides (784, 1)" in padded.stdout
 
 
-def test_compile_only_demo_finds_every_instruction():
-    lines = []
-    assert _demo_compile_only(LoadPlan(SEED), lines.append)
-    text = "\n".join(lines)
-    assert "cp.async.bulk.tensor.2d" in text
-    assert "MISSING" not in text
-    assert "[32768] bytes; plan expects 32768 -> agree" in text
+def test_torch_dtype_names_are_accepted():
+    by_torch_name = tmakit("plan", "--dtype", "float16", "--shape", "128x256")
+    assert by_torch_name.returncode == 0, by_torch_name.stderr
+    assert by_torch_name.stdout == tmakit("plan", "--dtype", "fp16", "--shape", "128x256").stdout
+    assert "bfloat16" in one_error_line(tmakit("plan", "--dtype", "float64"))  # the error lists both
 
 
-def test_check_command_passes_the_seed_and_catches_each_mistake(capsys):
-    assert main(["check"]) == 0
-    out = capsys.readouterr().out
-    assert "tile 6: arrive + expect 32768 B, copy 32768 B" in out and "ok: every wait completes" in out
+@pytest.mark.parametrize("command", ["plan", "demo"])
+def test_the_default_highlight_is_never_an_error(command):
+    run = tmakit(command, "--shape", "128x256")  # a 2 x 1 tile grid: the seed's tile (1, 2) is not in it
+    assert run.returncode == 0, run.stderr
+    assert "tile (1, 0): element origin (64, 0)" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["plan", "--highlight", "99,99"], "highlight (99, 99) is outside the 132 x 7 tile grid"),
+        (["explain", "--highlight", "500,1"], "highlight (500, 1) is outside the 132 x 7 tile grid"),
+        (["demo", "--highlight", "2,0", "--shape", "128x256"], "outside the 2 x 1 tile grid"),
+        (["plan", "--cluster", "3x3"], "cluster (3, 3) is not one of"),
+        (["check", "--cluster", "3x3"], "cluster (3, 3) is not one of"),
+        (["plan", "--tile", "64by256"], "tile '64by256' is not of the form ROWSxCOLS"),
+        (["plan", "--shape", "5"], "tensor has 1 dimensions"),
+        (["explain", "--stages", "0"], "'0' is not an integer >= 1"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_prints(args, error):
+    run = tmakit(*args)
+    assert run.returncode == 2 and run.stdout == ""
+    assert error in one_error_line(run)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["verify", "--tile", "64x999"], "tile columns is 999"),
+        (["bench", "--tile", "64x999"], "tile columns is 999"),
+        (["verify", "--shape", "1000x777", "--dtype", "bf16"], "--pad"),
+        (["verify", "--sweep", "5", "--stages", "4"], "--sweep verifies one-stage loads"),
+        (["bench", "--copy", "stages=8"], "--copy configures --kernel copy or transpose"),
+        (["bench", "--kernel", "copy", "--copy", "stagez=8"], "'stagez' is not one of"),
+        (["bench", "--pipeline", "consumer_warps=2"], "names no stages"),
+        (["bench", "--stages", "4"], "--stages sets the ring of --cluster"),
+        (["bench", "--json", "no/such/folder/out.json"], "folder no/such/folder does not exist"),
+    ],
+)
+def test_gpu_commands_check_their_arguments_before_looking_for_a_gpu(args, error):
+    run = tmakit(*args)
+    assert run.returncode == 2 and run.stdout == ""
+    line = one_error_line(run)
+    assert error in line and "Hopper" not in line
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a Hopper GPU is here")
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_gpu_commands_say_why_they_cannot_run_here(command):
+    run = tmakit(command)
+    assert run.returncode == 2 and run.stdout == ""
+    assert one_error_line(run).startswith(f"tmakit: {command} needs a Hopper GPU: ")
+
+
+def test_check_replays_the_seed_and_catches_each_mistake():
+    run = tmakit("check")
+    assert run.returncode == 0 and run.stderr == ""
+    assert "tile 6: arrive + expect 32768 B, copy 32768 B" in run.stdout
+    assert "ok: every wait completes" in run.stdout
     for mistake, reason in [
         ("expect-more", "more bytes expected than delivered"),
         ("expect-less", "early-completion"),
         ("skip-arrival", "missing-arrival"),
         ("same-parity", "wrong-parity"),
     ]:
-        assert main(["check", "--mistake", mistake]) == 1
-        assert reason in capsys.readouterr().out, mistake
+        found = tmakit("check", "--mistake", mistake)
+        assert found.returncode == 1 and found.stderr == "", mistake
+        assert reason in found.stdout, mistake
 
 
-def test_compile_only_demo_walks_the_seed_schedule():
+def test_check_replays_rings_and_clusters():
+    ring = tmakit("check", "--stages", "4")
+    assert ring.returncode == 0, ring.stderr
+    assert "4-stage ring of block 0 (7 tiles)" in ring.stdout and "init 'empty[3]'" in ring.stdout
+    overwrite = tmakit("check", "--stages", "4", "--mistake", "skip-empty-wait")
+    assert overwrite.returncode == 1 and "[stage-overwrite]" in overwrite.stdout
+    cluster = tmakit("check", "--cluster", "2x2")
+    assert cluster.returncode == 0, cluster.stderr
+    assert "2x2 cluster 0 (4 CTAs, 7 tiles each)" in cluster.stdout and "CTA 3:" in cluster.stdout
+    assert "copy 8192 B -> stage 0 (multicast to CTAs [0, 1, 2, 3])" in cluster.stdout
+    mismatch = tmakit("check", "--cluster", "2x2", "--mistake", "expect-slice")
+    assert mismatch.returncode == 1 and "[multicast-mismatch]" in mismatch.stdout
+    wrong = tmakit("check", "--stages", "4", "--mistake", "same-parity")
+    assert wrong.returncode == 2 and "does not apply to a ring schedule" in one_error_line(wrong)
+    assert tmakit("check", "--highlight", "5,5").returncode == 2  # check marks no tile: no such flag
+
+
+def test_demo_with_a_cluster_compiles_the_multicast_kernel():
+    run = tmakit("demo", "--cluster", "2x2", "--shape", "256x512")
+    assert run.returncode == 0, run.stderr
+    assert "cluster           2x2 = 4 CTAs" in run.stdout
+    if NO_GPU:
+        assert ".multicast::cluster" in run.stdout
+        assert "the TMA load is a multicast::cluster load: each CTA issues its 8192-byte slice" in run.stdout
+        assert "CTA 3:" in run.stdout and "-> agree" in run.stdout
+    else:
+        assert "verify:   CTA 3 of every cluster: " in run.stdout
+
+
+def test_demo_names_the_run_it_replays_without_calling_it_the_seeds():
     lines = []
     assert _demo_compile_only(LoadPlan(SEED), lines.append)
     text = "\n".join(lines)
+    assert "cp.async.bulk.tensor.2d" in text and "MISSING" not in text
+    assert "[32768] bytes; plan expects 32768 -> agree" in text
+    assert "Block 0's loads replayed on the CPU model" in text and "seed's run" not in text
     assert "tile 6: arrive + expect 32768 B" in text
+
+
+def test_json_goes_to_stdout_alone_or_to_a_file_beside_the_text(tmp_path):
+    plan = tmakit("plan", "--json", "--cluster", "1x2")
+    assert plan.returncode == 0
+    numbers = json.loads(plan.stdout)  # nothing but the JSON on stdout
+    assert numbers["bytes"]["shared_memory_requested"] == 32776
+    assert numbers["decomposition"]["highlight_element_origin"] == [64, 512]
+    assert [cta["tile_rows"] for cta in numbers["clusters"]["ctas"]] == [[0, 32], [32, 64]]
+    path = tmp_path / "check.json"
+    check = tmakit("check", "--mistake", "expect-more", "--json", str(path))
+    assert check.returncode == 1 and "1 finding(s)" in check.stdout
+    findings = json.loads(path.read_text())["findings"]
+    assert [f["kind"] for f in findings] == ["expected-more-than-delivered"] and findings[0]["hang"]
+    explain = tmakit("explain", "--json", "-")
+    assert json.loads(explain.stdout)["bytes"]["expected_tx_bytes_per_phase"] == 32768

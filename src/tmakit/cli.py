@@ -1,16 +1,28 @@
-"""The `tmakit` command: parse, call the library, print."""
+"""The `tmakit` command: parse, check every argument, call the library, print.
+
+It behaves as ruff, pytest, pip and git do: results on stdout, every error on stderr as one line
+`tmakit: ...`; exit 0 on success, 1 when a check finds a problem, 2 for bad usage (and for a
+command that needs a Hopper GPU where there is none). Every argument is checked, and every plan
+built, before a GPU is looked for or a line is printed. `--json [PATH]` writes a command's result
+as JSON to PATH, or prints it instead of the text.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from . import __version__
 from .bench import hostcost, ncu, report, suites
 from .bench.timing import MIN_SAMPLES
 from .check.isolate import run_isolated
@@ -19,150 +31,432 @@ from .check.sweep import summarize, sweep_configs
 from .config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
 from .demo import run_demo
 from .errors import TmaConfigError
-from .explain import explain, to_json, to_text
-from .model.schedule import replay, seed_schedule
+from .explain import describe_plan, explain, highlight_tile, to_text
+from .limits import GLOBAL_STRIDE_ALIGN, SWIZZLE_MODES
+from .model.schedule import Event, multicast_schedule, pipeline_schedule, replay, seed_schedule
 from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .plan.multicast import CLUSTER_SHAPES
+from .runtime.compile import installed_dsl_version
 from .runtime.device import find_hopper_gpu
+from .validate import check_load_config, check_rank
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
+CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
+STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of the text
+# The CLI's own remedy for rows TMA cannot address (the library's names tmakit.padded_empty).
+PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes"
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    default_shape, default_tile = SEED_SHAPE, SEED_TILE
+class CommandError(Exception):
+    """A command that cannot run as asked, for a reason outside the configuration (no GPU,
+    no matplotlib, a path that cannot be written): one line on stderr, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as one line on stderr, as every other tmakit error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tmakit: {message} (see '{self.prog} --help')\n")
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (finding the DSL may import it)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print tmakit's and the DSL's versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        dsl = installed_dsl_version() or "not installed"
+        parser.exit(0, f"tmakit {__version__} (nvidia-cutlass-dsl {dsl})\n")
+
+
+# -- argument types: each value checked (and converted) as it is parsed ---------------------------
+def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises TmaConfigError: its message becomes the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except TmaConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    shape = parse_extents(text, "shape", rank=None)
+    check_rank(len(shape))
+    return shape
+
+
+def _integer_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise TmaConfigError(f"{text!r} is not an integer >= {minimum}")
+        return value
+
+    return _checked(parse, f"integer >= {minimum}")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise TmaConfigError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _sizes(text: str) -> list[float]:
+    sizes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            size = float(item)
+        except ValueError:
+            size = 0.0
+        if not size > 0:
+            raise TmaConfigError(f"size {item!r} is not a number of MiB > 0")
+        sizes.append(size)
+    return sizes
+
+
+SHAPE = _checked(_shape, "shape")
+OPTIONAL_SHAPE = _checked(lambda text: _shape(text) if text else None, "shape")
+TILE = _checked(lambda text: parse_extents(text, "tile"), "tile")
+HIGHLIGHT = _checked(lambda text: parse_extents(text, "highlight"), "highlight")
+CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
+DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
+COUNT = _integer_at_least(1)
+NON_NEGATIVE = _integer_at_least(0)
+SECONDS = _checked(_positive_seconds, "seconds")
+SIZES = _checked(_sizes, "sizes")
+
+
+# -- the options commands share ---------------------------------------------------------------------
+def _add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--shape", default=default_shape, help=f"[BATCHx...]ROWSxCOLS, rank 2-5 (default {default_shape})"
+        "--shape",
+        type=SHAPE,
+        default=SEED.shape,
+        metavar="[BATCHx...]ROWSxCOLS",
+        help=f"the tensor's extents, rank 2-5 (default {SEED_SHAPE})",
     )
-    parser.add_argument("--dtype", default=SEED.dtype, help=f"element type (default {SEED.dtype})")
-    parser.add_argument("--tile", default=default_tile, help=f"ROWSxCOLS (default {default_tile})")
-    parser.add_argument("--swizzle", type=int, default=0, help="TMA swizzle in bytes: 0, 32, 64, 128")
+    _add_element_arguments(parser)
     parser.add_argument(
-        "--layout", choices=("row", "col"), default="row", help="contiguous dim: columns (row) or rows (col)"
+        "--layout",
+        choices=("row", "col"),
+        default="row",
+        help="the contiguous dim: the columns (row, default) or the rows (col, e.g. a transposed view)",
     )
     parser.add_argument(
-        "--pad", action="store_true", help="pad the contiguous dim to 16 bytes (tmakit.padded_empty)"
-    )
-    parser.add_argument("--highlight", default="1,2", help="tile ROW_BLOCK,COLUMN_TILE to mark (default 1,2)")
-    parser.add_argument(
-        "--cluster", help="CTAs per cluster sharing every tile by multicast: 1x2, 2x1, 2x2, 1x4"
+        "--pad",
+        action="store_true",
+        help=f"pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes (as tmakit.padded_empty)",
     )
 
 
-def _plan_from(args: argparse.Namespace) -> LoadPlan:
+def _add_element_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        type=DTYPE,
+        default=SEED.dtype,
+        help=f"element type, tmakit's name or torch's (fp16 or float16; default {SEED.dtype})",
+    )
+    parser.add_argument(
+        "--tile",
+        type=TILE,
+        default=SEED.tile,
+        metavar="ROWSxCOLS",
+        help=f"the TMA box: rows x columns (default {SEED_TILE})",
+    )
+    parser.add_argument(
+        "--swizzle",
+        type=int,
+        choices=SWIZZLE_MODES,
+        default=SEED.swizzle,
+        help="TMA swizzle in bytes: 0 (none, default), 32, 64 or 128",
+    )
+
+
+def _add_highlight(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--highlight",
+        type=HIGHLIGHT,
+        metavar="ROW_BLOCK,COLUMN_TILE",
+        help="the tile to mark (default 1,2, the seed's, or the nearest tile a smaller grid has)",
+    )
+
+
+def _add_cluster(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--cluster", type=CLUSTER, metavar="CxR", help=f"{what}: {CLUSTERS}")
+
+
+def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const=STDOUT,
+        metavar="PATH",
+        help=f"write {what} as JSON to PATH; without PATH (or '-'), print the JSON instead of the text",
+    )
+
+
+# -- from arguments to plans (every check before anything runs or prints) ---------------------------
+def _load_plan(args: argparse.Namespace) -> LoadPlan:
     element = dtype_named(args.dtype)
-    shape = parse_extents(args.shape, "shape", rank=None)
     config = LoadConfig(
-        shape=shape,
-        dtype=args.dtype,
-        tile=parse_extents(args.tile, "tile"),
+        shape=args.shape,
+        dtype=element.name,
+        tile=args.tile,
         swizzle=args.swizzle,
         major=args.layout,
-        strides=padded_strides(shape, element.nbytes, args.layout) if args.pad else None,
+        strides=padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None,
     )
+    check_load_config(config, stride_fix=PAD_FIX)
     return LoadPlan(config)
 
 
+def _multicast_plan(args: argparse.Namespace, load: LoadPlan, stages: int = 1) -> MulticastPlan | None:
+    return MulticastPlan(load, args.cluster, stages=stages) if args.cluster else None
+
+
+def _hopper_gpu(command: str) -> str:
+    """The GPU's name; CommandError saying why there is none to use."""
+    name, why = find_hopper_gpu()
+    if name is None:
+        raise CommandError(f"{command} needs a Hopper GPU: {why}")
+    return name
+
+
+def _check_writable(path: str | None) -> None:
+    """Refuse an output path whose folder does not exist before any long run."""
+    if path and path != STDOUT and not Path(path).resolve().parent.is_dir():
+        raise CommandError(f"cannot write {path}: folder {Path(path).parent} does not exist")
+
+
+def _write_json(path: str, data: Any) -> None:
+    text = json.dumps(data, indent=1)
+    if path == STDOUT:
+        print(text)
+    else:
+        Path(path).write_text(text + "\n")
+
+
+def _text_stream(args: argparse.Namespace) -> TextIO:
+    """Where the human-readable output goes: stderr when stdout carries the JSON."""
+    return sys.stderr if getattr(args, "json", None) == STDOUT else sys.stdout
+
+
+# -- the commands -----------------------------------------------------------------------------------
 def _cmd_plan(args: argparse.Namespace) -> int:
-    plan = _plan_from(args)
-    print(plan.summary())
-    if args.cluster:
-        print(MulticastPlan(plan, parse_extents(args.cluster, "cluster")).summary())
-    print()
-    print(plan.diagram(parse_extents(args.highlight, "highlight")))
+    load = _load_plan(args)
+    multicast = _multicast_plan(args, load)
+    highlight = highlight_tile(load, args.highlight)
+    text = "\n".join(
+        [load.summary(), *([multicast.summary()] if multicast else []), "", load.diagram(highlight)]
+    )
+    if args.json:
+        _write_json(args.json, describe_plan(load, highlight, multicast))
+    if args.json != STDOUT:
+        print(text)
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return 0 if run_demo(_plan_from(args), parse_extents(args.highlight, "highlight")) else 1
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    gpu_name, why = find_hopper_gpu()
-    if gpu_name is None:
-        print(f"tmakit verify needs a Hopper GPU: {why}", file=sys.stderr)
-        return 2
-    if args.cluster:  # every CTA of every cluster, multicast and the baseline
-        ok = True
-        for multicast in (True, False):
-            cluster = parse_extents(args.cluster, "cluster")
-            plan = MulticastPlan(_plan_from(args), cluster, multicast, stages=args.stages)
-            for rank, verdict in enumerate(verify_multicast_load(plan)):
-                ok &= verdict.ok
-                print(f"{'multicast' if multicast else 'baseline '} CTA {rank}: {verdict}")
-        return 0 if ok else 1
-    if args.prefetch or args.stages > 1:  # the pipelined load, store-back verified, guarded
-        pipeline = PipelinePlan(
-            _plan_from(args), stages=max(args.stages, 1), prefetch_tiles=args.prefetch,
-            prefetch_descriptor=args.prefetch > 0,
-        )  # fmt: skip
-        print(pipeline.summary())
-        verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
-        print(verdict)
-        return 0 if verdict.ok else 1
-    configs = sweep_configs(args.sweep, args.seed) if args.sweep else [_plan_from(args).config]
-    console = Console()
-    with Progress(console=console) as progress:
-        task = progress.add_task(f"verifying on {gpu_name}", total=len(configs))
-
-        def report(config: LoadConfig, result: dict) -> None:
-            progress.advance(task)
-            if result["status"] != "ok":
-                progress.console.print(f"[red]{result['status']}[/red] {config}: {result}")
-
-        results = run_isolated(configs, args.timeout, report)
-    summary = summarize(configs, results, args.seed)
-    table = Table(title=f"{len(configs)} configurations on {gpu_name}")
-    for column in ("cell (dtype/swizzle/layout)", "ok", "mismatch", "hang", "error"):
-        table.add_column(column)
-    for cell, counts in summary["cells"].items():
-        table.add_row(cell, *(str(counts.get(k, 0)) for k in ("ok", "mismatch", "hang", "error")))
-    console.print(table)
-    console.print(
-        f"ok {summary['ok']}, mismatches {summary['mismatches']}, hangs {summary['hangs']}, "
-        f"errors {summary['errors']}; partial tiles in {summary['with_partial_tiles']}, "
-        f"prime or unit extent in {summary['with_prime_or_unit_extent']}; "
-        f"cells {len(summary['cells'])}/{summary['cells_expected']}"
-    )
-    if len(configs) == 1:
-        console.print(results[0])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
-        console.print(f"wrote {args.json}")
-    return 0 if summary["ok"] == len(configs) else 1
-
-
-MISTAKES = {
-    "none": {},
-    "expect-more": {"expected_tx_bytes_delta": 8},  # the seed's 32776 (tile + barrier) as the tx count
-    "expect-less": {"expected_tx_bytes_delta": -16},
-    "skip-arrival": {"skip_arrival": True},
-    "same-parity": {"parity_mistake": True},
-}
+    load = _load_plan(args)
+    multicast = _multicast_plan(args, load)
+    highlight = highlight_tile(load, args.highlight)
+    return 0 if run_demo(load, highlight, print, multicast) else 1
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    load = _plan_from(args)
+    load = _load_plan(args)
     pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
-    multicast = MulticastPlan(load, parse_extents(args.cluster, "cluster")) if args.cluster else None
-    report = explain(pipeline, parse_extents(args.highlight, "highlight"), multicast)
-    print(to_json(report) if args.json else to_text(report))
+    multicast = _multicast_plan(args, load)
+    result = explain(pipeline, highlight_tile(load, args.highlight), multicast)
+    if args.json:
+        _write_json(args.json, result)
+    if args.json != STDOUT:
+        print(to_text(result))
     return 0
 
 
+# --mistake: what each injects, and the schedules it applies to.
+EVERY_SCHEDULE = ("one-stage", "ring", "cluster")
+MISTAKES = {
+    "none": ("the schedule as the kernel runs it", EVERY_SCHEDULE),
+    "expect-more": ("expect 8 bytes more than a tile (the seed's 32776: tile + barrier)", EVERY_SCHEDULE),
+    "expect-less": ("expect 16 bytes less than a tile", EVERY_SCHEDULE),
+    "skip-arrival": ("declare the bytes without arriving", ("one-stage",)),
+    "same-parity": ("wait on parity 0 every time", ("one-stage",)),
+    "skip-empty-wait": ("the producer reuses a stage without waiting for its release", ("ring",)),
+    "expect-slice": ("each CTA expects only its own slice, not the whole tile", ("cluster",)),
+}
+EXPECT_MORE_BYTES, EXPECT_LESS_BYTES = 8, -16
+
+
+def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, list[Event]]:
+    """(kind, title, events) of the schedule `tmakit check` replays, the mistake injected."""
+    if args.cluster and args.stages > 1:
+        raise CommandError(
+            "check replays a cluster's loads with one stage: give --cluster or --stages, not both"
+        )
+    kind = "cluster" if args.cluster else "ring" if args.stages > 1 else "one-stage"
+    if kind not in MISTAKES[args.mistake][1]:
+        fits = ", ".join(name for name, (_, kinds) in MISTAKES.items() if kind in kinds)
+        raise CommandError(f"--mistake {args.mistake} does not apply to a {kind} schedule; these do: {fits}")
+    tile_bytes = load.expected_tx_bytes
+    expected = {"expect-more": tile_bytes + EXPECT_MORE_BYTES, "expect-less": tile_bytes + EXPECT_LESS_BYTES}
+    if kind == "cluster":
+        multicast = MulticastPlan(load, args.cluster)
+        expected["expect-slice"] = multicast.issued_bytes_per_cta
+        cluster = "x".join(map(str, multicast.cluster))
+        title = f"{cluster} cluster 0 ({multicast.cluster_size} CTAs, {load.tiles_per_block} tiles each)"
+        events = multicast_schedule(
+            load.tiles_per_block,
+            multicast.cluster_size,
+            tile_bytes,
+            expected_tx_bytes=expected.get(args.mistake),
+        )
+    elif kind == "ring":
+        ring = PipelinePlan(load, stages=args.stages)
+        title = f"{ring.stages}-stage ring of block 0 ({ring.tiles_of_block(0)} tiles)"
+        events = pipeline_schedule(
+            ring.tiles_of_block(0),
+            ring.stages,
+            tile_bytes,
+            expected_tx_bytes=expected.get(args.mistake),
+            skip_empty_wait=args.mistake == "skip-empty-wait",
+        )
+    else:
+        title = f"schedule of block 0 ({load.tiles_per_block} tiles)"
+        events = seed_schedule(
+            load,
+            expected_tx_bytes=expected.get(args.mistake),
+            skip_arrival=args.mistake == "skip-arrival",
+            parity_mistake=args.mistake == "same-parity",
+        )
+    return kind, title, events
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
-    plan = _plan_from(args)
-    mistake = dict(MISTAKES[args.mistake])
-    delta = mistake.pop("expected_tx_bytes_delta", 0)
-    if delta:
-        mistake["expected_tx_bytes"] = plan.expected_tx_bytes + delta
-    report = replay(seed_schedule(plan, **mistake))
-    print(f"schedule of block 0 ({plan.tiles_per_block} tiles), replayed against the CPU mbarrier model:")
-    print(report.describe())
-    return 0 if report.ok else 1
+    load = _load_plan(args)
+    kind, title, events = _schedule(args, load)
+    result = replay(events)
+    if args.json:
+        _write_json(
+            args.json,
+            {
+                "schedule": kind,
+                "title": title,
+                "mistake": args.mistake,
+                "ok": result.ok,
+                "stopped_at": result.stopped_at,
+                "findings": [asdict(finding) for finding in result.findings],
+                "trace": [asdict(entry) for entry in result.trace],
+            },
+        )
+    if args.json != STDOUT:
+        print(f"{title}, replayed against the CPU model of TMA and mbarrier:")
+        print(result.describe(cta=None if kind == "cluster" else 0))
+    return 0 if result.ok else 1
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    load = _load_plan(args)
+    if args.sweep and (args.cluster or args.stages > 1 or args.prefetch):
+        raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
+    if args.cluster and args.prefetch:
+        raise CommandError("--prefetch verifies the pipelined load of one CTA: drop --cluster")
+    clusters = [
+        MulticastPlan(load, args.cluster, multicast, args.stages)
+        for multicast in (True, False)
+        if args.cluster
+    ]
+    pipeline = None
+    if not args.cluster and (args.prefetch or args.stages > 1):
+        pipeline = PipelinePlan(
+            load, stages=args.stages, prefetch_tiles=args.prefetch, prefetch_descriptor=args.prefetch > 0
+        )
+    configs = sweep_configs(args.sweep, args.seed) if args.sweep else [load.config]
+    _check_writable(args.json)
+    gpu_name = _hopper_gpu("verify")
+    out = _text_stream(args)
+
+    if args.cluster:  # every CTA of every cluster, multicast and the baseline
+        ctas = []
+        for cluster in clusters:
+            for rank, verdict in enumerate(verify_multicast_load(cluster)):
+                ctas.append(
+                    {"multicast": cluster.multicast, "rank": rank, "ok": verdict.ok, "verdict": str(verdict)}
+                )
+                print(f"{'multicast' if cluster.multicast else 'baseline '} CTA {rank}: {verdict}", file=out)
+        ok = all(cta["ok"] for cta in ctas)
+        result: dict[str, Any] = {
+            "cluster": list(args.cluster),
+            "stages": args.stages,
+            "ok": ok,
+            "ctas": ctas,
+        }
+    elif pipeline is not None:  # the pipelined load, store-back verified, guarded
+        print(pipeline.summary(), file=out)
+        verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
+        print(verdict, file=out)
+        ok = verdict.ok
+        result = {
+            "stages": pipeline.stages,
+            "prefetch_tiles": args.prefetch,
+            "ok": ok,
+            "verdict": str(verdict),
+        }
+    else:
+        console = Console(file=out)
+        with Progress(console=console) as progress:
+            task = progress.add_task(f"verifying on {gpu_name}", total=len(configs))
+
+            def progress_report(config: LoadConfig, outcome: dict) -> None:
+                progress.advance(task)
+                if outcome["status"] != "ok":
+                    progress.console.print(f"[red]{outcome['status']}[/red] {config}: {outcome}")
+
+            results = run_isolated(configs, args.timeout, progress_report)
+        result = summarize(configs, results, args.seed)
+        table = Table(title=f"{len(configs)} configurations on {gpu_name}")
+        for column in ("cell (dtype/swizzle/layout)", "ok", "mismatch", "hang", "error"):
+            table.add_column(column)
+        for cell, counts in result["cells"].items():
+            table.add_row(cell, *(str(counts.get(k, 0)) for k in ("ok", "mismatch", "hang", "error")))
+        console.print(table)
+        console.print(
+            f"ok {result['ok']}, mismatches {result['mismatches']}, hangs {result['hangs']}, "
+            f"errors {result['errors']}; partial tiles in {result['with_partial_tiles']}, "
+            f"prime or unit extent in {result['with_prime_or_unit_extent']}; "
+            f"cells {len(result['cells'])}/{result['cells_expected']}"
+        )
+        if len(configs) == 1:
+            console.print(results[0])
+        ok = result["ok"] == len(configs)
+    if args.json:
+        _write_json(args.json, result)
+    return 0 if ok else 1
 
 
 SIZE_SWEEP_MIB = (1, 4, 16, 64, 256, 1024, 2048)
+BENCH_CLUSTER_STAGES = 4
+PLOT_TITLES = {
+    "load": "tmakit loads vs torch",
+    "copy": "tmakit.copy_ vs torch copy_",
+    "transpose": "transposing tmakit.copy_ vs torch copy_",
+}
 
 
 def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
@@ -173,49 +467,64 @@ def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    gpu_name, why = find_hopper_gpu()
-    if gpu_name is None:
-        print(f"tmakit bench needs a Hopper GPU: {why}", file=sys.stderr)
-        return 2
     element = dtype_named(args.dtype)
-    tile = parse_extents(args.tile, "tile")
-    shapes = [parse_extents(args.shape, "shape", rank=None)] if args.shape else []
-    if args.sizes:
-        shapes += [bench_shape(float(size), element.nbytes) for size in args.sizes.split(",")]
-    plans = [LoadPlan(LoadConfig(shape, args.dtype, tile, args.swizzle)) for shape in shapes]
+    shapes = [args.shape] if args.shape else []
+    shapes += [bench_shape(size, element.nbytes) for size in args.sizes]
+    if not shapes:
+        raise CommandError("nothing to time: give --shape or --sizes")
+    plans = [LoadPlan(LoadConfig(shape, element.name, args.tile, args.swizzle)) for shape in shapes]
+    copying = args.kernel in ("copy", "transpose")
+    if args.copy and not copying:
+        raise CommandError("--copy configures --kernel copy or transpose")
+    if args.stages is not None and not args.cluster:
+        raise CommandError("--stages sets the ring of --cluster: give a cluster too")
+    cluster_stages = args.stages or BENCH_CLUSTER_STAGES
+    options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
+    variants = [suites.PipelineVariant.parse(text) for text in args.pipeline or []]
+    if args.prefetch and not variants:
+        variants = [suites.PipelineVariant(stages=4), suites.PipelineVariant(stages=7)]
+    if args.prefetch:  # each variant beside itself with tile + descriptor prefetch
+        variants += [
+            replace(v, prefetch_tiles=args.prefetch, prefetch_descriptor=True)
+            for v in variants
+            if not v.prefetch_tiles
+        ]
+    for plan in plans:  # every plan the run will build, checked now
+        for variant in variants:
+            variant.pipeline(plan)
+        if args.cluster:
+            for multicast in (True, False):
+                MulticastPlan(plan, args.cluster, multicast, stages=cluster_stages)
+    if args.plot:
+        try:
+            report.check_plotting()
+        except ImportError as error:
+            raise CommandError(f"--plot: {error}") from None
+    _check_writable(args.json)
+    _check_writable(args.plot)
+    gpu_name = _hopper_gpu("bench")
+
     context = report.device_context(args.commit)
-    console = Console()
+    console = Console(file=_text_stream(args))
     rows = []
     with Progress(console=console) as progress:
         task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
         for plan in plans:
-            if args.kernel in ("copy", "transpose"):
-                options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
+            if copying:
                 rows += suites.bench_copy(
                     plan, args.kernel == "transpose", options, context["l2_bytes"], args.hot_l2, args.samples
                 )
             else:
                 rows += suites.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
-            pipeline_variants = args.pipeline
-            if args.prefetch and not pipeline_variants:
-                pipeline_variants = ["stages=4", "stages=7"]
-            if pipeline_variants:
-                variants = [suites.PipelineVariant.parse(text) for text in pipeline_variants]
-                if args.prefetch:  # each variant beside itself with tile + descriptor prefetch
-                    variants += [
-                        replace(v, prefetch_tiles=args.prefetch, prefetch_descriptor=True)
-                        for v in variants
-                        if not v.prefetch_tiles
-                    ]
+            if variants:
                 rows += suites.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
             if args.cluster:
-                cluster = parse_extents(args.cluster, "cluster")
                 rows += suites.bench_multicast(
-                    plan, cluster, args.stages, context["l2_bytes"], args.hot_l2, args.samples
+                    plan, args.cluster, cluster_stages, context["l2_bytes"], args.hot_l2, args.samples
                 )
             progress.advance(task)
     context["host_launch"] = hostcost.measure_host_overhead()
-    if args.kernel in ("copy", "transpose"):
+    if copying:
         context["host_launch"].update(hostcost.measure_copy_host_cost(args.kernel == "transpose"))
     host = context["host_launch"]
     copy_prefix = "tmakit_copy_transpose_" if args.kernel == "transpose" else "tmakit_copy_"
@@ -244,114 +553,208 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.ncu:
         console.print(f"Nsight Compute: {context['ncu']}")
     if args.json:
-        with open(args.json, "w") as f:
-            what = f"tmakit bench --kernel {args.kernel}: device time, {cache}, every tmakit row verified"
-            study = report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines, args.kernel, what)
-            json.dump(study, f, indent=1)
-        console.print(f"wrote {args.json}")
+        what = f"tmakit bench --kernel {args.kernel}: device time, {cache}, every tmakit row verified"
+        _write_json(
+            args.json, report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines, args.kernel, what)
+        )
     if args.plot:
-        report.plot(rows, args.plot, context["peak_bandwidth"], f"tmakit vs torch on {gpu_name} ({cache})")
-        console.print(f"wrote {args.plot}")
+        title = f"{PLOT_TITLES[args.kernel]} on {gpu_name} ({cache})"
+        report.plot(rows, args.plot, context["peak_bandwidth"], title)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tmakit", description="TMA tile loads in CuTe DSL.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    plan_cmd = commands.add_parser("plan", help="the seed's arithmetic for a configuration")
-    _add_config_arguments(plan_cmd)
+# -- the parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tmakit",
+        description="Hopper TMA tile loads, pipelines and copies in CuTe DSL: planned, explained, "
+        "verified, timed.",
+        epilog="Exit status: 0 success, 1 a check found a problem, 2 bad usage (or no Hopper GPU for "
+        "verify and bench).",
+    )
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    plan_cmd = commands.add_parser("plan", help="the seed's arithmetic for a configuration (no GPU)")
+    _add_tensor_arguments(plan_cmd)
+    _add_highlight(plan_cmd)
+    _add_cluster(plan_cmd, "also show each CTA's slice in a cluster sharing every tile by multicast")
+    _add_json(plan_cmd, "the plan's numbers")
     plan_cmd.set_defaults(run=_cmd_plan)
+
     demo_cmd = commands.add_parser(
         "demo", help="run and verify the seed's kernel (or compile it, without a GPU)"
     )
-    _add_config_arguments(demo_cmd)
+    _add_tensor_arguments(demo_cmd)
+    _add_highlight(demo_cmd)
+    _add_cluster(demo_cmd, "run (or compile) the multicast kernel of this cluster shape instead")
     demo_cmd.set_defaults(run=_cmd_demo)
+
     verify_cmd = commands.add_parser("verify", help="verify loads on the GPU: one configuration or a sweep")
-    _add_config_arguments(verify_cmd)
-    verify_cmd.add_argument("--sweep", type=int, default=0, help="N random valid configurations")
-    verify_cmd.add_argument("--seed", type=int, default=0, help="random seed of the sweep")
-    verify_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
-    verify_cmd.add_argument("--json", help="write the report here")
+    _add_tensor_arguments(verify_cmd)
+    _add_cluster(verify_cmd, "verify every CTA of clusters of this shape, with multicast and without")
     verify_cmd.add_argument(
-        "--stages", type=int, default=1, help="> 1: verify the N-stage pipelined load (or multicast ring)"
+        "--sweep",
+        type=NON_NEGATIVE,
+        default=0,
+        metavar="N",
+        help="verify N random valid configurations instead",
+    )
+    verify_cmd.add_argument("--seed", type=int, default=0, help="random seed of the sweep (default 0)")
+    verify_cmd.add_argument(
+        "--timeout",
+        type=SECONDS,
+        default=60.0,
+        help="seconds each configuration may run before it counts as a hang",
+    )
+    verify_cmd.add_argument(
+        "--stages",
+        type=COUNT,
+        default=1,
+        metavar="N",
+        help="> 1: verify the N-stage pipelined load (or multicast ring)",
     )
     verify_cmd.add_argument(
         "--prefetch",
-        type=int,
+        type=NON_NEGATIVE,
         default=0,
-        help="pipelined load prefetching N tiles ahead into L2 (+ descriptor)",
+        metavar="N",
+        help="verify the pipelined load prefetching N tiles ahead into L2 (and the descriptor)",
     )
+    _add_json(verify_cmd, "the verdicts")
     verify_cmd.set_defaults(run=_cmd_verify)
+
     explain_cmd = commands.add_parser(
         "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
     )
-    _add_config_arguments(explain_cmd)
-    explain_cmd.add_argument("--stages", type=int, default=1, help="ring stages (1: the seed's kernel)")
-    explain_cmd.add_argument("--consumer-warps", type=int, default=1)
-    explain_cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_tensor_arguments(explain_cmd)
+    _add_highlight(explain_cmd)
+    _add_cluster(explain_cmd, "also trace each CTA's slice of the tile in a cluster of this shape")
+    explain_cmd.add_argument(
+        "--stages", type=COUNT, default=1, metavar="N", help="ring stages (default 1: the seed's kernel)"
+    )
+    explain_cmd.add_argument(
+        "--consumer-warps", type=COUNT, default=1, metavar="N", help="warps consuming each stage (default 1)"
+    )
+    _add_json(explain_cmd, "the explanation")
     explain_cmd.set_defaults(run=_cmd_explain)
+
     check_cmd = commands.add_parser(
-        "check", help="replay a block's barrier schedule on the CPU model: hangs, races, parity"
+        "check", help="replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"
     )
-    _add_config_arguments(check_cmd)
+    _add_tensor_arguments(check_cmd)
     check_cmd.add_argument(
-        "--mistake", choices=list(MISTAKES), default="none", help="inject a schedule mistake to see it caught"
+        "--stages",
+        type=COUNT,
+        default=1,
+        metavar="N",
+        help="replay the N-stage ring of block 0 (producer and consumer warps) instead of the seed's loop",
     )
+    _add_cluster(check_cmd, "replay one cluster of this shape, each CTA multicasting its slice")
+    check_cmd.add_argument(
+        "--mistake",
+        choices=list(MISTAKES),
+        default="none",
+        help="inject a mistake to see it caught: "
+        + "; ".join(f"{name}: {meaning}" for name, (meaning, _) in MISTAKES.items() if name != "none"),
+    )
+    _add_json(check_cmd, "the findings and the trace")
     check_cmd.set_defaults(run=_cmd_check)
-    bench_cmd = commands.add_parser("bench", help="device time vs the hardware peak and torch, same run")
-    bench_cmd.add_argument("--shape", default=SEED_SHAPE, help="one extra shape (default the seed's)")
-    bench_cmd.add_argument(
-        "--sizes", default=",".join(map(str, SIZE_SWEEP_MIB)), help="MiB sizes to sweep ('' for none)"
+
+    bench_cmd = commands.add_parser(
+        "bench", help="device time vs the hardware peak and torch, same run (GPU)"
     )
-    bench_cmd.add_argument("--dtype", default=SEED.dtype)
-    bench_cmd.add_argument("--tile", default=SEED_TILE)
-    bench_cmd.add_argument("--swizzle", type=int, default=0)
-    bench_cmd.add_argument("--samples", type=int, default=MIN_SAMPLES)
     bench_cmd.add_argument(
-        "--pipeline",
-        action="append",
-        metavar="FIELD=VALUE,...",
-        help="a pipelined variant to time too (repeatable), by name: stages=N (required), consumer_warps=N, "
-        "persistent, consumer=none|rowsum|copy, prefetch_tiles=N, prefetch_descriptor",
+        "--shape",
+        type=OPTIONAL_SHAPE,
+        default=SEED.shape,
+        metavar="[BATCHx...]ROWSxCOLS",
+        help=f"one shape to time besides --sizes (default {SEED_SHAPE}; '' for none)",
     )
+    bench_cmd.add_argument(
+        "--sizes",
+        type=SIZES,
+        default=list(SIZE_SWEEP_MIB),
+        metavar="MIB,...",
+        help=f"matrix sizes in MiB to sweep (default {','.join(map(str, SIZE_SWEEP_MIB))}; '' for none)",
+    )
+    _add_element_arguments(bench_cmd)
     bench_cmd.add_argument(
         "--kernel",
         choices=("load", "copy", "transpose"),
         default="load",
-        help="copy: time tmakit.copy_ against torch copy_ instead of loads; transpose: the same with a "
-        "column-major source (x.t()) into a row-major destination",
+        help="load (default): tile loads against torch's sum and copy_; copy: tmakit.copy_ against "
+        "torch's copy_; transpose: the same from a column-major source (x.t()) into a row-major destination",
     )
     bench_cmd.add_argument(
         "--copy",
         action="append",
-        metavar="FIELD=VALUE,...",
-        help="a tmakit.copy_ configuration for --kernel copy/transpose (repeatable; default: the defaults), "
-        f"by the names of tmakit.CopyOptions: {', '.join(CopyOptions.names())}; "
+        metavar="NAME=VALUE,...",
+        help="one tmakit.copy_ configuration for --kernel copy/transpose (repeatable; default: the "
+        f"defaults), by the names of tmakit.CopyOptions: {', '.join(CopyOptions.names())}; "
         "e.g. tile=16x256,stages=8 or bulk",
+    )
+    bench_cmd.add_argument(
+        "--pipeline",
+        action="append",
+        metavar="NAME=VALUE,...",
+        help="a pipelined variant to time too (repeatable), by name: stages=N (required), "
+        "consumer_warps=N, persistent, consumer=none|rowsum|copy, prefetch_tiles=N, prefetch_descriptor",
+    )
+    bench_cmd.add_argument(
+        "--prefetch",
+        type=NON_NEGATIVE,
+        default=0,
+        metavar="N",
+        help="also time each --pipeline variant (default stages=4 and stages=7) prefetching N tiles ahead",
+    )
+    _add_cluster(bench_cmd, "also time multicast loads against the same cluster without")
+    bench_cmd.add_argument(
+        "--stages",
+        type=_integer_at_least(2),
+        metavar="N",
+        help=f"ring stages per CTA for --cluster (default {BENCH_CLUSTER_STAGES})",
+    )
+    bench_cmd.add_argument(
+        "--samples",
+        type=COUNT,
+        default=MIN_SAMPLES,
+        metavar="N",
+        help=f"graph replays timed per kernel; the median is reported (default {MIN_SAMPLES})",
     )
     bench_cmd.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     bench_cmd.add_argument(
-        "--cluster", help="also time multicast loads against the same cluster without: 1x2, 2x1, 2x2, 1x4"
-    )
-    bench_cmd.add_argument(
-        "--stages", type=int, default=4, help="ring stages per CTA for --cluster (default 4)"
-    )
-    bench_cmd.add_argument(
-        "--prefetch", type=int, default=0, help="also time each --pipeline variant prefetching N tiles ahead"
-    )
-    bench_cmd.add_argument(
         "--ncu", action="store_true", help="cross-check the first shape with Nsight Compute"
     )
-    bench_cmd.add_argument("--commit", help="git commit being measured (recorded in the JSON)")
-    bench_cmd.add_argument("--json", help="write every sample and the context here")
-    bench_cmd.add_argument("--plot", help="write a PNG of GB/s against size here")
+    bench_cmd.add_argument("--commit", help="the git commit being measured (recorded in the JSON)")
+    _add_json(bench_cmd, "every sample and the context")
+    bench_cmd.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a PNG of GB/s against size here (needs the plot extra: matplotlib)",
+    )
     bench_cmd.set_defaults(run=_cmd_bench)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     try:
-        return args.run(args)
-    except (TmaConfigError, ValueError) as error:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already reported
+        return done.code if isinstance(done.code, int) else 2
+    try:
+        code = args.run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:  # `tmakit plan | head -1`: stop quietly, as other Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:
+        return INTERRUPTED_EXIT
+    except (TmaConfigError, ValueError, CommandError) as error:
         print(f"tmakit: {error}", file=sys.stderr)
         return 2
+    return code
 
 
 if __name__ == "__main__":

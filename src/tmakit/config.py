@@ -57,12 +57,15 @@ def dtype_of(dtype: object) -> str:
 
 
 def dtype_named(name: str) -> DType:
-    """Look up a dtype by tmakit name; raise TmaConfigError naming the known ones otherwise."""
+    """Look up a dtype by tmakit's name or torch's ("fp16", "float16" or "torch.float16"); raise
+    TmaConfigError naming the known ones otherwise."""
     try:
-        return DTYPES[name]
+        return DTYPES[_DTYPE_BY_FRAMEWORK_NAME.get(name.removeprefix("torch."), name)]
     except KeyError:
-        known = ", ".join(DTYPES)
-        raise TmaConfigError(f"dtype {name!r} is not supported; tmakit knows {known}") from None
+        raise TmaConfigError(
+            f"dtype {name!r} is not supported; tmakit knows {', '.join(DTYPES)} "
+            f"(torch's names: {', '.join(_DTYPE_BY_FRAMEWORK_NAME)})"
+        ) from None
 
 
 @dataclass(frozen=True)

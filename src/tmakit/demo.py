@@ -1,36 +1,55 @@
-"""`tmakit demo`: the seed's kernel, end to end, on whatever machine this is."""
+"""`tmakit demo`: the seed's kernel (or, with a cluster, the multicast kernel), end to end, on
+whatever machine this is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from .bench.suites import run_load_on_gpu
-from .model.schedule import replay, seed_schedule
-from .plan import LoadPlan
+from .check.run import verify_multicast_load
+from .explain import highlight_tile
+from .model.schedule import multicast_schedule, replay, seed_schedule
+from .plan import LoadPlan, MulticastPlan
 from .ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
 from .runtime.compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
 from .runtime.device import find_hopper_gpu
-from .runtime.launch import compile_tile_load
+from .runtime.launch import compile_multicast_load, compile_tile_load
+
+MULTICAST_OPCODE = "multicast::cluster"  # what marks a TMA load that lands in several CTAs
 
 
-def run_demo(plan: LoadPlan, highlight: tuple[int, int] = (1, 2), echo: Callable = print) -> bool:
+def run_demo(
+    plan: LoadPlan,
+    highlight: tuple[int, int] | None = None,
+    echo: Callable = print,
+    multicast: MulticastPlan | None = None,
+) -> bool:
     """Print the plan, then run and verify the kernel on a Hopper GPU, or, without one, compile it
-    for sm_90a and show its TMA instructions. Returns whether everything checked out."""
+    for sm_90a and show its TMA instructions. With `multicast`, the cluster kernel: every CTA's
+    copy is verified (GPU) or the multicast load is found in the PTX (CPU). Returns whether
+    everything checked out."""
+    diagram = plan.diagram(highlight_tile(plan, highlight))  # a wrong tile is refused before printing
     echo(f"CuTe DSL (nvidia-cutlass-dsl) {installed_dsl_version() or 'not installed'}")
     warning = dsl_version_warning()
     if warning:
         echo(warning)
     echo("")
     echo(plan.summary())
+    if multicast is not None:
+        echo(multicast.summary())
     echo("")
-    echo(plan.diagram(highlight))
+    echo(diagram)
     echo("")
 
     gpu_name, why = find_hopper_gpu()
     if gpu_name is not None:
+        if multicast is not None:
+            return _demo_multicast_on_gpu(multicast, gpu_name, echo)
         return _demo_on_gpu(plan, gpu_name, echo)
     echo(f"No Hopper GPU here: {why}.")
     echo(f"Compiling the kernel for {TARGET_ARCH} anyway and reading its PTX.")
+    if multicast is not None:
+        return _demo_multicast_compile_only(multicast, echo)
     return _demo_compile_only(plan, echo)
 
 
@@ -47,24 +66,66 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable) -> bool:
     return run.verdict.ok
 
 
-def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
-    compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
-    echo(f"compile:  {compiled.compile_seconds:.2f} s")
-    found = find_instructions(compiled.ptx or "")
+def _demo_multicast_on_gpu(multicast: MulticastPlan, gpu_name: str, echo: Callable) -> bool:
+    echo(f"GPU: {gpu_name}")
+    verdicts = verify_multicast_load(multicast)
+    for rank, verdict in enumerate(verdicts):
+        echo(f"verify:   CTA {rank} of every cluster: {verdict}")
+    return all(verdict.ok for verdict in verdicts)
+
+
+def _show_instructions(ptx: str, echo: Callable) -> dict:
+    found = find_instructions(ptx)
     for prefix, meaning in TMA_INSTRUCTIONS.items():
         if prefix in found:
             echo(f"  {found[prefix].opcode}\n      x{found[prefix].count}: {meaning}")
         else:
             echo(f"  MISSING {prefix}: {meaning}")
     echo("")
-    echo("The seed's run, block 0, replayed on the CPU model of TMA and mbarrier (tmakit check):")
-    schedule = replay(seed_schedule(plan))
-    echo(schedule.describe())
-    echo("")
-    counts = expect_tx_byte_counts(compiled.ptx or "")
-    ok = set(counts) == {plan.expected_tx_bytes} and all(p in found for p in TMA_INSTRUCTIONS) and schedule.ok
+    return found
+
+
+def _expect_tx_agrees(ptx: str, expected_tx_bytes: int, echo: Callable, ok: bool) -> bool:
+    counts = expect_tx_byte_counts(ptx)
+    ok = ok and set(counts) == {expected_tx_bytes}
     echo(
-        f"expect_tx in PTX: {counts} bytes; plan expects {plan.expected_tx_bytes} -> "
+        f"expect_tx in PTX: {counts} bytes; plan expects {expected_tx_bytes} -> "
         + ("agree" if ok else "DISAGREE")
     )
     return ok
+
+
+def _demo_compile_only(plan: LoadPlan, echo: Callable) -> bool:
+    compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
+    echo(f"compile:  {compiled.compile_seconds:.2f} s")
+    found = _show_instructions(compiled.ptx or "", echo)
+    echo("Block 0's loads replayed on the CPU model of TMA and mbarrier (tmakit check)")
+    schedule = replay(seed_schedule(plan))
+    echo(schedule.describe())
+    echo("")
+    ok = all(p in found for p in TMA_INSTRUCTIONS) and schedule.ok
+    return _expect_tx_agrees(compiled.ptx or "", plan.expected_tx_bytes, echo, ok)
+
+
+def _demo_multicast_compile_only(multicast: MulticastPlan, echo: Callable) -> bool:
+    plan = multicast.load
+    compiled = compile_multicast_load(multicast, keep_ptx=True)
+    echo(f"compile:  {compiled.compile_seconds:.2f} s")
+    found = _show_instructions(compiled.ptx or "", echo)
+    load = found.get("cp.async.bulk.tensor")
+    multicasts = load is not None and MULTICAST_OPCODE in load.opcode
+    echo(
+        f"the TMA load is {'' if multicasts else 'NOT '}a {MULTICAST_OPCODE} load: each CTA issues "
+        f"its {multicast.issued_bytes_per_cta}-byte slice into all {multicast.cluster_size} CTAs"
+    )
+    cluster = "x".join(map(str, multicast.cluster))
+    echo(
+        f"Cluster 0's loads replayed on the CPU model of TMA and mbarrier (tmakit check --cluster {cluster})"
+    )
+    schedule = replay(
+        multicast_schedule(plan.tiles_per_block, multicast.cluster_size, plan.expected_tx_bytes)
+    )
+    echo(schedule.describe(cta=None))
+    echo("")
+    ok = all(p in found for p in TMA_INSTRUCTIONS) and multicasts and schedule.ok
+    return _expect_tx_agrees(compiled.ptx or "", plan.expected_tx_bytes, echo, ok)

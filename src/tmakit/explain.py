@@ -13,8 +13,80 @@ the plan - none is retyped here.
 import json
 from typing import Any
 
+from .errors import TmaConfigError
 from .plan import LoadPlan, MulticastPlan, PipelinePlan
 from .runtime.compile import compile_kernel, fake_source
+
+SEED_HIGHLIGHT = (1, 2)  # the tile the seed walkthrough marks
+
+
+def highlight_tile(plan: LoadPlan, highlight: tuple[int, ...] | None = None) -> tuple[int, int]:
+    """The tile to mark: `highlight` if it is one of the plan's tiles (TmaConfigError naming the
+    grid if not); by default the seed's tile (1, 2), moved into a smaller grid."""
+    if highlight is None:
+        return min(SEED_HIGHLIGHT[0], plan.row_blocks - 1), min(SEED_HIGHLIGHT[1], plan.tiles_per_block - 1)
+    row_block, column_tile = highlight
+    if not (0 <= row_block < plan.row_blocks and 0 <= column_tile < plan.tiles_per_block):
+        raise TmaConfigError(
+            f"highlight {tuple(highlight)} is outside the {plan.row_blocks} x {plan.tiles_per_block} "
+            f"tile grid (row blocks 0-{plan.row_blocks - 1}, column tiles 0-{plan.tiles_per_block - 1})"
+        )
+    return row_block, column_tile
+
+
+def describe_plan(
+    plan: LoadPlan, highlight: tuple[int, int] | None = None, multicast: MulticastPlan | None = None
+) -> dict[str, Any]:
+    """`tmakit plan --json`: the plan's numbers (no tracing, no DSL), in explain's vocabulary."""
+    highlight = highlight_tile(plan, highlight)
+    return {
+        "configuration": _configuration(plan),
+        "decomposition": {
+            "grid": plan.grid,
+            "row_blocks": plan.row_blocks,
+            "batch": plan.batch_count,
+            "tiles_per_block": plan.tiles_per_block,
+            "total_tile_loads": plan.total_tile_loads,
+            "partial_tiles": plan.has_partial_tiles,
+            "highlight": list(highlight),
+            "highlight_element_origin": list(plan.tile_origin(*highlight)),
+        },
+        "bytes": {
+            "tensor_bytes": plan.tensor_bytes,
+            "expected_tx_bytes_per_phase": plan.expected_tx_bytes,
+            "shared_memory_requested": plan.smem_bytes,
+            "barrier_bytes": plan.barrier_bytes,
+        },
+        "phases": {"block_0_parity": [plan.phase_parity(j) for j in range(plan.tiles_per_block)]},
+        "clusters": None if multicast is None else _cluster_numbers(multicast),
+    }
+
+
+def _configuration(plan: LoadPlan) -> dict[str, Any]:
+    config = plan.config
+    return {
+        "shape": list(config.shape),
+        "dtype": config.dtype,
+        "strides": list(config.element_strides),
+        "tile": list(config.tile),
+        "swizzle_bytes": config.swizzle,
+    }
+
+
+def _cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
+    return {
+        "cluster": list(multicast.cluster),
+        "multicast_mask": multicast.multicast_mask,
+        "expected_tx_bytes_per_cta": multicast.load.expected_tx_bytes,
+        "ctas": [
+            {
+                "rank": rank,
+                "tile_rows": list(multicast.slice_of(rank)),
+                "issued_bytes": multicast.issued_bytes_per_cta,
+            }
+            for rank in range(multicast.cluster_size)
+        ],
+    }
 
 
 def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -> list[dict[str, str]]:
@@ -101,10 +173,12 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
 
 
 def explain(
-    pipeline: PipelinePlan, highlight: tuple[int, int] = (1, 2), multicast: MulticastPlan | None = None
+    pipeline: PipelinePlan, highlight: tuple[int, int] | None = None, multicast: MulticastPlan | None = None
 ) -> dict[str, Any]:
-    """Everything `tmakit explain` prints, as a dict (the `--json` output)."""
+    """Everything `tmakit explain` prints, as a dict (the `--json` output). `highlight` defaults
+    as in `highlight_tile`; a tile outside the grid is refused before anything is traced."""
     plan = pipeline.load
+    highlight = highlight_tile(plan, highlight)
     views = trace_views(plan, highlight)
     bytes_per_transfer = views["values_per_transfer"] * plan.config.element.nbytes
     steps = pipeline.tiles_of_block(0)
@@ -112,11 +186,7 @@ def explain(
     shared = plan if pipeline.stages == 1 else pipeline
     return {
         "configuration": {
-            "shape": list(plan.config.shape),
-            "dtype": plan.config.dtype,
-            "strides": list(plan.config.element_strides),
-            "tile": list(plan.config.tile),
-            "swizzle_bytes": plan.config.swizzle,
+            **_configuration(plan),
             "stages": pipeline.stages,
             "consumer_warps": pipeline.consumer_warps,
         },
@@ -140,23 +210,17 @@ def explain(
             if pipeline.stages == 1
             else [list(pipeline.stage_and_parity(j)) for j in range(steps)],
         },
-        "clusters": _clusters(plan, highlight, multicast),
+        "clusters": _clusters(highlight, multicast),
     }
 
 
-def _clusters(plan: LoadPlan, highlight: tuple[int, int], multicast: MulticastPlan | None) -> Any:
+def _clusters(highlight: tuple[int, int], multicast: MulticastPlan | None) -> Any:
     if multicast is None:
         return "single CTA: no multicast (pass --cluster to see each CTA's slice)"
-    traced = trace_cluster_slices(multicast, highlight)
-    return {
-        "cluster": list(multicast.cluster),
-        "multicast_mask": multicast.multicast_mask,
-        "expected_tx_bytes_per_cta": plan.expected_tx_bytes,
-        "ctas": [
-            {"rank": rank, "tile_rows": list(multicast.slice_of(rank)), **traced[rank]}
-            for rank in range(multicast.cluster_size)
-        ],
-    }
+    numbers = _cluster_numbers(multicast)
+    for cta, traced in zip(numbers["ctas"], trace_cluster_slices(multicast, highlight), strict=True):
+        cta.update(traced)
+    return numbers
 
 
 def to_text(report: dict[str, Any]) -> str:

@@ -20,9 +20,14 @@ from .limits import (
     SWIZZLE_MODES,
 )
 
+# How a library user gets rows TMA accepts; a caller with its own remedy names it instead
+# (`tmakit plan --pad`).
+PADDED_ROWS_FIX = "tmakit.padded_empty allocates padded rows with the wanted shape"
 
-def check_load_config(config: LoadConfig) -> None:
-    """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it."""
+
+def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> None:
+    """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it; a stride
+    error names `stride_fix` as the remedy."""
     element = config.element
     check_rank(len(config.shape))
     for dim, extent in enumerate(config.shape):
@@ -79,7 +84,7 @@ def check_load_config(config: LoadConfig) -> None:
         raise TmaConfigError(
             f"{batch} batch matrices; tmakit launches one grid row each, at most {MAX_GRID_Y}"
         )
-    check_global_strides(tuple(strides[d] * element.nbytes for d in outer), dims=tuple(outer))
+    check_global_strides(tuple(strides[d] * element.nbytes for d in outer), tuple(outer), stride_fix)
 
     inner_extent = tile_cols if contiguous == len(strides) - 1 else tile_rows
     inner_box_bytes = inner_extent * element.nbytes
@@ -111,13 +116,15 @@ def check_rank(rank: int) -> None:
         )
 
 
-def check_global_strides(stride_bytes: tuple[int, ...], dims: tuple[int, ...]) -> None:
-    """Each outer global stride (in bytes) must be a multiple of 16."""
+def check_global_strides(
+    stride_bytes: tuple[int, ...], dims: tuple[int, ...], fix: str = PADDED_ROWS_FIX
+) -> None:
+    """Each outer global stride (in bytes) must be a multiple of 16; the error names `fix`."""
     for dim, stride in zip(dims, stride_bytes, strict=True):
         if stride % GLOBAL_STRIDE_ALIGN:
             raise TmaConfigError(
                 f"global stride of dim {dim} is {stride} bytes; TMA needs a multiple of "
-                f"{GLOBAL_STRIDE_ALIGN} (tmakit.padded_empty allocates padded rows with the wanted shape)"
+                f"{GLOBAL_STRIDE_ALIGN} ({fix})"
             )
 
 

@@ -139,8 +139,20 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+PLOT_EXTRA = "pip install 'tmakit[plot]'"
+
+
+def check_plotting() -> None:
+    """ImportError naming the `plot` extra when matplotlib, which `plot` needs, is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError(f"plotting needs matplotlib, which is not installed ({PLOT_EXTRA})") from None
+
+
 def plot(rows: list[BenchRow], path: str, peak: float | None, title: str) -> None:
     """PNG of GB/s against size, one line per kernel, the datasheet peak as a dashed line."""
+    check_plotting()
     import matplotlib
 
     matplotlib.use("Agg")
