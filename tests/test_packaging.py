@@ -1,0 +1,68 @@
+"""The package as pip builds and installs it: one version, the license and type hints in the wheel,
+classifiers, the extras a GPU user and a plotting user need, and a build with no warning."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import tmakit
+from entry_point import ROOT
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the wheel test covers 3.10
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_one_version_read_from_the_package(pyproject):
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tmakit.__version__"}
+
+
+def test_license_is_an_spdx_expression_with_its_file(pyproject):
+    project = pyproject["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+
+
+def test_extras_bring_what_their_paths_need(pyproject):
+    extras = pyproject["project"]["optional-dependencies"]
+    assert any(r.startswith("torch") for r in extras["gpu"])
+    assert "apache-tvm-ffi" in extras["gpu"]  # the fast copy_ path, not silently the slow one
+    assert any(r.startswith("matplotlib") for r in extras["plot"])  # tmakit bench --plot
+    assert any(r.startswith("nvidia-cutlass-dsl==") for r in pyproject["project"]["dependencies"])  # pinned
+
+
+def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
+    source = tmp_path / "source"  # a copy: pip builds in the tree it is given (build/, egg-info)
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(tmp_path), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = build.stdout + build.stderr
+    if build.returncode != 0 and "No matching distribution found for setuptools" in output:
+        pytest.skip("no package index here to fetch the build backend from")
+    assert build.returncode == 0, output
+    for warning in ("BuildBackendWarning", "DeprecationWarning", "deprecated"):
+        assert warning not in output, output
+    (wheel,) = tmp_path.glob("tmakit-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "tmakit/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert f"Version: {tmakit.__version__}" in metadata and "License-Expression: MIT" in metadata
+    assert (
+        "Classifier: Typing :: Typed" in metadata
+        and "Classifier: Programming Language :: Python :: 3.13" in metadata
+    )
+    assert 'Requires-Dist: apache-tvm-ffi; extra == "gpu"' in metadata
