@@ -23,7 +23,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts examples
 	$(VENV)/bin/ruff format --check src tests scripts examples
 
-# On a GPU machine with the DSL on PYTHONPATH (see docs/gpu.md): every GPU test + the demo.
+# Every GPU test (the examples included) + the demo, on a Hopper GPU: in .venv/ when it exists,
+# else with the python3 that has the DSL on PYTHONPATH (docs/gpu.md). Without a GPU it says so.
 gpu-check:
 	bash scripts/gpu_check.sh
 

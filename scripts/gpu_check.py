@@ -1,4 +1,5 @@
-"""Run every GPU test plus `tmakit demo` on a GPU machine and write a summary JSON.
+"""Run every GPU test (the examples included) plus `tmakit demo` on a GPU machine and write a
+summary JSON.
 
     python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) --out DIR
 
@@ -17,9 +18,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
 
-from tmakit.bench.report import device_context
+    from tmakit.bench.report import device_context
+    from tmakit.runtime.device import find_hopper_gpu
+except ImportError as missing:  # the wrong interpreter: say which, and how to get the right one
+    print(
+        f"gpu_check: {sys.executable} cannot import {missing.name}: run `make test` once to create "
+        ".venv/, or `source .cutedsl/activate.sh` on the GPU machine (docs/gpu.md)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 class _Outcomes:
@@ -39,6 +49,10 @@ def main() -> int:
     parser.add_argument("--commit", required=True, help="git commit the tree was taken from")
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
     args = parser.parse_args()
+    gpu_name, why = find_hopper_gpu()
+    if gpu_name is None:  # nothing to check: the GPU tests would all skip
+        print(f"gpu_check: needs a Hopper GPU: {why} (Python: {sys.executable})", file=sys.stderr)
+        return 2
 
     outcomes = _Outcomes()
     root = Path(__file__).resolve().parent.parent

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# On the GPU machine, after `source .cutedsl/activate.sh`: GPU tests + demo -> $OUT/gpu-check-*.json
+# Every GPU test (the examples included) + `tmakit demo` -> $OUT/gpu-check.json (default
+# benchmarks/results). Runs in the project's environment, .venv/, when there is one (`make`
+# creates it); else with python3 (the GPU machine, after `source .cutedsl/activate.sh`).
+# TMAKIT_PYTHON names another interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python=${TMAKIT_PYTHON:-}
+if [ -z "$python" ]; then
+    if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
+fi
 commit=${TMAKIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-python3 scripts/gpu_check.py --commit "$commit" --out "${OUT:-benchmarks/results}"
+exec "$python" scripts/gpu_check.py --commit "$commit" --out "${OUT:-benchmarks/results}"
