@@ -1,10 +1,14 @@
 """`tmakit explain` on the CPU: the seed's facts, and a non-seed configuration against the plan."""
 
 import json
+import shlex
 
-from tmakit import SEED, LoadConfig, LoadPlan
+import pytest
+
+from entry_point import ROOT, tmakit
+from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.cli import main
-from tmakit.explain import explain, to_text
+from tmakit.explain import explain, highlight_tile, to_text
 from tmakit.plan import PipelinePlan
 
 
@@ -63,3 +67,21 @@ def test_cluster_slices_come_from_the_real_partitions(capsys):
     assert (
         "CTA 3: tile rows 48-63 (8192 bytes issued), barrier expects 32768 bytes" in capsys.readouterr().out
     )
+
+
+def test_a_tile_outside_the_grid_is_refused_before_tracing():
+    plan = LoadPlan(SEED)
+    with pytest.raises(TmaConfigError, match=r"highlight \(500, 1\) is outside the 132 x 7 tile grid"):
+        explain(PipelinePlan(plan, stages=1), (500, 1))
+    assert highlight_tile(plan) == (1, 2)  # the seed's tile by default
+    assert highlight_tile(LoadPlan(LoadConfig((128, 256)))) == (1, 0)  # moved into a 2 x 1 grid
+
+
+def test_the_worked_example_in_the_docs_is_what_the_command_prints():
+    """docs/explain-example.md shows a command and its output; the two must not drift apart."""
+    doc = (ROOT / "docs" / "explain-example.md").read_text()
+    command = next(line.strip() for line in doc.splitlines() if line.strip().startswith("tmakit explain "))
+    shown = doc.split("```\n")[1]  # the first fenced block
+    run = tmakit(*shlex.split(command)[1:])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == shown
