@@ -17,9 +17,10 @@ def tmakit(*args: str, env: dict[str, str] | None = None, **kwargs) -> subproces
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "src"), environment.get("PYTHONPATH")])
     )
+    kwargs.setdefault("stdout", subprocess.PIPE)
     return subprocess.run(
         [sys.executable, "-m", "tmakit", *args],
-        capture_output=True,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
         env=environment,

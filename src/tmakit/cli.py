@@ -70,7 +70,8 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
         dsl = installed_dsl_version() or "not installed"
-        parser.exit(0, f"tmakit {__version__} (nvidia-cutlass-dsl {dsl})\n")
+        print(f"tmakit {__version__} (nvidia-cutlass-dsl {dsl})")  # on stdout, as --help
+        parser.exit(0)
 
 
 # -- argument types: each value checked (and converted) as it is parsed ---------------------------
