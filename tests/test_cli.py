@@ -56,6 +56,7 @@ def test_the_default_highlight_is_never_an_error(command):
         (["plan", "--tile", "64by256"], "tile '64by256' is not of the form ROWSxCOLS"),
         (["plan", "--shape", "5"], "tensor has 1 dimensions"),
         (["explain", "--stages", "0"], "'0' is not an integer >= 1"),
+        (["explain", "--consumer-warps", "4"], "--consumer-warps sets the consumers of a ring"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_prints(args, error):
@@ -71,6 +72,8 @@ def test_bad_arguments_are_refused_before_anything_prints(args, error):
         (["bench", "--tile", "64x999"], "tile columns is 999"),
         (["verify", "--shape", "1000x777", "--dtype", "bf16"], "--pad"),
         (["verify", "--sweep", "5", "--stages", "4"], "--sweep verifies one-stage loads"),
+        (["verify", "--seed", "7"], "--seed picks the configurations of --sweep"),
+        (["verify", "--stages", "4", "--timeout", "5"], "--timeout limits each one-stage load's worker"),
         (["bench", "--copy", "stages=8"], "--copy configures --kernel copy or transpose"),
         (["bench", "--kernel", "copy", "--copy", "stagez=8"], "'stagez' is not one of"),
         (["bench", "--pipeline", "consumer_warps=2"], "names no stages"),

@@ -3,6 +3,7 @@ usage errors as one line on stderr (exit 2), quiet success, no traceback where a
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -100,3 +101,18 @@ def test_gpu_check_without_a_gpu_says_so_in_the_projects_environment(command, tm
     # The project's environment, not whatever python3 is first on PATH.
     assert f"(Python: {venv_python if venv_python.exists() else sys.executable})" in run.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_every_command_line_in_the_readme_parses():
+    """The README's CLI section shows command lines; each must still be one the parser accepts."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The CLI") : readme.index("## Running on a GPU")]
+    lines = [
+        snippet.split()[1:]
+        for snippet in re.findall(r"`(tmakit [^`]+)`", section)
+        if not re.search(r"--help|--version|[A-Z]{3,}", snippet)  # placeholders such as COMMAND
+    ]
+    assert len(lines) >= 8
+    parser = build_parser()
+    for args in lines:
+        parser.parse_args(args)  # a usage error exits (SystemExit 2) and fails the test

@@ -48,6 +48,7 @@ STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of t
 PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes"
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
+VERIFY_TIMEOUT_SECONDS = 60.0  # per configuration's worker: ample for a compile and a load
 
 
 class CommandError(Exception):
@@ -281,6 +282,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     load = _load_plan(args)
+    if args.consumer_warps > 1 and args.stages == 1:
+        raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
     pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
     multicast = _multicast_plan(args, load)
     result = explain(pipeline, highlight_tile(load, args.highlight), multicast)
@@ -378,6 +381,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
     if args.cluster and args.prefetch:
         raise CommandError("--prefetch verifies the pipelined load of one CTA: drop --cluster")
+    if args.seed is not None and not args.sweep:
+        raise CommandError("--seed picks the configurations of --sweep: give --sweep N too")
     clusters = [
         MulticastPlan(load, args.cluster, multicast, args.stages)
         for multicast in (True, False)
@@ -388,7 +393,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         pipeline = PipelinePlan(
             load, stages=args.stages, prefetch_tiles=args.prefetch, prefetch_descriptor=args.prefetch > 0
         )
-    configs = sweep_configs(args.sweep, args.seed) if args.sweep else [load.config]
+    if args.timeout is not None and (clusters or pipeline):  # those run in this process, guarded
+        raise CommandError(
+            "--timeout limits each one-stage load's worker: drop --cluster, --stages, --prefetch"
+        )
+    seed = args.seed or 0
+    configs = sweep_configs(args.sweep, seed) if args.sweep else [load.config]
     _check_writable(args.json)
     gpu_name = _hopper_gpu("verify")
     out = _text_stream(args)
@@ -429,8 +439,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 if outcome["status"] != "ok":
                     progress.console.print(f"[red]{outcome['status']}[/red] {config}: {outcome}")
 
-            results = run_isolated(configs, args.timeout, progress_report)
-        result = summarize(configs, results, args.seed)
+            results = run_isolated(configs, args.timeout or VERIFY_TIMEOUT_SECONDS, progress_report)
+        result = summarize(configs, results, seed)
         table = Table(title=f"{len(configs)} configurations on {gpu_name}")
         for column in ("cell (dtype/swizzle/layout)", "ok", "mismatch", "hang", "error"):
             table.add_column(column)
@@ -601,12 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="verify N random valid configurations instead",
     )
-    verify_cmd.add_argument("--seed", type=int, default=0, help="random seed of the sweep (default 0)")
+    verify_cmd.add_argument("--seed", type=int, help="random seed of the sweep (default 0)")
     verify_cmd.add_argument(
         "--timeout",
         type=SECONDS,
-        default=60.0,
-        help="seconds each configuration may run before it counts as a hang",
+        help="seconds each one-stage configuration's worker may run before it counts as a hang "
+        f"(default {VERIFY_TIMEOUT_SECONDS:g})",
     )
     verify_cmd.add_argument(
         "--stages",
