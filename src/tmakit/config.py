@@ -177,14 +177,19 @@ def parse_fields(cls: type, text: str, what: str) -> dict[str, object]:
     return values
 
 
+def changed_fields(instance: object) -> dict[str, object]:
+    """The fields of a dataclass instance that differ from their defaults, by name."""
+    return {
+        field.name: getattr(instance, field.name)
+        for field in dataclasses.fields(instance)
+        if getattr(instance, field.name) != field.default
+    }
+
+
 def describe_fields(instance: object) -> str:
     """The fields of a dataclass instance that differ from their defaults, as `parse_fields`
     reads them ("default" if none do)."""
-    parts = []
-    for field in dataclasses.fields(instance):
-        value = getattr(instance, field.name)
-        if value != field.default:
-            parts.append(f"{field.name}={_format_value(value)}")
+    parts = [f"{name}={_format_value(value)}" for name, value in changed_fields(instance).items()]
     return ",".join(parts) or "default"
 
 

@@ -3,7 +3,7 @@ default and check. Pure Python.
 
 `CopyOptions` is what a user (or `tmakit bench --copy name=value,...`) may set; a field left None
 takes the default chosen here from the tensors and the device. Adding an option is a field here
-plus its use in `CopyOptions.pipeline` and the kernel.
+plus its use in `CopyOptions.plan` and the kernel.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..config import DTYPES, LoadConfig, describe_fields, padded_strides, parse_fields
+from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded_strides, parse_fields
 from ..errors import TmaConfigError
 from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
 from .load import LoadPlan, ceil_div
@@ -98,7 +98,8 @@ class CopyOptions:
     bulk: bool = False
 
     def __post_init__(self) -> None:
-        # The values are checked where they are used (`PipelinePlan`), before anything compiles.
+        # The values are checked where they are used (`PipelinePlan`, `CopyPlan`), before anything
+        # compiles.
         if self.tile is not None:
             object.__setattr__(self, "tile", tuple(self.tile))
 
@@ -128,16 +129,12 @@ class CopyOptions:
 
     def changed(self) -> dict[str, object]:
         """The options that differ from the defaults, as `tmakit.copy_`'s keyword arguments."""
-        return {
-            field.name: getattr(self, field.name)
-            for field in dataclasses.fields(self)
-            if getattr(self, field.name) != field.default
-        }
+        return changed_fields(self)
 
     # -- planning ------------------------------------------------------------------------------
     def default_tile(
         self, dtype_name: str, transpose: bool, rows_view: tuple[int, int] | None, sm_count: int
-    ):
+    ) -> tuple[int, int]:
         """The tile this copy uses: the one asked for, else the default for its kind."""
         if self.tile is not None:
             return self.tile
