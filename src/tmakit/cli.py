@@ -32,7 +32,7 @@ from .config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
 from .demo import run_demo
 from .errors import TmaConfigError
 from .explain import describe_plan, explain, highlight_tile, to_text
-from .limits import GLOBAL_STRIDE_ALIGN, SWIZZLE_MODES
+from .limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from .model.schedule import Event, multicast_schedule, pipeline_schedule, replay, seed_schedule
 from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
 from .plan.multicast import CLUSTER_SHAPES
@@ -44,7 +44,7 @@ SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
 CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
 STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of the text
-# The CLI's own remedy for rows TMA cannot address (the library's names tmakit.padded_empty).
+# The CLI's own remedy for rows TMA cannot address (the library's error names tmakit.padded_empty).
 PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes"
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
@@ -96,29 +96,30 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _integer_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+    def integer(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
         if value < minimum:
-            raise TmaConfigError(f"{text!r} is not an integer >= {minimum}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
         return value
 
-    return _checked(parse, f"integer >= {minimum}")
+    return integer
 
 
-def _positive_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0:
-        raise TmaConfigError(f"{text!r} is not a number of seconds > 0")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
     return value
 
 
 def _sizes(text: str) -> list[float]:
+    """ "1,16,1024" -> MiB sizes ("" for none)."""
     sizes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         try:
@@ -126,7 +127,7 @@ def _sizes(text: str) -> list[float]:
         except ValueError:
             size = 0.0
         if not size > 0:
-            raise TmaConfigError(f"size {item!r} is not a number of MiB > 0")
+            raise argparse.ArgumentTypeError(f"size {item!r} is not a number of MiB > 0")
         sizes.append(size)
     return sizes
 
@@ -139,8 +140,6 @@ CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
 DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
 COUNT = _integer_at_least(1)
 NON_NEGATIVE = _integer_at_least(0)
-SECONDS = _checked(_positive_seconds, "seconds")
-SIZES = _checked(_sizes, "sizes")
 
 
 # -- the options commands share ---------------------------------------------------------------------
@@ -150,7 +149,7 @@ def _add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
         type=SHAPE,
         default=SEED.shape,
         metavar="[BATCHx...]ROWSxCOLS",
-        help=f"the tensor's extents, rank 2-5 (default {SEED_SHAPE})",
+        help=f"the tensor's extents, rank 2-{MAX_RANK} (default {SEED_SHAPE})",
     )
     _add_element_arguments(parser)
     parser.add_argument(
@@ -614,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--seed", type=int, help="random seed of the sweep (default 0)")
     verify_cmd.add_argument(
         "--timeout",
-        type=SECONDS,
+        type=_seconds,
         help="seconds each one-stage configuration's worker may run before it counts as a hang "
         f"(default {VERIFY_TIMEOUT_SECONDS:g})",
     )
@@ -684,7 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_cmd.add_argument(
         "--sizes",
-        type=SIZES,
+        type=_sizes,
         default=list(SIZE_SWEEP_MIB),
         metavar="MIB,...",
         help=f"matrix sizes in MiB to sweep (default {','.join(map(str, SIZE_SWEEP_MIB))}; '' for none)",
