@@ -15,6 +15,7 @@ subprocess test at the end. The rules:
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -290,3 +291,23 @@ def test_import_tmakit_loads_neither_cutlass_nor_torch():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_readmes_layout_names_every_module_and_nothing_else():
+    """The README's "Layout of the code" block names each module of src/tmakit: a line per
+    top-level module (`name.py ...`) or per package (`package/` then its modules' `name.py`)."""
+    readme = (SRC.parent / "README.md").read_text()
+    block = readme.split("## Layout of the code", 1)[1].split("```", 2)[1]
+    listed = set()
+    for line in block.strip().splitlines()[1:]:  # after "src/tmakit/"
+        first = line.split()[0]
+        prefix = first if first.endswith("/") else ""
+        listed |= {prefix + name for name in re.findall(r"\b\w+\.py\b", line)}
+    tree = {
+        path.relative_to(SRC / ROOT).as_posix()
+        for path in (SRC / ROOT).rglob("*.py")
+        if path.name not in ("__init__.py", "__main__.py")
+    }
+    assert tree == listed, (
+        f"in the tree only: {sorted(tree - listed)}; in the README only: {sorted(listed - tree)}"
+    )

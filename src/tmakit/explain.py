@@ -13,7 +13,6 @@ the plan - none is retyped here.
 import json
 from typing import Any
 
-from .errors import TmaConfigError
 from .plan import LoadPlan, MulticastPlan, PipelinePlan
 from .runtime.compile import compile_kernel, fake_source
 
@@ -26,11 +25,7 @@ def highlight_tile(plan: LoadPlan, highlight: tuple[int, ...] | None = None) -> 
     if highlight is None:
         return min(SEED_HIGHLIGHT[0], plan.row_blocks - 1), min(SEED_HIGHLIGHT[1], plan.tiles_per_block - 1)
     row_block, column_tile = highlight
-    if not (0 <= row_block < plan.row_blocks and 0 <= column_tile < plan.tiles_per_block):
-        raise TmaConfigError(
-            f"highlight {tuple(highlight)} is outside the {plan.row_blocks} x {plan.tiles_per_block} "
-            f"tile grid (row blocks 0-{plan.row_blocks - 1}, column tiles 0-{plan.tiles_per_block - 1})"
-        )
+    plan.check_tile(row_block, column_tile, "highlight")
     return row_block, column_tile
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import LoadConfig
+from ..errors import TmaConfigError
 from ..limits import MBARRIER_BYTES, SHARED_TILE_ALIGN, SWIZZLE_BITS, SWIZZLED_TILE_ALIGN, WARP_THREADS
 from ..validate import check_load_config
 
@@ -159,8 +160,19 @@ class LoadPlan:
             lines.append("partial tiles     yes: edge boxes are zero-filled by TMA past the tensor's end")
         return "\n".join(lines)
 
+    def check_tile(self, row_block: int, column_tile: int, what: str = "tile") -> None:
+        """Refuse a tile outside the plan's grid, naming the grid."""
+        if not (0 <= row_block < self.row_blocks and 0 <= column_tile < self.tiles_per_block):
+            raise TmaConfigError(
+                f"{what} ({row_block}, {column_tile}) is outside the {self.row_blocks} x "
+                f"{self.tiles_per_block} tile grid (row blocks 0-{self.row_blocks - 1}, "
+                f"column tiles 0-{self.tiles_per_block - 1})"
+            )
+
     def diagram(self, highlight: tuple[int, int] | None = None, max_blocks: int = 3) -> str:
         """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`."""
+        if highlight is not None:
+            self.check_tile(*highlight)
         lines = [f"{'':11}" + "".join(f"{j:^5}" for j in range(self.tiles_per_block))]
         shown = sorted(
             set(range(min(max_blocks, self.row_blocks)))
@@ -178,10 +190,6 @@ class LoadPlan:
             previous = row_block
         if highlight is not None:
             row_block, column_tile = highlight
-            if not (0 <= row_block < self.row_blocks and 0 <= column_tile < self.tiles_per_block):
-                raise ValueError(
-                    f"tile {highlight} is outside the {self.row_blocks} x {self.tiles_per_block} tile grid"
-                )
             r0, c0 = self.tile_origin(row_block, column_tile)
             r1 = min(r0 + self.config.tile[0], self.matrix_shape[0]) - 1
             c1 = min(c0 + self.config.tile[1], self.matrix_shape[1]) - 1

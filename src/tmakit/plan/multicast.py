@@ -27,7 +27,8 @@ class MulticastPlan:
 
     def __post_init__(self) -> None:
         if tuple(self.cluster) not in CLUSTER_SHAPES:
-            raise TmaConfigError(f"cluster {self.cluster} is not one of {CLUSTER_SHAPES}")
+            shapes = ", ".join(f"{rows}x{cols}" for rows, cols in CLUSTER_SHAPES)
+            raise TmaConfigError(f"cluster {'x'.join(map(str, self.cluster))} is not one of {shapes}")
         if self.stages > 1:
             self.pipeline  # noqa: B018 - validates the stage count
         if not self.multicast:
