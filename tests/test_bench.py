@@ -201,3 +201,14 @@ def test_copy_option_bulk_selects_bulk_copies():
     assert CopyOptions.parse("bulk").changed()["bulk"] is True
     assert CopyOptions.parse("bulk").describe() == "bulk=true"
     assert "bulk" not in CopyOptions.parse("as_rows").changed()
+
+
+def test_host_cost_study_has_the_one_schema():
+    from tmakit.bench.hostcost import host_cost_study
+
+    study = host_cost_study({"commit": "abc"}, {"copy": {"tmakit_copy_call_us": 5.0}, "plain": {"a_us": 1.5}})
+    assert list(study) == ["study", "what", "context", "rows", "summary"]
+    assert study["rows"] == [
+        {"group": "copy", "key": "tmakit_copy_call_us", "us": 5.0},
+        {"group": "plain", "key": "a_us", "us": 1.5},
+    ]

@@ -57,15 +57,32 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     return result
 
 
+HOST_COST_WHAT = (
+    "Host microseconds per call, configuration seen before: back-to-back calls of a tiny copy, median of "
+    "7 rounds that interleave every variant; tmakit.copy_ / tmakit.copy and their parts (compiled launch "
+    "alone, no PDL, bulk, alternating configurations) beside torch's copy_/clone/empty, for a plain and a "
+    "transposing copy; group 'plain': one seed-kernel call with prepared CuTe tensors, from_dlpack each "
+    "call, and TVM-FFI."
+)
+
+
+def host_cost_study(context: dict, groups: dict[str, dict[str, float]]) -> dict:
+    """The host-cost study in the one schema of benchmarks/results: a row per (group, key, us)."""
+    rows = [
+        {"group": group, "key": key, "us": us} for group, costs in groups.items() for key, us in costs.items()
+    ]
+    return {"study": "host-cost", "what": HOST_COST_WHAT, "context": context, "rows": rows, "summary": {}}
+
+
 def host_cost_report(commit: str | None) -> dict:
-    """What `scripts/device_run.sh hostcost` writes: the device context, the host cost of copies
-    and transposing copies (`measure_copy_host_cost`) and of plain compiled calls."""
-    return {
-        **device_context(commit),
+    """What `scripts/device_run.sh hostcost` writes: the host cost of copies and transposing
+    copies (`measure_copy_host_cost`) and of plain compiled calls, with the device context."""
+    groups = {
         "copy": measure_copy_host_cost(),
         "transpose": measure_copy_host_cost(transpose=True),
         "plain": measure_host_overhead(),
     }
+    return host_cost_study({**device_context(commit), "step": "hostcost"}, groups)
 
 
 def measure_host_overhead() -> dict:
