@@ -6,10 +6,13 @@ Every check here runs before anything compiles or launches; a tensor TMA cannot 
 
 from __future__ import annotations
 
+import operator
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
 from .errors import TmaConfigError
+from .limits import MAX_RANK
 from .plan import CopyOptions, LoadPlan
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
@@ -41,26 +44,109 @@ def config_for(
     return config
 
 
+GPU_EXTRA = "pip install 'tmakit[gpu]'"  # torch and the fast launch path
+
+
+def import_torch(what: str) -> Any:
+    """torch, or an ImportError that says how to install it: a missing optional dependency, not a
+    configuration TMA cannot serve."""
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(
+            f"tmakit.{what} needs torch, which is not installed: {GPU_EXTRA} (or a torch build for "
+            "your CUDA, then `pip install apache-tvm-ffi`)"
+        ) from error
+    return torch
+
+
+def describe(value: object) -> str:
+    """A value's type as an error names it: `list`, `None`, `numpy.ndarray of shape (4, 4) float32`."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return f"numpy.ndarray of shape {value.shape} {value.dtype}"
+    return name
+
+
+def is_torch_tensor(value: object) -> bool:
+    """Whether `value` is a torch tensor, without importing torch (no torch loaded: none is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def check_torch_tensor(tensor: object, what: str, name: str) -> None:
+    """A torch tensor with memory TMA can address: dense (strided) and not on the meta device; the
+    device itself is `check_on_gpu`'s."""
+    if not is_torch_tensor(tensor):
+        raise TmaConfigError(
+            f"{what} takes torch tensors on a CUDA device; got {describe(tensor)} as {name} "
+            "(convert it with torch.as_tensor(value, device='cuda'))"
+        )
+    layout = str(tensor.layout)
+    if layout != "torch.strided":
+        raise TmaConfigError(
+            f"{name} has layout {layout}; TMA loads dense strided memory: convert it with .to_dense() first"
+        )
+    if tensor.device.type == "meta":
+        raise TmaConfigError(
+            f"{name} is on the meta device (a shape and a dtype, no memory); TMA loads GPU memory: "
+            "allocate it on a CUDA device"
+        )
+
+
+def check_on_gpu(tensor: torch.Tensor, name: str) -> None:
+    if tensor.device.type != "cuda":
+        raise TmaConfigError(
+            f"{name} is on {tensor.device}; TMA loads from GPU memory, move it with .cuda() first"
+        )
+
+
 def checked_tensor(
-    tensor: torch.Tensor | np.ndarray, on_gpu: bool = True, any_rank: bool = False
+    tensor: torch.Tensor | np.ndarray, on_gpu: bool = True, any_rank: bool = False, name: str = "tensor"
 ) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
     """(shape, tmakit dtype, element strides) of a torch tensor or numpy array, after the checks
-    that need no tile: rank (unless `any_rank`: a compact copy's rows view reads memory, not
-    dims), dtype, device (when `on_gpu`) and 16-byte base address."""
+    that need no tile: what it is (a dense torch tensor with memory, or a numpy array), device
+    (when `on_gpu`), rank (unless `any_rank`: a compact copy's rows view reads memory, not dims),
+    elements, dtype, strides and 16-byte base address."""
+    numpy = sys.modules.get("numpy")
+    if is_torch_tensor(tensor):
+        check_torch_tensor(tensor, "config_for", name)
+        if on_gpu:
+            check_on_gpu(tensor, name)
+        strides = tuple(int(s) for s in tensor.stride())
+        address = tensor.data_ptr()
+    elif numpy is not None and isinstance(tensor, numpy.ndarray):  # strides in bytes, host memory
+        if on_gpu:
+            raise TmaConfigError(
+                f"{name} is on cpu; TMA loads from GPU memory, move it with "
+                "torch.as_tensor(array, device='cuda') first (a numpy array is host memory)"
+            )
+        strides = tuple(int(s) // tensor.itemsize for s in tensor.strides)
+        address = tensor.__array_interface__["data"][0]
+    else:
+        raise TmaConfigError(
+            f"config_for takes a torch tensor or a numpy array; got {describe(tensor)} "
+            "(convert it with torch.as_tensor(value) or numpy.asarray(value))"
+        )
     shape = tuple(int(e) for e in tensor.shape)
     if not any_rank:
         check_rank(len(shape))
+        if 0 in shape:
+            raise TmaConfigError(
+                f"{name} of shape {shape} has no elements (dim {shape.index(0)} is 0); a TMA load "
+                "needs every extent >= 1: skip the load of an empty tensor"
+            )
     dtype = dtype_of(tensor.dtype)
-    if hasattr(tensor, "data_ptr"):  # torch
-        strides = tuple(int(s) for s in tensor.stride())
-        address = tensor.data_ptr()
-        device = tensor.device.type
-    else:  # numpy: strides in bytes, always host memory
-        strides = tuple(int(s) // tensor.itemsize for s in tensor.strides)
-        address = tensor.__array_interface__["data"][0]
-        device = "cpu"
-    if on_gpu and device != "cuda":
-        raise TmaConfigError(f"tensor is on {device}; TMA loads from GPU memory, move it with .cuda() first")
+    for dim, stride in enumerate(strides):
+        if stride < 0:
+            raise TmaConfigError(
+                f"stride of dim {dim} is {stride} (a reversed view); TMA walks memory forwards: "
+                "copy it with numpy.ascontiguousarray first"
+            )
     check_base_address(address)
     return shape, dtype, strides
 
@@ -70,20 +156,47 @@ def padded_empty(
 ) -> torch.Tensor:
     """An uninitialised torch tensor of `shape` whose contiguous dim is padded to a multiple of
     16 bytes, so TMA can load it: e.g. a 1000 x 777 bf16 matrix gets 784-element rows. This is how
-    odd and prime extents are reached; the view has exactly the wanted shape."""
-    import torch
-
+    odd and prime extents are reached; the view has exactly the wanted shape. `major`: "row" (each
+    row contiguous) or "col" (each column contiguous). TmaConfigError for a shape of a rank
+    outside 2..5 or with a negative extent, an unknown major or a dtype TMA does not load."""
+    torch = import_torch("padded_empty")
+    shape = checked_shape(shape)
+    if major not in ("row", "col"):
+        raise TmaConfigError(
+            f"major {major!r} is not a layout; use 'row' (rows contiguous) or 'col' (columns contiguous)"
+        )
     element = DTYPES[dtype_of(dtype)]
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, element.torch_name)
-    strides = padded_strides(tuple(shape), element.nbytes, major)
-    return torch.empty_strided(tuple(shape), strides, dtype=torch_dtype, device=device)
+    strides = padded_strides(shape, element.nbytes, major)
+    return torch.empty_strided(shape, strides, dtype=torch_dtype, device=device)
+
+
+def checked_shape(shape: object) -> tuple[int, ...]:
+    """`shape` as a tuple of ints: a sequence of 2 to 5 whole numbers >= 0."""
+    try:
+        extents = tuple(operator.index(extent) for extent in shape)  # type: ignore[attr-defined]
+    except TypeError:
+        raise TmaConfigError(
+            f"shape {shape!r} is not a tuple of whole numbers; pass e.g. (1000, 777)"
+        ) from None
+    if not 2 <= len(extents) <= MAX_RANK:
+        fix = "a vector of N elements is the matrix (1, N)" if len(extents) < 2 else "merge batch dims"
+        raise TmaConfigError(
+            f"shape {extents} has rank {len(extents)}; tmakit allocates and loads ranks 2 to {MAX_RANK} "
+            f"(TMA's limit is {MAX_RANK}): {fix}"
+        )
+    negative = [dim for dim, extent in enumerate(extents) if extent < 0]
+    if negative:
+        raise TmaConfigError(f"shape {extents} has a negative extent in dim {negative[0]}; extents are >= 0")
+    return extents
 
 
 def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
     """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
-    as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros)."""
-    import torch
-
+    as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros). TmaConfigError
+    before anything compiles for what TMA cannot load (`config_for`'s checks)."""
+    torch = import_torch("load_tiles")
+    check_torch_tensor(tensor, "load_tiles", "tensor")
     plan = LoadPlan(config_for(tensor, tile, swizzle))
     compiled = compile_tile_load(plan, consumer="store")
     out = torch.empty(plan.padded_shape, dtype=tensor.dtype, device=tensor.device)
@@ -111,7 +224,8 @@ def copy_(
     Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
     `runtime.compile.cache_dir`); a configuration seen before costs a dictionary lookup and an
     alignment check before the launch, and one repeated call after call not even that
-    (`runtime.dispatch`). Raises TmaConfigError before anything launches."""
+    (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
+    `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing."""
     return _COPIES.copy_(dst, src, tile, stages, options)
 
 
@@ -120,23 +234,20 @@ def copy(
 ) -> torch.Tensor:
     """A new tensor with `src`'s shape, strides and values, copied through TMA (`copy_`, which
     takes the same options)."""
-    import torch
-
+    torch = import_torch("copy")
+    check_torch_tensor(src, "copy", "src")
+    check_on_gpu(src, "src")
     dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
     return copy_(dst, src, tile, stages, **options)
 
 
 def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Launcher:
-    """Check a copy's configuration in full and return its (compiled) launcher."""
-    import torch
-
-    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
-        raise TmaConfigError(
-            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
-            "they must match"
-        )
-    if dst.device != src.device:
-        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
+    """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
+    launcher does nothing."""
+    torch = import_torch("copy_")
+    check_copy_tensors(dst, src)
+    if src.numel() == 0:
+        return copy_nothing
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     properties = torch.cuda.get_device_properties(src.device)
@@ -166,7 +277,34 @@ def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Lau
     return copy_launcher(copy, destination, tensor_shape, str(src.device))
 
 
-_COPIES = CopyDispatch(plan_copy)  # every copy_ call's launcher, and the fast path's state
+def check_copy_tensors(dst: object, src: object) -> None:
+    """What a copy's tensors must be before anything else is read off them: torch tensors with
+    memory, of one shape and dtype, both on one CUDA device, of a dtype TMA moves (the layout and
+    the tile are `plan_copy`'s). Raises TmaConfigError naming the first that is not (ImportError
+    without torch)."""
+    import_torch("copy_")
+    check_torch_tensor(dst, "copy_", "dst")
+    check_torch_tensor(src, "copy_", "src")
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
+            "they must match (tmakit.copy(src) allocates a matching destination)"
+        )
+    check_on_gpu(dst, "dst")
+    check_on_gpu(src, "src")
+    if dst.device != src.device:
+        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
+    dtype_of(src.dtype)
+
+
+def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
+
+
+copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
+
+# Every copy_ call's launcher, and the fast path's state.
+_COPIES = CopyDispatch(plan_copy, check_copy_tensors)
 
 
 def copy_dispatch() -> CopyDispatch:

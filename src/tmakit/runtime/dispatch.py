@@ -21,6 +21,10 @@ The states, per call key (the options exactly as the caller passed them):
   caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
 A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
 through the lookup, which writes the same bytes.
+
+Arguments that are not tensors (numpy arrays, lists, None, sparse tensors) fail in the lookup, while
+the signature is read; `check_tensors` then names what is wrong (TmaConfigError). Every check of a
+new configuration is the planner's, on the miss path: a call whose launcher is tried first pays none.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
 Launcher = Callable[[Any, Any], None]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 PlanLauncher = Callable[[Any, Any, CopyOptions], Launcher]
+CheckTensors = Callable[[Any, Any], None]
 
 
 class Streak:
@@ -66,11 +71,14 @@ class Streak:
 class CopyDispatch:
     """The launchers of `copy_` calls: `plan_launcher(dst, src, options)` checks a new
     configuration in full and returns its launcher (a callable (src, dst); one whose
-    `checks_arguments` is True may be tried first). Shared by threads: a race costs a rejection
-    at most."""
+    `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
+    copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
+    is wrong with arguments whose signature cannot be read (None: that read's own error). Shared
+    by threads: a race costs a rejection at most."""
 
-    def __init__(self, plan_launcher: PlanLauncher) -> None:
+    def __init__(self, plan_launcher: PlanLauncher, check_tensors: CheckTensors | None = None) -> None:
         self.plan_launcher = plan_launcher
+        self.check_tensors = check_tensors
         self._launchers: dict[tuple, Launcher] = {}  # signature -> launcher
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
         self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
@@ -94,14 +102,20 @@ class CopyDispatch:
             except (TypeError, ValueError):
                 self._tried_first.pop(key, None)
                 self._streaks[key].rejected()
-        # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
-        signature = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(),
-                     dst.get_device(), key)  # fmt: skip
-        launcher = self._launchers.get(signature)
+        try:
+            # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
+            signature = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
+                         src.get_device(), dst.get_device(), key)  # fmt: skip
+            launcher = self._launchers.get(signature)
+        except Exception:  # not tensors, or tensors without strides (sparse)
+            if self.check_tensors is not None:
+                self.check_tensors(dst, src)  # raises the error naming what is wrong
+            raise
         if launcher is None:
             launcher = self.plan_launcher(dst, src, CopyOptions.of(tile=tile, stages=stages, **options))
             self._launchers[signature] = launcher
-        if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:  # the rest is the signature's
+        misaligned = (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS  # the rest is the signature's
+        if misaligned and not getattr(launcher, "moves_nothing", False):
             check_base_address(src.data_ptr())
             check_base_address(dst.data_ptr())
         launcher(src, dst)
