@@ -120,3 +120,14 @@ def test_prefetching_changes_no_data(stages, prefetch):
     pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, prefetch_tiles=prefetch, prefetch_descriptor=True)
     verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
     assert verdict.ok, str(verdict)
+
+
+def test_row_sums_of_narrow_column_major_tiles():
+    """Column-major tiles 1 and 4 wide (fp16: 2 and 8 bytes per row) sum their rows with scalar
+    reads; the 16-byte chunk view of row-major tiles is not built for them."""
+    from tmakit.check.run import verify_pipelined_load
+
+    for width in (1, 4, 8):
+        config = LoadConfig((64, 64), "fp16", (64, width), major="col")
+        verdict = verify_pipelined_load(PipelinePlan(LoadPlan(config), stages=2), "rowsum", hang_guard=True)
+        assert str(verdict).startswith("ok"), (width, str(verdict))

@@ -25,6 +25,10 @@ CASES = [
     padded((2, 2, 100, 200), "int8", (1, 32), 32),
     padded((1, 16), "uint8", (1, 16)),  # a row extent of 1 with a tile extent of 1
     padded((4096, 4096), "fp16", (256, 64), 128),
+    # torch.zeros(256, 1)'s strides (1, 1): the rows are contiguous, the extent-1 dim's stride unused
+    LoadConfig((256, 1), "fp16", (64, 1), 0, "col", strides=(1, 1)),
+    # a batch of 1 whose stride is no multiple of 16 bytes: never stepped along, never in the map
+    LoadConfig((1, 992, 368), "fp8e5m2", (26, 32), 0, "row", strides=(1095167, 368, 1)),
 ]
 
 

@@ -314,3 +314,11 @@ def test_bulk_copy_plans_only_contiguous_runs():
     ]:
         with pytest.raises(TmaConfigError, match=why):
             CopyPlan(PipelinePlan(LoadPlan(config), **extra), bulk=True)
+
+
+def test_row_sums_of_narrow_column_major_tiles_compile():
+    """A column-major tile 1 or 4 wide sums rows with scalar reads: no 16-byte chunk view of it."""
+    for width in (1, 4):
+        config = LoadConfig((64, 64), "fp16", (64, width), major="col")
+        ptx = compile_pipelined_load(PipelinePlan(LoadPlan(config), stages=2), "rowsum", keep_ptx=True).ptx
+        assert "red.relaxed.gpu.global.add.f32" in ptx and "ld.shared.v4" not in ptx

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from tmakit import LoadConfig, LoadPlan, TmaConfigError
@@ -44,3 +46,53 @@ def test_pipeline_plan_refuses_an_empty_grid():
 
     with pytest.raises(TmaConfigError, match="sm_count 0"):
         PipelinePlan(LoadPlan(LoadConfig()), persistent=True, sm_count=0)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            LoadConfig((64, 64), "fp16", (64, 64), strides=(-64, 1)),
+            "stride of dim 0 is -64 (a reversed view)",
+        ),
+        (
+            LoadConfig((2**32, 64), "fp16", (64, 64)),
+            "extent of dim 0 is 4294967296; TMA's coordinates are signed",
+        ),
+        (LoadConfig((2, 64), "fp16", (1, 64), strides=(2**39, 1)), "must be below 1099511627776 bytes"),
+        (
+            LoadConfig((2**31, 16), "fp8e4m3", (1, 16)),
+            "2147483648 tile loads; tmakit's kernels count tiles in 32-bit",
+        ),
+        (LoadConfig((64, 64), "fp16", (64, 64, 64)), "tile (64, 64, 64) must be 2 integers"),
+        (LoadConfig((64, 64), "fp16", (64,)), "tile (64,) must be 2 integers"),
+        (LoadConfig((64, 64), "fp16", None), "tile None must be 2 integers"),
+        (LoadConfig((64, 64), "fp16", (64.0, 64.0)), "tile (64.0, 64.0) must be 2 integers"),
+        (LoadConfig((64, 64.5), "fp16", (64, 64)), "shape (64, 64.5) must be integers"),
+        (LoadConfig((64, 64), "fp16", (64, 64), strides=(64.0, 1)), "strides (64.0, 1) must be integers"),
+    ],
+)
+def test_what_tma_or_cuda_cannot_serve_is_refused_before_compiling(config, message):
+    with pytest.raises(TmaConfigError, match=re.escape(message)):
+        LoadPlan(config)
+
+
+def test_a_dim_of_extent_1_has_no_stride_rule():
+    """Its stride never reaches the tensor map: a column vector with torch's strides (1, 1) is the
+    column-major matrix it is, and a batch of 1 may have any stride."""
+    vector = LoadPlan(LoadConfig((256, 1), "fp16", (64, 1), strides=(1, 1)))
+    assert vector.rows_contiguous and vector.config.contiguous_dim == "rows"
+    assert vector.expected_tx_bytes == 128
+    LoadPlan(LoadConfig((1, 992, 368), "fp8e5m2", (26, 32), strides=(1095167, 368, 1)))
+    with pytest.raises(TmaConfigError, match="stride of dim 0 is 1095167 bytes"):  # a batch of 2 is stepped
+        LoadPlan(LoadConfig((2, 992, 368), "fp8e5m2", (26, 32), strides=(1095167, 368, 1)))
+
+
+def test_no_stages_and_cluster_kernels_of_other_ranks_are_refused():
+    from tmakit import MulticastPlan, PipelinePlan
+
+    with pytest.raises(TmaConfigError, match="0 stages; a ring needs at least 1"):
+        PipelinePlan(LoadPlan(LoadConfig()), stages=0)
+    for multicast in (True, False):
+        with pytest.raises(TmaConfigError, match="cluster loads take 2-D tensors; this one has 3"):
+            MulticastPlan(LoadPlan(LoadConfig((2, 64, 64), "fp16", (16, 64))), multicast=multicast)

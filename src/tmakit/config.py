@@ -107,7 +107,7 @@ class LoadConfig:
     @property
     def contiguous_dim(self) -> str:
         """ "columns" when the last dim has stride 1 (row-major tiles), "rows" when the one before does."""
-        return "rows" if self.element_strides[-1] != 1 and self.element_strides[-2] == 1 else "columns"
+        return "rows" if major_of(self.element_strides, self.shape) == "col" else "columns"
 
 
 SEED = LoadConfig()
@@ -128,9 +128,13 @@ def parse_extents(text: str, what: str, rank: int | None = 2) -> tuple[int, ...]
 
 
 # -- layouts ----------------------------------------------------------------------------------------
-def major_of(strides: tuple[int, ...]) -> str:
-    """ "col" when the rows are the contiguous dim (e.g. a transposed view), else "row"."""
-    return "col" if strides[-1] != 1 and strides[-2] == 1 else "row"
+def major_of(strides: tuple[int, ...], shape: tuple[int, ...] | None = None) -> str:
+    """ "col" when the rows are the contiguous dim (e.g. a transposed view), else "row". A last dim
+    of extent 1 (a column vector, `shape` given) does not make the columns contiguous: its stride
+    is never used."""
+    if strides[-2] == 1 and (strides[-1] != 1 or (shape is not None and shape[-1] == 1 and shape[-2] > 1)):
+        return "col"
+    return "row"
 
 
 def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") -> tuple[int, ...]:

@@ -30,7 +30,9 @@ WARP_THREADS = 32
 SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request
 MBARRIER_BYTES = 8  # one 64-bit mbarrier
 MAX_CONSUMER_WARPS = 31  # a block of at most 1024 threads: one producer warp + 31
+MAX_GRID_X = (1 << 31) - 1  # gridDim.x
 MAX_GRID_Y = 65535  # gridDim.y, where the tile-load kernel puts the batch
+MAX_DEVICE_INT = (1 << 31) - 1  # the kernels count tiles and blocks in 32-bit device integers
 
 # -- L2 cache policies for TMA's `.L2::cache_hint` (CUTLASS's `TMA::CacheHintSm90`) --------------
 L2_HINTS = {

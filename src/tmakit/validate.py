@@ -13,12 +13,18 @@ from .limits import (
     GLOBAL_STRIDE_ALIGN,
     INNER_BOX_ALIGN,
     MAX_BOX_EXTENT,
+    MAX_GLOBAL_STRIDE_BYTES,
     MAX_GRID_Y,
     MAX_RANK,
     MBARRIER_BYTES,
     SMEM_PER_BLOCK,
     SWIZZLE_MODES,
+    TMA_COORDINATE_RANGE,
 )
+
+# The largest extent a tile origin can reach: TMA coordinates are signed 32-bit
+# (cuTensorMapEncodeTiled itself takes extents up to 2^32).
+MAX_EXTENT = TMA_COORDINATE_RANGE[1] + 1
 
 # How a library user gets rows TMA accepts; a caller with its own remedy names it instead
 # (`tmakit plan --pad`).
@@ -29,10 +35,19 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
     """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it; a stride
     error names `stride_fix` as the remedy."""
     element = config.element
+    check_integers(config.shape, "shape")
     check_rank(len(config.shape))
     for dim, extent in enumerate(config.shape):
         if extent < 1:
             raise TmaConfigError(f"tensor extent of dim {dim} is {extent}; every extent must be >= 1")
+        if extent > MAX_EXTENT:
+            raise TmaConfigError(
+                f"tensor extent of dim {dim} is {extent}; TMA's coordinates are signed 32-bit, so an "
+                f"extent may be at most {MAX_EXTENT} (2^31): split the tensor"
+            )
+    check_integers(config.tile, "tile", length=2)
+    if config.strides is not None:
+        check_integers(config.strides, "strides")
     if config.swizzle not in SWIZZLE_MODES:
         raise TmaConfigError(
             f"swizzle {config.swizzle} is not a TMA swizzle mode; use one of {SWIZZLE_MODES} (bytes)"
@@ -64,18 +79,29 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
             )
 
     # The innermost stride must be 1: TMA walks memory contiguously along one dim of the box.
-    contiguous = len(strides) - 1 if strides[-1] == 1 else len(strides) - 2
+    contiguous = len(strides) - 2 if config.contiguous_dim == "rows" else len(strides) - 1
     if strides[contiguous] != 1:
         raise TmaConfigError(
             f"strides {strides} have no stride 1 in the last two dims; TMA needs the innermost "
             "stride to be 1 (rows or columns contiguous)"
         )
-    outer = [d for d in range(len(strides)) if d != contiguous]
+    # A dim of extent 1 is never stepped along: its stride never reaches the tensor map.
+    outer = [d for d in range(len(strides)) if d != contiguous and config.shape[d] > 1]
     for d in outer:
-        if strides[d] == 0 and config.shape[d] > 1:
+        if strides[d] == 0:
             raise TmaConfigError(
                 f"stride of dim {d} is 0 (a broadcast view); TMA loads real storage: "
                 "copy it with .contiguous() first"
+            )
+        if strides[d] < 0:
+            raise TmaConfigError(
+                f"stride of dim {d} is {strides[d]} (a reversed view); TMA walks memory forwards: "
+                "copy it with .contiguous() first"
+            )
+        if strides[d] * element.nbytes >= MAX_GLOBAL_STRIDE_BYTES:
+            raise TmaConfigError(
+                f"stride of dim {d} is {strides[d] * element.nbytes} bytes; a TMA tensor map's strides "
+                f"must be below {MAX_GLOBAL_STRIDE_BYTES} bytes (2^40)"
             )
     batch = 1
     for extent in config.shape[:-2]:
@@ -107,6 +133,17 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
             f"tile {tile_rows}x{tile_cols} {config.dtype} needs {tile_bytes + MBARRIER_BYTES} bytes "
             f"of shared memory; a Hopper block may have at most {SMEM_PER_BLOCK}"
         )
+
+
+def check_integers(values: object, what: str, length: int | None = None) -> None:
+    """A shape, tile or strides: a tuple (or list) of integers, of `length` if given."""
+    ok = isinstance(values, tuple | list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    )
+    if not ok or (length is not None and len(values) != length):
+        wanted = f"{length} integers" if length else "integers"
+        example = " such as (64, 256)" if what == "tile" else ""
+        raise TmaConfigError(f"{what} {values!r} must be {wanted}{example}")
 
 
 def check_rank(rank: int) -> None:

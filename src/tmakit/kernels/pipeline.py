@@ -164,8 +164,8 @@ class PipelinedLoadKernel(TmaRingKernel):
         tile_rows, tile_cols = plan.config.tile
         lane = cute.arch.lane_idx()
         failed = cutlass.Boolean(False)
-        if cutlass.const_expr(self.consumer == "rowsum"):
-            stage_rows = self.ring.physical_rows(ring)
+        if cutlass.const_expr(self.consumer == "rowsum" and not plan.rows_contiguous):
+            stage_rows = self.ring.physical_rows(ring)  # rows as stored, read in 16-byte chunks
             sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
             sums.fill(0.0)
         for step in cutlass.range(tiles, unroll=1):

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 from ..config import LoadConfig
 from ..errors import TmaConfigError
-from ..limits import MBARRIER_BYTES, SHARED_TILE_ALIGN, SWIZZLE_BITS, SWIZZLED_TILE_ALIGN, WARP_THREADS
+from ..limits import (
+    MAX_DEVICE_INT,
+    MBARRIER_BYTES,
+    SHARED_TILE_ALIGN,
+    SWIZZLE_BITS,
+    SWIZZLED_TILE_ALIGN,
+    WARP_THREADS,
+)
 from ..validate import check_load_config
 
 
@@ -30,6 +37,11 @@ class LoadPlan:
 
     def __post_init__(self) -> None:
         check_load_config(self.config)
+        if self.total_tile_loads > MAX_DEVICE_INT:
+            raise TmaConfigError(
+                f"{self.total_tile_loads} tile loads; tmakit's kernels count tiles in 32-bit integers "
+                f"(at most {MAX_DEVICE_INT}): use larger tiles or split the tensor"
+            )
 
     @property
     def threads_per_block(self) -> int:

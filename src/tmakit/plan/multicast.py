@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TmaConfigError
+from ..limits import MAX_GRID_X
 from .load import LoadPlan
 from .ring import PipelinePlan
 
@@ -31,9 +32,18 @@ class MulticastPlan:
             raise TmaConfigError(f"cluster {'x'.join(map(str, self.cluster))} is not one of {shapes}")
         if self.stages > 1:
             self.pipeline  # noqa: B018 - validates the stage count
+        if len(self.load.config.shape) != 2:  # the cluster kernels, with multicast or without
+            raise TmaConfigError(
+                f"cluster loads take 2-D tensors; this one has {len(self.load.config.shape)} dimensions"
+            )
+        if self.launch_grid[0] > MAX_GRID_X:
+            raise TmaConfigError(
+                f"{self.launch_grid[0]} CTAs along the grid's x; CUDA allows at most {MAX_GRID_X}: "
+                "use larger tiles"
+            )
         if not self.multicast:
             return
-        if self.load.rows_contiguous or len(self.load.config.shape) != 2:
+        if self.load.rows_contiguous:
             raise TmaConfigError(
                 "multicast takes row-major 2-D tensors for now (tma_partition slices a column-major "
                 "tile along its columns, which tmakit's slice arithmetic does not describe)"

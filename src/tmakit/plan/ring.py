@@ -214,7 +214,9 @@ def check_l2_hint(hint: str | None) -> None:
 
 def check_stages(stages: int, fitting: int, stage_bytes: int) -> None:
     """Refuse a stage count outside 1..`fitting` (what the shared memory holds)."""
-    if stages < 1 or stages > fitting:
+    if stages < 1:
+        raise TmaConfigError(f"{stages} stages; a ring needs at least 1 (1..{fitting} fit this tile)")
+    if stages > fitting:
         raise TmaConfigError(
             f"{stages} stages of {stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
             f"each) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
