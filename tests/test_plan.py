@@ -57,3 +57,14 @@ def test_highlight_outside_the_grid_is_refused():
 def test_partial_highlight_reports_clipped_extent():
     plan = LoadPlan(LoadConfig((100, 776), "fp16", (64, 256)))
     assert "rows 64-99, columns 768-775" in plan.diagram((1, 3))
+
+
+def test_the_diagram_stays_small_for_any_shape():
+    """62.5 million column tiles and 16,384 row blocks: the first, the highlighted and the last
+    of each are drawn, "..." between (the diagram of a 16 x 10^9 tensor once printed 801 MB)."""
+    wide = LoadPlan(LoadConfig((16, 10**9), "fp8e4m3", (16, 16))).diagram((0, 5000))
+    tall = LoadPlan(LoadConfig((2**20, 16), "fp8e4m3", (64, 16))).diagram((9000, 0))
+    for diagram in (wide, tall):
+        assert len(diagram) < 1000 and len(diagram.splitlines()) <= 9
+    assert "5000" in wide.splitlines()[0] and "62499999" in wide.splitlines()[0]
+    assert "[ X ]" in wide and "block 9000" in tall and "block 16383" in tall

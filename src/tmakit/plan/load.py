@@ -181,25 +181,34 @@ class LoadPlan:
                 f"column tiles 0-{self.tiles_per_block - 1})"
             )
 
-    def diagram(self, highlight: tuple[int, int] | None = None, max_blocks: int = 3) -> str:
-        """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`."""
+    def diagram(
+        self, highlight: tuple[int, int] | None = None, max_blocks: int = 3, max_tiles: int = 12
+    ) -> str:
+        """The seed's tile diagram: a row per block, a box per column tile, X at `highlight`. Past
+        `max_blocks` rows and `max_tiles` columns only the first, the highlighted and the last are
+        drawn ("..." between), so a diagram of any accepted shape stays a few lines."""
         if highlight is not None:
             self.check_tile(*highlight)
-        lines = [f"{'':11}" + "".join(f"{j:^5}" for j in range(self.tiles_per_block))]
-        shown = sorted(
-            set(range(min(max_blocks, self.row_blocks)))
-            | ({highlight[0]} if highlight else set())
-            | {self.row_blocks - 1}
-        )
-        previous = -1
-        for row_block in shown:
-            if row_block != previous + 1:
+        row_blocks = _shown(self.row_blocks, max_blocks, highlight[0] if highlight else None)
+        column_tiles = _shown(self.tiles_per_block, max_tiles, highlight[1] if highlight else None)
+        gap = " ... "
+        header, previous = f"{'':11}", -1
+        for column_tile in column_tiles:
+            header += (gap if column_tile != previous + 1 else "") + f"{column_tile:^5}"
+            previous = column_tile
+        lines = [header]
+        previous_block = -1
+        for row_block in row_blocks:
+            if row_block != previous_block + 1:
                 lines.append("   ...")
-            boxes = "".join(
-                "[ X ]" if highlight == (row_block, j) else "[   ]" for j in range(self.tiles_per_block)
-            )
+            boxes, previous = "", -1
+            for column_tile in column_tiles:
+                boxes += (gap if column_tile != previous + 1 else "") + (
+                    "[ X ]" if highlight == (row_block, column_tile) else "[   ]"
+                )
+                previous = column_tile
             lines.append(f"block {row_block:<4} {boxes}")
-            previous = row_block
+            previous_block = row_block
         if highlight is not None:
             row_block, column_tile = highlight
             r0, c0 = self.tile_origin(row_block, column_tile)
@@ -210,3 +219,11 @@ class LoadPlan:
                 f"rows {r0}-{r1}, columns {c0}-{c1}"
             )
         return "\n".join(lines)
+
+
+def _shown(count: int, first: int, also: int | None) -> list[int]:
+    """The indices a diagram draws of `count`: all when they are few, else the first `first`,
+    `also` and the last."""
+    if count <= first + 2:
+        return list(range(count))
+    return sorted(set(range(first)) | ({also} if also is not None else set()) | {count - 1})
