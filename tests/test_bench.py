@@ -212,3 +212,14 @@ def test_host_cost_study_has_the_one_schema():
         {"group": "copy", "key": "tmakit_copy_call_us", "us": 5.0},
         {"group": "plain", "key": "a_us", "us": 1.5},
     ]
+
+
+def test_a_copy_option_of_zero_is_refused_not_defaulted():
+    from tmakit import LoadConfig, LoadPlan
+
+    load = LoadPlan(LoadConfig((1024, 512), "fp16", (16, 256)))
+    with pytest.raises(TmaConfigError, match="store depth is 0"):
+        CopyOptions(store_depth=0).plan(load, False, 132, True)
+    with pytest.raises(TmaConfigError, match="0 stages"):
+        CopyOptions(stages=0).plan(load, False, 132, True)
+    assert CopyOptions().plan(load, False, 132, True).store_depth == 4  # 8 stages: half of them

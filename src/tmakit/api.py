@@ -39,7 +39,7 @@ def config_for(
     no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
     tensor that is not on a CUDA device when `on_gpu`."""
     shape, dtype, strides = checked_tensor(tensor, on_gpu)
-    config = LoadConfig(shape, dtype, tuple(tile), swizzle, major_of(strides), strides)
+    config = LoadConfig(shape, dtype, tile, swizzle, major_of(strides, shape), strides)
     LoadPlan(config)  # validates the strides and the tile
     return config
 
@@ -251,7 +251,9 @@ def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Lau
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     properties = torch.cuda.get_device_properties(src.device)
-    transpose = major_of(tuple(src.stride())) != major_of(tuple(dst.stride()))
+    transpose = major_of(tuple(src.stride()), tuple(src.shape)) != major_of(
+        tuple(dst.stride()), tuple(dst.shape)
+    )
     compact = src.is_contiguous() and dst.is_contiguous()
     wants_rows = options.as_rows or options.bulk
     view = rows_view(src.numel(), nbytes) if wants_rows and compact and not transpose else None

@@ -86,6 +86,13 @@ class LoadConfig:
     major: str = "row"
     strides: tuple[int, ...] | None = None
 
+    def __post_init__(self) -> None:
+        # Lists are taken for tuples (a plan is a dictionary key); anything else is `validate`'s.
+        for name in ("shape", "tile", "strides"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+
     @property
     def element(self) -> DType:
         return dtype_named(self.dtype)

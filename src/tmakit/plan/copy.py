@@ -162,7 +162,7 @@ class CopyOptions:
             load_hint=self.load_hint,
             tile_order=self.tile_order,
         )
-        store_depth = self.store_depth or max(MIN_STORES_IN_FLIGHT, stages // 2)
+        store_depth = max(MIN_STORES_IN_FLIGHT, stages // 2) if self.store_depth is None else self.store_depth
         return CopyPlan(ring, transpose, store_depth, self.store_hint, self.bulk)
 
 
