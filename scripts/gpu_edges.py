@@ -1,7 +1,7 @@
-"""Accepted configurations at the edges, run and verified on the GPU: tensors of more than 2^31
-elements and more than 4 GiB (where any 32-bit offset would wrap) through the tile load, the
-pipelined load, every copy path and the transposing copy, and the largest grid the validation
-accepts (2^31 - 1 blocks of the tile-load kernel).
+"""Configurations at the edges, run and verified on the GPU, each case in its own process (a fault
+ends only it): tensors of just under and just over 2^31 elements, and over 4 GiB (byte offsets past
+2^32), through the tile load, the pipelined load, every copy path and the transposing copy, and a
+grid of 2^27 - 1 blocks.
 
     python3 scripts/gpu_edges.py --commit SHA --out DIR      # writes DIR/edges.json
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
+import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -25,72 +26,86 @@ from tmakit import LoadConfig, LoadPlan, PipelinePlan
 from tmakit.bench.report import device_context
 from tmakit.check.inputs import make_input_tensor
 from tmakit.check.run import verify_pipelined_load, verify_tile_load
+from tmakit.config import DTYPES
 from tmakit.limits import POISON
 from tmakit.runtime.compile import to_cute_tensor
 from tmakit.runtime.device import current_stream
 from tmakit.runtime.launch import compile_tile_load
 
-# 69,632 x 65,536 bytes: 4,563,402,752 elements (2^32 + 2^28), 4.25 GiB.
-BIG = (69632, 65536)
-LARGEST_GRID = (2**31 - 1, 16)  # one 1 x 16 tile per block: 2^31 - 1 blocks, 32 GiB of uint8
+
+def big_input(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
+    return make_input_tensor(LoadPlan(LoadConfig(shape, dtype, (16, 16))))
 
 
-def big_input(shape: tuple[int, int]) -> torch.Tensor:
-    return make_input_tensor(LoadPlan(LoadConfig(shape, "uint8", (16, 256))))
+def poisoned_like(tensor: torch.Tensor) -> torch.Tensor:
+    """A compact destination of `tensor`'s shape and dtype, every bit set (the poison)."""
+    out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cuda")
+    out.view(torch.uint8).fill_(POISON & 0xFF)
+    return out
 
 
-def poisoned(shape: tuple[int, ...]) -> torch.Tensor:
-    """A compact uint8 destination, every byte the poison (all bits set)."""
-    return torch.full(shape, POISON & 0xFF, dtype=torch.uint8, device="cuda")
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
-def copy_case(bulk: bool) -> str:
-    src = big_input(BIG)
-    dst = poisoned(BIG)
-    tmakit.copy_(dst, src, bulk=bulk)
+def copy_case(shape: tuple[int, int], dtype: str, **options) -> str:
+    src = big_input(shape, dtype)
+    dst = poisoned_like(src)
+    tmakit.copy_(dst, src, **options)
     torch.cuda.synchronize()
-    return "ok: every element bit-exact" if torch.equal(dst, src) else "MISMATCH"
+    return "ok: every element bit-exact" if same_bits(dst, src) else "MISMATCH"
 
 
-def transpose_case() -> str:
-    y = big_input(BIG[::-1])
-    src = y.t()  # column-major (69632, 65536)
-    dst = poisoned(BIG)
+def transpose_case(shape: tuple[int, int], dtype: str) -> str:
+    src = big_input(shape[::-1], dtype).t()  # column-major
+    dst = poisoned_like(src)
     tmakit.copy_(dst, src)
     torch.cuda.synchronize()
-    return "ok: every element bit-exact" if torch.equal(dst, src) else "MISMATCH"
+    return "ok: every element bit-exact" if same_bits(dst, src) else "MISMATCH"
 
 
-def load_case() -> str:
-    verdict = verify_tile_load(LoadPlan(LoadConfig(BIG, "uint8", (64, 256))))
+def load_case(shape: tuple[int, int], dtype: str, stages: int = 1) -> str:
+    plan = LoadPlan(LoadConfig(shape, dtype, (64, 256 if DTYPES[dtype].nbytes == 1 else 64)))
+    if stages == 1:
+        verdict = verify_tile_load(plan)
+    else:
+        verdict = verify_pipelined_load(PipelinePlan(plan, stages, persistent=True), "store", hang_guard=True)
     return str(verdict) if verdict.ok else f"MISMATCH: {verdict}"
 
 
-def pipelined_load_case() -> str:
-    plan = LoadPlan(LoadConfig(BIG, "uint8", (64, 256)))
-    verdict = verify_pipelined_load(PipelinePlan(plan, stages=4, persistent=True), "store", hang_guard=True)
-    return str(verdict) if verdict.ok else f"MISMATCH: {verdict}"
-
-
-def largest_grid_case() -> str:
-    plan = LoadPlan(LoadConfig(LARGEST_GRID, "uint8", (1, 16)))
-    assert plan.grid == 2**31 - 1
+def grid_case(rows: int) -> str:
+    plan = LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16)))
     src = make_input_tensor(plan)
-    out = poisoned(plan.padded_shape)
+    out = poisoned_like(src)
     compiled = compile_tile_load(plan, consumer="store")
     compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
     torch.cuda.synchronize()
-    return f"ok: {plan.grid} blocks, every element bit-exact" if torch.equal(out, src) else "MISMATCH"
+    return f"ok: {plan.grid} blocks, every element bit-exact" if same_bits(out, src) else "MISMATCH"
 
 
+UNDER = (32767, 65536)  # uint8: 2^31 - 2^16 elements, 2 GiB
+OVER = (32769, 65536)  # uint8: 2^31 + 2^16 elements
+WIDE = (17408, 65536)  # fp32: 2^30 + 2^26 elements, 4.25 GiB: byte offsets past 2^32
 CASES = {
-    "copy_ (default) 4.25 GiB uint8": copy_case,
-    "copy_ bulk 4.25 GiB uint8": lambda: copy_case(bulk=True),
-    "transposing copy_ 4.25 GiB uint8": transpose_case,
-    "tile load 4.25 GiB uint8, 64x256 tiles": load_case,
-    "pipelined load 4.25 GiB uint8, 4 stages, persistent": pipelined_load_case,
-    "tile load, largest grid: 2^31-1 blocks (32 GiB uint8)": largest_grid_case,
+    "copy_ uint8, 2^31 - 2^16 elements (2 GiB)": lambda: copy_case(UNDER, "uint8"),
+    "copy_ uint8, 2^31 + 2^16 elements": lambda: copy_case(OVER, "uint8"),
+    "copy_ fp32, 2^30 + 2^26 elements (4.25 GiB)": lambda: copy_case(WIDE, "fp32"),
+    "copy_ bulk fp32, 4.25 GiB": lambda: copy_case(WIDE, "fp32", bulk=True),
+    "transposing copy_ fp32, 4.25 GiB": lambda: transpose_case(WIDE, "fp32"),
+    "tile load fp32, 4.25 GiB": lambda: load_case(WIDE, "fp32"),
+    "pipelined load fp32, 4.25 GiB, 4 stages": lambda: load_case(WIDE, "fp32", stages=4),
+    "tile load uint8, 2^31 + 2^16 elements": lambda: load_case(OVER, "uint8"),
+    "tile load, 2^27 - 1 blocks of one 1 x 16 tile": lambda: grid_case(2**27 - 1),
 }
+
+
+def run_one(name: str) -> None:
+    """Child process: run one case, print its verdict as the last line (a fault kills only it)."""
+    try:
+        verdict = CASES[name]()
+    except Exception as error:  # noqa: BLE001 - the verdict says what happened
+        verdict = f"ERROR: {type(error).__name__}: {error}"[:500]
+    print("VERDICT " + verdict, flush=True)
 
 
 def main() -> int:
@@ -98,18 +113,24 @@ def main() -> int:
     parser.add_argument("--commit", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", default="", help="comma-separated prefixes of the cases to run")
+    parser.add_argument("--timeout", type=float, default=90.0, help="seconds per case")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # the child process's one case
     args = parser.parse_args()
+    if args.case:
+        run_one(args.case)
+        return 0
     rows = []
-    for name, case in CASES.items():
+    for name in CASES:
         if args.only and not any(name.startswith(prefix) for prefix in args.only.split(",")):
             continue
         start = time.perf_counter()
+        command = [sys.executable, __file__, "--commit", args.commit, "--out", args.out, "--case", name]
         try:
-            verdict = case()
-        except Exception as error:  # noqa: BLE001 - reported per case, the next still runs
-            verdict = f"ERROR: {type(error).__name__}: {error}"[:600]
-            traceback.print_exc()
-        torch.cuda.empty_cache()
+            child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+            verdicts = [line[8:] for line in child.stdout.splitlines() if line.startswith("VERDICT ")]
+            verdict = verdicts[-1] if verdicts else f"ERROR: the process died: {child.stderr[-400:]}"
+        except subprocess.TimeoutExpired:
+            verdict = f"ERROR: no verdict within {args.timeout} s"
         rows.append({"case": name, "verdict": verdict, "seconds": round(time.perf_counter() - start, 2)})
         print(f"{name}: {verdict} ({rows[-1]['seconds']} s)", flush=True)
     study = {

@@ -96,3 +96,12 @@ def test_no_stages_and_cluster_kernels_of_other_ranks_are_refused():
     for multicast in (True, False):
         with pytest.raises(TmaConfigError, match="cluster loads take 2-D tensors; this one has 3"):
             MulticastPlan(LoadPlan(LoadConfig((2, 64, 64), "fp16", (16, 64))), multicast=multicast)
+
+
+def test_the_contiguous_dim_of_vectors_and_column_vectors():
+    from tmakit.config import major_of
+
+    assert major_of((1,), (1000016,)) == "row"  # a 1-D tensor (a bulk copy's rows view takes it)
+    assert major_of((1, 1), (256, 1)) == "col"  # torch.zeros(256, 1)
+    assert major_of((1, 1), (1, 256)) == "row"  # torch.zeros(1, 256)
+    assert major_of((1, 256), (256, 1)) == "col" and major_of((256, 1)) == "row"

@@ -139,6 +139,8 @@ def major_of(strides: tuple[int, ...], shape: tuple[int, ...] | None = None) -> 
     """ "col" when the rows are the contiguous dim (e.g. a transposed view), else "row". A last dim
     of extent 1 (a column vector, `shape` given) does not make the columns contiguous: its stride
     is never used."""
+    if len(strides) < 2:  # a vector: its one dim is the contiguous one
+        return "row"
     if strides[-2] == 1 and (strides[-1] != 1 or (shape is not None and shape[-1] == 1 and shape[-2] > 1)):
         return "col"
     return "row"
