@@ -165,3 +165,11 @@ def test_json_goes_to_stdout_alone_or_to_a_file_beside_the_text(tmp_path):
     assert [f["kind"] for f in findings] == ["expected-more-than-delivered"] and findings[0]["hang"]
     explain = tmakit("explain", "--json", "-")
     assert json.loads(explain.stdout)["bytes"]["expected_tx_bytes_per_phase"] == 32768
+
+
+def test_a_sweep_refuses_the_flags_it_would_ignore():
+    """--sweep draws its own configurations: a --shape or --tile beside it would be ignored."""
+    from entry_point import one_error_line, tmakit
+
+    run = tmakit("verify", "--sweep", "3", "--shape", "64x64", "--tile", "32x64")
+    assert run.returncode == 2 and "drop --shape, --tile" in one_error_line(run)

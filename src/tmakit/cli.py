@@ -378,6 +378,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     load = _load_plan(args)
     if args.sweep and (args.cluster or args.stages > 1 or args.prefetch):
         raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
+    defaults = build_parser().parse_args(["verify"])  # the flags' own defaults, read where they are set
+    tensor_flags = ("shape", "dtype", "tile", "swizzle", "layout", "pad")
+    given = [f"--{name}" for name in tensor_flags if getattr(args, name) != getattr(defaults, name)]
+    if args.sweep and given:
+        raise CommandError(f"--sweep draws its own configurations: drop {', '.join(given)}")
     if args.cluster and args.prefetch:
         raise CommandError("--prefetch verifies the pipelined load of one CTA: drop --cluster")
     if args.seed is not None and not args.sweep:
