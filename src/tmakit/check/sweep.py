@@ -77,7 +77,7 @@ def sweep_configs(count: int, seed: int) -> list[LoadConfig]:
 def transpose_configs(count: int, seed: int) -> list[LoadConfig]:
     """`count` source configurations for layout-changing copies (each copied into the other
     contiguous layout): each dtype x source layout first, then random; unswizzled tiles whose
-    extents are whole multiples of 128 bytes (what `PipelinePlan(transpose=True)` accepts), at
+    extents are whole multiples of 128 bytes (what `CopyPlan(..., transpose=True)` accepts), at
     most 32 KiB; shapes with partial tiles, primes and batches as in `random_config`."""
     rng = random.Random(seed)
     cells = list(itertools.product(DTYPES, LAYOUTS))
