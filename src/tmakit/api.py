@@ -111,7 +111,7 @@ def checked_tensor(
     """(shape, tmakit dtype, element strides) of a torch tensor or numpy array, after the checks
     that need no tile: what it is (a dense torch tensor with memory, or a numpy array), device
     (when `on_gpu`), rank (unless `any_rank`: a compact copy's rows view reads memory, not dims),
-    elements, dtype, strides and 16-byte base address."""
+    elements, dtype and 16-byte base address (the strides are `validate`'s, with the tile)."""
     numpy = sys.modules.get("numpy")
     if is_torch_tensor(tensor):
         check_torch_tensor(tensor, "config_for", name)
@@ -141,12 +141,6 @@ def checked_tensor(
                 "needs every extent >= 1: skip the load of an empty tensor"
             )
     dtype = dtype_of(tensor.dtype)
-    for dim, stride in enumerate(strides):
-        if stride < 0:
-            raise TmaConfigError(
-                f"stride of dim {dim} is {stride} (a reversed view); TMA walks memory forwards: "
-                "copy it with numpy.ascontiguousarray first"
-            )
     check_base_address(address)
     return shape, dtype, strides
 

@@ -96,7 +96,7 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
         if strides[d] < 0:
             raise TmaConfigError(
                 f"stride of dim {d} is {strides[d]} (a reversed view); TMA walks memory forwards: "
-                "copy it with .contiguous() first"
+                "copy it with .contiguous() (torch) or numpy.ascontiguousarray first"
             )
         if strides[d] * element.nbytes >= MAX_GLOBAL_STRIDE_BYTES:
             raise TmaConfigError(
