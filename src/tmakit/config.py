@@ -116,6 +116,11 @@ class LoadConfig:
         """ "columns" when the last dim has stride 1 (row-major tiles), "rows" when the one before does."""
         return "rows" if major_of(self.element_strides, self.shape) == "col" else "columns"
 
+    @property
+    def contiguous_index(self) -> int:
+        """The index of the dim with stride 1: the last, or the one before (`contiguous_dim`)."""
+        return len(self.shape) - (2 if self.contiguous_dim == "rows" else 1)
+
 
 SEED = LoadConfig()
 

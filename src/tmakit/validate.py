@@ -37,14 +37,7 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
     element = config.element
     check_integers(config.shape, "shape")
     check_rank(len(config.shape))
-    for dim, extent in enumerate(config.shape):
-        if extent < 1:
-            raise TmaConfigError(f"tensor extent of dim {dim} is {extent}; every extent must be >= 1")
-        if extent > MAX_EXTENT:
-            raise TmaConfigError(
-                f"tensor extent of dim {dim} is {extent}; TMA's coordinates are signed 32-bit, so an "
-                f"extent may be at most {MAX_EXTENT} (2^31): split the tensor"
-            )
+    check_extents(config.shape)
     check_integers(config.tile, "tile", length=2)
     if config.strides is not None:
         check_integers(config.strides, "strides")
@@ -79,30 +72,13 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
             )
 
     # The innermost stride must be 1: TMA walks memory contiguously along one dim of the box.
-    contiguous = len(strides) - 2 if config.contiguous_dim == "rows" else len(strides) - 1
+    contiguous = config.contiguous_index
     if strides[contiguous] != 1:
         raise TmaConfigError(
             f"strides {strides} have no stride 1 in the last two dims; TMA needs the innermost "
             "stride to be 1 (rows or columns contiguous)"
         )
-    # A dim of extent 1 is never stepped along: its stride never reaches the tensor map.
-    outer = [d for d in range(len(strides)) if d != contiguous and config.shape[d] > 1]
-    for d in outer:
-        if strides[d] == 0:
-            raise TmaConfigError(
-                f"stride of dim {d} is 0 (a broadcast view); TMA loads real storage: "
-                "copy it with .contiguous() first"
-            )
-        if strides[d] < 0:
-            raise TmaConfigError(
-                f"stride of dim {d} is {strides[d]} (a reversed view); TMA walks memory forwards: "
-                "copy it with .contiguous() (torch) or numpy.ascontiguousarray first"
-            )
-        if strides[d] * element.nbytes >= MAX_GLOBAL_STRIDE_BYTES:
-            raise TmaConfigError(
-                f"stride of dim {d} is {strides[d] * element.nbytes} bytes; a TMA tensor map's strides "
-                f"must be below {MAX_GLOBAL_STRIDE_BYTES} bytes (2^40)"
-            )
+    check_outer_strides(config.shape, strides, element.nbytes, contiguous, stride_fix)
     batch = 1
     for extent in config.shape[:-2]:
         batch *= extent
@@ -110,7 +86,6 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
         raise TmaConfigError(
             f"{batch} batch matrices; tmakit launches one grid row each, at most {MAX_GRID_Y}"
         )
-    check_global_strides(tuple(strides[d] * element.nbytes for d in outer), tuple(outer), stride_fix)
 
     inner_extent = tile_cols if contiguous == len(strides) - 1 else tile_rows
     inner_box_bytes = inner_extent * element.nbytes
@@ -135,6 +110,72 @@ def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> 
         )
 
 
+def check_extents(shape: tuple[int, ...]) -> None:
+    """Every extent 1..MAX_EXTENT (an empty tensor is the caller's to skip or refuse)."""
+    for dim, extent in enumerate(shape):
+        if extent < 1:
+            raise TmaConfigError(f"tensor extent of dim {dim} is {extent}; every extent must be >= 1")
+        if extent > MAX_EXTENT:
+            raise TmaConfigError(
+                f"tensor extent of dim {dim} is {extent}; TMA's coordinates are signed 32-bit, so an "
+                f"extent may be at most {MAX_EXTENT} (2^31): split the tensor"
+            )
+
+
+def check_outer_strides(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    nbytes: int,
+    contiguous: int,
+    fix: str = PADDED_ROWS_FIX,
+    name: str = "",
+) -> None:
+    """The strides of every dim but the contiguous one (`contiguous`, stride 1): positive,
+    multiples of 16 bytes, below 2^40 bytes. A dim of extent 1 is never stepped along, so its
+    stride is not checked (a shape-generic copy passes TMA a valid stand-in, `unit_dim_strides`).
+    `name` ("src", "dst") starts the message when there are two tensors."""
+    prefix = f"{name}: " if name else ""
+    for d, (extent, stride) in enumerate(zip(shape, strides, strict=True)):
+        if d == contiguous or extent == 1:
+            continue
+        if stride == 0:
+            raise TmaConfigError(
+                f"{prefix}stride of dim {d} is 0 (a broadcast view); TMA loads real storage: "
+                "copy it with .contiguous() first"
+            )
+        if stride < 0:
+            raise TmaConfigError(
+                f"{prefix}stride of dim {d} is {stride} (a reversed view); TMA walks memory forwards: "
+                "copy it with .contiguous() (torch) or numpy.ascontiguousarray first"
+            )
+        stride_bytes = stride * nbytes
+        if stride_bytes >= MAX_GLOBAL_STRIDE_BYTES:
+            raise TmaConfigError(
+                f"{prefix}stride of dim {d} is {stride_bytes} bytes; a TMA tensor map's strides "
+                f"must be below {MAX_GLOBAL_STRIDE_BYTES} bytes (2^40)"
+            )
+        if stride_bytes % GLOBAL_STRIDE_ALIGN:
+            raise TmaConfigError(
+                f"{prefix}global stride of dim {d} is {stride_bytes} bytes; TMA needs a multiple of "
+                f"{GLOBAL_STRIDE_ALIGN} ({fix})"
+            )
+
+
+def unit_dim_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int, contiguous: int
+) -> tuple[int, ...] | None:
+    """Strides TMA accepts for a tensor whose dims of extent 1 have strides it would not (a
+    contiguous 1 x 777 fp16 row has a 1554-byte row stride), those dims' strides replaced by 16
+    bytes' worth; None when every stride is already one TMA accepts. The memory addressed is the
+    same: a dim of extent 1 is never stepped along."""
+    fixed = None
+    for d, (extent, stride) in enumerate(zip(shape, strides, strict=True)):
+        if extent == 1 and d != contiguous and (stride <= 0 or stride * nbytes % GLOBAL_STRIDE_ALIGN):
+            fixed = fixed or list(strides)
+            fixed[d] = max(1, GLOBAL_STRIDE_ALIGN // nbytes)
+    return tuple(fixed) if fixed is not None else None
+
+
 def check_integers(values: object, what: str, length: int | None = None) -> None:
     """A shape, tile or strides: a tuple (or list) of integers, of `length` if given."""
     ok = isinstance(values, tuple | list) and all(
@@ -151,18 +192,6 @@ def check_rank(rank: int) -> None:
         raise TmaConfigError(
             f"tensor has {rank} dimensions; tmakit loads 2 to {MAX_RANK} (TMA's limit is {MAX_RANK})"
         )
-
-
-def check_global_strides(
-    stride_bytes: tuple[int, ...], dims: tuple[int, ...], fix: str = PADDED_ROWS_FIX
-) -> None:
-    """Each outer global stride (in bytes) must be a multiple of 16; the error names `fix`."""
-    for dim, stride in zip(dims, stride_bytes, strict=True):
-        if stride % GLOBAL_STRIDE_ALIGN:
-            raise TmaConfigError(
-                f"global stride of dim {dim} is {stride} bytes; TMA needs a multiple of "
-                f"{GLOBAL_STRIDE_ALIGN} ({fix})"
-            )
 
 
 def check_base_address(address: int) -> None:

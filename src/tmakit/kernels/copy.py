@@ -47,10 +47,15 @@ class _CopyCommon:
         return self.copy.smem_bytes
 
     def rows_views(self, src: cute.Tensor, dst: cute.Tensor):
-        """With `as_rows`, the tensors' memory viewed as the plan's compact matrix."""
+        """With `as_rows`, the tensors' memory viewed as the plan's compact matrix (shape-generic:
+        its width, and as many rows as the tensor's run-time size fills)."""
         if cutlass.const_expr(self.as_rows):
             config = self.plan.config
             rows_layout = cute.make_layout(config.shape, stride=config.element_strides)
+            if cutlass.const_expr(self.shape_generic):
+                width = config.shape[1]
+                rows = cutlass.Int32(cute.size(src) // width)
+                rows_layout = cute.make_layout((rows, width), stride=(width, 1))
             return cute.make_tensor(src.iterator, rows_layout), cute.make_tensor(dst.iterator, rows_layout)
         return src, dst
 
@@ -80,8 +85,10 @@ class _CopyCommon:
 class CopyKernel(_CopyCommon, TmaRingKernel):
     """A copy by TMA loads and TMA stores, transposing each stage when the layouts differ."""
 
-    def __init__(self, copy: CopyPlan, as_rows: bool = False, **ring_options: Any):
-        super().__init__(copy.ring, **ring_options)
+    def __init__(
+        self, copy: CopyPlan, as_rows: bool = False, shape_generic: bool = False, **ring_options: Any
+    ):
+        super().__init__(copy.ring, shape_generic, **ring_options)
         self.copy = copy
         self.as_rows = as_rows
 
@@ -103,6 +110,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         self.launch(
             self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout),
             stream,
+            self.launch_grid(coordinate_view),
         )
 
     @cute.kernel
@@ -116,18 +124,19 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         shared_layout: cute.ComposedLayout,
         store_layout: cute.ComposedLayout,
     ):
-        warp, block, ring, full, empty, tiles = self.begin(shared_layout)
+        walk = self.walk(coordinate_view)
+        warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
-            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
+            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk)
         elif cutlass.const_expr(self.copy.transpose):
             self.consume_transposing(
-                ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, warp - 1
+                ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, walk, warp - 1
             )
         else:
-            self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, warp - 1)
+            self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, walk, warp - 1)
 
     @cute.jit
-    def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, consumer):
+    def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, walk, consumer):
         """The consumer warp: wait for a full stage, TMA-store it (one thread), release each stage
         once its store has read it."""
         failed = cutlass.Boolean(False)
@@ -137,7 +146,9 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             tile = ring[None, None, stage]
             if consumer == 0:  # one warp stores
-                destination_part, shared_part = self.tile_views(store_atom, out_view, tile, block, step)
+                destination_part, shared_part = self.tile_views(
+                    store_atom, out_view, tile, walk.tile_of(block, step)
+                )
                 # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
                 # would each store the tile): one thread issues, commits and waits.
                 with cute.arch.elect_one():
@@ -166,7 +177,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
 
     @cute.jit
     def consume_transposing(
-        self, ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, consumer
+        self, ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, walk, consumer
     ):
         """A consumer warp of a layout-changing copy: per stage, transpose its share of the blocks
         into staging tile `step % 2`, release the stage, fence the writes to the async proxy (TMA
@@ -190,7 +201,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             cute.arch.barrier(barrier_id=1, number_of_threads=WARP_THREADS * pipeline.consumer_warps)
             if consumer == 0:
                 destination_part, shared_part = self.tile_views(
-                    store_atom, out_view, staging_tiles[None, None, buffer], block, step
+                    store_atom, out_view, staging_tiles[None, None, buffer], walk.tile_of(block, step)
                 )
                 with cute.arch.elect_one():
                     self.store(store_atom, shared_part, destination_part)
@@ -253,8 +264,10 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
 class BulkCopyKernel(_CopyCommon, TmaRingKernel):
     """A compact copy as contiguous runs: non-tensor bulk copies in and out, no tensor maps."""
 
-    def __init__(self, copy: CopyPlan, as_rows: bool = False, hang_guard: bool = False):
-        super().__init__(copy.ring, hang_guard=hang_guard)
+    def __init__(
+        self, copy: CopyPlan, as_rows: bool = False, shape_generic: bool = False, hang_guard: bool = False
+    ):
+        super().__init__(copy.ring, shape_generic, hang_guard=hang_guard)
         self.copy = copy
         self.as_rows = as_rows
 
@@ -262,40 +275,40 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
     def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
         """`dst`: the destination, `src`'s shape; `guard`: GUARD_WORDS int32 zeros."""
         src, dst = self.rows_views(src, dst)
-        self.launch(self.kernel(src, dst, guard, shared_tile_layout(self.plan.config.tile)), stream)
+        shared_layout = shared_tile_layout(self.plan.config.tile)
+        self.launch(self.kernel(src, dst, guard, shared_layout), stream, self.launch_grid(src))
 
     @cute.kernel
     def kernel(
         self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, shared_layout: cute.ComposedLayout
     ):
-        warp, block, ring, full, empty, tiles = self.begin(shared_layout)
+        walk = self.walk(src)
+        warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
-            self.produce(src, ring, full, empty, guard, block, tiles)
+            self.produce(src, ring, full, empty, guard, block, tiles, walk)
         else:
-            self.consume(ring, full, empty, dst, guard, block, tiles, warp - 1)
+            self.consume(ring, full, empty, dst, guard, block, tiles, walk, warp - 1)
 
     @cute.jit
-    def produce(self, src, ring, full, empty, guard, block, tiles):
+    def produce(self, src, ring, full, empty, guard, block, tiles, walk):
         """The producer warp: wait for a free stage, then load the next run into it."""
-        pipeline = self.pipeline
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
-            _, row_block, _ = pipeline.tile_of(block, step)
-            self.load_run(src, ring, full, stage, row_block, failed)
+            _, row_block, _ = walk.tile_of(block, step)
+            self.load_run(src, ring, full, stage, row_block, walk, failed)
 
     @cute.jit
-    def consume(self, ring, full, empty, dst, guard, block, tiles, consumer):
+    def consume(self, ring, full, empty, dst, guard, block, tiles, walk, consumer):
         """The consumer warp: wait for a full stage, bulk-store its run (one thread), release each
         stage once its store has read it."""
-        pipeline = self.pipeline
         failed = cutlass.Boolean(False)
         late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
-            _, row_block, _ = pipeline.tile_of(block, step)
+            _, row_block, _ = walk.tile_of(block, step)
             if consumer == 0:  # one warp stores
-                destination, staged, size = self.run_of(dst, ring, stage, row_block)
+                destination, staged, size = self.run_of(dst, ring, stage, row_block, walk)
                 with cute.arch.elect_one():  # the DSL elects no thread for bulk copies
                     prims.cp_async_bulk_global_shared_cta(
                         destination, staged, size, l2_cache_hint=self.copy.store_policy
@@ -305,12 +318,17 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
         self.release_after_stores(empty, tiles, late, failed)
 
     @cute.jit
-    def run_of(self, tensor, ring, stage, row_block):
+    def run_of(self, tensor, ring, stage, row_block, walk):
         """A bulk copy's tile `row_block`: (its address in `tensor`, its stage's shared address,
         its bytes: a whole tile's, or the rows left over for the last)."""
         tile_bytes, last_bytes = self.copy.bulk_tile_bytes
         size = cutlass.Int32(tile_bytes)
-        if cutlass.const_expr(last_bytes != tile_bytes):
+        if cutlass.const_expr(self.shape_generic):
+            if row_block == walk.row_blocks - 1:  # the rows left: run-time
+                tile_rows, cols = self.plan.config.tile
+                rows = cutlass.Int32(cute.size(tensor, mode=[0]))
+                size = (rows - row_block * tile_rows) * (cols * self.plan.config.element.nbytes)
+        elif cutlass.const_expr(last_bytes != tile_bytes):
             if row_block == self.plan.row_blocks - 1:
                 size = cutlass.Int32(last_bytes)
         # 64-bit: a 2 GiB tensor of bytes has 2**31 elements.
@@ -320,11 +338,11 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
         return address, staged, size
 
     @cute.jit
-    def load_run(self, src, ring, full, stage, row_block, failed):
+    def load_run(self, src, ring, full, stage, row_block, walk, failed):
         """Producer of a bulk copy: one thread declares the run's bytes on the stage's full
         barrier and starts its bulk copy into the stage (the DSL elects no thread for these)."""
         if not failed:
-            address, staged, size = self.run_of(src, ring, stage, row_block)
+            address, staged, size = self.run_of(src, ring, stage, row_block, walk)
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(full + stage, size)
                 prims.cp_async_bulk_shared_cluster_global(

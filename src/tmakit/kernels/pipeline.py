@@ -22,7 +22,7 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..limits import WARP_THREADS
-from ..plan import PipelinePlan
+from ..plan import PipelinePlan, TileWalk, ceil_div
 from ..plan.ring import GUARD_WORDS
 from .ring import TileRing
 from .tma import padded_matrix_view, tile_coordinate, tma_load_views
@@ -38,9 +38,12 @@ class TmaRingKernel:
     Subclasses add the host side (`__call__`), the device entry (`kernel`) and the consumers.
     `ring_options` go to `TileRing` (the hang guard and the test-only mistakes)."""
 
-    def __init__(self, pipeline: PipelinePlan, **ring_options: Any):
+    def __init__(self, pipeline: PipelinePlan, shape_generic: bool = False, **ring_options: Any):
+        if shape_generic and not pipeline.persistent:
+            raise ValueError("shape-generic kernels take persistent plans (their grid is run-time)")
         self.pipeline = pipeline
         self.plan = pipeline.load
+        self.shape_generic = shape_generic
         self.ring = TileRing(pipeline, **ring_options)
 
     @property
@@ -48,11 +51,43 @@ class TmaRingKernel:
         """The shared memory a block requests: the ring's (a copy adds its staging tiles)."""
         return self.pipeline.smem_bytes
 
-    def launch(self, kernel, stream: cuda.CUstream) -> None:
-        """Launch a traced `kernel(...)` with the plan's grid, block and shared memory."""
+    def tile_counts(self, matrix_view: cute.Tensor):
+        """(row_blocks, column_tiles, batch_count) of the tensor viewed matrix first, (rows,
+        columns[, batch]): the plan's numbers, or in a shape-generic kernel 32-bit device
+        integers from the tensor's run-time extents (the plan's shape is then a stand-in)."""
+        load = self.plan
+        if not self.shape_generic:
+            return load.row_blocks, load.tiles_per_block, load.batch_count
+        tile_rows, tile_cols = load.config.tile
+        batch = 1
+        if cutlass.const_expr(len(load.config.shape) > 2):
+            batch = cutlass.Int32(cute.size(matrix_view, mode=[2]))
+        rows = cutlass.Int32(cute.size(matrix_view, mode=[0]))
+        cols = cutlass.Int32(cute.size(matrix_view, mode=[1]))
+        return ceil_div(rows, tile_rows), ceil_div(cols, tile_cols), batch
+
+    def launch_grid(self, matrix_view: cute.Tensor):
+        """Blocks to launch for the tensor (`PipelinePlan.grid`, or its run-time value)."""
+        pipeline = self.pipeline
+        if not self.shape_generic:
+            return pipeline.grid
+        row_blocks, column_tiles, batch = self.tile_counts(matrix_view)
+        return cutlass.min(row_blocks * column_tiles * batch, cutlass.Int32(pipeline.persistent_blocks))
+
+    def walk(self, matrix_view: cute.Tensor) -> TileWalk:
+        """In the kernel: which tiles this block loads (`PipelinePlan.walk`, or the same walk over
+        the run-time tile counts and the launched grid)."""
+        if not self.shape_generic:
+            return self.pipeline.walk
+        grid, _, _ = cute.arch.grid_dim()
+        return self.pipeline.walk_of(*self.tile_counts(matrix_view), cutlass.Int32(grid))
+
+    def launch(self, kernel, stream: cuda.CUstream, grid=None) -> None:
+        """Launch a traced `kernel(...)` with the plan's grid (or `grid`, a run-time value), block
+        and shared memory."""
         pipeline = self.pipeline
         kernel.launch(
-            grid=(pipeline.grid, 1, 1),
+            grid=(pipeline.grid if grid is None else grid, 1, 1),
             block=(pipeline.threads_per_block, 1, 1),
             smem=self.smem_bytes,
             stream=stream,
@@ -60,7 +95,7 @@ class TmaRingKernel:
         )
 
     @cute.jit
-    def begin(self, shared_layout: cute.ComposedLayout):
+    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk):
         """The block's set-up: (warp, block, ring, full, empty, tiles this block loads)."""
         pipeline = self.pipeline
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -72,11 +107,11 @@ class TmaRingKernel:
             # kernel wrote or overwrite what it reads.
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
-        tiles = cutlass.Int32(pipeline.tiles_of_block(block))
+        tiles = cutlass.Int32(walk.tiles_of_block(block))
         return warp, block, ring, full, empty, tiles
 
     @cute.jit
-    def produce(self, load_atom, coordinate_view, ring, full, empty, guard, block, tiles):
+    def produce(self, load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk):
         """The producer warp: wait for a free stage, declare its bytes, start the TMA load; with
         prefetching, also ask for the tile `prefetch_tiles` loads ahead to be brought into L2
         (no shared memory, no barrier: `cp.async.bulk.prefetch.tensor`)."""
@@ -87,19 +122,22 @@ class TmaRingKernel:
         failed = cutlass.Boolean(False)
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
-            self.load_tile(load_atom, coordinate_view, ring, full, stage, block, step, tiles, failed)
+            self.load_tile(load_atom, coordinate_view, ring, full, stage, block, step, tiles, walk, failed)
 
     @cute.jit
-    def load_tile(self, load_atom, coordinate_view, ring, full, stage, block, step, tiles, failed):
+    def load_tile(self, load_atom, coordinate_view, ring, full, stage, block, step, tiles, walk, failed):
         """Producer: the TMA load of the `step`-th tile into `stage` (and the prefetch ahead)."""
         pipeline = self.pipeline
         global_part, shared_part = self.tile_views(
-            load_atom, coordinate_view, ring[None, None, stage], block, step
+            load_atom, coordinate_view, ring[None, None, stage], walk.tile_of(block, step)
         )
         if cutlass.const_expr(pipeline.prefetch_tiles > 0):
             if step + pipeline.prefetch_tiles < tiles:
                 ahead_part, _ = self.tile_views(
-                    load_atom, coordinate_view, ring[None, None, stage], block, step + pipeline.prefetch_tiles
+                    load_atom,
+                    coordinate_view,
+                    ring[None, None, stage],
+                    walk.tile_of(block, step + pipeline.prefetch_tiles),
                 )
                 # Unlike the copy, the DSL does not elect a thread for a prefetch: one is enough.
                 with cute.arch.elect_one():
@@ -107,11 +145,12 @@ class TmaRingKernel:
         self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
 
     @cute.jit
-    def tile_views(self, atom, tensor_view, shared_tile, block, step):
-        """`tma_load_views` of the `step`-th tile of block `block`: (global part, shared part),
-        a load's source and destination or a store's destination and source."""
+    def tile_views(self, atom, tensor_view, shared_tile, tile):
+        """`tma_load_views` of `tile`, a (batch, row_block, column_tile) of `TileWalk.tile_of`:
+        (global part, shared part), a load's source and destination or a store's destination and
+        source."""
         plan = self.plan
-        batch, row_block, column_tile = self.pipeline.tile_of(block, step)
+        batch, row_block, column_tile = tile
         coordinate = tile_coordinate(row_block, column_tile, batch, len(plan.config.shape))
         return tma_load_views(atom, tensor_view, shared_tile, plan.config.tile, coordinate)
 
@@ -151,14 +190,15 @@ class PipelinedLoadKernel(TmaRingKernel):
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
     ):
-        warp, block, ring, full, empty, tiles = self.begin(shared_layout)
+        walk = self.walk(coordinate_view)
+        warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
-            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles)
+            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk)
         else:
-            self.consume(ring, full, empty, out_view, guard, block, tiles, warp - 1)
+            self.consume(ring, full, empty, out_view, guard, block, tiles, walk, warp - 1)
 
     @cute.jit
-    def consume(self, ring, full, empty, out_view, guard, block, tiles, consumer):
+    def consume(self, ring, full, empty, out_view, guard, block, tiles, walk, consumer):
         """A consumer warp: wait for a full stage, use its share of the tile, release the stage."""
         plan, pipeline = self.plan, self.pipeline
         tile_rows, tile_cols = plan.config.tile
@@ -171,7 +211,7 @@ class PipelinedLoadKernel(TmaRingKernel):
         for step in cutlass.range(tiles, unroll=1):
             stage, failed = self.ring.wait_full(full, step, failed, guard, block)
             tile = ring[None, None, stage]
-            batch, row_block, column_tile = self.pipeline.tile_of(block, step)
+            batch, row_block, column_tile = walk.tile_of(block, step)
             if cutlass.const_expr(self.consumer == "store"):
                 out_tile = cute.local_tile(out_view, plan.config.tile, (row_block, column_tile, batch))
                 for row in cutlass.range(consumer, tile_rows, pipeline.consumer_warps, unroll=1):
@@ -183,7 +223,7 @@ class PipelinedLoadKernel(TmaRingKernel):
                 else:
                     self.add_rowsums(stage_rows, stage, sums, consumer * WARP_THREADS + lane)
                     # Flush when the block's next tile starts another strip of rows (or at the end).
-                    next_batch, next_row_block, _ = self.pipeline.tile_of(block, step + 1)
+                    next_batch, next_row_block, _ = walk.tile_of(block, step + 1)
                     if step + 1 == tiles or next_row_block != row_block or next_batch != batch:
                         self.flush_rowsums(sums, out_view, row_block, batch, consumer * WARP_THREADS + lane)
             self.ring.release(empty, stage, failed)

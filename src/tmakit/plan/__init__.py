@@ -13,7 +13,7 @@ from .copy import CopyOptions, CopyPlan, copy_destination
 from .load import LoadPlan, ceil_div
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
-from .ring import TILE_ORDERS, PipelinePlan
+from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 
 __all__ = [
     "CLUSTER_SHAPES",
@@ -24,6 +24,7 @@ __all__ = [
     "MulticastPlan",
     "PipelinePlan",
     "RowSumMapping",
+    "TileWalk",
     "TransposeMapping",
     "ceil_div",
     "copy_destination",

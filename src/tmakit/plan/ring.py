@@ -117,7 +117,7 @@ class PipelinePlan:
     @property
     def grid(self) -> int:
         if self.persistent:
-            return min(self.load.total_tile_loads, self.sm_count * self.blocks_per_sm)
+            return min(self.load.total_tile_loads, self.persistent_blocks)
         return self.load.grid
 
     @property
@@ -129,37 +129,30 @@ class PipelinePlan:
         """The 64-bit L2 cache policy of one side: its hint, else `evict_first`'s."""
         return L2_HINTS[hint or ("evict_first" if self.evict_first else "none")]
 
-    # The next four run on the host and, traced, in the kernel (device integers): one source.
+    @property
+    def walk(self) -> TileWalk:
+        """This plan's tiles and which block takes which, in plain integers."""
+        load = self.load
+        return self.walk_of(load.row_blocks, load.tiles_per_block, load.batch_count, self.grid)
+
+    def walk_of(self, row_blocks, column_tiles, batch_count, grid) -> TileWalk:
+        """The walk of a tensor with these many tiles on `grid` blocks, in this plan's order: a
+        shape-generic kernel passes its run-time counts (device integers)."""
+        return TileWalk(row_blocks, column_tiles, batch_count, grid, self.persistent, self.tile_order)
+
+    @property
+    def persistent_blocks(self) -> int:
+        """A persistent grid's blocks when there are at least as many tiles."""
+        return self.sm_count * self.blocks_per_sm
+
     def first_tile(self, block):
-        """Where a "blocked" block's run of tiles starts (block * tiles // grid)."""
-        return block * self.load.total_tile_loads // self.grid
+        return self.walk.first_tile(block)
 
     def tiles_of_block(self, block):
-        """Tiles block `block` loads: its strip's, or its share of the tiles when persistent."""
-        if self.persistent:
-            if self.tile_order == "blocked":
-                return self.first_tile(block + 1) - self.first_tile(block)
-            return ceil_div(self.load.total_tile_loads - block, self.grid)
-        return self.load.tiles_per_block
+        return self.walk.tiles_of_block(block)
 
     def tile_of(self, block, step):
-        """(batch, row_block, column_tile) of the `step`-th tile block `block` loads."""
-        load = self.load
-        if not self.persistent:
-            index = block * load.tiles_per_block + step
-        elif self.tile_order == "blocked":
-            index = self.first_tile(block) + step
-        else:
-            index = block + step * self.grid
-        if self.persistent and self.tile_order == "columns":
-            matrix_tiles = load.row_blocks * load.tiles_per_block
-            batch = index // matrix_tiles
-            within = index - batch * matrix_tiles
-            column_tile = within // load.row_blocks
-            return batch, within - column_tile * load.row_blocks, column_tile
-        strip = index // load.tiles_per_block
-        batch = strip // load.row_blocks
-        return batch, strip - batch * load.row_blocks, index - strip * load.tiles_per_block
+        return self.walk.tile_of(block, step)
 
     @property
     def rowsum_shape(self) -> tuple[int, ...]:
@@ -205,6 +198,56 @@ class PipelinePlan:
         if self.persistent:
             lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TileWalk:
+    """Which tile the `step`-th load of block `block` is: `row_blocks` x `column_tiles` tiles per
+    matrix, `batch_count` matrices, `grid` blocks, walked as a `PipelinePlan` says
+    (`PipelinePlan.walk`). The methods use only `+ - * //`, so they run on the host on plain
+    integers and, traced, in a kernel on device integers: a shape-generic kernel builds its walk
+    from the tensor's run-time extents and the launched grid. One source for both."""
+
+    row_blocks: int
+    column_tiles: int
+    batch_count: int
+    grid: int
+    persistent: bool = False
+    tile_order: str = "interleaved"
+
+    @property
+    def total_tiles(self):
+        return self.row_blocks * self.column_tiles * self.batch_count
+
+    def first_tile(self, block):
+        """Where a "blocked" block's run of tiles starts (block * tiles // grid)."""
+        return block * self.total_tiles // self.grid
+
+    def tiles_of_block(self, block):
+        """Tiles block `block` loads: its strip's, or its share of the tiles when persistent."""
+        if self.persistent:
+            if self.tile_order == "blocked":
+                return self.first_tile(block + 1) - self.first_tile(block)
+            return ceil_div(self.total_tiles - block, self.grid)
+        return self.column_tiles
+
+    def tile_of(self, block, step):
+        """(batch, row_block, column_tile) of the `step`-th tile block `block` loads."""
+        if not self.persistent:
+            index = block * self.column_tiles + step
+        elif self.tile_order == "blocked":
+            index = self.first_tile(block) + step
+        else:
+            index = block + step * self.grid
+        if self.persistent and self.tile_order == "columns":
+            matrix_tiles = self.row_blocks * self.column_tiles
+            batch = index // matrix_tiles
+            within = index - batch * matrix_tiles
+            column_tile = within // self.row_blocks
+            return batch, within - column_tile * self.row_blocks, column_tile
+        strip = index // self.column_tiles
+        batch = strip // self.row_blocks
+        return batch, strip - batch * self.row_blocks, index - strip * self.column_tiles
 
 
 def check_l2_hint(hint: str | None) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import LoadConfig
+from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
 
 if TYPE_CHECKING:
     import numpy as np
@@ -204,6 +205,30 @@ def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] |
         return make_fake_tensor(dtype, shape, strides, assumed_align=16)
     innermost_first = tuple(reversed(range(len(shape))))
     return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)
+
+
+def symbolic_tensors(element: Any, contiguous_dims: tuple[int, ...], rank: int) -> list[Any]:
+    """Tensors of one dtype, rank and shape whose extents and strides are run-time values (one
+    per `contiguous_dims` entry: the dim with stride 1 of each): a kernel compiled against them
+    serves every shape of that rank. They share their extents (every tensor has the same shape);
+    each has its own strides, promised to be multiples of 16 bytes (TMA's rule, checked by
+    `validate` before every call). Extents and strides are 64-bit: a tensor may hold more than
+    2^31 elements."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    dtype = getattr(cutlass, element.cutlass_name) if hasattr(element, "cutlass_name") else element
+    extents = tuple(cute.sym_int64(symbol=f"extent{dim}") for dim in range(rank))
+    divisibility = max(1, GLOBAL_STRIDE_ALIGN * 8 // dtype.width)
+    tensors = []
+    for contiguous in contiguous_dims:
+        strides = tuple(
+            1 if dim == contiguous else cute.sym_int64(divisibility=divisibility, symbol=f"stride{dim}")
+            for dim in range(rank)
+        )
+        tensors.append(make_fake_tensor(dtype, extents, strides, assumed_align=GLOBAL_BASE_ALIGN))
+    return tensors
 
 
 def fake_source(config: LoadConfig) -> Any:

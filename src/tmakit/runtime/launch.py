@@ -22,6 +22,7 @@ from .compile import (
     fake_source,
     fake_tensor,
     placeholder_stream,
+    symbolic_tensors,
     to_cute_tensor,
 )
 from .device import current_stream
@@ -98,13 +99,19 @@ def compile_copy(
     tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
     tensor_shape: tuple[int, ...] | None = None,
+    shape_generic: bool = False,
 ) -> CompiledKernel:
     """A copy (`kernels.copy`: `BulkCopyKernel` when the plan's `bulk`, else `CopyKernel`) for
     sm_90a. `tvm_ffi` as in `compile_kernel` (the compiled function then takes no stream: it
     launches on torch's current stream, and is kept in the on-disk cache); `destination`: the
     destination's layout (default `plan.copy_destination`); `tensor_shape`: the compiled function
     is called with compact tensors of this shape, whose memory the kernel views as the plan's
-    compact matrix (a copy of the tensor's memory as rows)."""
+    compact matrix (a copy of the tensor's memory as rows).
+
+    `shape_generic`: one compile serves every shape of the plan's class (`api.copy_class`): the
+    plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
+    strides at each call. The destination has the source's shape and the contiguous dim of
+    `destination` (default: the source's)."""
 
     def build() -> tuple:
         import cutlass
@@ -114,17 +121,30 @@ def compile_copy(
         config = copy.load.config
         as_rows = tensor_shape is not None
         if copy.bulk:
-            kernel = BulkCopyKernel(copy, as_rows, hang_guard=hang_guard)
+            kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
         else:
             mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
-            kernel = CopyKernel(copy, as_rows, hang_guard=hang_guard, **mistakes)
-        src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
-        dst = src if as_rows else fake_source(destination or copy_destination(copy))
+            kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
+        target = destination or copy_destination(copy)
+        if shape_generic and as_rows:
+            src = dst = symbolic_tensors(config.element, (len(tensor_shape) - 1,), len(tensor_shape))[0]
+        elif shape_generic:
+            src, dst = symbolic_tensors(
+                config.element, (config.contiguous_index, target.contiguous_index), len(config.shape)
+            )
+        else:
+            src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
+            dst = src if as_rows else fake_source(target)
         guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
         return kernel, src, dst, guard, placeholder_stream(env=tvm_ffi)
 
-    # The key names everything the kernel is built from (the source is fingerprinted on disk).
-    key = ("CopyKernel", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
+    # The key names everything the kernel is built from (the source is fingerprinted on disk); a
+    # shape-generic kernel's, only what its class is made of.
+    if shape_generic:
+        rank = len(tensor_shape) if tensor_shape is not None else None
+        key = ("CopyClass", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, rank)
+    else:
+        key = ("CopyKernel", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
     return compiled_once(key, build, keep_ptx, tvm_ffi)
 
 
