@@ -6,6 +6,7 @@ Every check here runs before anything compiles or launches; a tensor TMA cannot 
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
 from .errors import TmaConfigError
 from .limits import MAX_RANK
-from .plan import CopyOptions, LoadPlan
+from .plan import CopyOptions, CopyPlan, LoadPlan, check_copy_shape, copy_class, copy_destination
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher
-from .runtime.launch import compile_tile_load, copy_launcher
-from .validate import check_base_address, check_rank
+from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
+from .validate import check_base_address, check_rank, unit_dim_strides
 
 if TYPE_CHECKING:
     import numpy as np
@@ -203,6 +204,8 @@ def copy_(
     src: torch.Tensor,
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
+    *,
+    _specialised: bool = False,
     **options: Any,
 ) -> torch.Tensor:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out;
@@ -215,12 +218,14 @@ def copy_(
     blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left
     out takes tmakit's default, the fastest measured.
 
-    Compiled once per configuration (kept in memory and, through TVM-FFI, on disk: see
-    `runtime.compile.cache_dir`); a configuration seen before costs a dictionary lookup and an
-    alignment check before the launch, and one repeated call after call not even that
-    (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
-    `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing."""
-    return _COPIES.copy_(dst, src, tile, stages, options)
+    Compiled once per class - dtype, rank, which dims are contiguous, tile and options, not the
+    extents or strides (`plan.copy_class`) - and kept in memory and on disk (`runtime.compile.
+    cache_dir`): a new shape costs its own checks, no compile. A configuration seen before costs a
+    dictionary lookup and an alignment check before the launch, and one repeated call after call
+    less (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
+    `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing.
+    `_specialised` (private, for benchmarks): a kernel compiled for each exact shape instead."""
+    return (_SPECIALISED_COPIES if _specialised else _COPIES).copy_(dst, src, tile, stages, options)
 
 
 def copy(
@@ -235,29 +240,110 @@ def copy(
     return copy_(dst, src, tile, stages, **options)
 
 
-def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Launcher:
+def plan_copy(
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, shape_generic: bool | None = None
+) -> Launcher:
     """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
-    launcher does nothing."""
-    torch = import_torch("copy_")
+    launcher does nothing.
+
+    Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
+    (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
+    this shape's own checks (`plan.check_copy_shape`). `shape_generic=False` compiles a kernel for
+    this exact shape and these strides (the benchmark's comparison)."""
+    import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
         return copy_nothing
+    if shape_generic is None:
+        shape_generic = tvm_ffi_available()
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
-    properties = torch.cuda.get_device_properties(src.device)
-    transpose = major_of(tuple(src.stride()), tuple(src.shape)) != major_of(
-        tuple(dst.stride()), tuple(dst.shape)
-    )
-    compact = src.is_contiguous() and dst.is_contiguous()
+    sm_count, l2_bytes = device_facts(src.device)
+    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
     wants_rows = options.as_rows or options.bulk
-    view = rows_view(src.numel(), nbytes) if wants_rows and compact and not transpose else None
+    compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
+    view = rows_view(src.numel(), nbytes) if compact else None
     if options.bulk and view is None:
         raise TmaConfigError(
-            f"bulk copy of {tuple(src.shape)} {dtype} with strides {tuple(src.stride())} into "
-            f"{tuple(dst.stride())}: it needs both tensors compact (contiguous) and a number of "
-            f"elements that {min(ROW_VIEW_WIDTHS)} divides"
+            f"bulk copy of {shape} {dtype} with strides {src_strides} into {dst_strides}: it needs both "
+            f"tensors compact (contiguous) and a number of elements that {min(ROW_VIEW_WIDTHS)} divides"
         )
-    tile = options.default_tile(dtype, transpose, view, properties.multi_processor_count)
+    tile = options.default_tile(dtype, transpose, view, sm_count)
+    fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
+    if not shape_generic:
+        return specialised_copy_launcher(src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2)
+    device = str(src.device)
+    if view is not None:
+        copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
+        check_copy_shape(copy, view, ((view[1], 1),), (1,))
+        return class_launcher(copy, None, len(shape), device)
+    check_rank(len(shape))
+    contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
+    copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, sm_count, fits_l2)
+    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous)
+    destination = copy_destination(copy) if transpose else None
+    launcher = class_launcher(copy, destination, None, device)
+    fixed_src = unit_dim_strides(shape, src_strides, nbytes, contiguous[0])
+    fixed_dst = unit_dim_strides(shape, dst_strides, nbytes, contiguous[1])
+    if fixed_src is None and fixed_dst is None:
+        return launcher
+    return restrided(launcher, shape, fixed_src, fixed_dst)
+
+
+def contiguous_index(major: str, rank: int) -> int:
+    """The index of the stride-1 dim of a tensor of `rank` dims and this major."""
+    return rank - 2 if major == "col" else rank - 1
+
+
+@functools.lru_cache(maxsize=64)
+def device_facts(device: torch.device) -> tuple[int, int]:
+    """(SM count, L2 bytes) of a CUDA device, read once per process."""
+    torch = import_torch("copy_")
+    properties = torch.cuda.get_device_properties(device)
+    return properties.multi_processor_count, properties.L2_cache_size
+
+
+@functools.lru_cache(maxsize=1024)
+def class_launcher(
+    copy: CopyPlan, destination: LoadConfig | None, rows_rank: int | None, device: str
+) -> Launcher:
+    """The launcher of a shape-generic copy class on one device (`rows_rank`: the rank of the
+    compact tensors a rows view copies), compiled or loaded from the disk cache once."""
+    tensor_shape = None if rows_rank is None else (1,) * (rows_rank - 1) + (copy.load.config.shape[-1],)
+    return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)
+
+
+def restrided(
+    launcher: Launcher, shape: tuple[int, ...], src_strides: tuple | None, dst_strides: tuple | None
+) -> Launcher:
+    """`launcher` called with views whose extent-1 dims have the strides TMA accepts
+    (`validate.unit_dim_strides`): the same memory, addressed the same way."""
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        launcher(
+            src if src_strides is None else src.as_strided(shape, src_strides),
+            dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+        )
+
+    launch.checks_arguments = launcher.checks_arguments
+    launch.shape_generic = True
+    return launch
+
+
+def specialised_copy_launcher(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    options: CopyOptions,
+    dtype: str,
+    view: tuple[int, int] | None,
+    tile: tuple[int, int],
+    transpose: bool,
+    sm_count: int,
+    fits_l2: bool,
+) -> Launcher:
+    """The launcher of a kernel compiled for this exact shape and these strides."""
     if view is not None:
         checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
         checked_tensor(dst, any_rank=True)
@@ -267,8 +353,7 @@ def plan_copy(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> Lau
         destination = config_for(dst, tile)
         if source.element_strides == destination.element_strides:
             destination = None  # the default destination: the source's own layout
-    fits_l2 = 2 * src.numel() * nbytes <= properties.L2_cache_size
-    copy = options.plan(LoadPlan(source), transpose, properties.multi_processor_count, fits_l2)
+    copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
     tensor_shape = tuple(src.shape) if view is not None else None
     return copy_launcher(copy, destination, tensor_shape, str(src.device))
 
@@ -299,8 +384,10 @@ def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
 
 copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
 
-# Every copy_ call's launcher, and the fast path's state.
+# Every copy_ call's launcher, and the fast path's state (and the same for the shape-specialised
+# kernels, which only benchmarks ask for).
 _COPIES = CopyDispatch(plan_copy, check_copy_tensors)
+_SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
 
 
 def copy_dispatch() -> CopyDispatch:

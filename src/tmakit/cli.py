@@ -489,8 +489,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise CommandError("nothing to time: give --shape or --sizes")
     plans = [LoadPlan(LoadConfig(shape, element.name, args.tile, args.swizzle)) for shape in shapes]
     copying = args.kernel in ("copy", "transpose")
-    if args.copy and not copying:
-        raise CommandError("--copy configures --kernel copy or transpose")
+    if (args.copy or args.specialised) and not copying:
+        raise CommandError("--copy and --specialised configure --kernel copy or transpose")
     if args.stages is not None and not args.cluster:
         raise CommandError("--stages sets the ring of --cluster: give a cluster too")
     cluster_stages = args.stages or BENCH_CLUSTER_STAGES
@@ -527,7 +527,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for plan in plans:
             if copying:
                 rows += suites.bench_copy(
-                    plan, args.kernel == "transpose", options, context["l2_bytes"], args.hot_l2, args.samples
+                    plan,
+                    args.kernel == "transpose",
+                    options,
+                    context["l2_bytes"],
+                    args.hot_l2,
+                    args.samples,
+                    args.specialised,
                 )
             else:
                 rows += suites.bench_size(plan, context["l2_bytes"], args.hot_l2, args.samples)
@@ -708,6 +714,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="one tmakit.copy_ configuration for --kernel copy/transpose (repeatable; default: the "
         f"defaults), by the names of tmakit.CopyOptions: {', '.join(CopyOptions.names())}; "
         "e.g. tile=16x256,stages=8 or bulk",
+    )
+    bench_cmd.add_argument(
+        "--specialised",
+        action="store_true",
+        help="--kernel copy/transpose: time each configuration also through a kernel compiled for the "
+        "exact shape, beside the shape-generic one tmakit.copy_ uses",
     )
     bench_cmd.add_argument(
         "--pipeline",

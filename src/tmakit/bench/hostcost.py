@@ -3,6 +3,12 @@ compiled calls, all timed interleaved (`timing.host_costs_us`)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
 from .. import api
 from ..check.inputs import make_input_tensor
 from ..config import LoadConfig
@@ -62,7 +68,9 @@ HOST_COST_WHAT = (
     "7 rounds that interleave every variant; tmakit.copy_ / tmakit.copy and their parts (compiled launch "
     "alone, no PDL, bulk, alternating configurations) beside torch's copy_/clone/empty, for a plain and a "
     "transposing copy; group 'plain': one seed-kernel call with prepared CuTe tensors, from_dlpack each "
-    "call, and TVM-FFI."
+    "call, and TVM-FFI; group 'new_shape': every call a shape never seen in a compiled class, beside the "
+    "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
+    "first copy_ with a cold and a warm disk cache (seconds), the DSL's import apart."
 )
 
 
@@ -74,12 +82,90 @@ def host_cost_study(context: dict, groups: dict[str, dict[str, float]]) -> dict:
     return {"study": "host-cost", "what": HOST_COST_WHAT, "context": context, "rows": rows, "summary": {}}
 
 
+def measure_new_shape_host_cost() -> dict:
+    """Host microseconds per `tmakit.copy_` call when every call is a shape never seen before, in
+    a class already compiled (fp16, row-major, 2-D: views of 8,000 shapes over one buffer), the
+    new shape's checks included; beside it the same class's repeated call (one shape, call after
+    call), the shape-specialised kernel's repeated call (the launcher tried first without reading
+    the tensors: the path before shape-generic kernels) and torch's copy_, interleaved."""
+    import torch
+
+    source = torch.randn(1000, 64, device="cuda").to(torch.float16)
+    target = torch.empty_like(source)
+    shapes = [(rows, cols) for cols in range(8, 72, 8) for rows in range(1, 1001)]  # 8,000
+    pairs = [(target[:rows, :cols], source[:rows, :cols]) for rows, cols in shapes]
+    api.copy_(*pairs[-1])  # the class compiled (or loaded from disk)
+    fresh = iter(pairs[:-1] * 2)  # the table of seen shapes holds 4,096: a second pass is new again
+    src, dst = source[:256, :64], target[:256, :64]
+    api.copy_(dst, src, _specialised=True)
+    launches = {
+        "new_shape_call_us": lambda: api.copy_(*next(fresh)),
+        "repeated_call_us": lambda: api.copy_(dst, src),
+        "specialised_repeated_call_us": lambda: api.copy_(dst, src, _specialised=True),
+        "torch_copy_call_us": lambda: dst.copy_(src),
+    }
+    result = host_costs_us(launches, calls=1000, repeats=7)
+    result["new_shape_over_repeated"] = result["new_shape_call_us"] / result["repeated_call_us"]
+    result["repeated_over_specialised"] = result["repeated_call_us"] / result["specialised_repeated_call_us"]
+    return result
+
+
+FIRST_CALL_SCRIPT = """
+import json, os, sys, time
+start = time.perf_counter()
+import torch
+x = torch.randn(777, 1000, device="cuda").to(torch.float16)
+y = torch.empty_like(x)
+torch.cuda.synchronize()
+torch_s = time.perf_counter() - start
+start = time.perf_counter()
+import cutlass, cutlass.cute
+dsl_s = time.perf_counter() - start
+start = time.perf_counter()
+import tmakit
+tmakit_s = time.perf_counter() - start
+start = time.perf_counter()
+tmakit.copy_(y, x)
+torch.cuda.synchronize()
+first_s = time.perf_counter() - start
+assert torch.equal(x, y)
+launcher = tmakit.api.plan_copy(y, x, tmakit.CopyOptions())
+compiled = launcher.compiled
+print(json.dumps({"import_torch_and_tensors_s": torch_s, "import_dsl_s": dsl_s, "import_tmakit_s": tmakit_s,
+                  "first_copy_s": first_s, "from_disk": compiled.from_disk,
+                  "compile_or_load_s": compiled.compile_seconds}))
+"""
+
+
+def measure_first_call(cache_dir: str) -> dict:
+    """A fresh process that has imported torch and holds CUDA tensors: the first `tmakit.copy_`
+    with an empty disk cache (a new class's compile) and then, in another fresh process, with
+    that cache warm; the DSL's own import time reported apart."""
+    env = {**os.environ, "TMAKIT_CACHE_DIR": cache_dir}
+    runs = {}
+    for label in ("cold_disk_cache", "warm_disk_cache"):
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_CALL_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        )
+        if done.returncode:
+            runs[f"{label}_error"] = done.stderr[-600:]
+            continue
+        for key, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            runs[f"{label}_{key}"] = value
+    return runs
+
+
 def host_cost_report(commit: str | None) -> dict:
     """What `scripts/device_run.sh hostcost` writes: the host cost of copies and transposing
-    copies (`measure_copy_host_cost`) and of plain compiled calls, with the device context."""
+    copies (`measure_copy_host_cost`), of new shapes in a compiled class, of a fresh process's
+    first copy, and of plain compiled calls, with the device context."""
+    with tempfile.TemporaryDirectory(prefix="tmakit-first-call-") as cache_dir:
+        first_call = measure_first_call(cache_dir)
     groups = {
         "copy": measure_copy_host_cost(),
         "transpose": measure_copy_host_cost(transpose=True),
+        "new_shape": measure_new_shape_host_cost(),
+        "first_call": first_call,
         "plain": measure_host_overhead(),
     }
     return host_cost_study({**device_context(commit), "step": "hostcost"}, groups)

@@ -221,16 +221,25 @@ def bench_pipelines(
 # Copies at least this large are also timed eagerly (`stream_samples_us`): long enough that the
 # host's ~6 us per call stays ahead of the GPU.
 STREAM_TIMED_BYTES = 16 * 2**20
+SPECIALISED_LABEL = ", shape-specialised"  # a bench row of the kernel compiled for the exact shape
 STREAM_TIMED = "[stream]"
 
 
 def bench_copy(
-    plan: LoadPlan, transpose: bool, options: list[CopyOptions], l2_bytes: int, hot_l2: bool, samples: int
+    plan: LoadPlan,
+    transpose: bool,
+    options: list[CopyOptions],
+    l2_bytes: int,
+    hot_l2: bool,
+    samples: int,
+    specialised: bool = False,
 ) -> list:
     """`tmakit.copy_` as a user calls it (TVM-FFI launch, torch's stream), each option verified
     element for element in the same run (destination poisoned first), beside torch's `copy_` of
     the same pair. `transpose`: the source is the column-major view `x.t()` of each rotated
-    buffer and the destination row-major - torch's `dst.copy_(x.t())`."""
+    buffer and the destination row-major - torch's `dst.copy_(x.t())`. `specialised`: each option
+    also through the kernel compiled for this exact shape (`copy_(..., _specialised=True)`)
+    beside the shape-generic one."""
     import torch
 
     config = plan.config
@@ -242,9 +251,12 @@ def bench_copy(
     what = "transpose" if transpose else "copy"
     shape = tuple(sources[0].shape)
     rows, eager = [], []  # eager: (graph-timed row, its launches), timed on a stream after the graphs
-    for option in options:
+    variants = [(option, False) for option in options]
+    if specialised:
+        variants = [(option, kind) for option in options for kind in (False, True)]
+    for option, shape_specialised in variants:
         bits(destinations[0]).fill_(POISON)  # every element the copy must write
-        knobs = option.changed()
+        knobs = {**option.changed(), **({"_specialised": True} if shape_specialised else {})}
         start = time.perf_counter()
         api.copy_(destinations[0], sources[0], **knobs)  # compiles once
         torch.cuda.synchronize()
@@ -257,7 +269,7 @@ def bench_copy(
         ]
         rows.append(
             BenchRow(
-                f"tmakit.copy_ {what} ({option.describe()})",
+                f"tmakit.copy_ {what} ({option.describe()}{SPECIALISED_LABEL if shape_specialised else ''})",
                 "copy",
                 shape,
                 config.dtype,
@@ -272,6 +284,7 @@ def bench_copy(
                     "rotated_buffers": len(sources),
                     "transpose": transpose,
                     "bulk": option.bulk,
+                    "kernel": "shape-specialised" if shape_specialised else "shape-generic",
                 },
             )  # fmt: skip
         )

@@ -9,7 +9,7 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile.
 """
 
-from .copy import CopyOptions, CopyPlan, copy_destination
+from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
 from .load import LoadPlan, ceil_div
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
@@ -27,5 +27,8 @@ __all__ = [
     "TileWalk",
     "TransposeMapping",
     "ceil_div",
+    "check_copy_shape",
+    "copy_class",
     "copy_destination",
+    "stand_in_config",
 ]

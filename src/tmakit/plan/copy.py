@@ -9,12 +9,14 @@ plus its use in `CopyOptions.plan` and the kernel.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded_strides, parse_fields
 from ..errors import TmaConfigError
 from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
+from ..validate import check_extents, check_outer_strides
 from .load import LoadPlan, ceil_div
 from .mappings import TransposeMapping
 from .ring import PipelinePlan, check_l2_hint, check_stages
@@ -307,6 +309,55 @@ class CopyPlan:
             )
         lines.append(f"stores            {self.stores_in_flight} in flight per block")
         return "\n".join(lines)
+
+
+def stand_in_config(
+    rank: int, dtype: str, tile: tuple[int, int], major: str, rows_width: int | None = None
+) -> LoadConfig:
+    """The configuration a shape-generic kernel is planned and compiled for: the class's rank,
+    dtype, tile and contiguous dim. Its shape (two tiles each way, two matrices per batch dim,
+    rows padded to 16 bytes) only stands in: the kernel takes extents and strides at each call.
+    A rows view's class keeps its width (`rows_width`)."""
+    tile_rows, tile_cols = tile
+    shape = (*(2,) * (rank - 2), 2 * tile_rows, rows_width or 2 * tile_cols)
+    return LoadConfig(shape, dtype, tile, 0, major, padded_strides(shape, DTYPES[dtype].nbytes, major))
+
+
+@functools.lru_cache(maxsize=1024)
+def copy_class(
+    options: CopyOptions,
+    dtype: str,
+    rank: int,
+    major: str,
+    transpose: bool,
+    tile: tuple[int, int],
+    sm_count: int,
+    fits_l2: bool,
+    rows_width: int | None = None,
+) -> CopyPlan:
+    """The plan of a shape-generic copy: everything but the extents and strides, which the
+    kernel takes at each call (and `check_copy_shape` checks before each new one). A copy of a
+    rows view is a rank-2 row-major class of that width (`rows_width`). Planned (and checked)
+    once per class."""
+    config = stand_in_config(rank, dtype, tile, major, rows_width)
+    return options.plan(LoadPlan(config), transpose, sm_count, fits_l2)
+
+
+def check_copy_shape(
+    copy: CopyPlan,
+    shape: tuple[int, ...],
+    strides: tuple[tuple[int, ...], ...],
+    contiguous: tuple[int, ...],
+    names: tuple[str, ...] = ("src", "dst"),
+) -> None:
+    """What a shape-generic copy checks for each new shape, the rules that depend on extents and
+    strides (the rest was checked with its class): extents TMA coordinates reach, each tensor's
+    strides (`contiguous`: the index of each one's stride-1 dim), and the tile counts."""
+    check_extents(shape)
+    nbytes = copy.load.config.element.nbytes
+    for tensor_strides, contiguous_index, name in zip(strides, contiguous, names, strict=False):
+        check_outer_strides(shape, tensor_strides, nbytes, contiguous_index, name=name)
+    copy.ring.walk_over(shape)
 
 
 def copy_destination(copy: CopyPlan) -> LoadConfig:

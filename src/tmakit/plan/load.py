@@ -28,6 +28,15 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
+def check_tile_count(tiles: int) -> None:
+    """The kernels count tiles in 32-bit device integers."""
+    if tiles > MAX_DEVICE_INT:
+        raise TmaConfigError(
+            f"{tiles} tile loads; tmakit's kernels count tiles in 32-bit integers "
+            f"(at most {MAX_DEVICE_INT}): use larger tiles or split the tensor"
+        )
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows of each
@@ -37,11 +46,7 @@ class LoadPlan:
 
     def __post_init__(self) -> None:
         check_load_config(self.config)
-        if self.total_tile_loads > MAX_DEVICE_INT:
-            raise TmaConfigError(
-                f"{self.total_tile_loads} tile loads; tmakit's kernels count tiles in 32-bit integers "
-                f"(at most {MAX_DEVICE_INT}): use larger tiles or split the tensor"
-            )
+        check_tile_count(self.total_tile_loads)
 
     @property
     def threads_per_block(self) -> int:

@@ -10,12 +10,13 @@ from ..limits import (
     DEFAULT_SM_COUNT,
     L2_HINTS,
     MAX_CONSUMER_WARPS,
+    MAX_DEVICE_INT,
     MBARRIER_BYTES,
     SMEM_PER_BLOCK,
     VECTOR_BYTES,
     WARP_THREADS,
 )
-from .load import LoadPlan, ceil_div
+from .load import LoadPlan, ceil_div, check_tile_count
 from .mappings import RowSumMapping
 
 TILE_ORDERS = ("interleaved", "columns", "blocked")  # a persistent grid's walk (PipelinePlan.tile_order)
@@ -71,8 +72,7 @@ class PipelinePlan:
             )
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
-        if self.tile_order == "blocked" and self.grid * self.load.total_tile_loads >= 2**31:
-            raise TmaConfigError("blocked tile order: grid x tiles must fit 32-bit device arithmetic")
+        check_walk(self.walk)
         check_stages(self.stages, self.max_stages, self.stage_bytes)
 
     @property
@@ -134,6 +134,20 @@ class PipelinePlan:
         """This plan's tiles and which block takes which, in plain integers."""
         load = self.load
         return self.walk_of(load.row_blocks, load.tiles_per_block, load.batch_count, self.grid)
+
+    def walk_over(self, shape: tuple[int, ...]) -> TileWalk:
+        """The walk over a tensor of `shape` (a shape-generic kernel's tile counts and grid for it,
+        computed on the host as the kernel computes them), checked against 32-bit device integers."""
+        tile_rows, tile_cols = self.load.config.tile
+        batch = 1
+        for extent in shape[:-2]:
+            batch *= extent
+        row_blocks, column_tiles = ceil_div(shape[-2], tile_rows), ceil_div(shape[-1], tile_cols)
+        total = row_blocks * column_tiles * batch
+        grid = min(total, self.persistent_blocks) if self.persistent else row_blocks * batch
+        walk = self.walk_of(row_blocks, column_tiles, batch, grid)
+        check_walk(walk)
+        return walk
 
     def walk_of(self, row_blocks, column_tiles, batch_count, grid) -> TileWalk:
         """The walk of a tensor with these many tiles on `grid` blocks, in this plan's order: a
@@ -248,6 +262,16 @@ class TileWalk:
         strip = index // self.column_tiles
         batch = strip // self.row_blocks
         return batch, strip - batch * self.row_blocks, index - strip * self.column_tiles
+
+
+def check_walk(walk: TileWalk) -> None:
+    """The walk's arithmetic fits the kernels' 32-bit device integers."""
+    check_tile_count(walk.total_tiles)
+    if walk.persistent and walk.tile_order == "blocked" and walk.grid * walk.total_tiles > MAX_DEVICE_INT:
+        raise TmaConfigError(
+            f"blocked tile order: {walk.grid} blocks x {walk.total_tiles} tiles must fit 32-bit device "
+            "arithmetic; use the interleaved order or larger tiles"
+        )
 
 
 def check_l2_hint(hint: str | None) -> None:

@@ -14,13 +14,20 @@ The states, per call key (the options exactly as the caller passed them):
     FAST    --(it launched)----------------------------------------------> FAST
 
 - LOOKING: the call builds the signature (shapes, strides, dtypes, devices, call key), finds its
-  launcher or plans and compiles one, checks both base addresses are 16-byte aligned, launches,
-  and counts the streak of calls in a row served by that launcher.
+  launcher or plans one (for a new shape of a known class: that shape's checks, no compile),
+  checks both base addresses are 16-byte aligned, launches, and counts the streak of calls in a
+  row served by that launcher.
 - FAST: the launcher is called first and nothing is read off the tensors.
 - `needed` starts at 2 and doubles with each rejection, up to 64: raising costs about 15 us, so a
   caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
 A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
 through the lookup, which writes the same bytes.
+
+A shape-generic launcher (`shape_generic`: one kernel for every shape of its class) takes any
+extents and strides, so it is never tried blindly: its FAST state is pinned to the shape and
+strides its last lookup checked, compared before it launches (four reads and tuple
+comparisons, no exception on a miss), and a call of another shape goes through the lookup, whose
+checks run for every new shape.
 
 Arguments that are not tensors (numpy arrays, lists, None, sparse tensors) fail in the lookup, while
 the signature is read; `check_tensors` then names what is wrong (TmaConfigError). Every check of a
@@ -76,12 +83,16 @@ class CopyDispatch:
     is wrong with arguments whose signature cannot be read (None: that read's own error). Shared
     by threads: a race costs a rejection at most."""
 
+    MOST_SIGNATURES = 4096  # signatures remembered before the table starts again
+
     def __init__(self, plan_launcher: PlanLauncher, check_tensors: CheckTensors | None = None) -> None:
         self.plan_launcher = plan_launcher
         self.check_tensors = check_tensors
         self._launchers: dict[tuple, Launcher] = {}  # signature -> launcher
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
         self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
+        # call key -> (shape-generic launcher, the shape and strides it was checked for) (FAST)
+        self._pinned: dict[Hashable, tuple] = {}
 
     def copy_(
         self,
@@ -94,6 +105,16 @@ class CopyDispatch:
         """Copy `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
         (shape, stride(), dtype, get_device(), data_ptr()): the tests pass stand-ins."""
         key = (tile, stages, *options.items()) if options else (tile, stages)
+        pinned = self._pinned.get(key)
+        if pinned is not None:
+            launcher, shape, src_strides, dst_strides = pinned
+            if src.shape == shape and dst.shape == shape and src.stride() == src_strides:
+                if dst.stride() == dst_strides:
+                    try:
+                        launcher(src, dst)
+                        return dst
+                    except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
+                        self._pinned.pop(key, None)
         launcher = self._tried_first.get(key)
         if launcher is not None:
             try:
@@ -104,7 +125,8 @@ class CopyDispatch:
                 self._streaks[key].rejected()
         try:
             # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
-            signature = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
+            shape, src_strides, dst_strides = src.shape, src.stride(), dst.stride()
+            signature = (shape, src_strides, dst.shape, dst_strides, src.dtype, dst.dtype,
                          src.get_device(), dst.get_device(), key)  # fmt: skip
             launcher = self._launchers.get(signature)
         except Exception:  # not tensors, or tensors without strides (sparse)
@@ -113,13 +135,18 @@ class CopyDispatch:
             raise
         if launcher is None:
             launcher = self.plan_launcher(dst, src, CopyOptions.of(tile=tile, stages=stages, **options))
+            if len(self._launchers) >= self.MOST_SIGNATURES:
+                self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
             self._launchers[signature] = launcher
         misaligned = (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS  # the rest is the signature's
         if misaligned and not getattr(launcher, "moves_nothing", False):
             check_base_address(src.data_ptr())
             check_base_address(dst.data_ptr())
         launcher(src, dst)
-        if getattr(launcher, "checks_arguments", False):
+        if getattr(launcher, "shape_generic", False):
+            self._pinned[key] = (launcher, shape, src_strides, dst_strides)
+        elif getattr(launcher, "checks_arguments", False):
+            self._pinned.pop(key, None)
             streak = self._streaks.setdefault(key, Streak())
             if streak.count(launcher):
                 self._tried_first[key] = launcher
@@ -127,8 +154,9 @@ class CopyDispatch:
 
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
-        """Call key -> the launcher tried first (the keys in the FAST state)."""
-        return dict(self._tried_first)
+        """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
+        pinned to a shape included."""
+        return {**self._tried_first, **{key: pin[0] for key, pin in self._pinned.items()}}
 
     def streak(self, key: Hashable) -> Streak | None:
         """The streak of a call key, None before its first checked launch."""

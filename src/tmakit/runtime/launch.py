@@ -201,21 +201,40 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
 CopyLauncher = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 
+def tvm_ffi_available() -> bool:
+    """Whether the DSL's TVM-FFI calling path is installed (`apache-tvm-ffi`): torch tensors
+    passed directly, the stream taken by the compiled function, shape-generic kernels."""
+    return importlib.util.find_spec("tvm_ffi") is not None
+
+
 def copy_launcher(
-    copy: CopyPlan, destination: LoadConfig | None, tensor_shape: tuple[int, ...] | None, device: str
+    copy: CopyPlan,
+    destination: LoadConfig | None,
+    tensor_shape: tuple[int, ...] | None,
+    device: str,
+    shape_generic: bool = False,
 ) -> CopyLauncher:
     """A callable (src, dst) for one copy configuration on one device (its hang-guard words live
     there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
     the plan's rows). Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed (torch
     tensors passed directly, torch's current stream taken by the compiled function itself, the
     compiled function kept on disk); otherwise the plain path. A TVM-FFI launcher's
-    `checks_arguments` is True: its compiled function raises on a tensor it was not built for."""
+    `checks_arguments` is True: its compiled function raises on a tensor it was not built for.
+
+    `shape_generic` (TVM-FFI only): one kernel for every shape of the plan's class
+    (`plan.copy_class`); the launcher's `shape_generic` is then True and its compiled function
+    checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
+    each new shape (`plan.check_copy_shape`) before it launches."""
     guard = new_guard(device)
-    if importlib.util.find_spec("tvm_ffi") is None:
+    if not tvm_ffi_available():
+        if shape_generic:
+            raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
         plain = compile_copy(copy, destination=destination, tensor_shape=tensor_shape)
         cute_guard = to_cute_tensor(guard)
         return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
-    compiled = compile_copy(copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape)
+    compiled = compile_copy(
+        copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape, shape_generic=shape_generic
+    )
     function = compiled.function
 
     def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -223,4 +242,5 @@ def copy_launcher(
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
     launch.checks_arguments = True
+    launch.shape_generic = shape_generic
     return launch
