@@ -1,7 +1,7 @@
 """Configurations at the edges, run and verified on the GPU, each case in its own process (a fault
 ends only it): tensors of just under and just over 2^31 elements, and over 4 GiB (byte offsets past
 2^32), through the tile load, the pipelined load, every copy path and the transposing copy, and a
-grid of 2^27 - 1 blocks.
+grid of 2^27 - 1 blocks and the largest grid the validation accepts, 2^31 - 1 blocks.
 
     python3 scripts/gpu_edges.py --commit SHA --out DIR      # writes DIR/edges.json
 
@@ -96,6 +96,7 @@ CASES = {
     "pipelined load fp32, 4.25 GiB, 4 stages": lambda: load_case(WIDE, "fp32", stages=4),
     "tile load uint8, 2^31 + 2^16 elements": lambda: load_case(OVER, "uint8"),
     "tile load, 2^27 - 1 blocks of one 1 x 16 tile": lambda: grid_case(2**27 - 1),
+    "tile load, 2^31 - 1 blocks of one 1 x 16 tile (the largest grid, 32 GiB)": lambda: grid_case(2**31 - 1),
 }
 
 
@@ -113,7 +114,7 @@ def main() -> int:
     parser.add_argument("--commit", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", default="", help="comma-separated prefixes of the cases to run")
-    parser.add_argument("--timeout", type=float, default=90.0, help="seconds per case")
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per case")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # the child process's one case
     args = parser.parse_args()
     if args.case:

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
 from .errors import TmaConfigError
 from .limits import MAX_RANK
-from .plan import CopyOptions, CopyPlan, LoadPlan, check_copy_shape, copy_class, copy_destination
+from .plan import (
+    CopyOptions,
+    CopyPlan,
+    LoadPlan,
+    check_copy_shape,
+    copy_class,
+    copy_destination,
+    stand_in_config,
+)
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher
@@ -189,13 +197,24 @@ def checked_shape(shape: object) -> tuple[int, ...]:
 def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
     """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
     as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros). TmaConfigError
-    before anything compiles for what TMA cannot load (`config_for`'s checks)."""
+    before anything compiles for what TMA cannot load (`config_for`'s checks). Compiled once per
+    dtype, rank, layout, tile and swizzle where TVM-FFI is installed (else once per shape)."""
     torch = import_torch("load_tiles")
     check_torch_tensor(tensor, "load_tiles", "tensor")
-    plan = LoadPlan(config_for(tensor, tile, swizzle))
-    compiled = compile_tile_load(plan, consumer="store")
+    config = config_for(tensor, tile, swizzle)
+    plan = LoadPlan(config)
     out = torch.empty(plan.padded_shape, dtype=tensor.dtype, device=tensor.device)
-    compiled(to_cute_tensor(tensor), to_cute_tensor(out), current_stream())
+    if not tvm_ffi_available():
+        compiled = compile_tile_load(plan, consumer="store")
+        compiled(to_cute_tensor(tensor), to_cute_tensor(out), current_stream())
+        return out
+    rank = len(config.shape)
+    stand_in = stand_in_config(rank, config.dtype, config.tile, config.major, swizzle=swizzle)
+    compiled = compile_tile_load(LoadPlan(stand_in), consumer="store", tvm_ffi=True, shape_generic=True)
+    nbytes, contiguous = config.element.nbytes, config.contiguous_index
+    fixed = unit_dim_strides(config.shape, config.element_strides, nbytes, contiguous)
+    with torch.cuda.device(tensor.device):
+        compiled.function(tensor if fixed is None else tensor.as_strided(config.shape, fixed), out)
     return out
 
 

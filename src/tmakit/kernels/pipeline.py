@@ -22,10 +22,10 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..limits import WARP_THREADS
-from ..plan import PipelinePlan, TileWalk, ceil_div
+from ..plan import PipelinePlan, TileWalk
 from ..plan.ring import GUARD_WORDS
 from .ring import TileRing
-from .tma import padded_matrix_view, tile_coordinate, tma_load_views
+from .tma import padded_matrix_view, tile_coordinate, tile_counts, tma_load_views
 
 __all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel", "TmaRingKernel"]
 
@@ -51,27 +51,12 @@ class TmaRingKernel:
         """The shared memory a block requests: the ring's (a copy adds its staging tiles)."""
         return self.pipeline.smem_bytes
 
-    def tile_counts(self, matrix_view: cute.Tensor):
-        """(row_blocks, column_tiles, batch_count) of the tensor viewed matrix first, (rows,
-        columns[, batch]): the plan's numbers, or in a shape-generic kernel 32-bit device
-        integers from the tensor's run-time extents (the plan's shape is then a stand-in)."""
-        load = self.plan
-        if not self.shape_generic:
-            return load.row_blocks, load.tiles_per_block, load.batch_count
-        tile_rows, tile_cols = load.config.tile
-        batch = 1
-        if cutlass.const_expr(len(load.config.shape) > 2):
-            batch = cutlass.Int32(cute.size(matrix_view, mode=[2]))
-        rows = cutlass.Int32(cute.size(matrix_view, mode=[0]))
-        cols = cutlass.Int32(cute.size(matrix_view, mode=[1]))
-        return ceil_div(rows, tile_rows), ceil_div(cols, tile_cols), batch
-
     def launch_grid(self, matrix_view: cute.Tensor):
         """Blocks to launch for the tensor (`PipelinePlan.grid`, or its run-time value)."""
         pipeline = self.pipeline
         if not self.shape_generic:
             return pipeline.grid
-        row_blocks, column_tiles, batch = self.tile_counts(matrix_view)
+        row_blocks, column_tiles, batch = tile_counts(self.plan, matrix_view, True)
         return cutlass.min(row_blocks * column_tiles * batch, cutlass.Int32(pipeline.persistent_blocks))
 
     def walk(self, matrix_view: cute.Tensor) -> TileWalk:
@@ -80,7 +65,7 @@ class TmaRingKernel:
         if not self.shape_generic:
             return self.pipeline.walk
         grid, _, _ = cute.arch.grid_dim()
-        return self.pipeline.walk_of(*self.tile_counts(matrix_view), cutlass.Int32(grid))
+        return self.pipeline.walk_of(*tile_counts(self.plan, matrix_view, True), cutlass.Int32(grid))
 
     def launch(self, kernel, stream: cuda.CUstream, grid=None) -> None:
         """Launch a traced `kernel(...)` with the plan's grid (or `grid`, a run-time value), block

@@ -28,6 +28,7 @@ from .tma import (
     padded_matrix_view,
     shared_tile_layout,
     tile_coordinate,
+    tile_counts,
     tma_load_views,
 )
 
@@ -41,10 +42,19 @@ class TileLoadKernel:
     its own; it exists only so tests can prove the verifier catches a wrong tile origin.
     """
 
-    def __init__(self, plan: LoadPlan, consumer: str = "store", tile_shift: tuple[int, int] = (0, 0)):
+    def __init__(
+        self,
+        plan: LoadPlan,
+        consumer: str = "store",
+        tile_shift: tuple[int, int] = (0, 0),
+        shape_generic: bool = False,
+    ):
         if consumer not in CONSUMERS:
             raise ValueError(f"consumer {consumer!r} is not one of {CONSUMERS}")
+        if shape_generic and consumer == "raw":
+            raise ValueError("the raw consumer's scratch is sized per shape: it is not shape-generic")
         self.plan = plan
+        self.shape_generic = shape_generic
         self.consumer = consumer
         self.tile_shift = tile_shift
         self.element_type = getattr(cutlass, plan.config.element.cutlass_name)
@@ -59,8 +69,9 @@ class TileLoadKernel:
         load_atom, coordinate_view = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), matrix_view, shared_layout, plan.config.tile
         )
+        row_blocks, _, batch_count = tile_counts(plan, matrix_view, self.shape_generic)
         self.kernel(load_atom, coordinate_view, self._scratch_view(out), shared_layout).launch(
-            grid=(plan.row_blocks, plan.batch_count, 1),
+            grid=(row_blocks, batch_count, 1),
             block=(plan.threads_per_block, 1, 1),
             smem=plan.smem_bytes,
             stream=stream,
@@ -69,6 +80,11 @@ class TileLoadKernel:
     def _scratch_view(self, out: cute.Tensor) -> cute.Tensor:
         """The consumer's output as (tile rows, tile cols, tile index...) coordinates."""
         plan = self.plan
+        if cutlass.const_expr(self.shape_generic):  # the padded scratch's own (run-time) layout
+            view = matrix_first_view(out, len(plan.config.shape))
+            if cutlass.const_expr(len(plan.config.shape) == 2):  # a batch mode of one, as for 3-D
+                view = cute.make_tensor(view.iterator, cute.append(view.layout, cute.make_layout(1)))
+            return view
         if cutlass.const_expr(self.consumer == "raw"):
             # One row of raw bytes per tile load: (tile bytes, column tile, row block, batch).
             return cute.make_tensor(
@@ -95,8 +111,9 @@ class TileLoadKernel:
         tile_ptr, shared_tile, barrier = allocate_tile_and_barrier(plan, shared_layout, self.element_type)
         init_load_barrier(barrier)
 
+        _, column_tiles, _ = tile_counts(plan, coordinate_view, self.shape_generic)
         phase = cutlass.Int32(0)
-        for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
+        for column_tile in cutlass.range(column_tiles, unroll=1):
             tile_coord = tile_coordinate(
                 row_block + self.tile_shift[0],
                 column_tile + self.tile_shift[1],

@@ -12,6 +12,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
+from ..plan import LoadPlan, ceil_div
+
 
 def shared_tile_layout(
     tile: tuple[int, int], rows_contiguous: bool = False, swizzle_bits: int = 0
@@ -35,6 +37,21 @@ def matrix_first_view(src: cute.Tensor, rank: int) -> cute.Tensor:
     if rank > 2:
         matrix_first = cute.group_modes(matrix_first, 2, rank)
     return cute.make_tensor(src.iterator, matrix_first)
+
+
+def tile_counts(plan: LoadPlan, matrix_view: cute.Tensor, shape_generic: bool):
+    """(row_blocks, column_tiles, batch_count) of the tensor viewed matrix first, (rows,
+    columns[, batch]): the plan's numbers, or for a shape-generic kernel 32-bit device integers
+    from the tensor's run-time extents (the plan's shape then only stands in). Host or device."""
+    if not shape_generic:
+        return plan.row_blocks, plan.tiles_per_block, plan.batch_count
+    tile_rows, tile_cols = plan.config.tile
+    batch = 1
+    if cutlass.const_expr(len(plan.config.shape) > 2):
+        batch = cutlass.Int32(cute.size(matrix_view, mode=[2]))
+    rows = cutlass.Int32(cute.size(matrix_view, mode=[0]))
+    cols = cutlass.Int32(cute.size(matrix_view, mode=[1]))
+    return ceil_div(rows, tile_rows), ceil_div(cols, tile_cols), batch
 
 
 def padded_matrix_view(out: cute.Tensor, padded_shape: tuple[int, ...], batch_count: int) -> cute.Tensor:

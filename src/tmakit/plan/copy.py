@@ -312,7 +312,12 @@ class CopyPlan:
 
 
 def stand_in_config(
-    rank: int, dtype: str, tile: tuple[int, int], major: str, rows_width: int | None = None
+    rank: int,
+    dtype: str,
+    tile: tuple[int, int],
+    major: str,
+    rows_width: int | None = None,
+    swizzle: int = 0,
 ) -> LoadConfig:
     """The configuration a shape-generic kernel is planned and compiled for: the class's rank,
     dtype, tile and contiguous dim. Its shape (two tiles each way, two matrices per batch dim,
@@ -320,7 +325,7 @@ def stand_in_config(
     A rows view's class keeps its width (`rows_width`)."""
     tile_rows, tile_cols = tile
     shape = (*(2,) * (rank - 2), 2 * tile_rows, rows_width or 2 * tile_cols)
-    return LoadConfig(shape, dtype, tile, 0, major, padded_strides(shape, DTYPES[dtype].nbytes, major))
+    return LoadConfig(shape, dtype, tile, swizzle, major, padded_strides(shape, DTYPES[dtype].nbytes, major))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -207,12 +207,15 @@ def fake_tensor(element: Any, shape: tuple[int, ...], strides: tuple[int, ...] |
     return make_fake_compact_tensor(dtype, shape, stride_order=innermost_first, assumed_align=16)
 
 
-def symbolic_tensors(element: Any, contiguous_dims: tuple[int, ...], rank: int) -> list[Any]:
+def symbolic_tensors(
+    element: Any, contiguous_dims: tuple[int, ...], rank: int, aligned_strides: bool = True
+) -> list[Any]:
     """Tensors of one dtype, rank and shape whose extents and strides are run-time values (one
     per `contiguous_dims` entry: the dim with stride 1 of each): a kernel compiled against them
     serves every shape of that rank. They share their extents (every tensor has the same shape);
     each has its own strides, promised to be multiples of 16 bytes (TMA's rule, checked by
-    `validate` before every call). Extents and strides are 64-bit: a tensor may hold more than
+    `validate` before every call; `aligned_strides=False` promises nothing: a scratch output
+    that no TMA map addresses). Extents and strides are 64-bit: a tensor may hold more than
     2^31 elements."""
     import cutlass
     import cutlass.cute as cute
@@ -220,7 +223,7 @@ def symbolic_tensors(element: Any, contiguous_dims: tuple[int, ...], rank: int) 
 
     dtype = getattr(cutlass, element.cutlass_name) if hasattr(element, "cutlass_name") else element
     extents = tuple(cute.sym_int64(symbol=f"extent{dim}") for dim in range(rank))
-    divisibility = max(1, GLOBAL_STRIDE_ALIGN * 8 // dtype.width)
+    divisibility = max(1, GLOBAL_STRIDE_ALIGN * 8 // dtype.width) if aligned_strides else 1
     tensors = []
     for contiguous in contiguous_dims:
         strides = tuple(

@@ -37,23 +37,37 @@ def compile_tile_load(
     tile_shift: tuple[int, int] = (0, 0),
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
+    shape_generic: bool = False,
 ) -> CompiledKernel:
     """The tile-load kernel (`kernels.tile_load`) for sm_90a. `consumer="none"` is the seed's
-    load-only kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`."""
+    load-only kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`.
+    `shape_generic` (with TVM-FFI): one compile for every shape of the plan's dtype, rank, layout,
+    tile and swizzle (`plan.stand_in_config`); the scratch is then the compact padded output of
+    whatever shape is loaded."""
 
     def build() -> tuple:
         from ..kernels.tile_load import TileLoadKernel
 
-        src = fake_source(plan.config)
-        scratch = {
-            "none": src,
-            "store": fake_tensor(plan.config.element, plan.padded_shape),
-            "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
-        }[consumer]
-        kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift)
+        config = plan.config
+        rank = len(config.shape)
+        if shape_generic:
+            src = symbolic_tensors(config.element, (config.contiguous_index,), rank)[0]
+            scratch = {
+                "none": src,
+                "store": symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0],
+            }[consumer]
+        else:
+            src = fake_source(config)
+            scratch = {
+                "none": src,
+                "store": fake_tensor(config.element, plan.padded_shape),
+                "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
+            }[consumer]
+        kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift, shape_generic=shape_generic)
         return kernel, src, scratch, placeholder_stream(env=tvm_ffi)
 
-    return compiled_once(("TileLoadKernel", plan, consumer, tile_shift), build, keep_ptx, tvm_ffi)
+    key = ("TileLoadKernel", plan, consumer, tile_shift, shape_generic)
+    return compiled_once(key, build, keep_ptx, tvm_ffi)
 
 
 def compile_pipelined_load(
