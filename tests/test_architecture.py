@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
+    ("tmakit.ops",),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.explain",),

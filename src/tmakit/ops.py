@@ -1,0 +1,216 @@
+"""tmakit's copies and tile loads as torch operators; `import tmakit.ops` registers them.
+
+    torch.ops.tmakit.copy_(dst, src, options="") -> None      (writes dst)
+    torch.ops.tmakit.copy(src, options="")       -> Tensor    (src's shape, strides and values)
+    torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
+
+Each is a `torch.library.custom_op` with a fake implementation (`register_fake`). That lets
+`torch.compile(fullgraph=True)`, `make_fx` and `torch.export` trace the operator, knowing the
+output's shape, strides and dtype without running it. CUDA-graph capture records its launch. `copy`
+is differentiable: its gradient is the incoming gradient. `copy_` and `load_tiles` are not. A
+custom operator may not return a tensor it writes, so `copy_` returns None, not `dst`.
+
+`options` is the text `tmakit.CopyOptions.parse` reads ("tile=16x256,stages=8", "bulk", "" or
+"default" for tmakit's defaults). The schema stays small, and a compiler sees a constant. Each
+text is parsed once.
+
+The real implementations are `tmakit.api`'s functions, with its checks, its compile cache and its
+launch on torch's current stream. A tensor on another GPU than the current one is handled under
+that GPU's device guard. They are registered for every device, so a CPU tensor gets
+`tmakit.api`'s TmaConfigError, not torch's "no kernel for CPU". The fake implementations check
+only what a trace can know: every tensor is on a CUDA device and the options parse. For
+`load_tiles`, a static shape also gets `LoadPlan`'s whole check. A meta tensor passed eagerly reaches the
+fake implementation (torch's Meta kernel) and is refused there. A fake tensor that reaches a real
+implementation is refused too. Both raise `TmaConfigError`.
+
+This module imports torch; `import tmakit` does not import it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, is_fake
+
+from .api import check_on_gpu, check_torch_tensor
+from .api import copy as tma_copy
+from .api import copy_ as tma_copy_
+from .api import load_tiles as tma_load_tiles
+from .config import SEED, LoadConfig, dtype_of, major_of
+from .errors import TmaConfigError
+from .plan import CopyOptions, LoadPlan, ceil_div
+from .validate import check_rank
+
+NAMESPACE = "tmakit"
+TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
+
+
+@functools.lru_cache(maxsize=256)
+def copy_kwargs(options: str) -> dict[str, Any]:
+    """`tmakit.copy_`'s keyword arguments for an options text ("" and "default": none).
+    TmaConfigError for a malformed one (`CopyOptions.parse`'s message). Cached: a repeated text
+    costs a dictionary lookup. The dictionary returned is shared, so it must not be changed."""
+    if not options or options == "default":
+        return {}
+    return CopyOptions.parse(options).changed()
+
+
+# -- the checks of item 5: tensors without memory, tensors off the GPU while tracing ----------------
+def refuse_memoryless(op: str, **tensors: torch.Tensor) -> None:
+    """A real implementation's check: a fake tensor (a trace's: a device, no memory) or a meta
+    tensor raises TmaConfigError. Through torch's dispatcher neither arrives here (a fake
+    tensor goes to its FakeTensorMode, a meta tensor to the Meta kernel). A direct call can still
+    pass one, and so can a trace whose fake implementation is missing. The callers test `.is_meta`
+    and the exact type first, which costs nanoseconds on the eager path."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, FakeTensor):
+            raise TmaConfigError(
+                f"torch.ops.{NAMESPACE}.{op}: {name} is a fake tensor (a shape on {tensor.device}, no "
+                "memory) in the eager path; a fake tensor belongs in a trace (torch.compile, make_fx), "
+                "whose fake implementation computes the output: call the op eagerly on real CUDA tensors"
+            )
+        check_torch_tensor(tensor, f"torch.ops.{NAMESPACE}.{op}", name)  # meta: tmakit.api's message
+
+
+def check_traced(op: str, **tensors: torch.Tensor) -> None:
+    """A fake implementation's check: every tensor is on a CUDA device. A CPU tensor in a trace, or a
+    meta tensor (passed to the op eagerly, or traced), raises TmaConfigError. The error gives
+    `tmakit.api`'s message and says what called it."""
+    for name, tensor in tensors.items():
+        if tensor.device.type == "cuda":
+            continue
+        where = TRACING if is_fake(tensor) else "called eagerly"
+        try:
+            check_torch_tensor(tensor, f"torch.ops.{NAMESPACE}.{op}", name)  # meta
+            check_on_gpu(tensor, name)  # cpu and any other device
+        except TmaConfigError as error:
+            raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op} {where}: {error}") from None
+
+
+@functools.cache
+def gpu_count() -> int:
+    """CUDA devices torch sees; fixed for the process once CUDA is initialised."""
+    return torch.cuda.device_count()
+
+
+def foreign_device(tensor: torch.Tensor) -> int | None:
+    """The index of `tensor`'s GPU when it is not the current device (its launch then needs that
+    device's guard), else None. On a one-GPU machine this is always None, at the cost of a
+    cached call."""
+    if gpu_count() < 2:
+        return None
+    index = tensor.get_device()
+    return index if index >= 0 and index != torch.cuda.current_device() else None
+
+
+# -- copy_ --------------------------------------------------------------------------------------
+def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`)."""
+    if dst.is_meta or src.is_meta or type(dst) is not torch.Tensor or type(src) is not torch.Tensor:
+        refuse_memoryless("copy_", dst=dst, src=src)
+    kwargs = copy_kwargs(options)
+    device = foreign_device(dst)
+    if device is None:
+        tma_copy_(dst, src, **kwargs)
+    else:
+        with torch.cuda.device(device):
+            tma_copy_(dst, src, **kwargs)
+
+
+def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
+    check_traced("copy_", dst=dst, src=src)
+    copy_kwargs(options)
+
+
+# -- copy ---------------------------------------------------------------------------------------
+def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
+    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with `options`)."""
+    if src.is_meta or type(src) is not torch.Tensor:
+        refuse_memoryless("copy", src=src)
+    kwargs = copy_kwargs(options)
+    device = foreign_device(src)
+    if device is None:
+        return tma_copy(src, **kwargs)
+    with torch.cuda.device(device):
+        return tma_copy(src, **kwargs)
+
+
+def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:
+    """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
+    check_traced("copy", src=src)
+    copy_kwargs(options)
+    return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
+
+
+def copy_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    """The derivative of copy(src) with respect to src is the identity, so the gradient is the
+    incoming one. `options` gets none."""
+    return grad, None
+
+
+# -- load_tiles ---------------------------------------------------------------------------------
+def load_tiles_impl(
+    tensor: torch.Tensor, tile_rows: int = SEED.tile[0], tile_cols: int = SEED.tile[1], swizzle: int = 0
+) -> torch.Tensor:
+    """What TMA puts in shared memory, tile by tile (`tmakit.load_tiles`), as a row-major tensor
+    of the padded shape."""
+    if tensor.is_meta or type(tensor) is not torch.Tensor:
+        refuse_memoryless("load_tiles", tensor=tensor)
+    device = foreign_device(tensor)
+    if device is None:
+        return tma_load_tiles(tensor, (tile_rows, tile_cols), swizzle)
+    with torch.cuda.device(device):
+        return tma_load_tiles(tensor, (tile_rows, tile_cols), swizzle)
+
+
+def padded_shape(tensor: torch.Tensor, tile: tuple[int, int], swizzle: int) -> tuple[Any, ...]:
+    """`LoadPlan.padded_shape` of `tensor` loaded with `tile`: its batch dims, then its rows and
+    columns rounded up to whole tiles. A static shape gets `LoadPlan`'s whole check, so a
+    configuration load_tiles would refuse is refused while tracing. A symbolic shape (dynamic shapes:
+    SymInts, which the check would specialise) gets the rank and tile checks and the same
+    arithmetic (`ceil_div`)."""
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    if all(type(value) is int for value in (*shape, *strides)):
+        config = LoadConfig(shape, dtype_of(tensor.dtype), tile, swizzle, major_of(strides, shape), strides)
+        return LoadPlan(config).padded_shape
+    check_rank(len(shape))
+    rows, cols = tile
+    if rows < 1 or cols < 1:
+        LoadPlan(LoadConfig(tile=tile))  # raises the tile's own error
+    return (*shape[:-2], ceil_div(shape[-2], rows) * rows, ceil_div(shape[-1], cols) * cols)
+
+
+def load_tiles_fake(
+    tensor: torch.Tensor, tile_rows: int = SEED.tile[0], tile_cols: int = SEED.tile[1], swizzle: int = 0
+) -> torch.Tensor:
+    """What `tmakit.load_tiles` allocates: the padded shape, row-major and compact."""
+    check_traced("load_tiles", tensor=tensor)
+    shape = padded_shape(tensor, (tile_rows, tile_cols), swizzle)
+    return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+
+
+# -- registration, on import ----------------------------------------------------------------------
+# No `device_types`: the real implementations take every device, so tmakit.api refuses a CPU tensor
+# with its own message.
+copy_ = torch.library.custom_op(f"{NAMESPACE}::copy_", copy__impl, mutates_args=("dst",))
+copy_.register_fake(copy__fake)
+
+copy = torch.library.custom_op(f"{NAMESPACE}::copy", copy_impl, mutates_args=())
+copy.register_fake(copy_fake)
+copy.register_autograd(copy_backward)
+
+load_tiles = torch.library.custom_op(
+    f"{NAMESPACE}::load_tiles",
+    load_tiles_impl,
+    mutates_args=(),
+    # `int`, not the inferred SymInt: a tile and a swizzle are constants of the compiled kernel
+    schema=(
+        f"(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, int swizzle=0)"
+        " -> Tensor"
+    ),
+)
+load_tiles.register_fake(load_tiles_fake)
+
+__all__ = ["copy", "copy_", "copy_kwargs", "load_tiles"]

@@ -1,0 +1,414 @@
+"""tmakit as torch operators (`tmakit.ops`), on a CPU: registration, schemas, the fake
+implementations, traces by make_fx and torch.compile, the gradient rule and the errors.
+
+Nothing here compiles or launches a kernel. The traces run on FAKE CUDA tensors: under
+`torch._subclasses.fake_tensor.FakeTensorMode`, `torch.empty(..., device="cuda")` makes a tensor
+that says it is on cuda:0 and has no memory, which even a CPU-only torch build allows. The traced
+programs are `make_fx` graphs and the graphs `torch.compile(fullgraph=True)` hands its backend
+(dynamo's graph, and aot_autograd's functionalized graph). A recording backend keeps them, and
+every output is a fake tensor whose shape, strides, dtype and device come from the fake
+implementations. Autograd on fake CUDA tensors aborts a CPU-only build (torch wants a CUDA
+device guard for the gradient's metadata). The gradient rule is therefore tested directly and
+end to end on CPU tensors, with CPU stand-ins for the kernels. The real kernels behind the ops
+are tests/test_gpu_ops.py's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="tmakit.ops registers torch operators: needs torch")
+
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+import tmakit  # noqa: E402
+import tmakit.ops  # noqa: E402
+from tmakit import TmaConfigError  # noqa: E402
+
+ops = tmakit.ops
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test's torch.compile traces anew (no cached graph, no recompile limit carried over)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def fake():
+    """A FakeTensorMode for CUDA tensors without a GPU."""
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def cuda(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="cuda")
+
+
+class Recorder:
+    """A torch.compile backend that keeps the graphs it is given and runs them as they are."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+    def targets(self, index=-1):
+        return [node.target for node in self.graphs[index].graph.nodes if node.op == "call_function"]
+
+
+# -- registration ---------------------------------------------------------------------------------
+def test_the_ops_are_registered_with_small_schemas():
+    copy_ = torch.ops.tmakit.copy_.default._schema
+    assert str(copy_) == 'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()'
+    assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
+    assert copy_.arguments[1].alias_info is None  # ... and only dst
+    assert str(torch.ops.tmakit.copy.default._schema) == 'tmakit::copy(Tensor src, str options="") -> Tensor'
+    assert str(torch.ops.tmakit.load_tiles.default._schema) == (
+        "tmakit::load_tiles(Tensor tensor, int tile_rows=64, int tile_cols=256, int swizzle=0) -> Tensor"
+    )
+    assert tmakit.SEED.tile == (64, 256)  # the defaults are the seed's, as tmakit.load_tiles's
+    assert ops.copy_._opoverload is torch.ops.tmakit.copy_.default  # the module's names are the ops
+
+
+def test_import_tmakit_registers_nothing_and_import_tmakit_ops_registers_the_ops():
+    code = (
+        "import sys, tmakit\n"
+        "assert 'torch' not in sys.modules\n"
+        "import torch\n"
+        "assert not hasattr(torch.ops.tmakit, 'copy_')\n"
+        "import tmakit.ops\n"
+        "assert all(hasattr(torch.ops.tmakit, name) for name in ('copy_', 'copy', 'load_tiles'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+# -- options ------------------------------------------------------------------------------------------
+def test_options_are_copy_options_text_parsed_once():
+    assert ops.copy_kwargs("") == ops.copy_kwargs("default") == {}
+    assert ops.copy_kwargs("tile=16x256,stages=8") == {"tile": (16, 256), "stages": 8}
+    assert ops.copy_kwargs("bulk,pdl=false") == {"pdl": False, "bulk": True}
+    assert ops.copy_kwargs("tile=16x256,stages=8") is ops.copy_kwargs("tile=16x256,stages=8")  # cached
+    with pytest.raises(TmaConfigError, match="'stage' is not one of"):
+        ops.copy_kwargs("stage=8")
+
+
+def test_a_malformed_options_text_is_refused_while_tracing(fake):
+    with pytest.raises(TmaConfigError, match="'tiles' is not one of"):
+        torch.ops.tmakit.copy(cuda(64, 64), "tiles=16x256")
+    with pytest.raises(TmaConfigError, match="copy option tile"):
+        torch.ops.tmakit.copy_(cuda(64, 64), cuda(64, 64), "tile=16by256")
+
+
+# -- the fake implementations ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: cuda(1000, 776, dtype=torch.bfloat16),
+        lambda: cuda(776, 1000).t(),  # column-major
+        lambda: torch.empty_strided(
+            (1000, 777), (784, 1), dtype=torch.bfloat16, device="cuda"
+        ),  # padded rows
+        # a batch of sliced matrices (the strides of [:, :, :300]: slicing a fake CUDA tensor
+        # needs a CUDA build)
+        lambda: torch.empty_strided((3, 100, 300), (32000, 320, 1), dtype=torch.float32, device="cuda"),
+    ],
+    ids=["row-major", "transposed", "padded", "batch-slice"],
+)
+def test_copy_fakes_src_shape_strides_dtype_and_device(fake, make):
+    src = make()
+    out = torch.ops.tmakit.copy(src)
+    assert (out.shape, out.stride(), out.dtype, out.device) == (
+        src.shape,
+        src.stride(),
+        src.dtype,
+        src.device,
+    )
+    dst = torch.empty_like(src)
+    assert torch.ops.tmakit.copy_(dst, src) is None  # a custom op returns no tensor it writes
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, tile, swizzle, padded",
+    [
+        ((8448, 1792), torch.float16, (64, 256), 0, (8448, 1792)),  # the seed: tiles divide it
+        ((1000, 776), torch.bfloat16, (128, 64), 128, (1024, 832)),
+        ((3, 100, 304), torch.float8_e4m3fn, (16, 128), 128, (3, 112, 384)),
+        ((2, 2, 100, 208), torch.int8, (1, 32), 32, (2, 2, 100, 224)),
+    ],
+)
+def test_load_tiles_fakes_the_padded_row_major_shape(fake, shape, dtype, tile, swizzle, padded):
+    out = torch.ops.tmakit.load_tiles(torch.empty(shape, dtype=dtype, device="cuda"), *tile, swizzle)
+    assert tuple(out.shape) == padded and out.is_contiguous()
+    assert (out.dtype, out.device) == (dtype, torch.device("cuda", 0))
+
+
+def test_load_tiles_fake_refuses_what_load_tiles_refuses(fake):
+    """A static shape gets LoadPlan's checks while tracing: the configuration could never run."""
+    with pytest.raises(TmaConfigError, match="global stride of dim 0 is 1554 bytes"):
+        torch.ops.tmakit.load_tiles(cuda(1000, 777, dtype=torch.bfloat16), 64, 64, 0)
+    with pytest.raises(TmaConfigError, match="tile columns is 0"):
+        torch.ops.tmakit.load_tiles(cuda(128, 256), 64, 0, 0)
+    with pytest.raises(TmaConfigError, match="with the 128B swizzle it must be exactly 128 bytes"):
+        torch.ops.tmakit.load_tiles(cuda(128, 256), 64, 256, 128)
+
+
+# -- traces ---------------------------------------------------------------------------------------------
+def test_make_fx_records_the_op_with_its_fake_output(fake):
+    """make_fx over fake CUDA inputs: the graph calls torch.ops.tmakit.copy, the add follows."""
+    x = cuda(128, 256).t()
+    graph = make_fx(lambda x: torch.ops.tmakit.copy(x) + 1)(x)
+    nodes = [node for node in graph.graph.nodes if node.op == "call_function"]
+    assert [node.target for node in nodes] == [torch.ops.tmakit.copy.default, torch.ops.aten.add.Tensor]
+    value = nodes[0].meta["val"]
+    assert (value.shape, value.stride(), value.dtype) == ((256, 128), (1, 256), torch.float16)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "aot"])
+def test_torch_compile_fullgraph_traces_copy(fake, backend):
+    """torch.compile(fullgraph=True) of `copy(x) + 1` on a fake CUDA tensor: dynamo's graph (the
+    "eager" backend's input) and aot_autograd's (what aot_eager and inductor get) both hold the
+    tmakit op; the compiled function's output is the fake implementation's."""
+    recorder = Recorder()
+    compiler = recorder if backend == "dynamo" else aot_autograd(fw_compiler=recorder)
+    x = torch.empty_strided((3, 100, 304), (32000, 320, 1), dtype=torch.bfloat16, device="cuda")
+    out = torch.compile(lambda x: torch.ops.tmakit.copy(x) + 1, fullgraph=True, backend=compiler)(x)
+    op = torch.ops.tmakit.copy if backend == "dynamo" else torch.ops.tmakit.copy.default
+    (node,) = [n for n in recorder.graphs[-1].graph.nodes if n.target is op]
+    copied = node.meta["example_value" if backend == "dynamo" else "val"]
+    assert (copied.shape, copied.stride(), copied.dtype, copied.device) == (
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.device,
+    )
+    assert (out.shape, out.dtype, out.device) == (x.shape, x.dtype, x.device)  # the add's output is dense
+
+
+def test_torch_compile_functionalizes_copy_into_a_new_buffer(fake):
+    """copy_ mutates dst: aot_autograd wraps it in auto_functionalized (inductor writes in place
+    again). The options text reaches the graph as a constant."""
+    recorder = Recorder()
+
+    def step(x):
+        dst = torch.empty_like(x)
+        torch.ops.tmakit.copy_(dst, x, "tile=16x256,stages=8")
+        return dst * 2
+
+    out = torch.compile(step, fullgraph=True, backend=aot_autograd(fw_compiler=recorder))(cuda(256, 512))
+    assert (out.shape, out.dtype, out.device.type) == ((256, 512), torch.float16, "cuda")
+    (call,) = [n for n in recorder.graphs[-1].graph.nodes if "auto_functionalized" in str(n.target)]
+    assert call.args[0] is torch.ops.tmakit.copy_.default
+    assert call.kwargs["options"] == "tile=16x256,stages=8"
+
+
+def test_torch_compile_with_dynamic_shapes_pads_symbolically(fake):
+    """dynamic=True: the fake load_tiles gets SymInts and rounds them up by ceil_div (no
+    specialisation), so one graph serves every shape."""
+    recorder = Recorder()
+    compiled = torch.compile(
+        lambda x: torch.ops.tmakit.load_tiles(x, 64, 64, 128) * 2,
+        fullgraph=True,
+        dynamic=True,
+        backend=recorder,
+    )
+    for rows in (100, 130, 200):
+        out = compiled(cuda(3, rows, 192))
+        assert tuple(out.shape) == (3, -(-rows // 64) * 64, 192)
+    assert len(recorder.graphs) == 1
+    placeholders = [n for n in recorder.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert any(isinstance(n.meta.get("example_value"), torch.SymInt) for n in placeholders)
+
+
+def test_torch_export_keeps_the_three_ops(fake):
+    """torch.export of a module calling each op on a fake CUDA input: the exported graph holds
+    them as they were called (copy_ into a fresh buffer stays a mutation there)."""
+
+    class Step(torch.nn.Module):
+        def forward(self, x):
+            dst = torch.empty_like(x)
+            torch.ops.tmakit.copy_(dst, x)
+            return torch.ops.tmakit.copy(x) + torch.ops.tmakit.load_tiles(x, 64, 64, 0) + dst
+
+    exported = torch.export.export(Step(), (cuda(128, 256),))
+    targets = [n.target for n in exported.graph_module.graph.nodes if n.op == "call_function"]
+    ours = [t for t in targets if "tmakit" in str(t)]
+    assert ours == [
+        torch.ops.tmakit.copy_.default,
+        torch.ops.tmakit.copy.default,
+        torch.ops.tmakit.load_tiles.default,
+    ]
+
+
+# -- the gradient of copy ---------------------------------------------------------------------------
+def test_the_gradient_of_copy_is_the_incoming_gradient():
+    grad = torch.randn(4, 8)
+    assert ops.copy_backward(None, grad) == (grad, None)
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    """CPU stand-ins for tmakit's kernels behind the ops (each does what its kernel does) and
+    the fake implementations' device check waived: the registration can then be exercised end
+    to end on a CPU. Returns the calls made."""
+    calls = []
+
+    def copy_(dst, src, **options):
+        calls.append(("copy_", options))
+        return dst.copy_(src)
+
+    def copy(src, **options):
+        calls.append(("copy", options))
+        return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype).copy_(src)
+
+    def load_tiles(tensor, tile, swizzle):
+        calls.append(("load_tiles", tile, swizzle))
+        out = torch.zeros(ops.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
+        out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor
+        return out
+
+    monkeypatch.setattr(ops, "tma_copy_", copy_)
+    monkeypatch.setattr(ops, "tma_copy", copy)
+    monkeypatch.setattr(ops, "tma_load_tiles", load_tiles)
+    monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
+    return calls
+
+
+def test_copy_backpropagates_the_incoming_gradient(cpu_kernels):
+    x = torch.randn(64, 128, requires_grad=True)
+    y = torch.ops.tmakit.copy(x, "stages=2")
+    assert y.requires_grad and torch.equal(y, x)
+    (3 * y).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 3.0))
+    assert cpu_kernels == [("copy", {"stages": 2})]
+
+
+def test_make_fx_traces_the_backward_of_copy(cpu_kernels):
+    """The joint graph of copy's forward and backward: the forward calls the op, the gradient
+    flows back through no op at all (the identity)."""
+
+    def grad_of_copy(x):
+        return torch.autograd.grad(torch.ops.tmakit.copy(x).sum(), x)[0]
+
+    graph = make_fx(grad_of_copy)(torch.randn(8, 16, requires_grad=True))
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.tmakit.copy.default) == 1
+    assert all(
+        "tmakit" not in str(target) for target in targets[targets.index(torch.ops.tmakit.copy.default) + 1 :]
+    )
+    assert torch.equal(graph(torch.randn(8, 16, requires_grad=True)), torch.ones(8, 16))
+
+
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        (torch.ops.tmakit.copy_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128))),
+        (torch.ops.tmakit.copy.default, lambda: (torch.randn(128, 64).t(),)),
+        (torch.ops.tmakit.copy.default, lambda: (torch.randn(64, 128, requires_grad=True),)),
+        (torch.ops.tmakit.load_tiles.default, lambda: (torch.randn(2, 100, 132), 64, 64, 0)),
+    ],
+    ids=["copy_", "copy", "copy-grad", "load_tiles"],
+)
+def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
+    """torch.library.opcheck (schema, autograd registration, fake against real, aot_autograd with
+    dynamic shapes) on the registrations, with CPU stand-ins for the kernels: every output's
+    shape, strides and dtype as the fake implementations say. test_gpu_ops.py runs it on the
+    real kernels."""
+    torch.library.opcheck(op, args())
+
+
+# -- errors (item 5) ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda m: torch.ops.tmakit.copy_(m, m), "dst"),
+        (lambda m: torch.ops.tmakit.copy(m), "src"),
+        (lambda m: torch.ops.tmakit.load_tiles(m, 64, 64, 0), "tensor"),
+    ],
+    ids=["copy_", "copy", "load_tiles"],
+)
+def test_a_meta_tensor_into_an_eager_op_is_refused(call, name):
+    meta = torch.empty(128, 256, dtype=torch.float16, device="meta")
+    with pytest.raises(TmaConfigError, match=f"called eagerly: {name} is on the meta device .*CUDA device"):
+        call(meta)
+
+
+def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
+    x = cuda(128, 256)
+    with pytest.raises(TmaConfigError, match="src is a fake tensor .*on cuda:0.*real CUDA tensors"):
+        ops.copy_impl(x)
+    with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
+        ops.copy__impl(x, x)
+    with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
+        ops.load_tiles_impl(x)
+
+
+def test_a_meta_tensor_in_the_real_implementation_is_refused():
+    """Through the dispatcher a meta tensor reaches the fake implementation; a direct call of
+    the real one is refused too, with tmakit.api's message."""
+    meta = torch.empty(64, 64, device="meta")
+    with pytest.raises(TmaConfigError, match="src is on the meta device"):
+        ops.copy__impl(torch.empty(64, 64), meta)
+    with pytest.raises(TmaConfigError, match="tensor is on the meta device"):
+        ops.load_tiles_impl(meta)
+
+
+def test_a_cpu_tensor_while_tracing_is_refused(fake):
+    with pytest.raises(TmaConfigError, match=r"while tracing .*: dst is on cpu; .*\.cuda\(\)"):
+        torch.ops.tmakit.copy_(torch.empty(128, 256, dtype=torch.float16), cuda(128, 256))
+    with pytest.raises(TmaConfigError, match="while tracing .*: src is on cpu"):
+        torch.ops.tmakit.copy_(cuda(128, 256), torch.empty(128, 256, dtype=torch.float16))
+    with pytest.raises(TmaConfigError, match="while tracing .*: tensor is on cpu"):
+        torch.ops.tmakit.load_tiles(torch.empty(128, 256, dtype=torch.float16))
+
+
+def test_torch_compile_reports_a_cpu_destination_as_the_ops_error(fake):
+    """Dynamo wraps what a fake implementation raises in its TorchRuntimeError; the message is
+    tmakit's."""
+
+    def step(dst, src):
+        torch.ops.tmakit.copy_(dst, src)
+
+    with pytest.raises(RuntimeError, match=r"TmaConfigError.*dst is on cpu; .*\.cuda\(\)"):
+        torch.compile(step, fullgraph=True, backend=Recorder())(
+            torch.empty(64, 64, dtype=torch.float16), cuda(64, 64)
+        )
+
+
+def test_a_cpu_tensor_in_eager_mode_gets_tmakit_apis_error():
+    """The ops are registered for every device, so tmakit.api refuses a CPU tensor (not torch's
+    'no kernel for CPU')."""
+    cpu = torch.zeros(64, 64, dtype=torch.float16)
+    with pytest.raises(TmaConfigError, match="cpu"):
+        torch.ops.tmakit.copy_(cpu, cpu)
+    with pytest.raises(TmaConfigError, match="src is on cpu"):
+        torch.ops.tmakit.copy(cpu)
+
+
+# -- the device guard -----------------------------------------------------------------------------
+class OnDevice:
+    def __init__(self, index):
+        self.index = index
+
+    def get_device(self):
+        return self.index
+
+
+def test_a_tensor_off_the_current_gpu_is_launched_under_its_guard(monkeypatch):
+    monkeypatch.setattr(ops, "gpu_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert ops.foreign_device(OnDevice(1)) == 1
+    assert ops.foreign_device(OnDevice(0)) is None
+    assert ops.foreign_device(OnDevice(-1)) is None  # a CPU tensor: tmakit.api's to refuse
+    monkeypatch.setattr(ops, "gpu_count", lambda: 1)
+    assert ops.foreign_device(OnDevice(1)) is None  # one GPU: never a guard
