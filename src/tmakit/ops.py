@@ -19,9 +19,9 @@ launch on torch's current stream. A tensor on another GPU than the current one i
 that GPU's device guard. They are registered for every device, so a CPU tensor gets
 `tmakit.api`'s TmaConfigError, not torch's "no kernel for CPU". The fake implementations check
 only what a trace can know: every tensor is on a CUDA device and the options parse. For
-`load_tiles`, a static shape also gets `LoadPlan`'s whole check. A meta tensor passed eagerly reaches the
-fake implementation (torch's Meta kernel) and is refused there. A fake tensor that reaches a real
-implementation is refused too. Both raise `TmaConfigError`.
+`load_tiles`, a static shape also gets `LoadPlan`'s whole check. A meta tensor passed eagerly
+reaches the fake implementation (torch's Meta kernel) and is refused there. A fake tensor that
+reaches a real implementation is refused too. Both raise `TmaConfigError`.
 
 This module imports torch; `import tmakit` does not import it.
 """
@@ -61,9 +61,9 @@ def copy_kwargs(options: str) -> dict[str, Any]:
 def refuse_memoryless(op: str, **tensors: torch.Tensor) -> None:
     """A real implementation's check: a fake tensor (a trace's: a device, no memory) or a meta
     tensor raises TmaConfigError. Through torch's dispatcher neither arrives here (a fake
-    tensor goes to its FakeTensorMode, a meta tensor to the Meta kernel). A direct call can still
-    pass one, and so can a trace whose fake implementation is missing. The callers test `.is_meta`
-    and the exact type first, which costs nanoseconds on the eager path."""
+    tensor goes to its FakeTensorMode, a meta tensor to the Meta kernel), but a direct call of
+    the implementation can pass one. The callers test `.is_meta` and the exact type first, which
+    costs nanoseconds on the eager path."""
     for name, tensor in tensors.items():
         if isinstance(tensor, FakeTensor):
             raise TmaConfigError(
