@@ -39,12 +39,16 @@ def test_copy_api_on_torch_tensors():
         tmakit.copy_(torch.empty(10, 16, device="cuda", dtype=torch.bfloat16), x)
 
 
-def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
-    """`copy_` first tries the compiled function that served the last calls, which checks its
-    arguments itself: another shape, layout, dtype (of the same width: a bit copy either way),
-    misaligned pointer or mismatched destination after it must still be copied exactly or get
-    a clear error."""
+@pytest.mark.parametrize("specialised", [False, True], ids=["shape-generic", "shape-specialised"])
+def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
+    """`copy_` first tries the compiled function that served the last calls (shape-generic: pinned
+    to the shape and strides it checked; specialised: its compiled function checks its arguments
+    itself): another shape, layout, dtype (of the same width: a bit copy either way), misaligned
+    pointer or mismatched destination after it must still be copied exactly or get a clear error."""
     import torch
+
+    dispatch = tmakit.api._SPECIALISED_COPIES if specialised else tmakit.api.copy_dispatch()
+    knobs = {"_specialised": True} if specialised else {}
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
         extent = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
@@ -73,11 +77,11 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
     # Three calls each: the first meets the launcher the last configuration left to be tried
     # first, the second makes its own that launcher, the third is served by it.
     for source in sources * 2:
-        for streak in tmakit.api.copy_dispatch().streaks():  # each rejection doubled it; 2 for this test
+        for streak in dispatch.streaks():  # each rejection doubled it; 2 for this test
             streak.needed = 2
         for _ in range(3):
             out = poisoned_like(source)
-            assert tmakit.copy_(out, source) is out
+            assert tmakit.copy_(out, source, **knobs) is out
             torch.cuda.synchronize()
             assert torch.equal(bits(out), bits(source)), (source.shape, source.stride(), source.dtype)
     storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
@@ -87,11 +91,13 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms():
         (torch.empty(256, 256, dtype=torch.float16, device="cuda"), "they must match"),
     ]:
         for _ in range(64):  # enough calls in a row for half's launcher to be tried first again
-            tmakit.copy_(poisoned_like(half), half)
-        ((key, tried_first),) = tmakit.api.copy_dispatch().tried_first().items()  # half's, not another
-        assert tmakit.api.copy_dispatch().streak(key).launcher is tried_first
+            tmakit.copy_(poisoned_like(half), half, **knobs)
+        key = (None, None)  # no options
+        tried_first = dispatch.tried_first()[key]
+        if specialised:
+            assert dispatch.streak(key).launcher is tried_first
         with pytest.raises(TmaConfigError, match=message):
-            tmakit.copy_(wrong, half)
+            tmakit.copy_(wrong, half, **knobs)
 
 
 def test_compact_tensors_copy_as_rows_of_their_memory():

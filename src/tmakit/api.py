@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
@@ -27,7 +28,7 @@ from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher
 from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
-from .validate import check_base_address, check_rank, unit_dim_strides
+from .validate import check_base_address, check_outer_strides, check_rank
 
 if TYPE_CHECKING:
     import numpy as np
@@ -212,7 +213,7 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
     stand_in = stand_in_config(rank, config.dtype, config.tile, config.major, swizzle=swizzle)
     compiled = compile_tile_load(LoadPlan(stand_in), consumer="store", tvm_ffi=True, shape_generic=True)
     nbytes, contiguous = config.element.nbytes, config.contiguous_index
-    fixed = unit_dim_strides(config.shape, config.element_strides, nbytes, contiguous)
+    fixed = check_outer_strides(config.shape, config.element_strides, nbytes, contiguous)
     with torch.cuda.device(tensor.device):
         compiled.function(tensor if fixed is None else tensor.as_strided(config.shape, fixed), out)
     return out
@@ -269,12 +270,16 @@ def plan_copy(
     (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
     this shape's own checks (`plan.check_copy_shape`). `shape_generic=False` compiles a kernel for
     this exact shape and these strides (the benchmark's comparison)."""
+    if shape_generic is None:
+        shape_generic = tvm_ffi_available()
+    if shape_generic:
+        known = known_class(dst, src, options)
+        if known is not None:
+            return known.launcher_for(tuple(src.shape), src.stride(), dst.stride())
     import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
         return copy_nothing
-    if shape_generic is None:
-        shape_generic = tvm_ffi_available()
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     sm_count, l2_bytes = device_facts(src.device)
@@ -296,24 +301,83 @@ def plan_copy(
     device = str(src.device)
     if view is not None:
         copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
-        check_copy_shape(copy, view, ((view[1], 1),), (1,))
+        check_copy_shape(copy, view, ((view[1], 1),), (1,), nbytes)
         return class_launcher(copy, None, len(shape), device)
     check_rank(len(shape))
     contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
     copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, sm_count, fits_l2)
-    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous)
+    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, nbytes)  # before compiling
     destination = copy_destination(copy) if transpose else None
-    launcher = class_launcher(copy, destination, None, device)
-    fixed_src = unit_dim_strides(shape, src_strides, nbytes, contiguous[0])
-    fixed_dst = unit_dim_strides(shape, dst_strides, nbytes, contiguous[1])
-    if fixed_src is None and fixed_dst is None:
-        return launcher
-    return restrided(launcher, shape, fixed_src, fixed_dst)
+    known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
+    if options.tile is None or not wants_rows:  # the key below chooses the same class
+        key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
+        _CLASSES[key] = known
+        _L2_BYTES[src.get_device()] = l2_bytes
+    return known.launcher_for(shape, src_strides, dst_strides)
 
 
 def contiguous_index(major: str, rank: int) -> int:
     """The index of the stride-1 dim of a tensor of `rank` dims and this major."""
     return rank - 2 if major == "col" else rank - 1
+
+
+@dataclass(frozen=True)
+class CopyClass:
+    """A compiled shape-generic copy class (not a rows view's) and what a new shape's checks need:
+    the stride-1 dims of source and destination and the element size."""
+
+    copy: CopyPlan
+    launcher: Launcher
+    contiguous: tuple[int, int]
+    nbytes: int
+
+    def launcher_for(self, shape: tuple[int, ...], src_strides: tuple, dst_strides: tuple) -> Launcher:
+        """The launcher for tensors of this shape and these strides, after their checks
+        (`plan.check_copy_shape`); extent-1 strides TMA would refuse replaced (`restrided`)."""
+        fixed_src, fixed_dst = check_copy_shape(
+            self.copy, shape, (src_strides, dst_strides), self.contiguous, self.nbytes
+        )
+        if fixed_src is None and fixed_dst is None:
+            return self.launcher
+        return restrided(self.launcher, shape, fixed_src, fixed_dst)
+
+
+# (options, torch dtype, device index, rank, source major, destination major, fits L2) -> class;
+# device index -> its L2 bytes. Filled by `plan_copy`'s full path, read by `known_class`.
+_CLASSES: dict[tuple, CopyClass] = {}
+_L2_BYTES: dict[int, int] = {}
+
+
+def class_key(
+    options: CopyOptions,
+    dtype: object,
+    device: int,
+    shape: tuple,
+    src_major: str,
+    dst_major: str,
+    fits_l2: bool,
+) -> tuple:
+    return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
+
+
+def known_class(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> CopyClass | None:
+    """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
+    new shape's lookup); None for anything else - other tensors, other classes, rows views,
+    empty tensors - which then takes `plan_copy`'s full path. Equal dtypes, one CUDA device and
+    equal shapes are checked here; what a class key fixes was checked when the class was made."""
+    if options.as_rows or options.bulk:
+        return None
+    shape = tuple(src.shape)
+    device = src.get_device()
+    if device < 0 or dst.get_device() != device or tuple(dst.shape) != shape or dst.dtype != src.dtype:
+        return None
+    l2_bytes = _L2_BYTES.get(device)
+    numel = src.numel()
+    if l2_bytes is None or numel == 0:
+        return None
+    src_major, dst_major = major_of(src.stride(), shape), major_of(dst.stride(), shape)
+    fits_l2 = 2 * numel * src.element_size() <= l2_bytes
+    return _CLASSES.get(class_key(options, src.dtype, device, shape, src_major, dst_major, fits_l2))
 
 
 @functools.lru_cache(maxsize=64)
@@ -338,7 +402,7 @@ def restrided(
     launcher: Launcher, shape: tuple[int, ...], src_strides: tuple | None, dst_strides: tuple | None
 ) -> Launcher:
     """`launcher` called with views whose extent-1 dims have the strides TMA accepts
-    (`validate.unit_dim_strides`): the same memory, addressed the same way."""
+    (`validate.check_outer_strides`): the same memory, addressed the same way."""
 
     def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
         launcher(

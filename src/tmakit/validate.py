@@ -129,51 +129,52 @@ def check_outer_strides(
     contiguous: int,
     fix: str = PADDED_ROWS_FIX,
     name: str = "",
-) -> None:
-    """The strides of every dim but the contiguous one (`contiguous`, stride 1): positive,
-    multiples of 16 bytes, below 2^40 bytes. A dim of extent 1 is never stepped along, so its
-    stride is not checked (a shape-generic copy passes TMA a valid stand-in, `unit_dim_strides`).
-    `name` ("src", "dst") starts the message when there are two tensors."""
-    prefix = f"{name}: " if name else ""
-    for d, (extent, stride) in enumerate(zip(shape, strides, strict=True)):
-        if d == contiguous or extent == 1:
-            continue
-        if stride == 0:
-            raise TmaConfigError(
-                f"{prefix}stride of dim {d} is 0 (a broadcast view); TMA loads real storage: "
-                "copy it with .contiguous() first"
-            )
-        if stride < 0:
-            raise TmaConfigError(
-                f"{prefix}stride of dim {d} is {stride} (a reversed view); TMA walks memory forwards: "
-                "copy it with .contiguous() (torch) or numpy.ascontiguousarray first"
-            )
-        stride_bytes = stride * nbytes
-        if stride_bytes >= MAX_GLOBAL_STRIDE_BYTES:
-            raise TmaConfigError(
-                f"{prefix}stride of dim {d} is {stride_bytes} bytes; a TMA tensor map's strides "
-                f"must be below {MAX_GLOBAL_STRIDE_BYTES} bytes (2^40)"
-            )
-        if stride_bytes % GLOBAL_STRIDE_ALIGN:
-            raise TmaConfigError(
-                f"{prefix}global stride of dim {d} is {stride_bytes} bytes; TMA needs a multiple of "
-                f"{GLOBAL_STRIDE_ALIGN} ({fix})"
-            )
-
-
-def unit_dim_strides(
-    shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int, contiguous: int
 ) -> tuple[int, ...] | None:
-    """Strides TMA accepts for a tensor whose dims of extent 1 have strides it would not (a
-    contiguous 1 x 777 fp16 row has a 1554-byte row stride), those dims' strides replaced by 16
-    bytes' worth; None when every stride is already one TMA accepts. The memory addressed is the
-    same: a dim of extent 1 is never stepped along."""
+    """The strides of every dim but the contiguous one (`contiguous`, stride 1): positive,
+    multiples of 16 bytes, below 2^40 bytes. `name` ("src", "dst") starts the message when there
+    are two tensors; a stride error names `fix`.
+
+    A dim of extent 1 is never stepped along, so its stride is not checked; a tensor map still
+    takes one (a contiguous 1 x 777 fp16 row has a 1554-byte row stride). Returns the strides
+    with each such stride TMA would refuse replaced by 16 bytes' worth (the memory addressed is
+    the same), or None when every stride is one TMA accepts: what a shape-generic kernel is
+    given."""
     fixed = None
-    for d, (extent, stride) in enumerate(zip(shape, strides, strict=True)):
-        if extent == 1 and d != contiguous and (stride <= 0 or stride * nbytes % GLOBAL_STRIDE_ALIGN):
+    for d in range(len(shape)):
+        if d == contiguous:
+            continue
+        stride_bytes = strides[d] * nbytes
+        if 0 < stride_bytes < MAX_GLOBAL_STRIDE_BYTES and not stride_bytes % GLOBAL_STRIDE_ALIGN:
+            continue
+        if shape[d] == 1:
             fixed = fixed or list(strides)
             fixed[d] = max(1, GLOBAL_STRIDE_ALIGN // nbytes)
+        else:
+            raise stride_error(d, strides[d], nbytes, fix, f"{name}: " if name else "")
     return tuple(fixed) if fixed is not None else None
+
+
+def stride_error(dim: int, stride: int, nbytes: int, fix: str, prefix: str) -> TmaConfigError:
+    """The rule a stride TMA cannot take breaks, with its fix."""
+    if stride == 0:
+        return TmaConfigError(
+            f"{prefix}stride of dim {dim} is 0 (a broadcast view); TMA loads real storage: "
+            "copy it with .contiguous() first"
+        )
+    if stride < 0:
+        return TmaConfigError(
+            f"{prefix}stride of dim {dim} is {stride} (a reversed view); TMA walks memory forwards: "
+            "copy it with .contiguous() (torch) or numpy.ascontiguousarray first"
+        )
+    if stride * nbytes >= MAX_GLOBAL_STRIDE_BYTES:
+        return TmaConfigError(
+            f"{prefix}stride of dim {dim} is {stride * nbytes} bytes; a TMA tensor map's strides "
+            f"must be below {MAX_GLOBAL_STRIDE_BYTES} bytes (2^40)"
+        )
+    return TmaConfigError(
+        f"{prefix}global stride of dim {dim} is {stride * nbytes} bytes; TMA needs a multiple of "
+        f"{GLOBAL_STRIDE_ALIGN} ({fix})"
+    )
 
 
 def check_integers(values: object, what: str, length: int | None = None) -> None:

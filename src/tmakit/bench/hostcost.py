@@ -58,6 +58,15 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     launches["torch_empty_strided_us"] = lambda: torch.empty_strided(
         src.size(), src.stride(), dtype=src.dtype, device=src.device
     )
+    # The same copies through the torch operators (tmakit.ops): torch's dispatcher and
+    # custom_op's Python layers (autograd, ADInplaceOrView, defaults) on top of tmakit.copy_.
+    from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
+
+    op_copy_, op_copy = torch.ops.tmakit.copy_.default, torch.ops.tmakit.copy.default
+    op_copy_(dst, src)
+    op_copy(src)
+    launches[f"{prefix}op_call_us"] = lambda: op_copy_(dst, src)
+    launches[f"{prefix}op_new_tensor_call_us"] = lambda: op_copy(src)
     result = host_costs_us(launches)
     result[f"{prefix}alternating_call_us"] = result.pop(f"{prefix}alternating_pair_us") / 2
     return result
@@ -70,7 +79,8 @@ HOST_COST_WHAT = (
     "transposing copy; group 'plain': one seed-kernel call with prepared CuTe tensors, from_dlpack each "
     "call, and TVM-FFI; group 'new_shape': every call a shape never seen in a compiled class, beside the "
     "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
-    "first copy_ with a cold and a warm disk cache (seconds), the DSL's import apart."
+    "first copy_ with a cold and a warm disk cache (seconds), the DSL's import apart; op_*: the same calls "
+    "through torch.ops.tmakit."
 )
 
 

@@ -105,6 +105,13 @@ class CopyOptions:
         if self.tile is not None:
             object.__setattr__(self, "tile", tuple(self.tile))
 
+    def __hash__(self) -> int:  # a key of every copy class: hashed once, not per lookup
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(dataclasses.astuple(self))
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(field.name for field in dataclasses.fields(cls))
@@ -353,16 +360,21 @@ def check_copy_shape(
     shape: tuple[int, ...],
     strides: tuple[tuple[int, ...], ...],
     contiguous: tuple[int, ...],
+    nbytes: int,
     names: tuple[str, ...] = ("src", "dst"),
-) -> None:
+) -> list[tuple[int, ...] | None]:
     """What a shape-generic copy checks for each new shape, the rules that depend on extents and
     strides (the rest was checked with its class): extents TMA coordinates reach, each tensor's
-    strides (`contiguous`: the index of each one's stride-1 dim), and the tile counts."""
+    strides (`contiguous`: the index of each one's stride-1 dim; `nbytes`: the element size),
+    and the tile counts. Returns each tensor's strides as the kernel is to be given them
+    (`validate.check_outer_strides`: None where they are the tensor's own)."""
     check_extents(shape)
-    nbytes = copy.load.config.element.nbytes
-    for tensor_strides, contiguous_index, name in zip(strides, contiguous, names, strict=False):
+    fixed = [
         check_outer_strides(shape, tensor_strides, nbytes, contiguous_index, name=name)
-    copy.ring.walk_over(shape)
+        for tensor_strides, contiguous_index, name in zip(strides, contiguous, names, strict=False)
+    ]
+    copy.ring.check_walk_over(shape)
+    return fixed
 
 
 def copy_destination(copy: CopyPlan) -> LoadConfig:

@@ -135,19 +135,14 @@ class PipelinePlan:
         load = self.load
         return self.walk_of(load.row_blocks, load.tiles_per_block, load.batch_count, self.grid)
 
-    def walk_over(self, shape: tuple[int, ...]) -> TileWalk:
-        """The walk over a tensor of `shape` (a shape-generic kernel's tile counts and grid for it,
-        computed on the host as the kernel computes them), checked against 32-bit device integers."""
+    def check_walk_over(self, shape: tuple[int, ...]) -> None:
+        """Refuse a tensor of `shape` whose walk (a shape-generic kernel's run-time tile counts
+        and grid, as the kernel computes them) would not fit 32-bit device integers."""
         tile_rows, tile_cols = self.load.config.tile
-        batch = 1
+        total = ((shape[-2] + tile_rows - 1) // tile_rows) * ((shape[-1] + tile_cols - 1) // tile_cols)
         for extent in shape[:-2]:
-            batch *= extent
-        row_blocks, column_tiles = ceil_div(shape[-2], tile_rows), ceil_div(shape[-1], tile_cols)
-        total = row_blocks * column_tiles * batch
-        grid = min(total, self.persistent_blocks) if self.persistent else row_blocks * batch
-        walk = self.walk_of(row_blocks, column_tiles, batch, grid)
-        check_walk(walk)
-        return walk
+            total *= extent
+        check_walk_counts(total, min(total, self.persistent_blocks), self.persistent and self.tile_order)
 
     def walk_of(self, row_blocks, column_tiles, batch_count, grid) -> TileWalk:
         """The walk of a tensor with these many tiles on `grid` blocks, in this plan's order: a
@@ -266,10 +261,16 @@ class TileWalk:
 
 def check_walk(walk: TileWalk) -> None:
     """The walk's arithmetic fits the kernels' 32-bit device integers."""
-    check_tile_count(walk.total_tiles)
-    if walk.persistent and walk.tile_order == "blocked" and walk.grid * walk.total_tiles > MAX_DEVICE_INT:
+    check_walk_counts(walk.total_tiles, walk.grid, walk.persistent and walk.tile_order)
+
+
+def check_walk_counts(total_tiles: int, grid: int, tile_order: str | bool) -> None:
+    """`total_tiles` on `grid` blocks, walked in `tile_order` (False: not persistent), fit the
+    kernels' 32-bit device integers."""
+    check_tile_count(total_tiles)
+    if tile_order == "blocked" and grid * total_tiles > MAX_DEVICE_INT:
         raise TmaConfigError(
-            f"blocked tile order: {walk.grid} blocks x {walk.total_tiles} tiles must fit 32-bit device "
+            f"blocked tile order: {grid} blocks x {total_tiles} tiles must fit 32-bit device "
             "arithmetic; use the interleaved order or larger tiles"
         )
 

@@ -93,6 +93,7 @@ class CopyDispatch:
         self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
         # call key -> (shape-generic launcher, the shape and strides it was checked for) (FAST)
         self._pinned: dict[Hashable, tuple] = {}
+        self._options: dict[Hashable, CopyOptions] = {}  # call key -> its options, built once
 
     def copy_(
         self,
@@ -134,7 +135,10 @@ class CopyDispatch:
                 self.check_tensors(dst, src)  # raises the error naming what is wrong
             raise
         if launcher is None:
-            launcher = self.plan_launcher(dst, src, CopyOptions.of(tile=tile, stages=stages, **options))
+            copy_options = self._options.get(key)
+            if copy_options is None:
+                copy_options = self._options[key] = CopyOptions.of(tile=tile, stages=stages, **options)
+            launcher = self.plan_launcher(dst, src, copy_options)
             if len(self._launchers) >= self.MOST_SIGNATURES:
                 self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
             self._launchers[signature] = launcher

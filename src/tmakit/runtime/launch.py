@@ -8,6 +8,7 @@ checks, the CPU model) stays fast.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -215,6 +216,7 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
 CopyLauncher = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 
+@functools.cache
 def tvm_ffi_available() -> bool:
     """Whether the DSL's TVM-FFI calling path is installed (`apache-tvm-ffi`): torch tensors
     passed directly, the stream taken by the compiled function, shape-generic kernels."""
