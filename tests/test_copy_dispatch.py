@@ -153,3 +153,42 @@ def test_a_misaligned_pointer_is_refused_before_any_launch(copies, primed):
         copies.copy_(StandInTensor((256, 512), address=4096 + 2), src)
     assert len(copies.planned) == 1 and len(copies.planned[0].launches) == (3 if primed else 0)
     assert copies.planned[0].rejections == (1 if primed else 0)
+
+
+# -- shape-generic launchers: pinned to the shape they were checked for ---------------------------
+class GenericLauncher(StandInLauncher):
+    """One launcher for every shape of its class: it takes any shape, as a shape-generic compiled
+    function does, so the dispatch must never try it on a shape its checks did not see."""
+
+    shape_generic = True
+
+    def __init__(self) -> None:
+        super().__init__((), checks_arguments=True)
+
+    def __call__(self, src: StandInTensor, dst: StandInTensor) -> None:
+        self.launches.append((src, dst))
+
+
+class GenericCopies(Copies):
+    """A planner whose every configuration is one class: the checks run once per new shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launcher = GenericLauncher()
+        self.checked: list[tuple[int, ...]] = []
+
+    def plan(self, dst, src, options):
+        self.checked.append(src.shape)
+        return self.launcher
+
+
+def test_a_shape_generic_launcher_is_tried_first_only_for_the_shape_it_was_checked_for():
+    copies = GenericCopies()
+    small, large = pair((256, 512)), pair((512, 512))
+    for tensors in (small, small, small, large, large, small):
+        assert copies.copy_(*tensors) is tensors[0]
+    # Each new shape was planned (checked) once; a shape seen before is found in the table; the
+    # repeats of the last shape were launched without a lookup.
+    assert copies.checked == [(256, 512), (512, 512)]
+    assert len(copies.launcher.launches) == 6
+    assert copies.dispatch.tried_first()[(None, None)] is copies.launcher

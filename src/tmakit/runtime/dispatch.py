@@ -107,15 +107,19 @@ class CopyDispatch:
         (shape, stride(), dtype, get_device(), data_ptr()): the tests pass stand-ins."""
         key = (tile, stages, *options.items()) if options else (tile, stages)
         pinned = self._pinned.get(key)
+        read = None  # [src shape, src strides, dst shape, dst strides], once read
         if pinned is not None:
-            launcher, shape, src_strides, dst_strides = pinned
-            if src.shape == shape and dst.shape == shape and src.stride() == src_strides:
-                if dst.stride() == dst_strides:
-                    try:
-                        launcher(src, dst)
-                        return dst
-                    except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
-                        self._pinned.pop(key, None)
+            launcher, checked = pinned
+            try:
+                read = [src.shape, src.stride(), dst.shape, dst.stride()]
+            except Exception:  # not tensors: the lookup below names what is wrong
+                pass
+            if read == checked:
+                try:
+                    launcher(src, dst)
+                    return dst
+                except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
+                    self._pinned.pop(key, None)
         launcher = self._tried_first.get(key)
         if launcher is not None:
             try:
@@ -126,8 +130,10 @@ class CopyDispatch:
                 self._streaks[key].rejected()
         try:
             # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
-            shape, src_strides, dst_strides = src.shape, src.stride(), dst.stride()
-            signature = (shape, src_strides, dst.shape, dst_strides, src.dtype, dst.dtype,
+            if read is None:
+                read = [src.shape, src.stride(), dst.shape, dst.stride()]
+            shape, src_strides, dst_shape, dst_strides = read
+            signature = (shape, src_strides, dst_shape, dst_strides, src.dtype, dst.dtype,
                          src.get_device(), dst.get_device(), key)  # fmt: skip
             launcher = self._launchers.get(signature)
         except Exception:  # not tensors, or tensors without strides (sparse)
@@ -148,7 +154,7 @@ class CopyDispatch:
             check_base_address(dst.data_ptr())
         launcher(src, dst)
         if getattr(launcher, "shape_generic", False):
-            self._pinned[key] = (launcher, shape, src_strides, dst_strides)
+            self._pinned[key] = (launcher, read)
         elif getattr(launcher, "checks_arguments", False):
             self._pinned.pop(key, None)
             streak = self._streaks.setdefault(key, Streak())

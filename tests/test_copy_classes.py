@@ -1,0 +1,151 @@
+"""Shape-generic copies on a CPU: which classes a workload of many shapes compiles, the checks a
+new shape of a compiled class still meets, and the kernels compiled for sm_90a with run-time
+extents and strides (their PTX)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tmakit import TmaConfigError, api
+from tmakit.config import LoadConfig
+from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
+from tmakit.ptx import expect_tx_byte_counts
+from tmakit.runtime.dispatch import CopyDispatch
+from tmakit.runtime.launch import compile_copy, compile_tile_load
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
+
+
+class Classes:
+    """Stand-in compiled classes: every `copy_launcher` call is a compile, recorded with its class;
+    every launch is recorded with the tensors' shape and strides."""
+
+    def __init__(self) -> None:
+        self.compiled: list[tuple] = []
+        self.launched: list[tuple] = []
+
+    def copy_launcher(self, copy, destination, tensor_shape, device, shape_generic=False):
+        self.compiled.append((copy, destination, shape_generic))
+
+        def launch(src, dst):
+            self.launched.append((tuple(src.shape), src.stride(), dst.stride()))
+
+        launch.checks_arguments = True
+        launch.shape_generic = shape_generic
+        return launch
+
+
+@pytest.fixture
+def classes(torch, monkeypatch):
+    """CPU tensors pass as GPU ones on an H200 (132 SMs, 60 MiB of L2) with TVM-FFI installed;
+    compiles and launches are recorded, not run."""
+    recorder = Classes()
+    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api, "copy_launcher", recorder.copy_launcher)
+    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
+    api.class_launcher.cache_clear()
+    yield recorder
+    api.class_launcher.cache_clear()
+
+
+def padded(torch, rows, cols):
+    """A row-major fp16 matrix with rows padded to 16 bytes; its memory is never touched."""
+    pitch = -(-cols // 8) * 8
+    return torch.empty_strided((rows, cols), (pitch, 1), dtype=torch.float16)
+
+
+def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
+    rng = random.Random(20)
+    for _ in range(100):
+        rows, cols = rng.randint(1, 16384), rng.randint(8, 16384)
+        src, dst = padded(torch, rows, cols), padded(torch, rows, cols)
+        api.copy_(dst, src)
+    names = [
+        f"{copy.load.config.dtype} {copy.load.config.major}-major rank {len(copy.load.config.shape)}, "
+        f"tile {copy.load.config.tile}, {copy.ring.stages} stages, evict_first={copy.ring.evict_first}"
+        for copy, _, _ in classes.compiled
+    ]
+    print("\n".join(names))
+    assert len(classes.launched) == 100
+    assert 1 <= len(classes.compiled) <= 4, names
+    assert all(generic for _, _, generic in classes.compiled)
+    # The classes differ only where the defaults depend on size: evict-first when both tensors fit L2.
+    assert len({copy.ring.evict_first for copy, _, _ in classes.compiled}) == len(classes.compiled)
+
+
+def test_a_new_shape_breaking_a_rule_in_a_warm_class_raises_before_launch(classes, torch):
+    good = padded(torch, 64, 64)
+    api.copy_(torch.empty_like(good), good)
+    odd = torch.empty(64, 63, dtype=torch.float16)  # 126-byte rows: the class takes it, TMA does not
+    with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
+        api.copy_(torch.empty_like(odd), odd)
+    expanded = torch.empty(1, 64, dtype=torch.float16).expand(64, 64)
+    with pytest.raises(TmaConfigError, match=r"src: stride of dim 0 is 0 \(a broadcast view\)"):
+        api.copy_(torch.empty(64, 64, dtype=torch.float16), expanded)
+    assert len(classes.compiled) == 1 and len(classes.launched) == 1  # only the good copy launched
+
+
+def test_an_extent_one_dim_gets_a_stride_tma_accepts(classes, torch):
+    row = torch.empty(1, 777, dtype=torch.float16)  # a 1554-byte row stride that is never stepped
+    api.copy_(torch.empty_like(row), row)
+    assert classes.launched == [((1, 777), (8, 1), (8, 1))]  # 16 bytes' worth stands in
+
+
+def test_the_plain_path_never_calls_a_shape_generic_kernel(monkeypatch):
+    """Shape-generic kernels are called only through TVM-FFI, which reads each tensor's layout:
+    the plain path's static-layout tensors would silently copy the wrong memory (seen on the H200)."""
+    from tmakit.runtime import launch
+
+    monkeypatch.setattr(launch, "tvm_ffi_available", lambda: False)
+    copy = copy_class(CopyOptions(), "fp16", 2, "row", False, (16, 256), 132, True)
+    with pytest.raises(ValueError, match="launch through TVM-FFI"):
+        launch.copy_launcher(copy, None, None, "cpu", shape_generic=True)
+
+
+@pytest.mark.parametrize(
+    "rank, major, transpose, bulk",
+    [(2, "row", False, False), (3, "col", False, False), (2, "col", True, False), (2, "row", False, True)],
+    ids=["row", "rank3-col", "transpose", "bulk"],
+)
+def test_shape_generic_kernels_compile_for_sm90a(rank, major, transpose, bulk):
+    tile = (128, 128) if transpose else (16, 256)
+    options = CopyOptions(bulk=bulk)
+    copy = copy_class(
+        options, "fp16", rank, major, transpose, tile, 132, False, rows_width=256 if bulk else None
+    )
+    destination = copy_destination(copy) if transpose else None
+    compiled = compile_copy(
+        copy,
+        keep_ptx=True,
+        destination=destination,
+        tensor_shape=(1, 256) if bulk else None,
+        shape_generic=True,
+    )
+    ptx = compiled.ptx
+    # The plan's byte count per stage (bulk: run-time, one per run), and a tile walk that divides
+    # by the run-time tile counts.
+    if not bulk:
+        assert set(expect_tx_byte_counts(ptx)) == {copy.load.expected_tx_bytes}
+    assert "div.s32" in ptx or "div.u32" in ptx
+
+
+def test_a_shape_generic_tile_load_compiles_for_sm90a():
+    plan = LoadPlan(stand_in_config(3, "bf16", (64, 64), "row", swizzle=128))
+    compiled = compile_tile_load(plan, "store", keep_ptx=True, shape_generic=True)
+    assert set(expect_tx_byte_counts(compiled.ptx)) == {plan.expected_tx_bytes}
+
+
+def test_stand_in_configurations_are_valid_for_every_class():
+    for rank in (2, 3, 5):
+        for major in ("row", "col"):
+            config = stand_in_config(rank, "fp8e4m3", (16, 256), major)
+            assert LoadPlan(config).config == config
+    assert stand_in_config(2, "fp16", (8, 256), "row", rows_width=256).shape == (16, 256)
+    assert isinstance(stand_in_config(2, "fp16", (8, 256), "row"), LoadConfig)
