@@ -80,7 +80,11 @@ def grid_case(rows: int) -> str:
     compiled = compile_tile_load(plan, consumer="store")
     compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
     torch.cuda.synchronize()
-    return f"ok: {plan.grid} blocks, every element bit-exact" if same_bits(out, src) else "MISMATCH"
+    if same_bits(out, src):
+        return f"ok: {plan.grid} blocks, every element bit-exact"
+    wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
+    first, last = int(wrong_rows[0]), int(wrong_rows[-1])
+    return f"MISMATCH: {len(wrong_rows)} of {rows} rows (blocks) wrong, the first {first}, the last {last}"
 
 
 UNDER = (32767, 65536)  # uint8: 2^31 - 2^16 elements, 2 GiB
