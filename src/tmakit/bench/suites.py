@@ -284,7 +284,7 @@ def bench_copy(
                     "rotated_buffers": len(sources),
                     "transpose": transpose,
                     "bulk": option.bulk,
-                    "kernel": "shape-specialised" if shape_specialised else "shape-generic",
+                    "compiled_for": "this shape" if shape_specialised else "every shape of its class",
                 },
             )  # fmt: skip
         )
