@@ -367,9 +367,9 @@ def known_class(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> C
     equal shapes are checked here; what a class key fixes was checked when the class was made."""
     if options.as_rows or options.bulk:
         return None
-    shape = tuple(src.shape)
+    shape = src.shape
     device = src.get_device()
-    if device < 0 or dst.get_device() != device or tuple(dst.shape) != shape or dst.dtype != src.dtype:
+    if device < 0 or dst.get_device() != device or dst.shape != shape or dst.dtype != src.dtype:
         return None
     l2_bytes = _L2_BYTES.get(device)
     numel = src.numel()

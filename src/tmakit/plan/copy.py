@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded_strides, parse_fields
 from ..errors import TmaConfigError
 from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
-from ..validate import check_extents, check_outer_strides
+from ..validate import MAX_EXTENT, check_extents, check_outer_strides
 from .load import LoadPlan, ceil_div
 from .mappings import TransposeMapping
 from .ring import PipelinePlan, check_l2_hint, check_stages
@@ -368,11 +368,11 @@ def check_copy_shape(
     strides (`contiguous`: the index of each one's stride-1 dim; `nbytes`: the element size),
     and the tile counts. Returns each tensor's strides as the kernel is to be given them
     (`validate.check_outer_strides`: None where they are the tensor's own)."""
-    check_extents(shape)
-    fixed = [
-        check_outer_strides(shape, tensor_strides, nbytes, contiguous_index, name=name)
-        for tensor_strides, contiguous_index, name in zip(strides, contiguous, names, strict=False)
-    ]
+    if min(shape) < 1 or max(shape) > MAX_EXTENT:
+        check_extents(shape)  # raises, naming the dim
+    fixed = [check_outer_strides(shape, strides[0], nbytes, contiguous[0], name=names[0])]
+    if len(strides) > 1:  # the destination's
+        fixed.append(check_outer_strides(shape, strides[1], nbytes, contiguous[1], name=names[1]))
     copy.ring.check_walk_over(shape)
     return fixed
 
