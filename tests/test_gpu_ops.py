@@ -1,6 +1,7 @@
 """tmakit's torch operators (`tmakit.ops`) on the device: every element through
 torch.ops.tmakit.copy_ / copy / load_tiles, torch.compile with inductor, CUDA-graph capture and
-replay, a side stream, autograd, torch.library.opcheck and a tensor on a second GPU.
+replay, a side stream, autograd (copy's gradient, copy_'s version counter, the eager path's one
+Python kernel), torch.library.opcheck and a tensor on a second GPU.
 
 Inputs name their position (`reference.position_hash`, with a salt per use, so no stale output
 of another test can pass for this one's), and outputs are poisoned (0xFF bytes, a pattern no input
@@ -251,6 +252,44 @@ def test_copy_is_differentiable(torch):
     x.grad = None
     torch.compile(lambda x: (3 * torch.ops.tmakit.copy(x)).sum(), fullgraph=True)(x).backward()
     assert torch.equal(x.grad, torch.full_like(x, 3.0))
+
+
+def test_copy__bumps_the_version_counter_and_load_tiles_has_no_gradient(torch):
+    """The kernel writes dst behind autograd's back; the op bumps dst's version counter, so a
+    backward that needs dst's old value raises. A backward through load_tiles raises."""
+    weight = torch.ones(256, 512, device="cuda", requires_grad=True)
+    dst = hashed((256, 512), torch.float32, salt=16)
+    saved = (dst * weight).sum()
+    version = dst._version
+    torch.ops.tmakit.copy_(dst, hashed((256, 512), torch.float32, salt=17))
+    assert dst._version == version + 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
+    x = hashed((128, 256), torch.float16, salt=18).requires_grad_()
+    tiles = torch.ops.tmakit.load_tiles(x, 64, 64, 0)
+    with pytest.raises(RuntimeError, match="load_tiles is not differentiable"):
+        tiles.float().sum().backward()
+
+
+def test_the_eager_path_does_not_redispatch(torch, monkeypatch):
+    """On plain CUDA tensors, copy's and load_tiles's Autograd kernel calls the real
+    implementation itself: the keyset it is given is exactly {CUDA, AutogradCUDA} (tmakit.ops.PLAIN),
+    so no second Python kernel runs. A tensor that requires grad is redispatched."""
+    redispatched = []
+    for op in (torch.ops.tmakit.copy.default, torch.ops.tmakit.load_tiles.default):
+
+        def spy(keyset, *args, _redispatch=op.redispatch, _name=op._opname):
+            redispatched.append(_name)
+            return _redispatch(keyset, *args)
+
+        monkeypatch.setattr(op, "redispatch", spy)
+    x = hashed((256, 512), torch.float16, salt=19)
+    assert same_bits(torch.ops.tmakit.copy(x), x)
+    assert same_bits(torch.ops.tmakit.copy(x.t(), "stages=2"), x.t())
+    torch.ops.tmakit.load_tiles(x, 64, 64, 0)
+    assert redispatched == []
+    assert torch.equal(torch.ops.tmakit.copy(x.float().requires_grad_()), x.float())
+    assert redispatched == ["copy"]
 
 
 # -- torch.library.opcheck on the real kernels -------------------------------------------------------

@@ -77,7 +77,31 @@ def test_the_ops_are_registered_with_small_schemas():
         "tmakit::load_tiles(Tensor tensor, int tile_rows=64, int tile_cols=256, int swizzle=0) -> Tensor"
     )
     assert tmakit.SEED.tile == (64, 256)  # the defaults are the seed's, as tmakit.load_tiles's
-    assert ops.copy_._opoverload is torch.ops.tmakit.copy_.default  # the module's names are the ops
+    # the module's names are the ops
+    assert (ops.copy_, ops.copy, ops.load_tiles) == (
+        torch.ops.tmakit.copy_.default,
+        torch.ops.tmakit.copy.default,
+        torch.ops.tmakit.load_tiles.default,
+    )
+    for op in (ops.copy_, ops.copy, ops.load_tiles):
+        assert torch.Tag.pt2_compliant_tag in op.tags
+
+
+def test_each_op_has_one_python_kernel_on_the_eager_path():
+    """torch.library.Library ops, not custom_ops (whose autograd and ADInplaceOrView kernels add
+    Python layers to each call): copy_ has its real implementation for every device and torch's
+    C++ autograd fallback; copy and load_tiles have an Autograd kernel and the real one below it;
+    each has a Meta kernel (the fake implementation)."""
+
+    def has(op, key):
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"tmakit::{op}", key)
+
+    for op in ("copy_", "copy", "load_tiles"):
+        assert has(op, "CompositeExplicitAutograd") and has(op, "Meta")
+        assert not has(op, "ADInplaceOrView")
+    assert not has("copy_", "Autograd")
+    assert has("copy", "Autograd") and has("load_tiles", "Autograd")
+    assert "tmakit::copy" not in torch._library.custom_ops.OPDEFS
 
 
 def test_import_tmakit_registers_nothing_and_import_tmakit_ops_registers_the_ops():
@@ -253,28 +277,29 @@ def test_torch_export_keeps_the_three_ops(fake):
 # -- the gradient of copy ---------------------------------------------------------------------------
 def test_the_gradient_of_copy_is_the_incoming_gradient():
     grad = torch.randn(4, 8)
-    assert ops.copy_backward(None, grad) == (grad, None)
+    assert ops.CopyFunction.backward(None, grad) == (None, grad, None)  # (keyset, src, options)
 
 
 @pytest.fixture
 def cpu_kernels(monkeypatch):
     """CPU stand-ins for tmakit's kernels behind the ops (each does what its kernel does) and
     the fake implementations' device check waived: the registration can then be exercised end
-    to end on a CPU. Returns the calls made."""
+    to end on a CPU. As the kernels, they write memory behind autograd's back (`.data`: no
+    version counter bumped, no gradient recorded). Returns the calls made."""
     calls = []
 
     def copy_(dst, src, **options):
         calls.append(("copy_", options))
-        return dst.copy_(src)
+        return dst.data.copy_(src.data)
 
     def copy(src, **options):
         calls.append(("copy", options))
-        return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype).copy_(src)
+        return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype).copy_(src.data)
 
     def load_tiles(tensor, tile, swizzle):
         calls.append(("load_tiles", tile, swizzle))
         out = torch.zeros(ops.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
-        out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor
+        out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor.data
         return out
 
     monkeypatch.setattr(ops, "tma_copy_", copy_)
@@ -291,6 +316,81 @@ def test_copy_backpropagates_the_incoming_gradient(cpu_kernels):
     (3 * y).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3.0))
     assert cpu_kernels == [("copy", {"stages": 2})]
+
+
+def test_load_tiles_has_no_gradient(cpu_kernels):
+    """A tensor that requires grad may be loaded; a backward through the tiles raises, as it did
+    when the op was a custom_op without a gradient rule."""
+    tiles = torch.ops.tmakit.load_tiles(torch.randn(64, 64, requires_grad=True), 64, 64, 0)
+    assert tiles.requires_grad
+    with pytest.raises(RuntimeError, match="load_tiles is not differentiable"):
+        tiles.sum().backward()
+    with torch.no_grad():
+        tiles = torch.ops.tmakit.load_tiles(torch.randn(64, 64, requires_grad=True), 64, 64, 0)
+    assert not tiles.requires_grad
+
+
+def test_copy__bumps_the_destinations_version_counter(cpu_kernels):
+    """copy_ writes dst behind autograd's back, so it bumps dst's version counter (once a call): a
+    backward that needs dst's old value raises, as after an in-place torch op."""
+    weight = torch.randn(64, 128, requires_grad=True)
+    dst = torch.randn(64, 128)
+    saved = (dst * weight).sum()  # saves dst for the gradient of weight
+    version = dst._version
+    torch.ops.tmakit.copy_(dst, torch.randn(64, 128))
+    assert dst._version == version + 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
+    source = torch.randn(64, 128, requires_grad=True)
+    torch.ops.tmakit.copy_(dst, source)  # no gradient flows through copy_ (as before: custom_op's)
+    assert not dst.requires_grad and torch.equal(dst, source.detach())
+
+
+def test_the_eager_path_calls_the_real_implementation_from_the_autograd_kernel(cpu_kernels, monkeypatch):
+    """copy and load_tiles on a plain tensor: the Autograd kernel calls the real implementation
+    itself, with no redispatch below autograd (a second Python kernel). A conjugate view, a meta
+    tensor, a trace's tensors or a tensor that requires grad are redispatched."""
+    redispatched = []
+    for op in (torch.ops.tmakit.copy.default, torch.ops.tmakit.load_tiles.default):
+
+        def spy(keyset, *args, _redispatch=op.redispatch, _name=op._opname):
+            redispatched.append(_name)
+            return _redispatch(keyset, *args)
+
+        monkeypatch.setattr(op, "redispatch", spy)
+    x = torch.randn(64, 128)
+    assert torch.equal(torch.ops.tmakit.copy(x), x)
+    assert torch.equal(torch.ops.tmakit.copy(x, "stages=2"), x)
+    torch.ops.tmakit.load_tiles(x, 64, 64, 0)
+    with torch.no_grad():
+        torch.ops.tmakit.copy(x.clone().requires_grad_())
+    assert len(cpu_kernels) == 4 and redispatched == []
+    z = torch.randn(8, 16, dtype=torch.complex64).conj()
+    assert torch.equal(torch.ops.tmakit.copy(z), z.resolve_conj())
+    assert torch.equal(torch.ops.tmakit.copy(x.clone().requires_grad_()), x)  # the autograd.Function
+    torch.ops.tmakit.load_tiles(x.clone().requires_grad_(), 64, 64, 0)
+    assert redispatched == ["copy", "copy", "load_tiles"]
+    assert torch.ops.tmakit.copy(torch.empty(64, 64, device="meta")).is_meta  # the fake (its check waived)
+    assert redispatched[3:] == ["copy"] and len(cpu_kernels) == 7
+
+
+def test_torch_compile_runs_copy_and_its_gradient_and_writes_back_copy_(cpu_kernels):
+    """torch.compile(fullgraph=True) with aot_autograd (aot_eager) on CPU tensors, the stand-in
+    kernels behind the ops: copy's forward and backward graphs run, and copy_ of a graph input
+    is functionalized and written back into it."""
+    x = torch.randn(64, 128, requires_grad=True)
+    step = torch.compile(lambda x: (3 * torch.ops.tmakit.copy(x)).sum(), fullgraph=True, backend="aot_eager")
+    step(x).backward()
+    assert torch.equal(x.grad, torch.full_like(x, 3.0))
+
+    def copy_into(dst, src):
+        torch.ops.tmakit.copy_(dst, src, "tile=16x256,stages=8")
+        return dst + 1
+
+    dst, src = torch.zeros(64, 128), torch.randn(64, 128)
+    out = torch.compile(copy_into, fullgraph=True, backend="aot_eager")(dst, src)
+    assert torch.equal(dst, src) and torch.equal(out, src + 1)
+    assert ("copy_", {"tile": (16, 256), "stages": 8}) in cpu_kernels
 
 
 def test_make_fx_traces_the_backward_of_copy(cpu_kernels):
