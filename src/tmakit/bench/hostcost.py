@@ -58,8 +58,8 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     launches["torch_empty_strided_us"] = lambda: torch.empty_strided(
         src.size(), src.stride(), dtype=src.dtype, device=src.device
     )
-    # The same copies through the torch operators (tmakit.ops): torch's dispatcher and
-    # custom_op's Python layers (autograd, ADInplaceOrView, defaults) on top of tmakit.copy_.
+    # The same copies through the torch operators (tmakit.ops): torch's dispatcher and one
+    # Python kernel on top of tmakit.copy_.
     from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
 
     op_copy_, op_copy = torch.ops.tmakit.copy_.default, torch.ops.tmakit.copy.default
