@@ -101,7 +101,24 @@ CASES = {
     "tile load uint8, 2^31 + 2^16 elements": lambda: load_case(OVER, "uint8"),
     "tile load, 2^27 - 1 blocks of one 1 x 16 tile": lambda: grid_case(2**27 - 1),
     "tile load, 2^31 - 1 blocks of one 1 x 16 tile (the largest grid, 32 GiB)": lambda: grid_case(2**31 - 1),
+    "tile load, 2^28 blocks of one 1 x 16 tile": lambda: grid_case(2**28),
+    "tile load, 2^29 blocks of one 1 x 16 tile": lambda: grid_case(2**29),
+    "tile load, 2^30 blocks of one 1 x 16 tile": lambda: grid_case(2**30),
+    "tile load, 2^31 - 2^24 blocks of one 1 x 16 tile": lambda: grid_case(2**31 - 2**24),
+    "load_tiles (shape-generic), 2^30 blocks of one 1 x 16 tile": lambda: load_tiles_grid_case(2**30),
 }
+
+
+def load_tiles_grid_case(rows: int) -> str:
+    """The same grid through `tmakit.load_tiles` (the shape-generic kernel, TVM-FFI launch)."""
+    plan = LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16)))
+    src = make_input_tensor(plan)
+    out = tmakit.load_tiles(src, (1, 16))
+    torch.cuda.synchronize()
+    if same_bits(out, src):
+        return f"ok: {plan.grid} blocks, every element bit-exact"
+    wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
+    return f"MISMATCH: {len(wrong_rows)} of {rows} rows wrong, the first {int(wrong_rows[0])}"
 
 
 def run_one(name: str) -> None:
