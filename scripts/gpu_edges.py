@@ -106,7 +106,22 @@ CASES = {
     "tile load, 2^30 blocks of one 1 x 16 tile": lambda: grid_case(2**30),
     "tile load, 2^31 - 2^24 blocks of one 1 x 16 tile": lambda: grid_case(2**31 - 2**24),
     "load_tiles (shape-generic), 2^30 blocks of one 1 x 16 tile": lambda: load_tiles_grid_case(2**30),
+    "tile load uint8, 8 GiB in 1024 blocks of 256 x 256 tiles": lambda: large_tile_case(),
 }
+
+
+def large_tile_case() -> str:
+    """A tensor of 2^33 bytes through the shape-specialised tile load with a small grid."""
+    plan = LoadPlan(LoadConfig((65536, 131072), "uint8", (64, 256)))
+    src = make_input_tensor(plan)
+    out = poisoned_like(src)
+    compiled = compile_tile_load(plan, consumer="store")
+    compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
+    torch.cuda.synchronize()
+    if same_bits(out, src):
+        return f"ok: {plan.grid} blocks, every element bit-exact"
+    wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
+    return f"MISMATCH: {len(wrong_rows)} of {plan.config.shape[0]} rows wrong, the first {int(wrong_rows[0])}"
 
 
 def load_tiles_grid_case(rows: int) -> str:
