@@ -106,7 +106,8 @@ CASES = {
     "tile load, 2^30 blocks of one 1 x 16 tile": lambda: grid_case(2**30),
     "tile load, 2^31 - 2^24 blocks of one 1 x 16 tile": lambda: grid_case(2**31 - 2**24),
     "load_tiles (shape-generic), 2^30 blocks of one 1 x 16 tile": lambda: load_tiles_grid_case(2**30),
-    "tile load uint8, 8 GiB in 1024 blocks of 256 x 256 tiles": lambda: large_tile_case(),
+    "tile load uint8, 8 GiB in 1024 blocks of 64 x 256 tiles": lambda: large_tile_case(),
+    "load_tiles (shape-generic), 2^31 - 1 blocks (32 GiB)": lambda: load_tiles_grid_case(2**31 - 1),
 }
 
 
