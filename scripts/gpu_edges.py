@@ -138,9 +138,12 @@ def load_tiles_grid_case(rows: int) -> str:
 
 
 def run_one(name: str) -> None:
-    """Child process: run one case, print its verdict as the last line (a fault kills only it)."""
+    """Child process: run one case, print its verdict as the last line (a fault kills only it).
+    A configuration the validation refuses is a verdict too: refused before anything ran."""
     try:
         verdict = CASES[name]()
+    except tmakit.TmaConfigError as error:
+        verdict = f"refused before compiling: {error}"[:500]
     except Exception as error:  # noqa: BLE001 - the verdict says what happened
         verdict = f"ERROR: {type(error).__name__}: {error}"[:500]
     print("VERDICT " + verdict, flush=True)
@@ -179,7 +182,9 @@ def main() -> int:
         "context": {**device_context(args.commit), "python": platform.python_version(), "step": "edges"},
         "rows": rows,
         "summary": {
-            "ok": sum(row["verdict"].startswith("ok") or "correct" in row["verdict"] for row in rows)
+            "ok": sum(
+                row["verdict"].startswith(("ok", "refused")) or "correct" in row["verdict"] for row in rows
+            )
         },
     }
     out = Path(args.out)

@@ -149,3 +149,21 @@ def test_stand_in_configurations_are_valid_for_every_class():
             assert LoadPlan(config).config == config
     assert stand_in_config(2, "fp16", (8, 256), "row", rows_width=256).shape == (16, 256)
     assert isinstance(stand_in_config(2, "fp16", (8, 256), "row"), LoadConfig)
+
+
+def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
+    """On the H200 a shape-specialised kernel was exact at 2^32 elements and silently wrong at
+    2^33 (scripts/gpu_edges.py); the shape-generic ones were exact at 2^35."""
+    from tmakit.plan import PipelinePlan
+
+    over = LoadPlan(LoadConfig((2**29, 16), "uint8", (1, 16)))
+    rule = r"8589934592 elements; a kernel compiled for one shape handles at most 4294967296 \(2\^32\)"
+    with pytest.raises(TmaConfigError, match=rule):
+        compile_tile_load(over)
+    with pytest.raises(TmaConfigError, match="a kernel compiled for one shape"):
+        compile_copy(CopyOptions().plan(over, False, 132, False))
+    with pytest.raises(TmaConfigError, match="a kernel compiled for one shape"):
+        from tmakit.runtime.launch import compile_pipelined_load
+
+        compile_pipelined_load(PipelinePlan(over, 2, persistent=True))
+    LoadPlan(LoadConfig((2**28, 16), "uint8", (1, 16))).check_specialised()  # 2^32: exact on the H200

@@ -33,6 +33,10 @@ MAX_CONSUMER_WARPS = 31  # a block of at most 1024 threads: one producer warp + 
 MAX_GRID_X = (1 << 31) - 1  # gridDim.x
 MAX_GRID_Y = 65535  # gridDim.y, where the tile-load kernel puts the batch
 MAX_DEVICE_INT = (1 << 31) - 1  # the kernels count tiles and blocks in 32-bit device integers
+# A kernel compiled for one exact shape (the verifier's, the benchmarks', the plain launch path's)
+# wraps its offsets past 2^32 elements: on the H200, 2^32 were exact and 2^33 silently wrong. The
+# shape-generic kernels, which take extents at run time, were exact at 2^35.
+MAX_SPECIALISED_ELEMENTS = 1 << 32
 
 # -- L2 cache policies for TMA's `.L2::cache_hint` (CUTLASS's `TMA::CacheHintSm90`) --------------
 L2_HINTS = {

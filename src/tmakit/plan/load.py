@@ -13,6 +13,7 @@ from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import (
     MAX_DEVICE_INT,
+    MAX_SPECIALISED_ELEMENTS,
     MBARRIER_BYTES,
     SHARED_TILE_ALIGN,
     SWIZZLE_BITS,
@@ -47,6 +48,18 @@ class LoadPlan:
     def __post_init__(self) -> None:
         check_load_config(self.config)
         check_tile_count(self.total_tile_loads)
+
+    def check_specialised(self) -> None:
+        """Refuse this tensor (or its padded scratch) for a kernel compiled for its exact shape
+        past `MAX_SPECIALISED_ELEMENTS`."""
+        elements = max(math.prod(self.config.shape), math.prod(self.padded_shape))
+        if elements > MAX_SPECIALISED_ELEMENTS:
+            raise TmaConfigError(
+                f"{elements} elements; a kernel compiled for one shape handles at most "
+                f"{MAX_SPECIALISED_ELEMENTS} (2^32): use tmakit.copy_ / tmakit.load_tiles with "
+                "apache-tvm-ffi installed (pip install 'tmakit[gpu]'), whose shape-generic kernels take "
+                "more, or split the tensor"
+            )
 
     @property
     def threads_per_block(self) -> int:

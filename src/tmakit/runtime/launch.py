@@ -45,6 +45,8 @@ def compile_tile_load(
     `shape_generic` (with TVM-FFI): one compile for every shape of the plan's dtype, rank, layout,
     tile and swizzle (`plan.stand_in_config`); the scratch is then the compact padded output of
     whatever shape is loaded."""
+    if not shape_generic:
+        plan.check_specialised()
 
     def build() -> tuple:
         from ..kernels.tile_load import TileLoadKernel
@@ -83,6 +85,7 @@ def compile_pipelined_load(
     """A pipelined load (`kernels.pipeline`: the consumers "none", "store" and "rowsum") for
     sm_90a, no GPU needed. `hang_guard` is the debug hang guard, `expect_extra_bytes` and
     `freeze_parity` test-only mistakes; `tvm_ffi` as in `compile_kernel`."""
+    pipeline.load.check_specialised()
 
     def build() -> tuple:
         import cutlass
@@ -127,6 +130,8 @@ def compile_copy(
     plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
     strides at each call. The destination has the source's shape and the contiguous dim of
     `destination` (default: the source's)."""
+    if not shape_generic:
+        copy.load.check_specialised()
 
     def build() -> tuple:
         import cutlass
@@ -171,6 +176,7 @@ def compile_multicast_load(
     ring's consumers only wait and release, for timing)."""
     if multicast.stages == 1 and not store:
         raise ValueError("the single-tile multicast kernel always stores (use stages > 1 for load-only)")
+    multicast.load.check_specialised()
 
     def build() -> tuple:
         from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
