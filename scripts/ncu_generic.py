@@ -62,7 +62,7 @@ def main() -> int:
             launch[record["Metric Name"]] = record["Metric Value"]
         for index, (launch_id, values) in enumerate(sorted(launches.items(), key=lambda kv: int(kv[0]))):
             kind = "shape-generic" if index < 3 else "shape-specialised"  # the target's launch order
-            rows.append({"mib": mib, "launch": int(launch_id), "kernel": kind, **values})
+            rows.append({"mib": mib, "launch": int(launch_id), **values, "compiled_for": kind})
         if not launches:
             rows.append({"mib": mib, "error": (done.stderr or done.stdout)[-600:]})
     study = {
