@@ -74,17 +74,40 @@ def load_case(shape: tuple[int, int], dtype: str, stages: int = 1) -> str:
 
 
 def grid_case(rows: int) -> str:
-    plan = LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16)))
+    """`rows` blocks of one 1 x 16 uint8 tile through the tile load compiled for this shape."""
+    return specialised_tile_load_case(LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16))))
+
+
+def large_tile_case() -> str:
+    """2^33 bytes through the tile load compiled for this shape, with a small grid."""
+    return specialised_tile_load_case(LoadPlan(LoadConfig((65536, 131072), "uint8", (64, 256))))
+
+
+def specialised_tile_load_case(plan: LoadPlan) -> str:
     src = make_input_tensor(plan)
     out = poisoned_like(src)
     compiled = compile_tile_load(plan, consumer="store")
     compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
     torch.cuda.synchronize()
+    return rows_verdict(out, src, plan.grid)
+
+
+def load_tiles_grid_case(rows: int) -> str:
+    """The same grid through `tmakit.load_tiles` (the shape-generic kernel, TVM-FFI launch)."""
+    plan = LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16)))
+    src = make_input_tensor(plan)
+    out = tmakit.load_tiles(src, (1, 16))
+    torch.cuda.synchronize()
+    return rows_verdict(out, src, plan.grid)
+
+
+def rows_verdict(out: torch.Tensor, src: torch.Tensor, blocks: int) -> str:
+    """ok, or which rows of a 2-D uint8 result differ from the source's."""
     if same_bits(out, src):
-        return f"ok: {plan.grid} blocks, every element bit-exact"
+        return f"ok: {blocks} blocks, every element bit-exact"
     wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
     first, last = int(wrong_rows[0]), int(wrong_rows[-1])
-    return f"MISMATCH: {len(wrong_rows)} of {rows} rows (blocks) wrong, the first {first}, the last {last}"
+    return f"MISMATCH: {len(wrong_rows)} of {len(src)} rows wrong, the first {first}, the last {last}"
 
 
 UNDER = (32767, 65536)  # uint8: 2^31 - 2^16 elements, 2 GiB
@@ -109,32 +132,6 @@ CASES = {
     "tile load uint8, 8 GiB in 1024 blocks of 64 x 256 tiles": lambda: large_tile_case(),
     "load_tiles (shape-generic), 2^31 - 1 blocks (32 GiB)": lambda: load_tiles_grid_case(2**31 - 1),
 }
-
-
-def large_tile_case() -> str:
-    """A tensor of 2^33 bytes through the shape-specialised tile load with a small grid."""
-    plan = LoadPlan(LoadConfig((65536, 131072), "uint8", (64, 256)))
-    src = make_input_tensor(plan)
-    out = poisoned_like(src)
-    compiled = compile_tile_load(plan, consumer="store")
-    compiled(to_cute_tensor(src), to_cute_tensor(out), current_stream())
-    torch.cuda.synchronize()
-    if same_bits(out, src):
-        return f"ok: {plan.grid} blocks, every element bit-exact"
-    wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
-    return f"MISMATCH: {len(wrong_rows)} of {plan.config.shape[0]} rows wrong, the first {int(wrong_rows[0])}"
-
-
-def load_tiles_grid_case(rows: int) -> str:
-    """The same grid through `tmakit.load_tiles` (the shape-generic kernel, TVM-FFI launch)."""
-    plan = LoadPlan(LoadConfig((rows, 16), "uint8", (1, 16)))
-    src = make_input_tensor(plan)
-    out = tmakit.load_tiles(src, (1, 16))
-    torch.cuda.synchronize()
-    if same_bits(out, src):
-        return f"ok: {plan.grid} blocks, every element bit-exact"
-    wrong_rows = (out.view(torch.uint8) != src.view(torch.uint8)).any(dim=1).nonzero()[:, 0]
-    return f"MISMATCH: {len(wrong_rows)} of {rows} rows wrong, the first {int(wrong_rows[0])}"
 
 
 def run_one(name: str) -> None:
