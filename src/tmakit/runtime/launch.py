@@ -247,10 +247,10 @@ def copy_launcher(
     (`plan.copy_class`); the launcher's `shape_generic` is then True and its compiled function
     checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
     each new shape (`plan.check_copy_shape`) before it launches."""
+    if shape_generic and not tvm_ffi_available():
+        raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
     guard = new_guard(device)
     if not tvm_ffi_available():
-        if shape_generic:
-            raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
         plain = compile_copy(copy, destination=destination, tensor_shape=tensor_shape)
         cute_guard = to_cute_tensor(guard)
         return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
