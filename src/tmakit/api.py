@@ -309,10 +309,9 @@ def plan_copy(
     check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, nbytes)  # before compiling
     destination = copy_destination(copy) if transpose else None
     known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
-    if options.tile is None or not wants_rows:  # the key below chooses the same class
-        key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
-        _CLASSES[key] = known
-        _L2_BYTES[src.get_device()] = l2_bytes
+    key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
+    _CLASSES[key] = known  # `known_class` finds it for the next new shape
+    _L2_BYTES[src.get_device()] = l2_bytes
     return known.launcher_for(shape, src_strides, dst_strides)
 
 
@@ -357,6 +356,8 @@ def class_key(
     dst_major: str,
     fits_l2: bool,
 ) -> tuple:
+    """What picks a copy's class besides what the options fix (the tile follows the dtype and
+    whether the copy transposes; the SM count, the device)."""
     return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
 
 
