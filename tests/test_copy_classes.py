@@ -50,6 +50,8 @@ def classes(torch, monkeypatch):
     monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
     monkeypatch.setattr(api, "copy_launcher", recorder.copy_launcher)
     monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
+    monkeypatch.setattr(api, "_CLASSES", {})
+    monkeypatch.setattr(api, "_L2_BYTES", {})
     api.class_launcher.cache_clear()
     yield recorder
     api.class_launcher.cache_clear()
@@ -96,6 +98,33 @@ def test_an_extent_one_dim_gets_a_stride_tma_accepts(classes, torch):
     row = torch.empty(1, 777, dtype=torch.float16)  # a 1554-byte row stride that is never stepped
     api.copy_(torch.empty_like(row), row)
     assert classes.launched == [((1, 777), (8, 1), (8, 1))]  # 16 bytes' worth stands in
+
+
+def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatch):
+    """With the class seen once, a new shape goes through `known_class` (read off the tensors)
+    and its own checks: no planning, no compile, and a bad stride is still refused."""
+
+    class OnDevice0(torch.Tensor):  # a CPU tensor that reports device 0, as a CUDA tensor does
+        def get_device(self):
+            return 0
+
+    def on_device0(tensor):
+        return torch.Tensor._make_subclass(OnDevice0, tensor)
+
+    first = on_device0(padded(torch, 64, 64))
+    api.copy_(on_device0(padded(torch, 64, 64)), first)
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("a new shape of a known class was planned again")
+
+    monkeypatch.setattr(api, "copy_class", no_planning)
+    for rows, cols in [(1000, 776), (3, 8), (2048, 4096)]:  # all in the class that fits L2
+        api.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
+    odd = on_device0(torch.empty(64, 63, dtype=torch.float16))
+    with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
+        api.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
+    assert len(classes.compiled) == 1
+    assert [shape for shape, _, _ in classes.launched] == [(64, 64), (1000, 776), (3, 8), (2048, 4096)]
 
 
 def test_the_plain_path_never_calls_a_shape_generic_kernel(monkeypatch):
