@@ -196,3 +196,22 @@ def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
 
         compile_pipelined_load(PipelinePlan(over, 2, persistent=True))
     LoadPlan(LoadConfig((2**28, 16), "uint8", (1, 16))).check_specialised()  # 2^32: exact on the H200
+
+
+def test_a_warm_class_refuses_a_tensor_without_a_stride_1_dim(classes, torch):
+    good = padded(torch, 64, 64)
+    api.copy_(torch.empty_like(good), good)
+    every_other = torch.empty(64, 128, dtype=torch.float16)[:, ::2]  # strides (128, 2)
+    with pytest.raises(TmaConfigError, match=r"src: strides \(128, 2\) have no stride 1"):
+        api.copy_(torch.empty(64, 64, dtype=torch.float16), every_other)
+    assert len(classes.launched) == 1
+
+
+def test_run_time_tile_counts_fit_32_bit_integers():
+    """The shape-generic kernels compute ceil(extent / tile) in 32-bit integers on the device."""
+    from tmakit.plan import check_copy_shape
+
+    copy = copy_class(CopyOptions(), "fp16", 2, "row", False, (16, 256), 132, False)
+    with pytest.raises(TmaConfigError, match="tensor columns extent is 2147483640; .* at most 2147483392"):
+        check_copy_shape(copy, (1, 2**31 - 8), ((2**31, 1), (2**31, 1)), (1, 1), 2)
+    check_copy_shape(copy, (1, 2**31 - 256), ((2**31, 1), (2**31, 1)), (1, 1), 2)

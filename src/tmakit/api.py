@@ -20,6 +20,7 @@ from .plan import (
     CopyPlan,
     LoadPlan,
     check_copy_shape,
+    check_run_time_extents,
     copy_class,
     copy_destination,
     stand_in_config,
@@ -209,6 +210,7 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
         compiled = compile_tile_load(plan, consumer="store")
         compiled(to_cute_tensor(tensor), to_cute_tensor(out), current_stream())
         return out
+    check_run_time_extents(config.shape, config.tile)
     rank = len(config.shape)
     stand_in = stand_in_config(rank, config.dtype, config.tile, config.major, swizzle=swizzle)
     compiled = compile_tile_load(LoadPlan(stand_in), consumer="store", tvm_ffi=True, shape_generic=True)

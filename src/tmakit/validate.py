@@ -142,6 +142,15 @@ def check_outer_strides(
     fixed = None
     for d in range(len(shape)):
         if d == contiguous:
+            if strides[d] != 1:  # TMA walks memory contiguously along this dim
+                if shape[d] > 1:
+                    raise TmaConfigError(
+                        f"{name + ': ' if name else ''}strides {tuple(strides)} have no stride 1 in the "
+                        "last two dims; TMA needs the innermost stride to be 1 (rows or columns "
+                        "contiguous): copy it with .contiguous() first"
+                    )
+                fixed = fixed or list(strides)
+                fixed[d] = 1
             continue
         stride_bytes = strides[d] * nbytes
         if 0 < stride_bytes < MAX_GLOBAL_STRIDE_BYTES and not stride_bytes % GLOBAL_STRIDE_ALIGN:

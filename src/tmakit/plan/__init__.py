@@ -10,7 +10,7 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 """
 
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
-from .load import LoadPlan, ceil_div
+from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
@@ -27,6 +27,7 @@ __all__ = [
     "TileWalk",
     "TransposeMapping",
     "ceil_div",
+    "check_run_time_extents",
     "check_copy_shape",
     "copy_class",
     "copy_destination",

@@ -17,7 +17,7 @@ from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded
 from ..errors import TmaConfigError
 from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
 from ..validate import MAX_EXTENT, check_extents, check_outer_strides
-from .load import LoadPlan, ceil_div
+from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import TransposeMapping
 from .ring import PipelinePlan, check_l2_hint, check_stages
 
@@ -370,6 +370,7 @@ def check_copy_shape(
     (`validate.check_outer_strides`: None where they are the tensor's own)."""
     if min(shape) < 1 or max(shape) > MAX_EXTENT:
         check_extents(shape)  # raises, naming the dim
+    check_run_time_extents(shape, copy.load.config.tile)
     fixed = [check_outer_strides(shape, strides[0], nbytes, contiguous[0], name=names[0])]
     if len(strides) > 1:  # the destination's
         fixed.append(check_outer_strides(shape, strides[1], nbytes, contiguous[1], name=names[1]))

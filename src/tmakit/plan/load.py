@@ -38,6 +38,18 @@ def check_tile_count(tiles: int) -> None:
         )
 
 
+def check_run_time_extents(shape: tuple[int, ...], tile: tuple[int, int]) -> None:
+    """A shape-generic kernel counts its tiles in 32-bit device integers from the extents
+    (`ceil_div(rows, tile_rows)`): the rows and columns, plus a tile less one, fit in them."""
+    for name, extent, tile_extent in (("rows", shape[-2], tile[0]), ("columns", shape[-1], tile[1])):
+        if extent + tile_extent - 1 > MAX_DEVICE_INT:
+            raise TmaConfigError(
+                f"tensor {name} extent is {extent}; a kernel compiled for every shape counts tiles in "
+                f"32-bit integers, so it takes at most {MAX_DEVICE_INT + 1 - tile_extent} with a tile "
+                f"extent of {tile_extent}: split the tensor"
+            )
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """How a `LoadConfig` is split: one block (one warp) per strip of `tile[0]` rows of each

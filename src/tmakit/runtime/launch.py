@@ -147,7 +147,9 @@ def compile_copy(
             kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
         target = destination or copy_destination(copy)
         if shape_generic and as_rows:
-            src = dst = symbolic_tensors(config.element, (len(tensor_shape) - 1,), len(tensor_shape))[0]
+            # The kernel reads only the base and the size of a rows view: no stride promise.
+            rank = len(tensor_shape)
+            src = dst = symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0]
         elif shape_generic:
             src, dst = symbolic_tensors(
                 config.element, (config.contiguous_index, target.contiguous_index), len(config.shape)
