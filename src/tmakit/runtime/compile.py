@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class CompiledKernel:
 
 # (cache key, keep_ptx, tvm_ffi) -> compiled kernel, for the life of the process.
 _COMPILED: dict[tuple, CompiledKernel] = {}
+_COMPILING = threading.Lock()
 
 
 def compiled_once(
@@ -84,11 +86,14 @@ def compiled_once(
     key = (cache_key, keep_ptx, tvm_ffi)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        kernel, *example_args = build()
-        compiled = compile_kernel(
-            kernel, *example_args, keep_ptx=keep_ptx, tvm_ffi=tvm_ffi, cache_key=repr(cache_key)
-        )
-        _COMPILED[key] = compiled
+        with _COMPILING:  # threads meeting a new kernel at once compile it once
+            compiled = _COMPILED.get(key)
+            if compiled is None:
+                kernel, *example_args = build()
+                compiled = compile_kernel(
+                    kernel, *example_args, keep_ptx=keep_ptx, tvm_ffi=tvm_ffi, cache_key=repr(cache_key)
+                )
+                _COMPILED[key] = compiled
     return compiled
 
 
@@ -167,13 +172,16 @@ def load_cached(path: Path, name: str) -> Any:
     """The TVM-FFI function exported to `path` - from its shared library when there is one
     (`link_shared`), else from the object file - or None if it cannot be loaded (then
     recompiled)."""
-    try:
-        from cutlass.runtime import load_module
+    from cutlass.runtime import load_module
 
-        shared = path.with_suffix(".so")
-        return getattr(load_module(str(shared if shared.exists() else path), enable_tvm_ffi=True), name)
-    except Exception:  # noqa: BLE001 - a damaged or foreign file is a cache miss, not an error
-        return None
+    shared = path.with_suffix(".so")
+    for candidate in (shared, path) if shared.exists() else (path,):
+        try:
+            return getattr(load_module(str(candidate), enable_tvm_ffi=True), name)
+        except Exception:  # noqa: BLE001 - a damaged or foreign file is a cache miss, not an error
+            if candidate == shared:
+                shared.unlink(missing_ok=True)  # the object file is tried next
+    return None
 
 
 def store_cached(function: Any, path: Path, name: str) -> None:
@@ -182,7 +190,7 @@ def store_cached(function: Any, path: Path, name: str) -> None:
     read-only or full disk only costs the cache."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp.o")
+        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp.o")
         function.export_to_c(str(partial), function_name=name)
         os.replace(partial, path)
     except OSError:
@@ -202,7 +210,7 @@ def link_shared(path: Path) -> Path | None:
 
     libraries = [library for library in find_runtime_libraries(enable_tvm_ffi=True) if Path(library).exists()]
     target = path.with_suffix(".so")
-    partial = path.with_suffix(f".{os.getpid()}.tmp.so")
+    partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp.so")
     rpaths = [f"-Wl,-rpath,{Path(library).parent}" for library in libraries]
     command = [compiler, "-shared", "-o", str(partial), str(path), *libraries, *rpaths]
     try:
