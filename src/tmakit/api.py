@@ -12,7 +12,17 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import DTYPES, ROW_VIEW_WIDTHS, SEED, LoadConfig, dtype_of, major_of, padded_strides, rows_view
+from .config import (
+    DTYPES,
+    ROW_VIEW_WIDTHS,
+    SEED,
+    LoadConfig,
+    contiguous_index,
+    dtype_of,
+    major_of,
+    padded_strides,
+    rows_view,
+)
 from .errors import TmaConfigError
 from .limits import MAX_RANK
 from .plan import (
@@ -315,11 +325,6 @@ def plan_copy(
     _CLASSES[key] = known  # `known_class` finds it for the next new shape
     _L2_BYTES[src.get_device()] = l2_bytes
     return known.launcher_for(shape, src_strides, dst_strides)
-
-
-def contiguous_index(major: str, rank: int) -> int:
-    """The index of the stride-1 dim of a tensor of `rank` dims and this major."""
-    return rank - 2 if major == "col" else rank - 1
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class LoadConfig:
     @property
     def contiguous_index(self) -> int:
         """The index of the dim with stride 1: the last, or the one before (`contiguous_dim`)."""
-        return len(self.shape) - (2 if self.contiguous_dim == "rows" else 1)
+        return contiguous_index(major_of(self.element_strides, self.shape), len(self.shape))
 
 
 SEED = LoadConfig()
@@ -149,6 +149,11 @@ def major_of(strides: tuple[int, ...], shape: tuple[int, ...] | None = None) -> 
     if strides[-2] == 1 and (strides[-1] != 1 or (shape is not None and shape[-1] == 1 and shape[-2] > 1)):
         return "col"
     return "row"
+
+
+def contiguous_index(major: str, rank: int) -> int:
+    """The index of the stride-1 dim of a tensor of `rank` dims and this major (`major_of`)."""
+    return rank - 2 if major == "col" else rank - 1
 
 
 def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") -> tuple[int, ...]:

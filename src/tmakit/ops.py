@@ -57,7 +57,8 @@ from .api import copy_ as tma_copy_
 from .api import load_tiles as tma_load_tiles
 from .config import SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
-from .plan import CopyOptions, LoadPlan, ceil_div
+from .plan import CopyOptions, LoadPlan
+from .plan.load import padded_extents
 from .validate import check_rank
 
 NAMESPACE = "tmakit"
@@ -233,16 +234,15 @@ def padded_shape(tensor: torch.Tensor, tile: tuple[int, int], swizzle: int) -> t
     columns rounded up to whole tiles. A static shape gets `LoadPlan`'s whole check, so a
     configuration load_tiles would refuse is refused while tracing. A symbolic shape (dynamic shapes:
     SymInts, which the check would specialise) gets the rank and tile checks and the same
-    arithmetic (`ceil_div`)."""
+    arithmetic (`plan.load.padded_extents`)."""
     shape, strides = tuple(tensor.shape), tuple(tensor.stride())
     if all(type(value) is int for value in (*shape, *strides)):
         config = LoadConfig(shape, dtype_of(tensor.dtype), tile, swizzle, major_of(strides, shape), strides)
         return LoadPlan(config).padded_shape
     check_rank(len(shape))
-    rows, cols = tile
-    if rows < 1 or cols < 1:
+    if min(tile) < 1:
         LoadPlan(LoadConfig(tile=tile))  # raises the tile's own error
-    return (*shape[:-2], ceil_div(shape[-2], rows) * rows, ceil_div(shape[-1], cols) * cols)
+    return padded_extents(shape, tile)
 
 
 def load_tiles_fake(

@@ -29,6 +29,12 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
+def padded_extents(shape: tuple, tile: tuple[int, int]) -> tuple:
+    """`shape` with its rows and columns rounded up to whole tiles (plain or symbolic extents)."""
+    rows, cols = tile
+    return (*shape[:-2], ceil_div(shape[-2], rows) * rows, ceil_div(shape[-1], cols) * cols)
+
+
 def check_tile_count(tiles: int) -> None:
     """The kernels count tiles in 32-bit device integers."""
     if tiles > MAX_DEVICE_INT:
@@ -126,11 +132,7 @@ class LoadPlan:
     def padded_shape(self) -> tuple[int, ...]:
         """The extent covered by whole tiles; the verifying kernel's scratch output has this
         shape (row-major, compact, whatever the input's layout)."""
-        return (
-            *self.batch_shape,
-            self.row_blocks * self.config.tile[0],
-            self.tiles_per_block * self.config.tile[1],
-        )
+        return padded_extents(self.config.shape, self.config.tile)
 
     @property
     def rows_contiguous(self) -> bool:

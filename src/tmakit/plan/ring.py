@@ -139,7 +139,7 @@ class PipelinePlan:
         """Refuse a tensor of `shape` whose walk (a shape-generic kernel's run-time tile counts
         and grid, as the kernel computes them) would not fit 32-bit device integers."""
         tile_rows, tile_cols = self.load.config.tile
-        total = ((shape[-2] + tile_rows - 1) // tile_rows) * ((shape[-1] + tile_cols - 1) // tile_cols)
+        total = ceil_div(shape[-2], tile_rows) * ceil_div(shape[-1], tile_cols)
         for extent in shape[:-2]:
             total *= extent
         check_walk_counts(total, min(total, self.persistent_blocks), self.persistent and self.tile_order)
