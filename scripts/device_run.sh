@@ -2,7 +2,8 @@
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
 #   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench
 #   transposebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu copyncu
-#   ceiling (DRAM read/write/copy limits, scripts/dram_ceiling.py) hostcost (host us per copy call)
+#   ceiling (DRAM read/write/copy limits, scripts/dram_ceiling.py) hostcost (host us per copy call;
+#   a profile of a fresh process's first copy in host-cost-stderr.log)
 #   edges (scripts/gpu_edges.py: > 2^31 elements, > 4 GiB, the largest grid)
 #   generic (the shape-generic kernels' GPU tests and the copy tests)
 #   ncugeneric (scripts/ncu_generic.py: Nsight Compute, shape-generic against shape-specialised copies)
@@ -41,7 +42,7 @@ for step in "$@"; do
     prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline stages=1 --pipeline stages=2 --pipeline stages=4 --pipeline stages=7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
     ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" ${TMAKIT_CEILING_NCU+--ncu "$TMAKIT_CEILING_NCU"} 2>&1 | tail -30 ;;
     edges) timeout ${TMAKIT_EDGES_S:-400} python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" ${TMAKIT_EDGES_ONLY:+--only "$TMAKIT_EDGES_ONLY"} 2>&1 | tail -12 ;;
-    hostcost) timeout 120 python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2>&1 | tail -8 ;;
+    hostcost) timeout 200 python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     ncugeneric) timeout ${TMAKIT_NCUGENERIC_S:-200} python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;

@@ -22,6 +22,46 @@ def test_seed_ring_fits_seven_stages_and_refuses_eight():
         PipelinePlan(plan, consumer_warps=0)
 
 
+class CountingDivisor:
+    """A stand-in for the DSL's fast divisor: `//` by it counts, and divides by its count."""
+
+    def __init__(self, count, uses):
+        self.count, self.uses = count, uses
+
+    def __rfloordiv__(self, dividend):
+        self.uses.append(self.count)
+        return dividend // self.count
+
+
+@pytest.mark.parametrize("order", ["interleaved", "columns", "blocked"])
+def test_a_walk_with_fast_divisors_walks_the_same_tiles_dividing_only_through_them(order):
+    """A shape-generic kernel's walk divides by the run-time counts' fast divisors, never by the
+    counts (a division instruction per tile): the same tiles, every division through a divisor."""
+    load = LoadPlan(LoadConfig((3, 200, 136), "bf16", (64, 64)))
+    pipeline = PipelinePlan(load, persistent=True, sm_count=5, tile_order=order)
+    plain = pipeline.walk
+    uses = []
+
+    class Divisors:
+        row_blocks = CountingDivisor(plain.row_blocks, uses)
+        column_tiles = CountingDivisor(plain.column_tiles, uses)
+        matrix_tiles = CountingDivisor(plain.matrix_tiles, uses)
+        grid = CountingDivisor(plain.grid, uses)
+
+    class Counts(int):  # a count that refuses to be divided by
+        def __rfloordiv__(self, other):
+            raise AssertionError("divided by a count, not its divisor")
+
+    fast = pipeline.walk_of(
+        Counts(plain.row_blocks), Counts(plain.column_tiles), plain.batch_count, Counts(plain.grid), Divisors
+    )
+    for block in range(plain.grid):
+        assert fast.tiles_of_block(block) == plain.tiles_of_block(block)
+        for step in range(plain.tiles_of_block(block)):
+            assert fast.tile_of(block, step) == plain.tile_of(block, step)
+    assert uses
+
+
 def test_swizzled_stages_stay_1024_aligned():
     pipeline = PipelinePlan(LoadPlan(LoadConfig((512, 512), "fp16", (24, 64), 128)), stages=3)
     assert pipeline.load.expected_tx_bytes == 3072 and pipeline.stage_bytes == 3072

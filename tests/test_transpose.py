@@ -8,7 +8,7 @@ import pytest
 from tmakit import LoadConfig, LoadPlan, TmaConfigError
 from tmakit.check.sweep import transpose_configs
 from tmakit.config import DTYPES
-from tmakit.plan import CopyPlan, PipelinePlan, copy_destination
+from tmakit.plan import CopyOptions, CopyPlan, PipelinePlan, copy_class, copy_destination
 from tmakit.runtime.launch import compile_copy
 from tmakit.validate import SMEM_PER_BLOCK
 
@@ -161,6 +161,26 @@ def test_compiled_copies_are_kept_on_disk_and_loaded_back(tmp_path, monkeypatch)
     assert not other.from_disk and len(list(tmp_path.glob("*.o"))) == 2
     monkeypatch.setenv("TMAKIT_CACHE_DIR", "off")
     assert not build("test copy 512x512").from_disk
+
+
+def test_a_kernel_on_disk_is_loaded_without_being_built(tmp_path, monkeypatch):
+    """A fresh process's first copy of a cached class builds no kernel object and describes no
+    tensor (the kernel modules need not even be imported): `compiled_once` asks the disk first."""
+    pytest.importorskip("tvm_ffi")
+    from tmakit.runtime import compile as compile_module
+
+    monkeypatch.setenv("TMAKIT_CACHE_DIR", str(tmp_path))
+    copy = copy_class(CopyOptions(), "fp16", 2, "row", False, (16, 256), 132, True)
+    first = compile_copy(copy, tvm_ffi=True, shape_generic=True)
+    assert not first.from_disk
+    monkeypatch.setattr(compile_module, "_COMPILED", {})  # a new process: nothing in memory
+    built = []
+    original = compile_module.compile_kernel
+    monkeypatch.setattr(
+        compile_module, "compile_kernel", lambda *a, **k: built.append(a) or original(*a, **k)
+    )
+    again = compile_copy(copy, tvm_ffi=True, shape_generic=True)
+    assert again.from_disk and callable(again.function) and built == []
 
 
 def test_a_damaged_cache_file_is_a_miss_not_an_error(tmp_path, monkeypatch):

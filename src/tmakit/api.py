@@ -273,10 +273,15 @@ def copy(
 
 
 def plan_copy(
-    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, shape_generic: bool | None = None
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: CopyOptions,
+    read: list | None = None,
+    shape_generic: bool | None = None,
 ) -> Launcher:
     """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
-    launcher does nothing.
+    launcher does nothing. `read`: [src.shape, src.stride(), dst.shape, dst.stride()], where the
+    caller has read them already (`runtime.dispatch`).
 
     Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
     (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
@@ -285,9 +290,11 @@ def plan_copy(
     if shape_generic is None:
         shape_generic = tvm_ffi_available()
     if shape_generic:
-        known = known_class(dst, src, options)
+        if read is None:
+            read = [src.shape, src.stride(), dst.shape, dst.stride()]
+        known = known_class(dst, src, options, read)
         if known is not None:
-            return known.launcher_for(tuple(src.shape), src.stride(), dst.stride())
+            return known.launcher_for(tuple(read[0]), read[1], read[3])
     import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
@@ -368,24 +375,26 @@ def class_key(
     return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
 
 
-def known_class(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions) -> CopyClass | None:
+def known_class(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, read: list) -> CopyClass | None:
     """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
-    new shape's lookup); None for anything else - other tensors, other classes, rows views,
-    empty tensors - which then takes `plan_copy`'s full path. Equal dtypes, one CUDA device and
-    equal shapes are checked here; what a class key fixes was checked when the class was made."""
+    new shape's lookup; `read` as `plan_copy` takes it); None for anything else - other tensors,
+    other classes, rows views, empty tensors - which then takes `plan_copy`'s full path. Equal
+    dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was checked
+    when the class was made."""
     if options.as_rows or options.bulk:
         return None
-    shape = src.shape
+    shape, src_strides, dst_shape, dst_strides = read
     device = src.get_device()
-    if device < 0 or dst.get_device() != device or dst.shape != shape or dst.dtype != src.dtype:
+    dtype = src.dtype
+    if device < 0 or dst.get_device() != device or dst_shape != shape or dst.dtype != dtype:
         return None
     l2_bytes = _L2_BYTES.get(device)
     numel = src.numel()
     if l2_bytes is None or numel == 0:
         return None
-    src_major, dst_major = major_of(src.stride(), shape), major_of(dst.stride(), shape)
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     fits_l2 = 2 * numel * src.element_size() <= l2_bytes
-    return _CLASSES.get(class_key(options, src.dtype, device, shape, src_major, dst_major, fits_l2))
+    return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2))
 
 
 @functools.lru_cache(maxsize=64)

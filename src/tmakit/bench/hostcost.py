@@ -121,7 +121,7 @@ def measure_new_shape_host_cost() -> dict:
 
 
 FIRST_CALL_SCRIPT = """
-import json, time
+import json, os, sys, time
 start = time.perf_counter()
 import torch
 x = torch.randn(777, 1000, device="cuda").to(torch.float16)
@@ -134,10 +134,21 @@ dsl_s = time.perf_counter() - start
 start = time.perf_counter()
 import tmakit
 tmakit_s = time.perf_counter() - start
+profile = os.environ.get("TMAKIT_PROFILE_FIRST_CALL")
+if profile:
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 start = time.perf_counter()
 tmakit.copy_(y, x)
 torch.cuda.synchronize()
 first_s = time.perf_counter() - start
+if profile:
+    import io, pstats
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+    print(text.getvalue(), file=sys.stderr)
 assert torch.equal(x, y)
 # The parts of a first call, timed again in a second class (the transposing copy of x.t()):
 # tmakit's kernel modules are imported by now, so these are the class's own costs.
@@ -164,12 +175,19 @@ def measure_first_call(cache_dir: str) -> dict:
     that cache warm; the DSL's own import time reported apart."""
     env = {**os.environ, "TMAKIT_CACHE_DIR": cache_dir}
     runs = {}
-    for label in ("cold_disk_cache", "warm_disk_cache"):
+    for label in ("cold_disk_cache", "warm_disk_cache", "profiled"):
         done = subprocess.run(
-            [sys.executable, "-c", FIRST_CALL_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", FIRST_CALL_SCRIPT],
+            env={**env, "TMAKIT_PROFILE_FIRST_CALL": "1"} if label == "profiled" else env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if done.returncode:
             runs[f"{label}_error"] = done.stderr[-600:]
+            continue
+        if label == "profiled":  # where a warm first call spends its time (cProfile, cumulative)
+            print(done.stderr[-6000:], file=sys.stderr)
             continue
         for key, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
             runs[f"{label}_{key}"] = value

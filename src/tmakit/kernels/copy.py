@@ -32,7 +32,7 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 
 from ..limits import WARP_THREADS
 from ..plan import CopyPlan
-from .pipeline import TmaRingKernel
+from .pipeline import RunTimeWalk, TmaRingKernel
 from .tma import matrix_first_view, shared_tile_layout
 
 __all__ = ["BulkCopyKernel", "CopyKernel"]
@@ -107,10 +107,13 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             store_layout,
             plan.config.tile,
         )
+        run_time = self.run_time_walk(coordinate_view)
         self.launch(
-            self.kernel(load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout),
+            self.kernel(
+                load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout, run_time
+            ),
             stream,
-            self.launch_grid(coordinate_view),
+            run_time,
         )
 
     @cute.kernel
@@ -123,8 +126,9 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
         store_layout: cute.ComposedLayout,
+        run_time: RunTimeWalk | None,
     ):
-        walk = self.walk(coordinate_view)
+        walk = self.walk(run_time)
         warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk)
@@ -276,13 +280,19 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
         """`dst`: the destination, `src`'s shape; `guard`: GUARD_WORDS int32 zeros."""
         src, dst = self.rows_views(src, dst)
         shared_layout = shared_tile_layout(self.plan.config.tile)
-        self.launch(self.kernel(src, dst, guard, shared_layout), stream, self.launch_grid(src))
+        run_time = self.run_time_walk(src)
+        self.launch(self.kernel(src, dst, guard, shared_layout, run_time), stream, run_time)
 
     @cute.kernel
     def kernel(
-        self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, shared_layout: cute.ComposedLayout
+        self,
+        src: cute.Tensor,
+        dst: cute.Tensor,
+        guard: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+        run_time: RunTimeWalk | None,
     ):
-        walk = self.walk(src)
+        walk = self.walk(run_time)
         warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
             self.produce(src, ring, full, empty, guard, block, tiles, walk)

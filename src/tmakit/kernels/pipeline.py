@@ -14,6 +14,7 @@ The copies (a TMA store of each stage, transposing or not, and bulk copies) are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -27,9 +28,23 @@ from ..plan.ring import GUARD_WORDS
 from .ring import TileRing
 from .tma import padded_matrix_view, tile_coordinate, tile_counts, tma_load_views
 
-__all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel", "TmaRingKernel"]
+__all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel", "RunTimeWalk", "TmaRingKernel"]
 
 CONSUMERS = ("none", "store", "rowsum")
+
+
+@dataclass
+class RunTimeWalk:
+    """A shape-generic kernel's walk (`TileWalk`), made in its host function from the tensor's
+    run-time extents and passed to the kernel: each count the walk divides by as a fast divisor
+    (`.divisor` is the count; `//` multiplies and shifts where a division instruction would cost
+    tens of instructions per tile), and the batch count."""
+
+    row_blocks: cute.FastDivmodDivisorV2
+    column_tiles: cute.FastDivmodDivisorV2
+    matrix_tiles: cute.FastDivmodDivisorV2
+    grid: cute.FastDivmodDivisorV2
+    batch_count: cutlass.Int32
 
 
 class TmaRingKernel:
@@ -51,28 +66,39 @@ class TmaRingKernel:
         """The shared memory a block requests: the ring's (a copy adds its staging tiles)."""
         return self.pipeline.smem_bytes
 
-    def launch_grid(self, matrix_view: cute.Tensor):
-        """Blocks to launch for the tensor (`PipelinePlan.grid`, or its run-time value)."""
-        pipeline = self.pipeline
+    def run_time_walk(self, matrix_view: cute.Tensor) -> RunTimeWalk | None:
+        """In the host function: a shape-generic kernel's walk over the tensor (viewed matrix
+        first) on `PipelinePlan.grid`'s run-time value of blocks; None for a kernel compiled
+        for one shape, whose walk is the plan's."""
         if not self.shape_generic:
-            return pipeline.grid
+            return None
         row_blocks, column_tiles, batch = tile_counts(self.plan, matrix_view, True)
-        return cutlass.min(row_blocks * column_tiles * batch, cutlass.Int32(pipeline.persistent_blocks))
+        matrix_tiles = row_blocks * column_tiles
+        grid = cutlass.min(matrix_tiles * batch, cutlass.Int32(self.pipeline.persistent_blocks))
+        divisor = cute.fast_divmod_create_divisor_v2
+        return RunTimeWalk(
+            divisor(row_blocks), divisor(column_tiles), divisor(matrix_tiles), divisor(grid), batch
+        )
 
-    def walk(self, matrix_view: cute.Tensor) -> TileWalk:
-        """In the kernel: which tiles this block loads (`PipelinePlan.walk`, or the same walk over
-        the run-time tile counts and the launched grid)."""
+    def walk(self, run_time: RunTimeWalk | None) -> TileWalk:
+        """In the kernel: which tiles this block loads (`PipelinePlan.walk`, or the same walk
+        over `run_time_walk`'s counts)."""
         if not self.shape_generic:
             return self.pipeline.walk
-        grid, _, _ = cute.arch.grid_dim()
-        return self.pipeline.walk_of(*tile_counts(self.plan, matrix_view, True), cutlass.Int32(grid))
+        return self.pipeline.walk_of(
+            run_time.row_blocks.divisor,
+            run_time.column_tiles.divisor,
+            run_time.batch_count,
+            run_time.grid.divisor,
+            run_time,
+        )
 
-    def launch(self, kernel, stream: cuda.CUstream, grid=None) -> None:
-        """Launch a traced `kernel(...)` with the plan's grid (or `grid`, a run-time value), block
-        and shared memory."""
+    def launch(self, kernel, stream: cuda.CUstream, run_time: RunTimeWalk | None = None) -> None:
+        """Launch a traced `kernel(...)` with the plan's grid (or `run_time`'s), block and shared
+        memory."""
         pipeline = self.pipeline
         kernel.launch(
-            grid=(pipeline.grid if grid is None else grid, 1, 1),
+            grid=(pipeline.grid if run_time is None else run_time.grid.divisor, 1, 1),
             block=(pipeline.threads_per_block, 1, 1),
             smem=self.smem_bytes,
             stream=stream,
@@ -175,7 +201,7 @@ class PipelinedLoadKernel(TmaRingKernel):
         guard: cute.Tensor,
         shared_layout: cute.ComposedLayout,
     ):
-        walk = self.walk(coordinate_view)
+        walk = self.walk(None)  # compiled for one shape: the plan's walk
         warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
         if warp == 0:
             self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk)

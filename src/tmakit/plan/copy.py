@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded_strides, parse_fields
 from ..errors import TmaConfigError
-from ..limits import BANK_ROW_BYTES, MAX_BOX_EXTENT, STAGING_TILE_ALIGN, VECTOR_BYTES, WARP_THREADS
+from ..limits import (
+    BANK_ROW_BYTES,
+    MAX_BOX_EXTENT,
+    MAX_DEVICE_INT,
+    STAGING_TILE_ALIGN,
+    VECTOR_BYTES,
+    WARP_THREADS,
+)
 from ..validate import MAX_EXTENT, check_extents, check_outer_strides
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import TransposeMapping
@@ -206,6 +213,12 @@ class CopyPlan:
     def load(self) -> LoadPlan:
         return self.ring.load
 
+    @functools.cached_property
+    def shape_check_constants(self) -> tuple[int, int, int]:
+        """(tile rows, tile columns, persistent blocks): what `check_copy_shape` reads per shape."""
+        tile_rows, tile_cols = self.load.config.tile
+        return tile_rows, tile_cols, self.ring.persistent_blocks
+
     @property
     def max_stages(self) -> int:
         """Stages that fit beside the staging tiles (and their alignment) of a transposing copy."""
@@ -368,13 +381,25 @@ def check_copy_shape(
     strides (`contiguous`: the index of each one's stride-1 dim; `nbytes`: the element size),
     and the tile counts. Returns each tensor's strides as the kernel is to be given them
     (`validate.check_outer_strides`: None where they are the tensor's own)."""
-    if min(shape) < 1 or max(shape) > MAX_EXTENT:
-        check_extents(shape)  # raises, naming the dim
-    check_run_time_extents(shape, copy.load.config.tile)
+    # The common case in plain arithmetic (a new shape's checks are most of its host cost); any
+    # doubt, and the rules' own checks run to pass it or to raise, naming the rule.
+    tile_rows, tile_cols, blocks = copy.shape_check_constants
+    rows, cols = shape[-2], shape[-1]
+    tiles = ((rows + tile_rows - 1) // tile_rows) * ((cols + tile_cols - 1) // tile_cols)
+    for extent in shape[:-2]:
+        tiles *= extent
+    if (
+        min(shape) < 1
+        or max(shape) > MAX_EXTENT
+        or max(rows + tile_rows, cols + tile_cols) > MAX_DEVICE_INT
+        or tiles * blocks > MAX_DEVICE_INT
+    ):
+        check_extents(shape)
+        check_run_time_extents(shape, (tile_rows, tile_cols))
+        copy.ring.check_walk_over(shape)
     fixed = [check_outer_strides(shape, strides[0], nbytes, contiguous[0], name=names[0])]
     if len(strides) > 1:  # the destination's
         fixed.append(check_outer_strides(shape, strides[1], nbytes, contiguous[1], name=names[1]))
-    copy.ring.check_walk_over(shape)
     return fixed
 
 

@@ -144,10 +144,13 @@ class PipelinePlan:
             total *= extent
         check_walk_counts(total, min(total, self.persistent_blocks), self.persistent and self.tile_order)
 
-    def walk_of(self, row_blocks, column_tiles, batch_count, grid) -> TileWalk:
+    def walk_of(self, row_blocks, column_tiles, batch_count, grid, divisors: object = None) -> TileWalk:
         """The walk of a tensor with these many tiles on `grid` blocks, in this plan's order: a
-        shape-generic kernel passes its run-time counts (device integers)."""
-        return TileWalk(row_blocks, column_tiles, batch_count, grid, self.persistent, self.tile_order)
+        shape-generic kernel passes its run-time counts (device integers) and their fast
+        divisors (`TileWalk.divisors`)."""
+        return TileWalk(
+            row_blocks, column_tiles, batch_count, grid, self.persistent, self.tile_order, divisors
+        )
 
     @property
     def persistent_blocks(self) -> int:
@@ -215,7 +218,12 @@ class TileWalk:
     matrix, `batch_count` matrices, `grid` blocks, walked as a `PipelinePlan` says
     (`PipelinePlan.walk`). The methods use only `+ - * //`, so they run on the host on plain
     integers and, traced, in a kernel on device integers: a shape-generic kernel builds its walk
-    from the tensor's run-time extents and the launched grid. One source for both."""
+    from the tensor's run-time counts and the launched grid. One source for both.
+
+    `divisors` (a shape-generic kernel's): an object whose attributes `row_blocks`,
+    `column_tiles`, `grid` and `matrix_tiles` are what `//` divides by instead of the counts -
+    the DSL's fast divisors, made once on the host, so that no division instruction runs per
+    tile (a multiply-high and a shift instead)."""
 
     row_blocks: int
     column_tiles: int
@@ -223,21 +231,30 @@ class TileWalk:
     grid: int
     persistent: bool = False
     tile_order: str = "interleaved"
+    divisors: object = None
+
+    @property
+    def matrix_tiles(self):
+        return self.row_blocks * self.column_tiles
 
     @property
     def total_tiles(self):
-        return self.row_blocks * self.column_tiles * self.batch_count
+        return self.matrix_tiles * self.batch_count
+
+    def quotient(self, dividend, count: str):
+        """`dividend // self.<count>` (through the fast divisor of that count, where given)."""
+        return dividend // getattr(self if self.divisors is None else self.divisors, count)
 
     def first_tile(self, block):
         """Where a "blocked" block's run of tiles starts (block * tiles // grid)."""
-        return block * self.total_tiles // self.grid
+        return self.quotient(block * self.total_tiles, "grid")
 
     def tiles_of_block(self, block):
         """Tiles block `block` loads: its strip's, or its share of the tiles when persistent."""
         if self.persistent:
             if self.tile_order == "blocked":
                 return self.first_tile(block + 1) - self.first_tile(block)
-            return ceil_div(self.total_tiles - block, self.grid)
+            return self.quotient(self.total_tiles - block + self.grid - 1, "grid")  # ceil_div
         return self.column_tiles
 
     def tile_of(self, block, step):
@@ -249,13 +266,12 @@ class TileWalk:
         else:
             index = block + step * self.grid
         if self.persistent and self.tile_order == "columns":
-            matrix_tiles = self.row_blocks * self.column_tiles
-            batch = index // matrix_tiles
-            within = index - batch * matrix_tiles
-            column_tile = within // self.row_blocks
+            batch = self.quotient(index, "matrix_tiles")
+            within = index - batch * self.matrix_tiles
+            column_tile = self.quotient(within, "row_blocks")
             return batch, within - column_tile * self.row_blocks, column_tile
-        strip = index // self.column_tiles
-        batch = strip // self.row_blocks
+        strip = self.quotient(index, "column_tiles")
+        batch = self.quotient(strip, "row_blocks")
         return batch, strip - batch * self.row_blocks, index - strip * self.column_tiles
 
 

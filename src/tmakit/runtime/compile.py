@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,8 +33,14 @@ TARGET_ARCH = "sm_90a"
 TESTED_DSL_VERSION = "4.8.1"
 
 
+@functools.cache
 def installed_dsl_version() -> str | None:
-    """The installed nvidia-cutlass-dsl version, or None when it is not installed."""
+    """The nvidia-cutlass-dsl version, or None when it is not installed: the imported package's
+    own once it is imported (the version that runs; reading the installed distributions' metadata
+    scans every path entry, about 0.1 s the first time), else the installed distribution's."""
+    imported = sys.modules.get("cutlass")
+    if getattr(imported, "__version__", None):
+        return imported.__version__
     try:
         return metadata.version("nvidia-cutlass-dsl")
     except metadata.PackageNotFoundError:
@@ -81,18 +88,22 @@ def compiled_once(
     cache_key: tuple, build: Callable[[], tuple], keep_ptx: bool = False, tvm_ffi: bool = False
 ) -> CompiledKernel:
     """The kernel `cache_key` names (a hashable tuple of everything it is built from), compiled
-    once per process: `build()` returns (host function, *example arguments) on a miss, which
-    `compile_kernel` compiles (or, for TVM-FFI, loads from the disk cache)."""
+    once per process: loaded from the disk cache when it holds the key (TVM-FFI only), else
+    `build()` returns (host function, *example arguments), which `compile_kernel` compiles. A
+    disk hit builds nothing: no kernel module is imported, no tensor described."""
     key = (cache_key, keep_ptx, tvm_ffi)
     compiled = _COMPILED.get(key)
     if compiled is None:
         with _COMPILING:  # threads meeting a new kernel at once compile it once
             compiled = _COMPILED.get(key)
             if compiled is None:
-                kernel, *example_args = build()
-                compiled = compile_kernel(
-                    kernel, *example_args, keep_ptx=keep_ptx, tvm_ffi=tvm_ffi, cache_key=repr(cache_key)
-                )
+                text_key = repr(cache_key)
+                compiled = load_from_disk(text_key) if tvm_ffi and not keep_ptx else None
+                if compiled is None:
+                    kernel, *example_args = build()
+                    compiled = compile_kernel(
+                        kernel, *example_args, keep_ptx=keep_ptx, tvm_ffi=tvm_ffi, cache_key=text_key
+                    )
                 _COMPILED[key] = compiled
     return compiled
 
@@ -115,12 +126,11 @@ def compile_kernel(
     `example_args` are CuTe tensors (e.g. `to_cute_tensor` of numpy arrays on a CPU-only machine)."""
     import cutlass.cute as cute
 
-    cached = disk_cache_entry(cache_key) if tvm_ffi and cache_key and not keep_ptx else None
-    if cached is not None and cached[0].exists():
-        start = time.perf_counter()
-        function = load_cached(*cached)
-        if function is not None:
-            return CompiledKernel(function, time.perf_counter() - start, None, from_disk=True)
+    use_disk = tvm_ffi and cache_key and not keep_ptx
+    if use_disk:
+        loaded = load_from_disk(cache_key)
+        if loaded is not None:
+            return loaded
 
     options = f"--gpu-arch {TARGET_ARCH}" + (" --enable-tvm-ffi" if tvm_ffi else "")
     with tempfile.TemporaryDirectory(prefix="tmakit-ptx-") as dump_dir:
@@ -133,8 +143,9 @@ def compile_kernel(
     if ptx is not None and os.path.exists(ptx):  # some versions return the path, not the text
         with open(ptx) as f:
             ptx = f.read()
-    if cached is not None:
-        store_cached(function, *cached)
+    entry = disk_cache_entry(cache_key) if use_disk else None
+    if entry is not None:
+        store_cached(function, *entry)
     return CompiledKernel(function, seconds, ptx)
 
 
@@ -166,6 +177,21 @@ def disk_cache_entry(cache_key: str) -> tuple[Path, str] | None:
     text = "\n".join((cache_key, _source_fingerprint(), str(installed_dsl_version()), TARGET_ARCH))
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
     return directory / f"{digest}.o", f"tmakit_{digest}"
+
+
+def load_from_disk(cache_key: str) -> CompiledKernel | None:
+    """The TVM-FFI function the disk cache holds for `cache_key` (`compile_seconds`: the load),
+    or None: the cache is off, has no such entry, or its files cannot be loaded."""
+    import cutlass  # noqa: F401 - loading needs the DSL; imported first, it names its version cheaply
+
+    entry = disk_cache_entry(cache_key)
+    if entry is None or not entry[0].exists():
+        return None
+    start = time.perf_counter()
+    function = load_cached(*entry)
+    if function is None:
+        return None
+    return CompiledKernel(function, time.perf_counter() - start, None, from_disk=True)
 
 
 def load_cached(path: Path, name: str) -> Any:
