@@ -54,6 +54,6 @@ def device_to_bits(tensor: torch.Tensor) -> np.ndarray:
     """Download a GPU tensor as raw bit patterns of the same width."""
     import torch
 
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[tensor.element_size()]
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
     raw = tensor.view(width).cpu().numpy()
     return raw.view(f"uint{8 * tensor.element_size()}")

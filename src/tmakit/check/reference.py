@@ -15,8 +15,9 @@ from ..plan import LoadPlan
 
 # Input bit patterns keep the bit below the sign clear (for floats: exponent never all ones, so no
 # Inf/NaN that a register move might canonicalise); the poison has it set, so no input equals it.
-_FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF}
-POISON = {bits: POISON_SIGNED & ((1 << bits) - 1) for bits in (8, 16, 32)}  # as unsigned bits
+# A 64-bit element takes the hash's 32 bits (its upper half zero): the mask fits an int64 array.
+_FINITE_MASK = {8: 0xBF, 16: 0xBFFF, 32: 0xBFFFFFFF, 64: 0xBFFFFFFF}
+POISON = {bits: POISON_SIGNED & ((1 << bits) - 1) for bits in (8, 16, 32, 64)}  # as unsigned bits
 
 
 _LOW32 = 0xFFFFFFFF

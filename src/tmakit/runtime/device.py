@@ -36,7 +36,7 @@ def torch_dtype(element: DType) -> torch.dtype:
     return getattr(torch, element.torch_name)
 
 
-_SIGNED_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32"}
+_SIGNED_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 def signed_view_dtype(element: DType) -> torch.dtype:
