@@ -1,0 +1,153 @@
+"""TMA reduce stores on a CPU: the (op, dtype) table and its refusals, the reduce kernels compiled
+for sm_90a (every allowed pair, their PTX read back), and the NumPy model of each reduction."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tmakit import TmaConfigError
+from tmakit.config import DTYPES, LoadConfig
+from tmakit.plan import (
+    REDUCE_DTYPES,
+    REDUCE_OPS,
+    CopyOptions,
+    CopyPlan,
+    LoadPlan,
+    PipelinePlan,
+    ReducePlan,
+    check_reduce,
+    copy_destination,
+    reduce_class,
+    reduce_pairs,
+)
+from tmakit.plan.copy import copy_tile
+from tmakit.ptx import expect_tx_byte_counts
+from tmakit.runtime.launch import compile_reduce
+
+# The PTX ISA's table for cp.reduce.async.bulk.tensor, written out once more by hand: the test
+# of the one table in plan.reduce.
+ISA_TABLE = {
+    "add": {"u32", "s32", "u64", "f32", "f16", "bf16"},
+    "min": {"u32", "s32", "u64", "s64", "f16", "bf16"},
+    "max": {"u32", "s32", "u64", "s64", "f16", "bf16"},
+    "inc": {"u32"},
+    "dec": {"u32"},
+    "and": {"b32", "b64"},
+    "or": {"b32", "b64"},
+    "xor": {"b32", "b64"},
+}
+PTX_NAME = {"uint32": "u32", "int32": "s32", "uint64": "u64", "int64": "s64", "fp32": "f32", "fp16": "f16"}
+PTX_NAME["bf16"] = "bf16"
+
+
+def isa_takes(op: str, dtype: str) -> bool:
+    if op in ("and", "or", "xor"):
+        return dtype in ("int32", "uint32", "int64", "uint64") and f"b{DTYPES[dtype].bits}" in ISA_TABLE[op]
+    return PTX_NAME.get(dtype) in ISA_TABLE[op]
+
+
+# -- the table ---------------------------------------------------------------------------------
+def test_the_table_is_the_isas_and_every_dtype_it_names_is_tmakits():
+    assert REDUCE_OPS == ("add", "min", "max", "inc", "dec", "and", "or", "xor")
+    for op in REDUCE_OPS:
+        for dtype in DTYPES:
+            assert (dtype in REDUCE_DTYPES[op]) == isa_takes(op, dtype), (op, dtype)
+    assert len(reduce_pairs()) == 32
+
+
+@pytest.mark.parametrize(
+    "op, dtype",
+    [("max", "fp32"), ("min", "fp32"), ("add", "int64"), ("add", "fp8e4m3"), ("min", "int8"),
+     ("inc", "int32"), ("dec", "uint64"), ("and", "fp16"), ("xor", "fp32"), ("add", "uint8")],
+)  # fmt: skip
+def test_a_pair_the_isa_does_not_list_is_refused_naming_op_dtype_and_rule(op, dtype):
+    with pytest.raises(TmaConfigError) as error:
+        check_reduce(op, dtype)
+    message = str(error.value)
+    assert f"reduce op {op!r} with dtype {dtype}" in message
+    assert "cp.reduce.async.bulk.tensor" in message
+    for allowed in REDUCE_DTYPES[op]:
+        assert allowed in message
+
+
+def test_an_unknown_op_is_refused_naming_the_ops():
+    with pytest.raises(TmaConfigError, match=r"reduce op 'mul' is not one of add, min, max, inc, dec, and"):
+        check_reduce("mul", "fp32")
+
+
+def test_an_int64_add_is_pointed_at_uint64():
+    with pytest.raises(TmaConfigError, match=r"view\(torch.uint64\)"):
+        check_reduce("add", "int64")
+
+
+def test_a_refused_pair_is_planned_no_further(monkeypatch):
+    """The pair is checked before the copy's class is planned (and so before anything compiles)."""
+    from tmakit.plan import reduce as reduce_module
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("a refused pair was planned")
+
+    monkeypatch.setattr(reduce_module, "copy_class", no_planning)
+    with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
+        reduce_class(CopyOptions(), "max", "fp32", 2, "row", False, (16, 128), 132, False)
+
+
+def test_a_reduce_plan_refuses_a_bad_pair_and_bulk_copies():
+    copy = CopyPlan(PipelinePlan(LoadPlan(LoadConfig((64, 64), "fp32", (16, 64))), persistent=True))
+    assert ReducePlan(copy, "add").op == "add"
+    with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
+        ReducePlan(copy, "max")
+    bulk = CopyPlan(copy.ring, bulk=True)
+    with pytest.raises(TmaConfigError, match="bulk=True"):
+        ReducePlan(bulk, "add")
+
+
+def test_a_reduce_class_is_the_copys_class_with_the_op():
+    args = (CopyOptions(), "min", "int64", 3, "col", False, copy_tile("int64"), 132, True)
+    reduce = reduce_class(*args)
+    assert reduce.copy.load.config.dtype == "int64" and reduce.op == "min"
+    assert reduce_class(*args) is reduce  # planned once per class
+    assert "reduce            each store .min" in reduce.summary()
+
+
+# -- the kernels, compiled for sm_90a ------------------------------------------------------------
+def reduce_instructions(ptx: str) -> set[str]:
+    return set(re.findall(r"cp\.reduce\.async\.bulk\.tensor[\w.:]*", ptx))
+
+
+@pytest.mark.parametrize("op, dtype", reduce_pairs(), ids=[f"{op}-{dtype}" for op, dtype in reduce_pairs()])
+def test_every_allowed_pair_compiles_to_a_tma_reduce_store(op, dtype):
+    """The reduction is in the opcode; the element type is not (the instruction takes it from the
+    tensor map, encoded from the tensor at launch), so the PTX of every dtype of one op is the same
+    instruction - which is why the table is checked before compiling."""
+    reduce = reduce_class(CopyOptions(), op, dtype, 2, "row", False, copy_tile(dtype), 132, False)
+    ptx = compile_reduce(reduce, keep_ptx=True, shape_generic=True).ptx
+    (store,) = reduce_instructions(ptx)
+    assert store.startswith(f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op}.tile.bulk_group")
+    assert not re.search(r"^\s*cp\.async\.bulk\.tensor\.\dd\.global", ptx, re.MULTILINE)  # no plain store
+    assert "cp.async.bulk.tensor.2d.shared::cta.global.tile" in ptx  # the ring's loads
+    assert set(expect_tx_byte_counts(ptx)) == {reduce.load.expected_tx_bytes}
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["same-layout", "transposing"])
+def test_rank_3_and_transposing_reduces_compile(transpose):
+    tile = copy_tile("bf16", transpose)
+    reduce = reduce_class(CopyOptions(), "max", "bf16", 3, "col", transpose, tile, 132, False)
+    destination = copy_destination(reduce.copy) if transpose else None
+    ptx = compile_reduce(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx
+    assert {s.split(".tile")[0] for s in reduce_instructions(ptx)} == {
+        "cp.reduce.async.bulk.tensor.3d.global.shared::cta.max"
+    }
+
+
+def test_a_reduce_compiled_for_one_shape_stores_once_per_tile_from_one_thread():
+    config = LoadConfig((1000, 776), "fp16", (16, 256))
+    pipeline = PipelinePlan(LoadPlan(config), stages=4, persistent=True)
+    ptx = compile_reduce(ReducePlan(CopyPlan(pipeline), "add"), keep_ptx=True).ptx
+    lines = [line.strip() for line in ptx.splitlines() if not line.strip().startswith("$L__")]  # labels
+    stores = [i for i, line in enumerate(lines) if line.startswith("cp.reduce.async.bulk.tensor.2d")]
+    assert len(stores) == 1
+    assert lines[stores[0] + 1] == "cp.async.bulk.commit_group;"
+    assert lines[stores[0] + 2].startswith("cp.async.bulk.wait_group.read")  # stage read before release
