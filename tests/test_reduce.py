@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
@@ -151,3 +152,84 @@ def test_a_reduce_compiled_for_one_shape_stores_once_per_tile_from_one_thread():
     assert len(stores) == 1
     assert lines[stores[0] + 1] == "cp.async.bulk.commit_group;"
     assert lines[stores[0] + 2].startswith("cp.async.bulk.wait_group.read")  # stage read before release
+
+
+# -- the model -----------------------------------------------------------------------------------
+def test_integer_add_wraps_and_min_max_follow_signedness():
+    from tmakit.model import reduce_reference
+
+    big = np.array([2**31 - 1, -5, 7], dtype=np.int32)
+    assert reduce_reference("add", "int32", big, np.array([1, 3, -7], dtype=np.int32)).tolist() == [
+        -(2**31),
+        -2,
+        0,
+    ]
+    top = np.array([2**64 - 1], dtype=np.uint64)
+    assert reduce_reference("add", "uint64", top, np.array([2], dtype=np.uint64)).tolist() == [1]
+    assert reduce_reference("min", "int64", np.array([-1, 5]), np.array([3, -(2**62)])).tolist() == [
+        -1,
+        -(2**62),
+    ]
+    assert reduce_reference("max", "uint32", np.array([0xFFFFFFFF, 1]), np.array([1, 2])).tolist() == [
+        0xFFFFFFFF,
+        2,
+    ]
+
+
+def test_inc_and_dec_as_the_isa_defines_them():
+    from tmakit.model import reduce_reference
+
+    d = np.array([0, 3, 5, 9, 0, 7], dtype=np.uint32)
+    s = np.array([5, 5, 5, 5, 0, 0], dtype=np.uint32)
+    # inc: (d >= s) ? 0 : d + 1
+    assert reduce_reference("inc", "uint32", d, s).tolist() == [1, 4, 0, 0, 0, 0]
+    # dec: (d == 0 || d > s) ? s : d - 1
+    assert reduce_reference("dec", "uint32", d, s).tolist() == [5, 2, 4, 5, 0, 0]
+
+
+def test_bitwise_ops_on_both_widths():
+    from tmakit.model import reduce_reference
+
+    d, s = np.array([0b1100, -1], dtype=np.int64), np.array([0b1010, 2**40], dtype=np.int64)
+    assert reduce_reference("and", "int64", d, s).tolist() == [0b1000, 2**40]
+    assert reduce_reference("or", "int64", d, s).tolist() == [0b1110, -1]
+    assert reduce_reference("xor", "uint32", np.uint32([0xF0F0]), np.uint32([0xFFFF])).tolist() == [0x0F0F]
+
+
+def test_float_add_rounds_once_to_nearest_even():
+    from tmakit.model import reduce_reference
+    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+
+    # fp16: 2048 + 1 is a tie between 2048 and 2050: even mantissa, 2048; 2048 + 3 -> 2052.
+    d, s = np.float16([2048, 2048]), np.float16([1, 3])
+    assert reduce_reference("add", "fp16", d, s).tolist() == [2048, 2052]
+    # fp32 agrees with NumPy's own float32 add (one rounding of the exact sum).
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    assert np.array_equal(reduce_reference("add", "fp32", a, b), a + b)
+    # bf16: 256 + 1 ties to 256 (8 bits of mantissa), 256 + 3 -> 260; an overflow rounds to inf.
+    d = float_to_bf16(np.float32([256, 256, 3.3e38]))
+    s = float_to_bf16(np.float32([1, 3, 3.3e38]))
+    assert bf16_to_float(reduce_reference("add", "bf16", d, s)).tolist() == [256, 260, np.inf]
+
+
+def test_float_min_max_take_the_number_over_a_nan():
+    from tmakit.model import reduce_reference
+    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+
+    nan = np.nan
+    d, s = np.float16([1, nan, nan, -2]), np.float16([nan, 3, nan, 5])
+    got = reduce_reference("min", "fp16", d, s)
+    assert got[:2].tolist() == [1, 3] and np.isnan(got[2]) and got[3] == -2
+    assert reduce_reference("max", "fp16", d, s)[3] == 5
+    b = reduce_reference(
+        "max", "bf16", float_to_bf16(np.float32([nan, 1.5])), float_to_bf16(np.float32([2, nan]))
+    )
+    assert bf16_to_float(b).tolist() == [2, 1.5]
+
+
+def test_the_model_refuses_what_tma_refuses():
+    from tmakit.model import reduce_reference
+
+    with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
+        reduce_reference("max", "fp32", np.float32([1]), np.float32([2]))
