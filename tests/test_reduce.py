@@ -233,3 +233,100 @@ def test_the_model_refuses_what_tma_refuses():
 
     with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
         reduce_reference("max", "fp32", np.float32([1]), np.float32([2]))
+
+
+# -- the API's refusals, before anything compiles -------------------------------------------------
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
+
+
+@pytest.fixture
+def launches(torch, monkeypatch):
+    """CPU tensors pass as GPU ones on an H200 with TVM-FFI; compiles and launches are recorded."""
+    from tmakit import api
+
+    compiled, launched = [], []
+
+    def reduce_launcher(reduce, destination, device, shape_generic=False):
+        compiled.append((reduce, destination, shape_generic))
+
+        def launch(src, dst):
+            launched.append((reduce.op, tuple(src.shape), src.stride(), dst.stride()))
+
+        launch.checks_arguments = True
+        return launch
+
+    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api, "reduce_launcher", reduce_launcher)
+    api.reduce_class_launcher.cache_clear()
+    yield compiled, launched
+    api.reduce_class_launcher.cache_clear()
+
+
+def test_a_reduce_launches_its_class_and_new_shapes_compile_nothing(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    for rows, cols in [(64, 64), (1000, 776), (3, 8)]:
+        dst, src = torch.empty(rows, cols), torch.empty(rows, cols)
+        assert tmakit.add_(dst, src) is dst
+    counters = torch.empty(5, 8, dtype=torch.uint32)
+    assert tmakit.reduce_into_(counters, torch.empty(5, 8, dtype=torch.uint32), "inc") is counters
+    assert [reduce.op for reduce, _, _ in compiled] == ["add", "inc"]
+    assert all(generic for _, _, generic in compiled)
+    assert [shape for _, shape, _, _ in launched] == [(64, 64), (1000, 776), (3, 8), (5, 8)]
+
+
+def test_a_transposing_reduce_gets_the_other_layout(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    src = torch.empty(256, 128, dtype=torch.bfloat16)
+    dst = torch.empty(128, 256, dtype=torch.bfloat16).t()
+    tmakit.reduce_into_(dst, src, "max")
+    reduce, destination, _ = compiled[0]
+    assert reduce.copy.transpose and destination.major == "col"
+
+
+@pytest.mark.parametrize(
+    "make, rule",
+    [
+        (lambda t: (t.empty(8, 8), t.empty(8, 8), "max"), "reduce op 'max' with dtype fp32"),
+        (lambda t: (t.empty(8, 8, dtype=t.int64),) * 2 + ("add",), "reduce op 'add' with dtype int64"),
+        (lambda t: (t.empty(8, 8), t.empty(8, 8), "mul"), "reduce op 'mul' is not one of"),
+        (lambda t: (t.empty(8, 16), t.empty(8, 8), "add"), r"destination is \(8, 16\).*one shape and dtype"),
+        (lambda t: (t.empty(8, 8), t.empty(8, 8, dtype=t.float16), "add"), "one shape and dtype"),
+        (lambda t: (t.empty(64, 63, dtype=t.float16),) * 2 + ("add",), "global stride of dim 0 is 126 bytes"),
+        (lambda t: ([1.0], t.empty(8, 8), "add"), "reduce_into_ takes torch tensors"),
+    ],
+    ids=["pair", "int64-add", "op", "shape", "dtype", "stride", "list"],
+)
+def test_bad_input_is_refused_before_compiling(launches, torch, make, rule):
+    import tmakit
+
+    compiled, launched = launches
+    dst, src, op = make(torch)
+    with pytest.raises(TmaConfigError, match=rule):
+        tmakit.reduce_into_(dst, src, op)
+    assert compiled == [] and launched == []
+
+
+def test_partly_overlapping_tensors_are_refused_the_same_view_is_not(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    memory = torch.empty(65, 64)
+    with pytest.raises(TmaConfigError, match=r"dst \(strides \(64, 1\)\) overlaps src"):
+        tmakit.add_(memory[1:], memory[:-1])
+    tmakit.add_(memory, memory)  # dst += dst: each tile is loaded before its own store
+    assert len(launched) == 1
+
+
+def test_cpu_tensors_are_refused(torch):
+    import tmakit
+
+    with pytest.raises(TmaConfigError, match="dst is on cpu; TMA loads from GPU memory"):
+        tmakit.add_(torch.empty(8, 8), torch.empty(8, 8))
