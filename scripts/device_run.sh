@@ -17,7 +17,7 @@ export OUT=$final_out/work
 mkdir -p "$OUT"
 trap 'tar -czf "$final_out/results-$commit.tgz" -C "$OUT" . && rm -rf "$OUT"' EXIT
 if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels (apache-tvm-ffi for the TVM-FFI launch path)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 for step in "$@"; do
   case $step in
