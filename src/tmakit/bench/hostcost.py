@@ -98,7 +98,8 @@ def measure_new_shape_host_cost() -> dict:
     a class already compiled (fp16, row-major, 2-D: views of 8,000 shapes over one buffer), the
     new shape's checks included; beside it the same class's repeated call (one shape, call after
     call), the shape-specialised kernel's repeated call (the launcher tried first without reading
-    the tensors: the path before shape-generic kernels) and torch's copy_, interleaved."""
+    the tensors: the path before shape-generic kernels) and torch's copy_, interleaved; and the
+    new shape's parts: its checks alone, the compiled launch alone on new shapes and on one."""
     import torch
 
     source = torch.randn(1000, 64, device="cuda").to(torch.float16)
@@ -107,10 +108,23 @@ def measure_new_shape_host_cost() -> dict:
     pairs = [(target[:rows, :cols], source[:rows, :cols]) for rows, cols in shapes]
     api.copy_(*pairs[-1])  # the class compiled (or loaded from disk)
     fresh = iter(pairs[:-1] * 2)  # the table of seen shapes holds 4,096: a second pass is new again
+    fresh_checks, fresh_launches = iter(pairs[:-1] * 2), iter(pairs[:-1] * 2)
     src, dst = source[:256, :64], target[:256, :64]
     api.copy_(dst, src, _specialised=True)
+    options = CopyOptions()
+    class_launch = api.plan_copy(dst, src, options)  # the class's compiled launch, no checks
+
+    def launch_fresh() -> None:
+        fresh_dst, fresh_src = next(fresh_launches)
+        class_launch(fresh_src, fresh_dst)
+
     launches = {
         "new_shape_call_us": lambda: api.copy_(*next(fresh)),
+        # Its parts: a new shape's checks alone (`plan_copy`, nothing launched) and the class's
+        # compiled launch alone, on new shapes and on one shape.
+        "new_shape_checks_us": lambda: api.plan_copy(*next(fresh_checks), options),
+        "new_shape_launch_us": launch_fresh,
+        "repeated_launch_us": lambda: class_launch(src, dst),
         "repeated_call_us": lambda: api.copy_(dst, src),
         "specialised_repeated_call_us": lambda: api.copy_(dst, src, _specialised=True),
         "torch_copy_call_us": lambda: dst.copy_(src),
