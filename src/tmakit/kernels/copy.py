@@ -102,7 +102,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         if cutlass.const_expr(self.copy.transpose):
             store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
         store_atom, out_view = cpasync.make_tiled_tma_atom(
-            self.store_operation(),
+            cpasync.CopyBulkTensorTileS2GOp(),
             matrix_first_view(dst, len(plan.config.shape)),
             store_layout,
             plan.config.tile,
@@ -115,11 +115,6 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             stream,
             run_time,
         )
-
-    def store_operation(self) -> cpasync.TmaCopyOp:
-        """The TMA store's operation: a plain store (shared to global); `kernels.reduce` stores
-        with a reduction instead."""
-        return cpasync.CopyBulkTensorTileS2GOp()
 
     @cute.kernel
     def kernel(
