@@ -158,7 +158,7 @@ def test_unreadable_arguments_get_the_checks_error_and_the_fast_path_checks_noth
         if not isinstance(src, Tensor):
             raise TmaConfigError(f"got {type(src).__name__}")
 
-    dispatch = CopyDispatch(lambda dst, src, options, read: launcher, check)
+    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, check)
     dst, src = Tensor(), Tensor()
     for _ in range(4):
         assert dispatch.copy_(dst, src, None, None, {}) is dst
@@ -181,7 +181,7 @@ def test_a_launcher_that_moves_nothing_needs_no_aligned_address():
         pass
 
     nothing.moves_nothing = True
-    dispatch = CopyDispatch(lambda dst, src, options, read: nothing)
+    dispatch = CopyDispatch(lambda dst, src, options, facts: nothing)
     dst = Tensor(address=4098)
     assert dispatch.copy_(dst, Tensor(address=4097), None, None, {}) is dst
 

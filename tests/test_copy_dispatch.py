@@ -61,7 +61,7 @@ class Copies:
         self.checks_arguments = checks_arguments
         self.dispatch = CopyDispatch(self.plan)
 
-    def plan(self, dst, src, options, read):
+    def plan(self, dst, src, options, facts):
         self.planned.append(StandInLauncher(src.shape, self.checks_arguments))
         return self.planned[-1]
 
@@ -177,7 +177,7 @@ class GenericCopies(Copies):
         self.launcher = GenericLauncher()
         self.checked: list[tuple[int, ...]] = []
 
-    def plan(self, dst, src, options, read):
+    def plan(self, dst, src, options, facts):
         self.checked.append(src.shape)
         return self.launcher
 

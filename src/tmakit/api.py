@@ -37,7 +37,7 @@ from .plan import (
 )
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
-from .runtime.dispatch import CopyDispatch, Launcher
+from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
 from .validate import check_base_address, check_outer_strides, check_rank
 
@@ -276,12 +276,12 @@ def plan_copy(
     dst: torch.Tensor,
     src: torch.Tensor,
     options: CopyOptions,
-    read: list | None = None,
+    facts: TensorFacts | None = None,
     shape_generic: bool | None = None,
 ) -> Launcher:
     """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
-    launcher does nothing. `read`: [src.shape, src.stride(), dst.shape, dst.stride()], where the
-    caller has read them already (`runtime.dispatch`).
+    launcher does nothing. `facts`: what the caller has read off the tensors already
+    (`runtime.dispatch.TensorFacts`).
 
     Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
     (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
@@ -290,11 +290,12 @@ def plan_copy(
     if shape_generic is None:
         shape_generic = tvm_ffi_available()
     if shape_generic:
-        if read is None:
-            read = [src.shape, src.stride(), dst.shape, dst.stride()]
-        known = known_class(dst, src, options, read)
+        if facts is None:
+            facts = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
+                     src.get_device(), dst.get_device())  # fmt: skip
+        known = known_class(src, options, facts)
         if known is not None:
-            return known.launcher_for(tuple(read[0]), read[1], read[3])
+            return known.launcher_for(facts[0], facts[1], facts[3])
     import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
@@ -375,24 +376,22 @@ def class_key(
     return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
 
 
-def known_class(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, read: list) -> CopyClass | None:
+def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> CopyClass | None:
     """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
-    new shape's lookup; `read` as `plan_copy` takes it); None for anything else - other tensors,
-    other classes, rows views, empty tensors - which then takes `plan_copy`'s full path. Equal
-    dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was checked
-    when the class was made."""
+    new shape's lookup; `facts`: `runtime.dispatch.TensorFacts`); None for anything else - other
+    tensors, other classes, rows views, empty tensors - which then takes `plan_copy`'s full path.
+    Equal dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was
+    checked when the class was made."""
     if options.as_rows or options.bulk:
         return None
-    shape, src_strides, dst_shape, dst_strides = read
-    device = src.get_device()
-    dtype = src.dtype
-    if device < 0 or dst.get_device() != device or dst_shape != shape or dst.dtype != dtype:
+    shape, dtype, device = facts[0], facts[4], facts[6]
+    if device < 0 or facts[7] != device or facts[2] != shape or facts[5] != dtype:
         return None
     l2_bytes = _L2_BYTES.get(device)
     numel = src.numel()
     if l2_bytes is None or numel == 0:
         return None
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
     fits_l2 = 2 * numel * src.element_size() <= l2_bytes
     return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2))
 

@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 
 Launcher = Callable[[Any, Any], None]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
-PlanLauncher = Callable[[Any, Any, CopyOptions, list], Launcher]
+# What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
+# dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...).
+TensorFacts = tuple
+PlanLauncher = Callable[[Any, Any, CopyOptions, TensorFacts], Launcher]
 CheckTensors = Callable[[Any, Any], None]
 
 
@@ -76,9 +79,9 @@ class Streak:
 
 
 class CopyDispatch:
-    """The launchers of `copy_` calls: `plan_launcher(dst, src, options, read)` (`read`: the
-    shapes and strides already read, [src.shape, src.stride(), dst.shape, dst.stride()]) checks a
-    new configuration in full and returns its launcher (a callable (src, dst); one whose
+    """The launchers of `copy_` calls: `plan_launcher(dst, src, options, facts)` (`facts`: what
+    the lookup read off the tensors, `TensorFacts`) checks a new configuration in full and returns
+    its launcher (a callable (src, dst); one whose
     `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
     copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
     is wrong with arguments whose signature cannot be read (None: that read's own error). Shared
@@ -145,7 +148,7 @@ class CopyDispatch:
             copy_options = self._options.get(key)
             if copy_options is None:
                 copy_options = self._options[key] = CopyOptions.of(tile=tile, stages=stages, **options)
-            launcher = self.plan_launcher(dst, src, copy_options, read)
+            launcher = self.plan_launcher(dst, src, copy_options, signature)
             if len(self._launchers) >= self.MOST_SIGNATURES:
                 self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
             self._launchers[signature] = launcher
