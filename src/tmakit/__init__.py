@@ -1,14 +1,15 @@
 """tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained.
 
 The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
-`CopyOptions`), the configuration and plan types and the errors. Building blocks for your own
-kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
+`CopyOptions`), `reduce_into_` and `add_` (TMA reduce stores), the configuration and plan types
+and the errors. Building blocks for your own kernel: `tmakit.plan` (the plans) and
+`tmakit.kernels` (`TileRing` and the TMA view helpers).
 """
 
-from .api import config_for, copy, copy_, load_tiles, padded_empty
+from .api import add_, config_for, copy, copy_, load_tiles, padded_empty, reduce_into_
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
-from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
 
 __all__ = [
     "SEED",
@@ -17,12 +18,15 @@ __all__ = [
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",
+    "ReducePlan",
     "TmaConfigError",
     "TmaHangError",
+    "add_",
     "config_for",
     "copy",
     "copy_",
     "load_tiles",
     "padded_empty",
+    "reduce_into_",
 ]
 __version__ = "0.1.0"

@@ -29,16 +29,19 @@ from .plan import (
     CopyOptions,
     CopyPlan,
     LoadPlan,
+    ReducePlan,
     check_copy_shape,
+    check_reduce,
     check_run_time_extents,
     copy_class,
     copy_destination,
+    reduce_class,
     stand_in_config,
 )
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
-from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
+from .runtime.launch import compile_tile_load, copy_launcher, reduce_launcher, tvm_ffi_available
 from .validate import check_base_address, check_outer_strides, check_rank
 
 if TYPE_CHECKING:
@@ -492,3 +495,108 @@ _SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=Fa
 def copy_dispatch() -> CopyDispatch:
     """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
     return _COPIES
+
+
+# -- reduce stores --------------------------------------------------------------------------------
+def reduce_into_(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> torch.Tensor:
+    """Reduce `src` into `dst` element by element through TMA reduce stores, dst = dst op src;
+    returns `dst`. `op` is one of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and",
+    "or", "xor") and must take the tensors' dtype (`plan.REDUCE_DTYPES`, the PTX ISA's table for
+    `cp.reduce.async.bulk.tensor`: e.g. add takes fp32, fp16, bf16, int32, uint32 and uint64, not
+    int64). `dst` has `src`'s shape and dtype and any layout TMA can address, as for `copy_`.
+
+    The copy's ring loads `src` tile by tile and one thread reduce-stores each tile into `dst`,
+    so every element of `dst` gets exactly one reduction (one rounding for floats). Compiled once
+    per class (dtype, rank, contiguous dims, op) where TVM-FFI is installed. Raises
+    TmaConfigError before anything compiles or launches: a pair the table lacks, mismatched
+    shapes or dtypes, tensors not on one CUDA device, strides TMA cannot take, or `dst` partly
+    overlapping `src` (the very same view is allowed: each tile is loaded before it is stored)."""
+    import_torch("reduce_into_")
+    check_reduce_tensors(dst, src, op)
+    if src.numel() == 0:
+        return dst
+    launcher = plan_reduce(dst, src, op)
+    check_base_address(src.data_ptr())
+    check_base_address(dst.data_ptr())
+    launcher(src, dst)
+    return dst
+
+
+def add_(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """dst += src through TMA reduce stores (`reduce_into_(dst, src, "add")`); returns `dst`."""
+    return reduce_into_(dst, src, "add")
+
+
+def check_reduce_tensors(dst: object, src: object, op: str) -> None:
+    """What a reduce's tensors must be before their layouts are read: torch tensors with memory,
+    of one shape and a dtype `op` reduces, on one CUDA device, not partly overlapping."""
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
+            "a reduce combines elements of one shape and dtype"
+        )
+    check_reduce(op, dtype_of(src.dtype))
+    check_on_gpu(dst, "dst")
+    check_on_gpu(src, "src")
+    if dst.device != src.device:
+        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; reduce within one GPU")
+    check_no_partial_overlap(dst, src)
+
+
+def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Refuse a `dst` whose memory overlaps `src`'s other than as the same view: a tile's store
+    could then land on elements another tile has yet to load."""
+    if dst.numel() == 0 or dst.untyped_storage().data_ptr() != src.untyped_storage().data_ptr():
+        return
+    if dst.data_ptr() == src.data_ptr() and dst.stride() == src.stride():
+        return
+
+    def span(tensor: torch.Tensor) -> tuple[int, int]:
+        last = sum((e - 1) * step for e, step in zip(tensor.shape, tensor.stride(), strict=True))
+        return tensor.data_ptr(), tensor.data_ptr() + (last + 1) * tensor.element_size()
+
+    (dst_start, dst_end), (src_start, src_end) = span(dst), span(src)
+    if dst_start < src_end and src_start < dst_end:
+        raise TmaConfigError(
+            f"dst (strides {tuple(dst.stride())}) overlaps src (strides {tuple(src.stride())}) in memory; "
+            "a reduce reads src while it writes dst: pass a copy of src (or the very same view)"
+        )
+
+
+def plan_reduce(dst: torch.Tensor, src: torch.Tensor, op: str) -> Launcher:
+    """Check a reduce's layouts (the copy's rules) and return its compiled launcher: the
+    shape-generic class's where TVM-FFI is installed (`plan.reduce_class`, this shape checked by
+    `plan.check_copy_shape`), else a kernel compiled for this shape."""
+    dtype = dtype_of(src.dtype)
+    nbytes = DTYPES[dtype].nbytes
+    sm_count, l2_bytes = device_facts(src.device)
+    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    check_rank(len(shape))
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    options = CopyOptions()
+    tile = options.default_tile(dtype, transpose, None, sm_count)
+    fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
+    device = str(src.device)
+    if not tvm_ffi_available():
+        source, destination = config_for(src, tile), config_for(dst, tile)
+        copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+        same_layout = source.element_strides == destination.element_strides
+        return reduce_launcher(ReducePlan(copy, op), None if same_layout else destination, device)
+    rank = len(shape)
+    reduce = reduce_class(options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2)
+    contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
+    strides = (src_strides, dst_strides)
+    fixed_src, fixed_dst = check_copy_shape(reduce.copy, shape, strides, contiguous, nbytes)
+    launcher = reduce_class_launcher(reduce, copy_destination(reduce.copy) if transpose else None, device)
+    if fixed_src is None and fixed_dst is None:
+        return launcher
+    return restrided(launcher, shape, fixed_src, fixed_dst)
+
+
+@functools.lru_cache(maxsize=1024)
+def reduce_class_launcher(reduce: ReducePlan, destination: LoadConfig | None, device: str) -> Launcher:
+    """The launcher of a shape-generic reduce class on one device, compiled (or loaded) once."""
+    return reduce_launcher(reduce, destination, device, shape_generic=True)

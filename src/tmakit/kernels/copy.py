@@ -102,7 +102,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         if cutlass.const_expr(self.copy.transpose):
             store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
         store_atom, out_view = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(),
+            self.store_operation(),
             matrix_first_view(dst, len(plan.config.shape)),
             store_layout,
             plan.config.tile,
@@ -115,6 +115,11 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             stream,
             run_time,
         )
+
+    def store_operation(self) -> cpasync.TmaCopyOp:
+        """The TMA store's operation: a plain store (shared to global); `kernels.reduce` stores
+        with a reduction instead."""
+        return cpasync.CopyBulkTensorTileS2GOp()
 
     @cute.kernel
     def kernel(
@@ -153,11 +158,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
                 destination_part, shared_part = self.tile_views(
                     store_atom, out_view, tile, walk.tile_of(block, step)
                 )
-                # Unlike a TMA load, the DSL does not elect a thread for the store (all 32 lanes
-                # would each store the tile): one thread issues, commits and waits.
-                with cute.arch.elect_one():
-                    self.store(store_atom, shared_part, destination_part)
-                    self.commit_store(late)
+                self.store_and_commit(store_atom, shared_part, destination_part, late)
             self.release_stored(empty, step, late, failed)
         self.release_after_stores(empty, tiles, late, failed)
 
@@ -168,6 +169,19 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         if consumer == 0:
             with cute.arch.elect_one():
                 cpasync.prefetch_descriptor(store_atom)
+
+    @cute.jit
+    def store_and_commit(self, store_atom, shared_part, destination_part, late: cutlass.Constexpr = None):
+        """The storing warp's TMA store of a tile: one thread issues it and commits its bulk group,
+        then, with `late`, waits until all but the newest `late` stores have read their shared
+        memory. Unlike a TMA load, the DSL elects no thread for a plain store (all 32 lanes would
+        each store the tile), so one is elected here."""
+        with cute.arch.elect_one():
+            self.store(store_atom, shared_part, destination_part)
+            if cutlass.const_expr(late is None):
+                cute.arch.cp_async_bulk_commit_group()
+            else:
+                self.commit_store(late)
 
     @cute.jit
     def store(self, store_atom, shared_part, destination_part):
@@ -186,8 +200,8 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         """A consumer warp of a layout-changing copy: per stage, transpose its share of the blocks
         into staging tile `step % 2`, release the stage, fence the writes to the async proxy (TMA
         reads them), meet the other consumer warps at named barrier 1, and (warp 0, one thread)
-        TMA-store the staging tile. Before the barrier that thread waits until the previous
-        store has read the other staging tile, so after it every thread may overwrite that one."""
+        TMA-store the staging tile. Before the barrier warp 0 waits until the previous store has
+        read the other staging tile, so after it every thread may overwrite that one."""
         pipeline = self.pipeline
         source, staging, staging_tiles = self.staging_views(ring, store_layout)
         thread = consumer * WARP_THREADS + cute.arch.lane_idx()
@@ -199,20 +213,16 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             self.transpose_stage(source, stage, staging, buffer, thread)
             self.ring.release(empty, stage, failed)
             cute.arch.fence_proxy("async.shared", space="cta")
-            if consumer == 0:
-                with cute.arch.elect_one():
-                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if consumer == 0:  # every lane waits: only the issuing lane's bulk groups are not empty
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
             cute.arch.barrier(barrier_id=1, number_of_threads=WARP_THREADS * pipeline.consumer_warps)
             if consumer == 0:
                 destination_part, shared_part = self.tile_views(
                     store_atom, out_view, staging_tiles[None, None, buffer], walk.tile_of(block, step)
                 )
-                with cute.arch.elect_one():
-                    self.store(store_atom, shared_part, destination_part)
-                    cute.arch.cp_async_bulk_commit_group()
+                self.store_and_commit(store_atom, shared_part, destination_part)
         if consumer == 0:
-            with cute.arch.elect_one():
-                cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
 
     def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
         """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,

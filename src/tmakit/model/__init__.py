@@ -2,11 +2,13 @@
 
 - `tensor_map`: which bytes a TMA tiled load writes into shared memory, swizzle included.
 - `mbarrier`: one mbarrier's arrival / transaction / phase accounting, as PTX defines it.
+- `reduce`: what a TMA reduce store leaves in each destination element, per op and dtype.
 - `schedule`: replay a load schedule (seed loop, N-stage ring, multicast) against mbarrier models
   and report hangs, races and overwrites.
 """
 
 from .mbarrier import MBarrier, MBarrierError
+from .reduce import reduce_reference
 from .schedule import (
     Arrive,
     ArriveExpectTx,
@@ -40,6 +42,7 @@ __all__ = [
     "Wait",
     "multicast_schedule",
     "pipeline_schedule",
+    "reduce_reference",
     "replay",
     "seed_schedule",
     "swizzle",

@@ -6,30 +6,39 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `mappings`: how consumer threads split a tile (row sums, the transposing copy);
 - `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
-- `multicast`: `MulticastPlan`, clusters whose CTAs share every tile.
+- `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
+- `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`) and `ReducePlan`, a copy
+  whose stores reduce into the destination.
 """
 
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
+from .reduce import REDUCE_DTYPES, REDUCE_OPS, ReducePlan, check_reduce, reduce_class, reduce_pairs
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 
 __all__ = [
     "CLUSTER_SHAPES",
+    "REDUCE_DTYPES",
+    "REDUCE_OPS",
     "TILE_ORDERS",
     "CopyOptions",
     "CopyPlan",
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",
+    "ReducePlan",
     "RowSumMapping",
     "TileWalk",
     "TransposeMapping",
     "ceil_div",
     "check_run_time_extents",
     "check_copy_shape",
+    "check_reduce",
     "copy_class",
     "copy_destination",
+    "reduce_class",
+    "reduce_pairs",
     "stand_in_config",
 ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, LoadConfig
 from ..errors import TmaHangError
-from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, copy_destination
+from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, copy_destination
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
     CompiledKernel,
@@ -134,31 +134,15 @@ def compile_copy(
         copy.load.check_specialised()
 
     def build() -> tuple:
-        import cutlass
-
         from ..kernels.copy import BulkCopyKernel, CopyKernel
 
-        config = copy.load.config
         as_rows = tensor_shape is not None
         if copy.bulk:
             kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
         else:
             mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
             kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
-        target = destination or copy_destination(copy)
-        if shape_generic and as_rows:
-            # The kernel reads only the base and the size of a rows view: no stride promise.
-            rank = len(tensor_shape)
-            src = dst = symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0]
-        elif shape_generic:
-            src, dst = symbolic_tensors(
-                config.element, (config.contiguous_index, target.contiguous_index), len(config.shape)
-            )
-        else:
-            src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
-            dst = src if as_rows else fake_source(target)
-        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-        return kernel, src, dst, guard, placeholder_stream(env=tvm_ffi)
+        return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
 
     # The key names everything the kernel is built from (the source is fingerprinted on disk); a
     # shape-generic kernel's, only what its class is made of.
@@ -168,6 +152,61 @@ def compile_copy(
     else:
         key = ("CopyKernel", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
     return compiled_once(key, build, keep_ptx, tvm_ffi)
+
+
+def compile_reduce(
+    reduce: ReducePlan,
+    hang_guard: bool = False,
+    keep_ptx: bool = False,
+    tvm_ffi: bool = False,
+    destination: LoadConfig | None = None,
+    tensor_shape: tuple[int, ...] | None = None,
+    shape_generic: bool = False,
+) -> CompiledKernel:
+    """A reduce (`kernels.reduce.ReduceKernel`: the copy with TMA reduce stores) for sm_90a; the
+    parameters as `compile_copy`'s. The (op, dtype) pair was checked when the plan was made."""
+    if not shape_generic:
+        reduce.load.check_specialised()
+
+    def build() -> tuple:
+        from ..kernels.reduce import ReduceKernel
+
+        kernel = ReduceKernel(reduce, tensor_shape is not None, shape_generic, hang_guard=hang_guard)
+        return kernel, *copy_arguments(reduce.copy, destination, tensor_shape, shape_generic, tvm_ffi)
+
+    rank = len(tensor_shape) if tensor_shape is not None else None
+    shape = rank if shape_generic else tensor_shape  # a class's key names no extents
+    key = ("ReduceClass" if shape_generic else "ReduceKernel", reduce, hang_guard, destination, shape)
+    return compiled_once(key, build, keep_ptx, tvm_ffi)
+
+
+def copy_arguments(
+    copy: CopyPlan,
+    destination: LoadConfig | None,
+    tensor_shape: tuple[int, ...] | None,
+    shape_generic: bool,
+    tvm_ffi: bool,
+) -> tuple:
+    """The example arguments a copy (or a reduce: the same host function) is compiled against,
+    (src, dst, guard, stream); the parameters as `compile_copy` takes them."""
+    import cutlass
+
+    config = copy.load.config
+    as_rows = tensor_shape is not None
+    target = destination or copy_destination(copy)
+    if shape_generic and as_rows:
+        # The kernel reads only the base and the size of a rows view: no stride promise.
+        rank = len(tensor_shape)
+        src = dst = symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0]
+    elif shape_generic:
+        src, dst = symbolic_tensors(
+            config.element, (config.contiguous_index, target.contiguous_index), len(config.shape)
+        )
+    else:
+        src = fake_tensor(config.element, tensor_shape) if as_rows else fake_source(config)
+        dst = src if as_rows else fake_source(target)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return src, dst, guard, placeholder_stream(env=tvm_ffi)
 
 
 def compile_multicast_load(
@@ -265,6 +304,34 @@ def copy_launcher(
         function(src, dst, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
+    launch.checks_arguments = True
+    launch.shape_generic = shape_generic
+    return launch
+
+
+def reduce_launcher(
+    reduce: ReducePlan,
+    destination: LoadConfig | None,
+    device: str,
+    shape_generic: bool = False,
+) -> CopyLauncher:
+    """A callable (src, dst) reducing `src` into `dst` for one reduce configuration on one device,
+    compiled once: `copy_launcher`'s two paths (TVM-FFI, shape-generic or not; the plain path for
+    one shape) with the reduce's kernel."""
+    if shape_generic and not tvm_ffi_available():
+        raise ValueError("shape-generic reduces launch through TVM-FFI: install apache-tvm-ffi")
+    guard = new_guard(device)
+    if not tvm_ffi_available():
+        plain = compile_reduce(reduce, destination=destination)
+        cute_guard = to_cute_tensor(guard)
+        return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
+    compiled = compile_reduce(reduce, tvm_ffi=True, destination=destination, shape_generic=shape_generic)
+    function = compiled.function
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        function(src, dst, guard)
+
+    launch.compiled = compiled
     launch.checks_arguments = True
     launch.shape_generic = shape_generic
     return launch

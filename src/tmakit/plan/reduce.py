@@ -1,0 +1,134 @@
+"""TMA reduce stores (`tmakit.reduce_into_`): which (op, dtype) pairs the hardware reduces, and the
+plan of a reduce, a copy whose stores combine each element with the destination's. Pure Python.
+
+`cp.reduce.async.bulk.tensor` carries no element type: the tensor map's decides, and neither
+PTX nor CuTe DSL 4.8.1 checks the pair (f32 max, fp8 add and int8 min all compile). The table
+here, the PTX ISA's for that instruction, is the only guard; every other pair is refused before
+anything compiles.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..config import DTYPES
+from ..errors import TmaConfigError
+from .copy import CopyOptions, CopyPlan, copy_class
+
+# The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
+# add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
+# and/or/xor b32 b64 (tmakit's integer types of those widths).
+_BITWISE = ("int32", "uint32", "int64", "uint64")
+_ORDERED = ("uint32", "int32", "uint64", "int64", "fp16", "bf16")
+REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
+    "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
+    "min": _ORDERED,
+    "max": _ORDERED,
+    "inc": ("uint32",),
+    "dec": ("uint32",),
+    "and": _BITWISE,
+    "or": _BITWISE,
+    "xor": _BITWISE,
+}
+REDUCE_OPS = tuple(REDUCE_DTYPES)
+
+BITWISE_OPS = ("and", "or", "xor")
+# The PTX type each dtype is reduced as, for messages (bitwise ops name the width only: `ptx_type`).
+PTX_TYPES = {
+    "uint32": "u32",
+    "int32": "s32",
+    "uint64": "u64",
+    "int64": "s64",
+    "fp32": "f32",
+    "fp16": "f16",
+    "bf16": "bf16",
+}
+
+
+def ptx_type(op: str, dtype: str) -> str:
+    """The PTX ISA's name of the type `op` reduces `dtype` as: .b32/.b64 for bitwise ops."""
+    return f"b{DTYPES[dtype].bits}" if op in BITWISE_OPS else PTX_TYPES[dtype]
+
+
+def reduce_pairs() -> list[tuple[str, str]]:
+    """Every (op, dtype) pair a TMA reduce store takes, in the table's order."""
+    return [(op, dtype) for op, dtypes in REDUCE_DTYPES.items() for dtype in dtypes]
+
+
+def check_reduce(op: str, dtype: str) -> None:
+    """Refuse an op TMA does not reduce with, or a dtype that op does not take (TmaConfigError
+    naming both and the dtypes the op takes)."""
+    if op not in REDUCE_DTYPES:
+        raise TmaConfigError(f"reduce op {op!r} is not one of {', '.join(REDUCE_OPS)}")
+    allowed = REDUCE_DTYPES[op]
+    if dtype not in allowed:
+        types = ", ".join(f"{name} (.{ptx_type(op, name)})" for name in allowed)
+        hint = ""
+        if op == "add" and dtype == "int64":
+            hint = "; an int64 add has the bits of a uint64 one: pass dst.view(torch.uint64) and src's"
+        raise TmaConfigError(
+            f"reduce op {op!r} with dtype {dtype}: a TMA reduce store (cp.reduce.async.bulk.tensor) "
+            f"takes {op} on {types} only{hint}"
+        )
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    """A copy whose TMA stores reduce into the destination (`op`, one of `REDUCE_OPS`): the ring,
+    the stores in flight, the transposing staging tiles and the store hint are the copy's
+    (`CopyPlan`); each element of the destination receives exactly one reduction, from the tile
+    that holds it. Bulk copies (non-tensor `cp.async.bulk`) have no reduce form here."""
+
+    copy: CopyPlan
+    op: str = "add"
+
+    def __post_init__(self) -> None:
+        check_reduce(self.op, self.copy.load.config.dtype)
+        if self.copy.bulk:
+            raise TmaConfigError(
+                "a reduce stores through tensor maps; bulk=True (contiguous runs) is a copy's"
+            )
+
+    @property
+    def load(self):
+        return self.copy.load
+
+    def summary(self) -> str:
+        return f"{self.copy.summary()}\nreduce            each store .{self.op} into the destination"
+
+
+def reduce_class(
+    options: CopyOptions,
+    op: str,
+    dtype: str,
+    rank: int,
+    major: str,
+    transpose: bool,
+    tile: tuple[int, int],
+    sm_count: int,
+    fits_l2: bool,
+    rows_width: int | None = None,
+) -> ReducePlan:
+    """The plan of a shape-generic reduce: `plan.copy_class`'s copy with a reduce store, the pair
+    checked first (nothing is planned for a refused one). The shape's own checks are the copy's
+    (`plan.check_copy_shape` on `ReducePlan.copy`)."""
+    check_reduce(op, dtype)
+    return _reduce_class(options, op, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+
+
+@functools.lru_cache(maxsize=1024)
+def _reduce_class(
+    options: CopyOptions,
+    op: str,
+    dtype: str,
+    rank: int,
+    major: str,
+    transpose: bool,
+    tile: tuple[int, int],
+    sm_count: int,
+    fits_l2: bool,
+    rows_width: int | None,
+) -> ReducePlan:
+    copy = copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    return ReducePlan(copy, op)

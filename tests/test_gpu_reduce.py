@@ -1,0 +1,179 @@
+"""TMA reduce stores on the device: every (op, dtype) pair the PTX ISA lists, on shapes with partial
+tiles, batches, both layouts and a single row, position-dependent inputs, every element's bits
+compared with the CPU model (`model.reduce_reference`) and, where torch computes that dtype on the
+GPU, with torch (`add_`, `minimum`, `maximum`, bitwise ops).
+
+Rounding: each destination element receives exactly one reduction, so a float add is one rounding
+to nearest even of the exact sum: fp32 bit-exact against torch's fp32 `add_`; f16 and bf16 also
+bit-exact against torch, whose add computes in fp32 (24 bits) and rounds once more to f16 (11) or
+bf16 (8) - innocuous, 24 >= 2p + 2 - and against the model (float64, then one rounding).
+The inputs carry full mantissas (integers divided by 7 and by 3), so the sums do need rounding.
+
+Data moves through signed views of each width (torch's uint32/uint64 have few CUDA ops).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tmakit
+from tmakit import TmaConfigError
+from tmakit.config import DTYPES
+from tmakit.model import reduce_reference
+from tmakit.model.reduce import STORAGE, float_to_bf16
+from tmakit.plan import reduce_pairs
+from tmakit.plan.copy import copy_tile
+
+pytestmark = pytest.mark.gpu
+
+# (shape, layout): whole tiles, partial tiles both ways, a batch of odd extents, a column-major
+# tensor, a single row.
+SHAPES = [
+    ((64, 64), "row"),
+    ((1000, 776), "row"),
+    ((3, 17, 333), "row"),
+    ((513, 300), "col"),
+    ((1, 1000), "row"),
+]
+NP_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+# The dtypes torch reduces on the GPU (its uint32/uint64 lack the ops): a second reference.
+TORCH_REFERENCE_DTYPES = ("int32", "int64", "fp32", "fp16", "bf16")
+
+
+def torch_dtype(torch, name):
+    return getattr(torch, DTYPES[name].torch_name)
+
+
+def signed(torch, name):
+    return {2: torch.int16, 4: torch.int32, 8: torch.int64}[DTYPES[name].nbytes]
+
+
+def position_hash(shape, salt: int) -> np.ndarray:
+    """64 bits per element that depend on its index and `salt` (splitmix64's finaliser)."""
+    with np.errstate(over="ignore"):
+        h = (np.arange(math.prod(shape), dtype=np.uint64).reshape(shape) + np.uint64(salt)) * np.uint64(
+            0x9E3779B97F4A7C15
+        )
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def position_values(op: str, name: str, shape, salt: int) -> np.ndarray:
+    """The dtype's storage (`model.reduce.STORAGE`; bf16 as bits) of position-dependent values:
+    full-width integers (adds overflow, signs differ), small counters for inc/dec (both branches
+    taken), floats with full mantissas in [-700, 700] (no NaN, no -0.0)."""
+    h = position_hash(shape, salt)
+    if op in ("inc", "dec"):
+        return (h % np.uint64(20 + 5 * salt)).astype(np.uint32)
+    if name in ("int32", "uint32"):
+        return h.astype(np.uint32).view(STORAGE[name])
+    if name in ("int64", "uint64"):
+        return h.view(STORAGE[name])
+    values = ((h % np.uint64(4093)).astype(np.float64) - 2046) / (7.0 if salt == 1 else 3.0)
+    if name == "bf16":
+        return float_to_bf16(values.astype(np.float32))
+    return values.astype(STORAGE[name])
+
+
+def upload(torch, values: np.ndarray, name: str, major: str):
+    """A CUDA tensor of `values`' shape with padded strides of `major` holding their bits."""
+    tensor = tmakit.padded_empty(values.shape, torch_dtype(torch, name), major=major)
+    bits = np.ascontiguousarray(values).view(NP_SIGNED[DTYPES[name].nbytes])
+    tensor.view(signed(torch, name)).copy_(torch.from_numpy(bits).cuda())
+    return tensor
+
+
+def download(torch, tensor, name: str) -> np.ndarray:
+    return np.ascontiguousarray(tensor.view(signed(torch, name)).cpu().numpy()).view(STORAGE[name])
+
+
+def torch_reference(torch, op: str, dst, src):
+    """What torch computes for dst op src (a new tensor of dst's layout)."""
+    if op == "add":
+        return dst.clone().add_(src)
+    function = {
+        "min": torch.minimum,
+        "max": torch.maximum,
+        "and": torch.bitwise_and,
+        "or": torch.bitwise_or,
+        "xor": torch.bitwise_xor,
+    }[op]
+    return dst.clone().copy_(function(dst, src))
+
+
+def first_wrong(found: np.ndarray, expected: np.ndarray, name: str, tile) -> str | None:
+    """None when every element's bits agree; else the first wrong element and its tile."""
+    width = f"uint{DTYPES[name].bits}"
+    wrong = found.view(width) != expected.view(width)
+    if not wrong.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(wrong)[0])
+    *batch, row, col = index
+    return (
+        f"{int(wrong.sum())} wrong elements; first at {index}, tile "
+        f"{(*batch, row // tile[0], col // tile[1])}: {found[index]!r} instead of {expected[index]!r}"
+    )
+
+
+@pytest.mark.parametrize("op, dtype", reduce_pairs(), ids=[f"{op}-{dtype}" for op, dtype in reduce_pairs()])
+def test_every_pair_reduces_every_element_as_the_model_and_torch_say(op, dtype):
+    import torch
+
+    for shape, major in SHAPES:
+        dst_values, src_values = position_values(op, dtype, shape, 1), position_values(op, dtype, shape, 2)
+        dst, src = upload(torch, dst_values, dtype, major), upload(torch, src_values, dtype, major)
+        by_torch = None  # computed before the reduce changes dst
+        if dtype in TORCH_REFERENCE_DTYPES:
+            by_torch = download(torch, torch_reference(torch, op, dst, src), dtype)
+        assert tmakit.reduce_into_(dst, src, op) is dst
+        torch.cuda.synchronize()
+        found = download(torch, dst, dtype)
+        tile = copy_tile(dtype)
+        wrong = first_wrong(found, reduce_reference(op, dtype, dst_values, src_values), dtype, tile)
+        assert wrong is None, f"{op} {dtype} {shape} {major}-major against the model: {wrong}"
+        if by_torch is not None:
+            wrong = first_wrong(found, by_torch, dtype, tile)
+            assert wrong is None, f"{op} {dtype} {shape} {major}-major against torch: {wrong}"
+        assert np.array_equal(download(torch, src, dtype).view(np.uint8), src_values.view(np.uint8))
+
+
+def test_add_is_dst_plus_src_and_a_transposing_reduce_adds_the_other_layout():
+    import torch
+
+    x = torch.randn(1000, 776, device="cuda")
+    y = torch.randn(1000, 776, device="cuda")
+    want = x + y
+    assert tmakit.add_(x, y) is x
+    torch.cuda.synchronize()
+    assert torch.equal(x.view(torch.int32), want.view(torch.int32))
+    column_major = torch.randn(776, 1000, device="cuda").t()  # the other contiguous dim
+    want = column_major + y
+    tmakit.add_(column_major, y)
+    torch.cuda.synchronize()
+    assert torch.equal(column_major.contiguous().view(torch.int32), want.view(torch.int32))
+
+
+def test_a_reduce_into_itself_doubles_each_element_once():
+    import torch
+
+    x = torch.arange(64 * 256, device="cuda", dtype=torch.int32).view(64, 256)
+    tmakit.add_(x, x)
+    torch.cuda.synchronize()
+    assert torch.equal(x, 2 * torch.arange(64 * 256, device="cuda", dtype=torch.int32).view(64, 256))
+
+
+def test_a_refused_pair_raises_before_any_launch():
+    import torch
+
+    dst = torch.zeros(64, 64, device="cuda")
+    with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
+        tmakit.reduce_into_(dst, torch.ones(64, 64, device="cuda"), "max")
+    torch.cuda.synchronize()
+    assert bool((dst == 0).all())
