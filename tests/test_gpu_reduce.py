@@ -175,5 +175,9 @@ def test_a_refused_pair_raises_before_any_launch():
     dst = torch.zeros(64, 64, device="cuda")
     with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
         tmakit.reduce_into_(dst, torch.ones(64, 64, device="cuda"), "max")
+    signed = torch.zeros(64, 64, device="cuda", dtype=torch.int32)
+    with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype int32: .*as unsigned"):
+        tmakit.reduce_into_(signed, torch.full_like(signed, -1), "min")  # seen computed as unsigned
+    assert bool((signed == 0).all())
     torch.cuda.synchronize()
     assert bool((dst == 0).all())

@@ -18,9 +18,14 @@ from .copy import CopyOptions, CopyPlan, copy_class
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
-# and/or/xor b32 b64 (tmakit's integer types of those widths).
+# and/or/xor b32 b64 (tmakit's integer types of those widths) - less the signed min and max
+# (`SIGNED_ORDER_REFUSED`).
 _BITWISE = ("int32", "uint32", "int64", "uint64")
-_ORDERED = ("uint32", "int32", "uint64", "int64", "fp16", "bf16")
+_ORDERED = ("uint32", "uint64", "fp16", "bf16")
+# Signed min/max: the ISA lists them, but on the H200 (CuTe DSL 4.8.1's tensor maps) int32 and
+# int64 min and max compared as unsigned - a negative and a positive value gave the wrong one - so
+# they are refused rather than computed wrong.
+SIGNED_ORDER_REFUSED = {("min", "int32"), ("min", "int64"), ("max", "int32"), ("max", "int64")}
 REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
     "min": _ORDERED,
@@ -62,6 +67,12 @@ def check_reduce(op: str, dtype: str) -> None:
     if op not in REDUCE_DTYPES:
         raise TmaConfigError(f"reduce op {op!r} is not one of {', '.join(REDUCE_OPS)}")
     allowed = REDUCE_DTYPES[op]
+    if (op, dtype) in SIGNED_ORDER_REFUSED:
+        raise TmaConfigError(
+            f"reduce op {op!r} with dtype {dtype}: the PTX ISA lists signed {op}, but through CuTe "
+            f"DSL 4.8.1's tensor maps the H200 compared {dtype} as unsigned (wrong results), so "
+            f"tmakit refuses it; {op} takes {', '.join(allowed)}"
+        )
     if dtype not in allowed:
         types = ", ".join(f"{name} (.{ptx_type(op, name)})" for name in allowed)
         hint = ""
