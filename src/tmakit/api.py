@@ -466,18 +466,27 @@ def check_copy_tensors(dst: object, src: object) -> None:
     the tile are `plan_copy`'s). Raises TmaConfigError naming the first that is not (ImportError
     without torch)."""
     import_torch("copy_")
-    check_torch_tensor(dst, "copy_", "dst")
-    check_torch_tensor(src, "copy_", "src")
+    check_tensor_pair(
+        dst, src, "copy_", "they must match (tmakit.copy(src) allocates a matching destination)"
+    )
+    dtype_of(src.dtype)
+
+
+def check_tensor_pair(dst: object, src: object, what: str, why: str, dtype_rule=None) -> None:
+    """Two torch tensors with memory of one shape and dtype (`why` ends the message when not),
+    then `dtype_rule(dtype)` if given, then both on one CUDA device: `what` names the call."""
+    check_torch_tensor(dst, what, "dst")
+    check_torch_tensor(src, what, "src")
     if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
         raise TmaConfigError(
-            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
-            "they must match (tmakit.copy(src) allocates a matching destination)"
+            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; {why}"
         )
+    if dtype_rule is not None:
+        dtype_rule(src.dtype)
     check_on_gpu(dst, "dst")
     check_on_gpu(src, "src")
     if dst.device != src.device:
-        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; copy within one GPU")
-    dtype_of(src.dtype)
+        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; {what} within one GPU")
 
 
 def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -530,18 +539,13 @@ def add_(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 def check_reduce_tensors(dst: object, src: object, op: str) -> None:
     """What a reduce's tensors must be before their layouts are read: torch tensors with memory,
     of one shape and a dtype `op` reduces, on one CUDA device, not partly overlapping."""
-    check_torch_tensor(dst, "reduce_into_", "dst")
-    check_torch_tensor(src, "reduce_into_", "src")
-    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
-        raise TmaConfigError(
-            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; "
-            "a reduce combines elements of one shape and dtype"
-        )
-    check_reduce(op, dtype_of(src.dtype))
-    check_on_gpu(dst, "dst")
-    check_on_gpu(src, "src")
-    if dst.device != src.device:
-        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; reduce within one GPU")
+    check_tensor_pair(
+        dst,
+        src,
+        "reduce_into_",
+        "a reduce combines elements of one shape and dtype",
+        lambda dtype: check_reduce(op, dtype_of(dtype)),
+    )
     check_no_partial_overlap(dst, src)
 
 
