@@ -125,21 +125,11 @@ def reduce_class(
     checked first (nothing is planned for a refused one). The shape's own checks are the copy's
     (`plan.check_copy_shape` on `ReducePlan.copy`)."""
     check_reduce(op, dtype)
-    return _reduce_class(options, op, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    copy = copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    return _reduce_plan(copy, op)
 
 
 @functools.lru_cache(maxsize=1024)
-def _reduce_class(
-    options: CopyOptions,
-    op: str,
-    dtype: str,
-    rank: int,
-    major: str,
-    transpose: bool,
-    tile: tuple[int, int],
-    sm_count: int,
-    fits_l2: bool,
-    rows_width: int | None,
-) -> ReducePlan:
-    copy = copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+def _reduce_plan(copy: CopyPlan, op: str) -> ReducePlan:
+    """One `ReducePlan` per (copy class, op): planned once, like the copy's class."""
     return ReducePlan(copy, op)
