@@ -333,3 +333,23 @@ def test_the_ops_raise_tmakit_apis_errors(torch):
         torch.ops.tmakit.copy(x, "tiles=16x256")
     with pytest.raises(TmaConfigError, match="1554 bytes"):
         torch.ops.tmakit.load_tiles(torch.empty(1000, 777, dtype=torch.bfloat16, device="cuda"), 64, 64, 0)
+
+
+def test_reduce_into__adds_every_element_and_compiles(torch):
+    """torch.ops.tmakit.reduce_into_ eagerly and under torch.compile(fullgraph=True): dst + src,
+    each element rounded once, bit for bit against torch's fp32 add; version counter bumped."""
+    src = torch.randn(1000, 776, device="cuda")
+    dst = torch.randn(1000, 776, device="cuda")
+    want = dst + src
+    version = dst._version
+    assert torch.ops.tmakit.reduce_into_(dst, src, "add") is None
+    torch.cuda.synchronize()
+    assert torch.equal(bits(dst), bits(want)) and dst._version == version + 1
+
+    def accumulate(partial):
+        total = torch.ones_like(partial)
+        torch.ops.tmakit.reduce_into_(total, partial)
+        return total * 2
+
+    out = torch.compile(accumulate, fullgraph=True)(src)
+    assert torch.equal(bits(out), bits((1 + src) * 2))

@@ -83,8 +83,11 @@ def test_the_ops_are_registered_with_small_schemas():
         torch.ops.tmakit.copy.default,
         torch.ops.tmakit.load_tiles.default,
     )
-    for op in (ops.copy_, ops.copy, ops.load_tiles):
+    for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles):
         assert torch.Tag.pt2_compliant_tag in op.tags
+    reduce = torch.ops.tmakit.reduce_into_.default._schema
+    assert str(reduce) == 'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()'
+    assert reduce.arguments[0].alias_info.is_write and reduce.arguments[1].alias_info is None
 
 
 def test_each_op_has_one_python_kernel_on_the_eager_path():
@@ -96,10 +99,10 @@ def test_each_op_has_one_python_kernel_on_the_eager_path():
     def has(op, key):
         return torch._C._dispatch_has_kernel_for_dispatch_key(f"tmakit::{op}", key)
 
-    for op in ("copy_", "copy", "load_tiles"):
+    for op in ("copy_", "copy", "reduce_into_", "load_tiles"):
         assert has(op, "CompositeExplicitAutograd") and has(op, "Meta")
         assert not has(op, "ADInplaceOrView")
-    assert not has("copy_", "Autograd")
+    assert not has("copy_", "Autograd") and not has("reduce_into_", "Autograd")
     assert has("copy", "Autograd") and has("load_tiles", "Autograd")
     assert "tmakit::copy" not in torch._library.custom_ops.OPDEFS
 
@@ -111,7 +114,8 @@ def test_import_tmakit_registers_nothing_and_import_tmakit_ops_registers_the_ops
         "import torch\n"
         "assert not hasattr(torch.ops.tmakit, 'copy_')\n"
         "import tmakit.ops\n"
-        "assert all(hasattr(torch.ops.tmakit, name) for name in ('copy_', 'copy', 'load_tiles'))\n"
+        "names = ('copy_', 'copy', 'reduce_into_', 'load_tiles')\n"
+        "assert all(hasattr(torch.ops.tmakit, name) for name in names)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -302,6 +306,12 @@ def cpu_kernels(monkeypatch):
         out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor.data
         return out
 
+    def reduce_into_(dst, src, op):
+        calls.append(("reduce_into_", op))
+        assert op == "add"  # the stand-in adds only
+        return dst.data.add_(src.data)
+
+    monkeypatch.setattr(ops, "tma_reduce_into_", reduce_into_)
     monkeypatch.setattr(ops, "tma_copy_", copy_)
     monkeypatch.setattr(ops, "tma_copy", copy)
     monkeypatch.setattr(ops, "tma_load_tiles", load_tiles)
@@ -416,8 +426,9 @@ def test_make_fx_traces_the_backward_of_copy(cpu_kernels):
         (torch.ops.tmakit.copy.default, lambda: (torch.randn(128, 64).t(),)),
         (torch.ops.tmakit.copy.default, lambda: (torch.randn(64, 128, requires_grad=True),)),
         (torch.ops.tmakit.load_tiles.default, lambda: (torch.randn(2, 100, 132), 64, 64, 0)),
+        (torch.ops.tmakit.reduce_into_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128), "add")),
     ],
-    ids=["copy_", "copy", "copy-grad", "load_tiles"],
+    ids=["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_"],
 )
 def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
     """torch.library.opcheck (schema, autograd registration, fake against real, aot_autograd with
@@ -512,3 +523,33 @@ def test_a_tensor_off_the_current_gpu_is_launched_under_its_guard(monkeypatch):
     assert ops.foreign_device(OnDevice(-1)) is None  # a CPU tensor: tmakit.api's to refuse
     monkeypatch.setattr(ops, "gpu_count", lambda: 1)
     assert ops.foreign_device(OnDevice(1)) is None  # one GPU: never a guard
+
+
+# -- reduce_into_ ---------------------------------------------------------------------------------
+def test_reduce_into__traces_as_one_mutating_op_and_refuses_a_bad_pair_while_tracing(fake):
+    """reduce_into_ mutates dst: aot_autograd wraps it in auto_functionalized, with the op a
+    constant. A pair TMA does not reduce is refused while tracing, by the same table."""
+    recorder = Recorder()
+
+    def accumulate(partial):
+        total = torch.ones_like(partial)
+        torch.ops.tmakit.reduce_into_(total, partial, "add")
+        return total * 2
+
+    partial = cuda(64, 128, dtype=torch.float32)
+    out = torch.compile(accumulate, fullgraph=True, backend=aot_autograd(fw_compiler=recorder))(partial)
+    assert (out.shape, out.dtype, out.device.type) == ((64, 128), torch.float32, "cuda")
+    (call,) = [n for n in recorder.graphs[-1].graph.nodes if "auto_functionalized" in str(n.target)]
+    assert call.args[0] is torch.ops.tmakit.reduce_into_.default and call.kwargs["op"] == "add"
+    with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
+        torch.ops.tmakit.reduce_into_(cuda(8, 8, dtype=torch.float32), cuda(8, 8, dtype=torch.float32), "max")
+    with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype int32: .*as unsigned"):
+        torch.ops.tmakit.reduce_into_(cuda(8, 8, dtype=torch.int32), cuda(8, 8, dtype=torch.int32), "min")
+
+
+def test_reduce_into__adds_and_bumps_the_destinations_version(cpu_kernels):
+    dst, src = torch.ones(64, 128), torch.full((64, 128), 2.0)
+    version = dst._version
+    assert torch.ops.tmakit.reduce_into_(dst, src) is None  # op="add" by default
+    assert torch.equal(dst, torch.full((64, 128), 3.0)) and dst._version == version + 1
+    assert cpu_kernels == [("reduce_into_", "add")]

@@ -1,7 +1,9 @@
-"""tmakit's copies and tile loads as torch operators; `import tmakit.ops` registers them.
+"""tmakit's copies, reduce stores and tile loads as torch operators; `import tmakit.ops` registers
+them.
 
     torch.ops.tmakit.copy_(dst, src, options="") -> None      (writes dst)
     torch.ops.tmakit.copy(src, options="")       -> Tensor    (src's shape, strides and values)
+    torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None (dst = dst op src, writes dst)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
 
 Each is defined in a `torch.library.Library` with a fake implementation (`register_fake`, which
@@ -19,9 +21,9 @@ CUDA tensors runs one Python kernel, which is what any op with a Python kernel p
 CPU-only machine, kernels stubbed out: 2.4-3.2 us above the function it calls, where custom_op
 cost 12-22 us):
 
-- `copy_`: the real implementation under CompositeExplicitAutograd (torch's C++ autograd fallback
-  before it). It bumps dst's version counter after the launch, as an in-place torch op does, so
-  autograd refuses a backward through a value the copy overwrote.
+- `copy_` and `reduce_into_`: the real implementation under CompositeExplicitAutograd (torch's
+  C++ autograd fallback before it). It bumps dst's version counter after the launch, as an
+  in-place torch op does, so autograd refuses a backward through a value the op overwrote.
 - `copy` and `load_tiles`: a kernel for the Autograd keys. A tensor that needs a gradient goes
   through an autograd.Function. Otherwise, when the only key left below autograd is the CUDA (or
   CPU) backend, the kernel calls the real implementation itself; any other key (a trace's fake or
@@ -55,9 +57,10 @@ from .api import check_on_gpu, check_torch_tensor
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import load_tiles as tma_load_tiles
+from .api import reduce_into_ as tma_reduce_into_
 from .config import SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
-from .plan import CopyOptions, LoadPlan
+from .plan import CopyOptions, LoadPlan, check_reduce
 from .plan.load import padded_extents
 from .validate import check_rank
 
@@ -66,6 +69,7 @@ TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMo
 SCHEMAS = {
     "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
     "copy": 'copy(Tensor src, str options="") -> Tensor',
+    "reduce_into_": 'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()',
     # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
@@ -166,6 +170,27 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
 def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     check_traced("copy_", dst=dst, src=src)
     copy_kwargs(options)
+
+
+# -- reduce_into_ -------------------------------------------------------------------------------
+def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
+    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), then bump dst's
+    version counter, as copy_ does."""
+    if dst.is_meta or src.is_meta or type(dst) is not torch.Tensor or type(src) is not torch.Tensor:
+        refuse_memoryless("reduce_into_", dst=dst, src=src)
+    device = foreign_device(dst)
+    if device is None:
+        tma_reduce_into_(dst, src, op)
+    else:
+        with torch.cuda.device(device):
+            tma_reduce_into_(dst, src, op)
+    increment_version(dst)
+
+
+def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
+    """A trace's check: both tensors on a CUDA device, and a pair TMA reduces (`plan.check_reduce`)."""
+    check_traced("reduce_into_", dst=dst, src=src)
+    check_reduce(op, dtype_of(src.dtype))
 
 
 # -- copy ---------------------------------------------------------------------------------------
@@ -291,7 +316,7 @@ def load_tiles_autograd(
 
 # -- registration, on import ----------------------------------------------------------------------
 def register() -> torch.library.Library:
-    """Define the three ops and register their kernels; the library returned must live as long as
+    """Define the four ops and register their kernels; the library returned must live as long as
     the process (dropping it unregisters the ops). pt2_compliant_tag: what custom_op gives its ops
     (dynamo's check for operators it may put in a graph)."""
     library = torch.library.Library(NAMESPACE, "DEF")
@@ -300,6 +325,7 @@ def register() -> torch.library.Library:
     for name, impl, fake in (
         ("copy_", copy__impl, copy__fake),
         ("copy", copy_impl, copy_fake),
+        ("reduce_into_", reduce_into__impl, reduce_into__fake),
         ("load_tiles", load_tiles_impl, load_tiles_fake),
     ):
         library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
@@ -312,6 +338,7 @@ def register() -> torch.library.Library:
 LIBRARY = register()
 copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
+reduce_into_ = torch.ops.tmakit.reduce_into_.default
 load_tiles = torch.ops.tmakit.load_tiles.default
 
-__all__ = ["copy", "copy_", "copy_kwargs", "load_tiles"]
+__all__ = ["copy", "copy_", "copy_kwargs", "load_tiles", "reduce_into_"]
