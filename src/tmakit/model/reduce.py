@@ -3,7 +3,8 @@ defines `cp.reduce.async.bulk(.tensor)`. Pure NumPy: the reference of `tmakit.re
 
 Arrays hold each dtype's values in its NumPy type; bf16, which NumPy lacks, as its raw uint16
 bits. Each element receives exactly one reduction (d = d op s), so:
-- integer add wraps modulo 2^width; min/max compare as the dtype's signedness;
+- integer add wraps modulo 2^width; integer min/max are unsigned (signed ones are refused:
+  `plan.reduce.SIGNED_ORDER_REFUSED`);
 - inc (u32): d = (d >= s) ? 0 : d + 1; dec (u32): d = (d == 0 || d > s) ? s : d - 1;
 - float add is one rounding to nearest even of the exact sum (computed in float64, whose 53 bits
   make the rounding to f32/f16/bf16 after it exact: 53 >= 2p + 2);
