@@ -85,3 +85,23 @@ def test_the_worked_example_in_the_docs_is_what_the_command_prints():
     run = tmakit(*shlex.split(command)[1:])
     assert run.returncode == 0, run.stderr
     assert run.stdout == shown
+
+
+def test_a_reduce_store_is_explained_from_the_plan_and_a_refused_pair_is_refused(capsys):
+    """--reduce: the store writes back the box the load read (same origin, same bytes) with the
+    op in the instruction, and the element rule is the model's; a pair TMA refuses is refused
+    before anything is traced."""
+    from tmakit.model.reduce import ELEMENT_RULES
+
+    load = LoadPlan(LoadConfig((3, 100, 304), "bf16", (32, 64)))
+    report = explain(PipelinePlan(load, stages=2), (1, 2), reduce_op="max")
+    reduce = report["reduce"]
+    assert reduce["instruction"] == "cp.reduce.async.bulk.tensor.3d.global.shared::cta.max.tile.bulk_group"
+    assert reduce["box"] == [32, 64] and reduce["bytes_read_from_shared_memory"] == load.expected_tx_bytes
+    assert reduce["destination_element_origin"] == report["decomposition"]["highlight_element_origin"]
+    assert reduce["element_rule"] == ELEMENT_RULES["max"] and ELEMENT_RULES["max"] in to_text(report)
+    assert explain(PipelinePlan(load, stages=1))["reduce"] is None
+    with pytest.raises(TmaConfigError, match="reduce op 'add' with dtype int8"):
+        explain(PipelinePlan(LoadPlan(LoadConfig((64, 64), "int8", (16, 64))), stages=1), reduce_op="add")
+    assert main(["explain", "--dtype", "fp32", "--tile", "32x64", "--reduce", "add"]) == 0
+    assert "4. What does a reduce store (add) do with the tile?" in capsys.readouterr().out

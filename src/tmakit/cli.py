@@ -34,7 +34,7 @@ from .errors import TmaConfigError
 from .explain import describe_plan, explain, highlight_tile, to_text
 from .limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from .model.schedule import Event, multicast_schedule, pipeline_schedule, replay, seed_schedule
-from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .plan import REDUCE_OPS, CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
 from .plan.multicast import CLUSTER_SHAPES
 from .runtime.compile import installed_dsl_version
 from .runtime.device import find_hopper_gpu
@@ -285,7 +285,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
     pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
     multicast = _multicast_plan(args, load)
-    result = explain(pipeline, highlight_tile(load, args.highlight), multicast)
+    result = explain(pipeline, highlight_tile(load, args.highlight), multicast, args.reduce)
     if args.json:
         _write_json(args.json, result)
     if args.json != STDOUT:
@@ -656,6 +656,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain_cmd.add_argument(
         "--consumer-warps", type=COUNT, default=1, metavar="N", help="warps consuming each stage (default 1)"
+    )
+    explain_cmd.add_argument(
+        "--reduce",
+        choices=REDUCE_OPS,
+        metavar="OP",
+        help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)})",
     )
     _add_json(explain_cmd, "the explanation")
     explain_cmd.set_defaults(run=_cmd_explain)

@@ -8,12 +8,17 @@ the plan - none is retyped here.
    views `tma_partition` returns.
 3. Why an arrival count and a byte count? -> bytes per transfer, shared memory requested vs bytes
    each phase expects, the parity sequence (per stage when pipelined).
+
+With a reduce op (`tmakit.reduce_into_`), also: the reduce store of the selected tile (its box and
+origin, the bytes the TMA unit reads out of shared memory, the instruction) and what it leaves in
+each destination element.
 """
 
 import json
 from typing import Any
 
-from .plan import LoadPlan, MulticastPlan, PipelinePlan
+from .model.reduce import ELEMENT_RULES
+from .plan import LoadPlan, MulticastPlan, PipelinePlan, check_reduce
 from .runtime.compile import compile_kernel, fake_source
 
 SEED_HIGHLIGHT = (1, 2)  # the tile the seed walkthrough marks
@@ -168,11 +173,17 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
 
 
 def explain(
-    pipeline: PipelinePlan, highlight: tuple[int, int] | None = None, multicast: MulticastPlan | None = None
+    pipeline: PipelinePlan,
+    highlight: tuple[int, int] | None = None,
+    multicast: MulticastPlan | None = None,
+    reduce_op: str | None = None,
 ) -> dict[str, Any]:
     """Everything `tmakit explain` prints, as a dict (the `--json` output). `highlight` defaults
-    as in `highlight_tile`; a tile outside the grid is refused before anything is traced."""
+    as in `highlight_tile`; a tile outside the grid, or a `reduce_op` TMA does not apply to the
+    dtype, is refused before anything is traced."""
     plan = pipeline.load
+    if reduce_op is not None:
+        check_reduce(reduce_op, plan.config.dtype)
     highlight = highlight_tile(plan, highlight)
     views = trace_views(plan, highlight)
     bytes_per_transfer = views["values_per_transfer"] * plan.config.element.nbytes
@@ -206,6 +217,23 @@ def explain(
             else [list(pipeline.stage_and_parity(j)) for j in range(steps)],
         },
         "clusters": _clusters(highlight, multicast),
+        "reduce": _reduce(plan, highlight, reduce_op),
+    }
+
+
+def _reduce(plan: LoadPlan, highlight: tuple[int, int], op: str | None) -> dict[str, Any] | None:
+    """The reduce store of the highlighted tile: it writes back the box the load read (same
+    coordinates, same bytes), combining each element with the destination's in L2."""
+    if op is None:
+        return None
+    return {
+        "op": op,
+        "instruction": f"cp.reduce.async.bulk.tensor.{len(plan.config.shape)}d.global.shared::cta.{op}"
+        ".tile.bulk_group",
+        "box": list(plan.config.tile),
+        "destination_element_origin": list(plan.tile_origin(*highlight)),
+        "bytes_read_from_shared_memory": plan.expected_tx_bytes,
+        "element_rule": ELEMENT_RULES[op],
     }
 
 
@@ -294,6 +322,21 @@ def to_text(report: dict[str, Any]) -> str:
         for cta in clusters["ctas"]:
             first, last = cta["tile_rows"]
             lines.append(f"  CTA {cta['rank']} issues tile rows {first}-{last - 1}: global {cta['global']}")
+    reduce = report["reduce"]
+    if reduce is not None:
+        box, origin = reduce["box"], tuple(reduce["destination_element_origin"])
+        lines += [
+            "",
+            f"4. What does a reduce store ({reduce['op']}) do with the tile?",
+            f"  {reduce['instruction']}",
+            f"  it reads the {box[0]}x{box[1]} box back out of shared memory "
+            f"({reduce['bytes_read_from_shared_memory']} bytes) into the destination's box at",
+            f"  element origin {origin}: the tile the load read, at the same coordinates. The L2",
+            "  combines each element s with the destination's d, which becomes",
+            f"  {reduce['element_rule']}.",
+            "  No barrier completes: the issuing thread commits a bulk group and waits for it to have read",
+            "  the stage before the stage is released.",
+        ]
     return "\n".join(lines)
 
 

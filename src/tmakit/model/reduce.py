@@ -20,6 +20,17 @@ import numpy as np
 
 from ..plan.reduce import check_reduce
 
+# What one reduce store leaves in a destination element d, given the source element s.
+ELEMENT_RULES = {
+    "add": "d + s (integers wrap modulo 2^width; floats round once, to nearest even)",
+    "min": "min(d, s) (unsigned integers; f16/bf16: a NaN loses to a number)",
+    "max": "max(d, s) (unsigned integers; f16/bf16: a NaN loses to a number)",
+    "inc": "0 if d >= s else d + 1",
+    "dec": "s if d == 0 or d > s else d - 1",
+    "and": "d & s",
+    "or": "d | s",
+    "xor": "d ^ s",
+}
 # NumPy's storage of each dtype a reduce takes (bf16: raw bits).
 STORAGE = {
     "int32": np.int32,
