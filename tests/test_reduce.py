@@ -276,7 +276,7 @@ def launches(torch, monkeypatch):
 
     compiled, launched = [], []
 
-    def reduce_launcher(reduce, destination, device, shape_generic=False):
+    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
         compiled.append((reduce, destination, shape_generic))
 
         def launch(src, dst):
@@ -288,10 +288,10 @@ def launches(torch, monkeypatch):
     monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api, "device_facts", lambda device: (132, 60 * 2**20))
     monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api, "reduce_launcher", reduce_launcher)
-    api.reduce_class_launcher.cache_clear()
+    monkeypatch.setattr(api, "copy_launcher", copy_launcher)
+    api.class_launcher.cache_clear()
     yield compiled, launched
-    api.reduce_class_launcher.cache_clear()
+    api.class_launcher.cache_clear()
 
 
 def test_a_reduce_launches_its_class_and_new_shapes_compile_nothing(launches, torch):

@@ -41,7 +41,7 @@ from .plan import (
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
-from .runtime.launch import compile_tile_load, copy_launcher, reduce_launcher, tvm_ffi_available
+from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
 from .validate import check_base_address, check_outer_strides, check_rank
 
 if TYPE_CHECKING:
@@ -409,10 +409,10 @@ def device_facts(device: torch.device) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=1024)
 def class_launcher(
-    copy: CopyPlan, destination: LoadConfig | None, rows_rank: int | None, device: str
+    copy: CopyPlan | ReducePlan, destination: LoadConfig | None, rows_rank: int | None, device: str
 ) -> Launcher:
-    """The launcher of a shape-generic copy class on one device (`rows_rank`: the rank of the
-    compact tensors a rows view copies), compiled or loaded from the disk cache once."""
+    """The launcher of a shape-generic copy (or reduce) class on one device (`rows_rank`: the
+    rank of the compact tensors a rows view copies), compiled or loaded from the disk cache once."""
     tensor_shape = None if rows_rank is None else (1,) * (rows_rank - 1) + (copy.load.config.shape[-1],)
     return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)
 
@@ -588,19 +588,13 @@ def plan_reduce(dst: torch.Tensor, src: torch.Tensor, op: str) -> Launcher:
         source, destination = config_for(src, tile), config_for(dst, tile)
         copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
         same_layout = source.element_strides == destination.element_strides
-        return reduce_launcher(ReducePlan(copy, op), None if same_layout else destination, device)
+        return copy_launcher(ReducePlan(copy, op), None if same_layout else destination, None, device)
     rank = len(shape)
     reduce = reduce_class(options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2)
     contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
     strides = (src_strides, dst_strides)
     fixed_src, fixed_dst = check_copy_shape(reduce.copy, shape, strides, contiguous, nbytes)
-    launcher = reduce_class_launcher(reduce, copy_destination(reduce.copy) if transpose else None, device)
+    launcher = class_launcher(reduce, copy_destination(reduce.copy) if transpose else None, None, device)
     if fixed_src is None and fixed_dst is None:
         return launcher
     return restrided(launcher, shape, fixed_src, fixed_dst)
-
-
-@functools.lru_cache(maxsize=1024)
-def reduce_class_launcher(reduce: ReducePlan, destination: LoadConfig | None, device: str) -> Launcher:
-    """The launcher of a shape-generic reduce class on one device, compiled (or loaded) once."""
-    return reduce_launcher(reduce, destination, device, shape_generic=True)

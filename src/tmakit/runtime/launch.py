@@ -271,7 +271,7 @@ def tvm_ffi_available() -> bool:
 
 
 def copy_launcher(
-    copy: CopyPlan,
+    copy: CopyPlan | ReducePlan,
     destination: LoadConfig | None,
     tensor_shape: tuple[int, ...] | None,
     device: str,
@@ -287,15 +287,19 @@ def copy_launcher(
     `shape_generic` (TVM-FFI only): one kernel for every shape of the plan's class
     (`plan.copy_class`); the launcher's `shape_generic` is then True and its compiled function
     checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
-    each new shape (`plan.check_copy_shape`) before it launches."""
+    each new shape (`plan.check_copy_shape`) before it launches.
+
+    A `ReducePlan` gets the same launcher around its kernel (`compile_reduce`): the copy whose
+    stores reduce into the destination."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
+    compile_plan = compile_reduce if isinstance(copy, ReducePlan) else compile_copy
     guard = new_guard(device)
     if not tvm_ffi_available():
-        plain = compile_copy(copy, destination=destination, tensor_shape=tensor_shape)
+        plain = compile_plan(copy, destination=destination, tensor_shape=tensor_shape)
         cute_guard = to_cute_tensor(guard)
         return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
-    compiled = compile_copy(
+    compiled = compile_plan(
         copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape, shape_generic=shape_generic
     )
     function = compiled.function
@@ -304,34 +308,6 @@ def copy_launcher(
         function(src, dst, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
-    launch.checks_arguments = True
-    launch.shape_generic = shape_generic
-    return launch
-
-
-def reduce_launcher(
-    reduce: ReducePlan,
-    destination: LoadConfig | None,
-    device: str,
-    shape_generic: bool = False,
-) -> CopyLauncher:
-    """A callable (src, dst) reducing `src` into `dst` for one reduce configuration on one device,
-    compiled once: `copy_launcher`'s two paths (TVM-FFI, shape-generic or not; the plain path for
-    one shape) with the reduce's kernel."""
-    if shape_generic and not tvm_ffi_available():
-        raise ValueError("shape-generic reduces launch through TVM-FFI: install apache-tvm-ffi")
-    guard = new_guard(device)
-    if not tvm_ffi_available():
-        plain = compile_reduce(reduce, destination=destination)
-        cute_guard = to_cute_tensor(guard)
-        return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
-    compiled = compile_reduce(reduce, tvm_ffi=True, destination=destination, shape_generic=shape_generic)
-    function = compiled.function
-
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        function(src, dst, guard)
-
-    launch.compiled = compiled
     launch.checks_arguments = True
     launch.shape_generic = shape_generic
     return launch
