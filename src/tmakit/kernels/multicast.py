@@ -132,18 +132,65 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
     each CTA waits until a stage is free in *every* CTA of the cluster (its empty barrier counts
     the consumers of all of them), then multicasts its slice of the next tile into that stage of
     every CTA; warp 1 waits on its own full barrier, stores the tile to its CTA's copy of the
-    padded scratch and releases the stage in every CTA (remote arrivals). The host side and the
-    output are `MulticastLoadKernel`'s; with `store=False` the consumer only waits and releases
-    (for timing the loads alone)."""
+    padded scratch and releases the stage in every CTA (remote arrivals, as `release` says: one
+    of `plan.RELEASES`). The host side and the output are `MulticastLoadKernel`'s; with
+    `store=False` the consumer only waits and releases (for timing the loads alone).
 
-    def __init__(self, multicast: MulticastPlan, store: bool = True):
+    `timeline=True` (for `scripts/multicast_timeline.py`): the host function takes a fourth
+    tensor, int64 of `MulticastPlan.timeline.shape`, and lane 0 of each warp writes
+    `%globaltimer` and `%clock64` around every wait, issue and release (`plan.timeline`). Off,
+    the kernel has no stamp and no extra parameter: its PTX is the uninstrumented one."""
+
+    def __init__(
+        self,
+        multicast: MulticastPlan,
+        store: bool = True,
+        timeline: bool = False,
+        release: str = "elected-cluster",
+    ):
         if multicast.stages < 2:
             raise ValueError("the pipelined multicast kernel wants 2 or more stages")
         super().__init__(multicast)
         self.pipeline = multicast.pipeline
         self.threads_per_block, self.smem_bytes = self.pipeline.threads_per_block, self.pipeline.smem_bytes
-        self.ring = TileRing(self.pipeline, multicast_peers=multicast.num_multicast)
+        self.ring = TileRing(self.pipeline, multicast_peers=multicast.num_multicast, remote_release=release)
         self.store = store
+        self.timeline = timeline
+        self.layout = multicast.timeline
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream, stamps: cute.Tensor = None):
+        multicast = self.multicast
+        load_atom, coordinate_view, shared_layout = make_cluster_load_atom(multicast, src)
+        copies = padded_matrix_view(out, self.plan.padded_shape, multicast.cluster_size)
+        self.kernel(load_atom, coordinate_view, copies, shared_layout, stamps).launch(
+            grid=multicast.launch_grid,
+            block=(self.threads_per_block, 1, 1),
+            cluster=(multicast.cluster[0], multicast.cluster[1], 1),
+            smem=self.smem_bytes,
+            stream=stream,
+        )
+
+    @cute.jit
+    def stamp(self, stamps, cta, word, lane):
+        """With the timeline on: lane 0 records the global timer and this SM's cycle counter at
+        `word` of CTA `cta`'s record. Off: nothing is traced."""
+        if cutlass.const_expr(self.timeline):
+            now = cute.arch.globaltimer()
+            cycles = cute.arch.clock64()
+            if lane == 0:
+                stamps[0, cta, word] = now
+                stamps[1, cta, word] = cycles
+
+    @cute.jit
+    def stamp_identity(self, stamps, cta, strip, rank, lane):
+        if cutlass.const_expr(self.timeline):
+            if lane == 0:
+                layout = self.layout
+                for plane in cutlass.range_constexpr(2):
+                    stamps[plane, cta, layout.identity_word("smid")] = cutlass.Int64(cute.arch.smid())
+                    stamps[plane, cta, layout.identity_word("cluster")] = cutlass.Int64(strip)
+                    stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
     @cute.kernel
     def kernel(
@@ -152,27 +199,39 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         coordinate_view: cute.Tensor,
         copies: cute.Tensor,
         shared_layout: cute.ComposedLayout,
+        stamps: cute.Tensor,
     ):
-        plan, multicast = self.plan, self.multicast
+        plan, multicast, layout = self.plan, self.multicast, self.layout
         tile_rows, tile_cols = plan.config.tile
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         lane = cute.arch.lane_idx()
         rank = cute.arch.block_idx_in_cluster()
         strip, _, _ = cute.arch.cluster_idx()
+        cta = strip * multicast.cluster_size + rank
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("start"), lane)
+            self.stamp_identity(stamps, cta, strip, rank, lane)
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("ready"), lane)
 
         failed = cutlass.Boolean(False)  # no hang guard here: never set
         mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
         for step in cutlass.range(plan.tiles_per_block, unroll=1):
             if warp == 0:
+                self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
                 stage, failed = self.ring.acquire_free(empty, step, failed)
+                self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
                 global_part, shared_part = self.slice_views(
                     load_atom, coordinate_view, ring[None, None, stage], (strip, step), rank
                 )
                 self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
+                self.stamp(stamps, cta, layout.step_word("issued", step), lane)
             else:
+                self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
                 stage, failed = self.ring.wait_full(full, step, failed)
+                self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
                 if cutlass.const_expr(self.store):
                     tile = ring[None, None, stage]
                     out_tile = cute.local_tile(copies, plan.config.tile, (strip, step, rank))
@@ -180,7 +239,12 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                         for col in cutlass.range(lane, tile_cols, 32):
                             out_tile[row, col] = tile[row, col]
                 self.ring.release(empty, stage, failed)
+                self.stamp(stamps, cta, layout.step_word("released", step), lane)
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("done"), lane)
         # No CTA exits while a peer may still multicast into it or arrive on its barriers.
         if cutlass.const_expr(multicast.num_multicast > 1):
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("exit"), lane)

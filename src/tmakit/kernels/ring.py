@@ -43,7 +43,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import nvvm
 from cutlass.cute.nvgpu import cpasync
 
-from ..plan import PipelinePlan
+from ..plan import RELEASES, PipelinePlan
 from ..plan.ring import CONSUMER, GUARD_RECORD, PRODUCER
 from .tma import issue_tile_load, matrix_first_view, shared_tile_layout
 
@@ -63,7 +63,10 @@ class TileRing:
 
     Test-only knobs: `expect_extra_bytes` adds to the byte count the producer declares (too many
     hangs; too few completes the phase early or, as seen on the H200, hangs too), `freeze_parity`
-    makes consumers wait on parity 0 every trip (a missing phase flip)."""
+    makes consumers wait on parity 0 every trip (a missing phase flip).
+
+    `remote_release` (multicast peers only): how a consumer warp's arrivals reach the peers'
+    empty barriers, one of `plan.RELEASES`."""
 
     def __init__(
         self,
@@ -72,13 +75,17 @@ class TileRing:
         expect_extra_bytes: int = 0,
         freeze_parity: bool = False,
         multicast_peers: int = 1,
+        remote_release: str = "elected-cluster",
     ):
+        if remote_release not in RELEASES:
+            raise ValueError(f"remote release {remote_release!r} is not one of {RELEASES}")
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.hang_guard = hang_guard
         self.expect_extra_bytes = expect_extra_bytes
         self.freeze_parity = freeze_parity
         self.multicast_peers = multicast_peers
+        self.remote_release = remote_release
         self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
 
     @property
@@ -217,10 +224,17 @@ class TileRing:
         times out too and stops issuing, so the block never exits with loads still landing."""
         cute.arch.sync_warp()
         if not failed:
-            with cute.arch.elect_one():
-                if cutlass.const_expr(self.multicast_peers > 1):
-                    # Every peer's producer multicasts into this stage: free it in each of them.
-                    for peer in cutlass.range_constexpr(self.multicast_peers):
-                        cute.arch.mbarrier_arrive(empty + stage, peer, scope=nvvm.MemScopeKind.CLUSTER)
-                else:
-                    cute.arch.mbarrier_arrive(empty + stage)
+            if cutlass.const_expr(self.multicast_peers > 1 and self.remote_release == "lanes"):
+                # Every peer's producer multicasts into this stage: lane i frees it in CTA i.
+                lane = cute.arch.lane_idx()
+                if lane < self.multicast_peers:
+                    cute.arch.mbarrier_arrive(empty + stage, lane)
+            else:
+                with cute.arch.elect_one():
+                    if cutlass.const_expr(self.multicast_peers > 1):
+                        # Every peer's producer multicasts into this stage: free it in each of them.
+                        scope = {"elected-cluster": nvvm.MemScopeKind.CLUSTER, "elected-cta": None}
+                        for peer in cutlass.range_constexpr(self.multicast_peers):
+                            cute.arch.mbarrier_arrive(empty + stage, peer, scope=scope[self.remote_release])
+                    else:
+                        cute.arch.mbarrier_arrive(empty + stage)

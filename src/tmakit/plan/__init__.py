@@ -7,6 +7,7 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
+- `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
 - `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`) and `ReducePlan`, a copy
   whose stores reduce into the destination.
 """
@@ -14,14 +15,16 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
-from .multicast import CLUSTER_SHAPES, MulticastPlan
+from .multicast import CLUSTER_SHAPES, RELEASES, MulticastPlan
 from .reduce import REDUCE_DTYPES, REDUCE_OPS, ReducePlan, check_reduce, reduce_class, reduce_pairs
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
+from .timeline import TimelineLayout
 
 __all__ = [
     "CLUSTER_SHAPES",
     "REDUCE_DTYPES",
     "REDUCE_OPS",
+    "RELEASES",
     "TILE_ORDERS",
     "CopyOptions",
     "CopyPlan",
@@ -31,6 +34,7 @@ __all__ = [
     "ReducePlan",
     "RowSumMapping",
     "TileWalk",
+    "TimelineLayout",
     "TransposeMapping",
     "ceil_div",
     "check_run_time_extents",

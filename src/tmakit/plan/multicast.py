@@ -8,8 +8,17 @@ from ..errors import TmaConfigError
 from ..limits import MAX_GRID_X
 from .load import LoadPlan
 from .ring import PipelinePlan
+from .timeline import TimelineLayout
 
 CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examples
+# How a ring's consumer warp frees a stage in every CTA of its cluster (`TileRing.release`):
+# "elected-cluster": one elected lane arrives on each CTA's empty barrier in turn, each arrival
+#   a release at cluster scope (tmakit's first protocol);
+# "elected-cta": the same lane and order, each arrival a release at CTA scope (the DSL's default
+#   for remote arrivals, and CUTLASS's `ClusterBarrier::arrive(cta_id)`);
+# "lanes": lane i arrives on CTA i's barrier, CTA scope, all at once (`PipelineTmaAsync`'s
+#   consumer_release with multicast signalling).
+RELEASES = ("elected-cluster", "elected-cta", "lanes")
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,12 @@ class MulticastPlan:
     def slice_rows(self) -> int:
         """Rows of each tile one CTA issues (the whole tile without multicast)."""
         return self.load.config.tile[0] // self.cluster_size if self.multicast else self.load.config.tile[0]
+
+    @property
+    def timeline(self) -> TimelineLayout:
+        """Where an instrumented ring (`PipelinedMulticastKernel(timeline=True)`) writes its stamps:
+        one record per CTA, one step per tile of its strip."""
+        return TimelineLayout(self.grid, self.load.tiles_per_block)
 
     def slice_of(self, cta_rank: int) -> tuple[int, int]:
         """Tile rows [first, last) CTA `cta_rank` of the cluster loads and multicasts."""

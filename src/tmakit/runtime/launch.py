@@ -13,7 +13,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import DTYPES, RAW_BYTE, LoadConfig
+from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
 from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, copy_destination
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
@@ -210,13 +210,19 @@ def copy_arguments(
 
 
 def compile_multicast_load(
-    multicast: MulticastPlan, keep_ptx: bool = False, store: bool = True
+    multicast: MulticastPlan,
+    keep_ptx: bool = False,
+    store: bool = True,
+    timeline: bool = False,
+    release: str = "elected-cluster",
 ) -> CompiledKernel:
     """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
     single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
-    ring's consumers only wait and release, for timing)."""
-    if multicast.stages == 1 and not store:
-        raise ValueError("the single-tile multicast kernel always stores (use stages > 1 for load-only)")
+    ring's consumers only wait and release, for timing). `timeline`: the ring writes time stamps
+    into a fourth argument, int64 of `multicast.timeline.shape`; `release`: how its consumers
+    free a stage in the peers (`plan.RELEASES`)."""
+    if multicast.stages == 1 and (not store or timeline):
+        raise ValueError("the single-tile multicast kernel always stores and has no timeline (use stages > 1)")
     multicast.load.check_specialised()
 
     def build() -> tuple:
@@ -224,14 +230,16 @@ def compile_multicast_load(
 
         plan = multicast.load
         kernel = (
-            PipelinedMulticastKernel(multicast, store)
+            PipelinedMulticastKernel(multicast, store, timeline, release)
             if multicast.stages > 1
             else MulticastLoadKernel(multicast)
         )
         copies = fake_tensor(plan.config.element, multicast.copies_shape)
-        return kernel, fake_source(plan.config), copies, placeholder_stream()
+        stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
+        return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
-    return compiled_once(("MulticastKernel", multicast, store), build, keep_ptx)
+    key = ("MulticastKernel", multicast, store) + ((timeline, release) if timeline or release != "elected-cluster" else ())
+    return compiled_once(key, build, keep_ptx)
 
 
 # -- the hang guard's words -------------------------------------------------------------------
