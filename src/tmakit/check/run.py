@@ -80,13 +80,14 @@ def check_on_gpu(config: LoadConfig) -> dict:
     return result
 
 
-def verify_multicast_load(multicast: MulticastPlan) -> list[reference.Verdict]:
+def verify_multicast_load(multicast: MulticastPlan, release: str = "elected-cluster") -> list[reference.Verdict]:
     """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
-    the input, every element (so a slice that reached only some CTAs shows up by CTA rank)."""
+    the input, every element (so a slice that reached only some CTAs shows up by CTA rank).
+    `release`: the ring's protocol (`compile_multicast_load`)."""
     import torch
 
     plan = multicast.load
-    compiled = compile_multicast_load(multicast)
+    compiled = compile_multicast_load(multicast, release=release)
     src = make_input_tensor(plan)
     bits_type = signed_view_dtype(plan.config.element)
     copies = torch.full(multicast.copies_shape, POISON, dtype=bits_type, device="cuda")

@@ -248,3 +248,95 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
             cute.arch.cluster_wait()
         if warp == 0:
             self.stamp(stamps, cta, layout.cta_word("exit"), lane)
+
+
+class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
+    """The same cluster ring written with CUTLASS's own pipeline, `cutlass.pipeline.PipelineTmaAsync`,
+    for comparison (`scripts/multicast_timeline.py`): the same tiles, slices, multicast mask, shared
+    memory, host side, final cluster barrier and time stamps as `PipelinedMulticastKernel`; only the
+    protocol is the DSL's - its barrier set-up (a relaxed cluster barrier), the producer's acquire
+    (wait on empty, then arrive with expect_tx on its own full barrier), the consumer's release
+    (lane i of the warp arrives on CTA i's empty barrier at CTA scope) and its phase bookkeeping
+    (`PipelineState`). The cluster is given to the pipeline as one row of CTAs, (1, 1, size, 1),
+    multicasting along it, since every CTA here multicasts to every other (a GEMM's A operand)."""
+
+    @cute.kernel
+    def kernel(
+        self,
+        load_atom: cute.CopyAtom,
+        coordinate_view: cute.Tensor,
+        copies: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+        stamps: cute.Tensor,
+    ):
+        from cutlass import pipeline as cutlass_pipeline
+
+        plan, multicast, layout = self.plan, self.multicast, self.layout
+        stages = self.pipeline.stages
+        tile_rows, tile_cols = plan.config.tile
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = cute.arch.lane_idx()
+        rank = cute.arch.block_idx_in_cluster()
+        strip, _, _ = cute.arch.cluster_idx()
+        cta = strip * multicast.cluster_size + rank
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("start"), lane)
+            self.stamp_identity(stamps, cta, strip, rank, lane)
+        # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
+        # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
+        ring, full, _ = self.ring.allocate(shared_layout)
+        tma_pipeline = cutlass_pipeline.PipelineTmaAsync.create(
+            num_stages=stages,
+            producer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread),
+            consumer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread, 32),
+            tx_count=plan.expected_tx_bytes,
+            barrier_storage=full,
+            cta_layout_vmnk=cute.make_layout((1, 1, multicast.num_multicast, 1)),
+            tidx=lane,
+            mcast_mode_mn=(1, 0),
+            enable_multicast_signaling=True,
+        )
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("ready"), lane)
+
+        mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
+        if warp == 0:
+            state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Producer, stages)
+            for step in cutlass.range(plan.tiles_per_block, unroll=1):
+                self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
+                tma_pipeline.producer_acquire(state)
+                self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
+                global_part, shared_part = self.slice_views(
+                    load_atom, coordinate_view, ring[None, None, state.index], (strip, step), rank
+                )
+                barrier = tma_pipeline.producer_get_barrier(state)
+                if cutlass.const_expr(mask is None):
+                    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+                else:
+                    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=mask)
+                tma_pipeline.producer_commit(state)
+                self.stamp(stamps, cta, layout.step_word("issued", step), lane)
+                state.advance()
+        else:
+            state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Consumer, stages)
+            for step in cutlass.range(plan.tiles_per_block, unroll=1):
+                self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
+                tma_pipeline.consumer_wait(state)
+                self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
+                if cutlass.const_expr(self.store):
+                    tile = ring[None, None, state.index]
+                    out_tile = cute.local_tile(copies, plan.config.tile, (strip, step, rank))
+                    for row in cutlass.range(tile_rows, unroll=1):
+                        for col in cutlass.range(lane, tile_cols, 32):
+                            out_tile[row, col] = tile[row, col]
+                    cute.arch.sync_warp()  # every lane's reads before any lane's release
+                tma_pipeline.consumer_release(state)
+                self.stamp(stamps, cta, layout.step_word("released", step), lane)
+                state.advance()
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("done"), lane)
+        if cutlass.const_expr(multicast.num_multicast > 1):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("exit"), lane)

@@ -209,6 +209,9 @@ def copy_arguments(
     return src, dst, guard, placeholder_stream(env=tvm_ffi)
 
 
+PIPELINE_TMA_ASYNC = "pipeline-tma-async"  # compile_multicast_load's CUTLASS-pipeline ring
+
+
 def compile_multicast_load(
     multicast: MulticastPlan,
     keep_ptx: bool = False,
@@ -220,20 +223,26 @@ def compile_multicast_load(
     single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
     ring's consumers only wait and release, for timing). `timeline`: the ring writes time stamps
     into a fourth argument, int64 of `multicast.timeline.shape`; `release`: how its consumers
-    free a stage in the peers (`plan.RELEASES`)."""
+    free a stage in the peers (`plan.RELEASES`), or "pipeline-tma-async" for the same ring
+    written with CUTLASS's `PipelineTmaAsync` (the comparison)."""
     if multicast.stages == 1 and (not store or timeline):
         raise ValueError("the single-tile multicast kernel always stores and has no timeline (use stages > 1)")
     multicast.load.check_specialised()
 
     def build() -> tuple:
-        from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
+        from ..kernels.multicast import (
+            MulticastLoadKernel,
+            PipelinedMulticastKernel,
+            PipelineTmaAsyncMulticastKernel,
+        )
 
         plan = multicast.load
-        kernel = (
-            PipelinedMulticastKernel(multicast, store, timeline, release)
-            if multicast.stages > 1
-            else MulticastLoadKernel(multicast)
-        )
+        if multicast.stages == 1:
+            kernel = MulticastLoadKernel(multicast)
+        elif release == PIPELINE_TMA_ASYNC:
+            kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
+        else:
+            kernel = PipelinedMulticastKernel(multicast, store, timeline, release)
         copies = fake_tensor(plan.config.element, multicast.copies_shape)
         stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
