@@ -5,9 +5,11 @@
 
 Cases: the seed shape's pipelined load (where the ~8.5 us floor comes from: DRAM throughput,
 achieved occupancy, warp stall reasons), the multicast kernel per cluster shape beside its
-no-multicast baseline (L2-to-SM traffic), and `tmakit.copy_` beside torch's `copy_` (DRAM
-throughput of a copy: how close each comes to the card's limit). Raw ncu CSV per case lands in
-DIR, with a summary JSON.
+no-multicast baseline (L2-to-SM traffic; with --sections also stall reasons and scheduler
+statistics; each ring also with the other consumer-release protocols and as CUTLASS's
+PipelineTmaAsync writes it: `--only multicast-1x2` takes them all), and `tmakit.copy_` beside
+torch's `copy_` (DRAM throughput of a copy: how close each comes to the card's limit). Raw ncu
+CSV per case lands in DIR, with a summary JSON.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ STALL_METRICS = [
 ]
 
 
+# The cluster rings also get the schedulers' view (issue slots, eligible warps) and sampled stall
+# reasons per instruction (`smsp__pcsamp_warps_issue_stalled_*`, in SourceCounters).
+MULTICAST_SECTIONS = [*SECTIONS, "SchedulerStats", "SourceCounters"]
+# TMA and distributed-shared-memory activity, by name pattern (names vary by ncu version: the
+# mcncu step saves `ncu --query-metrics` beside the results).
+TMA_METRICS = [
+    "regex:^(sm|smsp|l1tex|gpc|tpc)__.*(tma|utma|bulk|dsmem|multicast).*\\.sum$",
+    "regex:^smsp__pcsamp_warps_issue_stalled_.*$",
+]
+
+
 # Where a multicast's saving could show: the L2 request coalescer (LRC) in front of the L2 slices
 # and the L2's own request/sector counters by source unit - collected by name pattern with --extra.
 EXTRA_METRICS = [
@@ -82,6 +95,12 @@ def cases() -> dict[str, dict]:
         for multicast in (True, False):
             name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
             out[name] = {"kind": "multicast", "cluster": cluster, "multicast": multicast, "stages": 4}
+            # The same ring with other consumer-release protocols (`plan.RELEASES`) and written
+            # with CUTLASS's PipelineTmaAsync (`bench.timeline`): "<name>-<protocol>".
+            for protocol in (
+                ("elected-cta", "lanes", "pipeline-tma-async") if multicast else ("pipeline-tma-async",)
+            ):
+                out[f"{name}-{protocol}"] = {**out[name], "protocol": protocol}
     return out
 
 
@@ -125,7 +144,9 @@ def run_target(case: dict, launches: int) -> None:
     else:
         multicast = MulticastPlan(plan, case["cluster"], case["multicast"], stages=case["stages"])
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
-        compiled = compile_multicast_load(multicast, store=False)
+        compiled = compile_multicast_load(
+            multicast, store=False, release=case.get("protocol", "elected-cluster")
+        )
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
     for _ in range(launches):
         compiled(*args)
@@ -135,7 +156,7 @@ def run_target(case: dict, launches: int) -> None:
 def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
     """One warm-up launch, three profiled (a copy case: only what runs between profiler start
     and stop, torch's kernels too)."""
-    from tmakit.bench import ncu_command
+    from tmakit.bench.ncu import ncu_command
 
     kernels = "regex:kernel_cutlass"
     if cases()[name]["kind"] == "copy":
@@ -153,7 +174,7 @@ def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
 def collect_metrics(entry: dict, key: str, metrics: list[str], name: str, out: Path) -> None:
     """Profile `metrics` for case `name`, keep the raw CSV, record the values under `key` (or
     ncu's error under `key`_error)."""
-    from tmakit.bench import parse_ncu_csv
+    from tmakit.bench.ncu import parse_ncu_csv
 
     run = ncu(["--metrics", ",".join(metrics)], name)
     (out / f"ncu-{name}-{key}.csv").write_text(run.stdout)
@@ -167,7 +188,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", nargs=2, metavar=("CASE", "LAUNCHES"))
     parser.add_argument("--out", default=".")
-    parser.add_argument("--only", default="", help="comma-separated case-name prefixes")
+    parser.add_argument(
+        "--only", default="", help="comma-separated case-name prefixes (NAME$: that case alone)"
+    )
     parser.add_argument("--extra", action="store_true", help="also collect EXTRA_METRICS (LRC, L2 by unit)")
     parser.add_argument("--sections", action="store_true", help="sections and stalls for multicast cases too")
     args = parser.parse_args()
@@ -175,7 +198,8 @@ def main() -> int:
         run_target(cases()[args.target[0]], int(args.target[1]))
         return 0
 
-    from tmakit.bench import device_context, parse_ncu_csv
+    from tmakit.bench.ncu import parse_ncu_csv
+    from tmakit.bench.report import device_context
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +209,7 @@ def main() -> int:
     }
     prefixes = [p for p in args.only.split(",") if p]
     for name, case in cases().items():
-        if prefixes and not any(name.startswith(p) for p in prefixes):
+        if prefixes and not any(name == p[:-1] if p.endswith("$") else name.startswith(p) for p in prefixes):
             continue
         entry: dict = {"case": case}
         if case["kind"] == "copy":
@@ -194,7 +218,8 @@ def main() -> int:
             print(name, json.dumps(entry.get("metrics", entry))[:400], flush=True)
             continue
         if case["kind"] != "multicast" or args.sections:
-            sections = ncu([arg for s in SECTIONS for arg in ("--section", s)], name)
+            wanted = MULTICAST_SECTIONS if case["kind"] == "multicast" else SECTIONS
+            sections = ncu([arg for s in wanted for arg in ("--section", s)], name)
             (out / f"ncu-{name}-sections.csv").write_text(sections.stdout)
             entry["sections_rc"] = sections.returncode
             if sections.returncode:
@@ -213,6 +238,8 @@ def main() -> int:
                     entry["metric_errors"][metric] = single.stderr[-300:]
         if args.extra:
             collect_metrics(entry, "extra", EXTRA_METRICS, name, out)
+            if case["kind"] == "multicast":
+                collect_metrics(entry, "tma", TMA_METRICS, name, out)
         summary[name] = entry
         print(name, json.dumps(entry.get("metrics", {}))[:400], flush=True)
     (out / "ncu-profile.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -80,3 +80,73 @@ def test_pipelined_multicast_frees_a_stage_in_every_cta(cluster):
 def test_multicast_ring_stage_count_is_checked():
     with pytest.raises(TmaConfigError, match="8 stages"):
         MulticastPlan(LoadPlan(SEED), (1, 2), stages=8)
+
+
+@pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
+@pytest.mark.parametrize("multicast", [True, False])
+def test_timeline_stamps_only_when_asked(cluster, multicast):
+    """The instrumented ring reads %globaltimer and %clock64 and stores them (the load-only ring
+    stores nothing else); off, its PTX has no clock read and no global store at all."""
+    plan = MulticastPlan(LoadPlan(SEED), cluster, multicast, stages=4)
+    off = compile_multicast_load(plan, keep_ptx=True, store=False).ptx
+    assert "globaltimer" not in off and "clock64" not in off and "st.global" not in off
+    on = compile_multicast_load(plan, keep_ptx=True, store=False, timeline=True).ptx
+    # start, ready, 3 producer + 3 consumer stamps per step (the loop body once), done, exit
+    assert on.count("%globaltimer") == on.count("%clock64") == 2 + 6 + 2
+    assert "%smid" in on and "st.global.b64" in on
+    assert plan.timeline.shape == (2, plan.grid, 3 + 4 + 6 * 7)
+
+
+@pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
+def test_release_protocols(cluster):
+    """elected-cluster: one lane, a cluster-scoped release per peer; elected-cta: the same arrivals
+    at CTA scope; lanes and PipelineTmaAsync: lane i arrives on CTA i (one mapa by lane id)."""
+    plan = MulticastPlan(LoadPlan(SEED), cluster, stages=4)
+    size = plan.cluster_size
+    ptx = {
+        release: compile_multicast_load(plan, keep_ptx=True, store=False, release=release).ptx
+        for release in ("elected-cluster", "elected-cta", "lanes", "pipeline-tma-async")
+    }
+    assert (
+        len(re.findall(r"mbarrier\.arrive\.release\.cluster\.shared::cluster", ptx["elected-cluster"]))
+        == size
+    )
+    assert len(re.findall(r"mbarrier\.arrive\.shared::cluster", ptx["elected-cta"])) == size
+    for release in ("lanes", "pipeline-tma-async"):
+        assert ptx[release].count("mapa") == 1 and "%laneid" in ptx[release]
+        assert len(re.findall(r"mbarrier\.arrive\.shared::cluster", ptx[release])) == 1
+        assert ptx[release].count("multicast::cluster") == 1
+    # every protocol's empty barriers expect one arrival per CTA of the cluster
+    for text in ptx.values():
+        assert re.search(
+            rf"mov\.b32\s+%r\d+, {size};\s+mbarrier\.init\.shared\.b64\s+\[%r\d+\+131104\]", text
+        )
+
+
+def test_timeline_summary_of_synthetic_stamps():
+    import numpy as np
+
+    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout, summarise
+
+    layout = TimelineLayout(ctas=4, steps=5)
+    stamps = np.zeros(layout.shape, np.int64)
+    for cta in range(4):
+        now = 1000 + 10 * (cta % 2)  # the second CTA of each cluster starts 10 ns later
+        stamps[:, cta, layout.identity_word("smid")] = cta
+        for event in ("start", "ready"):
+            stamps[:, cta, layout.cta_word(event)] = now
+            now += 100
+        for step in range(5):
+            for event in STEP_EVENTS:
+                stamps[:, cta, layout.step_word(event, step)] = now
+                now += 50
+        for event in ("done", "exit"):
+            stamps[:, cta, layout.cta_word(event)] = now
+            now += 100
+    summary = summarise(layout, stamps, cluster_size=2, stages=2)
+    assert summary["start_skew_in_cluster_ns"]["median"] == 10
+    assert summary["per_step"][0]["producer_wait_ns"]["median"] == 50
+    assert summary["per_step"][0]["fill_after_own_issue_ns"]["median"] == 100
+    assert summary["per_step"][0]["issue_spread_in_cluster_ns"]["median"] == 10
+    assert summary["intra_cta_cycles"]["issue_to_next_issue"]["median"] == 300
+    assert summary["sms_used"] == 4

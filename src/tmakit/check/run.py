@@ -80,7 +80,9 @@ def check_on_gpu(config: LoadConfig) -> dict:
     return result
 
 
-def verify_multicast_load(multicast: MulticastPlan, release: str = "elected-cluster") -> list[reference.Verdict]:
+def verify_multicast_load(
+    multicast: MulticastPlan, release: str = "elected-cluster"
+) -> list[reference.Verdict]:
     """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
     the input, every element (so a slice that reached only some CTAs shows up by CTA rank).
     `release`: the ring's protocol (`compile_multicast_load`)."""

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     import numpy as np
 
 IDENTITY = ("smid", "cluster", "rank")  # written once per CTA, the same in both planes
-CTA_EVENTS = ("start", "ready", "done", "exit")  # kernel entry, after barrier set-up, loop end, after the last sync
+CTA_EVENTS = (
+    "start",
+    "ready",
+    "done",
+    "exit",
+)  # kernel entry, after barrier set-up, loop end, after the last sync
 PRODUCER_EVENTS = ("acquire_begin", "acquire_end", "issued")
 CONSUMER_EVENTS = ("wait_begin", "wait_end", "released")
 STEP_EVENTS = PRODUCER_EVENTS + CONSUMER_EVENTS
@@ -82,13 +87,15 @@ def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, sta
     origin = start.min()
     event = {name: layout.step_events(ns, name) - origin for name in STEP_EVENTS}
     clusters = ctas // cluster_size
-    by_cluster = {name: values.reshape(clusters, cluster_size, layout.steps) for name, values in event.items()}
+    by_cluster = {
+        name: values.reshape(clusters, cluster_size, layout.steps) for name, values in event.items()
+    }
     last_issue = by_cluster["issued"].max(axis=1, keepdims=True)  # the tile is complete after the last slice
     producer_wait = event["acquire_end"] - event["acquire_begin"]
     consumer_wait = event["wait_end"] - event["wait_begin"]
     fill_from_own_issue = event["wait_end"] - event["issued"]
     fill_from_last_issue = (by_cluster["wait_end"] - last_issue).reshape(ctas, layout.steps)
-    issue_spread = (by_cluster["issued"].max(axis=1) - by_cluster["issued"].min(axis=1))
+    issue_spread = by_cluster["issued"].max(axis=1) - by_cluster["issued"].min(axis=1)
     # Step s + stages reuses the stage released at step s: its producer waited for the last release.
     reuse = {}
     if layout.steps > stages:
@@ -105,7 +112,9 @@ def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, sta
         "fill_after_own_issue": _quantiles(cyc["wait_end"] - cyc["issued"]),
         "issue_to_next_issue": _quantiles(np.diff(cyc["issued"], axis=1)),
         "release_cost (wait_end->released)": _quantiles(cyc["released"] - cyc["wait_end"]),
-        "ring (ready->done)": _quantiles(cycles[:, layout.cta_word("done")] - cycles[:, layout.cta_word("ready")]),
+        "ring (ready->done)": _quantiles(
+            cycles[:, layout.cta_word("done")] - cycles[:, layout.cta_word("ready")]
+        ),
     }
     deltas = np.diff(np.sort(np.unique(ns[:, len(IDENTITY) :].ravel())))
     resolution = int(deltas[deltas > 0].min()) if (deltas > 0).any() else 0
@@ -145,7 +154,8 @@ def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, sta
             "lifetime (start->exit)": _quantiles(exit_ - start_rel),
         },
         "start_skew_in_cluster_ns": _quantiles(
-            start_rel.reshape(clusters, cluster_size).max(axis=1) - start_rel.reshape(clusters, cluster_size).min(axis=1)
+            start_rel.reshape(clusters, cluster_size).max(axis=1)
+            - start_rel.reshape(clusters, cluster_size).min(axis=1)
         ),
         "waves": _quantiles(per_sm[per_sm > 0]),
         "sms_used": int((per_sm > 0).sum()),

@@ -226,7 +226,9 @@ def compile_multicast_load(
     free a stage in the peers (`plan.RELEASES`), or "pipeline-tma-async" for the same ring
     written with CUTLASS's `PipelineTmaAsync` (the comparison)."""
     if multicast.stages == 1 and (not store or timeline):
-        raise ValueError("the single-tile multicast kernel always stores and has no timeline (use stages > 1)")
+        raise ValueError(
+            "the single-tile multicast kernel always stores and has no timeline (use stages > 1)"
+        )
     multicast.load.check_specialised()
 
     def build() -> tuple:
@@ -247,7 +249,9 @@ def compile_multicast_load(
         stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
-    key = ("MulticastKernel", multicast, store) + ((timeline, release) if timeline or release != "elected-cluster" else ())
+    key = ("MulticastKernel", multicast, store) + (
+        (timeline, release) if timeline or release != "elected-cluster" else ()
+    )
     return compiled_once(key, build, keep_ptx)
 
 
