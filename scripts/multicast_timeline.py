@@ -37,7 +37,7 @@ def headline(report: dict) -> str:
     fills = [med(s["fill_after_cluster_last_issue_ns"]) for s in steps]
     spreads = [med(s["issue_spread_in_cluster_ns"]) for s in steps]
     return (
-        f"{report['variant']:<44} {report['median_us']:7.2f} us"
+        f"{report['variant']:<48} {report['median_us']:7.2f} us"
         f" (instrumented {report['instrumented_median_us']:6.2f})"
         f"  {'ok' if report['all_ok'] else 'WRONG'}"
         f" | per CTA: setup {med(timeline['cta_phases_ns']['setup (start->ready)']):6.0f} ns"
@@ -61,7 +61,9 @@ def main() -> int:
     parser.add_argument(
         "--protocols", default="", help="comma-separated; default: all (bench.timeline.PROTOCOLS)"
     )
-    parser.add_argument("--stages", type=int, default=4)
+    parser.add_argument(
+        "--stages", default="4,7", help="comma-separated ring depths (7: every tile of a strip in flight)"
+    )
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--commit", default=os.environ.get("TMAKIT_COMMIT"))
     args = parser.parse_args()
