@@ -40,3 +40,20 @@ def test_pipelined_multicast_every_cta_receives_every_tile(config, stages, clust
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages))
     for rank, verdict in enumerate(verdicts):
         assert verdict.ok, f"CTA {rank} of the cluster: {verdict}"
+
+
+@pytest.mark.parametrize("release", ["elected-cta", "lanes", "pipeline-tma-async"])
+@pytest.mark.parametrize("cluster", CLUSTER_SHAPES)
+@pytest.mark.parametrize(
+    "config, stages",
+    [(LoadConfig((512, 8192)), 4), (LoadConfig((1000, 3000), "bf16", (64, 64), 128), 3)],
+    ids=["32-tiles-4st", "partial-swizzled-47-tiles-3st"],
+)
+def test_every_release_protocol_delivers_every_tile(config, stages, cluster, release):
+    """The other consumer-release protocols (and the ring as CUTLASS's PipelineTmaAsync writes
+    it) with many stage reuses: every CTA's copy of every tile complete."""
+    from tmakit.check.run import verify_multicast_load
+
+    verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, stages=stages), release=release)
+    for rank, verdict in enumerate(verdicts):
+        assert verdict.ok, f"CTA {rank} of the cluster ({release}): {verdict}"

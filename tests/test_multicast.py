@@ -126,7 +126,8 @@ def test_release_protocols(cluster):
 def test_timeline_summary_of_synthetic_stamps():
     import numpy as np
 
-    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout, summarise
+    from tmakit.bench.timeline import summarise
+    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout
 
     layout = TimelineLayout(ctas=4, steps=5)
     stamps = np.zeros(layout.shape, np.int64)

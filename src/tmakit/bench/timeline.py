@@ -8,10 +8,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..check.inputs import make_input_tensor
 from ..check.run import verify_multicast_load
 from ..plan import RELEASES, LoadPlan, MulticastPlan, PipelinePlan
-from ..plan.timeline import summarise
+from ..plan.timeline import IDENTITY, STEP_EVENTS, TimelineLayout
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import PIPELINE_TMA_ASYNC, compile_multicast_load, compile_pipelined_load, new_guard
@@ -111,3 +113,104 @@ def plain_ring_us(plan: LoadPlan, stages: int, samples: int) -> float:
     return statistics.median(
         graph_samples_us([lambda: compiled(src_c, src_c, guard, current_stream())], samples)
     )
+
+
+def quantiles(values) -> dict[str, float]:
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if values.size == 0:
+        return {}
+    p10, p50, p90 = np.percentile(values, [10, 50, 90])
+    return {"p10": float(p10), "median": float(p50), "p90": float(p90), "max": float(values.max())}
+
+
+def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, stages: int) -> dict:
+    """Intervals (ns, from the globaltimer plane) of a run: per step, medians over CTAs of the
+    producer's wait for a free stage, the consumer's wait for a full one, the time from this
+    CTA's issue (and from the cluster's last issue) until the stage filled, from a release
+    until the producers that needed it saw the stage free, and the spread of issue times
+    across a cluster; whole-kernel phases per CTA; how many CTAs ran on each SM."""
+    ns = stamps[0].astype(np.int64)
+    ctas = layout.ctas
+    start = ns[:, layout.cta_word("start")]
+    origin = start.min()
+    event = {name: layout.step_events(ns, name) - origin for name in STEP_EVENTS}
+    clusters = ctas // cluster_size
+    by_cluster = {
+        name: values.reshape(clusters, cluster_size, layout.steps) for name, values in event.items()
+    }
+    last_issue = by_cluster["issued"].max(axis=1, keepdims=True)  # the tile is complete after the last slice
+    producer_wait = event["acquire_end"] - event["acquire_begin"]
+    consumer_wait = event["wait_end"] - event["wait_begin"]
+    fill_from_own_issue = event["wait_end"] - event["issued"]
+    fill_from_last_issue = (by_cluster["wait_end"] - last_issue).reshape(ctas, layout.steps)
+    issue_spread = by_cluster["issued"].max(axis=1) - by_cluster["issued"].min(axis=1)
+    # Step s + stages reuses the stage released at step s: its producer waited for the last release.
+    reuse = {}
+    if layout.steps > stages:
+        last_release = by_cluster["released"].max(axis=1, keepdims=True)[..., : layout.steps - stages]
+        acquired = by_cluster["acquire_end"][..., stages:]
+        reuse = quantiles(acquired - last_release)
+    # The same intra-CTA intervals in this SM's cycles: both warps of a CTA read one clock, and
+    # the globaltimer may tick coarsely (its resolution is reported below).
+    cycles = stamps[1].astype(np.int64)
+    cyc = {name: layout.step_events(cycles, name) for name in STEP_EVENTS}
+    in_cycles = {
+        "producer_wait": quantiles(cyc["acquire_end"] - cyc["acquire_begin"]),
+        "consumer_wait": quantiles(cyc["wait_end"] - cyc["wait_begin"]),
+        "fill_after_own_issue": quantiles(cyc["wait_end"] - cyc["issued"]),
+        "issue_to_next_issue": quantiles(np.diff(cyc["issued"], axis=1)),
+        "release_cost (wait_end->released)": quantiles(cyc["released"] - cyc["wait_end"]),
+        "ring (ready->done)": quantiles(
+            cycles[:, layout.cta_word("done")] - cycles[:, layout.cta_word("ready")]
+        ),
+    }
+    deltas = np.diff(np.sort(np.unique(ns[:, len(IDENTITY) :].ravel())))
+    resolution = int(deltas[deltas > 0].min()) if (deltas > 0).any() else 0
+    per_step = []
+    for step in range(layout.steps):
+        per_step.append(
+            {
+                "step": step,
+                "producer_wait_ns": quantiles(producer_wait[:, step]),
+                "consumer_wait_ns": quantiles(consumer_wait[:, step]),
+                "fill_after_own_issue_ns": quantiles(fill_from_own_issue[:, step]),
+                "fill_after_cluster_last_issue_ns": quantiles(fill_from_last_issue[:, step]),
+                "issue_spread_in_cluster_ns": quantiles(issue_spread[:, step]),
+                "issue_to_next_issue_ns": quantiles(event["issued"][:, step + 1] - event["issued"][:, step])
+                if step + 1 < layout.steps
+                else {},
+            }
+        )
+    ready = ns[:, layout.cta_word("ready")] - origin
+    done = ns[:, layout.cta_word("done")] - origin
+    exit_ = ns[:, layout.cta_word("exit")] - origin
+    start_rel = start - origin
+    smids = stamps[0][:, layout.identity_word("smid")]
+    per_sm = np.bincount(smids.astype(np.int64))
+    return {
+        "ctas": int(ctas),
+        "clusters": int(clusters),
+        "steps": int(layout.steps),
+        "kernel_span_ns": int(exit_.max()),
+        "globaltimer_smallest_tick_ns": resolution,
+        "intra_cta_cycles": in_cycles,
+        "cta_phases_ns": {
+            "start": quantiles(start_rel),
+            "setup (start->ready)": quantiles(ready - start_rel),
+            "ring (ready->done)": quantiles(done - ready),
+            "final sync (done->exit)": quantiles(exit_ - done),
+            "lifetime (start->exit)": quantiles(exit_ - start_rel),
+        },
+        "start_skew_in_cluster_ns": quantiles(
+            start_rel.reshape(clusters, cluster_size).max(axis=1)
+            - start_rel.reshape(clusters, cluster_size).min(axis=1)
+        ),
+        "waves": quantiles(per_sm[per_sm > 0]),
+        "sms_used": int((per_sm > 0).sum()),
+        "stage_reuse_after_last_release_ns": reuse,
+        "totals_per_cta_ns": {
+            "producer_wait": quantiles(producer_wait.sum(axis=1)),
+            "consumer_wait": quantiles(consumer_wait.sum(axis=1)),
+        },
+        "per_step": per_step,
+    }
