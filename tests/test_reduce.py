@@ -308,6 +308,25 @@ def test_a_reduce_launches_its_class_and_new_shapes_compile_nothing(launches, to
     assert [shape for _, shape, _, _ in launched] == [(64, 64), (1000, 776), (3, 8), (5, 8)]
 
 
+def test_a_reduce_takes_the_copys_options_but_rows_views(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    dst, src = torch.empty(1000, 776), torch.empty(1000, 776)
+    tmakit.add_(dst, src, stages=6, store_depth=3)
+    tmakit.reduce_into_(dst, src, "add", tile=(32, 64), evict_first=True)
+    tmakit.add_(dst, src)  # the defaults: a class of their own
+    (first, _, _), (second, _, _), (default, _, _) = compiled
+    assert first.copy.ring.stages == 6 and first.copy.store_depth == 3
+    assert second.load.config.tile == (32, 64) and second.copy.ring.evict_first
+    assert default.copy.ring.stages != 6 and default.copy.store_depth != 3
+    for wrong, rule in [({"bulk": True}, "as_rows and bulk"), ({"as_rows": True}, "as_rows and bulk"),
+                        ({"stagez": 4}, "unknown copy option stagez")]:  # fmt: skip
+        with pytest.raises(TmaConfigError, match=rule):
+            tmakit.add_(dst, src, **wrong)
+    assert len(launched) == 3
+
+
 def test_a_transposing_reduce_gets_the_other_layout(launches, torch):
     import tmakit
 
