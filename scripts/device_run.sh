@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (see docs/gpu.md), after `source .cutedsl/activate.sh`:
 #   bash scripts/device_run.sh COMMIT STEP...     steps: tests sweep bench pipebench seedbench copybench
-#   transposebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu copyncu
+#   transposebench reducebench copytests rowbench floor clusterbench prefetchbench check ncu mcncu copyncu
 #   ceiling (DRAM read/write/copy limits, scripts/dram_ceiling.py) hostcost (host us per copy call;
 #   a profile of a fresh process's first copy in host-cost-stderr.log)
 #   edges (scripts/gpu_edges.py: > 2^31 elements, > 4 GiB, the largest grid)
@@ -31,6 +31,7 @@ for step in "$@"; do
     check) timeout ${TMAKIT_CHECK_S:-400} python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copybench) timeout ${TMAKIT_COPYBENCH_S:-280} python3 -m tmakit bench --kernel copy ${TMAKIT_COPY_OPTIONS:---copy stages=4 --copy stages=6} --shape "" --sizes "${TMAKIT_COPY_SIZES:-1,16,256,1024,2048}" --commit "$commit" --json "$OUT/bench-copy.json" --plot "$OUT/bench-copy.png" 2>&1 | tail -40 ;;
     transposebench) timeout ${TMAKIT_TRANSPOSEBENCH_S:-200} python3 -m tmakit bench --kernel transpose ${TMAKIT_TRANSPOSE_OPTIONS:---copy stages=4} --shape "" --sizes "${TMAKIT_TRANSPOSE_SIZES:-16,256,1024}" --commit "$commit" --json "$OUT/bench-transpose.json" --plot "$OUT/bench-transpose.png" 2>&1 | tail -30 ;;
+    reducebench) timeout ${TMAKIT_REDUCEBENCH_S:-420} python3 -m tmakit bench --kernel reduce ${TMAKIT_REDUCE_OPTIONS:-} --shape "" --sizes "${TMAKIT_REDUCE_SIZES:-16,64,256,1024}" --commit "$commit" --json "$OUT/bench-reduce.json" --plot "$OUT/bench-reduce.png" 2>&1 | tail -70 ;;
     generic) timeout ${TMAKIT_GENERIC_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_generic.py tests/test_gpu_copy.py ${TMAKIT_GENERIC_EXTRA:-} 2>&1 | tail -40 | tee "$OUT/gpu-generic-tests.log" ;;
     copytests) timeout ${TMAKIT_COPYTESTS_S:-300} python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py -k "${TMAKIT_COPYTESTS_K:-}" 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1

@@ -26,6 +26,7 @@ def test_bytes_are_the_fewest_that_must_move():
     assert report.bytes_moved("load", 100) == 100
     assert report.bytes_moved("sum", 100) == 100
     assert report.bytes_moved("copy", 100) == 200
+    assert report.bytes_moved("reduce", 100) == 300  # src read, dst read and written
     with pytest.raises(KeyError):
         report.bytes_moved("transpose?", 100)
 
@@ -58,6 +59,47 @@ def test_ratios_are_to_the_baseline_of_the_same_shape():
     load_key = ("tmakit load", (32768, 16384), "fp16")
     assert ratio[load_key] == pytest.approx(258.0 / 241.0)
     assert ratio[("torch sum", (32768, 16384), "fp16")] == pytest.approx(1.0)
+
+
+def test_a_reduce_row_is_compared_with_torchs_op_of_the_same_op_only():
+    shape = (8192, 16384)
+    rows = [
+        BenchRow(
+            "tmakit.reduce_into_ add (default)", "reduce", shape, "bf16", GIB, [700.0], notes={"op": "add"}
+        ),
+        BenchRow("torch add_", "reduce", shape, "bf16", GIB, [770.0], notes={"op": "add"}),
+        BenchRow(
+            "tmakit.reduce_into_ min (default)", "reduce", shape, "bf16", GIB, [800.0], notes={"op": "min"}
+        ),
+        BenchRow("torch minimum (out=dst)", "reduce", shape, "bf16", GIB, [760.0], notes={"op": "min"}),
+    ]
+    assert rows[0].gbps == pytest.approx(3 * GIB / 700.0 / 1e3)
+    to_add = report.ratios(rows, "torch add_")
+    assert to_add == {
+        ("tmakit.reduce_into_ add (default)", shape, "bf16"): pytest.approx(770.0 / 700.0),
+        ("torch add_", shape, "bf16"): pytest.approx(1.0),
+    }
+    to_min = report.ratios(rows, "torch minimum (out=dst)")
+    assert to_min[("tmakit.reduce_into_ min (default)", shape, "bf16")] == pytest.approx(760.0 / 800.0)
+    assert len(to_min) == 2
+
+
+def test_reduce_cases_parse_check_and_default_to_the_dtype_given():
+    assert suites.ReduceCase.parse("add:fp32, bf16", "fp16") == [
+        suites.ReduceCase("add", "fp32"),
+        suites.ReduceCase("add", "bf16"),
+    ]
+    assert suites.ReduceCase.parse("max", "fp16") == [suites.ReduceCase("max", "fp16")]
+    assert suites.ReduceCase.parse("min:float16", "fp32") == [suites.ReduceCase("min", "fp16")]
+    with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype fp32"):
+        suites.ReduceCase.parse("min:fp32", "fp16")
+    with pytest.raises(TmaConfigError, match="no torch in-place op"):
+        suites.ReduceCase.parse("dec:uint32", "fp16")
+    for text in suites.DEFAULT_REDUCE_CASES:  # the default cases are all timeable
+        assert suites.ReduceCase.parse(text, "fp16")
+    suites.check_reduce_options(CopyOptions(stages=6, store_depth=3))
+    with pytest.raises(TmaConfigError, match="as_rows and bulk"):
+        suites.check_reduce_options(CopyOptions(as_rows=True))
 
 
 def test_table_and_json_report(tmp_path):

@@ -293,16 +293,21 @@ def test_the_eager_path_does_not_redispatch(torch, monkeypatch):
 
 
 # -- torch.library.opcheck on the real kernels -------------------------------------------------------
-@pytest.mark.parametrize("op", ["copy_", "copy", "copy-grad", "load_tiles"])
+@pytest.mark.parametrize("op", ["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_"])
 def test_opcheck(torch, op):
-    """Schema (copy_ writes dst and nothing else), autograd registration, fake against real
-    outputs (shape, strides, dtype) and aot_autograd with dynamic shapes."""
+    """Schema (copy_ and reduce_into_ write dst and nothing else), autograd registration, fake
+    against real outputs (shape, strides, dtype) and aot_autograd with dynamic shapes. The
+    reduce's operands are finite (randn): opcheck compares repeated runs' values."""
     x = hashed((512, 768), torch.bfloat16, salt=13)
     cases = {
         "copy_": (torch.ops.tmakit.copy_.default, (poisoned((512, 768), torch.bfloat16), x)),
         "copy": (torch.ops.tmakit.copy.default, (hashed((768, 512), torch.bfloat16, salt=13).t(),)),
         "copy-grad": (torch.ops.tmakit.copy.default, (x.float().requires_grad_(),)),
         "load_tiles": (torch.ops.tmakit.load_tiles.default, (x[:500], 128, 64, 128)),
+        "reduce_into_": (
+            torch.ops.tmakit.reduce_into_.default,
+            (torch.randn(512, 768, device="cuda", dtype=torch.bfloat16), torch.randn_like(x), "add"),
+        ),
     }
     target, args = cases[op]
     torch.library.opcheck(target, args)
@@ -337,14 +342,17 @@ def test_the_ops_raise_tmakit_apis_errors(torch):
 
 def test_reduce_into__adds_every_element_and_compiles(torch):
     """torch.ops.tmakit.reduce_into_ eagerly and under torch.compile(fullgraph=True): dst + src,
-    each element rounded once, bit for bit against torch's fp32 add; version counter bumped."""
+    each element rounded once, bit for bit against torch's fp32 add (one rounding too); version
+    counter bumped once (the op's own `increment_version`, as copy_'s); src untouched. Compiled,
+    the reduce into a fresh `ones_like` is functionalized (the op returns None) and `* 2` is exact."""
     src = torch.randn(1000, 776, device="cuda")
     dst = torch.randn(1000, 776, device="cuda")
-    want = dst + src
+    want, src_before = dst + src, src.clone()
     version = dst._version
     assert torch.ops.tmakit.reduce_into_(dst, src, "add") is None
     torch.cuda.synchronize()
     assert torch.equal(bits(dst), bits(want)) and dst._version == version + 1
+    assert torch.equal(bits(src), bits(src_before))
 
     def accumulate(partial):
         total = torch.ones_like(partial)

@@ -1,7 +1,9 @@
 """TMA reduce stores on the device: every (op, dtype) pair the PTX ISA lists, on shapes with partial
 tiles, batches, both layouts and a single row, position-dependent inputs, every element's bits
 compared with the CPU model (`model.reduce_reference`) and, where torch computes that dtype on the
-GPU, with torch (`add_`, `minimum`, `maximum`, bitwise ops).
+GPU, with torch (`add_`, `minimum`, `maximum`, bitwise ops). Then NaNs, infinities, signed zeros
+and subnormals against the model's stated rules (torch's minimum/maximum propagate NaNs, so torch
+is no reference there).
 
 Rounding: each destination element receives exactly one reduction, so a float add is one rounding
 to nearest even of the exact sum: fp32 bit-exact against torch's fp32 `add_`; f16 and bf16 also
@@ -23,7 +25,7 @@ import tmakit
 from tmakit import TmaConfigError
 from tmakit.config import DTYPES
 from tmakit.model import reduce_reference
-from tmakit.model.reduce import STORAGE, float_to_bf16
+from tmakit.model.reduce import STORAGE, bf16_to_float, float_to_bf16
 from tmakit.plan import reduce_pairs
 from tmakit.plan.copy import copy_tile
 
@@ -181,3 +183,81 @@ def test_a_refused_pair_raises_before_any_launch():
     assert bool((signed == 0).all())
     torch.cuda.synchronize()
     assert bool((dst == 0).all())
+
+
+# -- NaNs, infinities, signed zeros and subnormals ------------------------------------------------
+FLOAT_PAIRS = [(op, dtype) for op, dtype in reduce_pairs() if dtype in ("fp32", "fp16", "bf16")]
+# Per float dtype: its smallest subnormal, largest subnormal, smallest normal and largest finite.
+FLOAT_EDGES = {
+    "fp32": (2.0**-149, 2.0**-126 - 2.0**-149, 2.0**-126, float(np.finfo(np.float32).max)),
+    "fp16": (2.0**-24, 2.0**-14 - 2.0**-24, 2.0**-14, 65504.0),
+    "bf16": (2.0**-133, 2.0**-126 - 2.0**-133, 2.0**-126, 3.3895313892515355e38),
+}
+
+
+def special_values(name: str) -> list[float]:
+    """Zeros of both signs, ones, subnormals (smallest, largest, negative), normals at the edge,
+    the largest finite value, infinities and a NaN, as float64."""
+    smallest, largest_subnormal, normal, biggest = FLOAT_EDGES[name]
+    return [0.0, -0.0, 1.0, -1.5, smallest, -smallest, largest_subnormal, -largest_subnormal,
+            normal, -1.5 * normal, biggest, -biggest, np.inf, -np.inf, np.nan, 2.5]  # fmt: skip
+
+
+def as_storage(name: str, values: np.ndarray) -> np.ndarray:
+    if name == "bf16":
+        return float_to_bf16(values.astype(np.float32))
+    return values.astype(STORAGE[name])
+
+
+def is_nan(name: str, stored: np.ndarray) -> np.ndarray:
+    return np.isnan(bf16_to_float(stored) if name == "bf16" else stored.astype(np.float64))
+
+
+def special_mismatches(found: np.ndarray, expected: np.ndarray, name: str) -> np.ndarray:
+    """Where `found` differs from `expected`: other bits, except that a NaN the model expects may
+    be any NaN (the ISA names no payload)."""
+    width = f"uint{DTYPES[name].bits}"
+    differ = found.view(width) != expected.view(width)
+    return differ & ~(is_nan(name, expected) & is_nan(name, found))
+
+
+@pytest.mark.parametrize("op, dtype", FLOAT_PAIRS, ids=[f"{op}-{dtype}" for op, dtype in FLOAT_PAIRS])
+def test_nans_infinities_signed_zeros_and_subnormals_reduce_as_the_model_states(op, dtype, monkeypatch):
+    """Every pair of special values (each as destination against each as source) reduced once,
+    every element against the model's stated rules (`model.reduce`: f32 adds flush subnormals,
+    f16/bf16 adds keep them; min/max drop a NaN and order -0.0 below +0.0). A failure names the
+    first wrong pairs and, for an add, which subnormal rule the hardware followed instead."""
+    import torch
+
+    from tmakit.model import reduce as model
+
+    values = np.array(special_values(dtype))
+    pairs = len(values) ** 2
+    dst_values = as_storage(dtype, np.resize(np.repeat(values, len(values)), (64, 256)))
+    src_values = as_storage(dtype, np.resize(np.tile(values, len(values)), (64, 256)))
+    dst, src = upload(torch, dst_values, dtype, "row"), upload(torch, src_values, dtype, "row")
+    tmakit.reduce_into_(dst, src, op)
+    torch.cuda.synchronize()
+    found = download(torch, dst, dtype)
+    expected = reduce_reference(op, dtype, dst_values, src_values)
+    wrong = special_mismatches(found, expected, dtype)
+    if not wrong.any():
+        return
+    as_float = bf16_to_float if dtype == "bf16" else (lambda a: a.astype(np.float64))
+    firsts = [tuple(int(i) for i in index) for index in np.argwhere(wrong)[:6]]
+    listed = "; ".join(
+        f"{as_float(dst_values[i])!r} {op} {as_float(src_values[i])!r} gave {as_float(found[i])!r}, "
+        f"the model {as_float(expected[i])!r}"
+        for i in firsts
+    )
+    other_rule = ""
+    if op == "add":  # would the other subnormal rule have matched?
+        stated = model.FLUSHES_SUBNORMALS[dtype]
+        monkeypatch.setitem(model.FLUSHES_SUBNORMALS, dtype, not stated)
+        other = reduce_reference(op, dtype, dst_values, src_values)
+        if not special_mismatches(found, other, dtype).any():
+            other_rule = f"; the hardware follows FLUSHES_SUBNORMALS[{dtype!r}] = {not stated} instead"
+    pytest.fail(
+        f"{op} {dtype}: {int(wrong.sum())} of {wrong.size} elements ({pairs} pairs) wrong: "
+        f"{listed}{other_rule}"
+    )

@@ -256,6 +256,64 @@ def test_float_min_max_take_the_number_over_a_nan():
     assert bf16_to_float(b).tolist() == [2, 1.5]
 
 
+def test_an_f32_add_flushes_subnormal_inputs_and_results_f16_and_bf16_adds_keep_them():
+    from tmakit.model import reduce_reference
+    from tmakit.model.reduce import ELEMENT_RULES, FLUSHES_SUBNORMALS, bf16_to_float, float_to_bf16
+
+    assert FLUSHES_SUBNORMALS == {"fp32": True, "fp16": False, "bf16": False}
+    assert "f32 flushes subnormal" in ELEMENT_RULES["add"]
+    tiny, normal = np.float32(2.0**-140), np.float32(2.0**-126)  # a subnormal, the smallest normal
+    d = np.float32([tiny, tiny, -tiny, 1.5 * normal, -1.5 * normal, 1.0])
+    s = np.float32([0.0, tiny, 0.0, -normal, normal, tiny])
+    got = reduce_reference("add", "fp32", d, s)
+    # flushed inputs: 0 + 0, 0 + 0, -0 + 0 = +0; results below the smallest normal: a zero of
+    # their sign; 1 + a flushed subnormal = 1.
+    assert got.tolist() == [0.0, 0.0, 0.0, 0.0, -0.0, 1.0]
+    assert np.signbit(got).tolist() == [False, False, False, False, True, False]
+    half = np.float16(2.0**-24)  # f16's smallest subnormal: kept, and sums of them too
+    assert reduce_reference(
+        "add", "fp16", np.float16([half, 2.0**-14]), np.float16([half, -half])
+    ).tolist() == [
+        2.0**-23,
+        np.float16(2.0**-14 - 2.0**-24),
+    ]
+    tiny_bf16 = float_to_bf16(np.float32([2.0**-133, 2.0**-130]))  # bf16 subnormals
+    summed = bf16_to_float(reduce_reference("add", "bf16", tiny_bf16, tiny_bf16))
+    assert summed.tolist() == [2.0**-132, 2.0**-129]
+
+
+def test_float_add_of_infinities_and_nans():
+    from tmakit.model import reduce_reference
+    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+
+    inf, nan = np.inf, np.nan
+    for dtype, cast in [("fp32", np.float32), ("fp16", np.float16)]:
+        got = reduce_reference(
+            "add", dtype, cast([inf, inf, -inf, nan, 1.0]), cast([1.0, -inf, -inf, 2.0, nan])
+        )
+        assert got[0] == inf and np.isnan(got[1]) and got[2] == -inf and np.isnan(got[3]) and np.isnan(got[4])
+    assert reduce_reference("add", "fp16", np.float16([65504]), np.float16([65504]))[0] == inf  # overflow
+    got = bf16_to_float(
+        reduce_reference(
+            "add", "bf16", float_to_bf16(np.float32([inf, nan])), float_to_bf16(np.float32([-inf, 1]))
+        )
+    )
+    assert np.isnan(got).all()
+
+
+def test_float_min_max_order_negative_zero_below_positive_and_keep_subnormals():
+    from tmakit.model import reduce_reference
+
+    d, s = (
+        np.float16([0.0, -0.0, 2.0**-24, -(2.0**-24), np.inf]),
+        np.float16([-0.0, 0.0, 2.0**-23, 0.0, -np.inf]),
+    )
+    low, high = reduce_reference("min", "fp16", d, s), reduce_reference("max", "fp16", d, s)
+    assert np.signbit(low[:2]).all() and not np.signbit(high[:2]).any()
+    assert low[2:].tolist() == [2.0**-24, -(2.0**-24), -np.inf]
+    assert high[2:].tolist() == [2.0**-23, 0.0, np.inf]
+
+
 def test_the_model_refuses_what_tma_refuses():
     from tmakit.model import reduce_reference
 
@@ -306,6 +364,25 @@ def test_a_reduce_launches_its_class_and_new_shapes_compile_nothing(launches, to
     assert [reduce.op for reduce, _, _ in compiled] == ["add", "inc"]
     assert all(generic for _, _, generic in compiled)
     assert [shape for _, shape, _, _ in launched] == [(64, 64), (1000, 776), (3, 8), (5, 8)]
+
+
+def test_a_reduce_takes_the_copys_options_but_rows_views(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    dst, src = torch.empty(1000, 776), torch.empty(1000, 776)
+    tmakit.add_(dst, src, stages=6, store_depth=3)
+    tmakit.reduce_into_(dst, src, "add", tile=(32, 64), evict_first=True)
+    tmakit.add_(dst, src)  # the defaults: a class of their own
+    (first, _, _), (second, _, _), (default, _, _) = compiled
+    assert first.copy.ring.stages == 6 and first.copy.store_depth == 3
+    assert second.load.config.tile == (32, 64) and second.copy.ring.evict_first
+    assert default.copy.ring.stages != 6 and default.copy.store_depth != 3
+    for wrong, rule in [({"bulk": True}, "as_rows and bulk"), ({"as_rows": True}, "as_rows and bulk"),
+                        ({"stagez": 4}, "unknown copy option stagez")]:  # fmt: skip
+        with pytest.raises(TmaConfigError, match=rule):
+            tmakit.add_(dst, src, **wrong)
+    assert len(launched) == 3
 
 
 def test_a_transposing_reduce_gets_the_other_layout(launches, torch):

@@ -507,7 +507,14 @@ def copy_dispatch() -> CopyDispatch:
 
 
 # -- reduce stores --------------------------------------------------------------------------------
-def reduce_into_(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> torch.Tensor:
+def reduce_into_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str = "add",
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    **options: Any,
+) -> torch.Tensor:
     """Reduce `src` into `dst` element by element through TMA reduce stores, dst = dst op src;
     returns `dst`. `op` is one of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and",
     "or", "xor") and must take the tensors' dtype (`plan.REDUCE_DTYPES`, the PTX ISA's table for
@@ -519,21 +526,51 @@ def reduce_into_(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> torch
     per class (dtype, rank, contiguous dims, op) where TVM-FFI is installed. Raises
     TmaConfigError before anything compiles or launches: a pair the table lacks, mismatched
     shapes or dtypes, tensors not on one CUDA device, strides TMA cannot take, or `dst` partly
-    overlapping `src` (the very same view is allowed: each tile is loaded before it is stored)."""
+    overlapping `src` (the very same view is allowed: each tile is loaded before it is stored).
+
+    `tile`, `stages` and the keyword `options` are the copy's (`CopyOptions`: store_depth,
+    blocks_per_sm, evict_first, pdl, load_hint, store_hint, tile_order), each left out taking
+    the copy's default; `as_rows` and `bulk` are a copy's only (`reduce_options`)."""
     import_torch("reduce_into_")
+    copy_options = reduce_options(tile, stages, options)
     check_reduce_tensors(dst, src, op)
     if src.numel() == 0:
         return dst
-    launcher = plan_reduce(dst, src, op)
+    launcher = plan_reduce(dst, src, op, copy_options)
     check_base_address(src.data_ptr())
     check_base_address(dst.data_ptr())
     launcher(src, dst)
     return dst
 
 
-def add_(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """dst += src through TMA reduce stores (`reduce_into_(dst, src, "add")`); returns `dst`."""
-    return reduce_into_(dst, src, "add")
+def add_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    **options: Any,
+) -> torch.Tensor:
+    """dst += src through TMA reduce stores (`reduce_into_(dst, src, "add", ...)`, which takes
+    the same options); returns `dst`."""
+    return reduce_into_(dst, src, "add", tile, stages, **options)
+
+
+_DEFAULT_REDUCE_OPTIONS = CopyOptions()
+
+
+def reduce_options(tile: tuple[int, int] | None, stages: int | None, options: dict[str, Any]) -> CopyOptions:
+    """A reduce's `CopyOptions` (the defaults, built once, when none is given). TmaConfigError for
+    an unknown name, and for `as_rows`/`bulk`: a reduce stores through the tensors' own tensor
+    maps (`ReducePlan`), not a rows view's or plain bulk copies."""
+    if tile is None and stages is None and not options:
+        return _DEFAULT_REDUCE_OPTIONS
+    chosen = CopyOptions.of(**{"tile": tile, "stages": stages, **options})
+    if chosen.as_rows or chosen.bulk:
+        raise TmaConfigError(
+            "reduce_into_ takes the copy's options but as_rows and bulk: a reduce stores through "
+            "the tensors' own tensor maps"
+        )
+    return chosen
 
 
 def check_reduce_tensors(dst: object, src: object, op: str) -> None:
@@ -569,10 +606,12 @@ def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
         )
 
 
-def plan_reduce(dst: torch.Tensor, src: torch.Tensor, op: str) -> Launcher:
+def plan_reduce(
+    dst: torch.Tensor, src: torch.Tensor, op: str, options: CopyOptions = _DEFAULT_REDUCE_OPTIONS
+) -> Launcher:
     """Check a reduce's layouts (the copy's rules) and return its compiled launcher: the
     shape-generic class's where TVM-FFI is installed (`plan.reduce_class`, this shape checked by
-    `plan.check_copy_shape`), else a kernel compiled for this shape."""
+    `plan.check_copy_shape`), else a kernel compiled for this shape. `options`: `reduce_options`."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     sm_count, l2_bytes = device_facts(src.device)
@@ -580,7 +619,6 @@ def plan_reduce(dst: torch.Tensor, src: torch.Tensor, op: str) -> Launcher:
     check_rank(len(shape))
     src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     transpose = src_major != dst_major
-    options = CopyOptions()
     tile = options.default_tile(dtype, transpose, None, sm_count)
     fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
     device = str(src.device)

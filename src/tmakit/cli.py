@@ -24,6 +24,7 @@ from rich.table import Table
 
 from . import __version__
 from .bench import hostcost, ncu, report, suites
+from .bench.baselines import TORCH_IN_PLACE
 from .bench.timing import MIN_SAMPLES
 from .check.isolate import run_isolated
 from .check.run import verify_multicast_load, verify_pipelined_load
@@ -471,6 +472,7 @@ PLOT_TITLES = {
     "load": "tmakit loads vs torch",
     "copy": "tmakit.copy_ vs torch copy_",
     "transpose": "transposing tmakit.copy_ vs torch copy_",
+    "reduce": "tmakit.reduce_into_ vs torch's in-place ops",
 }
 
 
@@ -489,12 +491,35 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise CommandError("nothing to time: give --shape or --sizes")
     plans = [LoadPlan(LoadConfig(shape, element.name, args.tile, args.swizzle)) for shape in shapes]
     copying = args.kernel in ("copy", "transpose")
-    if (args.copy or args.specialised) and not copying:
-        raise CommandError("--copy and --specialised configure --kernel copy or transpose")
+    reducing = args.kernel == "reduce"
+    if args.copy and not (copying or reducing):
+        raise CommandError("--copy configures --kernel copy, transpose or reduce")
+    if args.specialised and not copying:
+        raise CommandError("--specialised configures --kernel copy or transpose")
+    if args.reduce and not reducing:
+        raise CommandError("--reduce configures --kernel reduce")
+    if reducing and (args.pipeline or args.prefetch or args.cluster or args.ncu):
+        raise CommandError(
+            "--kernel reduce times reduce stores only: no --pipeline, --prefetch, --cluster, --ncu"
+        )
     if args.stages is not None and not args.cluster:
         raise CommandError("--stages sets the ring of --cluster: give a cluster too")
     cluster_stages = args.stages or BENCH_CLUSTER_STAGES
     options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
+    reduce_cases = [
+        case
+        for text in (args.reduce or suites.DEFAULT_REDUCE_CASES if reducing else [])
+        for case in suites.ReduceCase.parse(text, element.name)
+    ]
+    reduce_plans = [  # (case, plan) for every reduce and size, each size of the case's dtype
+        (case, LoadPlan(LoadConfig(shape, case.dtype, args.tile, args.swizzle)))
+        for case in reduce_cases
+        for shape in [*([args.shape] if args.shape else []),
+                      *(bench_shape(size, dtype_named(case.dtype).nbytes) for size in args.sizes)]
+    ]  # fmt: skip
+    if reducing:
+        for option in options:
+            suites.check_reduce_options(option)
     variants = [suites.PipelineVariant.parse(text) for text in args.pipeline or []]
     if args.prefetch and not variants:
         variants = [suites.PipelineVariant(stages=4), suites.PipelineVariant(stages=7)]
@@ -523,8 +548,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     console = Console(file=_text_stream(args))
     rows = []
     with Progress(console=console) as progress:
-        task = progress.add_task(f"timing on {gpu_name}", total=len(plans))
-        for plan in plans:
+        task = progress.add_task(f"timing on {gpu_name}", total=len(reduce_plans) if reducing else len(plans))
+        for case, plan in reduce_plans:
+            rows += suites.bench_reduce(
+                plan, case.op, options, context["l2_bytes"], args.hot_l2, args.samples
+            )
+            progress.advance(task)
+        for plan in [] if reducing else plans:
             if copying:
                 rows += suites.bench_copy(
                     plan,
@@ -552,13 +582,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
         if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
             row.host_us = host[f"{copy_prefix}{'bulk_' if row.notes.get('bulk') else ''}call_us"]
-        elif row.kernel.startswith("tmakit"):
-            row.host_us = host["plain_prepared_tensors_us"]
+        elif row.kernel.startswith("tmakit") and not row.kernel.startswith("tmakit.reduce_into_"):
+            row.host_us = host["plain_prepared_tensors_us"]  # (a reduce's call: not measured)
     if args.ncu:
         context["ncu"] = {"x".join(map(str, plans[0].config.shape)): ncu.ncu_kernel_times(plans[0])}
     baselines = {
         "copy": ["torch copy_", f"torch copy_ {suites.STREAM_TIMED}"],
         "transpose": ["torch copy_ (transpose)", f"torch copy_ (transpose) {suites.STREAM_TIMED}"],
+        "reduce": [
+            name
+            for op in dict.fromkeys(case.op for case in reduce_cases)
+            for name in (TORCH_IN_PLACE[op][0], f"{TORCH_IN_PLACE[op][0]} {suites.STREAM_TIMED}")
+        ],
     }.get(args.kernel, ["torch copy_", "torch sum"])
     cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
     table = Table(
@@ -708,16 +743,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_element_arguments(bench_cmd)
     bench_cmd.add_argument(
         "--kernel",
-        choices=("load", "copy", "transpose"),
+        choices=("load", "copy", "transpose", "reduce"),
         default="load",
         help="load (default): tile loads against torch's sum and copy_; copy: tmakit.copy_ against "
-        "torch's copy_; transpose: the same from a column-major source (x.t()) into a row-major destination",
+        "torch's copy_; transpose: the same from a column-major source (x.t()) into a row-major "
+        "destination; reduce: tmakit.reduce_into_ against torch's in-place op (see --reduce)",
+    )
+    bench_cmd.add_argument(
+        "--reduce",
+        action="append",
+        metavar="OP[:DTYPE,...]",
+        help="--kernel reduce: one op and the dtypes to time it on (repeatable; without dtypes, --dtype's), "
+        f"e.g. add:fp32,bf16 or max:fp16; default {' '.join(suites.DEFAULT_REDUCE_CASES)}. GB/s count 3x "
+        "the tensor's bytes (src read, dst read and written)",
     )
     bench_cmd.add_argument(
         "--copy",
         action="append",
         metavar="NAME=VALUE,...",
-        help="one tmakit.copy_ configuration for --kernel copy/transpose (repeatable; default: the "
+        help="one tmakit.copy_ (or reduce_into_) configuration for --kernel copy/transpose/reduce "
+        "(repeatable; default: the "
         f"defaults), by the names of tmakit.CopyOptions: {', '.join(CopyOptions.names())}; "
         "e.g. tile=16x256,stages=8 or bulk",
     )

@@ -1,5 +1,6 @@
 """What tmakit's kernels are compared with, in the same process and by the same timer:
-torch `copy_` (read + write), torch `sum` (read), and, when Triton is importable, a Triton copy
+torch `copy_` (read + write), torch `sum` (read), torch's in-place ops beside the reduce
+stores (`TORCH_IN_PLACE`), and, when Triton is importable, a Triton copy
 and a Triton fp32 row sum through TMA tensor descriptors. Each returns one launch callable per
 rotated buffer."""
 
@@ -17,6 +18,37 @@ if TYPE_CHECKING:
 def torch_copy_launches(sources: list[torch.Tensor]) -> list[Callable[[], Any]]:
     destinations = [source.clone() for source in sources]
     return [lambda s=s, d=d: d.copy_(s) for s, d in zip(sources, destinations, strict=True)]
+
+
+def _out_is_dst(name: str) -> Callable[[Any, Any], Any]:
+    """torch.`name`(dst, src, out=dst): torch's elementwise op written into dst in place."""
+
+    def reduce(dst: torch.Tensor, src: torch.Tensor) -> Any:
+        import torch
+
+        return getattr(torch, name)(dst, src, out=dst)
+
+    return reduce
+
+
+# torch's in-place form of each reduce op it has, dst = dst op src (inc and dec it lacks): the
+# baseline's name in the bench's rows, and the call.
+TORCH_IN_PLACE = {
+    "add": ("torch add_", lambda dst, src: dst.add_(src)),
+    "min": ("torch minimum (out=dst)", _out_is_dst("minimum")),
+    "max": ("torch maximum (out=dst)", _out_is_dst("maximum")),
+    "and": ("torch bitwise_and_", lambda dst, src: dst.bitwise_and_(src)),
+    "or": ("torch bitwise_or_", lambda dst, src: dst.bitwise_or_(src)),
+    "xor": ("torch bitwise_xor_", lambda dst, src: dst.bitwise_xor_(src)),
+}
+
+
+def torch_reduce_launches(
+    op: str, sources: list[torch.Tensor], destinations: list[torch.Tensor]
+) -> list[Callable[[], Any]]:
+    """torch's in-place `op` of each source into its destination (`TORCH_IN_PLACE`)."""
+    function = TORCH_IN_PLACE[op][1]
+    return [lambda s=s, d=d: function(d, s) for s, d in zip(sources, destinations, strict=True)]
 
 
 def torch_sum_launches(sources: list[torch.Tensor]) -> list[Callable[[], Any]]:

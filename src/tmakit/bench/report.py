@@ -21,9 +21,14 @@ def peak_bandwidth(device_name: str) -> float | None:
     return None
 
 
+# Tensors' worth of bytes each kind must move across DRAM at least: a reduce reads src, and reads
+# and writes dst.
+TENSORS_MOVED = {"load": 1, "sum": 1, "copy": 2, "reduce": 3}
+
+
 def bytes_moved(kind: str, tensor_bytes: int) -> int:
     """The fewest bytes that must cross DRAM: each input read once, each output written once."""
-    return {"load": 1, "sum": 1, "copy": 2}[kind] * tensor_bytes
+    return TENSORS_MOVED[kind] * tensor_bytes
 
 
 @dataclass
@@ -31,7 +36,7 @@ class BenchRow:
     """One kernel on one size: device-time samples (us per launch) and what they mean."""
 
     kernel: str  # e.g. "tmakit load", "torch copy_"
-    kind: str  # "load", "copy" or "sum": decides the bytes counted
+    kind: str  # "load", "copy", "sum" or "reduce": decides the bytes counted (`TENSORS_MOVED`)
     shape: tuple[int, ...]
     dtype: str
     tensor_bytes: int
@@ -77,12 +82,13 @@ class BenchRow:
 
 
 def ratios(rows: list[BenchRow], baseline: str) -> dict[tuple, float]:
-    """GB/s of each row over the baseline row of the same shape and dtype (same run)."""
-    base = {(r.shape, r.dtype): r.gbps for r in rows if r.kernel == baseline}
+    """GB/s of each row over the baseline row of the same shape and dtype (same run), and of the
+    same reduce op where rows name one (`notes["op"]`: a min is not compared with torch's add_)."""
+    base = {(r.shape, r.dtype, r.notes.get("op")): r.gbps for r in rows if r.kernel == baseline}
     return {
-        (r.kernel, r.shape, r.dtype): r.gbps / base[(r.shape, r.dtype)]
+        (r.kernel, r.shape, r.dtype): r.gbps / base[(r.shape, r.dtype, r.notes.get("op"))]
         for r in rows
-        if (r.shape, r.dtype) in base
+        if (r.shape, r.dtype, r.notes.get("op")) in base
     }
 
 
@@ -159,9 +165,11 @@ def plot(rows: list[BenchRow], path: str, peak: float | None, title: str) -> Non
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 5))
-    for kernel in dict.fromkeys(r.kernel for r in rows):
-        points = sorted((r.tensor_bytes, r.gbps) for r in rows if r.kernel == kernel)
-        axes.plot([p[0] / 2**20 for p in points], [p[1] for p in points], marker="o", label=kernel)
+    several_dtypes = len({r.dtype for r in rows}) > 1  # (a reduce bench): one line per kernel and dtype
+    for kernel, dtype in dict.fromkeys((r.kernel, r.dtype) for r in rows):
+        points = sorted((r.tensor_bytes, r.gbps) for r in rows if (r.kernel, r.dtype) == (kernel, dtype))
+        label = f"{kernel} {dtype}" if several_dtypes else kernel
+        axes.plot([p[0] / 2**20 for p in points], [p[1] for p in points], marker="o", label=label)
     if peak:
         axes.axhline(peak / 1e9, linestyle="--", color="gray", label=f"datasheet peak {peak / 1e12:.2f} TB/s")
     axes.set_xscale("log", base=2)

@@ -19,10 +19,10 @@ from ..check.run import (
     verify_pipelined_load,
     verify_tile_load,
 )
-from ..config import describe_fields, parse_fields
+from ..config import describe_fields, dtype_named, parse_fields
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan
+from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, check_reduce
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
@@ -34,7 +34,9 @@ from ..runtime.launch import (
     new_guard,
 )
 from .baselines import (
+    TORCH_IN_PLACE,
     torch_copy_launches,
+    torch_reduce_launches,
     torch_sum_launches,
     triton_supports,
     triton_tma_copy_launches,
@@ -302,6 +304,136 @@ def bench_copy(
             rows.append(replace(graph_row, kernel=f"{graph_row.kernel} {STREAM_TIMED}", samples_us=samples_us,
                                 compile_seconds=None))  # fmt: skip
     del sources, destinations, launches, eager, torch_launches
+    torch.cuda.empty_cache()
+    return rows
+
+
+@dataclass(frozen=True)
+class ReduceCase:
+    """One reduce to time: `op` on tensors of `dtype` (`tmakit.reduce_into_`), beside torch's
+    in-place form of the same op (`baselines.TORCH_IN_PLACE`)."""
+
+    op: str
+    dtype: str
+
+    @classmethod
+    def parse(cls, text: str, default_dtype: str) -> list[ReduceCase]:
+        """ "add:fp32,bf16" -> add on fp32 and on bf16; "min" -> min on `default_dtype`. Each pair
+        checked (`plan.check_reduce`) and refused without a torch op to compare with."""
+        op, _, dtypes = text.partition(":")
+        names = [dtype_named(name.strip()).name for name in dtypes.split(",") if name.strip()]
+        cases = [cls(op.strip(), name) for name in names or [default_dtype]]
+        for case in cases:
+            check_reduce(case.op, case.dtype)
+            if case.op not in TORCH_IN_PLACE:
+                raise TmaConfigError(
+                    f"reduce op {case.op!r} has no torch in-place op to time against; the bench "
+                    f"times {', '.join(TORCH_IN_PLACE)}"
+                )
+        return cases
+
+
+# `tmakit bench --kernel reduce` without --reduce: torch's add_ on the float types, and min/max
+# where TMA reduces them (fp16, bf16; not fp32).
+DEFAULT_REDUCE_CASES = ("add:fp32,fp16,bf16", "min:fp16,bf16", "max:fp16,bf16")
+
+
+def check_reduce_options(options: CopyOptions) -> None:
+    """TmaConfigError for copy options a reduce does not take (`api.reduce_options`)."""
+    api.reduce_options(None, None, options.changed())
+
+
+def reduce_operands(plan: LoadPlan, l2_bytes: int, hot_l2: bool) -> tuple[list, list]:
+    """Rotated (sources, destinations) of the plan's shape, `rotation_buffers` of each over both
+    tensors' bytes. Floats: torch.randn (seeded), finite with full mantissas - a NaN would make
+    min/max differ from torch's by rule (torch propagates it, TMA's min/max drop it), not by error;
+    integers: the position-hashed bits of `make_input_tensor`."""
+    import torch
+
+    count = rotation_buffers(2 * plan.tensor_bytes, l2_bytes, hot_l2)
+    dtype = getattr(torch, plan.config.element.torch_name)
+    if not dtype.is_floating_point:
+        sources = [make_input_tensor(plan) for _ in range(count)]
+        return sources, [source.flip(-1).contiguous() for source in sources]
+    generator = torch.Generator(device="cuda").manual_seed(2026)
+    made = [
+        torch.randn(plan.config.shape, generator=generator, device="cuda", dtype=dtype)
+        for _ in range(2 * count)
+    ]
+    return made[:count], made[count:]
+
+
+def bench_reduce(
+    plan: LoadPlan, op: str, options: list[CopyOptions], l2_bytes: int, hot_l2: bool, samples: int
+) -> list:
+    """`tmakit.reduce_into_(dst, src, op)` as a user calls it (TVM-FFI launch, torch's stream),
+    each option first verified bit for bit in the same run against torch's in-place op on the
+    same operands (`baselines.TORCH_IN_PLACE`: one rounding either way for float adds), then
+    timed beside that op, by graph replay and, from `STREAM_TIMED_BYTES`, eagerly on a stream.
+    Bytes counted: 3x the tensor (src read, dst read and written). The timed passes keep
+    reducing into the destinations (an add grows them; the values do not change the traffic)."""
+    import torch
+
+    config = plan.config
+    sources, destinations = reduce_operands(plan, l2_bytes, hot_l2)
+    bits = signed_bits(sources[0])
+    initial = destinations[0].clone()
+    torch_name, torch_op = TORCH_IN_PLACE[op]
+    expected = initial.clone()
+    torch_op(expected, sources[0])
+    shape = tuple(sources[0].shape)
+    rows, eager = [], []  # eager: (graph-timed row, its launches), timed on a stream after the graphs
+    for option in options:
+        bits(destinations[0]).copy_(bits(initial))
+        knobs = option.changed()
+        start = time.perf_counter()
+        api.reduce_into_(destinations[0], sources[0], op, **knobs)  # compiles once
+        torch.cuda.synchronize()
+        first_call = time.perf_counter() - start
+        wrong = first_wrong_tile(destinations[0], expected, option.tile or copy_tile(config.dtype))
+        verdict = f"ok: every element bit-exact against {torch_name} ({sources[0].numel()})"
+        launches = [
+            lambda s=s, d=d, k=knobs: api.reduce_into_(d, s, op, **k)
+            for s, d in zip(sources, destinations, strict=True)
+        ]
+        rows.append(
+            BenchRow(
+                f"tmakit.reduce_into_ {op} ({option.describe()})",
+                "reduce",
+                shape,
+                config.dtype,
+                plan.tensor_bytes,
+                graph_samples_us(launches, samples),
+                verdict if wrong is None else f"WRONG against {torch_name}: {wrong}",
+                first_call,
+                {
+                    "op": op,
+                    "options": option.describe(),
+                    "tile": list(option.tile) if option.tile else "default",
+                    "stages": option.stages,
+                    "rotated_buffers": len(sources),
+                },
+            )  # fmt: skip
+        )
+        eager.append((rows[-1], launches))
+    torch_launches = torch_reduce_launches(op, sources, destinations)
+    rows.append(
+        BenchRow(
+            torch_name,
+            "reduce",
+            shape,
+            config.dtype,
+            plan.tensor_bytes,
+            graph_samples_us(torch_launches, samples),
+            notes={"op": op},
+        )  # fmt: skip
+    )
+    if plan.tensor_bytes >= STREAM_TIMED_BYTES:  # the eager loop beside the graph, every row
+        for graph_row, timed in [*eager, (rows[-1], torch_launches)]:
+            samples_us = stream_samples_us(timed, samples)
+            rows.append(replace(graph_row, kernel=f"{graph_row.kernel} {STREAM_TIMED}", samples_us=samples_us,
+                                compile_seconds=None))  # fmt: skip
+    del sources, destinations, initial, expected, launches, eager, torch_launches
     torch.cuda.empty_cache()
     return rows
 

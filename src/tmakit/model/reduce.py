@@ -8,10 +8,18 @@ bits. Each element receives exactly one reduction (d = d op s), so:
 - inc (u32): d = (d >= s) ? 0 : d + 1; dec (u32): d = (d == 0 || d > s) ? s : d - 1;
 - float add is one rounding to nearest even of the exact sum (computed in float64, whose 53 bits
   make the rounding to f32/f16/bf16 after it exact: 53 >= 2p + 2);
-- float min/max follow the PTX `min`/`max` instructions' NaN rule (IEEE 754-2008 minNum/maxNum):
-  one NaN operand gives the other operand, two give the canonical NaN. The reduce's own text for
-  NaNs and for -0.0 against +0.0 was not found here: the model keeps the destination on ties, and
-  the GPU tests use neither NaNs nor negative zeros.
+- subnormals (`FLUSHES_SUBNORMALS`): an f32 add flushes subnormal inputs and results to
+  sign-preserving zero, f16/bf16 adds keep them. The PTX ISA says so for the non-tensor reduce
+  ("the current implementation of cp.reduce.async.bulk.add.f32 flushes subnormal inputs and
+  results to sign-preserving zero"; its f16/bf16 adds are `.noftz`); the tensor form's text
+  names no rule and takes its type from the tensor map, which CuTe DSL 4.8.1 encodes as plain
+  f32 (its `F32_RN`, not `F32_FTZ_RN`): tests/test_gpu_reduce.py checks the rule on the GPU;
+- float min/max follow the PTX `min`/`max` instructions (without `.NaN`), as the ISA says `atom`
+  and `red` do (the reduce's own text is silent): a NaN operand gives the other operand
+  (IEEE 754-2008 minNum/maxNum), two NaNs give the canonical NaN, +0.0 > -0.0, and f16/bf16
+  subnormals compare as they are. (torch's minimum/maximum propagate a NaN instead.)
+- a NaN result of an add is a NaN (the model gives the canonical one; the ISA does not name the
+  payload, so the GPU tests compare NaN-ness there); inf + -inf is a NaN, an overflow an inf.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ from ..plan.reduce import check_reduce
 
 # What one reduce store leaves in a destination element d, given the source element s.
 ELEMENT_RULES = {
-    "add": "d + s (integers wrap modulo 2^width; floats round once, to nearest even)",
-    "min": "min(d, s) (unsigned integers; f16/bf16: a NaN loses to a number)",
-    "max": "max(d, s) (unsigned integers; f16/bf16: a NaN loses to a number)",
+    "add": "d + s (integers wrap modulo 2^width; floats round once, to nearest even; f32 flushes "
+    "subnormal inputs and results to sign-preserving zero, f16/bf16 keep them)",
+    "min": "min(d, s) (unsigned integers; f16/bf16: a NaN loses to a number, -0.0 < +0.0)",
+    "max": "max(d, s) (unsigned integers; f16/bf16: a NaN loses to a number, -0.0 < +0.0)",
     "inc": "0 if d >= s else d + 1",
     "dec": "s if d == 0 or d > s else d - 1",
     "and": "d & s",
@@ -42,6 +51,11 @@ STORAGE = {
     "bf16": np.uint16,
 }
 CANONICAL_NAN = {"fp32": np.float32(np.nan), "fp16": np.float16(np.nan), "bf16": np.uint16(0x7FFF)}
+# Whether a reduce add of the dtype flushes subnormal inputs and results to sign-preserving zero
+# (the module's docstring says where each comes from).
+FLUSHES_SUBNORMALS = {"fp32": True, "fp16": False, "bf16": False}
+# The smallest normal magnitude of each float dtype: below it, a nonzero value is subnormal.
+SMALLEST_NORMAL = {"fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
 
 
 def bf16_to_float(bits: np.ndarray) -> np.ndarray:
@@ -87,13 +101,31 @@ def reduce_reference(op: str, dtype: str, dst: np.ndarray, src: np.ndarray) -> n
     return np.minimum(d, s) if op == "min" else np.maximum(d, s)
 
 
+def flush_subnormals(dtype: str, values: np.ndarray) -> np.ndarray:
+    """float64 values with those that are subnormal in `dtype` replaced by a zero of their sign."""
+    subnormal = (values != 0) & (np.abs(values) < SMALLEST_NORMAL[dtype])
+    return np.where(subnormal, np.copysign(0.0, values), values)
+
+
 def _float_reduce(op: str, dtype: str, d: np.ndarray, s: np.ndarray) -> np.ndarray:
     dv, sv = _as_float(dtype, d).astype(np.float64), _as_float(dtype, s).astype(np.float64)
     if op == "add":
+        flush = FLUSHES_SUBNORMALS[dtype]
+        if flush:
+            dv, sv = flush_subnormals(dtype, dv), flush_subnormals(dtype, sv)
         with np.errstate(over="ignore", invalid="ignore"):
-            return _rounded(dtype, dv + sv)
-    # minNum/maxNum: a NaN loses to a number; two NaNs give the canonical NaN; ties keep `d`.
-    take_source = (sv < dv) if op == "min" else (sv > dv)
+            result = _rounded(dtype, dv + sv)
+        if flush:  # the rounded result, flushed (the ISA: "inputs and results")
+            result = _rounded(dtype, flush_subnormals(dtype, _as_float(dtype, result).astype(np.float64)))
+        return result
+    # minNum/maxNum: a NaN loses to a number; two NaNs give the canonical NaN; +0.0 > -0.0; ties
+    # of equal values keep `d` (the same bits).
+    both_zero = (dv == 0) & (sv == 0)
+    source_negative = np.signbit(sv) & ~np.signbit(dv)
+    if op == "min":
+        take_source = (sv < dv) | (both_zero & source_negative)
+    else:
+        take_source = (sv > dv) | (both_zero & np.signbit(dv) & ~np.signbit(sv))
     take_source |= np.isnan(dv) & ~np.isnan(sv)
     result = np.where(take_source, s, d)
     return np.where(np.isnan(dv) & np.isnan(sv), CANONICAL_NAN[dtype], result).astype(d.dtype)

@@ -24,7 +24,13 @@ _BITWISE = ("int32", "uint32", "int64", "uint64")
 _ORDERED = ("uint32", "uint64", "fp16", "bf16")
 # Signed min/max: the ISA lists them, but on the H200 (CuTe DSL 4.8.1's tensor maps) int32 and
 # int64 min and max compared as unsigned - a negative and a positive value gave the wrong one - so
-# they are refused rather than computed wrong.
+# they are refused rather than computed wrong. Why: the instruction takes its type from the tensor
+# map, and the DSL's maps of cutlass.Int32/Int64 tensors say U32/U64. Int32 and Uint32 share the
+# signless MLIR type i32 (base_dsl/typing.py: `class Int32(..., mlir_type=T.i32)`, and Uint32 the
+# same), and the map's format is derived from that type (`get_default_tma_format(i32)` is U32; an
+# Int32 tensor's reduce atom prints `tma_format = U32`, an Int64's `U64`). `make_tiled_tma_atom`'s
+# `internal_type` goes through the same signless type; only the private IR builder
+# (`cute_nvgpu.atom_make_non_exec_tiled_tma_reduce(..., tma_format=TmaDataFormat.S32)`) takes S32.
 SIGNED_ORDER_REFUSED = {("min", "int32"), ("min", "int64"), ("max", "int32"), ("max", "int64")}
 REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
