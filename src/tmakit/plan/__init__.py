@@ -7,11 +7,14 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
+- `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
+  and stored by the copy's ring;
 - `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`) and `ReducePlan`, a copy
   whose stores reduce into the destination.
 """
 
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
+from .im2col import IM2COL_DTYPES, Im2colPlan
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, MulticastPlan
@@ -20,11 +23,13 @@ from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 
 __all__ = [
     "CLUSTER_SHAPES",
+    "IM2COL_DTYPES",
     "REDUCE_DTYPES",
     "REDUCE_OPS",
     "TILE_ORDERS",
     "CopyOptions",
     "CopyPlan",
+    "Im2colPlan",
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",
