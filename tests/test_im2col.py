@@ -215,3 +215,48 @@ def test_the_kernel_issues_one_4d_im2col_load_and_one_2d_tiled_store_per_box(pla
     )
     assert "{%rs" in loads[0]  # the tap's two 16-bit im2col offsets
     assert expect_tx_byte_counts(ptx) == [plan.expected_tx_bytes]
+
+
+# -- tmakit explain --im2col -------------------------------------------------------------------------
+def test_explain_names_the_box_its_tap_its_first_pixel_and_the_whole_box_as_the_phases_bytes():
+    from tmakit.explain import explain_im2col, im2col_to_text
+
+    plan = Im2colPlan((2, 10, 10, 64), "fp16", 3, stride=2, padding=1, tile=(16, 32))
+    report = explain_im2col(plan, (1, 3))
+    box = report["box"]
+    assert box["tap"] == [0, 1] and box["channels"] == [32, 63]
+    assert box["patch_element_origin"] == [16, 96]
+    assert box["output_pixel_npq"] == [0, 3, 1] and box["first_pixel_nhw"] == [0, 5, 1]
+    assert box["load_coordinates_cwhn"] == [32, 1, 5, 0]
+    # The DSL's own im2col TMA tensor names the same first coordinate: (c, (w, h), n, (s, r)).
+    assert report["views"]["tile_first_coordinate"] == "(32, (1, 5), 0, (1, 0))"
+    assert report["bytes"]["expected_tx_bytes_per_phase"] == 16 * 32 * 2 == plan.expected_tx_bytes
+    zero = im2col_box(plan, 1, 3).zero_filled
+    assert report["bytes"]["zero_fill_bytes"] == zero * 2
+    assert report["bytes"]["input_bytes_read"] + report["bytes"]["zero_fill_bytes"] == plan.expected_tx_bytes
+    text = im2col_to_text(report)
+    assert "each barrier phase expects 1024 bytes: the whole box" in text
+    assert "{c, w, h, n} = {32, 1, 5, 0}" in text
+
+
+def test_explain_cli_takes_an_im2col_spec_and_refuses_before_tracing(capsys):
+    from tmakit.cli import main
+
+    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "0,0"]) == 0
+    out = capsys.readouterr().out
+    assert "tap (r, s) = (0, 0)" in out and "16384 bytes" in out
+    # Rows 0-127: output row p=0 all in the top padding (56 pixels), then q=0 of p=1 and p=2.
+    assert f"{(56 + 1 + 1) * 64} of its 8192 elements are TMA's zero fill" in out
+    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3", "--highlight", "99,0"]) == 2
+    assert "outside the 49 x 9 boxes" in capsys.readouterr().err
+    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "padding=1"]) == 2
+    assert "names no kernel" in capsys.readouterr().err
+    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,groups=2"]) == 2
+    assert "'groups' is not one of kernel, stride" in capsys.readouterr().err
+
+
+def test_parse_reads_ints_pairs_and_the_tile():
+    plan = Im2colPlan.parse((1, 16, 16, 64), "bf16", "kernel=3x5,stride=2,padding=1x2,dilation=1,tile=64x32,stages=3")
+    assert (plan.filter, plan.stride, plan.padding, plan.tile, plan.stages) == ((3, 5), (2, 2), (1, 2), (64, 32), 3)
+    with pytest.raises(TmaConfigError, match="stride='two' is not an integer or HxW"):
+        Im2colPlan.parse((1, 16, 16, 64), "bf16", "kernel=3,stride=two")

@@ -62,6 +62,12 @@ def pair(value: object, name: str, minimum: int) -> tuple[int, int]:
     return values  # type: ignore[return-value]
 
 
+# `Im2colPlan.parse`'s names: each an int or HxW (kernel, stride, padding, dilation), PIXELSxCHANNELS
+# (tile) or an int (stages).
+IM2COL_FIELDS = {"kernel": "filter", "stride": "stride", "padding": "padding", "dilation": "dilation",
+                 "tile": "tile", "stages": "stages"}  # fmt: skip
+
+
 def output_extent(size: int, taps: int, stride: int, padding: int, dilation: int) -> int:
     """Output pixels along one dim (torch's formula): window corners that fit, every `stride`th."""
     return (size + 2 * padding - dilation * (taps - 1) - 1) // stride + 1
@@ -112,6 +118,25 @@ class Im2colPlan:
             deepest = PipelinePlan(self.patch_load, 1, persistent=True, sm_count=self.sm_count).max_stages
             fix(self, "stages", min(copy_stages(self.expected_tx_bytes), deepest))
         self.copy  # noqa: B018 - the ring's and the store's own checks (stages, the patch matrix)
+
+    @classmethod
+    def parse(cls, shape: tuple[int, ...], dtype: str, text: str, sm_count: int = DEFAULT_SM_COUNT) -> Im2colPlan:
+        """ "kernel=3,padding=1" -> the plan of `shape` (N, H, W, C) and `dtype`: kernel, stride,
+        padding and dilation an int or HxW, tile PIXELSxCHANNELS, stages an int; "kernel=" is
+        needed. TmaConfigError names a bad item and the names."""
+        fields: dict[str, object] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, value = (part.strip() for part in item.partition("="))
+            if name not in IM2COL_FIELDS:
+                raise TmaConfigError(f"im2col {item!r}: {name!r} is not one of {', '.join(IM2COL_FIELDS)}")
+            try:
+                numbers = tuple(int(v) for v in value.lower().split("x"))
+            except ValueError:
+                raise TmaConfigError(f"im2col {name}={value!r} is not an integer or HxW") from None
+            fields[IM2COL_FIELDS[name]] = numbers[0] if len(numbers) == 1 and name != "tile" else numbers
+        if "filter" not in fields:
+            raise TmaConfigError(f"im2col {text!r} names no kernel; e.g. kernel=3,padding=1")
+        return cls(tuple(shape), dtype, sm_count=sm_count, **fields)  # type: ignore[arg-type]
 
     # -- checks ---------------------------------------------------------------------------------
     def _check_window(self) -> None:
