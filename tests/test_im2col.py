@@ -247,7 +247,7 @@ def test_explain_cli_takes_an_im2col_spec_and_refuses_before_tracing(capsys):
     assert "tap (r, s) = (0, 0)" in out and "16384 bytes" in out
     # Rows 0-127: output row p=0 all in the top padding (56 pixels), then q=0 of p=1 and p=2.
     assert f"{(56 + 1 + 1) * 64} of its 8192 elements are TMA's zero fill" in out
-    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3", "--highlight", "99,0"]) == 2
+    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "99,0"]) == 2
     assert "outside the 49 x 9 boxes" in capsys.readouterr().err
     assert main(["explain", "--shape", "2x56x56x64", "--im2col", "padding=1"]) == 2
     assert "names no kernel" in capsys.readouterr().err
