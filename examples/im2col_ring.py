@@ -72,7 +72,11 @@ class WindowSum:
         for column_tile in cutlass.range(self.im2col.column_tiles, unroll=1):
             stage, failed = self.ring.acquire_free(empty, column_tile, failed)
             global_part, shared_part = tma_load_views(
-                load_atom, coordinate_view, tiles[None, None, stage], self.im2col.tile, (row_block, column_tile)
+                load_atom,
+                coordinate_view,
+                tiles[None, None, stage],
+                self.im2col.tile,
+                (row_block, column_tile),
             )
             self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
 
@@ -130,7 +134,9 @@ def run(im2col: Im2colPlan = EXAMPLE, stages: int = 4) -> bool:
 
     batch, _, _, _ = im2col.shape
     x = torch.randint(-8, 8, im2col.shape, device="cuda").to(getattr(torch, im2col.element.torch_name))
-    sums = torch.full((im2col.patch_shape[0],), float("nan"), device="cuda")  # a pixel never written stays NaN
+    sums = torch.full(
+        (im2col.patch_shape[0],), float("nan"), device="cuda"
+    )  # a pixel never written stays NaN
     x_view, sums_view = to_cute_tensor(x), to_cute_tensor(sums)
     compiled(x_view, sums_view, current_stream())
     unfolded = torch.nn.functional.unfold(

@@ -72,7 +72,9 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     F = torch.nn.functional
     element = DTYPES[dtype]
     bits = position_bits(shape, dtype)
-    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(signed(torch, element.nbytes))
+    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
+        signed(torch, element.nbytes)
+    )
     x = x.view(getattr(torch, element.torch_name)).cuda()
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda")
@@ -84,15 +86,23 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     got_bits = out.view(signed(torch, element.nbytes)).cpu().numpy().view(BITS[element.nbytes])
     model = patch_matrix(plan, bits)
     wrong = got_bits != model
-    assert not wrong.any(), f"{plan.summary().splitlines()[1]}\nagainst the model: {first_wrong_box(plan, wrong)}"
+    assert not wrong.any(), (
+        f"{plan.summary().splitlines()[1]}\nagainst the model: {first_wrong_box(plan, wrong)}"
+    )
 
     # torch's own unfold: (N, C*R*S, P*Q), channels slowest -> (N*P*Q, R*S*C), channels fastest.
     batch, _, _, channels = shape
     taps_h, taps_w = plan.filter
     unfolded = F.unfold(
-        x.permute(0, 3, 1, 2).float(), plan.filter, dilation=plan.dilation, padding=plan.padding, stride=plan.stride
+        x.permute(0, 3, 1, 2).float(),
+        plan.filter,
+        dilation=plan.dilation,
+        padding=plan.padding,
+        stride=plan.stride,
     )
-    reference = unfolded.view(batch, channels, taps_h, taps_w, -1).permute(0, 4, 2, 3, 1).reshape(plan.patch_shape)
+    reference = (
+        unfolded.view(batch, channels, taps_h, taps_w, -1).permute(0, 4, 2, 3, 1).reshape(plan.patch_shape)
+    )
     wrong = (out.float() != reference).cpu().numpy()
     assert not wrong.any(), f"against F.unfold: {first_wrong_box(plan, wrong)}"
     zeros = int((reference == 0).sum())

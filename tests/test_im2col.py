@@ -86,26 +86,83 @@ def test_the_window_corner_of_a_row_is_its_first_taps_input_pixel():
 
 # -- refusals -----------------------------------------------------------------------------------
 REFUSALS = [
-    (dict(shape=(1, 8, 8, 16), dtype="int8", filter=3), r"dtype int8; tmakit.im2col takes fp16, bf16, fp32"),
-    (dict(shape=(8, 8, 16), dtype="fp16", filter=3), r"rank 3; .*NHWC .*add a batch dim"),
-    (dict(shape=(1, 8, 8, 3), dtype="fp16", filter=3), r"C = 3 channels .* 6 bytes .*multiple of 16 bytes: pad the channels to a multiple of 8"),
-    (dict(shape=(1, 8, 8, 6), dtype="fp32", filter=3), r"C = 6 channels of fp32 is 24 bytes .*multiple of 4"),
-    (dict(shape=(1, 8, 0, 16), dtype="fp16", filter=3), r"extent below 1"),
-    (dict(shape=(1, 32, 32, 16), dtype="fp16", filter=3, stride=9), r"stride 9 along height; .*element stride is 1..8"),
-    (dict(shape=(1, 32, 32, 16), dtype="fp16", filter=3, stride=(1, 16)), r"stride 16 along width"),
-    (dict(shape=(1, 300, 300, 16), dtype="fp16", filter=3, padding=129), r"lower corner along height is -129 \(-padding\); .*-128..127: use less padding"),
-    (dict(shape=(1, 300, 300, 16), dtype="fp16", filter=3, dilation=100), r"upper corner along height is -200 \(padding - \(kernel - 1\) \* dilation\)"),
-    (dict(shape=(1, 4, 4, 16), dtype="fp16", filter=5), r"the height 4 with padding 0 is smaller than the dilated filter \(5\): no output pixel"),
-    (dict(shape=(1, 8, 8, 16), dtype="fp16", filter=0), r"kernel \(0, 0\) has a value below 1"),
-    (dict(shape=(1, 8, 8, 16), dtype="fp16", filter=3, padding=-1), r"padding \(-1, -1\) has a value below 0"),
-    (dict(shape=(1, 8, 8, 16), dtype="fp16", filter=(3, 3, 3)), r"has 3 values; a 2-D convolution takes one int or \(height, width\)"),
-    (dict(shape=(1, 8, 8, 16), dtype="fp16", filter="3"), r"kernel '3' is not an int or a pair of ints"),
-    (dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, tile=(512, 64)), r"tile of 512 pixels; pixelsPerColumn .*1024.*at most 256 rows"),
-    (dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, tile=(128, 12)), r"tile of 12 channels \(24 bytes\); channelsPerPixel .* multiple of 16 bytes"),
-    (dict(shape=(1, 8, 8, 96), dtype="fp16", filter=3, tile=(128, 64)), r"tile of 64 channels does not divide C = 96; .*next tap's columns.*default 48"),
-    (dict(shape=(1, 8, 8, 256), dtype="fp16", filter=3, tile=(128, 128)), r"tile of 128 channels is 256 bytes; .*one 128-byte swizzle span"),
-    (dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, stages=99), r"99 stages of 16384 bytes .*do not fit"),
-]  # fmt: skip
+    (
+        dict(shape=(1, 8, 8, 16), dtype="int8", filter=3),
+        r"dtype int8; tmakit.im2col takes fp16, bf16, fp32",
+    ),
+    (
+        dict(shape=(8, 8, 16), dtype="fp16", filter=3),
+        r"rank 3; .*NHWC .*add a batch dim",
+    ),
+    (
+        dict(shape=(1, 8, 8, 3), dtype="fp16", filter=3),
+        r"C = 3 channels .* 6 bytes .*multiple of 16 bytes: pad the channels to a multiple of 8",
+    ),
+    (
+        dict(shape=(1, 8, 8, 6), dtype="fp32", filter=3),
+        r"C = 6 channels of fp32 is 24 bytes .*multiple of 4",
+    ),
+    (
+        dict(shape=(1, 8, 0, 16), dtype="fp16", filter=3),
+        r"extent below 1",
+    ),
+    (
+        dict(shape=(1, 32, 32, 16), dtype="fp16", filter=3, stride=9),
+        r"stride 9 along height; .*element stride is 1..8",
+    ),
+    (
+        dict(shape=(1, 32, 32, 16), dtype="fp16", filter=3, stride=(1, 16)),
+        r"stride 16 along width",
+    ),
+    (
+        dict(shape=(1, 300, 300, 16), dtype="fp16", filter=3, padding=129),
+        r"lower corner along height is -129 \(-padding\); .*-128..127: use less padding",
+    ),
+    (
+        dict(shape=(1, 300, 300, 16), dtype="fp16", filter=3, dilation=100),
+        r"upper corner along height is -200 \(padding - \(kernel - 1\) \* dilation\)",
+    ),
+    (
+        dict(shape=(1, 4, 4, 16), dtype="fp16", filter=5),
+        r"the height 4 with padding 0 is smaller than the dilated filter \(5\): no output pixel",
+    ),
+    (
+        dict(shape=(1, 8, 8, 16), dtype="fp16", filter=0),
+        r"kernel \(0, 0\) has a value below 1",
+    ),
+    (
+        dict(shape=(1, 8, 8, 16), dtype="fp16", filter=3, padding=-1),
+        r"padding \(-1, -1\) has a value below 0",
+    ),
+    (
+        dict(shape=(1, 8, 8, 16), dtype="fp16", filter=(3, 3, 3)),
+        r"has 3 values; a 2-D convolution takes one int or \(height, width\)",
+    ),
+    (
+        dict(shape=(1, 8, 8, 16), dtype="fp16", filter="3"),
+        r"kernel '3' is not an int or a pair of ints",
+    ),
+    (
+        dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, tile=(512, 64)),
+        r"tile of 512 pixels; pixelsPerColumn .*1024.*at most 256 rows",
+    ),
+    (
+        dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, tile=(128, 12)),
+        r"tile of 12 channels \(24 bytes\); channelsPerPixel .* multiple of 16 bytes",
+    ),
+    (
+        dict(shape=(1, 8, 8, 96), dtype="fp16", filter=3, tile=(128, 64)),
+        r"tile of 64 channels does not divide C = 96; .*next tap's columns.*default 48",
+    ),
+    (
+        dict(shape=(1, 8, 8, 256), dtype="fp16", filter=3, tile=(128, 128)),
+        r"tile of 128 channels is 256 bytes; .*one 128-byte swizzle span",
+    ),
+    (
+        dict(shape=(1, 8, 8, 64), dtype="fp16", filter=3, stages=99),
+        r"99 stages of 16384 bytes .*do not fit",
+    ),
+]
 
 
 @pytest.mark.parametrize("fields, message", REFUSALS, ids=[m[:30] for _, m in REFUSALS])
@@ -155,7 +212,12 @@ def unfold_reference(torch, x: np.ndarray, plan: Im2colPlan) -> np.ndarray:
         stride=plan.stride,
     )
     taps_h, taps_w = plan.filter
-    return unfolded.view(batch, channels, taps_h, taps_w, -1).permute(0, 4, 2, 3, 1).reshape(plan.patch_shape).numpy()
+    return (
+        unfolded.view(batch, channels, taps_h, taps_w, -1)
+        .permute(0, 4, 2, 3, 1)
+        .reshape(plan.patch_shape)
+        .numpy()
+    )
 
 
 def position_values(shape) -> np.ndarray:
@@ -179,8 +241,8 @@ def test_the_boxes_assemble_the_patch_matrix(shape, kernel, stride, padding, dil
     assembled = np.full((plan.row_blocks * 32, cols), np.nan)
     for row_block in range(plan.row_blocks):
         for column_tile in range(plan.column_tiles):
-            assembled[row_block * 32 : (row_block + 1) * 32, column_tile * 8 : (column_tile + 1) * 8] = box_values(
-                plan, x, row_block, column_tile
+            assembled[row_block * 32 : (row_block + 1) * 32, column_tile * 8 : (column_tile + 1) * 8] = (
+                box_values(plan, x, row_block, column_tile)
             )
     np.testing.assert_array_equal(assembled[:rows], patch_matrix(plan, x))
     assert (assembled[rows:] == 0).all()  # past the last image: TMA's zeros, which the store clips
@@ -201,7 +263,11 @@ def test_a_box_names_the_input_pixels_it_reads_and_its_zero_fill():
 # -- the kernel, compiled for sm_90a ---------------------------------------------------------------
 @pytest.mark.parametrize(
     "plan",
-    [RESNET, Im2colPlan((1, 13, 21, 16), "bf16", (3, 5), (2, 1), (1, 2)), Im2colPlan((3, 7, 9, 24), "fp32", 3)],
+    [
+        RESNET,
+        Im2colPlan((1, 13, 21, 16), "bf16", (3, 5), (2, 1), (1, 2)),
+        Im2colPlan((3, 7, 9, 24), "fp32", 3),
+    ],
     ids=["resnet-fp16", "uneven-bf16", "noswizzle-fp32"],
 )
 def test_the_kernel_issues_one_4d_im2col_load_and_one_2d_tiled_store_per_box(plan):
@@ -210,8 +276,10 @@ def test_the_kernel_issues_one_4d_im2col_load_and_one_2d_tiled_store_per_box(pla
     loads = [line for line in ptx.splitlines() if "cp.async.bulk.tensor" in line and ".global.im2col" in line]
     stores = [line for line in ptx.splitlines() if "cp.async.bulk.tensor.2d.global.shared::cta" in line]
     assert len(loads) == 1 and len(stores) == 1  # one box, one instruction: never split
-    assert loads[0].strip().startswith(
-        "cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes"
+    assert (
+        loads[0]
+        .strip()
+        .startswith("cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes")
     )
     assert "{%rs" in loads[0]  # the tap's two 16-bit im2col offsets
     assert expect_tx_byte_counts(ptx) == [plan.expected_tx_bytes]
@@ -242,12 +310,18 @@ def test_explain_names_the_box_its_tap_its_first_pixel_and_the_whole_box_as_the_
 def test_explain_cli_takes_an_im2col_spec_and_refuses_before_tracing(capsys):
     from tmakit.cli import main
 
-    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "0,0"]) == 0
+    assert (
+        main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "0,0"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "tap (r, s) = (0, 0)" in out and "16384 bytes" in out
     # Rows 0-127: output row p=0 all in the top padding (56 pixels), then q=0 of p=1 and p=2.
     assert f"{(56 + 1 + 1) * 64} of its 8192 elements are TMA's zero fill" in out
-    assert main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "99,0"]) == 2
+    assert (
+        main(["explain", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1", "--highlight", "99,0"])
+        == 2
+    )
     assert "outside the 49 x 9 boxes" in capsys.readouterr().err
     assert main(["explain", "--shape", "2x56x56x64", "--im2col", "padding=1"]) == 2
     assert "names no kernel" in capsys.readouterr().err
@@ -256,7 +330,15 @@ def test_explain_cli_takes_an_im2col_spec_and_refuses_before_tracing(capsys):
 
 
 def test_parse_reads_ints_pairs_and_the_tile():
-    plan = Im2colPlan.parse((1, 16, 16, 64), "bf16", "kernel=3x5,stride=2,padding=1x2,dilation=1,tile=64x32,stages=3")
-    assert (plan.filter, plan.stride, plan.padding, plan.tile, plan.stages) == ((3, 5), (2, 2), (1, 2), (64, 32), 3)
+    plan = Im2colPlan.parse(
+        (1, 16, 16, 64), "bf16", "kernel=3x5,stride=2,padding=1x2,dilation=1,tile=64x32,stages=3"
+    )
+    assert (plan.filter, plan.stride, plan.padding, plan.tile, plan.stages) == (
+        (3, 5),
+        (2, 2),
+        (1, 2),
+        (64, 32),
+        3,
+    )
     with pytest.raises(TmaConfigError, match="stride='two' is not an integer or HxW"):
         Im2colPlan.parse((1, 16, 16, 64), "bf16", "kernel=3,stride=two")

@@ -1,9 +1,9 @@
 """tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained.
 
 The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
-`CopyOptions`), `reduce_into_` and `add_` (TMA reduce stores), `im2col` (TMA im2col loads), the configuration and plan types
-and the errors. Building blocks for your own kernel: `tmakit.plan` (the plans) and
-`tmakit.kernels` (`TileRing` and the TMA view helpers).
+`CopyOptions`), `reduce_into_` and `add_` (TMA reduce stores), `im2col` (TMA im2col loads), the
+configuration and plan types and the errors. Building blocks for your own kernel: `tmakit.plan`
+(the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
 """
 
 from .api import add_, config_for, copy, copy_, im2col, load_tiles, padded_empty, reduce_into_

@@ -352,7 +352,10 @@ def explain_im2col(plan: Im2colPlan, highlight: tuple[int, int] | None = None) -
     matrix (default the seed's (1, 2), moved into a smaller grid; one outside refused before
     anything is traced)."""
     if highlight is None:
-        highlight = (min(SEED_HIGHLIGHT[0], plan.row_blocks - 1), min(SEED_HIGHLIGHT[1], plan.column_tiles - 1))
+        highlight = (
+            min(SEED_HIGHLIGHT[0], plan.row_blocks - 1),
+            min(SEED_HIGHLIGHT[1], plan.column_tiles - 1),
+        )
     row_block, column_tile = highlight
     plan.check_tile(row_block, column_tile)
     pixels, channels = plan.tile
@@ -443,14 +446,17 @@ def im2col_to_text(report: dict[str, Any]) -> str:
     r, s = box["tap"]
     n, h, w = box["first_pixel_nhw"]
     m0, k0 = box["patch_element_origin"]
-    pair = "x".join
+
+    def extents(name: str) -> str:
+        return "x".join(map(str, cfg[name]))
+
+    rows, cols = cfg["patch_shape"]
     return "\n".join(
         [
-            f"im2col: {pair(map(str, cfg['shape']))} (NHWC) {cfg['dtype']}, kernel {pair(map(str, cfg['filter']))}, "
-            f"stride {pair(map(str, cfg['stride']))}, padding {pair(map(str, cfg['padding']))}, "
-            f"dilation {pair(map(str, cfg['dilation']))}",
-            f"  output {pair(map(str, cfg['output']))} pixels per image; patch matrix "
-            f"{cfg['patch_shape'][0]} x {cfg['patch_shape'][1]} (N*P*Q, R*S*C: channels fastest, then s, then r)",
+            f"im2col: {extents('shape')} (NHWC) {cfg['dtype']}, kernel {extents('filter')}, "
+            f"stride {extents('stride')}, padding {extents('padding')}, dilation {extents('dilation')}",
+            f"  output {extents('output')} pixels per image; patch matrix {rows} x {cols} "
+            "(N*P*Q, R*S*C: channels fastest, then s, then r)",
             f"  boxes of {pixels} pixels x {channels} channels, swizzle {cfg['swizzle_bytes'] or 'none'}, "
             f"{cfg['stages']} stages",
             "",
@@ -462,11 +468,12 @@ def im2col_to_text(report: dict[str, Any]) -> str:
             f"  the activation as the atom takes it, ((W, H, N), C):  {views['activation_view']}",
             f"  the im2col TMA tensor (N*P*Q, (C, S, R)):  {views['coordinate_view']}",
             "",
-            f"Box {tuple(box['highlight'])}: patch rows {m0}-{m0 + pixels - 1}, columns {k0}-{k0 + channels - 1}",
+            f"Box {tuple(box['highlight'])}: patch rows {m0}-{m0 + pixels - 1}, "
+            f"columns {k0}-{k0 + channels - 1}",
             f"  tap (r, s) = ({r}, {s}), channels {box['channels'][0]}-{box['channels'][1]}; "
             f"im2col offsets (s, r) = {tuple(box['tap_offsets_ws'])}",
-            f"  its first row is output pixel (n, p, q) = {tuple(box['output_pixel_npq'])}, whose window starts "
-            f"at input (h, w) = ({h}, {w});",
+            f"  its first row is output pixel (n, p, q) = {tuple(box['output_pixel_npq'])}, "
+            f"whose window starts at input (h, w) = ({h}, {w});",
             f"  the load names {{c, w, h, n}} = {{{', '.join(map(str, box['load_coordinates_cwhn']))}}} "
             f"and that tap reads input pixel (n, h, w) = {tuple(box['tapped_input_pixel_nhw'])}",
             f"  traced from the DSL: first coordinate {views['tile_first_coordinate']} "
@@ -477,13 +484,14 @@ def im2col_to_text(report: dict[str, Any]) -> str:
             "Bytes per phase",
             f"  each barrier phase expects {nbytes['expected_tx_bytes_per_phase']} bytes: the whole box, the "
             f"zero fill ({nbytes['zero_fill_bytes']} bytes) included;",
-            f"  {nbytes['input_bytes_read']} bytes come from the activation. Stages of {nbytes['stage_bytes']} "
-            f"bytes, {nbytes['shared_memory_requested']} bytes of shared memory requested.",
+            f"  {nbytes['input_bytes_read']} bytes come from the activation. Stages of "
+            f"{nbytes['stage_bytes']} bytes, {nbytes['shared_memory_requested']} bytes of shared memory "
+            "requested.",
             "",
             "The store",
             f"  {store['instruction']}: the {pixels}x{channels} box to patch element "
-            f"{tuple(store['destination_element_origin'])}, {store['rows_stored']} rows written (the store clips "
-            "past the last row)",
+            f"{tuple(store['destination_element_origin'])}, {store['rows_stored']} rows written "
+            "(the store clips past the last row)",
         ]
     )
 

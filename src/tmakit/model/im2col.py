@@ -69,7 +69,9 @@ def box_values(plan: Im2colPlan, x: np.ndarray, row_block: int, column_tile: int
     """What box (row_block, column_tile) holds once loaded: `x` (N, H, W, C) gathered through
     `im2col_box`, zeros where TMA fills them."""
     box = im2col_box(plan, row_block, column_tile)
-    clip = [np.clip(a, 0, extent - 1) for a, extent in zip((box.n, box.h, box.w, box.c), x.shape, strict=True)]
+    clip = [
+        np.clip(a, 0, extent - 1) for a, extent in zip((box.n, box.h, box.w, box.c), x.shape, strict=True)
+    ]
     return np.where(box.inside, x[tuple(clip)], np.zeros((), dtype=x.dtype))
 
 
@@ -86,7 +88,11 @@ def patch_matrix(plan: Im2colPlan, x: np.ndarray) -> np.ndarray:
     for r in range(plan.filter[0]):
         for s in range(plan.filter[1]):
             h0, w0 = r * dil_h, s * dil_w
-            slab = padded[:, h0 : h0 + stride_h * (p_extent - 1) + 1 : stride_h, w0 : w0 + stride_w * (q_extent - 1) + 1 : stride_w]
+            slab = padded[
+                :,
+                h0 : h0 + stride_h * (p_extent - 1) + 1 : stride_h,
+                w0 : w0 + stride_w * (q_extent - 1) + 1 : stride_w,
+            ]
             tap = r * plan.filter[1] + s
             out[:, tap * channels : (tap + 1) * channels] = slab.reshape(rows, channels)
     return out

@@ -52,7 +52,9 @@ def pair(value: object, name: str, minimum: int) -> tuple[int, int]:
     try:
         values = tuple(operator.index(v) for v in values)  # type: ignore[union-attr]
     except TypeError:
-        raise TmaConfigError(f"{name} {value!r} is not an int or a pair of ints; pass e.g. {name}=1") from None
+        raise TmaConfigError(
+            f"{name} {value!r} is not an int or a pair of ints; pass e.g. {name}=1"
+        ) from None
     if len(values) != 2:
         raise TmaConfigError(
             f"{name} {value!r} has {len(values)} values; a 2-D convolution takes one int or (height, width)"
@@ -120,7 +122,9 @@ class Im2colPlan:
         self.copy  # noqa: B018 - the ring's and the store's own checks (stages, the patch matrix)
 
     @classmethod
-    def parse(cls, shape: tuple[int, ...], dtype: str, text: str, sm_count: int = DEFAULT_SM_COUNT) -> Im2colPlan:
+    def parse(
+        cls, shape: tuple[int, ...], dtype: str, text: str, sm_count: int = DEFAULT_SM_COUNT
+    ) -> Im2colPlan:
         """ "kernel=3,padding=1" -> the plan of `shape` (N, H, W, C) and `dtype`: kernel, stride,
         padding and dilation an int or HxW, tile PIXELSxCHANNELS, stages an int; "kernel=" is
         needed. TmaConfigError names a bad item and the names."""
@@ -183,7 +187,8 @@ class Im2colPlan:
         if not 1 <= pixels <= min(MAX_BOX_EXTENT, MAX_PIXELS_PER_COLUMN):
             raise TmaConfigError(
                 f"tile of {pixels} pixels; pixelsPerColumn may be up to {MAX_PIXELS_PER_COLUMN}, and "
-                f"the tiled store of the same box takes at most {MAX_BOX_EXTENT} rows: use 1..{MAX_BOX_EXTENT}"
+                f"the tiled store of the same box takes at most {MAX_BOX_EXTENT} rows: "
+                f"use 1..{MAX_BOX_EXTENT}"
             )
         if not 1 <= channels <= MAX_CHANNELS_PER_PIXEL or channels * nbytes % INNER_BOX_ALIGN:
             raise TmaConfigError(
