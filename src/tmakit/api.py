@@ -28,6 +28,7 @@ from .limits import MAX_RANK
 from .plan import (
     CopyOptions,
     CopyPlan,
+    Im2colPlan,
     LoadPlan,
     ReducePlan,
     check_copy_shape,
@@ -41,7 +42,7 @@ from .plan import (
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
-from .runtime.launch import compile_tile_load, copy_launcher, tvm_ffi_available
+from .runtime.launch import compile_tile_load, copy_launcher, im2col_launcher, tvm_ffi_available
 from .validate import check_base_address, check_outer_strides, check_rank
 
 if TYPE_CHECKING:
@@ -636,3 +637,59 @@ def plan_reduce(
     if fixed_src is None and fixed_dst is None:
         return launcher
     return restrided(launcher, shape, fixed_src, fixed_dst)
+
+
+# -- im2col ---------------------------------------------------------------------------------------
+def im2col(
+    x: torch.Tensor,
+    kernel: int | tuple[int, int],
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The patch matrix of a 2-D convolution over the NHWC activation `x`, gathered by TMA im2col
+    loads: a new (N*P*Q, R*S*C) tensor of `x`'s dtype whose row n*P*Q + p*Q + q holds output
+    pixel (n, p, q)'s window, channels fastest, then the filter's columns s, then its rows r
+    (column (r*S + s)*C + c); the padding reads as zeros. `kernel`, `stride`, `padding` and
+    `dilation` are an int or a (height, width) pair, as torch's conv2d takes them.
+
+    `x` is a contiguous (N, H, W, C) CUDA tensor of fp16, bf16 or fp32 (a channels_last NCHW
+    tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes. Raises
+    TmaConfigError before anything compiles for what im2col TMA cannot serve (`plan.Im2colPlan`:
+    channel counts, corner and stride ranges, an empty output). Compiled once per shape, dtype
+    and convolution parameters. `out`: write into this contiguous (N*P*Q, R*S*C) tensor of
+    `x`'s dtype on its device instead of a new one."""
+    torch = import_torch("im2col")
+    check_torch_tensor(x, "im2col", "x")
+    check_on_gpu(x, "x")
+    shape = tuple(int(e) for e in x.shape)
+    dtype = dtype_of(x.dtype)
+    plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation, sm_count=device_facts(x.device)[0])
+    if not x.is_contiguous():
+        raise TmaConfigError(
+            f"x of shape {shape} has strides {tuple(x.stride())}; tmakit.im2col takes a contiguous NHWC "
+            "tensor: pass x.contiguous() (a channels_last NCHW tensor t: t.permute(0, 2, 3, 1))"
+        )
+    check_base_address(x.data_ptr())
+    if out is None:
+        out = torch.empty(plan.patch_shape, dtype=x.dtype, device=x.device)
+    else:
+        check_im2col_out(out, x, plan)
+    with torch.cuda.device(x.device):
+        im2col_launcher(plan, str(x.device))(x, out)
+    return out
+
+
+def check_im2col_out(out: object, x: torch.Tensor, plan: Im2colPlan) -> None:
+    """A caller's patch matrix: a contiguous (M, K) tensor of `x`'s dtype on `x`'s device."""
+    check_torch_tensor(out, "im2col", "out")
+    if tuple(out.shape) != plan.patch_shape or out.dtype != x.dtype or out.device != x.device:
+        raise TmaConfigError(
+            f"out is {tuple(out.shape)} {out.dtype} on {out.device}; this im2col writes a "
+            f"{plan.patch_shape} {x.dtype} patch matrix on {x.device}: pass one of those, or no out"
+        )
+    if not out.is_contiguous():
+        raise TmaConfigError(f"out has strides {tuple(out.stride())}; pass a contiguous patch matrix")
+    check_base_address(out.data_ptr())

@@ -32,10 +32,10 @@ from .check.sweep import summarize, sweep_configs
 from .config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
 from .demo import run_demo
 from .errors import TmaConfigError
-from .explain import describe_plan, explain, highlight_tile, to_text
+from .explain import describe_plan, explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from .limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from .model.schedule import Event, multicast_schedule, pipeline_schedule, replay, seed_schedule
-from .plan import REDUCE_OPS, CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .plan import REDUCE_OPS, CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
 from .plan.multicast import CLUSTER_SHAPES
 from .runtime.compile import installed_dsl_version
 from .runtime.device import find_hopper_gpu
@@ -281,6 +281,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    if args.im2col is not None:
+        return _explain_im2col(args)
     load = _load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -291,6 +293,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         _write_json(args.json, result)
     if args.json != STDOUT:
         print(to_text(result))
+    return 0
+
+
+def _explain_im2col(args: argparse.Namespace) -> int:
+    """`explain --im2col SPEC`: --shape is the NHWC activation; the box comes from SPEC's tile
+    (the plan's default otherwise), so --tile, --swizzle, --layout and --pad do not apply."""
+    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
+    result = explain_im2col(plan, args.highlight)
+    if args.json:
+        _write_json(args.json, result)
+    if args.json != STDOUT:
+        print(im2col_to_text(result))
     return 0
 
 
@@ -697,6 +711,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=REDUCE_OPS,
         metavar="OP",
         help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)})",
+    )
+    explain_cmd.add_argument(
+        "--im2col",
+        metavar="kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]",
+        help="explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
+        "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
     )
     _add_json(explain_cmd, "the explanation")
     explain_cmd.set_defaults(run=_cmd_explain)

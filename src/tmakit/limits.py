@@ -25,6 +25,19 @@ STAGING_TILE_ALIGN = 1024  # bytes: a transposing copy's staging tiles, which TM
 VECTOR_BYTES = 16  # one 16-byte shared-memory access: the chunk the consumer mappings move
 BANK_ROW_BYTES = 128  # 32 banks x 4 bytes: rows a multiple of this long all start in bank 0
 
+# -- TMA im2col loads (cuTensorMapEncodeIm2col; PTX ISA, cp.async.bulk.tensor .im2col) --------------
+# The pixel box's corners are signed fields whose width shrinks as the rank grows: by tensor rank,
+# the range each of lower corner and upper corner must lie in.
+IM2COL_CORNER_RANGE = {
+    3: (-(1 << 15), (1 << 15) - 1),
+    4: (-(1 << 7), (1 << 7) - 1),
+    5: (-(1 << 4), (1 << 4) - 1),
+}
+IM2COL_OFFSET_MAX = (1 << 16) - 1  # a filter tap's offset (im2colOffsets) is a 16-bit field
+MAX_ELEMENT_STRIDE = 8  # elementStrides[i] (the convolution stride) is 1..8
+MAX_CHANNELS_PER_PIXEL = 256  # channelsPerPixel: elements of the inner (channel) box extent
+MAX_PIXELS_PER_COLUMN = 1024  # pixelsPerColumn: pixels of one im2col box
+
 # -- a Hopper (sm_90) block and grid (CUDA's launch limits) ---------------------------------------
 WARP_THREADS = 32
 SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request

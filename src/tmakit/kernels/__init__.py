@@ -9,10 +9,13 @@ The building blocks for your own kernel, one import path:
   barrier says when the destination is ready);
 - `ring`: `TileRing`, the N-stage ring's protocol (full/empty barriers, parities, hang guard);
 - one module per kernel family: `tile_load` (the seed's kernel), `pipeline` (load-only, store,
-  row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters).
+  row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters),
+  `reduce` (reduce stores), `im2col` (im2col loads; `make_im2col_load_atom` feeds a TileRing
+  with them).
 """
 
 from ..plan.ring import GUARD_WORDS
+from .im2col import make_im2col_load_atom
 from .ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
@@ -30,6 +33,7 @@ __all__ = [
     "TileRing",
     "allocate_tile_and_barrier",
     "init_load_barrier",
+    "make_im2col_load_atom",
     "issue_tile_load",
     "matrix_first_view",
     "padded_matrix_view",

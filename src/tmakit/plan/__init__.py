@@ -8,11 +8,14 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
 - `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
+- `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
+  and stored by the copy's ring;
 - `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`) and `ReducePlan`, a copy
   whose stores reduce into the destination.
 """
 
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
+from .im2col import IM2COL_DTYPES, Im2colPlan
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, RELEASES, MulticastPlan
@@ -22,12 +25,14 @@ from .timeline import TimelineLayout
 
 __all__ = [
     "CLUSTER_SHAPES",
+    "IM2COL_DTYPES",
     "REDUCE_DTYPES",
     "REDUCE_OPS",
     "RELEASES",
     "TILE_ORDERS",
     "CopyOptions",
     "CopyPlan",
+    "Im2colPlan",
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
-from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, copy_destination
+from ..plan import CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, copy_destination
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
     CompiledKernel,
@@ -178,6 +178,39 @@ def compile_reduce(
     shape = rank if shape_generic else tensor_shape  # a class's key names no extents
     key = ("ReduceClass" if shape_generic else "ReduceKernel", reduce, hang_guard, destination, shape)
     return compiled_once(key, build, keep_ptx, tvm_ffi)
+
+
+def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False) -> CompiledKernel:
+    """The im2col kernel (`kernels.im2col.Im2colKernel`: the copy with im2col loads) for sm_90a,
+    compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
+    (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream."""
+    im2col.copy.load.check_specialised()
+
+    def build() -> tuple:
+        import cutlass
+
+        from ..kernels.im2col import Im2colKernel
+
+        x = fake_tensor(im2col.element, im2col.shape)
+        out = fake_tensor(im2col.element, im2col.patch_shape)
+        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+        return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream()
+
+    return compiled_once(("Im2colKernel", im2col, hang_guard), build, keep_ptx)
+
+
+@functools.lru_cache(maxsize=256)
+def im2col_launcher(im2col: Im2colPlan, device: str) -> CopyLauncher:
+    """A callable (x, out) for one im2col plan on one device (its guard words live there),
+    compiled once: the plain calling path, the kernel being compiled for the plan's shape."""
+    compiled = compile_im2col(im2col)
+    cute_guard = to_cute_tensor(new_guard(device))
+
+    def launch(x: torch.Tensor, out: torch.Tensor) -> None:
+        compiled(to_cute_tensor(x), to_cute_tensor(out), cute_guard, current_stream())
+
+    launch.compiled = compiled
+    return launch
 
 
 def copy_arguments(

@@ -1,0 +1,373 @@
+"""`tmakit.im2col`: the patch matrix of a 2-D convolution gathered by TMA im2col loads. Pure Python.
+
+An NHWC activation (N, H, W, C) and a filter of R x S taps (stride, padding, dilation) give an
+output of P x Q pixels per image and the patch matrix (M, K) = (N*P*Q, R*S*C): row m is output
+pixel (n, p, q), column (r*S + s)*C + c is channel c of tap (r, s) - channels fastest, then the
+filter's columns, then its rows, the order in which TMA's im2col view, (N*P*Q, (C, S, R)), walks K.
+
+One im2col load fills a box of `tile` = (pixels, channels): `pixels` consecutive output pixels
+(crossing rows and images as the hardware walks them), `channels` consecutive channels, all of
+one tap. A pixel whose window reaches into the padding gets zeros from TMA's out-of-bounds fill,
+and the barrier still counts the whole box. The box is then stored by a plain tiled TMA store to
+out[m0:m0+pixels, k0:k0+channels]: the copy's ring (`CopyPlan`) over the patch matrix, whose
+tiles are exactly these boxes, so the walk, the stages and the stores are the copy's.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from dataclasses import dataclass
+
+from ..config import DTYPES, LoadConfig
+from ..errors import TmaConfigError
+from ..limits import (
+    DEFAULT_SM_COUNT,
+    GLOBAL_STRIDE_ALIGN,
+    IM2COL_CORNER_RANGE,
+    IM2COL_OFFSET_MAX,
+    INNER_BOX_ALIGN,
+    MAX_BOX_EXTENT,
+    MAX_CHANNELS_PER_PIXEL,
+    MAX_ELEMENT_STRIDE,
+    MAX_PIXELS_PER_COLUMN,
+    SWIZZLE_MODES,
+)
+from .copy import CopyPlan, copy_stages
+from .load import LoadPlan, ceil_div
+from .ring import PipelinePlan
+
+IM2COL_DTYPES = ("fp16", "bf16", "fp32")
+IM2COL_RANK = 4  # (N, H, W, C): 2-D convolutions
+# 128 output pixels a box: the M extent of a Hopper GEMM tile; the store's box caps it at 256.
+IM2COL_TILE_PIXELS = 128
+# At most one 128-byte swizzle span of channels a box (64 fp16/bf16, 32 fp32).
+IM2COL_TILE_CHANNEL_BYTES = 128
+
+
+def pair(value: object, name: str, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints, as torch's conv arguments take them, as (height, width)."""
+    values = (value, value) if isinstance(value, int) else value
+    try:
+        values = tuple(operator.index(v) for v in values)  # type: ignore[union-attr]
+    except TypeError:
+        raise TmaConfigError(
+            f"{name} {value!r} is not an int or a pair of ints; pass e.g. {name}=1"
+        ) from None
+    if len(values) != 2:
+        raise TmaConfigError(
+            f"{name} {value!r} has {len(values)} values; a 2-D convolution takes one int or (height, width)"
+        )
+    if min(values) < minimum:
+        raise TmaConfigError(f"{name} {values} has a value below {minimum}; each must be >= {minimum}")
+    return values  # type: ignore[return-value]
+
+
+# `Im2colPlan.parse`'s names: each an int or HxW (kernel, stride, padding, dilation), PIXELSxCHANNELS
+# (tile) or an int (stages).
+IM2COL_FIELDS = {"kernel": "filter", "stride": "stride", "padding": "padding", "dilation": "dilation",
+                 "tile": "tile", "stages": "stages"}  # fmt: skip
+
+
+def output_extent(size: int, taps: int, stride: int, padding: int, dilation: int) -> int:
+    """Output pixels along one dim (torch's formula): window corners that fit, every `stride`th."""
+    return (size + 2 * padding - dilation * (taps - 1) - 1) // stride + 1
+
+
+def default_channel_tile(channels: int, nbytes: int) -> int | None:
+    """The widest channel tile that divides C, is whole 16-byte chunks and at most one 128-byte
+    swizzle span; None when C has none (its rows are not 16-byte multiples)."""
+    for tile in range(IM2COL_TILE_CHANNEL_BYTES // nbytes, 0, -1):
+        if channels % tile == 0 and tile * nbytes % INNER_BOX_ALIGN == 0:
+            return tile
+    return None
+
+
+@dataclass(frozen=True)
+class Im2colPlan:
+    """The im2col of an NHWC `shape` of `dtype` for a `filter` of (R, S) taps; `stride`, `padding`
+    (both sides alike, as torch's) and `dilation` as (height, width) pairs (an int is both).
+    `tile` = (pixels, channels) of each box and `stages` default to tmakit's choice. Every rule
+    the hardware has for it is checked here, before anything compiles."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    filter: tuple[int, int] | int
+    stride: tuple[int, int] | int = 1
+    padding: tuple[int, int] | int = 0
+    dilation: tuple[int, int] | int = 1
+    tile: tuple[int, int] | None = None
+    stages: int | None = None
+    sm_count: int = DEFAULT_SM_COUNT
+
+    def __post_init__(self) -> None:
+        fix = object.__setattr__
+        fix(self, "filter", pair(self.filter, "kernel", 1))
+        fix(self, "stride", pair(self.stride, "stride", 1))
+        fix(self, "padding", pair(self.padding, "padding", 0))
+        fix(self, "dilation", pair(self.dilation, "dilation", 1))
+        check_activation(tuple(self.shape), self.dtype)
+        fix(self, "shape", tuple(self.shape))
+        self._check_window()
+        if self.tile is None:
+            # A patch matrix of one row takes a box of one (CuTe drops an extent-1 dim from the map).
+            pixels = 1 if self.patch_shape[0] == 1 else IM2COL_TILE_PIXELS
+            fix(self, "tile", (pixels, self._default_channels()))
+        fix(self, "tile", tuple(self.tile))
+        self._check_tile()
+        if self.stages is None:
+            deepest = PipelinePlan(self.patch_load, 1, persistent=True, sm_count=self.sm_count).max_stages
+            fix(self, "stages", min(copy_stages(self.expected_tx_bytes), deepest))
+        self.copy  # noqa: B018 - the ring's and the store's own checks (stages, the patch matrix)
+
+    @classmethod
+    def parse(
+        cls, shape: tuple[int, ...], dtype: str, text: str, sm_count: int = DEFAULT_SM_COUNT
+    ) -> Im2colPlan:
+        """ "kernel=3,padding=1" -> the plan of `shape` (N, H, W, C) and `dtype`: kernel, stride,
+        padding and dilation an int or HxW, tile PIXELSxCHANNELS, stages an int; "kernel=" is
+        needed. TmaConfigError names a bad item and the names."""
+        fields: dict[str, object] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, value = (part.strip() for part in item.partition("="))
+            if name not in IM2COL_FIELDS:
+                raise TmaConfigError(f"im2col {item!r}: {name!r} is not one of {', '.join(IM2COL_FIELDS)}")
+            try:
+                numbers = tuple(int(v) for v in value.lower().split("x"))
+            except ValueError:
+                raise TmaConfigError(f"im2col {name}={value!r} is not an integer or HxW") from None
+            fields[IM2COL_FIELDS[name]] = numbers[0] if len(numbers) == 1 and name != "tile" else numbers
+        if "filter" not in fields:
+            raise TmaConfigError(f"im2col {text!r} names no kernel; e.g. kernel=3,padding=1")
+        return cls(tuple(shape), dtype, sm_count=sm_count, **fields)  # type: ignore[arg-type]
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check_window(self) -> None:
+        """The descriptor's fields: conv strides, corners and tap offsets in their ranges, and at
+        least one output pixel each way."""
+        low, high = IM2COL_CORNER_RANGE[IM2COL_RANK]
+        for dim, name in ((0, "height"), (1, "width")):
+            stride, padding = self.stride[dim], self.padding[dim]
+            span = (self.filter[dim] - 1) * self.dilation[dim]  # the last tap's offset
+            if stride > MAX_ELEMENT_STRIDE:
+                raise TmaConfigError(
+                    f"stride {stride} along {name}; an im2col tensor map's element stride is "
+                    f"1..{MAX_ELEMENT_STRIDE}: gather at stride 1 and subsample, or split the stride"
+                )
+            if span > IM2COL_OFFSET_MAX:
+                raise TmaConfigError(
+                    f"(kernel - 1) * dilation = {span} along {name}; a tap's im2col offset is a "
+                    f"16-bit field (at most {IM2COL_OFFSET_MAX}): use a smaller dilation"
+                )
+            for corner, value in (("lower", -padding), ("upper", padding - span)):
+                if not low <= value <= high:
+                    rule = "-padding" if corner == "lower" else "padding - (kernel - 1) * dilation"
+                    raise TmaConfigError(
+                        f"im2col {corner} corner along {name} is {value} ({rule}); a rank-{IM2COL_RANK} "
+                        f"im2col tensor map takes corners in {low}..{high}: use less padding, a "
+                        "smaller filter or dilation, or pad the activation yourself"
+                    )
+            if self.output_shape[dim] < 1:
+                raise TmaConfigError(
+                    f"the {name} {self.shape[1 + dim]} with padding {padding} is smaller than the "
+                    f"dilated filter ({span + 1}): no output pixel; pad more or use a smaller filter"
+                )
+
+    def _default_channels(self) -> int:
+        channels, nbytes = self.shape[3], self.element.nbytes
+        tile = default_channel_tile(channels, nbytes)
+        if tile is None:  # check_activation refused such a C already; kept for direct callers
+            raise TmaConfigError(f"{channels} channels have no channel tile of whole 16-byte chunks")
+        return tile
+
+    def _check_tile(self) -> None:
+        pixels, channels = self.tile
+        nbytes, total_channels = self.element.nbytes, self.shape[3]
+        if not 1 <= pixels <= min(MAX_BOX_EXTENT, MAX_PIXELS_PER_COLUMN):
+            raise TmaConfigError(
+                f"tile of {pixels} pixels; pixelsPerColumn may be up to {MAX_PIXELS_PER_COLUMN}, and "
+                f"the tiled store of the same box takes at most {MAX_BOX_EXTENT} rows: "
+                f"use 1..{MAX_BOX_EXTENT}"
+            )
+        if not 1 <= channels <= MAX_CHANNELS_PER_PIXEL or channels * nbytes % INNER_BOX_ALIGN:
+            raise TmaConfigError(
+                f"tile of {channels} channels ({channels * nbytes} bytes); channelsPerPixel is "
+                f"1..{MAX_CHANNELS_PER_PIXEL} and a multiple of {INNER_BOX_ALIGN} bytes "
+                f"({INNER_BOX_ALIGN // nbytes} {self.dtype})"
+            )
+        if total_channels % channels:
+            raise TmaConfigError(
+                f"tile of {channels} channels does not divide C = {total_channels}; a box past the "
+                "last channel would store its zeros over the next tap's columns: use a divisor of C "
+                f"(default {default_channel_tile(total_channels, nbytes)})"
+            )
+        if channels * nbytes > IM2COL_TILE_CHANNEL_BYTES:
+            raise TmaConfigError(
+                f"tile of {channels} channels is {channels * nbytes} bytes; tmakit's im2col boxes are "
+                f"at most one {IM2COL_TILE_CHANNEL_BYTES}-byte swizzle span wide "
+                f"({IM2COL_TILE_CHANNEL_BYTES // nbytes} {self.dtype})"
+            )
+
+    # -- the convolution ------------------------------------------------------------------------
+    @property
+    def element(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def output_shape(self) -> tuple[int, int]:
+        """(P, Q): output pixels per image along height and width."""
+        _, height, width, _ = self.shape
+        return tuple(
+            output_extent(size, self.filter[d], self.stride[d], self.padding[d], self.dilation[d])
+            for d, size in enumerate((height, width))
+        )  # type: ignore[return-value]
+
+    @property
+    def taps(self) -> int:
+        return self.filter[0] * self.filter[1]
+
+    @property
+    def patch_shape(self) -> tuple[int, int]:
+        """(M, K) = (N*P*Q, R*S*C): the patch matrix `tmakit.im2col` returns."""
+        batch, _, _, channels = self.shape
+        return batch * math.prod(self.output_shape), self.taps * channels
+
+    @property
+    def channel_tiles(self) -> int:
+        """Boxes per tap along the channels (the tile divides C)."""
+        return self.shape[3] // self.tile[1]
+
+    @property
+    def row_blocks(self) -> int:
+        """Boxes along M (the last may be partial: its loads zero-fill, its store clips)."""
+        return ceil_div(self.patch_shape[0], self.tile[0])
+
+    @property
+    def column_tiles(self) -> int:
+        """Boxes along K: every tap's channel tiles."""
+        return self.taps * self.channel_tiles
+
+    @property
+    def swizzle(self) -> int:
+        """The shared tile's swizzle: the channel row's own width where it is a TMA swizzle mode
+        (32, 64, 128 bytes), else none. Load and store share the tile, so they agree on it."""
+        row_bytes = self.tile[1] * self.element.nbytes
+        return row_bytes if row_bytes in SWIZZLE_MODES else 0
+
+    # -- the descriptor -------------------------------------------------------------------------
+    @property
+    def descriptor(self) -> dict[str, tuple[int, ...]]:
+        """The im2col tensor map's fields as `cpasync.make_im2col_tma_atom` takes them, in (w, h)
+        order: the pixel box of a window's first tap (lower corner -padding, upper corner
+        padding - (filter - 1) * dilation), the paddings, the conv stride (elementStrides), and
+        the taps' offsets (from 0, `dilation` apart)."""
+        (pad_h, pad_w), (dil_h, dil_w) = self.padding, self.dilation
+        (taps_h, taps_w), (stride_h, stride_w) = self.filter, self.stride
+        return {
+            "lower_corner_whd": (-pad_w, -pad_h),
+            "upper_corner_whd": (pad_w - (taps_w - 1) * dil_w, pad_h - (taps_h - 1) * dil_h),
+            "lower_padding_whd": (pad_w, pad_h),
+            "upper_padding_whd": (pad_w, pad_h),
+            "stride_whd": (stride_w, stride_h),
+            "lower_srt": (0, 0),
+            "stride_srt": (dil_w, dil_h),
+        }
+
+    def tap_of(self, column_tile: int) -> tuple[int, int, int]:
+        """(r, s, channel tile) of a box along K."""
+        tap, channel_tile = divmod(column_tile, self.channel_tiles)
+        r, s = divmod(tap, self.filter[1])
+        return r, s, channel_tile
+
+    def tap_offsets(self, r: int, s: int) -> tuple[int, int]:
+        """The im2col offsets of tap (r, s), (w, h) as the instruction takes them."""
+        return s * self.dilation[1], r * self.dilation[0]
+
+    def pixel(self, m: int) -> tuple[int, int, int]:
+        """(n, p, q) of patch-matrix row m."""
+        per_image = math.prod(self.output_shape)
+        n, rest = divmod(m, per_image)
+        p, q = divmod(rest, self.output_shape[1])
+        return n, p, q
+
+    def window_corner(self, m: int) -> tuple[int, int, int]:
+        """(n, h, w) of the input pixel tap (0, 0) of row m reads: the load's coordinates for a
+        box starting at m (negative in the padding)."""
+        n, p, q = self.pixel(m)
+        return n, p * self.stride[0] - self.padding[0], q * self.stride[1] - self.padding[1]
+
+    def check_tile(self, row_block: int, column_tile: int) -> None:
+        if not (0 <= row_block < self.row_blocks and 0 <= column_tile < self.column_tiles):
+            raise TmaConfigError(
+                f"tile ({row_block}, {column_tile}) is outside the {self.row_blocks} x {self.column_tiles} "
+                f"boxes of the patch matrix (row blocks 0-{self.row_blocks - 1}, column tiles "
+                f"0-{self.column_tiles - 1})"
+            )
+
+    # -- the ring -------------------------------------------------------------------------------
+    @property
+    def patch_load(self) -> LoadPlan:
+        """The patch matrix as the ring and the store see it: (M, K) row-major in boxes of `tile`
+        (its checks are the tiled store's: box extents, 16-byte rows, the swizzle span)."""
+        return LoadPlan(LoadConfig(self.patch_shape, self.dtype, self.tile, self.swizzle))
+
+    @functools.cached_property
+    def copy(self) -> CopyPlan:
+        """The copy's ring over the patch matrix: one producer warp loading boxes, one consumer
+        warp storing them, a persistent grid walking the boxes tap by tap along each row block."""
+        ring = PipelinePlan(self.patch_load, stages=self.stages, persistent=True, sm_count=self.sm_count)
+        return CopyPlan(ring, store_depth=max(2, self.stages // 2))
+
+    @property
+    def expected_tx_bytes(self) -> int:
+        """Bytes per barrier phase: the whole box, the padding's zeros and the pixels past M included."""
+        pixels, channels = self.tile
+        return pixels * channels * self.element.nbytes
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.copy.smem_bytes
+
+    def summary(self) -> str:
+        batch, height, width, channels = self.shape
+        (p, q), (m, k) = self.output_shape, self.patch_shape
+        pixels, tile_channels = self.tile
+        return "\n".join(
+            [
+                f"activation        {batch} x {height} x {width} x {channels} (NHWC) {self.dtype}",
+                f"filter            {self.filter[0]} x {self.filter[1]}, stride {self.stride}, padding "
+                f"{self.padding}, dilation {self.dilation} -> {p} x {q} output pixels per image",
+                f"patch matrix      {m} x {k} (N*P*Q, R*S*C; channels fastest, then s, then r)",
+                f"box               {pixels} pixels x {tile_channels} channels ({self.expected_tx_bytes} "
+                f"bytes), " + (f"{self.swizzle}B swizzle" if self.swizzle else "no swizzle"),
+                f"boxes             {self.row_blocks} row blocks x {self.column_tiles} column tiles "
+                f"({self.taps} taps x {self.channel_tiles} channel tiles)",
+                "descriptor        " + ", ".join(f"{k} {v}" for k, v in self.descriptor.items()),
+                self.copy.summary(),
+            ]
+        )
+
+
+def check_activation(shape: tuple[int, ...], dtype: str) -> None:
+    """What the activation itself must be: NHWC of rank 4, fp16/bf16/fp32, every extent >= 1,
+    each pixel's channels a whole number of 16-byte chunks (the W stride, C elements, is a global
+    stride of the tensor map)."""
+    if dtype not in IM2COL_DTYPES:
+        raise TmaConfigError(f"dtype {dtype}; tmakit.im2col takes {', '.join(IM2COL_DTYPES)}")
+    if len(shape) != IM2COL_RANK:
+        raise TmaConfigError(
+            f"activation of shape {shape} has rank {len(shape)}; tmakit.im2col takes a 2-D convolution's "
+            "NHWC activation (N, H, W, C): add a batch dim of 1, or permute an NCHW tensor with "
+            ".permute(0, 2, 3, 1).contiguous()"
+        )
+    if min(shape) < 1:
+        raise TmaConfigError(f"activation of shape {shape} has an extent below 1; every extent must be >= 1")
+    channels, nbytes = shape[3], DTYPES[dtype].nbytes
+    if channels * nbytes % GLOBAL_STRIDE_ALIGN:
+        multiple = GLOBAL_STRIDE_ALIGN // nbytes
+        raise TmaConfigError(
+            f"C = {channels} channels of {dtype} is {channels * nbytes} bytes per pixel; the im2col "
+            f"tensor map's pixel stride must be a multiple of {GLOBAL_STRIDE_ALIGN} bytes: pad the "
+            f"channels to a multiple of {multiple} (zeros, e.g. F.pad(x, (0, {-channels % multiple})))"
+        )
