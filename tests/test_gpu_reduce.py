@@ -224,9 +224,10 @@ def special_mismatches(found: np.ndarray, expected: np.ndarray, name: str) -> np
 @pytest.mark.parametrize("op, dtype", FLOAT_PAIRS, ids=[f"{op}-{dtype}" for op, dtype in FLOAT_PAIRS])
 def test_nans_infinities_signed_zeros_and_subnormals_reduce_as_the_model_states(op, dtype, monkeypatch):
     """Every pair of special values (each as destination against each as source) reduced once,
-    every element against the model's stated rules (`model.reduce`: f32 adds flush subnormals,
-    f16/bf16 adds keep them; min/max drop a NaN and order -0.0 below +0.0). A failure names the
-    first wrong pairs and, for an add, which subnormal rule the hardware followed instead."""
+    every element against the model's stated rules (`model.reduce`: adds keep subnormals - the
+    H200 kept f32 ones, where the ISA's text for the non-tensor reduce says f32 flushes them;
+    min/max drop a NaN and order -0.0 below +0.0). A failure names the first wrong pairs and,
+    for an add, which subnormal rule the hardware followed instead."""
     import torch
 
     from tmakit.model import reduce as model

@@ -8,12 +8,13 @@ bits. Each element receives exactly one reduction (d = d op s), so:
 - inc (u32): d = (d >= s) ? 0 : d + 1; dec (u32): d = (d == 0 || d > s) ? s : d - 1;
 - float add is one rounding to nearest even of the exact sum (computed in float64, whose 53 bits
   make the rounding to f32/f16/bf16 after it exact: 53 >= 2p + 2);
-- subnormals (`FLUSHES_SUBNORMALS`): an f32 add flushes subnormal inputs and results to
-  sign-preserving zero, f16/bf16 adds keep them. The PTX ISA says so for the non-tensor reduce
-  ("the current implementation of cp.reduce.async.bulk.add.f32 flushes subnormal inputs and
-  results to sign-preserving zero"; its f16/bf16 adds are `.noftz`); the tensor form's text
-  names no rule and takes its type from the tensor map, which CuTe DSL 4.8.1 encodes as plain
-  f32 (its `F32_RN`, not `F32_FTZ_RN`): tests/test_gpu_reduce.py checks the rule on the GPU;
+- subnormals (`FLUSHES_SUBNORMALS`): no reduce add flushes them - every subnormal input and
+  result is kept, as IEEE 754 has it. Seen on the H200 (tests/test_gpu_reduce.py, 2026-12-03):
+  f32 adds of subnormals came out exact. The PTX ISA's text for the non-tensor reduce says
+  otherwise for f32 ("the current implementation of cp.reduce.async.bulk.add.f32 flushes subnormal
+  inputs and results to sign-preserving zero"; its f16/bf16 adds are `.noftz`); the tensor form's
+  text names no rule and takes its type from the tensor map, which CuTe DSL 4.8.1 encodes as plain
+  f32 (`F32_RN`, not `F32_FTZ_RN`);
 - float min/max follow the PTX `min`/`max` instructions (without `.NaN`), as the ISA says `atom`
   and `red` do (the reduce's own text is silent): a NaN operand gives the other operand
   (IEEE 754-2008 minNum/maxNum), two NaNs give the canonical NaN, +0.0 > -0.0, and f16/bf16
@@ -30,8 +31,7 @@ from ..plan.reduce import check_reduce
 
 # What one reduce store leaves in a destination element d, given the source element s.
 ELEMENT_RULES = {
-    "add": "d + s (integers wrap modulo 2^width; floats round once, to nearest even; f32 flushes "
-    "subnormal inputs and results to sign-preserving zero, f16/bf16 keep them)",
+    "add": "d + s (integers wrap modulo 2^width; floats round once, to nearest even, subnormals kept)",
     "min": "min(d, s) (unsigned integers; f16/bf16: a NaN loses to a number, -0.0 < +0.0)",
     "max": "max(d, s) (unsigned integers; f16/bf16: a NaN loses to a number, -0.0 < +0.0)",
     "inc": "0 if d >= s else d + 1",
@@ -51,9 +51,10 @@ STORAGE = {
     "bf16": np.uint16,
 }
 CANONICAL_NAN = {"fp32": np.float32(np.nan), "fp16": np.float16(np.nan), "bf16": np.uint16(0x7FFF)}
-# Whether a reduce add of the dtype flushes subnormal inputs and results to sign-preserving zero
-# (the module's docstring says where each comes from).
-FLUSHES_SUBNORMALS = {"fp32": True, "fp16": False, "bf16": False}
+# Whether a reduce add of the dtype flushes subnormal inputs and results to sign-preserving zero:
+# none does on the H200 through CuTe DSL's tensor maps (the module's docstring: the ISA's text for
+# the non-tensor f32 reduce says it flushes).
+FLUSHES_SUBNORMALS = {"fp32": False, "fp16": False, "bf16": False}
 # The smallest normal magnitude of each float dtype: below it, a nonzero value is subnormal.
 SMALLEST_NORMAL = {"fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
 
