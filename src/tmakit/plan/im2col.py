@@ -344,7 +344,9 @@ class Im2colPlan:
                 f"boxes             {self.row_blocks} row blocks x {self.column_tiles} column tiles "
                 f"({self.taps} taps x {self.channel_tiles} channel tiles)",
                 "descriptor        " + ", ".join(f"{k} {v}" for k, v in self.descriptor.items()),
-                self.copy.summary(),
+                # The ring's and the stores' lines; the patch matrix's own load summary (a one-warp
+                # seed kernel's grid) is not how this runs.
+                *self.copy.summary().splitlines()[len(self.patch_load.summary().splitlines()) :],
             ]
         )
 
