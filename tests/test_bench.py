@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tmakit import CopyOptions, TmaConfigError
+from tmakit import CopyOptions, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.bench import ncu, report, suites
 from tmakit.bench.report import BenchRow
 from tmakit.bench.suites import PipelineVariant
@@ -100,6 +100,12 @@ def test_reduce_cases_parse_check_and_default_to_the_dtype_given():
     suites.check_reduce_options(CopyOptions(stages=6, store_depth=3))
     with pytest.raises(TmaConfigError, match="as_rows and bulk"):
         suites.check_reduce_options(CopyOptions(as_rows=True))
+    plan = LoadPlan(LoadConfig((8192, 16384), "fp32"))
+    suites.check_reduce_plan(suites.ReduceCase("add", "fp32"), plan, CopyOptions(stages=16, store_depth=12))
+    with pytest.raises(TmaConfigError, match="12 stages of 32768 bytes"):  # found on the H200 only, once
+        suites.check_reduce_plan(
+            suites.ReduceCase("add", "fp32"), plan, CopyOptions(tile=(32, 256), stages=12)
+        )
 
 
 def test_table_and_json_report(tmp_path):

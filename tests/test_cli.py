@@ -85,6 +85,7 @@ def test_bad_arguments_are_refused_before_anything_prints(args, error):
         (["bench", "--kernel", "reduce", "--reduce", "inc:uint32"], "no torch in-place op to time against"),
         (["bench", "--kernel", "reduce", "--reduce", "add:fp99"], "fp99"),
         (["bench", "--kernel", "reduce", "--copy", "bulk"], "as_rows and bulk"),
+        (["bench", "--kernel", "reduce", "--copy", "store_depth=0"], "store depth is 0"),  # planned first
         (["bench", "--kernel", "reduce", "--pipeline", "stages=4"], "times reduce stores only"),
         (["bench", "--kernel", "copy", "--copy", "stagez=8"], "'stagez' is not one of"),
         (["bench", "--pipeline", "consumer_warps=2"], "names no stages"),

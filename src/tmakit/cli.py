@@ -531,9 +531,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for shape in [*([args.shape] if args.shape else []),
                       *(bench_shape(size, dtype_named(case.dtype).nbytes) for size in args.sizes)]
     ]  # fmt: skip
-    if reducing:
+    for case, plan in reduce_plans:  # every reduce the run will time, planned now
         for option in options:
-            suites.check_reduce_options(option)
+            suites.check_reduce_plan(case, plan, option)
     variants = [suites.PipelineVariant.parse(text) for text in args.pipeline or []]
     if args.prefetch and not variants:
         variants = [suites.PipelineVariant(stages=4), suites.PipelineVariant(stages=7)]

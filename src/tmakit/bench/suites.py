@@ -22,7 +22,7 @@ from ..check.run import (
 from ..config import describe_fields, dtype_named, parse_fields
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, check_reduce
+from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, check_reduce
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
@@ -341,6 +341,16 @@ DEFAULT_REDUCE_CASES = ("add:fp32,fp16,bf16", "min:fp16,bf16", "max:fp16,bf16")
 def check_reduce_options(options: CopyOptions) -> None:
     """TmaConfigError for copy options a reduce does not take (`api.reduce_options`)."""
     api.reduce_options(None, None, options.changed())
+
+
+def check_reduce_plan(case: ReduceCase, plan: LoadPlan, options: CopyOptions) -> None:
+    """Plan the reduce a bench row will run (`ReducePlan` of the options' copy, on the default
+    SM count) so that what cannot be planned - a ring that does not fit shared memory, a tile
+    of the wrong width - is refused before any GPU work (TmaConfigError)."""
+    check_reduce_options(options)
+    tile = options.default_tile(case.dtype, False, None, DEFAULT_SM_COUNT)
+    load = LoadPlan(replace(plan.config, tile=tile))
+    ReducePlan(options.plan(load, False, DEFAULT_SM_COUNT, fits_l2=False), case.op)
 
 
 def reduce_operands(plan: LoadPlan, l2_bytes: int, hot_l2: bool) -> tuple[list, list]:
