@@ -81,31 +81,34 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown protocols {unknown}; one of {PROTOCOLS}")
     plan = LoadPlan(SEED)
+    depths = [int(s) for s in args.stages.split(",") if s]
     summary: dict = {
         "what": "multicast ring timeline (issue #23): seed shape, L2 hot, load-only rings",
         "shape": list(SEED.shape),
         "tile": list(SEED.tile),
-        "stages": args.stages,
+        "stages": depths,
         **device_context(args.commit),
-        "plain_ring_us": plain_ring_us(plan, args.stages, args.samples),
+        "plain_ring_us": {},
         "variants": [],
     }
-    print(
-        f"plain one-CTA {args.stages}-stage ring (no cluster): {summary['plain_ring_us']:.2f} us", flush=True
-    )
     clusters = [parse_cluster(c) for c in args.clusters.split(",") if c]
-    for variant in variants(clusters, protocols):
-        try:
-            report, raw = measure(plan, variant, args.stages, args.samples)
-        except Exception as error:  # one failing variant must not lose the others
-            summary["variants"].append({"variant": variant.name, "error": repr(error)[-800:]})
-            print(f"{variant.name}: FAILED {error!r}", flush=True)
-            traceback.print_exc()
-            continue
-        np.save(out / f"stamps-{variant.name.replace(' ', '_')}.npy", raw)
-        summary["variants"].append(report)
-        print(headline(report), flush=True)
-        (out / "multicast-timeline.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for stages in depths:
+        plain = plain_ring_us(plan, stages, args.samples)
+        summary["plain_ring_us"][stages] = plain
+        print(f"plain one-CTA {stages}-stage ring (no cluster): {plain:.2f} us", flush=True)
+        for variant in variants(clusters, protocols):
+            name = f"{stages}st {variant.name}"
+            try:
+                report, raw = measure(plan, variant, stages, args.samples)
+            except Exception as error:  # one failing variant must not lose the others
+                summary["variants"].append({"variant": name, "stages": stages, "error": repr(error)[-800:]})
+                print(f"{name}: FAILED {error!r}", flush=True)
+                traceback.print_exc()
+                continue
+            np.save(out / f"stamps-{name.replace(' ', '_')}.npy", raw)
+            summary["variants"].append({"stages": stages, **report})
+            print(f"{stages} stages: {headline(report)}", flush=True)
+            (out / "multicast-timeline.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "multicast-timeline.json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
