@@ -112,7 +112,7 @@ def run_target(case: dict, launches: int) -> None:
     from tmakit.bench.suites import PipelineVariant
     from tmakit.check.inputs import make_input_tensor
     from tmakit.check.isolate import config_to_json
-    from tmakit.plan import LoadPlan, MulticastPlan
+    from tmakit.plan import DEFAULT_RELEASE, LoadPlan, MulticastPlan
     from tmakit.runtime.compile import to_cute_tensor
     from tmakit.runtime.device import current_stream
     from tmakit.runtime.launch import compile_multicast_load, compile_pipelined_load, new_guard
@@ -145,7 +145,7 @@ def run_target(case: dict, launches: int) -> None:
         multicast = MulticastPlan(plan, case["cluster"], case["multicast"], stages=case["stages"])
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
         compiled = compile_multicast_load(
-            multicast, store=False, release=case.get("protocol", "elected-cluster")
+            multicast, store=False, release=case.get("protocol", DEFAULT_RELEASE)
         )
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
     for _ in range(launches):

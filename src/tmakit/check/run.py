@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config import DTYPES, RAW_BYTE, LoadConfig, dtype_of
 from ..limits import POISON
-from ..plan import CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, copy_destination
+from ..plan import DEFAULT_RELEASE, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, copy_destination
 from ..runtime.compile import CompiledKernel, to_cute_tensor
 from ..runtime.device import current_stream, signed_view_dtype
 from ..runtime.launch import (
@@ -81,7 +81,7 @@ def check_on_gpu(config: LoadConfig) -> dict:
 
 
 def verify_multicast_load(
-    multicast: MulticastPlan, release: str = "elected-cluster"
+    multicast: MulticastPlan, release: str = DEFAULT_RELEASE
 ) -> list[reference.Verdict]:
     """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
     the input, every element (so a slice that reached only some CTAs shows up by CTA rank).

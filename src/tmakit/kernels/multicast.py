@@ -18,7 +18,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
-from ..plan import MulticastPlan
+from ..plan import DEFAULT_RELEASE, MulticastPlan
 from .ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
@@ -146,7 +146,7 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         multicast: MulticastPlan,
         store: bool = True,
         timeline: bool = False,
-        release: str = "elected-cluster",
+        release: str = DEFAULT_RELEASE,
     ):
         if multicast.stages < 2:
             raise ValueError("the pipelined multicast kernel wants 2 or more stages")

@@ -43,7 +43,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import nvvm
 from cutlass.cute.nvgpu import cpasync
 
-from ..plan import RELEASES, PipelinePlan
+from ..plan import DEFAULT_RELEASE, RELEASES, PipelinePlan
 from ..plan.ring import CONSUMER, GUARD_RECORD, PRODUCER
 from .tma import issue_tile_load, matrix_first_view, shared_tile_layout
 
@@ -75,7 +75,7 @@ class TileRing:
         expect_extra_bytes: int = 0,
         freeze_parity: bool = False,
         multicast_peers: int = 1,
-        remote_release: str = "elected-cluster",
+        remote_release: str = DEFAULT_RELEASE,
     ):
         if remote_release not in RELEASES:
             raise ValueError(f"remote release {remote_release!r} is not one of {RELEASES}")

@@ -19,6 +19,9 @@ CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examp
 # "lanes": lane i arrives on CTA i's barrier, CTA scope, all at once (`PipelineTmaAsync`'s
 #   consumer_release with multicast signalling).
 RELEASES = ("elected-cluster", "elected-cta", "lanes")
+# The rings' protocol: on the H200 (seed shape, L2 hot) cluster-scope arrivals cost 3x at 2x2
+# (docs/results.md, "Multicast: the release scope"); CTA scope is what CUTLASS relies on too.
+DEFAULT_RELEASE = "lanes"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
-from ..plan import CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, copy_destination
+from ..plan import (
+    DEFAULT_RELEASE,
+    CopyPlan,
+    Im2colPlan,
+    LoadPlan,
+    MulticastPlan,
+    PipelinePlan,
+    ReducePlan,
+    copy_destination,
+)
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
     CompiledKernel,
@@ -250,7 +259,7 @@ def compile_multicast_load(
     keep_ptx: bool = False,
     store: bool = True,
     timeline: bool = False,
-    release: str = "elected-cluster",
+    release: str = DEFAULT_RELEASE,
 ) -> CompiledKernel:
     """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
     single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
@@ -283,7 +292,7 @@ def compile_multicast_load(
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
     key = ("MulticastKernel", multicast, store) + (
-        (timeline, release) if timeline or release != "elected-cluster" else ()
+        (timeline, release) if timeline or release != DEFAULT_RELEASE else ()
     )
     return compiled_once(key, build, keep_ptx)
 
