@@ -7,6 +7,7 @@
 #   edges (scripts/gpu_edges.py: > 2^31 elements, > 4 GiB, the largest grid)
 #   generic (the shape-generic kernels' GPU tests and the copy tests)
 #   ncugeneric (scripts/ncu_generic.py: Nsight Compute, shape-generic against shape-specialised copies)
+#   im2colbench (scripts/im2col_bench.py: tmakit.im2col against F.unfold + permute, ResNet-50 3x3 layers)
 #   mctimeline (scripts/multicast_timeline.py: the multicast ring's per-stage timeline and times, each
 #   release protocol and CUTLASS's PipelineTmaAsync, with and without multicast; TMAKIT_MC_CLUSTERS,
 #   TMAKIT_MC_PROTOCOLS narrow it)
@@ -47,6 +48,7 @@ for step in "$@"; do
     ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" ${TMAKIT_CEILING_NCU+--ncu "$TMAKIT_CEILING_NCU"} 2>&1 | tail -30 ;;
     edges) timeout ${TMAKIT_EDGES_S:-400} python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" ${TMAKIT_EDGES_ONLY:+--only "$TMAKIT_EDGES_ONLY"} 2>&1 | tail -12 ;;
     hostcost) timeout 200 python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
+    im2colbench) timeout ${TMAKIT_IM2COLBENCH_S:-200} python3 scripts/im2col_bench.py --out "$OUT" --commit "$commit" 2>&1 | tail -12 ;;
     mctimeline) timeout ${TMAKIT_MCTIMELINE_S:-400} python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --clusters "${TMAKIT_MC_CLUSTERS:-1x2,2x2}" ${TMAKIT_MC_PROTOCOLS:+--protocols "$TMAKIT_MC_PROTOCOLS"} --commit "$commit" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     ncugeneric) timeout ${TMAKIT_NCUGENERIC_S:-200} python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
