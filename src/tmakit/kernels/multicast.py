@@ -16,6 +16,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+from cutlass import pipeline as cutlass_pipeline
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import DEFAULT_RELEASE, MulticastPlan
@@ -269,8 +270,6 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
         shared_layout: cute.ComposedLayout,
         stamps: cute.Tensor,
     ):
-        from cutlass import pipeline as cutlass_pipeline
-
         plan, multicast, layout = self.plan, self.multicast, self.layout
         stages = self.pipeline.stages
         tile_rows, tile_cols = plan.config.tile
