@@ -193,6 +193,41 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                     stamps[plane, cta, layout.identity_word("cluster")] = cutlass.Int64(strip)
                     stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
+    @cute.jit
+    def begin(self, stamps):
+        """(warp, lane, rank in the cluster, strip, CTA index): who this thread is; warp 0 stamps
+        the CTA's start and identity."""
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = cute.arch.lane_idx()
+        rank = cute.arch.block_idx_in_cluster()
+        strip, _, _ = cute.arch.cluster_idx()
+        cta = strip * self.multicast.cluster_size + rank
+        if warp == 0:
+            self.stamp(stamps, cta, self.layout.cta_word("start"), lane)
+            self.stamp_identity(stamps, cta, strip, rank, lane)
+        return warp, lane, rank, strip, cta
+
+    @cute.jit
+    def store_tile(self, tile, copies, strip, step, rank, lane):
+        """With `store`: the consumer warp writes a received tile to this CTA's copy."""
+        if cutlass.const_expr(self.store):
+            tile_rows, tile_cols = self.plan.config.tile
+            out_tile = cute.local_tile(copies, self.plan.config.tile, (strip, step, rank))
+            for row in cutlass.range(tile_rows, unroll=1):
+                for col in cutlass.range(lane, tile_cols, 32):
+                    out_tile[row, col] = tile[row, col]
+
+    @cute.jit
+    def finish(self, stamps, warp, lane, cta):
+        """No CTA exits while a peer may still multicast into it or arrive on its barriers."""
+        if warp == 0:
+            self.stamp(stamps, cta, self.layout.cta_word("done"), lane)
+        if cutlass.const_expr(self.multicast.num_multicast > 1):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+        if warp == 0:
+            self.stamp(stamps, cta, self.layout.cta_word("exit"), lane)
+
     @cute.kernel
     def kernel(
         self,
@@ -203,15 +238,7 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         stamps: cute.Tensor,
     ):
         plan, multicast, layout = self.plan, self.multicast, self.layout
-        tile_rows, tile_cols = plan.config.tile
-        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        lane = cute.arch.lane_idx()
-        rank = cute.arch.block_idx_in_cluster()
-        strip, _, _ = cute.arch.cluster_idx()
-        cta = strip * multicast.cluster_size + rank
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("start"), lane)
-            self.stamp_identity(stamps, cta, strip, rank, lane)
+        warp, lane, rank, strip, cta = self.begin(stamps)
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
         if warp == 0:
@@ -233,22 +260,10 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                 self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
                 stage, failed = self.ring.wait_full(full, step, failed)
                 self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
-                if cutlass.const_expr(self.store):
-                    tile = ring[None, None, stage]
-                    out_tile = cute.local_tile(copies, plan.config.tile, (strip, step, rank))
-                    for row in cutlass.range(tile_rows, unroll=1):
-                        for col in cutlass.range(lane, tile_cols, 32):
-                            out_tile[row, col] = tile[row, col]
+                self.store_tile(ring[None, None, stage], copies, strip, step, rank, lane)
                 self.ring.release(empty, stage, failed)
                 self.stamp(stamps, cta, layout.step_word("released", step), lane)
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("done"), lane)
-        # No CTA exits while a peer may still multicast into it or arrive on its barriers.
-        if cutlass.const_expr(multicast.num_multicast > 1):
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("exit"), lane)
+        self.finish(stamps, warp, lane, cta)
 
 
 class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
@@ -272,15 +287,7 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
     ):
         plan, multicast, layout = self.plan, self.multicast, self.layout
         stages = self.pipeline.stages
-        tile_rows, tile_cols = plan.config.tile
-        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        lane = cute.arch.lane_idx()
-        rank = cute.arch.block_idx_in_cluster()
-        strip, _, _ = cute.arch.cluster_idx()
-        cta = strip * multicast.cluster_size + rank
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("start"), lane)
-            self.stamp_identity(stamps, cta, strip, rank, lane)
+        warp, lane, rank, strip, cta = self.begin(stamps)
         # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
         # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
         ring, full, _ = self.ring.allocate(shared_layout)
@@ -322,20 +329,10 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
                 self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
                 tma_pipeline.consumer_wait(state)
                 self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
+                self.store_tile(ring[None, None, state.index], copies, strip, step, rank, lane)
                 if cutlass.const_expr(self.store):
-                    tile = ring[None, None, state.index]
-                    out_tile = cute.local_tile(copies, plan.config.tile, (strip, step, rank))
-                    for row in cutlass.range(tile_rows, unroll=1):
-                        for col in cutlass.range(lane, tile_cols, 32):
-                            out_tile[row, col] = tile[row, col]
                     cute.arch.sync_warp()  # every lane's reads before any lane's release
                 tma_pipeline.consumer_release(state)
                 self.stamp(stamps, cta, layout.step_word("released", step), lane)
                 state.advance()
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("done"), lane)
-        if cutlass.const_expr(multicast.num_multicast > 1):
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-        if warp == 0:
-            self.stamp(stamps, cta, layout.cta_word("exit"), lane)
+        self.finish(stamps, warp, lane, cta)

@@ -113,7 +113,7 @@ class Im2colPlan:
         if self.tile is None:
             # A patch matrix of one row takes a box of one (CuTe drops an extent-1 dim from the map).
             pixels = 1 if self.patch_shape[0] == 1 else IM2COL_TILE_PIXELS
-            fix(self, "tile", (pixels, self._default_channels()))
+            fix(self, "tile", (pixels, default_channel_tile(self.shape[3], self.element.nbytes)))
         fix(self, "tile", tuple(self.tile))
         self._check_tile()
         if self.stages is None:
@@ -173,13 +173,6 @@ class Im2colPlan:
                     f"the {name} {self.shape[1 + dim]} with padding {padding} is smaller than the "
                     f"dilated filter ({span + 1}): no output pixel; pad more or use a smaller filter"
                 )
-
-    def _default_channels(self) -> int:
-        channels, nbytes = self.shape[3], self.element.nbytes
-        tile = default_channel_tile(channels, nbytes)
-        if tile is None:  # check_activation refused such a C already; kept for direct callers
-            raise TmaConfigError(f"{channels} channels have no channel tile of whole 16-byte chunks")
-        return tile
 
     def _check_tile(self) -> None:
         pixels, channels = self.tile
@@ -321,9 +314,9 @@ class Im2colPlan:
 
     @property
     def expected_tx_bytes(self) -> int:
-        """Bytes per barrier phase: the whole box, the padding's zeros and the pixels past M included."""
-        pixels, channels = self.tile
-        return pixels * channels * self.element.nbytes
+        """Bytes per barrier phase: the whole box, the padding's zeros and the pixels past M
+        included - the patch matrix's tile, which is what the ring's barriers expect."""
+        return self.patch_load.expected_tx_bytes
 
     @property
     def smem_bytes(self) -> int:

@@ -291,10 +291,7 @@ def compile_multicast_load(
         stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
-    key = ("MulticastKernel", multicast, store) + (
-        (timeline, release) if timeline or release != DEFAULT_RELEASE else ()
-    )
-    return compiled_once(key, build, keep_ptx)
+    return compiled_once(("MulticastKernel", multicast, store, timeline, release), build, keep_ptx)
 
 
 # -- the hang guard's words -------------------------------------------------------------------
