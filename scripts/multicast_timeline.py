@@ -1,6 +1,7 @@
 """Where the multicast ring's time goes (issue #23), on the GPU machine.
 
     python3 scripts/multicast_timeline.py --out DIR [--clusters 1x2,2x2] [--protocols ...]
+        [--stages 4,7] [--walks strip,auto]
 
 For each cluster shape, with multicast and without, and for each consumer-release protocol
 (`plan.RELEASES`, plus "pipeline-tma-async": the same ring written with CUTLASS's
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -64,6 +66,12 @@ def main() -> int:
     parser.add_argument(
         "--stages", default="4,7", help="comma-separated ring depths (7: every tile of a strip in flight)"
     )
+    parser.add_argument(
+        "--walks",
+        default="strip",
+        help="comma-separated: 'strip' (one cluster per strip), N persistent clusters, or 'auto' "
+        "(as many persistent clusters as stay resident: runtime.launch.max_active_clusters)",
+    )
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--commit", default=os.environ.get("TMAKIT_COMMIT"))
     args = parser.parse_args()
@@ -73,6 +81,7 @@ def main() -> int:
     from tmakit import SEED, LoadPlan
     from tmakit.bench.report import device_context
     from tmakit.bench.timeline import PROTOCOLS, measure, plain_ring_us, variants
+    from tmakit.runtime.launch import max_active_clusters
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,11 +101,18 @@ def main() -> int:
         "variants": [],
     }
     clusters = [parse_cluster(c) for c in args.clusters.split(",") if c]
+    named = {"strip": None, "auto": "auto"}
+    walks = tuple(named[w] if w in named else int(w) for w in args.walks.split(",") if w)
+    summary["max_active_clusters"] = {size: max_active_clusters(size) for size in (1, 2, 4)}
+    print(f"max active clusters (1 CTA per SM): {summary['max_active_clusters']}", flush=True)
     for stages in depths:
         plain = plain_ring_us(plan, stages, args.samples)
         summary["plain_ring_us"][stages] = plain
         print(f"plain one-CTA {stages}-stage ring (no cluster): {plain:.2f} us", flush=True)
-        for variant in variants(clusters, protocols):
+        for variant in variants(clusters, protocols, walks):
+            if variant.persistent_clusters == "auto":
+                size = variant.cluster[0] * variant.cluster[1]
+                variant = replace(variant, persistent_clusters=max_active_clusters(size))
             name = f"{stages}st {variant.name}"
             try:
                 report, raw = measure(plan, variant, stages, args.samples)

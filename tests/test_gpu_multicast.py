@@ -57,3 +57,24 @@ def test_every_release_protocol_delivers_every_tile(config, stages, cluster, rel
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, stages=stages), release=release)
     for rank, verdict in enumerate(verdicts):
         assert verdict.ok, f"CTA {rank} of the cluster ({release}): {verdict}"
+
+
+@pytest.mark.parametrize("release", ["lanes", "pipeline-tma-async"])
+@pytest.mark.parametrize("multicast", [True, False], ids=["multicast", "baseline"])
+@pytest.mark.parametrize("cluster", CLUSTER_SHAPES)
+@pytest.mark.parametrize(
+    "config, stages, clusters",
+    [
+        (SEED, 4, 32),  # 924 tiles: 28-29 per cluster, the ring running on across strips
+        (LoadConfig((1000, 3000), "bf16", (64, 64), 128), 3, 5),  # 752 partial tiles, 5 clusters
+    ],
+    ids=["seed-32-clusters-4st", "partial-swizzled-5-clusters-3st"],
+)
+def test_persistent_clusters_deliver_every_tile(config, stages, clusters, cluster, multicast, release):
+    """Persistent clusters walk every so-many-th tile and each CTA's ring runs on across strips
+    (stage reuse over many trips); every CTA drains its ring before it exits."""
+    from tmakit.check.run import verify_multicast_load
+
+    plan = MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages, persistent_clusters=clusters)
+    for rank, verdict in enumerate(verify_multicast_load(plan, release=release)):
+        assert verdict.ok, f"CTA {rank} of the cluster ({release}): {verdict}"

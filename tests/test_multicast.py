@@ -1,6 +1,7 @@
 """Multicast on the CPU: the plan's slices and the compiled PTX for every cluster shape."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -79,6 +80,47 @@ def test_pipelined_multicast_frees_a_stage_in_every_cta(cluster):
     assert "mapa" not in baseline and "multicast::cluster" not in baseline
 
 
+@pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
+@pytest.mark.parametrize("persistent_clusters", [None, 32])
+def test_multicast_ring_exits_by_draining_not_by_a_cluster_barrier(cluster, persistent_clusters):
+    """One relaxed cluster barrier publishes the barriers' initialisation (the fence releases it);
+    at the end the producer drains the ring instead of a second cluster barrier, whose arrive
+    would release (wait for) every memory operation of the CTA. Without multicast nothing remote
+    targets a CTA: no cluster barrier at all."""
+    plan = MulticastPlan(LoadPlan(SEED), cluster, stages=4, persistent_clusters=persistent_clusters)
+    for release in ("lanes", "pipeline-tma-async"):
+        ptx = compile_multicast_load(plan, keep_ptx=True, store=False, release=release).ptx
+        arrives = re.findall(r"barrier\.cluster\.arrive[.a-z]*;", ptx)
+        assert arrives == ["barrier.cluster.arrive.relaxed;"] and ptx.count("barrier.cluster.wait") == 1
+        assert "fence.mbarrier_init.release.cluster" in ptx and "membar" not in ptx
+        # the loop's acquire and wait, and the drain's acquire of each stage (unrolled)
+        assert ptx.count("mbarrier.try_wait.parity") == 2 + plan.stages
+    baseline = replace(plan, multicast=False)
+    ptx = compile_multicast_load(baseline, keep_ptx=True, store=False).ptx
+    assert "barrier.cluster" not in ptx and ptx.count("mbarrier.try_wait.parity") == 2
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_SHAPES)
+@pytest.mark.parametrize("clusters", [1, 7, 32, 33, 132, 500])
+def test_persistent_clusters_walk_every_tile_once(cluster, clusters):
+    plan = MulticastPlan(LoadPlan(SEED), cluster, stages=4, persistent_clusters=clusters)
+    walk, launched = plan.walk, min(clusters, 132 * 7)
+    assert plan.clusters == launched and plan.grid == launched * plan.cluster_size
+    assert plan.launch_grid == (launched * cluster[0], cluster[1], 1)
+    tiles = [walk.tile_of(k, step)[1:] for k in range(launched) for step in range(walk.tiles_of_block(k))]
+    assert sorted(tiles) == [(row, col) for row in range(132) for col in range(7)]
+    assert plan.most_steps == walk.tiles_of_block(0) == -(-132 * 7 // launched)
+    assert plan.timeline.steps == plan.most_steps
+    assert f"{launched} clusters, persistent" in plan.summary()
+
+
+def test_persistent_clusters_are_checked():
+    with pytest.raises(TmaConfigError, match="persistent clusters run a ring"):
+        MulticastPlan(LoadPlan(SEED), (1, 2), persistent_clusters=32)
+    with pytest.raises(TmaConfigError, match="persistent clusters is 0"):
+        MulticastPlan(LoadPlan(SEED), (1, 2), stages=4, persistent_clusters=0)
+
+
 def test_multicast_ring_stage_count_is_checked():
     with pytest.raises(TmaConfigError, match="8 stages"):
         MulticastPlan(LoadPlan(SEED), (1, 2), stages=8)
@@ -120,9 +162,9 @@ def test_release_protocols(cluster):
         assert ptx[release].count("multicast::cluster") == 1
     # every protocol's empty barriers expect one arrival per CTA of the cluster
     for text in ptx.values():
-        assert re.search(
-            rf"mov\.b32\s+%r\d+, {size};\s+mbarrier\.init\.shared\.b64\s+\[%r\d+\+131104\]", text
-        )
+        holding_size = set(re.findall(rf"mov\.b32\s+(%r\d+), {size};", text))
+        counts = re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\],\s+(%r\d+);", text)
+        assert sum(count in holding_size for count in counts) == plan.stages
 
 
 def test_timeline_summary_of_synthetic_stamps():

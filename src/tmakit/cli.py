@@ -39,6 +39,7 @@ from .plan import REDUCE_OPS, CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, 
 from .plan.multicast import CLUSTER_SHAPES
 from .runtime.compile import installed_dsl_version
 from .runtime.device import find_hopper_gpu
+from .runtime.launch import max_active_clusters
 from .validate import check_load_config, check_rank
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
@@ -141,6 +142,11 @@ CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
 DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
 COUNT = _integer_at_least(1)
 NON_NEGATIVE = _integer_at_least(0)
+
+
+def PERSISTENT_CLUSTERS(text: str) -> int | str:  # noqa: N802 - an argparse type, named as the others
+    """ "auto" or a count of clusters >= 1."""
+    return "auto" if text == "auto" else COUNT(text)
 
 
 # -- the options commands share ---------------------------------------------------------------------
@@ -516,8 +522,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise CommandError(
             "--kernel reduce times reduce stores only: no --pipeline, --prefetch, --cluster, --ncu"
         )
-    if args.stages is not None and not args.cluster:
-        raise CommandError("--stages sets the ring of --cluster: give a cluster too")
+    if (args.stages is not None or args.persistent_clusters is not None) and not args.cluster:
+        raise CommandError("--stages and --persistent-clusters set the ring of --cluster: give a cluster too")
     cluster_stages = args.stages or BENCH_CLUSTER_STAGES
     options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
     reduce_cases = [
@@ -548,7 +554,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             variant.pipeline(plan)
         if args.cluster:
             for multicast in (True, False):
-                MulticastPlan(plan, args.cluster, multicast, stages=cluster_stages)
+                walk = args.persistent_clusters if isinstance(args.persistent_clusters, int) else None
+                MulticastPlan(plan, args.cluster, multicast, cluster_stages, walk)
     if args.plot:
         try:
             report.check_plotting()
@@ -584,8 +591,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             if variants:
                 rows += suites.bench_pipelines(plan, variants, context["l2_bytes"], args.hot_l2, args.samples)
             if args.cluster:
+                walk = args.persistent_clusters
+                if walk == "auto":
+                    walk = max_active_clusters(args.cluster[0] * args.cluster[1])
                 rows += suites.bench_multicast(
-                    plan, args.cluster, cluster_stages, context["l2_bytes"], args.hot_l2, args.samples
+                    plan, args.cluster, cluster_stages, context["l2_bytes"], args.hot_l2, args.samples, walk
                 )
             progress.advance(task)
     context["host_launch"] = hostcost.measure_host_overhead()
@@ -812,6 +822,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_integer_at_least(2),
         metavar="N",
         help=f"ring stages per CTA for --cluster (default {BENCH_CLUSTER_STAGES})",
+    )
+    bench_cmd.add_argument(
+        "--persistent-clusters",
+        type=PERSISTENT_CLUSTERS,
+        metavar="N|auto",
+        help="also time --cluster with N resident clusters walking the tiles (auto: as many as the GPU "
+        "keeps resident)",
     )
     bench_cmd.add_argument(
         "--samples",

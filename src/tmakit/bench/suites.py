@@ -449,20 +449,28 @@ def bench_reduce(
 
 
 def bench_multicast(
-    plan: LoadPlan, cluster: tuple[int, int], stages: int, l2_bytes: int, hot_l2: bool, samples: int
+    plan: LoadPlan,
+    cluster: tuple[int, int],
+    stages: int,
+    l2_bytes: int,
+    hot_l2: bool,
+    samples: int,
+    persistent_clusters: int | None = None,
 ) -> list:
     """The cluster kernel's loads alone (ring of `stages` per CTA, consumers only wait and
     release), with multicast and without (each CTA loading every whole tile itself), each first
     verified with its store-back in the same run. Every CTA of a cluster receives the whole
-    strip, so SMs receive cluster-size x the tensor either way; multicast reads it from L2 once."""
+    strip, so SMs receive cluster-size x the tensor either way; multicast reads it from L2 once.
+    With `persistent_clusters`, both again with that many resident clusters walking the tiles."""
     import torch
 
     config = plan.config
     sources = rotated_sources(plan, l2_bytes, hot_l2)
     count = len(sources)
     rows = []
-    for multicast in (True, False):
-        cluster_plan = MulticastPlan(plan, cluster, multicast, stages=max(stages, 2))
+    walks = (None,) if persistent_clusters is None else (None, persistent_clusters)
+    for walk, multicast in [(walk, multicast) for walk in walks for multicast in (True, False)]:
+        cluster_plan = MulticastPlan(plan, cluster, multicast, max(stages, 2), walk)
         verdicts = verify_multicast_load(cluster_plan)
         ok = sum(v.ok for v in verdicts)
         compiled = compile_multicast_load(cluster_plan, store=False)
@@ -471,6 +479,7 @@ def bench_multicast(
         launches = [lambda p=p, c=compiled: c(p[0], p[1], current_stream()) for p in pairs]
         what = "multicast" if multicast else "no-multicast"
         name = f"tmakit {what} {cluster[0]}x{cluster[1]} {cluster_plan.stages}st"
+        name += "" if walk is None else f" {cluster_plan.clusters} persistent clusters"
         rows.append(
             BenchRow(
                 name,
@@ -484,6 +493,7 @@ def bench_multicast(
                 {
                     "cluster": list(cluster),
                     "stages": cluster_plan.stages,
+                    "persistent_clusters": walk,
                     "multicast": multicast,
                     "bytes_to_sms": cluster_plan.cluster_size * plan.tensor_bytes,
                     "rotated_buffers": count,

@@ -29,23 +29,33 @@ class RingVariant:
     cluster: tuple[int, int]
     multicast: bool
     protocol: str
+    persistent_clusters: int | None = None  # `MulticastPlan.persistent_clusters`
 
     @property
     def name(self) -> str:
         what = "multicast" if self.multicast else "no-multicast"
-        return f"{self.cluster[0]}x{self.cluster[1]} {what} {self.protocol}"
+        walk = "" if self.persistent_clusters is None else f" {self.persistent_clusters} persistent clusters"
+        return f"{self.cluster[0]}x{self.cluster[1]} {what} {self.protocol}{walk}"
+
+    def plan(self, load: LoadPlan, stages: int) -> MulticastPlan:
+        return MulticastPlan(load, self.cluster, self.multicast, stages, self.persistent_clusters)
 
 
-def variants(clusters: list[tuple[int, int]], protocols: list[str]) -> list[RingVariant]:
+def variants(
+    clusters: list[tuple[int, int]], protocols: list[str], persistent: tuple[int | None, ...] = (None,)
+) -> list[RingVariant]:
     """Every protocol with multicast; without multicast a CTA releases only itself, so tmakit's
-    protocols are one kernel there (the first of them named) beside PipelineTmaAsync's."""
+    protocols are one kernel there (the first of them named) beside PipelineTmaAsync's. Each
+    once per entry of `persistent` (None: one cluster per strip; N: N persistent clusters)."""
     found = []
-    for cluster in clusters:
-        found += [RingVariant(cluster, True, protocol) for protocol in protocols]
-        tmakit = [p for p in protocols if p in RELEASES][:1]
-        found += [
-            RingVariant(cluster, False, p) for p in tmakit + [p for p in protocols if p == PIPELINE_TMA_ASYNC]
-        ]
+    for walk in persistent:
+        for cluster in clusters:
+            found += [RingVariant(cluster, True, protocol, walk) for protocol in protocols]
+            tmakit = [p for p in protocols if p in RELEASES][:1]
+            found += [
+                RingVariant(cluster, False, p, walk)
+                for p in tmakit + [p for p in protocols if p == PIPELINE_TMA_ASYNC]
+            ]
     return found
 
 
@@ -73,7 +83,7 @@ def measure(plan: LoadPlan, variant: RingVariant, stages: int, samples: int) -> 
     uninstrumented load-only kernel timed L2-hot (graph replays), and one instrumented launch."""
     import torch
 
-    multicast = MulticastPlan(plan, variant.cluster, variant.multicast, stages=stages)
+    multicast = variant.plan(plan, stages)
     verdicts = verify_multicast_load(multicast, release=variant.protocol)
     compiled = compile_multicast_load(multicast, store=False, release=variant.protocol)
     src = make_input_tensor(plan)
@@ -92,6 +102,7 @@ def measure(plan: LoadPlan, variant: RingVariant, stages: int, samples: int) -> 
         "cluster": list(variant.cluster),
         "multicast": variant.multicast,
         "protocol": variant.protocol,
+        "persistent_clusters": variant.persistent_clusters,
         "stages": stages,
         "verified": f"{sum(v.ok for v in verdicts)}/{len(verdicts)} CTA ranks hold every tile "
         f"({verdicts[0]})",
@@ -99,7 +110,7 @@ def measure(plan: LoadPlan, variant: RingVariant, stages: int, samples: int) -> 
         "median_us": statistics.median(times),
         "min_us": min(times),
         "instrumented_median_us": statistics.median(instrumented_us),
-        "timeline": summarise(multicast.timeline, raw, multicast.cluster_size, stages),
+        "timeline": summarise(multicast.timeline, raw, multicast.cluster_size, stages, steps_of(multicast)),
     }
     return report, raw
 
@@ -115,30 +126,46 @@ def plain_ring_us(plan: LoadPlan, stages: int, samples: int) -> float:
     )
 
 
+def steps_of(multicast: MulticastPlan) -> np.ndarray:
+    """Loads each CTA of the launch ran (persistent clusters may run one fewer than cluster 0)."""
+    walk = multicast.walk
+    return np.repeat([walk.tiles_of_block(k) for k in range(multicast.clusters)], multicast.cluster_size)
+
+
 def quantiles(values) -> dict[str, float]:
     values = np.asarray(values, dtype=np.float64).ravel()
+    values = values[~np.isnan(values)]  # steps a CTA never ran
     if values.size == 0:
         return {}
     p10, p50, p90 = np.percentile(values, [10, 50, 90])
     return {"p10": float(p10), "median": float(p50), "p90": float(p90), "max": float(values.max())}
 
 
-def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, stages: int) -> dict:
+def summarise(
+    layout: TimelineLayout,
+    stamps: np.ndarray,
+    cluster_size: int,
+    stages: int,
+    steps: np.ndarray | None = None,
+) -> dict:
     """Intervals (ns, from the globaltimer plane) of a run: per step, medians over CTAs of the
     producer's wait for a free stage, the consumer's wait for a full one, the time from this
     CTA's issue (and from the cluster's last issue) until the stage filled, from a release
     until the producers that needed it saw the stage free, and the spread of issue times
-    across a cluster; whole-kernel phases per CTA; how many CTAs ran on each SM."""
+    across a cluster; whole-kernel phases per CTA; how many CTAs ran on each SM. `steps`: the
+    loads each CTA ran (default: every CTA all of `layout.steps`); the others are left out."""
     ns = stamps[0].astype(np.int64)
     ctas = layout.ctas
     start = ns[:, layout.cta_word("start")]
     origin = start.min()
-    event = {name: layout.step_events(ns, name) - origin for name in STEP_EVENTS}
+    ran = np.arange(layout.steps)[None, :] < (layout.steps if steps is None else np.asarray(steps)[:, None])
+    event = {name: np.where(ran, layout.step_events(ns, name) - origin, np.nan) for name in STEP_EVENTS}
     clusters = ctas // cluster_size
     by_cluster = {
         name: values.reshape(clusters, cluster_size, layout.steps) for name, values in event.items()
     }
-    last_issue = by_cluster["issued"].max(axis=1, keepdims=True)  # the tile is complete after the last slice
+    # The tile is complete after the last slice (a cluster's CTAs all ran the same steps).
+    last_issue = by_cluster["issued"].max(axis=1, keepdims=True)
     producer_wait = event["acquire_end"] - event["acquire_begin"]
     consumer_wait = event["wait_end"] - event["wait_begin"]
     fill_from_own_issue = event["wait_end"] - event["issued"]
@@ -153,7 +180,7 @@ def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, sta
     # The same intra-CTA intervals in this SM's cycles: both warps of a CTA read one clock, and
     # the globaltimer may tick coarsely (its resolution is reported below).
     cycles = stamps[1].astype(np.int64)
-    cyc = {name: layout.step_events(cycles, name) for name in STEP_EVENTS}
+    cyc = {name: np.where(ran, layout.step_events(cycles, name), np.nan) for name in STEP_EVENTS}
     in_cycles = {
         "producer_wait": quantiles(cyc["acquire_end"] - cyc["acquire_begin"]),
         "consumer_wait": quantiles(cyc["wait_end"] - cyc["wait_begin"]),
@@ -209,8 +236,8 @@ def summarise(layout: TimelineLayout, stamps: np.ndarray, cluster_size: int, sta
         "sms_used": int((per_sm > 0).sum()),
         "stage_reuse_after_last_release_ns": reuse,
         "totals_per_cta_ns": {
-            "producer_wait": quantiles(producer_wait.sum(axis=1)),
-            "consumer_wait": quantiles(consumer_wait.sum(axis=1)),
+            "producer_wait": quantiles(np.nansum(producer_wait, axis=1)),
+            "consumer_wait": quantiles(np.nansum(consumer_wait, axis=1)),
         },
         "per_step": per_step,
     }

@@ -134,7 +134,10 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
     the consumers of all of them), then multicasts its slice of the next tile into that stage of
     every CTA; warp 1 waits on its own full barrier, stores the tile to its CTA's copy of the
     padded scratch and releases the stage in every CTA (remote arrivals, as `release` says: one
-    of `plan.RELEASES`). The host side and the output are `MulticastLoadKernel`'s; with
+    of `plan.RELEASES`). After its last load the producer drains the ring (`TileRing.drain`):
+    the CTA exits only once no peer can still arrive on or multicast into it. The cluster walks
+    `MulticastPlan.walk`: its strip, or with `persistent_clusters` every so-many-th tile, the ring
+    running on across strips. The host side and the output are `MulticastLoadKernel`'s; with
     `store=False` the consumer only waits and releases (for timing the loads alone).
 
     `timeline=True` (for `scripts/multicast_timeline.py`): the host function takes a fourth
@@ -184,49 +187,50 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                 stamps[1, cta, word] = cycles
 
     @cute.jit
-    def stamp_identity(self, stamps, cta, strip, rank, lane):
+    def stamp_identity(self, stamps, cta, cluster, rank, lane):
         if cutlass.const_expr(self.timeline):
             if lane == 0:
                 layout = self.layout
                 for plane in cutlass.range_constexpr(2):
                     stamps[plane, cta, layout.identity_word("smid")] = cutlass.Int64(cute.arch.smid())
-                    stamps[plane, cta, layout.identity_word("cluster")] = cutlass.Int64(strip)
+                    stamps[plane, cta, layout.identity_word("cluster")] = cutlass.Int64(cluster)
                     stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
     @cute.jit
     def begin(self, stamps):
-        """(warp, lane, rank in the cluster, strip, CTA index): who this thread is; warp 0 stamps
-        the CTA's start and identity."""
+        """(warp, lane, rank in the cluster, cluster index, CTA index, the cluster's loads): who
+        this thread is and how many tiles its cluster walks; warp 0 stamps the CTA's start and
+        identity."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         lane = cute.arch.lane_idx()
         rank = cute.arch.block_idx_in_cluster()
-        strip, _, _ = cute.arch.cluster_idx()
-        cta = strip * self.multicast.cluster_size + rank
+        cluster, _, _ = cute.arch.cluster_idx()
+        cta = cluster * self.multicast.cluster_size + rank
         if warp == 0:
             self.stamp(stamps, cta, self.layout.cta_word("start"), lane)
-            self.stamp_identity(stamps, cta, strip, rank, lane)
-        return warp, lane, rank, strip, cta
+            self.stamp_identity(stamps, cta, cluster, rank, lane)
+        return warp, lane, rank, cluster, cta, self.multicast.walk.tiles_of_block(cluster)
 
     @cute.jit
-    def store_tile(self, tile, copies, strip, step, rank, lane):
+    def tile_of(self, cluster, step):
+        """(row block, column tile) of the cluster's `step`-th load (`MulticastPlan.walk`)."""
+        _, row_block, column_tile = self.multicast.walk.tile_of(cluster, step)
+        return row_block, column_tile
+
+    @cute.jit
+    def store_tile(self, tile, copies, tile_coord, rank, lane):
         """With `store`: the consumer warp writes a received tile to this CTA's copy."""
         if cutlass.const_expr(self.store):
             tile_rows, tile_cols = self.plan.config.tile
-            out_tile = cute.local_tile(copies, self.plan.config.tile, (strip, step, rank))
+            out_tile = cute.local_tile(copies, self.plan.config.tile, (*tile_coord, rank))
             for row in cutlass.range(tile_rows, unroll=1):
                 for col in cutlass.range(lane, tile_cols, 32):
                     out_tile[row, col] = tile[row, col]
 
     @cute.jit
-    def finish(self, stamps, warp, lane, cta):
-        """No CTA exits while a peer may still multicast into it or arrive on its barriers."""
+    def stamp_exit(self, stamps, warp, lane, cta, word: cutlass.Constexpr):
         if warp == 0:
-            self.stamp(stamps, cta, self.layout.cta_word("done"), lane)
-        if cutlass.const_expr(self.multicast.num_multicast > 1):
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-        if warp == 0:
-            self.stamp(stamps, cta, self.layout.cta_word("exit"), lane)
+            self.stamp(stamps, cta, self.layout.cta_word(word), lane)
 
     @cute.kernel
     def kernel(
@@ -237,8 +241,8 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         shared_layout: cute.ComposedLayout,
         stamps: cute.Tensor,
     ):
-        plan, multicast, layout = self.plan, self.multicast, self.layout
-        warp, lane, rank, strip, cta = self.begin(stamps)
+        multicast, layout = self.multicast, self.layout
+        warp, lane, rank, cluster, cta, steps = self.begin(stamps)
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
         if warp == 0:
@@ -246,13 +250,13 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
 
         failed = cutlass.Boolean(False)  # no hang guard here: never set
         mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
-        for step in cutlass.range(plan.tiles_per_block, unroll=1):
+        for step in cutlass.range(steps, unroll=1):
             if warp == 0:
                 self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
                 stage, failed = self.ring.acquire_free(empty, step, failed)
                 self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
                 global_part, shared_part = self.slice_views(
-                    load_atom, coordinate_view, ring[None, None, stage], (strip, step), rank
+                    load_atom, coordinate_view, ring[None, None, stage], self.tile_of(cluster, step), rank
                 )
                 self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
                 self.stamp(stamps, cta, layout.step_word("issued", step), lane)
@@ -260,21 +264,26 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                 self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
                 stage, failed = self.ring.wait_full(full, step, failed)
                 self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
-                self.store_tile(ring[None, None, stage], copies, strip, step, rank, lane)
+                self.store_tile(ring[None, None, stage], copies, self.tile_of(cluster, step), rank, lane)
                 self.ring.release(empty, stage, failed)
                 self.stamp(stamps, cta, layout.step_word("released", step), lane)
-        self.finish(stamps, warp, lane, cta)
+        self.stamp_exit(stamps, warp, lane, cta, "done")
+        if cutlass.const_expr(multicast.num_multicast > 1):
+            if warp == 0:  # no CTA exits while a peer may still multicast into it or arrive on it
+                failed = self.ring.drain(empty, steps, failed)
+        self.stamp_exit(stamps, warp, lane, cta, "exit")
 
 
 class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
     """The same cluster ring written with CUTLASS's own pipeline, `cutlass.pipeline.PipelineTmaAsync`,
     for comparison (`scripts/multicast_timeline.py`): the same tiles, slices, multicast mask, shared
-    memory, host side, final cluster barrier and time stamps as `PipelinedMulticastKernel`; only the
+    memory, host side and time stamps as `PipelinedMulticastKernel`; only the
     protocol is the DSL's - its barrier set-up (a relaxed cluster barrier), the producer's acquire
     (wait on empty, then arrive with expect_tx on its own full barrier), the consumer's release
     (lane i of the warp arrives on CTA i's empty barrier at CTA scope) and its phase bookkeeping
-    (`PipelineState`). The cluster is given to the pipeline as one row of CTAs, (1, 1, size, 1),
-    multicasting along it, since every CTA here multicasts to every other (a GEMM's A operand)."""
+    (`PipelineState`) and its exit (`producer_tail`). The cluster is given to the pipeline as one
+    row of CTAs, (1, 1, size, 1), multicasting along it, since every CTA here multicasts to every
+    other (a GEMM's A operand)."""
 
     @cute.kernel
     def kernel(
@@ -285,9 +294,9 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
         shared_layout: cute.ComposedLayout,
         stamps: cute.Tensor,
     ):
-        plan, multicast, layout = self.plan, self.multicast, self.layout
+        multicast, layout = self.multicast, self.layout
         stages = self.pipeline.stages
-        warp, lane, rank, strip, cta = self.begin(stamps)
+        warp, lane, rank, cluster, cta, steps = self.begin(stamps)
         # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
         # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
         ring, full, _ = self.ring.allocate(shared_layout)
@@ -295,7 +304,7 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
             num_stages=stages,
             producer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread),
             consumer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread, 32),
-            tx_count=plan.expected_tx_bytes,
+            tx_count=self.plan.expected_tx_bytes,
             barrier_storage=full,
             cta_layout_vmnk=cute.make_layout((1, 1, multicast.num_multicast, 1)),
             tidx=lane,
@@ -308,12 +317,13 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
         mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
         if warp == 0:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Producer, stages)
-            for step in cutlass.range(plan.tiles_per_block, unroll=1):
+            for step in cutlass.range(steps, unroll=1):
                 self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
                 tma_pipeline.producer_acquire(state)
                 self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
+                tile_coord = self.tile_of(cluster, step)
                 global_part, shared_part = self.slice_views(
-                    load_atom, coordinate_view, ring[None, None, state.index], (strip, step), rank
+                    load_atom, coordinate_view, ring[None, None, state.index], tile_coord, rank
                 )
                 barrier = tma_pipeline.producer_get_barrier(state)
                 if cutlass.const_expr(mask is None):
@@ -323,16 +333,20 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
                 tma_pipeline.producer_commit(state)
                 self.stamp(stamps, cta, layout.step_word("issued", step), lane)
                 state.advance()
+            self.stamp(stamps, cta, layout.cta_word("done"), lane)
+            if cutlass.const_expr(multicast.num_multicast > 1):
+                tma_pipeline.producer_tail(state)
         else:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Consumer, stages)
-            for step in cutlass.range(plan.tiles_per_block, unroll=1):
+            for step in cutlass.range(steps, unroll=1):
                 self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
                 tma_pipeline.consumer_wait(state)
                 self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
-                self.store_tile(ring[None, None, state.index], copies, strip, step, rank, lane)
+                tile_coord = self.tile_of(cluster, step)
+                self.store_tile(ring[None, None, state.index], copies, tile_coord, rank, lane)
                 if cutlass.const_expr(self.store):
                     cute.arch.sync_warp()  # every lane's reads before any lane's release
                 tma_pipeline.consumer_release(state)
                 self.stamp(stamps, cta, layout.step_word("released", step), lane)
                 state.advance()
-        self.finish(stamps, warp, lane, cta)
+        self.stamp_exit(stamps, warp, lane, cta, "exit")

@@ -143,7 +143,9 @@ class TileRing:
     def init_barriers(self, full: cute.Pointer, empty: cute.Pointer, warp):
         """Each barrier initialised exactly once per block: elect_one elects one thread *per
         warp*, so the election is inside warp 0's branch. Then the fence and a block barrier - a
-        cluster barrier with multicast peers, whose loads and arrivals target these barriers."""
+        cluster barrier with multicast peers, whose loads and arrivals target these barriers. The
+        fence already releases the initialisation to the cluster, so the arrive is relaxed (no
+        second memory barrier), as CUTLASS's pipelines do."""
         pipeline = self.pipeline
         if warp == 0:
             with cute.arch.elect_one():
@@ -152,7 +154,7 @@ class TileRing:
                     cute.arch.mbarrier_init(empty + stage, pipeline.consumer_warps * self.multicast_peers)
         cute.arch.mbarrier_init_fence()
         if cutlass.const_expr(self.multicast_peers > 1):
-            cute.arch.cluster_arrive()
+            cute.arch.cluster_arrive_relaxed()
             cute.arch.cluster_wait()
         else:
             cute.arch.barrier()
@@ -206,6 +208,17 @@ class TileRing:
                 multicast_mask,
                 self.pipeline.load_policy,
             )
+
+    @cute.jit
+    def drain(self, empty, steps, failed, guard=None, block=0):
+        """Producer, after its `steps` loads, with multicast peers: wait until the consumers of
+        every CTA released each stage's last tile (one more acquire per stage; a stage never used
+        is free at once). Then no peer arrives on this CTA's barriers or multicasts into its
+        stages any more, and the CTA may exit - without a cluster barrier, whose arrive would
+        also wait for all of the CTA's memory operations (CUTLASS's `producer_tail`)."""
+        for extra in cutlass.range_constexpr(self.pipeline.stages):
+            _, failed = self.acquire_free(empty, steps + extra, failed, guard, block)
+        return failed
 
     @cute.jit
     def wait_full(self, full, step, failed, guard=None, block=0):

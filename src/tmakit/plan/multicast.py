@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import TmaConfigError
 from ..limits import MAX_GRID_X
 from .load import LoadPlan
-from .ring import PipelinePlan
+from .ring import PipelinePlan, TileWalk, check_walk
 from .timeline import TimelineLayout
 
 CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examples
@@ -37,6 +37,10 @@ class MulticastPlan:
     cluster: tuple[int, int] = (1, 2)
     multicast: bool = True
     stages: int = 1
+    # None: one cluster per strip of rows. N (a ring only): N clusters stay resident and walk the
+    # tiles round-robin (`walk`), each CTA's ring running on across strips, so the set-up and the
+    # exit are paid once per CTA rather than once per strip.
+    persistent_clusters: int | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.cluster) not in CLUSTER_SHAPES:
@@ -44,6 +48,12 @@ class MulticastPlan:
             raise TmaConfigError(f"cluster {'x'.join(map(str, self.cluster))} is not one of {shapes}")
         if self.stages > 1:
             self.pipeline  # noqa: B018 - validates the stage count
+        if self.persistent_clusters is not None:
+            if self.stages < 2:
+                raise TmaConfigError("persistent clusters run a ring: give stages >= 2")
+            if self.persistent_clusters < 1:
+                raise TmaConfigError(f"persistent clusters is {self.persistent_clusters}; it must be >= 1")
+            check_walk(self.walk)
         if len(self.load.config.shape) != 2:  # the cluster kernels, with multicast or without
             raise TmaConfigError(
                 f"cluster loads take 2-D tensors; this one has {len(self.load.config.shape)} dimensions"
@@ -87,15 +97,36 @@ class MulticastPlan:
         return PipelinePlan(self.load, stages=self.stages, consumer_warps=1)
 
     @property
+    def clusters(self) -> int:
+        """Clusters launched: one per strip of rows, or the persistent ones (no more than tiles)."""
+        if self.persistent_clusters is None:
+            return self.load.grid
+        return min(self.persistent_clusters, self.load.total_tile_loads)
+
+    @property
+    def walk(self) -> TileWalk:
+        """Which tile the `step`-th load of cluster k is (every CTA of the cluster loads the same
+        tiles): its strip's tiles in order, or, persistent, tiles k, k + clusters, ... of the
+        row-major order of tiles."""
+        load = self.load
+        persistent = self.persistent_clusters is not None
+        return TileWalk(load.row_blocks, load.tiles_per_block, 1, self.clusters, persistent)
+
+    @property
+    def most_steps(self) -> int:
+        """Loads of the busiest CTA (cluster 0's)."""
+        return self.walk.tiles_of_block(0)
+
+    @property
     def grid(self) -> int:
-        """CTAs launched: one cluster per strip of rows."""
-        return self.load.grid * self.cluster_size
+        """CTAs launched."""
+        return self.clusters * self.cluster_size
 
     @property
     def launch_grid(self) -> tuple[int, int, int]:
         """The launch's grid: clusters side by side along x, so that (cx, cy, 1) clusters tile it
-        and a CTA's strip is its cluster's x index."""
-        return (self.load.grid * self.cluster[0], self.cluster[1], 1)
+        and a CTA's cluster index is its cluster's x index."""
+        return (self.clusters * self.cluster[0], self.cluster[1], 1)
 
     @property
     def num_multicast(self) -> int:
@@ -111,7 +142,7 @@ class MulticastPlan:
     def timeline(self) -> TimelineLayout:
         """Where an instrumented ring (`PipelinedMulticastKernel(timeline=True)`) writes its stamps:
         one record per CTA, one step per tile of its strip."""
-        return TimelineLayout(self.grid, self.load.tiles_per_block)
+        return TimelineLayout(self.grid, self.most_steps)
 
     def slice_of(self, cta_rank: int) -> tuple[int, int]:
         """Tile rows [first, last) CTA `cta_rank` of the cluster loads and multicasts."""
@@ -132,7 +163,12 @@ class MulticastPlan:
     def summary(self) -> str:
         rows = [
             f"cluster           {self.cluster[0]}x{self.cluster[1]} = {self.cluster_size} CTAs; "
-            f"{self.grid} CTAs in {self.load.grid} clusters, one strip of rows per cluster",
+            f"{self.grid} CTAs in {self.clusters} clusters, "
+            + (
+                "one strip of rows per cluster"
+                if self.persistent_clusters is None
+                else f"persistent: each walks every {self.clusters}th tile, cluster 0 {self.most_steps} tiles"
+            ),
         ]
         if self.multicast:
             rows.append(

@@ -7,7 +7,8 @@ Every CTA owns one record of int64 words in each of two planes: plane 0 holds `%
 the CTA's identity (SM, cluster, rank), its four whole-kernel events, then six events per step of
 the ring: the producer warp before and after waiting for a free stage and right after issuing the
 load; the consumer warp before and after waiting for the stage to fill and right after releasing
-it. CTA `strip * cluster_size + rank` writes record number `cta`.
+it. CTA `cluster * cluster_size + rank` writes record number `cta`; a persistent CTA with fewer loads
+than cluster 0's leaves its last step words as they were.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CTA_EVENTS = (
     "ready",
     "done",
     "exit",
-)  # kernel entry, after barrier set-up, loop end, after the last sync
+)  # kernel entry, after barrier set-up, loop end, after the producer's drain (its exit)
 PRODUCER_EVENTS = ("acquire_begin", "acquire_end", "issued")
 CONSUMER_EVENTS = ("wait_begin", "wait_end", "released")
 STEP_EVENTS = PRODUCER_EVENTS + CONSUMER_EVENTS

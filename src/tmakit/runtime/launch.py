@@ -251,6 +251,19 @@ def copy_arguments(
     return src, dst, guard, placeholder_stream(env=tvm_ffi)
 
 
+@functools.cache
+def max_active_clusters(cluster_size: int) -> int:
+    """Clusters of `cluster_size` CTAs that the GPU keeps resident at once when each CTA takes a
+    whole SM's shared memory (as a multicast ring's does): the CUDA driver's occupancy answer,
+    through the DSL's `HardwareInfo`. Not `sm_count // cluster_size`: a cluster must fit in one
+    GPC. Needs the GPU."""
+    import torch
+    from cutlass.utils import HardwareInfo
+
+    torch.cuda.init()  # the driver context HardwareInfo reads
+    return HardwareInfo().get_max_active_clusters(cluster_size)
+
+
 PIPELINE_TMA_ASYNC = "pipeline-tma-async"  # compile_multicast_load's CUTLASS-pipeline ring
 
 
