@@ -89,7 +89,9 @@ def test_bad_arguments_are_refused_before_anything_prints(args, error):
         (["bench", "--kernel", "reduce", "--pipeline", "stages=4"], "times reduce stores only"),
         (["bench", "--kernel", "copy", "--copy", "stagez=8"], "'stagez' is not one of"),
         (["bench", "--pipeline", "consumer_warps=2"], "names no stages"),
-        (["bench", "--stages", "4"], "--stages sets the ring of --cluster"),
+        (["bench", "--stages", "4"], "--stages and --persistent-clusters set the ring of --cluster"),
+        (["bench", "--persistent-clusters", "auto"], "--stages and --persistent-clusters set the ring"),
+        (["bench", "--cluster", "2x2", "--persistent-clusters", "0"], "'0' is not an integer >= 1"),
         (["bench", "--json", "no/such/folder/out.json"], "folder no/such/folder does not exist"),
     ],
 )
