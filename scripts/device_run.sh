@@ -10,7 +10,9 @@
 #   im2colbench (scripts/im2col_bench.py: tmakit.im2col against F.unfold + permute, ResNet-50 3x3 layers)
 #   mctimeline (scripts/multicast_timeline.py: the multicast ring's per-stage timeline and times, each
 #   release protocol and CUTLASS's PipelineTmaAsync, with and without multicast; TMAKIT_MC_CLUSTERS,
-#   TMAKIT_MC_PROTOCOLS narrow it)
+#   TMAKIT_MC_PROTOCOLS, TMAKIT_MC_STAGES, TMAKIT_MC_WALKS (strip, N, auto) choose)
+#   mctests (tests/test_gpu_multicast.py) clusterbench (TMAKIT_CLUSTERS, TMAKIT_CLUSTER_OPTIONS e.g.
+#   "--hot-l2 --persistent-clusters auto")
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -41,15 +43,16 @@ for step in "$@"; do
     floor) for shape in 8448x1792 64x256 1024x1792; do  # the seed shape beside tiny ones: the fixed cost
         timeout 100 python3 -m tmakit bench --sizes "" --shape $shape --pipeline stages=7 --pipeline stages=4,prefetch_tiles=2,prefetch_descriptor --pipeline stages=7,prefetch_descriptor --commit "$commit" --json "$OUT/bench-floor-$shape.json" 2>&1 | tail -8
       done ;;
-    clusterbench) for cluster in 1x2 2x1 2x2 1x4; do
-        timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -4
+    clusterbench) for cluster in ${TMAKIT_CLUSTERS:-1x2 2x1 2x2 1x4}; do
+        timeout 100 python3 -m tmakit bench --sizes "" --cluster $cluster ${TMAKIT_CLUSTER_OPTIONS:-} --commit "$commit" --json "$OUT/bench-cluster-$cluster.json" 2>&1 | tail -6
       done ;;
     prefetchbench) timeout 150 python3 -m tmakit bench --sizes "" --pipeline stages=1 --pipeline stages=2 --pipeline stages=4 --pipeline stages=7 --prefetch 2 --commit "$commit" --json "$OUT/bench-prefetch.json" 2>&1 | tail -4 ;;
     ceiling) timeout ${TMAKIT_CEILING_S:-420} python3 scripts/dram_ceiling.py --out "$OUT/ceiling" ${TMAKIT_CEILING_NCU+--ncu "$TMAKIT_CEILING_NCU"} 2>&1 | tail -30 ;;
     edges) timeout ${TMAKIT_EDGES_S:-400} python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" ${TMAKIT_EDGES_ONLY:+--only "$TMAKIT_EDGES_ONLY"} 2>&1 | tail -12 ;;
     hostcost) timeout 200 python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     im2colbench) timeout ${TMAKIT_IM2COLBENCH_S:-200} python3 scripts/im2col_bench.py --out "$OUT" --commit "$commit" 2>&1 | tail -12 ;;
-    mctimeline) timeout ${TMAKIT_MCTIMELINE_S:-400} python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --clusters "${TMAKIT_MC_CLUSTERS:-1x2,2x2}" ${TMAKIT_MC_PROTOCOLS:+--protocols "$TMAKIT_MC_PROTOCOLS"} --commit "$commit" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
+    mctimeline) timeout ${TMAKIT_MCTIMELINE_S:-400} python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --clusters "${TMAKIT_MC_CLUSTERS:-1x2,2x2}" ${TMAKIT_MC_PROTOCOLS:+--protocols "$TMAKIT_MC_PROTOCOLS"} --stages "${TMAKIT_MC_STAGES:-4,7}" --walks "${TMAKIT_MC_WALKS:-strip}" --commit "$commit" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
+    mctests) timeout ${TMAKIT_MCTESTS_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_gpu_multicast.py ${TMAKIT_MCTESTS_EXTRA:-} 2>&1 | tail -15 | tee "$OUT/gpu-multicast-tests.log" ;;
     ncugeneric) timeout ${TMAKIT_NCUGENERIC_S:-200} python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
