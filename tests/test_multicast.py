@@ -195,3 +195,34 @@ def test_timeline_summary_of_synthetic_stamps():
     assert summary["per_step"][0]["issue_spread_in_cluster_ns"]["median"] == 10
     assert summary["intra_cta_cycles"]["issue_to_next_issue"]["median"] == 300
     assert summary["sms_used"] == 4
+
+
+def test_timeline_summary_leaves_out_steps_a_persistent_cta_never_ran():
+    """Cluster 1 of a persistent walk ran 3 of 5 steps: its last two step records stay zero and
+    must not enter any interval."""
+    import numpy as np
+
+    from tmakit.bench.timeline import summarise
+    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout
+
+    layout = TimelineLayout(ctas=4, steps=5)
+    steps = np.array([5, 5, 3, 3])
+    stamps = np.zeros(layout.shape, np.int64)
+    for cta in range(4):
+        now = 1000
+        stamps[:, cta, layout.identity_word("smid")] = cta
+        for event in ("start", "ready"):
+            stamps[:, cta, layout.cta_word(event)] = now
+            now += 100
+        for step in range(steps[cta]):
+            for event in STEP_EVENTS:
+                stamps[:, cta, layout.step_word(event, step)] = now
+                now += 50
+        for event in ("done", "exit"):
+            stamps[:, cta, layout.cta_word(event)] = now
+            now += 100
+    summary = summarise(layout, stamps, cluster_size=2, stages=2, steps=steps)
+    assert summary["per_step"][4]["producer_wait_ns"]["max"] == 50  # cluster 0 only
+    assert summary["per_step"][2]["consumer_wait_ns"]["max"] == 50  # both clusters
+    assert summary["totals_per_cta_ns"]["producer_wait"]["p10"] == 150  # 3 steps x 50 ns
+    assert summary["stage_reuse_after_last_release_ns"]["max"] < 1000
