@@ -260,7 +260,7 @@ def max_active_clusters(cluster_size: int) -> int:
     import torch
     from cutlass.utils import HardwareInfo
 
-    torch.cuda.init()  # the driver context HardwareInfo reads
+    torch.cuda.synchronize()  # makes the device's primary context current: HardwareInfo reads it
     return HardwareInfo().get_max_active_clusters(cluster_size)
 
 
