@@ -55,7 +55,7 @@ for step in "$@"; do
     mctests) timeout ${TMAKIT_MCTESTS_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_gpu_multicast.py ${TMAKIT_MCTESTS_EXTRA:-} 2>&1 | tail -15 | tee "$OUT/gpu-multicast-tests.log" ;;
     ncugeneric) timeout ${TMAKIT_NCUGENERIC_S:-200} python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
-    ncu) timeout 420 python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" 2>&1 | tail -20 ;;
+    ncu) timeout ${TMAKIT_NCU_S:-420} python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" ${TMAKIT_NCU_FLAGS:-} 2>&1 | tail -20 ;;
     seedbench) for tile in 64x128 32x256; do
         timeout 120 python3 -m tmakit bench --sizes "" --tile $tile --pipeline stages=4 --pipeline stages=4,persistent --pipeline stages=7,persistent --pipeline stages=4,consumer_warps=2,persistent --commit "$commit" --json "$OUT/bench-seed-$tile.json" 2>&1 | tail -3
       done ;;

@@ -95,6 +95,8 @@ def cases() -> dict[str, dict]:
         for multicast in (True, False):
             name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
             out[name] = {"kind": "multicast", "cluster": cluster, "multicast": multicast, "stages": 4}
+            # As many persistent clusters as stay resident (`max_active_clusters`): one wave.
+            out[f"{name}-persistent"] = {**out[name], "persistent": True}
             # The same ring with other consumer-release protocols (`plan.RELEASES`) and written
             # with CUTLASS's PipelineTmaAsync (`bench.timeline`): "<name>-<protocol>".
             for protocol in (
@@ -115,7 +117,12 @@ def run_target(case: dict, launches: int) -> None:
     from tmakit.plan import DEFAULT_RELEASE, LoadPlan, MulticastPlan
     from tmakit.runtime.compile import to_cute_tensor
     from tmakit.runtime.device import current_stream
-    from tmakit.runtime.launch import compile_multicast_load, compile_pipelined_load, new_guard
+    from tmakit.runtime.launch import (
+        compile_multicast_load,
+        compile_pipelined_load,
+        max_active_clusters,
+        new_guard,
+    )
 
     if case["kind"] == "copy":  # the one copy between profiler start and stop
         import tmakit
@@ -142,7 +149,9 @@ def run_target(case: dict, launches: int) -> None:
         compiled = compile_pipelined_load(variant.pipeline(plan), "none")
         args = (to_cute_tensor(src), to_cute_tensor(src), to_cute_tensor(new_guard()), stream)
     else:
-        multicast = MulticastPlan(plan, case["cluster"], case["multicast"], stages=case["stages"])
+        size = case["cluster"][0] * case["cluster"][1]
+        walk = max_active_clusters(size) if case.get("persistent") else None
+        multicast = MulticastPlan(plan, case["cluster"], case["multicast"], case["stages"], walk)
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
         compiled = compile_multicast_load(
             multicast, store=False, release=case.get("protocol", DEFAULT_RELEASE)

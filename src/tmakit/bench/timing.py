@@ -38,11 +38,39 @@ def stream_samples_us(
     return _pass_samples_us(launches, samples, min_launches, graph=False)
 
 
-def _pass_samples_us(
-    launches: list[Callable[[], Any]], samples: int, min_launches: int, graph: bool
-) -> list[float]:
-    """Events around each of `samples` passes over `launches` (at least `min_launches` launches
-    a pass) on a side stream, replayed from one CUDA graph or launched eagerly; us per launch."""
+def interleaved_graph_samples_us(
+    variants: dict[str, list[Callable[[], Any]]], samples: int = MIN_SAMPLES, min_launches: int = 20
+) -> dict[str, list[float]]:
+    """`graph_samples_us` of several kernels compared with one another: each captured into its
+    own graph, then the samples taken in rounds, one replay of every graph per round (in a
+    rotating order), so that a drift of the GPU's clocks during the run falls on all of them
+    alike. For differences of a few percent: timed one after another, the same kernel differed
+    by up to 4% between runs on the H200."""
+    import torch
+
+    names = list(variants)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        passes = {name: _prepare_pass(variants[name], min_launches, True, stream) for name in names}
+        taken: dict[str, list[float]] = {name: [] for name in names}
+        for round_index in range(samples):
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                timed, per_pass = passes[name]
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                timed()
+                end.record(stream)
+                taken[name].append((start, end, per_pass))
+        torch.cuda.synchronize()
+    return {name: [a.elapsed_time(b) * 1000.0 / n for a, b, n in taken[name]] for name in names}
+
+
+def _prepare_pass(
+    launches: list[Callable[[], Any]], min_launches: int, graph: bool, stream: Any
+) -> tuple[Callable[[], Any], int]:
+    """(one pass over `launches`, at least `min_launches` launches: a graph's replay or the eager
+    loop; launches per pass), warmed up, on `stream` (current)."""
     import torch
 
     passes = max(1, math.ceil(min_launches / len(launches)))
@@ -52,20 +80,31 @@ def _pass_samples_us(
             for launch in launches:
                 launch()
 
+    for launch in launches:  # warm-up outside any capture (first calls load modules)
+        launch()
+    torch.cuda.synchronize()
+    timed = run_pass
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=stream):
+            run_pass()
+        timed = captured.replay  # each pass is one replay
+    for _ in range(3):
+        timed()
+    torch.cuda.synchronize()
+    return timed, passes * len(launches)
+
+
+def _pass_samples_us(
+    launches: list[Callable[[], Any]], samples: int, min_launches: int, graph: bool
+) -> list[float]:
+    """Events around each of `samples` passes over `launches` (at least `min_launches` launches
+    a pass) on a side stream, replayed from one CUDA graph or launched eagerly; us per launch."""
+    import torch
+
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        for launch in launches:  # warm-up outside any capture (first calls load modules)
-            launch()
-        torch.cuda.synchronize()
-        timed = run_pass
-        if graph:
-            captured = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(captured, stream=stream):
-                run_pass()
-            timed = captured.replay  # each pass is one replay
-        for _ in range(3):
-            timed()
-        torch.cuda.synchronize()
+        timed, per_pass = _prepare_pass(launches, min_launches, graph, stream)
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             for _ in range(samples)
@@ -75,7 +114,6 @@ def _pass_samples_us(
             timed()
             end.record(stream)
         torch.cuda.synchronize()
-    per_pass = passes * len(launches)
     return [start.elapsed_time(end) * 1000.0 / per_pass for start, end in events]
 
 
