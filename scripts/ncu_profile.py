@@ -162,12 +162,18 @@ def run_target(case: dict, launches: int) -> None:
     torch.cuda.synchronize()
 
 
+# ncu flushes the caches before each profiled launch (L2 cold); --hot-l2 keeps them
+# (`--cache-control none`: the warm-up launch leaves the tensor in the L2).
+CACHE_CONTROL: list[str] = []
+
+
 def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
     """One warm-up launch, three profiled (a copy case: only what runs between profiler start
     and stop, torch's kernels too)."""
     from tmakit.bench.ncu import ncu_command
 
     kernels = "regex:kernel_cutlass"
+    arguments = [*CACHE_CONTROL, *arguments]
     if cases()[name]["kind"] == "copy":
         arguments, kernels = ["--profile-from-start", "off", *arguments], "regex:."
     command = ncu_command(
@@ -202,7 +208,10 @@ def main() -> int:
     )
     parser.add_argument("--extra", action="store_true", help="also collect EXTRA_METRICS (LRC, L2 by unit)")
     parser.add_argument("--sections", action="store_true", help="sections and stalls for multicast cases too")
+    parser.add_argument("--hot-l2", action="store_true", help="profile with the L2 warm (no cache flush)")
     args = parser.parse_args()
+    if args.hot_l2:
+        CACHE_CONTROL[:] = ["--cache-control", "none"]
     if args.target:
         run_target(cases()[args.target[0]], int(args.target[1]))
         return 0
@@ -213,7 +222,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {
-        "what": "Nsight Compute profiles (ncu --clock-control none)",
+        "what": "Nsight Compute profiles (ncu --clock-control none"
+        + (", --cache-control none: L2 warm" if args.hot_l2 else "")
+        + ")",
         **device_context(os.environ.get("TMAKIT_COMMIT")),
     }
     prefixes = [p for p in args.only.split(",") if p]

@@ -226,3 +226,26 @@ def test_timeline_summary_leaves_out_steps_a_persistent_cta_never_ran():
     assert summary["per_step"][2]["consumer_wait_ns"]["max"] == 50  # both clusters
     assert summary["totals_per_cta_ns"]["producer_wait"]["p10"] == 150  # 3 steps x 50 ns
     assert summary["stage_reuse_after_last_release_ns"]["max"] < 1000
+
+
+def test_the_measured_ratios_explain_prints_are_the_results_files():
+    """`H200_HOT_L2_TIME_RATIO` (what `tmakit explain --cluster` says) against the medians of
+    benchmarks/results/multicast-hot-l2.json: a new run of the study must update both."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    from tmakit.plan.multicast import H200_HOT_L2_TIME_RATIO
+
+    study = Path(__file__).parent.parent / "benchmarks" / "results" / "multicast-hot-l2.json"
+    parts = json.loads(study.read_text())["parts"]
+    assert sorted(parts) == sorted(f"{r}x{c}" for r, c in H200_HOT_L2_TIME_RATIO)
+    for (rows, cols), ratios in H200_HOT_L2_TIME_RATIO.items():
+        median = {
+            row["kernel"]: statistics.median(row["samples_us"]) for row in parts[f"{rows}x{cols}"]["rows"]
+        }
+        multicast = sorted(name for name in median if name.startswith(f"tmakit multicast {rows}x{cols}"))
+        assert len(multicast) == 2  # one cluster per strip, then persistent clusters
+        for name, ratio in zip(multicast, ratios, strict=True):
+            measured = median[name] / median[name.replace("tmakit multicast", "tmakit no-multicast")]
+            assert abs(measured - ratio) < 0.006, (name, measured, ratio)

@@ -25,6 +25,7 @@ from typing import Any
 from .model.im2col import im2col_box
 from .model.reduce import ELEMENT_RULES
 from .plan import Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, check_reduce
+from .plan.multicast import H200_HOT_L2_TIME_RATIO
 from .runtime.compile import compile_kernel, fake_source, fake_tensor
 
 SEED_HIGHLIGHT = (1, 2)  # the tile the seed walkthrough marks
@@ -80,8 +81,10 @@ def _configuration(plan: LoadPlan) -> dict[str, Any]:
 
 
 def _cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
+    per_strip, persistent = H200_HOT_L2_TIME_RATIO[tuple(multicast.cluster)]
     return {
         "cluster": list(multicast.cluster),
+        "h200_hot_l2_time_ratio": {"one_cluster_per_strip": per_strip, "persistent_clusters": persistent},
         "multicast_mask": multicast.multicast_mask,
         "expected_tx_bytes_per_cta": multicast.load.expected_tx_bytes,
         "ctas": [
@@ -328,6 +331,17 @@ def to_text(report: dict[str, Any]) -> str:
         for cta in clusters["ctas"]:
             first, last = cta["tile_rows"]
             lines.append(f"  CTA {cta['rank']} issues tile rows {first}-{last - 1}: global {cta['global']}")
+        ratio = clusters["h200_hot_l2_time_ratio"]
+        lines += [
+            "  does it pay? Not for loads alone on the H200. The CTAs of a cluster read each tile at about",
+            "  the same time, and the L2 then serves their identical requests once anyway (Nsight Compute",
+            "  counts the same L2 read requests with multicast and without), so multicast has no traffic",
+            "  to save. It adds a cluster barrier at the start and a drain at the exit of every CTA.",
+            f"  Measured (seed shape, L2 hot, 4 stages), time over the same kernel without multicast: "
+            f"{ratio['one_cluster_per_strip']:.2f}x",
+            f"  with one cluster per strip, {ratio['persistent_clusters']:.2f}x with persistent clusters "
+            "(benchmarks/results/multicast-hot-l2.json).",
+        ]
     reduce = report["reduce"]
     if reduce is not None:
         box, origin = reduce["box"], tuple(reduce["destination_element_origin"])

@@ -22,6 +22,16 @@ RELEASES = ("elected-cluster", "elected-cta", "lanes")
 # The rings' protocol: on the H200 (seed shape, L2 hot) cluster-scope arrivals cost 3x at 2x2
 # (docs/results.md, "Multicast: the release scope"); CTA scope is what CUTLASS relies on too.
 DEFAULT_RELEASE = "lanes"
+# What multicast bought on the H200: load-only rings on the seed shape, L2 hot, 4 stages; the
+# multicast ring's time over the same kernel's without multicast, (one cluster per strip,
+# persistent clusters). From benchmarks/results/multicast-hot-l2.json; a CPU test keeps them in
+# step with that file. `tmakit explain --cluster` prints them.
+H200_HOT_L2_TIME_RATIO = {
+    (1, 2): (1.04, 1.03),
+    (2, 1): (1.04, 1.04),
+    (2, 2): (1.09, 1.02),
+    (1, 4): (1.09, 1.02),
+}
 
 
 @dataclass(frozen=True)
