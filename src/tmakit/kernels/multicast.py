@@ -243,6 +243,9 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
     ):
         multicast, layout = self.multicast, self.layout
         warp, lane, rank, cluster, cta, steps = self.begin(stamps)
+        if warp == 0:
+            with cute.arch.elect_one():  # the tensor map is fetched while the barriers are set up
+                cpasync.prefetch_descriptor(load_atom)
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
         if warp == 0:
@@ -297,6 +300,9 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
         multicast, layout = self.multicast, self.layout
         stages = self.pipeline.stages
         warp, lane, rank, cluster, cta, steps = self.begin(stamps)
+        if warp == 0:
+            with cute.arch.elect_one():
+                cpasync.prefetch_descriptor(load_atom)
         # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
         # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
         ring, full, _ = self.ring.allocate(shared_layout)
