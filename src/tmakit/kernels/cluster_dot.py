@@ -22,6 +22,7 @@ from cutlass.cute.nvgpu import cpasync
 from ..limits import WARP_THREADS
 from ..plan import ClusterDotPlan
 from .multicast import cluster_slice_views, make_cluster_load_atom
+from .pipeline import combine_row_shares
 from .ring import TileRing
 from .tma import issue_tile_load, matrix_first_view, tma_load_views
 
@@ -186,11 +187,7 @@ class ClusterDotKernel:
         rows = self.dot.shape[1]
         for slot in cutlass.range_constexpr(mapping.row_slots):
             row, part = mapping.row_and_part(thread, slot)
-            total = sums[slot]
-            width = mapping.threads_per_row // 2
-            while cutlass.const_expr(width > 0):
-                total += cute.arch.shuffle_sync_bfly(total, width)
-                width //= 2
+            total = combine_row_shares(sums[slot], mapping.threads_per_row)
             global_row = row_block * tile_rows + row
             if part == 0 and row < tile_rows and global_row < rows:  # a partial strip's rows past M
                 out[batch, global_row] = total
