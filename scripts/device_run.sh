@@ -13,6 +13,8 @@
 #   TMAKIT_MC_PROTOCOLS, TMAKIT_MC_STAGES, TMAKIT_MC_WALKS (strip, N, auto) choose)
 #   mctests (tests/test_gpu_multicast.py) clusterbench (TMAKIT_CLUSTERS, TMAKIT_CLUSTER_OPTIONS e.g.
 #   "--hot-l2 --persistent-clusters auto")
+#   dotbench (scripts/cluster_dot_bench.py: the cluster row dot, multicast X against each CTA loading it,
+#   beside torch; TMAKIT_DOTBENCH_S bounds it)
 # Everything lands in $OUT (logs, JSON, PNG).
 set -uo pipefail
 commit=$1; shift
@@ -53,6 +55,7 @@ for step in "$@"; do
     im2colbench) timeout ${TMAKIT_IM2COLBENCH_S:-200} python3 scripts/im2col_bench.py --out "$OUT" --commit "$commit" 2>&1 | tail -12 ;;
     mctimeline) timeout ${TMAKIT_MCTIMELINE_S:-400} python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --clusters "${TMAKIT_MC_CLUSTERS:-1x2,2x2}" ${TMAKIT_MC_PROTOCOLS:+--protocols "$TMAKIT_MC_PROTOCOLS"} --stages "${TMAKIT_MC_STAGES:-4,7}" --walks "${TMAKIT_MC_WALKS:-strip}" --commit "$commit" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     mctests) timeout ${TMAKIT_MCTESTS_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_gpu_multicast.py ${TMAKIT_MCTESTS_EXTRA:-} 2>&1 | tail -15 | tee "$OUT/gpu-multicast-tests.log" ;;
+    dotbench) timeout ${TMAKIT_DOTBENCH_S:-300} python3 scripts/cluster_dot_bench.py --out "$OUT" --commit "$commit" 2>&1 | tail -20 ;;
     ncugeneric) timeout ${TMAKIT_NCUGENERIC_S:-200} python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" 2>&1 | tail -5 ;;
     copyncu) timeout ${TMAKIT_COPYNCU_S:-240} python3 scripts/ncu_profile.py --out "$OUT/copyncu" --only copy- 2>&1 | tail -8 ;;
     ncu) timeout ${TMAKIT_NCU_S:-420} python3 scripts/ncu_profile.py --out "$OUT" --only "${TMAKIT_NCU_ONLY:-}" ${TMAKIT_NCU_FLAGS:-} 2>&1 | tail -20 ;;

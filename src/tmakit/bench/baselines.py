@@ -55,6 +55,37 @@ def torch_sum_launches(sources: list[torch.Tensor]) -> list[Callable[[], Any]]:
     return [lambda s=s: s.sum() for s in sources]
 
 
+def _einsum(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.einsum("bmk,mk->bm", a, x)
+
+
+def _bmm_fp32(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """One (B, K) x (K,) product per row m, fp32 accumulated and out (`out_dtype`: a TypeError
+    where this torch lacks it)."""
+    import torch
+
+    return torch.bmm(a.transpose(0, 1), x.unsqueeze(-1), out_dtype=torch.float32).squeeze(-1).t()
+
+
+def _mul_sum(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.mul(a, x).sum(-1, dtype=torch.float32)
+
+
+# torch's ways to write out[b, m] = sum_k A[b, m, k] * X[m, k] (A (B, M, K), X (M, K)): name ->
+# (call, how it rounds). "output": the result in the input dtype (cuBLAS accumulates in fp32, then
+# rounds); "products": each product rounded to the input dtype (a (B, M, K) temporary) before an
+# fp32 sum; "fp32": fp32 accumulation and output. The bench times each one this torch has.
+TORCH_DOTS: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
+    "torch einsum bmk,mk->bm": (_einsum, "output"),
+    "torch bmm out_dtype=fp32": (_bmm_fp32, "fp32"),
+    "torch mul+sum(dtype=fp32)": (_mul_sum, "products"),
+}
+
+
 def triton_available() -> bool:
     try:
         import triton  # noqa: F401

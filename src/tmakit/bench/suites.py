@@ -12,7 +12,10 @@ from .. import api
 from ..check.inputs import make_input_tensor
 from ..check.reference import Verdict
 from ..check.run import (
+    compare_dot,
     first_wrong_tile,
+    make_dot_inputs,
+    run_cluster_dot,
     signed_bits,
     verify_copy,
     verify_multicast_load,
@@ -22,11 +25,21 @@ from ..check.run import (
 from ..config import describe_fields, dtype_named, parse_fields
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import CopyOptions, CopyPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan, check_reduce
+from ..plan import (
+    ClusterDotPlan,
+    CopyOptions,
+    CopyPlan,
+    LoadPlan,
+    MulticastPlan,
+    PipelinePlan,
+    ReducePlan,
+    check_reduce,
+)
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import (
+    compile_cluster_dot,
     compile_copy,
     compile_multicast_load,
     compile_pipelined_load,
@@ -34,6 +47,7 @@ from ..runtime.launch import (
     new_guard,
 )
 from .baselines import (
+    TORCH_DOTS,
     TORCH_IN_PLACE,
     torch_copy_launches,
     torch_reduce_launches,
@@ -512,6 +526,84 @@ def bench_multicast(
             )  # fmt: skip
         )
     del sources, scratch, launches
+    torch.cuda.empty_cache()
+    return rows
+
+
+# How far torch's dot expressions may be from the fp32 sum (relative to sum |a * x|), by how they
+# round (`baselines.TORCH_DOTS`): a result or products rounded to the input type are off by up to
+# its unit roundoff (2^-11 for fp16, 2^-8 for bf16; 4x that here); cuBLAS's fp32 accumulation
+# may add in a different order and with tensor-core rounding.
+TORCH_DOT_TOLERANCE = {
+    "fp32": {"fp16": 1e-4, "bf16": 1e-4},
+    "output": {"fp16": 2.0**-9, "bf16": 2.0**-6},
+    "products": {"fp16": 2.0**-9, "bf16": 2.0**-6},
+}
+
+
+def bench_cluster_dot(
+    dot: ClusterDotPlan,
+    l2_bytes: int,
+    hot_l2: bool,
+    samples: int,
+    persistent_clusters: int | None = None,
+    torch_baselines: bool = True,
+) -> list[BenchRow]:
+    """The cluster row dot with multicast and without (the same kernel, cluster and launch; each
+    CTA then loads the whole X tile itself), both one cluster per strip and, with
+    `persistent_clusters`, that many resident clusters; beside torch's expressions
+    (`baselines.TORCH_DOTS`, each one this torch has). Every row verified first on the same
+    inputs (every out[b, m]); GB/s counts A and X read once. `dot`'s own `multicast` and
+    `persistent_clusters` are replaced by each variant's."""
+    import torch
+
+    count = rotation_buffers(dot.input_bytes, l2_bytes, hot_l2)
+    a, x = make_dot_inputs(dot)
+    operands = [(a, x)] + [(a.clone(), x.clone()) for _ in range(count - 1)]  # own memory each
+    out = torch.empty(dot.out_shape, dtype=torch.float32, device="cuda")
+    cute_out = to_cute_tensor(out)
+    cute_operands = [(to_cute_tensor(a_), to_cute_tensor(x_)) for a_, x_ in operands]
+    row = lambda name, samples_us, verified, compile_seconds=None, **notes: BenchRow(  # noqa: E731
+        name, "load", dot.shape, dot.dtype, dot.input_bytes, samples_us, verified, compile_seconds,
+        {"rotated_buffers": count, "hot_l2": hot_l2, "tile": list(dot.tile), **notes},
+    )  # fmt: skip
+    rows = []
+    walks = (None,) if persistent_clusters is None else (None, persistent_clusters)
+    for walk, multicast in [(walk, multicast) for walk in walks for multicast in (True, False)]:
+        variant = replace(dot, multicast=multicast, persistent_clusters=walk)
+        verdict = compare_dot(variant, a, x, run_cluster_dot(variant, a, x))
+        compiled = compile_cluster_dot(variant)
+        launches = [
+            lambda p=p, c=compiled, o=cute_out: c(p[0], p[1], o, current_stream()) for p in cute_operands
+        ]
+        what = "multicast" if multicast else "no-multicast"
+        name = f"tmakit cluster dot {what} {dot.cluster[0]}x{dot.cluster[1]} {dot.stages}st"
+        name += "" if walk is None else f" {variant.clusters} persistent clusters"
+        rows.append(
+            row(
+                name,
+                graph_samples_us(launches, samples),
+                verdict,
+                compiled.compile_seconds,
+                cluster=list(dot.cluster),
+                stages=dot.stages,
+                consumer_warps=dot.consumer_warps,
+                persistent_clusters=walk,
+                clusters=variant.clusters,
+                multicast=multicast,
+                l2_read_bytes=variant.l2_read_bytes,
+            )
+        )
+    for name, (function, rounding) in (TORCH_DOTS if torch_baselines else {}).items():
+        try:
+            result = function(a, x)
+        except (TypeError, RuntimeError) as error:  # an expression this torch lacks
+            print(f"{name}: skipped ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
+            continue
+        verdict = compare_dot(dot, a, x, result, TORCH_DOT_TOLERANCE[rounding][dot.dtype])
+        launches = [lambda a_=a_, x_=x_, f=function: f(a_, x_) for a_, x_ in operands]
+        rows.append(row(name, graph_samples_us(launches, samples), verdict, rounding=rounding))
+    del operands, cute_operands, out, cute_out, a, x
     torch.cuda.empty_cache()
     return rows
 

@@ -46,6 +46,23 @@ def make_cluster_load_atom(multicast: MulticastPlan, src: cute.Tensor):
     return load_atom, coordinate_view, shared_layout
 
 
+def cluster_slice_views(
+    multicast: MulticastPlan, load_atom, coordinate_view, shared_tile, tile_coord, rank
+) -> tuple[cute.Tensor, cute.Tensor]:
+    """(global part, shared part) of CTA `rank`'s share of one tile, inside a kernel: with
+    multicast, its slice (`tma_partition` given its rank in the cluster and the cluster's
+    layout); without, the whole tile (rank 0 of a one-CTA layout)."""
+    tile_coordinates = cute.local_tile(coordinate_view, multicast.load.config.tile, tile_coord)
+    shared_part, global_part = cpasync.tma_partition(
+        load_atom,
+        rank if multicast.multicast else 0,
+        cute.make_layout(multicast.num_multicast),
+        cute.group_modes(shared_tile, 0, 2),
+        cute.group_modes(tile_coordinates, 0, 2),
+    )
+    return global_part, shared_part
+
+
 class MulticastLoadKernel:
     """Host side in `__call__`, device side in `kernel`. Output: each CTA stores the tiles it
     received to its own copy of the padded scratch, (cluster size, padded rows, padded cols)."""
@@ -76,16 +93,7 @@ class MulticastLoadKernel:
         """(global part, shared part) of this CTA's share of one tile: with multicast, its slice
         (`tma_partition` given its rank in the cluster and the cluster's layout); without, the
         whole tile (rank 0 of a one-CTA layout)."""
-        multicast = self.multicast
-        tile_coordinates = cute.local_tile(coordinate_view, self.plan.config.tile, tile_coord)
-        shared_part, global_part = cpasync.tma_partition(
-            load_atom,
-            rank if cutlass.const_expr(multicast.multicast) else 0,
-            cute.make_layout(multicast.num_multicast),
-            cute.group_modes(shared_tile, 0, 2),
-            cute.group_modes(tile_coordinates, 0, 2),
-        )
-        return global_part, shared_part
+        return cluster_slice_views(self.multicast, load_atom, coordinate_view, shared_tile, tile_coord, rank)
 
     @cute.kernel
     def kernel(

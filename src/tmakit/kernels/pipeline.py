@@ -33,6 +33,16 @@ __all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel", "RunTimeWalk", "Tm
 CONSUMERS = ("none", "store", "rowsum")
 
 
+def combine_row_shares(total, threads_per_row: int):
+    """A row's sum from the partial sums of the `threads_per_row` adjacent lanes that share it
+    (`RowSumMapping`), by butterfly shuffles: every one of those lanes gets the whole."""
+    width = threads_per_row // 2
+    while width > 0:
+        total += cute.arch.shuffle_sync_bfly(total, width)
+        width //= 2
+    return total
+
+
 @dataclass
 class RunTimeWalk:
     """A shape-generic kernel's walk (`TileWalk`), made in its host function from the tensor's
@@ -265,11 +275,7 @@ class PipelinedLoadKernel(TmaRingKernel):
         tile_rows = self.plan.config.tile[0]
         for slot in cutlass.range_constexpr(mapping.row_slots):
             row, part = mapping.row_and_part(thread, slot)
-            total = sums[slot]
-            width = mapping.threads_per_row // 2
-            while cutlass.const_expr(width > 0):
-                total += cute.arch.shuffle_sync_bfly(total, width)
-                width //= 2
+            total = combine_row_shares(sums[slot], mapping.threads_per_row)
             if part == 0 and row < tile_rows:
                 self.add_to(out_view, row_block * tile_rows + row, batch, total)
             sums[slot] = cutlass.Float32(0.0)

@@ -111,18 +111,26 @@ class TileRing:
         """(tiles, full, empty): the stages first, at offset 0 of the 1024-aligned dynamic shared
         memory, each `stage_bytes` apart (a multiple of the TMA alignment); then full[], empty[].
         `tiles[None, None, stage]` is one stage's tile."""
-        plan, pipeline = self.plan, self.pipeline
+        pipeline = self.pipeline
         smem = cutlass.memory.SmemAllocator()
-        ring_ptr = smem.allocate(pipeline.ring_bytes, byte_alignment=plan.tile_alignment)
-        stage_elements = pipeline.stage_elements
-        outer = shared_layout.outer
-        tiles = cute.make_tensor(
-            cute.recast_ptr(ring_ptr, shared_layout.inner, dtype=self.element_type),
-            cute.make_layout((*outer.shape, pipeline.stages), stride=(*outer.stride, stage_elements)),
-        )
+        tiles = self.allocate_stages(smem, shared_layout)
         full = smem.allocate_array(cutlass.Int64, pipeline.stages)
         empty = smem.allocate_array(cutlass.Int64, pipeline.stages)
         return tiles, full, empty
+
+    def allocate_stages(self, smem, shared_layout: cute.ComposedLayout) -> cute.Tensor:
+        """The stages' tiles from `smem` (an `SmemAllocator`), tile-aligned, each `stage_bytes`
+        apart, as one tensor whose last mode is the stage. A kernel whose stage holds more than
+        one tile calls it once per tile."""
+        plan, pipeline = self.plan, self.pipeline
+        ring_ptr = smem.allocate(pipeline.ring_bytes, byte_alignment=plan.tile_alignment)
+        outer = shared_layout.outer
+        return cute.make_tensor(
+            cute.recast_ptr(ring_ptr, shared_layout.inner, dtype=self.element_type),
+            cute.make_layout(
+                (*outer.shape, pipeline.stages), stride=(*outer.stride, pipeline.stage_elements)
+            ),
+        )
 
     def physical_rows(self, tiles: cute.Tensor) -> cute.Tensor:
         """The stages of a row-major ring as stored, (row, 16-byte chunk, element, stage), the

@@ -7,6 +7,8 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
+- `cluster_dot`: `ClusterDotPlan`, the cluster row dot whose CTAs share (multicast) an X tile
+  and each load their own A tile;
 - `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
 - `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
   and stored by the copy's ring;
@@ -14,6 +16,7 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
   whose stores reduce into the destination.
 """
 
+from .cluster_dot import DOT_DTYPES, ClusterDotPlan, StripWalk
 from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_destination, stand_in_config
 from .im2col import IM2COL_DTYPES, Im2colPlan
 from .load import LoadPlan, ceil_div, check_run_time_extents
@@ -25,12 +28,14 @@ from .timeline import TimelineLayout
 
 __all__ = [
     "CLUSTER_SHAPES",
+    "DOT_DTYPES",
     "IM2COL_DTYPES",
     "REDUCE_DTYPES",
     "REDUCE_OPS",
     "DEFAULT_RELEASE",
     "RELEASES",
     "TILE_ORDERS",
+    "ClusterDotPlan",
     "CopyOptions",
     "CopyPlan",
     "Im2colPlan",
@@ -39,6 +44,7 @@ __all__ = [
     "PipelinePlan",
     "ReducePlan",
     "RowSumMapping",
+    "StripWalk",
     "TileWalk",
     "TimelineLayout",
     "TransposeMapping",

@@ -17,6 +17,7 @@ from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
 from ..plan import (
     DEFAULT_RELEASE,
+    ClusterDotPlan,
     CopyPlan,
     Im2colPlan,
     LoadPlan,
@@ -305,6 +306,22 @@ def compile_multicast_load(
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
     return compiled_once(("MulticastKernel", multicast, store, timeline, release), build, keep_ptx)
+
+
+def compile_cluster_dot(dot: ClusterDotPlan, keep_ptx: bool = False) -> CompiledKernel:
+    """The cluster row dot (`kernels.cluster_dot`) for sm_90a, multicast or the baseline, called
+    with A (B, M, K), X (M, K), out (B, M) fp32 and a stream."""
+    dot.a_load.check_specialised()
+
+    def build() -> tuple:
+        from ..kernels.cluster_dot import ClusterDotKernel
+
+        a = fake_source(dot.a_load.config)
+        x = fake_source(dot.x_load.config)
+        out = fake_tensor(DTYPES["fp32"], dot.out_shape)
+        return ClusterDotKernel(dot), a, x, out, placeholder_stream()
+
+    return compiled_once(("ClusterDotKernel", dot), build, keep_ptx)
 
 
 # -- the hang guard's words -------------------------------------------------------------------

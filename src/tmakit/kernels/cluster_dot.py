@@ -1,0 +1,194 @@
+"""The cluster row dot, out[b, m] = sum_k A[b, m, k] * X[m, k] (`plan.ClusterDotPlan`): the CTAs
+of a cluster reuse a shared tile.
+
+Each CTA runs a ring (`TileRing`) whose stage holds two tiles of one layout: its own A tile and
+the X tile the whole cluster shares. Warp 0 produces: it waits until the stage is free in every
+CTA the X tile lands in, declares A's bytes and the whole X tile's on the stage's full barrier
+(one arrival), multicasts its slice of X into every CTA of the cluster (or, the baseline, loads
+the whole X tile into itself) and loads its A tile into itself only. The consumer warps wait on
+the full barrier, add each row's products into fp32 accumulators, release the stage in every
+CTA whose producer writes into it (`TileRing.release`), and write each row's sum once, at the
+end of its strip. The producer drains the ring before the CTA exits (`TileRing.drain`): no peer
+multicasts into or arrives on an exited CTA, and no final cluster barrier is needed.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from ..limits import WARP_THREADS
+from ..plan import ClusterDotPlan
+from .multicast import cluster_slice_views, make_cluster_load_atom
+from .pipeline import combine_row_shares
+from .ring import TileRing
+from .tma import issue_tile_load, matrix_first_view, tma_load_views
+
+
+class PairRing(TileRing):
+    """A `TileRing` whose stage holds an A tile beside the X tile: both rings have the plan's
+    tile layout, so the same offset of a stage is the same (row, column) in both, whatever the
+    swizzle. The full barrier's bytes are both tiles' (`ClusterDotPlan.expected_tx_bytes`); the
+    parities, waits, releases and the drain are `TileRing`'s."""
+
+    def __init__(self, dot: ClusterDotPlan):
+        super().__init__(dot.pipeline, multicast_peers=dot.x_multicast.num_multicast)
+        self.dot = dot
+
+    @property
+    def declared_bytes(self) -> int:
+        return self.dot.expected_tx_bytes
+
+    def allocate_pair(self, shared_layout: cute.ComposedLayout):
+        """(X tiles, A tiles, full, empty): the X ring, the A ring, then the barriers, in the
+        order `ClusterDotPlan.smem_bytes` counts them."""
+        stages = self.pipeline.stages
+        smem = cutlass.memory.SmemAllocator()
+        x_tiles = self.allocate_stages(smem, shared_layout)
+        a_tiles = self.allocate_stages(smem, shared_layout)
+        full = smem.allocate_array(cutlass.Int64, stages)
+        empty = smem.allocate_array(cutlass.Int64, stages)
+        return x_tiles, a_tiles, full, empty
+
+    @cute.jit
+    def load_pair(self, x_load, a_load, full, stage, failed, multicast_mask):
+        """Producer: one arrival declaring both tiles' bytes, then the X copy (this CTA's slice
+        into every CTA `multicast_mask` names, or the whole tile) and the A copy (this CTA only),
+        both completing on the stage's full barrier. `x_load`, `a_load`: (atom, global part,
+        shared part)."""
+        if not failed:
+            x_atom, x_global, x_shared = x_load
+            issue_tile_load(x_atom, x_global, x_shared, full + stage, self.declared_bytes, multicast_mask)
+            a_atom, a_global, a_shared = a_load
+            # Already declared above: a second arrive would complete the phase early.
+            cute.copy(a_atom, a_global, a_shared, tma_bar_ptr=full + stage)
+
+
+class ClusterDotKernel:
+    """Host side in `__call__` (A (B, M, K), X (M, K), out (B, M) fp32, stream), device side in
+    `kernel`. With `plan.multicast` False: the same kernel, cluster and launch, each CTA loading
+    the whole X tile itself; its empty barriers then count only its own consumers and nothing
+    is remote."""
+
+    def __init__(self, plan: ClusterDotPlan):
+        self.dot = plan
+        self.multicast = plan.x_multicast
+        self.pipeline = plan.pipeline
+        self.ring = PairRing(plan)
+
+    @cute.jit
+    def __call__(self, a: cute.Tensor, x: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
+        dot = self.dot
+        x_atom, x_coordinates, shared_layout = make_cluster_load_atom(self.multicast, x)
+        a_atom, a_coordinates = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), matrix_first_view(a, 3), shared_layout, dot.tile
+        )
+        self.kernel(x_atom, x_coordinates, a_atom, a_coordinates, out, shared_layout).launch(
+            grid=dot.launch_grid,
+            block=(dot.threads_per_block, 1, 1),
+            cluster=(dot.cluster[0], dot.cluster[1], 1),
+            smem=dot.smem_bytes,
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        x_atom: cute.CopyAtom,
+        x_coordinates: cute.Tensor,
+        a_atom: cute.CopyAtom,
+        a_coordinates: cute.Tensor,
+        out: cute.Tensor,
+        shared_layout: cute.ComposedLayout,
+    ):
+        dot, multicast = self.dot, self.multicast
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        rank = cute.arch.block_idx_in_cluster()
+        cluster, _, _ = cute.arch.cluster_idx()
+        steps = dot.walk.tiles_of_block(cluster)
+        x_tiles, a_tiles, full, empty = self.ring.allocate_pair(shared_layout)
+        self.ring.init_barriers(full, empty, warp)  # a cluster barrier with multicast peers
+
+        failed = cutlass.Boolean(False)  # no hang guard here: never set
+        if warp == 0:
+            mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(dot.multicast) else None
+            for step in cutlass.range(steps, unroll=1):
+                stage, failed = self.ring.acquire_free(empty, step, failed)
+                group, row_block, column_tile = dot.walk.tile_of(cluster, step)
+                x_global, x_shared = cluster_slice_views(
+                    multicast,
+                    x_atom,
+                    x_coordinates,
+                    x_tiles[None, None, stage],
+                    (row_block, column_tile),
+                    rank,
+                )
+                a_global, a_shared = tma_load_views(
+                    a_atom,
+                    a_coordinates,
+                    a_tiles[None, None, stage],
+                    dot.tile,
+                    (row_block, column_tile, group * dot.cluster_size + rank),
+                )
+                self.ring.load_pair(
+                    (x_atom, x_global, x_shared), (a_atom, a_global, a_shared), full, stage, failed, mask
+                )
+            if cutlass.const_expr(multicast.num_multicast > 1):
+                # No CTA exits while a peer may still multicast into it or arrive on it.
+                failed = self.ring.drain(empty, steps, failed)
+        else:
+            self.consume(x_tiles, a_tiles, full, empty, out, cluster, rank, steps, warp - 1)
+
+    @cute.jit
+    def consume(self, x_tiles, a_tiles, full, empty, out, cluster, rank, steps, consumer):
+        """A consumer warp: per stage, each thread's rows' products into fp32 accumulators
+        (16-byte reads in `RowSumMapping`'s bank-conflict-free order, both tiles through the same
+        physical positions: a row's sum does not mind the swizzle's chunk order); at a strip's
+        last column tile, the row sums to `out`."""
+        dot, pipeline = self.dot, self.pipeline
+        column_tiles = dot.x_load.tiles_per_block
+        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
+        x_rows = self.ring.physical_rows(x_tiles)
+        a_rows = self.ring.physical_rows(a_tiles)
+        sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
+        sums.fill(0.0)
+        failed = cutlass.Boolean(False)
+        for step in cutlass.range(steps, unroll=1):
+            stage, failed = self.ring.wait_full(full, step, failed)
+            self.add_products(x_rows, a_rows, stage, sums, thread)
+            self.ring.release(empty, stage, failed)
+            group, row_block, column_tile = dot.walk.tile_of(cluster, step)
+            if column_tile == column_tiles - 1:
+                self.write_sums(sums, out, row_block, group * dot.cluster_size + rank, thread)
+
+    @cute.jit
+    def add_products(self, x_rows, a_rows, stage, sums, thread):
+        """sum over this thread's chunks of A * X, per row slot, into `sums` (fp32)."""
+        mapping = self.pipeline.rowsum_mapping
+        tile_rows = self.dot.tile[0]
+        for slot in cutlass.range_constexpr(mapping.row_slots):
+            row, part = mapping.row_and_part(thread, slot)
+            if row < tile_rows:
+                total = cutlass.Float32(0.0)
+                for j in cutlass.range_constexpr(mapping.chunks // mapping.threads_per_row):
+                    chunk = mapping.chunk(row, part, j)
+                    a_values = a_rows[row, chunk, None, stage].load().to(cutlass.Float32)
+                    x_values = x_rows[row, chunk, None, stage].load().to(cutlass.Float32)
+                    total += (a_values * x_values).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                sums[slot] += total
+
+    @cute.jit
+    def write_sums(self, sums, out, row_block, batch, thread):
+        """Combine the lanes that share a row, write each row of the tensor once, restart."""
+        mapping = self.pipeline.rowsum_mapping
+        tile_rows = self.dot.tile[0]
+        rows = self.dot.shape[1]
+        for slot in cutlass.range_constexpr(mapping.row_slots):
+            row, part = mapping.row_and_part(thread, slot)
+            total = combine_row_shares(sums[slot], mapping.threads_per_row)
+            global_row = row_block * tile_rows + row
+            if part == 0 and row < tile_rows and global_row < rows:  # a partial strip's rows past M
+                out[batch, global_row] = total
+            sums[slot] = cutlass.Float32(0.0)
