@@ -15,7 +15,7 @@ from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import MAX_GRID_X, MBARRIER_BYTES, SMEM_PER_BLOCK
 from .load import LoadPlan
-from .multicast import MulticastPlan
+from .multicast import ClusterLaunch, MulticastPlan
 from .ring import PipelinePlan, TileWalk, check_stages, check_walk
 
 DOT_DTYPES = ("fp16", "bf16")  # inputs; the products are summed in fp32
@@ -43,7 +43,7 @@ class StripWalk:
 
 
 @dataclass(frozen=True)
-class ClusterDotPlan:
+class ClusterDotPlan(ClusterLaunch):
     """out[b, m] = sum_k A[b, m, k] * X[m, k] for A of `shape` (B, M, K) and X (M, K), both
     row-major and compact, fp16 or bf16, out (B, M) fp32.
 
@@ -123,10 +123,6 @@ class ClusterDotPlan:
         return MulticastPlan(self.x_load, self.cluster, self.multicast)
 
     @property
-    def cluster_size(self) -> int:
-        return self.x_multicast.cluster_size
-
-    @property
     def pipeline(self) -> PipelinePlan:
         """Each CTA's ring as `TileRing` sees it: the X tile's stages, barriers, parities and the
         consumers' row-sum mapping (the A tiles' ring has the same layout beside it)."""
@@ -189,21 +185,6 @@ class ClusterDotPlan:
         persistent = self.persistent_clusters is not None
         strips = TileWalk(x_load.row_blocks, 1, self.groups, self.clusters, persistent)
         return StripWalk(strips, x_load.tiles_per_block)
-
-    @property
-    def most_steps(self) -> int:
-        """Loads of the busiest CTA (cluster 0's)."""
-        return self.walk.tiles_of_block(0)
-
-    @property
-    def grid(self) -> int:
-        """CTAs launched."""
-        return self.clusters * self.cluster_size
-
-    @property
-    def launch_grid(self) -> tuple[int, int, int]:
-        """Clusters side by side along x, as `MulticastPlan.launch_grid` lays them."""
-        return (self.clusters * self.cluster[0], self.cluster[1], 1)
 
     @property
     def out_shape(self) -> tuple[int, int]:

@@ -34,8 +34,35 @@ H200_HOT_L2_TIME_RATIO = {
 }
 
 
+class ClusterLaunch:
+    """The launch of a kernel whose clusters walk its tiles (`MulticastPlan`, `ClusterDotPlan`),
+    from the plan's `cluster`, `clusters` and `walk`."""
+
+    cluster: tuple[int, int]
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    @property
+    def most_steps(self) -> int:
+        """Loads of the busiest CTA (cluster 0's)."""
+        return self.walk.tiles_of_block(0)
+
+    @property
+    def grid(self) -> int:
+        """CTAs launched."""
+        return self.clusters * self.cluster_size
+
+    @property
+    def launch_grid(self) -> tuple[int, int, int]:
+        """The launch's grid: clusters side by side along x, so that (cx, cy, 1) clusters tile it
+        and a CTA's cluster index is its cluster's x index."""
+        return (self.clusters * self.cluster[0], self.cluster[1], 1)
+
+
 @dataclass(frozen=True)
-class MulticastPlan:
+class MulticastPlan(ClusterLaunch):
     """A `LoadPlan` where every CTA of a cluster needs the same tiles (as all CTAs in a row of a
     GEMM read the same operand tiles): each cluster walks one strip of rows; each CTA issues only
     its slice of every tile and multicasts it to all CTAs of the cluster, so every CTA's barrier
@@ -92,10 +119,6 @@ class MulticastPlan:
             )
 
     @property
-    def cluster_size(self) -> int:
-        return self.cluster[0] * self.cluster[1]
-
-    @property
     def copies_shape(self) -> tuple[int, ...]:
         """The kernels' store-back output: one padded copy of the tensor per CTA rank."""
         return (self.cluster_size, *self.load.padded_shape)
@@ -121,22 +144,6 @@ class MulticastPlan:
         load = self.load
         persistent = self.persistent_clusters is not None
         return TileWalk(load.row_blocks, load.tiles_per_block, 1, self.clusters, persistent)
-
-    @property
-    def most_steps(self) -> int:
-        """Loads of the busiest CTA (cluster 0's)."""
-        return self.walk.tiles_of_block(0)
-
-    @property
-    def grid(self) -> int:
-        """CTAs launched."""
-        return self.clusters * self.cluster_size
-
-    @property
-    def launch_grid(self) -> tuple[int, int, int]:
-        """The launch's grid: clusters side by side along x, so that (cx, cy, 1) clusters tile it
-        and a CTA's cluster index is its cluster's x index."""
-        return (self.clusters * self.cluster[0], self.cluster[1], 1)
 
     @property
     def num_multicast(self) -> int:
