@@ -250,3 +250,18 @@ def test_the_measured_ratios_explain_prints_are_the_results_files():
         for name, ratio in zip(multicast, ratios, strict=True):
             measured = median[name] / median[name.replace("tmakit multicast", "tmakit no-multicast")]
             assert abs(measured - ratio) < 0.006, (name, measured, ratio)
+
+
+def test_the_shared_tile_speedup_explain_prints_is_the_results_files():
+    """`H200_SHARED_TILE_SPEEDUP` against benchmarks/results/cluster-dot.json's L2-cold parts."""
+    import json
+    from pathlib import Path
+
+    from tmakit.plan.multicast import H200_SHARED_TILE_SPEEDUP
+
+    study = Path(__file__).parent.parent / "benchmarks" / "results" / "cluster-dot.json"
+    parts = json.loads(study.read_text())["summary"]["parts"]
+    for (rows, cols), speedup in H200_SHARED_TILE_SPEEDUP.items():
+        ratios = parts[f"cold-{rows}x{cols}"]["multicast_over_no_multicast"]
+        (persistent,) = [ratio for name, ratio in ratios.items() if "persistent" in name]
+        assert abs(persistent - speedup) < 0.006, (rows, cols, persistent, speedup)

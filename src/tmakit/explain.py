@@ -25,7 +25,7 @@ from typing import Any
 from .model.im2col import im2col_box
 from .model.reduce import ELEMENT_RULES
 from .plan import Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, check_reduce
-from .plan.multicast import H200_HOT_L2_TIME_RATIO
+from .plan.multicast import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
 from .runtime.compile import compile_kernel, fake_source, fake_tensor
 
 SEED_HIGHLIGHT = (1, 2)  # the tile the seed walkthrough marks
@@ -334,13 +334,19 @@ def to_text(report: dict[str, Any]) -> str:
         ratio = clusters["h200_hot_l2_time_ratio"]
         lines += [
             "  does it pay? Not for loads alone on the H200. The CTAs of a cluster read each tile at about",
-            "  the same time, and the L2 then serves their identical requests once anyway (Nsight Compute",
-            "  counts the same L2 read requests with multicast and without), so multicast has no traffic",
-            "  to save. It adds a cluster barrier at the start and a drain at the exit of every CTA.",
+            "  the same time, and Nsight Compute counts about the same L2 read requests with multicast and",
+            "  without: the identical requests are already served once, so multicast has no L2 traffic to",
+            "  save. It adds a cluster barrier at the start and a drain at the exit of every CTA.",
             f"  Measured (seed shape, L2 hot, 4 stages), time over the same kernel without multicast: "
             f"{ratio['one_cluster_per_strip']:.2f}x",
             f"  with one cluster per strip, {ratio['persistent_clusters']:.2f}x with persistent clusters "
             "(benchmarks/results/multicast-hot-l2.json).",
+            "  Where it paid: CTAs that each combine the shared tile with their own rows (the cluster row",
+            "  dot, plan.ClusterDotPlan), reading from DRAM, persistent clusters: without multicast the",
+            "  same kernel took "
+            + " and ".join(f"{s:.2f}x ({r}x{c})" for (r, c), s in H200_SHARED_TILE_SPEEDUP.items())
+            + " the time; with the L2 hot, multicast lost there too",
+            "  (benchmarks/results/cluster-dot.json).",
         ]
     reduce = report["reduce"]
     if reduce is not None:
