@@ -62,7 +62,7 @@ def main() -> int:
             "hot_l2": hot_l2,
             "persistent_clusters_auto": resident,
             "fastest_torch": fastest_torch,
-            "multicast_over_no_multicast": {
+            "multicast_speedup": {
                 k: tmakit[k.replace(" multicast ", " no-multicast ")] / v
                 for k, v in tmakit.items()
                 if " multicast " in k and k.replace(" multicast ", " no-multicast ") in tmakit

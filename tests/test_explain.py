@@ -9,7 +9,7 @@ from entry_point import ROOT, tmakit
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.cli import main
 from tmakit.explain import explain, highlight_tile, to_text
-from tmakit.plan import PipelinePlan
+from tmakit.plan import CLUSTER_SHAPES, MulticastPlan, PipelinePlan
 
 
 def test_seed_facts(capsys):
@@ -105,3 +105,17 @@ def test_a_reduce_store_is_explained_from_the_plan_and_a_refused_pair_is_refused
         explain(PipelinePlan(LoadPlan(LoadConfig((64, 64), "int8", (16, 64))), stages=1), reduce_op="add")
     assert main(["explain", "--dtype", "fp32", "--tile", "32x64", "--reduce", "add"]) == 0
     assert "4. What does a reduce store (add) do with the tile?" in capsys.readouterr().out
+
+
+def test_explain_cluster_says_whether_multicast_pays_with_the_measured_ratios():
+    from tmakit.explain import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
+
+    for cluster in CLUSTER_SHAPES:
+        load = LoadPlan(SEED)
+        text = to_text(explain(PipelinePlan(load, stages=1), multicast=MulticastPlan(load, cluster)))
+        per_strip, persistent = H200_HOT_L2_TIME_RATIO[cluster]
+        assert "does it pay? Not for loads alone" in text
+        assert f"without multicast: {per_strip:.2f}x" in text
+        assert f"{persistent:.2f}x with persistent clusters" in text
+        for (rows, cols), speedup in H200_SHARED_TILE_SPEEDUP.items():
+            assert f"{speedup:.2f}x ({rows}x{cols})" in text

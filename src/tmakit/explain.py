@@ -25,10 +25,24 @@ from typing import Any
 from .model.im2col import im2col_box
 from .model.reduce import ELEMENT_RULES
 from .plan import Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, check_reduce
-from .plan.multicast import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
 from .runtime.compile import compile_kernel, fake_source, fake_tensor
 
 SEED_HIGHLIGHT = (1, 2)  # the tile the seed walkthrough marks
+
+# What multicast bought on the H200: load-only rings on the seed shape, L2 hot, 4 stages; the
+# multicast ring's time over the same kernel's without multicast, (one cluster per strip,
+# persistent clusters). From benchmarks/results/multicast-hot-l2.json; a CPU test keeps them in
+# step with that file. `tmakit explain --cluster` prints them.
+H200_HOT_L2_TIME_RATIO = {
+    (1, 2): (1.05, 1.03),
+    (2, 1): (1.05, 1.03),
+    (2, 2): (1.09, 1.03),
+    (1, 4): (1.09, 1.03),
+}
+# Where it paid: the cluster row dot (`ClusterDotPlan`: each CTA multiplies the shared X tile with
+# its own rows of A), inputs rotated past the L2, persistent clusters; the time without multicast
+# over the time with it. From benchmarks/results/cluster-dot.json (a CPU test keeps it in step).
+H200_SHARED_TILE_SPEEDUP = {(1, 2): 1.02, (2, 2): 1.03}
 
 
 def highlight_tile(plan: LoadPlan, highlight: tuple[int, ...] | None = None) -> tuple[int, int]:

@@ -152,7 +152,8 @@ def summarise(
     producer's wait for a free stage, the consumer's wait for a full one, the time from this
     CTA's issue (and from the cluster's last issue) until the stage filled, from a release
     until the producers that needed it saw the stage free, and the spread of issue times
-    across a cluster; whole-kernel phases per CTA; how many CTAs ran on each SM. `steps`: the
+    across a cluster; whole-kernel phases per CTA (a CTA ends at its producer's exit stamp or its
+    consumer's last release, whichever is later); how many CTAs ran on each SM. `steps`: the
     loads each CTA ran (default: every CTA all of `layout.steps`); the others are left out."""
     ns = stamps[0].astype(np.int64)
     ctas = layout.ctas
@@ -212,21 +213,27 @@ def summarise(
     done = ns[:, layout.cta_word("done")] - origin
     exit_ = ns[:, layout.cta_word("exit")] - origin
     start_rel = start - origin
+    # A CTA ends when both warps have: the producer's exit stamp (after its drain, with multicast)
+    # or the consumer's last release, whichever is later.
+    last_landed = np.nanmax(event["wait_end"], axis=1)
+    end = np.maximum(exit_, np.nanmax(event["released"], axis=1))
     smids = stamps[0][:, layout.identity_word("smid")]
     per_sm = np.bincount(smids.astype(np.int64))
     return {
         "ctas": int(ctas),
         "clusters": int(clusters),
         "steps": int(layout.steps),
-        "kernel_span_ns": int(exit_.max()),
+        "kernel_span_ns": int(end.max()),
         "globaltimer_smallest_tick_ns": resolution,
         "intra_cta_cycles": in_cycles,
         "cta_phases_ns": {
             "start": quantiles(start_rel),
             "setup (start->ready)": quantiles(ready - start_rel),
             "ring (ready->done)": quantiles(done - ready),
-            "final sync (done->exit)": quantiles(exit_ - done),
-            "lifetime (start->exit)": quantiles(exit_ - start_rel),
+            "first issue (start->issued)": quantiles(event["issued"][:, 0] - start_rel),
+            "producer exit (done->exit)": quantiles(exit_ - done),
+            "after the last tile (landed->end)": quantiles(end - last_landed),
+            "lifetime (start->end)": quantiles(end - start_rel),
         },
         "start_skew_in_cluster_ns": quantiles(
             start_rel.reshape(clusters, cluster_size).max(axis=1)

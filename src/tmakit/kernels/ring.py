@@ -223,7 +223,12 @@ class TileRing:
         every CTA released each stage's last tile (one more acquire per stage; a stage never used
         is free at once). Then no peer arrives on this CTA's barriers or multicasts into its
         stages any more, and the CTA may exit - without a cluster barrier, whose arrive would
-        also wait for all of the CTA's memory operations (CUTLASS's `producer_tail`)."""
+        also wait for all of the CTA's memory operations (CUTLASS's `producer_tail`).
+
+        Every CTA of the cluster must run the same `steps` over the same stages: a CTA that ran
+        fewer would find its last trips' phases already complete and exit while a peer still
+        multicasts into it. (Both cluster kernels give every CTA its cluster's walk.) A GPU run
+        cannot show an early exit, so the CPU tests count the drain's waits in the PTX."""
         for extra in cutlass.range_constexpr(self.pipeline.stages):
             _, failed = self.acquire_free(empty, steps + extra, failed, guard, block)
         return failed

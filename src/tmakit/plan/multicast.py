@@ -22,20 +22,6 @@ RELEASES = ("elected-cluster", "elected-cta", "lanes")
 # The rings' protocol: on the H200 (seed shape, L2 hot) cluster-scope arrivals cost 3x at 2x2
 # (docs/results.md, "Multicast: the release scope"); CTA scope is what CUTLASS relies on too.
 DEFAULT_RELEASE = "lanes"
-# What multicast bought on the H200: load-only rings on the seed shape, L2 hot, 4 stages; the
-# multicast ring's time over the same kernel's without multicast, (one cluster per strip,
-# persistent clusters). From benchmarks/results/multicast-hot-l2.json; a CPU test keeps them in
-# step with that file. `tmakit explain --cluster` prints them.
-H200_HOT_L2_TIME_RATIO = {
-    (1, 2): (1.05, 1.03),
-    (2, 1): (1.05, 1.03),
-    (2, 2): (1.09, 1.03),
-    (1, 4): (1.09, 1.03),
-}
-# Where it paid: the cluster row dot (`ClusterDotPlan`: each CTA multiplies the shared X tile with
-# its own rows of A), inputs rotated past the L2, persistent clusters; the time without multicast
-# over the time with it. From benchmarks/results/cluster-dot.json (a CPU test keeps it in step).
-H200_SHARED_TILE_SPEEDUP = {(1, 2): 1.02, (2, 2): 1.03}
 
 
 class ClusterLaunch:
