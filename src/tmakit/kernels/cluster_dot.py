@@ -22,9 +22,8 @@ from cutlass.cute.nvgpu import cpasync
 from ..limits import WARP_THREADS
 from ..plan import ClusterDotPlan
 from .multicast import cluster_slice_views, make_cluster_load_atom
-from .pipeline import combine_row_shares
 from .ring import TileRing
-from .tma import issue_tile_load, matrix_first_view, tma_load_views
+from .tma import combine_row_shares, issue_tile_load, matrix_first_view, tma_load_views
 
 
 class PairRing(TileRing):

@@ -26,21 +26,11 @@ from ..limits import WARP_THREADS
 from ..plan import PipelinePlan, TileWalk
 from ..plan.ring import GUARD_WORDS
 from .ring import TileRing
-from .tma import padded_matrix_view, tile_coordinate, tile_counts, tma_load_views
+from .tma import combine_row_shares, padded_matrix_view, tile_coordinate, tile_counts, tma_load_views
 
 __all__ = ["CONSUMERS", "GUARD_WORDS", "PipelinedLoadKernel", "RunTimeWalk", "TmaRingKernel"]
 
 CONSUMERS = ("none", "store", "rowsum")
-
-
-def combine_row_shares(total, threads_per_row: int):
-    """A row's sum from the partial sums of the `threads_per_row` adjacent lanes that share it
-    (`RowSumMapping`), by butterfly shuffles: every one of those lanes gets the whole."""
-    width = threads_per_row // 2
-    while width > 0:
-        total += cute.arch.shuffle_sync_bfly(total, width)
-        width //= 2
-    return total
 
 
 @dataclass

@@ -143,3 +143,13 @@ def issue_tile_load(
         cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, **hint)
     else:
         cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=multicast_mask, **hint)
+
+
+def combine_row_shares(total, threads_per_row: int):
+    """A row's sum from the partial sums of the `threads_per_row` adjacent lanes that share it
+    (`RowSumMapping`), by butterfly shuffles: every one of those lanes gets the whole."""
+    width = threads_per_row // 2
+    while width > 0:
+        total += cute.arch.shuffle_sync_bfly(total, width)
+        width //= 2
+    return total
