@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 SEED_COLS = 1792  # the seed's K
-# (part, A's shape, cluster, L2 hot). L2 hot: A + X in 37.5 MB (fp16), inside the H200's 60 MB L2
+# (part, A's shape, cluster, L2 hot). L2 hot: A + X in 37.8 MB (fp16), inside the H200's 60 MB L2
 # (the seed's 8448 rows would need 87-144 MB), 132 CTAs either way; L2 cold: a larger X
 # (256 MiB, A 1 GiB) rotated past the L2.
 CASES = [
