@@ -470,7 +470,7 @@ def bench_multicast(
     hot_l2: bool,
     samples: int,
     persistent_clusters: int | None = None,
-) -> list:
+) -> list[BenchRow]:
     """The cluster kernel's loads alone (ring of `stages` per CTA, consumers only wait and
     release), with multicast and without (each CTA loading every whole tile itself), each first
     verified with its store-back in the same run, then timed interleaved
