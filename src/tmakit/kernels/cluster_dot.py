@@ -129,7 +129,7 @@ class ClusterDotKernel:
                     a_coordinates,
                     a_tiles[None, None, stage],
                     dot.tile,
-                    (row_block, column_tile, group * dot.cluster_size + rank),
+                    (row_block, column_tile, dot.batch_of(group, rank)),
                 )
                 self.ring.load_pair(
                     (x_atom, x_global, x_shared), (a_atom, a_global, a_shared), full, stage, failed, mask
@@ -160,7 +160,7 @@ class ClusterDotKernel:
             self.ring.release(empty, stage, failed)
             group, row_block, column_tile = dot.walk.tile_of(cluster, step)
             if column_tile == column_tiles - 1:
-                self.write_sums(sums, out, row_block, group * dot.cluster_size + rank, thread)
+                self.write_sums(sums, out, row_block, dot.batch_of(group, rank), thread)
 
     @cute.jit
     def add_products(self, x_rows, a_rows, stage, sums, thread):

@@ -205,10 +205,10 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                     stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
     @cute.jit
-    def begin(self, stamps):
+    def begin(self, stamps, load_atom):
         """(warp, lane, rank in the cluster, cluster index, CTA index, the cluster's loads): who
         this thread is and how many tiles its cluster walks; warp 0 stamps the CTA's start and
-        identity."""
+        identity, and prefetches the tensor map while the barriers are set up."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         lane = cute.arch.lane_idx()
         rank = cute.arch.block_idx_in_cluster()
@@ -217,7 +217,11 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         if warp == 0:
             self.stamp(stamps, cta, self.layout.cta_word("start"), lane)
             self.stamp_identity(stamps, cta, cluster, rank, lane)
-        return warp, lane, rank, cluster, cta, self.multicast.walk.tiles_of_block(cluster)
+        steps = self.multicast.walk.tiles_of_block(cluster)
+        if warp == 0:
+            with cute.arch.elect_one():
+                cpasync.prefetch_descriptor(load_atom)
+        return warp, lane, rank, cluster, cta, steps
 
     @cute.jit
     def tile_of(self, cluster, step):
@@ -250,10 +254,7 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
         stamps: cute.Tensor,
     ):
         multicast, layout = self.multicast, self.layout
-        warp, lane, rank, cluster, cta, steps = self.begin(stamps)
-        if warp == 0:
-            with cute.arch.elect_one():  # the tensor map is fetched while the barriers are set up
-                cpasync.prefetch_descriptor(load_atom)
+        warp, lane, rank, cluster, cta, steps = self.begin(stamps, load_atom)
         ring, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)  # ends with a cluster barrier
         if warp == 0:
@@ -307,10 +308,7 @@ class PipelineTmaAsyncMulticastKernel(PipelinedMulticastKernel):
     ):
         multicast, layout = self.multicast, self.layout
         stages = self.pipeline.stages
-        warp, lane, rank, cluster, cta, steps = self.begin(stamps)
-        if warp == 0:
-            with cute.arch.elect_one():
-                cpasync.prefetch_descriptor(load_atom)
+        warp, lane, rank, cluster, cta, steps = self.begin(stamps, load_atom)
         # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
         # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
         ring, full, _ = self.ring.allocate(shared_layout)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from ..config import LoadConfig
 from ..errors import TmaConfigError
-from ..limits import MAX_GRID_X, MBARRIER_BYTES, SMEM_PER_BLOCK
+from ..limits import MAX_GRID_X
 from .load import LoadPlan
 from .multicast import ClusterLaunch, MulticastPlan
-from .ring import PipelinePlan, TileWalk, check_stages, check_walk
+from .ring import PipelinePlan, TileWalk, check_stages, check_walk, stages_fitting
 
 DOT_DTYPES = ("fp16", "bf16")  # inputs; the products are summed in fp32
 
@@ -148,7 +148,7 @@ class ClusterDotPlan(ClusterLaunch):
     @property
     def max_stages(self) -> int:
         """Stages whose two tiles and two barriers fit a block's shared memory."""
-        return SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        return stages_fitting(self.stage_bytes)
 
     @property
     def smem_bytes(self) -> int:

@@ -83,7 +83,7 @@ class PipelinePlan:
 
     def stages_that_fit(self, reserved_bytes: int = 0) -> int:
         """Stages (each with its two barriers) that fit beside `reserved_bytes` of shared memory."""
-        return (SMEM_PER_BLOCK - reserved_bytes) // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        return stages_fitting(self.stage_bytes, reserved_bytes)
 
     @property
     def max_stages(self) -> int:
@@ -294,6 +294,12 @@ def check_walk_counts(total_tiles: int, grid: int, tile_order: str | bool) -> No
 def check_l2_hint(hint: str | None) -> None:
     if hint is not None and hint not in L2_HINTS:
         raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
+
+
+def stages_fitting(stage_bytes: int, reserved_bytes: int = 0) -> int:
+    """Stages of `stage_bytes` (each with its full and empty barrier) that fit a block's shared
+    memory beside `reserved_bytes`."""
+    return (SMEM_PER_BLOCK - reserved_bytes) // (stage_bytes + 2 * MBARRIER_BYTES)
 
 
 def check_stages(stages: int, fitting: int, stage_bytes: int) -> None:
