@@ -43,7 +43,7 @@ from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from .runtime.launch import compile_tile_load, copy_launcher, im2col_launcher, tvm_ffi_available
-from .validate import check_base_address, check_outer_strides, check_rank
+from .validate import check_base_address, check_outer_strides, check_rank, type_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,18 +85,6 @@ def import_torch(what: str) -> Any:
     return torch
 
 
-def describe(value: object) -> str:
-    """A value's type as an error names it: `list`, `None`, `numpy.ndarray of shape (4, 4) float32`."""
-    if value is None:
-        return "None"
-    kind = type(value)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        return f"numpy.ndarray of shape {value.shape} {value.dtype}"
-    return name
-
-
 def is_torch_tensor(value: object) -> bool:
     """Whether `value` is a torch tensor, without importing torch (no torch loaded: none is)."""
     torch = sys.modules.get("torch")
@@ -108,7 +96,7 @@ def check_torch_tensor(tensor: object, what: str, name: str) -> None:
     device itself is `check_on_gpu`'s."""
     if not is_torch_tensor(tensor):
         raise TmaConfigError(
-            f"{what} takes torch tensors on a CUDA device; got {describe(tensor)} as {name} "
+            f"{what} takes torch tensors on a CUDA device; got {type_name(tensor)} as {name} "
             "(convert it with torch.as_tensor(value, device='cuda'))"
         )
     layout = str(tensor.layout)
@@ -154,7 +142,7 @@ def checked_tensor(
         address = tensor.__array_interface__["data"][0]
     else:
         raise TmaConfigError(
-            f"config_for takes a torch tensor or a numpy array; got {describe(tensor)} "
+            f"config_for takes a torch tensor or a numpy array; got {type_name(tensor)} "
             "(convert it with torch.as_tensor(value) or numpy.asarray(value))"
         )
     shape = tuple(int(e) for e in tensor.shape)

@@ -93,11 +93,12 @@ class LoadConfig:
     strides: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        # Lists are taken for tuples (a plan is a dictionary key); anything else is `validate`'s.
+        # Lists are taken for tuples (a plan is a dictionary key) and numpy integers for ints;
+        # anything else is `validate`'s to name.
         for name in ("shape", "tile", "strides"):
             value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
+            if isinstance(value, list | tuple):
+                object.__setattr__(self, name, tuple(_as_int(item) for item in value))
 
     @property
     def element(self) -> DType:
@@ -126,6 +127,13 @@ class LoadConfig:
     def contiguous_index(self) -> int:
         """The index of the dim with stride 1: the last, or the one before (`contiguous_dim`)."""
         return contiguous_index(major_of(self.element_strides, self.shape), len(self.shape))
+
+
+def _as_int(value: object) -> object:
+    """A numpy integer as an int (bools and anything else unchanged, for `validate` to refuse)."""
+    if isinstance(value, int) or type(value).__name__ == "bool_" or not hasattr(value, "__index__"):
+        return value
+    return value.__index__()
 
 
 SEED = LoadConfig()

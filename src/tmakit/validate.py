@@ -6,6 +6,10 @@ and then fails, misbehaves or is silently split on the GPU.
 
 from __future__ import annotations
 
+import operator
+import sys
+from collections.abc import Iterable
+
 from .config import LoadConfig
 from .errors import TmaConfigError
 from .limits import (
@@ -187,14 +191,8 @@ def stride_error(dim: int, stride: int, nbytes: int, fix: str, prefix: str) -> T
 
 
 def check_integers(values: object, what: str, length: int | None = None) -> None:
-    """A shape, tile or strides: a tuple (or list) of integers, of `length` if given."""
-    ok = isinstance(values, tuple | list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in values
-    )
-    if not ok or (length is not None and len(values) != length):
-        wanted = f"{length} integers" if length else "integers"
-        example = " such as (64, 256)" if what == "tile" else ""
-        raise TmaConfigError(f"{what} {values!r} must be {wanted}{example}")
+    """A shape, tile or strides: a tuple (or list) of whole numbers, of `length` if given."""
+    whole_numbers(values, what, length, "(64, 256)" if what == "tile" else "")
 
 
 def check_rank(rank: int) -> None:
@@ -210,3 +208,88 @@ def check_base_address(address: int) -> None:
         raise TmaConfigError(
             f"tensor base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned; TMA needs it"
         )
+
+
+# -- the types of what a caller passes -------------------------------------------------------------
+# Every public entry checks these before it reads a value, so that a float, a string or a list
+# where an int is meant is named in a TmaConfigError instead of surfacing as Python's, torch's
+# or the DSL's own exception far from the call.
+
+
+def type_name(value: object) -> str:
+    """A value's type as an error names it: `list`, `None`, `numpy.ndarray of shape (4, 4) float32`."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return f"numpy.ndarray of shape {value.shape} {value.dtype}"
+    return name
+
+
+def is_flag(value: object) -> bool:
+    """Python's and numpy's booleans (which also pass as integers, so integer checks refuse them)."""
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def whole_number(value: object, what: str, low: int | None = None, high: int | None = None) -> int:
+    """`value` as a Python int: an int or a numpy integer (anything with `__index__`), not a bool,
+    float or string, within `low`..`high` where given. TmaConfigError names `what` otherwise."""
+    if not is_flag(value):
+        try:
+            number = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            number = None
+        if number is not None:
+            if (low is None or number >= low) and (high is None or number <= high):
+                return number
+            bounds = f">= {low}" if high is None else f"{low}..{high}" if low is not None else f"<= {high}"
+            raise TmaConfigError(f"{what} is {number}; it must be {bounds}")
+    raise TmaConfigError(f"{what} is {value!r} ({type_name(value)}); it must be a whole number, e.g. 4")
+
+
+def optional_whole_number(value: object, what: str, low: int | None = None, high: int | None = None):
+    """None (tmakit's choice), or `whole_number`."""
+    return None if value is None else whole_number(value, what, low, high)
+
+
+def flag(value: object, what: str) -> bool:
+    """`value` as a bool: True or False (numpy's too); a string such as 'false' or a number is
+    refused, since Python would read any non-empty one as true."""
+    if is_flag(value):
+        return bool(value)
+    raise TmaConfigError(f"{what} is {value!r} ({type_name(value)}); it must be True or False")
+
+
+def optional_flag(value: object, what: str) -> bool | None:
+    """None (tmakit's choice), or `flag`."""
+    return None if value is None else flag(value, what)
+
+
+def one_of(value: object, what: str, choices: Iterable[object]) -> object:
+    """`value` if it is one of `choices` (compared only with values of a hashable, matching type);
+    TmaConfigError naming the choices otherwise."""
+    choices = tuple(choices)
+    try:
+        if any(type(value) is type(choice) and value == choice for choice in choices):
+            return value
+    except TypeError:
+        pass
+    listed = ", ".join(repr(choice) for choice in choices)
+    raise TmaConfigError(f"{what} is {value!r} ({type_name(value)}); it must be one of {listed}")
+
+
+def whole_numbers(value: object, what: str, length: int | None = None, example: str = "") -> tuple[int, ...]:
+    """A tuple or list of whole numbers (numpy integers included) as a tuple of ints, of `length`
+    if given; TmaConfigError naming `what` and an `example` of what to pass otherwise."""
+    if isinstance(value, tuple | list) and (length is None or len(value) == length):
+        try:
+            return tuple(whole_number(item, what) for item in value)
+        except TmaConfigError:
+            pass
+    wanted = f"{length} whole numbers" if length else "whole numbers"
+    raise TmaConfigError(
+        f"{what} is {value!r} ({type_name(value)}); it must be a tuple of {wanted}"
+        + (f", e.g. {example}" if example else "")
+    )
