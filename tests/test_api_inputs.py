@@ -187,7 +187,9 @@ def test_a_launcher_that_moves_nothing_needs_no_aligned_address():
 
 
 # -- torch tensors TMA cannot reach --------------------------------------------------------------------
-BAD_KNOBS = [{}, {"tile": (7, 7)}, {"stages": 0}, {"load_hint": "nope"}, {"bulk": True}, {"as_rows": True}]
+# Values only a plan refuses (an unknown name such as load_hint="nope" is refused with the options,
+# before the tensors are read: test_wrong_option_values_are_named_before_the_tensors).
+BAD_KNOBS = [{}, {"tile": (7, 7)}, {"stages": 0}, {"bulk": True}, {"as_rows": True}]
 
 
 @pytest.mark.parametrize("knobs", BAD_KNOBS, ids=lambda knobs: ",".join(knobs) or "default")
@@ -201,6 +203,12 @@ def test_copy_of_cpu_tensors_is_refused_before_the_device_is_read(torch, knobs, 
         tmakit.copy_(torch.empty_like(src), src, **knobs)
     with pytest.raises(TmaConfigError, match=r"src is on cpu; .*\.cuda\(\) first"):
         tmakit.copy(src, **knobs)
+
+
+def test_wrong_option_values_are_named_before_the_tensors(torch):
+    src = half(torch, 64, 64)
+    with pytest.raises(TmaConfigError, match="copy option load_hint 'nope' is not one of"):
+        tmakit.copy_(torch.empty_like(src), src, load_hint="nope")
 
 
 @pytest.mark.parametrize("call", [tmakit.load_tiles, tmakit.config_for], ids=["load_tiles", "config_for"])
@@ -306,10 +314,10 @@ def test_empty_tensors_are_not_loaded(torch):
     [
         ({"tile": (7, 7)}, "14 bytes; TMA needs a multiple of 16 bytes"),
         ({"stages": 0}, "0 stages; a ring needs at least 1"),
-        ({"load_hint": "nope"}, "L2 hint 'nope'; one of"),
-        ({"tile": (16, 512)}, "tile columns is 512; a TMA box dimension must be 1..256"),
+        ({"load_hint": "nope"}, "load_hint 'nope' is not one of"),
+        ({"tile": (16, 512)}, "its columns are 512; a TMA box dimension must be 1..256"),
         ({"bulk": True, "tile": (1, 64)}, r"bulk copy cannot take tile \(1, 64\)"),
-        ({"tile_order": "x"}, "tile order 'x'; one of"),
+        ({"tile_order": "x"}, "tile_order 'x' is not one of"),
         ({"blocks_per_sm": 0}, "blocks_per_sm 0 must be >= 1"),
         ({"colour": "red"}, "unknown copy option colour; tmakit.CopyOptions has tile, "),
     ],

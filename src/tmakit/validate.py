@@ -6,6 +6,8 @@ and then fails, misbehaves or is silently split on the GPU.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import operator
 import sys
 from collections.abc import Iterable
@@ -38,6 +40,7 @@ PADDED_ROWS_FIX = "tmakit.padded_empty allocates padded rows with the wanted sha
 def check_load_config(config: LoadConfig, stride_fix: str = PADDED_ROWS_FIX) -> None:
     """Raise TmaConfigError if TMA cannot load `config` as tmakit's kernels issue it; a stride
     error names `stride_fix` as the remedy."""
+    check_field_types(config, "LoadConfig")
     element = config.element
     check_integers(config.shape, "shape")
     check_rank(len(config.shape))
@@ -276,8 +279,8 @@ def one_of(value: object, what: str, choices: Iterable[object]) -> object:
             return value
     except TypeError:
         pass
-    listed = ", ".join(repr(choice) for choice in choices)
-    raise TmaConfigError(f"{what} is {value!r} ({type_name(value)}); it must be one of {listed}")
+    kind = "" if isinstance(value, str) else f" ({type_name(value)})"
+    raise TmaConfigError(f"{what} {value!r}{kind} is not one of {', '.join(map(str, choices))}")
 
 
 def whole_numbers(value: object, what: str, length: int | None = None, example: str = "") -> tuple[int, ...]:
@@ -293,3 +296,47 @@ def whole_numbers(value: object, what: str, length: int | None = None, example: 
         f"{what} is {value!r} ({type_name(value)}); it must be a tuple of {wanted}"
         + (f", e.g. {example}" if example else "")
     )
+
+
+def check_field_types(instance: object, what: str | None = None) -> None:
+    """Check (and normalise: numpy integers to ints, lists to tuples) every field of a frozen
+    dataclass against its own annotation, so that a plan or option class states its types once:
+    `int`, `bool`, `str`, `tuple[int, int]`, `tuple[int, ...]`, each `| None`, or a class name
+    (the value's type, or a base of it, must have it). `what` names the instance in a message
+    (default: its class's name). Ranges and meanings stay the class's own checks."""
+    what = what or type(instance).__name__
+    for name, kind, optional in _field_kinds(type(instance)):
+        value = getattr(instance, name)
+        if value is None and optional:
+            continue
+        label = f"{what} {name}"
+        if kind == "int":
+            checked = whole_number(value, label)
+        elif kind == "bool":
+            checked = flag(value, label)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise TmaConfigError(f"{label} is {value!r} ({type_name(value)}); it must be a name (a str)")
+            checked = value
+        elif kind.startswith("tuple[int"):
+            length = None if kind.endswith("...]") else kind.count("int")
+            checked = whole_numbers(value, label, length, "(64, 256)" if length == 2 else "")
+        else:  # a class: the plan a plan is built on
+            if kind not in {klass.__name__ for klass in type(value).__mro__}:
+                raise TmaConfigError(f"{label} is {value!r} ({type_name(value)}); it must be a {kind}")
+            continue
+        if checked is not value:
+            object.__setattr__(instance, name, checked)
+
+
+@functools.cache
+def _field_kinds(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """(name, annotation without `| None`, whether None is allowed) of each field of a dataclass
+    that `check_field_types` checks (an `object` field is anyone's)."""
+    kinds = []
+    for field in dataclasses.fields(cls):
+        annotation = str(field.type).replace(" ", "")
+        kind = annotation.removesuffix("|None")
+        if kind != "object":
+            kinds.append((field.name, kind, annotation != kind))
+    return tuple(kinds)

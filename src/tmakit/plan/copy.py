@@ -13,20 +13,40 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ..config import DTYPES, LoadConfig, changed_fields, describe_fields, padded_strides, parse_fields
+from ..config import (
+    DTYPES,
+    LoadConfig,
+    changed_fields,
+    describe_fields,
+    dtype_named,
+    padded_strides,
+    parse_fields,
+)
 from ..errors import TmaConfigError
 from ..limits import (
     BANK_ROW_BYTES,
     MAX_BOX_EXTENT,
     MAX_DEVICE_INT,
+    MAX_RANK,
     STAGING_TILE_ALIGN,
     VECTOR_BYTES,
     WARP_THREADS,
 )
-from ..validate import MAX_EXTENT, check_extents, check_outer_strides
+from ..validate import (
+    MAX_EXTENT,
+    check_extents,
+    check_field_types,
+    check_outer_strides,
+    flag,
+    one_of,
+    optional_whole_number,
+    type_name,
+    whole_number,
+    whole_numbers,
+)
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import TransposeMapping
-from .ring import PipelinePlan, check_l2_hint, check_stages
+from .ring import TILE_ORDERS, PipelinePlan, check_l2_hint, check_stages
 
 # The defaults, as measured on the H200 (docs/results.md): 16 rows of 512 bytes for a copy of
 # one layout (8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB but for 16 MiB); 32 KiB tiles for a
@@ -107,10 +127,19 @@ class CopyOptions:
     bulk: bool = False
 
     def __post_init__(self) -> None:
-        # The values are checked where they are used (`PipelinePlan`, `CopyPlan`), before anything
-        # compiles.
+        # The types here, before anything is hashed or planned; the values' ranges where they are
+        # used (`PipelinePlan`, `CopyPlan`), before anything compiles.
+        check_field_types(self, "copy option")
         if self.tile is not None:
-            object.__setattr__(self, "tile", tuple(self.tile))
+            for name, extent in zip(("rows", "columns"), self.tile, strict=True):
+                if not 1 <= extent <= MAX_BOX_EXTENT:
+                    raise TmaConfigError(
+                        f"copy option tile {self.tile}: its {name} are {extent}; a TMA box dimension "
+                        f"must be 1..{MAX_BOX_EXTENT} elements"
+                    )
+        check_l2_hint(self.load_hint, "copy option load_hint")
+        check_l2_hint(self.store_hint, "copy option store_hint")
+        one_of(self.tile_order, "copy option tile_order", TILE_ORDERS)
 
     def __hash__(self) -> int:  # a key of every copy class: hashed once, not per lookup
         return self._hash
@@ -200,6 +229,7 @@ class CopyPlan:
     bulk: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         check_l2_hint(self.store_hint)
         if self.store_depth < 1:
             raise TmaConfigError(f"store depth is {self.store_depth}; at least one store must be in flight")
@@ -207,7 +237,12 @@ class CopyPlan:
             self._check_transpose()
         if self.bulk:
             self._check_bulk()
-        check_stages(self.ring.stages, self.max_stages, self.ring.stage_bytes)
+        beside = fix = ""
+        if self.transpose:
+            config = self.load.config
+            beside = f" beside the layout-changing copy's two staging tiles ({self.staging_bytes} bytes)"
+            fix = f"use a smaller tile, e.g. {copy_tile(config.dtype, True)} (the default for {config.dtype})"
+        check_stages(self.ring.stages, self.max_stages, self.ring.stage_bytes, beside, fix)
 
     @property
     def load(self) -> LoadPlan:
@@ -348,7 +383,6 @@ def stand_in_config(
     return LoadConfig(shape, dtype, tile, swizzle, major, padded_strides(shape, DTYPES[dtype].nbytes, major))
 
 
-@functools.lru_cache(maxsize=1024)
 def copy_class(
     options: CopyOptions,
     dtype: str,
@@ -363,9 +397,46 @@ def copy_class(
     """The plan of a shape-generic copy: everything but the extents and strides, which the
     kernel takes at each call (and `check_copy_shape` checks before each new one). A copy of a
     rows view is a rank-2 row-major class of that width (`rows_width`). Planned (and checked)
-    once per class."""
-    config = stand_in_config(rank, dtype, tile, major, rows_width)
+    once per class; TmaConfigError for an argument of the wrong type or range."""
+    arguments = (options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    try:
+        return _copy_class(*arguments)
+    except TypeError:  # an unhashable argument: name it, or take a list for the tile
+        check_class_arguments(*arguments)
+        return _copy_class(options, dtype, rank, major, transpose, tuple(tile), sm_count, fits_l2, rows_width)
+
+
+@functools.lru_cache(maxsize=1024)
+def _copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width) -> CopyPlan:
+    check_class_arguments(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    config = stand_in_config(rank, dtype, tuple(tile), major, rows_width)
     return options.plan(LoadPlan(config), transpose, sm_count, fits_l2)
+
+
+def check_class_arguments(
+    options: object,
+    dtype: object,
+    rank: object,
+    major: object,
+    transpose: object,
+    tile: object,
+    sm_count: object,
+    fits_l2: object,
+    rows_width: object,
+) -> None:
+    """The types and ranges of a copy class's arguments (`copy_class`), each named when wrong."""
+    if not isinstance(options, CopyOptions):
+        raise TmaConfigError(f"options is {options!r} ({type_name(options)}); pass a tmakit.CopyOptions")
+    if not isinstance(dtype, str):
+        raise TmaConfigError(f"dtype is {dtype!r} ({type_name(dtype)}); pass a name such as 'fp16'")
+    dtype_named(dtype)
+    whole_number(rank, "rank", 2, MAX_RANK)
+    one_of(major, "major", ("row", "col"))
+    flag(transpose, "transpose")
+    whole_numbers(tile, "tile", 2, "(64, 256)")
+    whole_number(sm_count, "sm_count", 1)
+    flag(fits_l2, "fits_l2")
+    optional_whole_number(rows_width, "rows_width", 1)
 
 
 def check_copy_shape(

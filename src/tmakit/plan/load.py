@@ -20,7 +20,7 @@ from ..limits import (
     SWIZZLED_TILE_ALIGN,
     WARP_THREADS,
 )
-from ..validate import check_load_config
+from ..validate import check_field_types, check_load_config
 
 
 def ceil_div(a, b):
@@ -64,6 +64,7 @@ class LoadPlan:
     config: LoadConfig
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         check_load_config(self.config)
         check_tile_count(self.total_tile_loads)
 

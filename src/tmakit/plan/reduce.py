@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..config import DTYPES
 from ..errors import TmaConfigError
+from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan, copy_class
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
@@ -70,8 +71,9 @@ def reduce_pairs() -> list[tuple[str, str]]:
 def check_reduce(op: str, dtype: str) -> None:
     """Refuse an op TMA does not reduce with, or a dtype that op does not take (TmaConfigError
     naming both and the dtypes the op takes)."""
-    if op not in REDUCE_DTYPES:
-        raise TmaConfigError(f"reduce op {op!r} is not one of {', '.join(REDUCE_OPS)}")
+    one_of(op, "reduce op", REDUCE_OPS)
+    if not isinstance(dtype, str):
+        raise TmaConfigError(f"dtype is {dtype!r} ({type_name(dtype)}); pass a name such as 'fp32'")
     allowed = REDUCE_DTYPES[op]
     if (op, dtype) in SIGNED_ORDER_REFUSED:
         raise TmaConfigError(
@@ -101,6 +103,7 @@ class ReducePlan:
     op: str = "add"
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         check_reduce(self.op, self.copy.load.config.dtype)
         if self.copy.bulk:
             raise TmaConfigError(

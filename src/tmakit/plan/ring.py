@@ -16,6 +16,7 @@ from ..limits import (
     VECTOR_BYTES,
     WARP_THREADS,
 )
+from ..validate import check_field_types, one_of
 from .load import LoadPlan, ceil_div, check_tile_count
 from .mappings import RowSumMapping
 
@@ -59,9 +60,9 @@ class PipelinePlan:
     tile_order: str = "interleaved"
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         check_l2_hint(self.load_hint)
-        if self.tile_order not in TILE_ORDERS:
-            raise TmaConfigError(f"tile order {self.tile_order!r}; one of {', '.join(TILE_ORDERS)}")
+        one_of(self.tile_order, "tile order", TILE_ORDERS)
         if not 1 <= self.consumer_warps <= MAX_CONSUMER_WARPS:
             raise TmaConfigError(
                 f"consumer warps is {self.consumer_warps}; a block has 1 producer + 1..{MAX_CONSUMER_WARPS}"
@@ -291,9 +292,9 @@ def check_walk_counts(total_tiles: int, grid: int, tile_order: str | bool) -> No
         )
 
 
-def check_l2_hint(hint: str | None) -> None:
-    if hint is not None and hint not in L2_HINTS:
-        raise TmaConfigError(f"L2 hint {hint!r}; one of {', '.join(L2_HINTS)}")
+def check_l2_hint(hint: str | None, what: str = "L2 hint") -> None:
+    if hint is not None:
+        one_of(hint, what, L2_HINTS)
 
 
 def stages_fitting(stage_bytes: int, reserved_bytes: int = 0) -> int:
@@ -302,8 +303,15 @@ def stages_fitting(stage_bytes: int, reserved_bytes: int = 0) -> int:
     return (SMEM_PER_BLOCK - reserved_bytes) // (stage_bytes + 2 * MBARRIER_BYTES)
 
 
-def check_stages(stages: int, fitting: int, stage_bytes: int) -> None:
-    """Refuse a stage count outside 1..`fitting` (what the shared memory holds)."""
+def check_stages(stages: int, fitting: int, stage_bytes: int, beside: str = "", fix: str = "") -> None:
+    """Refuse a stage count outside 1..`fitting` (what the shared memory holds); when not even
+    one stage fits beside what else the kernel keeps there (`beside`), say so and name `fix`."""
+    if fitting < 1:
+        raise TmaConfigError(
+            f"one stage of {stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers){beside} does "
+            f"not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block: "
+            + (fix or "use a smaller tile")
+        )
     if stages < 1:
         raise TmaConfigError(f"{stages} stages; a ring needs at least 1 (1..{fitting} fit this tile)")
     if stages > fitting:
