@@ -137,6 +137,9 @@ class Tensor:
     def data_ptr(self):
         return self.address
 
+    def element_size(self):
+        return 2
+
 
 class Launcher:
     checks_arguments = True

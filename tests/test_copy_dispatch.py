@@ -32,6 +32,9 @@ class StandInTensor:
     def data_ptr(self) -> int:
         return self.address
 
+    def element_size(self) -> int:
+        return 2
+
 
 class StandInLauncher:
     """Accepts only tensors of the shape it was copies.planned for, as a compiled TVM-FFI function does
@@ -150,7 +153,7 @@ def test_a_misaligned_pointer_is_refused_before_any_launch(copies, primed):
         copies.copy_(dst, src)
     assert bool(copies.dispatch.tried_first()) is primed
     with pytest.raises(TmaConfigError, match="16"):
-        copies.copy_(StandInTensor((256, 512), address=4096 + 2), src)
+        copies.copy_(StandInTensor((256, 512), address=4096 + (1 << 20) + 2), src)
     assert len(copies.planned) == 1 and len(copies.planned[0].launches) == (3 if primed else 0)
     assert copies.planned[0].rejections == (1 if primed else 0)
 

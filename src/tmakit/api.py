@@ -24,7 +24,7 @@ from .config import (
     rows_view,
 )
 from .errors import TmaConfigError
-from .limits import MAX_RANK
+from .limits import MAX_RANK, MAX_TENSOR_BYTES
 from .plan import (
     CopyOptions,
     CopyPlan,
@@ -42,8 +42,9 @@ from .plan import (
 from .runtime.compile import to_cute_tensor
 from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
+from .runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from .runtime.launch import compile_tile_load, copy_launcher, im2col_launcher, tvm_ffi_available
-from .validate import check_base_address, check_outer_strides, check_rank, type_name
+from .validate import check_base_address, check_outer_strides, check_rank, span_bytes, type_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -103,6 +104,16 @@ def check_torch_tensor(tensor: object, what: str, name: str) -> None:
     if layout != "torch.strided":
         raise TmaConfigError(
             f"{name} has layout {layout}; TMA loads dense strided memory: convert it with .to_dense() first"
+        )
+    if tensor.is_nested:
+        raise TmaConfigError(
+            f"{name} is a nested tensor (tensors of different shapes, no strides of its own); TMA loads "
+            "one strided tensor: pass each of its tensors (.unbind()), or .to_padded_tensor(0) first"
+        )
+    if tensor.is_quantized:
+        raise TmaConfigError(
+            f"{name} is a quantized tensor ({tensor.dtype}); tmakit moves plain dtypes: pass its "
+            ".int_repr() (the stored integers) or .dequantize() first"
         )
     if tensor.device.type == "meta":
         raise TmaConfigError(
@@ -175,7 +186,20 @@ def padded_empty(
     element = DTYPES[dtype_of(dtype)]
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, element.torch_name)
     strides = padded_strides(shape, element.nbytes, major)
-    return torch.empty_strided(shape, strides, dtype=torch_dtype, device=device)
+    if 0 not in shape:
+        span = span_bytes(shape, strides, element.nbytes)
+        if span > MAX_TENSOR_BYTES:
+            raise TmaConfigError(
+                f"shape {shape} {element.name} with padded rows spans {span} bytes; a tensor can span at "
+                f"most {MAX_TENSOR_BYTES} (2^63 - 1): split it"
+            )
+    try:
+        return torch.empty_strided(shape, strides, dtype=torch_dtype, device=device)
+    except (AssertionError, RuntimeError, TypeError) as error:  # no such device, or this torch lacks it
+        raise TmaConfigError(
+            f"padded_empty cannot allocate on device {device!r}: {str(error).splitlines()[0]} (pass a device "
+            "this torch has, e.g. 'cuda' with a CUDA build of torch)"
+        ) from None
 
 
 def checked_shape(shape: object) -> tuple[int, ...]:
@@ -478,6 +502,20 @@ def check_tensor_pair(dst: object, src: object, what: str, why: str, dtype_rule=
         raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; {what} within one GPU")
 
 
+def check_copy_layout(
+    shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...], nbytes: int
+) -> None:
+    """The layout rules a copy's (or reduce's) strided tensors of `shape` meet whatever the tile:
+    rank 2..5, a stride-1 dim among the last two, outer strides TMA takes (what a trace's fake
+    implementation can check on static strides; `plan_copy` checks them with the class)."""
+    if 0 in shape:
+        return
+    check_rank(len(shape))
+    for name, strides in (("src", src_strides), ("dst", dst_strides)):
+        contiguous = contiguous_index(major_of(strides, shape), len(shape))
+        check_outer_strides(shape, strides, nbytes, contiguous, name=name)
+
+
 def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
     """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
 
@@ -576,23 +614,10 @@ def check_reduce_tensors(dst: object, src: object, op: str) -> None:
 
 
 def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Refuse a `dst` whose memory overlaps `src`'s other than as the same view: a tile's store
-    could then land on elements another tile has yet to load."""
-    if dst.numel() == 0 or dst.untyped_storage().data_ptr() != src.untyped_storage().data_ptr():
-        return
-    if dst.data_ptr() == src.data_ptr() and dst.stride() == src.stride():
-        return
-
-    def span(tensor: torch.Tensor) -> tuple[int, int]:
-        last = sum((e - 1) * step for e, step in zip(tensor.shape, tensor.stride(), strict=True))
-        return tensor.data_ptr(), tensor.data_ptr() + (last + 1) * tensor.element_size()
-
-    (dst_start, dst_end), (src_start, src_end) = span(dst), span(src)
-    if dst_start < src_end and src_start < dst_end:
-        raise TmaConfigError(
-            f"dst (strides {tuple(dst.stride())}) overlaps src (strides {tuple(src.stride())}) in memory; "
-            "a reduce reads src while it writes dst: pass a copy of src (or the very same view)"
-        )
+    """Refuse a `dst` that shares memory with `src` other than as the very same view
+    (`runtime.dispatch.check_no_partial_overlap`); disjoint slices of one tensor pass."""
+    if dst.numel():
+        dispatch_overlap_check(dst, src, tuple(src.shape), src.stride(), dst.stride())
 
 
 def plan_reduce(

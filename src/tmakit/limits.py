@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # -- TMA tensor maps (cuTensorMapEncodeTiled's limits; PTX ISA, cp.async.bulk.tensor) ----------
 MAX_RANK = 5  # dimensions a TMA tensor map can have
+MAX_TENSOR_BYTES = (1 << 63) - 1  # torch sizes a tensor in signed 64-bit bytes
 ELEMENT_SIZES = (1, 2, 4, 8)  # bytes; TMA's data types are 8, 16, 32 and 64 bits wide
 MAX_GLOBAL_EXTENT = 1 << 32  # globalDim[i] <= 2^32
 MAX_GLOBAL_STRIDE_BYTES = 1 << 40  # globalStrides[i] < 2^40

@@ -53,12 +53,12 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
-from .api import check_on_gpu, check_torch_tensor
+from .api import check_copy_layout, check_on_gpu, check_torch_tensor
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import load_tiles as tma_load_tiles
 from .api import reduce_into_ as tma_reduce_into_
-from .config import SEED, LoadConfig, dtype_of, major_of
+from .config import DTYPES, SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
 from .plan import CopyOptions, LoadPlan, check_reduce
 from .plan.load import padded_extents
@@ -167,9 +167,25 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     increment_version(dst)
 
 
+def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:
+    """A fake implementation's check of a copy's or reduce's pair: both on a CUDA device, one
+    shape and dtype, a dtype TMA moves and, where the strides are static, their layout rules
+    (`api.check_copy_layout`; a rows view's or bulk copy's compact tensors are planned apart)."""
+    check_traced(op, dst=dst, src=src)
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op}: destination is {tuple(dst.shape)} {dst.dtype}, source "
+            f"{tuple(src.shape)} {src.dtype}; they must match"
+        )
+    nbytes = DTYPES[dtype_of(src.dtype)].nbytes
+    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    static = all(type(value) is int for value in (*shape, *src_strides, *dst_strides))
+    if static and not (kwargs.get("as_rows") or kwargs.get("bulk")):
+        check_copy_layout(shape, src_strides, dst_strides, nbytes)
+
+
 def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
-    check_traced("copy_", dst=dst, src=src)
-    copy_kwargs(options)
+    check_traced_pair("copy_", dst, src, copy_kwargs(options))
 
 
 # -- reduce_into_ -------------------------------------------------------------------------------
@@ -189,8 +205,8 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
     """A trace's check: both tensors on a CUDA device, and a pair TMA reduces (`plan.check_reduce`)."""
-    check_traced("reduce_into_", dst=dst, src=src)
     check_reduce(op, dtype_of(src.dtype))
+    check_traced_pair("reduce_into_", dst, src, {})
 
 
 # -- copy ---------------------------------------------------------------------------------------
@@ -208,8 +224,7 @@ def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
 
 def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:
     """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
-    check_traced("copy", src=src)
-    copy_kwargs(options)
+    check_traced_pair("copy", src, src, copy_kwargs(options))
     return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
 
 

@@ -340,3 +340,55 @@ def _field_kinds(cls: type) -> tuple[tuple[str, str, bool], ...]:
         if kind != "object":
             kinds.append((field.name, kind, annotation != kind))
     return tuple(kinds)
+
+
+# -- overlap of two views -------------------------------------------------------------------------
+def span_bytes(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) -> int:
+    """Bytes from a view's first element to the end of its last (0 for an empty view; strides
+    are taken as they are, so a negative one is the caller's to refuse)."""
+    if 0 in shape:
+        return 0
+    return (
+        sum((extent - 1) * abs(stride) for extent, stride in zip(shape, strides, strict=True)) + 1
+    ) * nbytes
+
+
+def partial_overlap(
+    shape: tuple[int, ...],
+    first: tuple[tuple[int, ...], int],
+    second: tuple[tuple[int, ...], int],
+    nbytes: int,
+) -> bool:
+    """Whether two views of `shape` (each (element strides, base address in bytes)) share an
+    element's memory without being the very same view: exact when both have the same strides
+    and those strides never overlap themselves (two slices of one tensor), otherwise whenever
+    their spans meet (a layout change into its own memory, a view overlapping itself)."""
+    (strides_a, address_a), (strides_b, address_b) = first, second
+    if address_a == address_b and strides_a == strides_b:
+        return False  # the very same view: each element is read before it is written
+    span_a, span_b = span_bytes(shape, strides_a, nbytes), span_bytes(shape, strides_b, nbytes)
+    if not (address_a < address_b + span_b and address_b < address_a + span_a):
+        return False
+    delta, misaligned = divmod(address_b - address_a, nbytes)
+    if strides_a != strides_b or misaligned or min(strides_a, default=0) < 0:
+        return True
+    dims = sorted(
+        ((stride, extent) for stride, extent in zip(strides_a, shape, strict=True) if extent > 1),
+        reverse=True,
+    )
+    reach = 0  # how far the smaller dims reach: below the next stride when the layout never overlaps itself
+    for stride, extent in reversed(dims):
+        if stride <= reach:
+            return True
+        reach += (extent - 1) * stride
+    return _lattice_reaches(delta, dims)
+
+
+def _lattice_reaches(delta: int, dims: list[tuple[int, int]]) -> bool:
+    """Whether `delta` is sum k_i * stride_i with |k_i| < extent_i (strides largest first, each
+    above what the smaller ones reach together: only floor and ceiling are candidates)."""
+    if not dims:
+        return delta == 0
+    (stride, extent), rest = dims[0], dims[1:]
+    low = delta // stride
+    return any(abs(k) < extent and _lattice_reaches(delta - k * stride, rest) for k in (low, low + 1))

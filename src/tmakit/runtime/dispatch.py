@@ -32,6 +32,11 @@ checks run for every new shape.
 Arguments that are not tensors (numpy arrays, lists, None, sparse tensors) fail in the lookup, while
 the signature is read; `check_tensors` then names what is wrong (TmaConfigError). Every check of a
 new configuration is the planner's, on the miss path: a call whose launcher is tried first pays none.
+
+What the signature cannot fix is where the tensors lie: each call compares the two base
+addresses with the spans its signature covers (two reads, no exception), and a destination that
+may overlap its source other than as the very same view goes through the lookup, which refuses a
+partial overlap (`validate.partial_overlap`) as torch's `copy_` does.
 """
 
 from __future__ import annotations
@@ -39,14 +44,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import CopyOptions
-from ..validate import check_base_address
+from ..validate import check_base_address, partial_overlap, span_bytes
 
 if TYPE_CHECKING:
     import torch
 
 Launcher = Callable[[Any, Any], None]
+# (src span bytes, dst span bytes, equal strides): what a call's addresses are compared with.
+Spans = tuple[int, int, bool]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 # What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
 # dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...).
@@ -92,10 +100,10 @@ class CopyDispatch:
     def __init__(self, plan_launcher: PlanLauncher, check_tensors: CheckTensors | None = None) -> None:
         self.plan_launcher = plan_launcher
         self.check_tensors = check_tensors
-        self._launchers: dict[tuple, Launcher] = {}  # signature -> launcher
+        self._launchers: dict[tuple, tuple[Launcher, Spans]] = {}  # signature -> launcher, spans
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
-        self._tried_first: dict[Hashable, Launcher] = {}  # call key -> launcher (FAST)
-        # call key -> (shape-generic launcher, the shape and strides it was checked for) (FAST)
+        self._tried_first: dict[Hashable, tuple[Launcher, Spans]] = {}  # call key -> launcher (FAST)
+        # call key -> (shape-generic launcher, the shape and strides it was checked for, spans) (FAST)
         self._pinned: dict[Hashable, tuple] = {}
         self._options: dict[Hashable, CopyOptions] = {}  # call key -> its options, built once
 
@@ -108,26 +116,31 @@ class CopyDispatch:
         options: dict[str, Any],
     ) -> torch.Tensor:
         """Copy `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
-        (shape, stride(), dtype, get_device(), data_ptr()): the tests pass stand-ins."""
+        (shape, stride(), dtype, get_device(), data_ptr(), element_size()): the tests pass
+        stand-ins."""
         key = (tile, stages, *options.items()) if options else (tile, stages)
-        pinned = self._pinned.get(key)
+        try:
+            pinned = self._pinned.get(key)
+        except TypeError:  # an unhashable option: named, or a list tile taken as the tuple it means
+            chosen = CopyOptions.of(tile=tile, stages=stages, **options)
+            return self.copy_(dst, src, chosen.tile, chosen.stages, {n: getattr(chosen, n) for n in options})
         read = None  # [src shape, src strides, dst shape, dst strides], once read
         if pinned is not None:
-            launcher, checked = pinned
+            launcher, checked, spans = pinned
             try:
                 read = [src.shape, src.stride(), dst.shape, dst.stride()]
             except Exception:  # not tensors: the lookup below names what is wrong
                 pass
-            if read == checked:
+            if read == checked and not may_overlap(src, dst, spans):
                 try:
                     launcher(src, dst)
                     return dst
                 except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
                     self._pinned.pop(key, None)
-        launcher = self._tried_first.get(key)
-        if launcher is not None:
+        tried = self._tried_first.get(key)
+        if tried is not None and not may_overlap(src, dst, tried[1]):
             try:
-                launcher(src, dst)
+                tried[0](src, dst)
                 return dst
             except (TypeError, ValueError):
                 self._tried_first.pop(key, None)
@@ -139,38 +152,45 @@ class CopyDispatch:
             shape, src_strides, dst_shape, dst_strides = read
             signature = (shape, src_strides, dst_shape, dst_strides, src.dtype, dst.dtype,
                          src.get_device(), dst.get_device(), key)  # fmt: skip
-            launcher = self._launchers.get(signature)
+            found = self._launchers.get(signature)
         except Exception:  # not tensors, or tensors without strides (sparse)
             if self.check_tensors is not None:
                 self.check_tensors(dst, src)  # raises the error naming what is wrong
             raise
-        if launcher is None:
+        if found is None:
             copy_options = self._options.get(key)
             if copy_options is None:
                 copy_options = self._options[key] = CopyOptions.of(tile=tile, stages=stages, **options)
             launcher = self.plan_launcher(dst, src, copy_options, signature)
+            nbytes = src.element_size()
+            spans = (span_bytes(shape, src_strides, nbytes), span_bytes(shape, dst_strides, nbytes),
+                     tuple(src_strides) == tuple(dst_strides))  # fmt: skip
             if len(self._launchers) >= self.MOST_SIGNATURES:
                 self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
-            self._launchers[signature] = launcher
-        misaligned = (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS  # the rest is the signature's
-        if misaligned and not getattr(launcher, "moves_nothing", False):
-            check_base_address(src.data_ptr())
-            check_base_address(dst.data_ptr())
+            self._launchers[signature] = found = (launcher, spans)
+        launcher, spans = found
+        if not getattr(launcher, "moves_nothing", False):
+            if may_overlap(src, dst, spans):
+                check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
+            if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:  # the rest is the signature's
+                check_base_address(src.data_ptr())
+                check_base_address(dst.data_ptr())
         launcher(src, dst)
         if getattr(launcher, "shape_generic", False):
-            self._pinned[key] = (launcher, read)
+            self._pinned[key] = (launcher, read, spans)
         elif getattr(launcher, "checks_arguments", False):
             self._pinned.pop(key, None)
             streak = self._streaks.setdefault(key, Streak())
             if streak.count(launcher):
-                self._tried_first[key] = launcher
+                self._tried_first[key] = (launcher, spans)
         return dst
 
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
         """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
         pinned to a shape included."""
-        return {**self._tried_first, **{key: pin[0] for key, pin in self._pinned.items()}}
+        tried = {key: found[0] for key, found in self._tried_first.items()}
+        return {**tried, **{key: pin[0] for key, pin in self._pinned.items()}}
 
     def streak(self, key: Hashable) -> Streak | None:
         """The streak of a call key, None before its first checked launch."""
@@ -181,4 +201,34 @@ class CopyDispatch:
 
     def launchers(self) -> list[Launcher]:
         """Every launcher found so far, one per signature."""
-        return list(self._launchers.values())
+        return [found[0] for found in self._launchers.values()]
+
+
+def may_overlap(src: Any, dst: Any, spans: Spans) -> bool:
+    """Whether the destination's span meets the source's other than at the very same view (two
+    address reads; `check_no_partial_overlap` then decides)."""
+    src_bytes, dst_bytes, same_strides = spans
+    try:
+        source, destination = src.data_ptr(), dst.data_ptr()
+    except Exception:  # not tensors: the lookup names what is wrong
+        return True
+    if source == destination and same_strides:
+        return False
+    return source < destination + dst_bytes and destination < source + src_bytes
+
+
+def check_no_partial_overlap(
+    dst: Any, src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple
+) -> None:
+    """Refuse a destination that shares memory with its source other than as the very same view
+    (`validate.partial_overlap`): a tile's store could land on elements another tile has yet to
+    load. Disjoint slices of one tensor pass."""
+    nbytes = src.element_size()
+    if partial_overlap(
+        tuple(shape), (tuple(src_strides), src.data_ptr()), (tuple(dst_strides), dst.data_ptr()), nbytes
+    ):
+        raise TmaConfigError(
+            f"dst (strides {tuple(dst_strides)}) partly overlaps src (strides {tuple(src_strides)}) in "
+            "memory; TMA reads src while it writes dst: pass a copy of src (src.clone()), or the very "
+            "same view"
+        )
