@@ -224,6 +224,7 @@ def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
 
 def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:
     """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
+    check_traced("copy", src=src)
     check_traced_pair("copy", src, src, copy_kwargs(options))
     return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
 
