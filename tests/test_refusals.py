@@ -127,6 +127,7 @@ def stub_copies(monkeypatch):
 
     launcher.shape_generic = True
     dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, api.check_copy_tensors)
+
     def copy_(dst, src, tile=None, stages=None, **options):
         return dispatch.copy_(dst, src, tile, stages, options)
 

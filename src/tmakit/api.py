@@ -44,7 +44,7 @@ from .runtime.device import current_stream
 from .runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from .runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from .runtime.launch import compile_tile_load, copy_launcher, im2col_launcher, tvm_ffi_available
-from .validate import check_base_address, check_outer_strides, check_rank, span_bytes, type_name
+from .validate import check_base_address, check_outer_strides, check_rank, flag, span_bytes, type_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,7 +64,7 @@ def config_for(
     Raises TmaConfigError for a tensor TMA cannot serve: unsupported dtype, rank outside 2..5,
     no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
     tensor that is not on a CUDA device when `on_gpu`."""
-    shape, dtype, strides = checked_tensor(tensor, on_gpu)
+    shape, dtype, strides = checked_tensor(tensor, flag(on_gpu, "on_gpu"))
     config = LoadConfig(shape, dtype, tile, swizzle, major_of(strides, shape), strides)
     LoadPlan(config)  # validates the strides and the tile
     return config

@@ -155,7 +155,14 @@ def foreign_device(tensor: torch.Tensor) -> int | None:
 def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`), then bump dst's version
     counter (what an in-place torch op's ADInplaceOrView kernel does)."""
-    if dst.is_meta or src.is_meta or type(dst) is not torch.Tensor or type(src) is not torch.Tensor:
+    if (
+        dst is None
+        or src is None
+        or dst.is_meta
+        or src.is_meta
+        or type(dst) is not torch.Tensor
+        or type(src) is not torch.Tensor
+    ):  # noqa: E501
         refuse_memoryless("copy_", dst=dst, src=src)
     kwargs = copy_kwargs(options)
     device = foreign_device(dst)
@@ -192,7 +199,14 @@ def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
 def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
     """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), then bump dst's
     version counter, as copy_ does."""
-    if dst.is_meta or src.is_meta or type(dst) is not torch.Tensor or type(src) is not torch.Tensor:
+    if (
+        dst is None
+        or src is None
+        or dst.is_meta
+        or src.is_meta
+        or type(dst) is not torch.Tensor
+        or type(src) is not torch.Tensor
+    ):  # noqa: E501
         refuse_memoryless("reduce_into_", dst=dst, src=src)
     device = foreign_device(dst)
     if device is None:
@@ -212,7 +226,7 @@ def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> 
 # -- copy ---------------------------------------------------------------------------------------
 def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
     """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with `options`)."""
-    if src.is_meta or type(src) is not torch.Tensor:
+    if src is None or src.is_meta or type(src) is not torch.Tensor:
         refuse_memoryless("copy", src=src)
     kwargs = copy_kwargs(options)
     device = foreign_device(src)
@@ -247,6 +261,8 @@ class CopyFunction(torch.autograd.Function):
 def copy_autograd(keyset: torch._C.DispatchKeySet, src: torch.Tensor, options: str = "") -> torch.Tensor:
     """copy's Autograd kernel: the autograd.Function when src needs a gradient, else the real
     implementation called directly (plain tensors) or the kernels below autograd."""
+    if src is None:  # the dispatcher passes None for a Tensor argument
+        refuse_memoryless("copy", src=src)
     if src.requires_grad and torch.is_grad_enabled():
         return CopyFunction.apply(keyset & BELOW_AUTOGRAD, src, options)
     if keyset.raw_repr() in PLAIN:
@@ -261,7 +277,7 @@ def load_tiles_impl(
 ) -> torch.Tensor:
     """What TMA puts in shared memory, tile by tile (`tmakit.load_tiles`), as a row-major tensor
     of the padded shape."""
-    if tensor.is_meta or type(tensor) is not torch.Tensor:
+    if tensor is None or tensor.is_meta or type(tensor) is not torch.Tensor:
         refuse_memoryless("load_tiles", tensor=tensor)
     device = foreign_device(tensor)
     if device is None:
@@ -320,6 +336,8 @@ def load_tiles_autograd(
     swizzle: int = 0,
 ) -> torch.Tensor:
     """load_tiles's Autograd kernel, as copy's."""
+    if tensor is None:
+        refuse_memoryless("load_tiles", tensor=tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return LoadTilesFunction.apply(keyset & BELOW_AUTOGRAD, tensor, tile_rows, tile_cols, swizzle)
     if keyset.raw_repr() in PLAIN:

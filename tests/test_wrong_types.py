@@ -1,0 +1,255 @@
+"""Wrong argument types at every public entry: every name in `tmakit.__all__` that takes
+arguments, every `torch.ops.tmakit` op, the plan and option classes and `copy_class`, each given
+200 derandomized draws of one argument replaced by a float (NaN and infinities included), a bool,
+a string, a list, a tuple of the wrong length, None, a dict, a huge or negative integer or a
+foreign object. Each call returns or raises TmaConfigError, nothing else; a numpy integer is taken
+as the int it holds (the same outcome as the int). The CLI's commands have their own property
+test (tests/test_cli_hardening.py).
+
+The torch entries run on CPU tensors standing in for GPU ones (the device rule waived, an H200's
+properties, launchers that launch nothing), so that the checks behind the device rule are reached;
+nothing compiles."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tmakit
+from tmakit import (
+    CopyOptions,
+    Im2colPlan,
+    LoadConfig,
+    LoadPlan,
+    MulticastPlan,
+    PipelinePlan,
+    ReducePlan,
+    TmaConfigError,
+)
+from tmakit.plan import ClusterDotPlan, CopyPlan, copy_class
+
+EXAMPLES = 200
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+WRONG = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=6),
+    st.lists(st.integers(-3, 300), max_size=4),
+    st.tuples(st.integers(-3, 300)),
+    st.tuples(st.integers(-3, 300), st.integers(-3, 300), st.integers(-3, 300)),
+    st.none(),
+    st.dictionaries(st.text(max_size=2), st.integers(0, 3), max_size=2),
+    st.integers(-(2**70), 2**70),
+    st.integers(-4, 300).map(np.int64),
+    st.builds(object),
+)
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+LOAD = LoadPlan(LoadConfig())
+RING = PipelinePlan(LOAD)
+
+
+@dataclasses.dataclass
+class Entry:
+    """A public entry: `call(**arguments)` with `arguments` valid, any one of which a draw replaces."""
+
+    name: str
+    call: Callable[..., object]
+    arguments: dict[str, object]
+    torch: bool = False
+
+
+def fields_of(cls: type, **given: object) -> dict[str, object]:
+    """A dataclass's fields with their defaults, `given` for those without one."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in given:
+            values[field.name] = given[field.name]
+        elif field.default is not dataclasses.MISSING:
+            values[field.name] = field.default
+    return values
+
+
+def class_arguments(**kwargs: object) -> object:
+    arguments = {
+        "options": CopyOptions(),
+        "dtype": "fp16",
+        "rank": 2,
+        "major": "row",
+        "transpose": False,
+        "tile": (16, 256),
+        "sm_count": 132,
+        "fits_l2": False,
+        "rows_width": None,
+        **kwargs,
+    }
+    return copy_class(**arguments)
+
+
+PURE = [
+    Entry("CopyOptions", CopyOptions.of, fields_of(CopyOptions)),
+    Entry("LoadConfig", lambda **kw: LoadPlan(LoadConfig(**kw)), fields_of(LoadConfig)),
+    Entry("LoadPlan", LoadPlan, {"config": LoadConfig()}),
+    Entry("PipelinePlan", PipelinePlan, fields_of(PipelinePlan, load=LOAD)),
+    Entry("CopyPlan", CopyPlan, fields_of(CopyPlan, ring=RING)),
+    Entry("ReducePlan", ReducePlan, fields_of(ReducePlan, copy=CopyPlan(RING))),
+    Entry("Im2colPlan", Im2colPlan, fields_of(Im2colPlan, shape=(2, 8, 8, 16), dtype="fp16", filter=3)),
+    Entry("MulticastPlan", MulticastPlan, fields_of(MulticastPlan, load=LOAD)),
+    Entry("ClusterDotPlan", ClusterDotPlan, fields_of(ClusterDotPlan, shape=(2, 4096, 4096))),
+    Entry(
+        "copy_class",
+        class_arguments,
+        {
+            "options": CopyOptions(),
+            "dtype": "fp16",
+            "rank": 2,
+            "major": "row",
+            "transpose": False,
+            "tile": (16, 256),
+            "sm_count": 132,
+            "fits_l2": False,
+            "rows_width": None,
+        },
+    ),
+]
+
+
+def torch_entries() -> list[Entry]:
+    import torch
+
+    def half(*shape: int) -> object:
+        return torch.zeros(*shape, dtype=torch.float16)
+
+    pair = {"dst": half(64, 64), "src": half(64, 64), "tile": None, "stages": None}
+    entries = [
+        Entry("copy_", tmakit.copy_, dict(pair)),
+        Entry("copy", tmakit.copy, {"src": half(64, 64), "tile": None, "stages": None}),
+        Entry("add_", tmakit.add_, dict(pair)),
+        Entry("reduce_into_", tmakit.reduce_into_, {**pair, "op": "max"}),
+        Entry(
+            "config_for",
+            tmakit.config_for,
+            {"tensor": half(64, 64), "tile": (64, 64), "swizzle": 0, "on_gpu": True},
+        ),
+        Entry("load_tiles", tmakit.load_tiles, {"tensor": half(64, 64), "tile": (64, 64), "swizzle": 0}),
+        Entry(
+            "padded_empty",
+            tmakit.padded_empty,
+            {"shape": (10, 7), "dtype": torch.float16, "major": "row", "device": "meta"},
+        ),
+        Entry(
+            "im2col",
+            tmakit.im2col,
+            {"x": half(2, 8, 8, 16), "kernel": 3, "stride": 1, "padding": 1, "dilation": 1, "out": None},
+        ),
+    ]
+    # every option of copy_ and reduce_into_ is a keyword argument of its own
+    for name in CopyOptions.names():
+        if name not in ("tile", "stages"):
+            entries.append(Entry(f"copy_ {name}", tmakit.copy_, {**pair, name: getattr(CopyOptions(), name)}))
+    importlib.import_module("tmakit.ops")  # registers the ops
+
+    ops = torch.ops.tmakit
+    entries += [
+        Entry("torch.ops.tmakit.copy_", ops.copy_, {"dst": half(64, 64), "src": half(64, 64), "options": ""}),
+        Entry("torch.ops.tmakit.copy", ops.copy, {"src": half(64, 64), "options": ""}),
+        Entry(
+            "torch.ops.tmakit.reduce_into_",
+            ops.reduce_into_,
+            {"dst": half(64, 64), "src": half(64, 64), "op": "add"},
+        ),
+        Entry(
+            "torch.ops.tmakit.load_tiles",
+            ops.load_tiles,
+            {"tensor": half(64, 64), "tile_rows": 64, "tile_cols": 64, "swizzle": 0},
+        ),
+    ]
+    for entry in entries:
+        entry.torch = True
+    return entries
+
+
+ENTRIES = PURE + (torch_entries() if HAS_TORCH else [])
+# What torch's dispatcher says of an argument whose type the op's schema refuses: it names the
+# argument and the type the schema wants, before any tmakit code runs.
+SCHEMA_REFUSAL = ("Expected a value of type", "expected a value of type", "incompatible function arguments")
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """CPU tensors pass as GPU ones, an H200's properties, launchers that launch nothing."""
+    if not HAS_TORCH:
+        return
+    import torch
+
+    from tmakit import api
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    def launcher(src: object, dst: object) -> None:
+        pass
+
+    launcher.shape_generic = True
+    launcher.checks_arguments = True
+    properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
+    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(api, "class_launcher", lambda *args: launcher)
+    monkeypatch.setattr(api, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(api, "im2col_launcher", lambda *args: launcher)
+    monkeypatch.setattr(api, "compile_tile_load", lambda *args, **kwargs: SimpleNamespace(function=launcher))
+    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
+    monkeypatch.setattr(api, "_CLASSES", {})
+
+
+def outcome(entry: Entry, arguments: dict[str, object]) -> str:
+    """'returned' or the TmaConfigError's message; anything else fails the test, naming the call."""
+    try:
+        entry.call(**arguments)
+    except TmaConfigError as error:
+        return str(error)
+    except Exception as error:
+        message = str(error)
+        if entry.name.startswith("torch.ops.") and any(text in message for text in SCHEMA_REFUSAL):
+            return "schema"
+        raise AssertionError(
+            f"{entry.name}(**{arguments!r}) raised {type(error).__name__}: {error}"
+        ) from error
+    return "returned"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry.name)
+@SETTINGS
+@given(data=st.data())
+def test_a_wrong_type_returns_or_raises_tmaconfigerror(stand_ins, entry, data):
+    name = data.draw(st.sampled_from(sorted(entry.arguments)), label="argument")
+    value = data.draw(WRONG, label="value")
+    result = outcome(entry, {**entry.arguments, name: value})
+    if isinstance(value, np.integer):  # a numpy integer is the int it holds: served or refused alike
+        assert (result == "returned") == (outcome(entry, {**entry.arguments, name: int(value)}) == "returned")
+
+
+def test_every_public_entry_is_drawn_on():
+    """The entries above cover `tmakit.__all__` but its constant and its error types."""
+    drawn = {entry.name for entry in ENTRIES} | {"TmaConfigError", "TmaHangError", "SEED"}
+    missing = set(tmakit.__all__) - drawn
+    assert (
+        not missing
+        if HAS_TORCH
+        else missing
+        <= {"add_", "config_for", "copy", "copy_", "im2col", "load_tiles", "padded_empty", "reduce_into_"}
+    )
