@@ -467,12 +467,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
     if left_out:
         notes.append(
-            f"the trace shows each CTA's first and last {shown // 2} tiles, {left_out} tiles left out in all; "
-            "--full shows every tile"
+            f"the trace shows each CTA's first and last {shown // 2} tiles, {left_out} tiles left out in "
+            "all; --full shows every tile"
         )
     if findings_left_out:
         notes.append(
-            f"{shown} of the {len(result.findings)} findings are shown, the first and the last; --full shows all"
+            f"{shown} of the {len(result.findings)} findings are shown, the first and the last; "
+            "--full shows all"
         )
     if args.json:
         _write_json(
