@@ -53,10 +53,10 @@ PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
 VERIFY_TIMEOUT_SECONDS = 60.0  # per configuration's worker: ample for a compile and a load
-MAX_TIMEOUT_SECONDS = 86_400.0  # a day: a worker still running by then has hung
+MAX_TIMEOUT_SECONDS = 86_400  # a day: a worker still running by then has hung
 MAX_SWEEP = 10_000  # configurations verified one worker at a time: hours of GPU time already
 MAX_SAMPLES = 100_000  # graph replays per kernel: a median of 100,000 is as steady as one gets
-MAX_BENCH_MIB = 2.0**20  # 1 TiB: more than a GPU's memory holds
+MAX_BENCH_MIB = 2**20  # 1 TiB: more than a GPU's memory holds
 
 
 class CommandError(Exception):
@@ -103,12 +103,10 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _number(kind: type[int] | type[float], low: float, high: float, what: str = "") -> Callable[[str], Any]:
+def _number(kind: type[int] | type[float], low: int, high: int, what: str = "") -> Callable[[str], Any]:
     """An argparse type: a finite `kind` (an int: whole digits, no '4.0' or '1e3') from `low` to
     `high`; a float must be above `low`. `what` names the unit ("seconds")."""
-    rule = (
-        f"an integer >= {low} and <= {high}" if kind is int else f"a number{what} > {low:g} and <= {high:g}"
-    )
+    rule = f"an integer >= {low} and <= {high}" if kind is int else f"a number{what} > {low} and <= {high}"
 
     def number(text: str) -> Any:
         try:
