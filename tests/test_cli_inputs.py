@@ -23,13 +23,16 @@ def options(command: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def is_numeric(action: argparse.Action) -> bool:
-    """An option whose value is a number (or numbers): its type reads "1" as one."""
-    try:
-        value = action.type("1") if action.type else None
-    except (argparse.ArgumentTypeError, ValueError, TypeError):
-        return False
-    values = value if isinstance(value, list) else [value]
-    return bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    """An option whose value is a number (or numbers): its type reads "1", "2" or "32" as one."""
+    for text in ("1", "2", "32"):
+        try:
+            value = action.type(text) if action.type else None
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        values = value if isinstance(value, list) else [value]
+        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return True
+    return False
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -68,6 +71,7 @@ def test_the_parser_walk_finds_every_json_command_and_numeric_flag():
         ("verify", "--seed"),
         ("explain", "--consumer-warps"),
         ("check", "--stages"),
+        ("bench", "--stages"),
         ("plan", "--swizzle"),
     ]:
         assert expected in found, expected
