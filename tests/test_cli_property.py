@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import io
 import tempfile
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -116,7 +117,7 @@ def test_any_command_line_succeeds_or_is_refused_in_one_line(name):
         mock.patch.object(cli, "_hopper_gpu", no_gpu),
         mock.patch.object(cli, "run_demo", lambda *args: True),
     ):
-        (__import__("pathlib").Path(folder) / "sub").mkdir()
+        (Path(folder) / "sub").mkdir()
 
         @settings(
             derandomize=True,
