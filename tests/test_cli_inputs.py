@@ -9,7 +9,10 @@ import time
 import pytest
 
 from entry_point import one_error_line, tmakit
-from tmakit.cli import CHECK_TILES, SHOWN_TILES, build_parser, main
+from tmakit import LoadConfig, LoadPlan
+from tmakit.cli import build_parser, main
+from tmakit.demo import _demo_compile_only
+from tmakit.model.schedule import REPLAYED_TILES, SHOWN_TILES
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -164,9 +167,9 @@ def test_check_replays_every_tile_with_full(capsys):
     code, out, _ = run(capsys, "check", "--full", "--shape", "64x8192", "--tile", "64x16", "--dtype", "uint8")
     assert code == 0 and "tile 511: " in out and "not shown" not in out and "--full" not in out
     code, out, _ = run(capsys, "check", "--shape", "64x8192", "--tile", "64x16", "--dtype", "uint8")
-    assert code == 0 and f"replayed as a block of its first {CHECK_TILES} tiles" in out
-    assert f"tile {CHECK_TILES - 1}: " in out and f"tile {CHECK_TILES}: " not in out
-    assert f"{CHECK_TILES - SHOWN_TILES} tiles not shown, between tile" in out
+    assert code == 0 and f"replayed as a block of its first {REPLAYED_TILES} tiles" in out
+    assert f"tile {REPLAYED_TILES - 1}: " in out and f"tile {REPLAYED_TILES}: " not in out
+    assert f"{REPLAYED_TILES - SHOWN_TILES} tiles not shown, between tile" in out
 
 
 def test_a_small_block_is_replayed_and_shown_whole(capsys):
@@ -178,3 +181,10 @@ def test_a_rings_first_waits_name_no_phase_before_phase_0(capsys):
     code, out, _ = run(capsys, "check", "--stages", "4")
     assert code == 0 and "phase -" not in out
     assert "tile 0: wait parity 1 -> returns at once (fresh barrier)" in out
+
+
+def test_the_demos_replay_of_a_large_block_is_short():
+    lines = []
+    assert _demo_compile_only(LoadPlan(LoadConfig((64, 16777216), "uint8", (64, 16))), lines.append)
+    text = "\n".join(lines)
+    assert len(text) < 20_000 and f"(its first {REPLAYED_TILES} of 1048576 tiles" in text

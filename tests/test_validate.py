@@ -64,24 +64,12 @@ def test_pipeline_plan_refuses_an_empty_grid():
             LoadConfig((2**31, 16), "fp8e4m3", (1, 16)),
             "2147483648 tile loads; tmakit's kernels count tiles in 32-bit",
         ),
-        (
-            LoadConfig((64, 64), "fp16", (64, 64, 64)),
-            "tile is (64, 64, 64) (tuple); it must be a tuple of 2 whole numbers",
-        ),
+        (LoadConfig((64, 64), "fp16", (64, 64, 64)), "tile is (64, 64, 64) (tuple); it must be a tuple of 2 whole numbers"),
         (LoadConfig((64, 64), "fp16", (64,)), "tile is (64,) (tuple); it must be a tuple of 2 whole numbers"),
         (LoadConfig((64, 64), "fp16", None), "tile is None (None); it must be a tuple of 2 whole numbers"),
-        (
-            LoadConfig((64, 64), "fp16", (64.0, 64.0)),
-            "tile is (64.0, 64.0) (tuple); it must be a tuple of 2 whole numbers",
-        ),
-        (
-            LoadConfig((64, 64.5), "fp16", (64, 64)),
-            "shape is (64, 64.5) (tuple); it must be a tuple of whole numbers",
-        ),
-        (
-            LoadConfig((64, 64), "fp16", (64, 64), strides=(64.0, 1)),
-            "strides is (64.0, 1) (tuple); it must be a tuple of whole numbers",
-        ),
+        (LoadConfig((64, 64), "fp16", (64.0, 64.0)), "tile is (64.0, 64.0) (tuple); it must be a tuple of 2 whole numbers"),
+        (LoadConfig((64, 64.5), "fp16", (64, 64)), "shape is (64, 64.5) (tuple); it must be a tuple of whole numbers"),
+        (LoadConfig((64, 64), "fp16", (64, 64), strides=(64.0, 1)), "strides is (64.0, 1) (tuple); it must be a tuple of whole numbers"),
     ],
 )
 def test_what_tma_or_cuda_cannot_serve_is_refused_before_compiling(config, message):

@@ -36,7 +36,17 @@ from .demo import run_demo
 from .errors import TmaConfigError
 from .explain import describe_plan, explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from .limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from .model.schedule import Event, ends, multicast_schedule, pipeline_schedule, replay, seed_schedule
+from .model.schedule import (
+    REPLAYED_TILES,
+    SHOWN_TILES,
+    Event,
+    ends,
+    multicast_schedule,
+    pipeline_schedule,
+    replay,
+    seed_schedule,
+    tiles_to_replay,
+)
 from .plan import REDUCE_OPS, CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
 from .plan.multicast import CLUSTER_SHAPES
 from .runtime.compile import installed_dsl_version
@@ -385,18 +395,13 @@ MISTAKES = {
 EXPECT_MORE_BYTES, EXPECT_LESS_BYTES = 8, -16
 
 
-# `check` replays block 0 (or cluster 0) as a block of at most CHECK_TILES tiles, enough for
-# every pattern its schedule has: the loads repeat with a period of two rounds (the parity flips
-# each round; a ring's round is its stages), so a longer block only repeats them. It prints at most
-# SHOWN_TILES tiles of each CTA's trace, the first and the last. `--full` replays and shows all.
-CHECK_TILES = 64
-SHOWN_TILES = 16
-
-
+# `check` replays block 0 (or cluster 0) as a block of its first tiles, as many as show every
+# pattern of its schedule (model.schedule.tiles_to_replay), and prints the ends of the trace;
+# `--full` replays and prints every tile.
 def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, int, list[Event]]:
     """(kind, title, tiles, period, events) of the schedule `tmakit check` replays, the mistake
     injected: the tiles of block (or cluster) 0, the period with which its loads repeat, and the
-    events of the tiles replayed (every tile with --full, else at most max(CHECK_TILES, period))."""
+    events of the tiles replayed (every tile with --full)."""
     if args.cluster and args.stages > 1:
         raise CommandError(
             "check replays a cluster's loads with one stage: give --cluster or --stages, not both"
@@ -445,7 +450,7 @@ def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, 
 
 def _replayed(args: argparse.Namespace, tiles: int, period: int) -> int:
     """How many of a block's `tiles` `check` replays."""
-    return tiles if args.full else min(tiles, max(CHECK_TILES, period))
+    return tiles if args.full else tiles_to_replay(tiles, period)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -855,9 +860,9 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument(
         "--full",
         action="store_true",
-        help=f"replay every tile of the block and print the whole trace (default: at most {CHECK_TILES} "
-        f"tiles replayed, enough for every pattern of the schedule, and {SHOWN_TILES} tiles of the trace "
-        "shown per CTA)",
+        help=f"replay every tile of the block and print the whole trace (default: its first {REPLAYED_TILES} "
+        "tiles, or two rounds of a longer ring, every pattern the schedule has; the trace's first and "
+        f"last tiles, {SHOWN_TILES} per CTA)",
     )
     _add_json(check_cmd, "the findings and the trace")
     check_cmd.set_defaults(run=_cmd_check)

@@ -555,6 +555,20 @@ def replay(events: list[Event], *, bytes_land: Literal["at_wait", "at_issue"] = 
 
 # -- schedules ----------------------------------------------------------------------------------
 
+# A long block's schedule repeats its first tiles: its loads repeat with a period of two rounds
+# (the parity flips each round; a ring's round is its stages), so REPLAYED_TILES tiles, or one
+# period where that is longer, show every pattern it has, its start and its drain. A description
+# of the replay lists SHOWN_TILES tiles of each CTA, the first and the last.
+REPLAYED_TILES = 64
+SHOWN_TILES = 16
+
+
+def tiles_to_replay(tiles: int, period: int) -> int:
+    """How many of a block's `tiles` to replay to see every pattern of a schedule whose loads
+    repeat every `period` tiles."""
+    return min(tiles, max(REPLAYED_TILES, period))
+
+
 SEED_BARRIER = "mbar"
 
 
