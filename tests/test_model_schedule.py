@@ -236,3 +236,30 @@ def test_the_replay_is_linear_in_the_tiles():
         return min(runs)
 
     assert seconds(8192) < 6 * seconds(2048)
+
+
+def test_ends_keeps_the_first_and_last_and_counts_the_rest():
+    assert sch.ends(list(range(10)), None) == (list(range(10)), [], 0)
+    assert sch.ends(list(range(10)), 10) == (list(range(10)), [], 0)
+    assert sch.ends(list(range(10)), 4) == ([0, 1], [8, 9], 6)
+    assert sch.ends(list(range(10)), 1) == ([0], [9], 8)
+
+
+def test_a_limited_description_shows_the_ends_of_the_trace_and_the_findings():
+    plan = LoadPlan(LoadConfig((64, 4096), "fp16", (64, 64)))  # 64 tiles
+    report = replay(seed_schedule(plan, tiles=20))
+    assert [e.tile for e in report.trace if e.tile is not None][-1] == 19  # the first 20 tiles alone
+    text = report.describe(limit=6)
+    assert "tile 2: " in text and "tile 3: " not in text and "tile 16: " not in text and "tile 17: " in text
+    assert "  ... 14 tiles not shown, between tile 2 and tile 17" in text
+    entries, left_out = report.shown(0, 6)
+    assert left_out == 14 and {e.tile for e in entries} == {None, 0, 1, 2, 17, 18, 19}
+    stale = replay(seed_schedule(plan, tiles=20, parity_mistake=True))
+    assert len(stale.findings) > 4 and f"... {len(stale.findings) - 4} findings not shown" in stale.describe(
+        limit=4
+    )
+
+
+def test_a_fresh_barriers_first_wait_on_parity_1_names_no_phase():
+    text = replay(pipeline_schedule(4, 2, 1024)).describe()
+    assert "phase -" not in text and "tile 0: wait parity 1 -> returns at once (fresh barrier)" in text

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -34,7 +36,17 @@ from .demo import run_demo
 from .errors import TmaConfigError
 from .explain import describe_plan, explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from .limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from .model.schedule import Event, multicast_schedule, pipeline_schedule, replay, seed_schedule
+from .model.schedule import (
+    REPLAYED_TILES,
+    SHOWN_TILES,
+    Event,
+    ends,
+    multicast_schedule,
+    pipeline_schedule,
+    replay,
+    seed_schedule,
+    tiles_to_replay,
+)
 from .plan import REDUCE_OPS, CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
 from .plan.multicast import CLUSTER_SHAPES
 from .runtime.compile import installed_dsl_version
@@ -51,6 +63,10 @@ PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
 VERIFY_TIMEOUT_SECONDS = 60.0  # per configuration's worker: ample for a compile and a load
+MAX_TIMEOUT_SECONDS = 86_400  # a day: a worker still running by then has hung
+MAX_SWEEP = 10_000  # configurations verified one worker at a time: hours of GPU time already
+MAX_SAMPLES = 100_000  # graph replays per kernel: a median of 100,000 is as steady as one gets
+MAX_BENCH_MIB = 2**20  # 1 TiB: more than a GPU's memory holds
 
 
 class CommandError(Exception):
@@ -97,41 +113,71 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _integer_at_least(minimum: int) -> Callable[[str], int]:
-    def integer(text: str) -> int:
+def _number(kind: type[int] | type[float], low: int, high: int, what: str = "") -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` (an int: whole digits, no '4.0' or '1e3') from `low` to
+    `high`; a float must be above `low`. `what` names the unit ("seconds")."""
+    rule = f"an integer >= {low} and <= {high}" if kind is int else f"a number{what} > {low} and <= {high}"
+
+    def number(text: str) -> Any:
         try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
+            value = kind(text)
+        except (ValueError, OverflowError):  # not a number, or more digits than int() reads
+            value = None
+        if (
+            value is None
+            or not math.isfinite(value)
+            or not low <= value <= high
+            or (kind is float and value == low)
+        ):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
         return value
 
-    return integer
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
-    return value
+    return number
 
 
 def _sizes(text: str) -> list[float]:
     """ "1,16,1024" -> MiB sizes ("" for none)."""
-    sizes = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        try:
-            size = float(item)
-        except ValueError:
-            size = 0.0
-        if not size > 0:
-            raise argparse.ArgumentTypeError(f"size {item!r} is not a number of MiB > 0")
-        sizes.append(size)
-    return sizes
+    return [MIB(item) for item in filter(None, (part.strip() for part in text.split(",")))]
+
+
+def _why_unwritable(path: str, example: str) -> str | None:
+    """Why the command could not write the file `path` (None: it can, as far as a look shows; a
+    full disk shows only as it writes). `example` is a file name to suggest in a folder."""
+    if not path:
+        return "the path is empty; name a file"
+    if "\0" in path:
+        return "a path cannot hold a NUL character"
+    file = Path(path)
+    try:
+        if file.is_dir():
+            return f"it is a folder; name a file in it, e.g. {file / example}"
+        folder = file.parent
+        if not folder.exists():
+            return f"folder {folder} does not exist; create it first or name a file in another"
+        if not folder.is_dir():
+            return f"{folder} is not a folder"
+        if file.exists() and not os.access(file, os.W_OK):
+            return "the file is not writable (permission denied); name another"
+        if not file.exists() and not os.access(folder, os.W_OK | os.X_OK):
+            return f"folder {folder} is not writable (permission denied); name a file in another"
+    except OSError as error:  # a name too long, a loop of links
+        return f"{error.strerror or error}; name another file"
+    return None
+
+
+def _output_file(example: str, stdout: bool = False) -> Callable[[str], str]:
+    """An argparse type: a file path the command can write (refused before any work is done);
+    with `stdout`, '-' for standard output."""
+
+    def output_file(text: str) -> str:
+        if stdout and text == STDOUT:
+            return text
+        problem = _why_unwritable(text, example)
+        if problem:
+            raise argparse.ArgumentTypeError(f"cannot write {text!r}: {problem}")
+        return text
+
+    return output_file
 
 
 SHAPE = _checked(_shape, "shape")
@@ -140,8 +186,19 @@ TILE = _checked(lambda text: parse_extents(text, "tile"), "tile")
 HIGHLIGHT = _checked(lambda text: parse_extents(text, "highlight"), "highlight")
 CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
 DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
-COUNT = _integer_at_least(1)
-NON_NEGATIVE = _integer_at_least(0)
+# Each numeric flag's range. The largest values are bounds no run needs, that keep an
+# argument from asking for years of work: a count of stages or warps the plans bound further.
+MOST = 1_000_000
+COUNT = _number(int, 1, MOST)
+NON_NEGATIVE = _number(int, 0, MOST)
+SEED_NUMBER = _number(int, 0, 2**64 - 1)
+SAMPLES = _number(int, 1, MAX_SAMPLES)
+SWEEP = _number(int, 0, MAX_SWEEP)
+BENCH_STAGES = _number(int, 2, MOST)
+SECONDS = _number(float, 0, MAX_TIMEOUT_SECONDS, " of seconds")
+MIB = _number(float, 0, MAX_BENCH_MIB, " of MiB")
+JSON_PATH = _output_file("out.json", stdout=True)
+PLOT_PATH = _output_file("plot.png")
 
 
 def PERSISTENT_CLUSTERS(text: str) -> int | str:  # noqa: N802 - an argparse type, named as the others
@@ -212,6 +269,7 @@ def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--json",
         nargs="?",
+        type=JSON_PATH,
         const=STDOUT,
         metavar="PATH",
         help=f"write {what} as JSON to PATH; without PATH (or '-'), print the JSON instead of the text",
@@ -245,18 +303,27 @@ def _hopper_gpu(command: str) -> str:
     return name
 
 
-def _check_writable(path: str | None) -> None:
-    """Refuse an output path whose folder does not exist before any long run."""
-    if path and path != STDOUT and not Path(path).resolve().parent.is_dir():
-        raise CommandError(f"cannot write {path}: folder {Path(path).parent} does not exist")
-
-
 def _write_json(path: str, data: Any) -> None:
-    text = json.dumps(data, indent=1)
+    """Every command's JSON, one way: printed (`--json -`) or written to the file `path`, which
+    the parser has already checked; what only the write shows (a full disk) is a CommandError."""
+    text = json.dumps(data, indent=1) + "\n"
     if path == STDOUT:
-        print(text)
-    else:
-        Path(path).write_text(text + "\n")
+        sys.stdout.write(text)
+        return
+    with _writing(path, "--json"):
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(text)
+
+
+@contextmanager
+def _writing(path: str, flag: str) -> Iterator[None]:
+    """Writing `path`: an OSError (a full disk, a file gone read-only) as one CommandError line."""
+    try:
+        yield
+    except OSError as error:
+        raise CommandError(
+            f"cannot write {path}: {error.strerror or error}; give {flag} another file"
+        ) from None
 
 
 def _text_stream(args: argparse.Namespace) -> TextIO:
@@ -328,8 +395,13 @@ MISTAKES = {
 EXPECT_MORE_BYTES, EXPECT_LESS_BYTES = 8, -16
 
 
-def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, list[Event]]:
-    """(kind, title, events) of the schedule `tmakit check` replays, the mistake injected."""
+# `check` replays block 0 (or cluster 0) as a block of its first tiles, as many as show every
+# pattern of its schedule (model.schedule.tiles_to_replay), and prints the ends of the trace;
+# `--full` replays and prints every tile.
+def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, int, list[Event]]:
+    """(kind, title, tiles, period, events) of the schedule `tmakit check` replays, the mistake
+    injected: the tiles of block (or cluster) 0, the period with which its loads repeat, and the
+    events of the tiles replayed (every tile with --full)."""
     if args.cluster and args.stages > 1:
         raise CommandError(
             "check replays a cluster's loads with one stage: give --cluster or --stages, not both"
@@ -344,38 +416,68 @@ def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, list[
         multicast = MulticastPlan(load, args.cluster)
         expected["expect-slice"] = multicast.issued_bytes_per_cta
         cluster = "x".join(map(str, multicast.cluster))
-        title = f"{cluster} cluster 0 ({multicast.cluster_size} CTAs, {load.tiles_per_block} tiles each)"
+        tiles, period = load.tiles_per_block, 2
+        title = f"{cluster} cluster 0 ({multicast.cluster_size} CTAs, {tiles} tiles each)"
         events = multicast_schedule(
-            load.tiles_per_block,
+            _replayed(args, tiles, period),
             multicast.cluster_size,
             tile_bytes,
             expected_tx_bytes=expected.get(args.mistake),
         )
     elif kind == "ring":
         ring = PipelinePlan(load, stages=args.stages)
-        title = f"{ring.stages}-stage ring of block 0 ({ring.tiles_of_block(0)} tiles)"
+        tiles, period = ring.tiles_of_block(0), 2 * ring.stages
+        title = f"{ring.stages}-stage ring of block 0 ({tiles} tiles)"
         events = pipeline_schedule(
-            ring.tiles_of_block(0),
+            _replayed(args, tiles, period),
             ring.stages,
             tile_bytes,
             expected_tx_bytes=expected.get(args.mistake),
             skip_empty_wait=args.mistake == "skip-empty-wait",
         )
     else:
-        title = f"schedule of block 0 ({load.tiles_per_block} tiles)"
+        tiles, period = load.tiles_per_block, 2
+        title = f"schedule of block 0 ({tiles} tiles)"
         events = seed_schedule(
             load,
             expected_tx_bytes=expected.get(args.mistake),
             skip_arrival=args.mistake == "skip-arrival",
             parity_mistake=args.mistake == "same-parity",
+            tiles=_replayed(args, tiles, period),
         )
-    return kind, title, events
+    return kind, title, tiles, period, events
+
+
+def _replayed(args: argparse.Namespace, tiles: int, period: int) -> int:
+    """How many of a block's `tiles` `check` replays."""
+    return tiles if args.full else tiles_to_replay(tiles, period)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     load = _load_plan(args)
-    kind, title, events = _schedule(args, load)
+    kind, title, tiles, period, events = _schedule(args, load)
+    replayed = _replayed(args, tiles, period)
     result = replay(events)
+    cta = None if kind == "cluster" else 0
+    shown = None if args.full else SHOWN_TILES
+    trace, left_out = result.shown(cta, shown)
+    first, last, findings_left_out = ends(result.findings, shown)
+    notes = []
+    if replayed < tiles:
+        notes.append(
+            f"replayed as a block of its first {replayed} tiles: the loads repeat every {period} tiles, so "
+            f"the other {tiles - replayed} repeat what these do; --full replays all {tiles}"
+        )
+    if left_out:
+        notes.append(
+            f"the trace shows each CTA's first and last {shown // 2} tiles, {left_out} tiles left out in "
+            "all; --full shows every tile"
+        )
+    if findings_left_out:
+        notes.append(
+            f"{shown} of the {len(result.findings)} findings are shown, the first and the last; "
+            "--full shows all"
+        )
     if args.json:
         _write_json(
             args.json,
@@ -385,13 +487,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "mistake": args.mistake,
                 "ok": result.ok,
                 "stopped_at": result.stopped_at,
-                "findings": [asdict(finding) for finding in result.findings],
-                "trace": [asdict(entry) for entry in result.trace],
+                "tiles": tiles,
+                "tiles_replayed": replayed,
+                "trace_tiles_left_out": left_out,
+                "notes": notes,
+                "findings": [asdict(finding) for finding in [*first, *last]],
+                "findings_left_out": findings_left_out,
+                "trace": [asdict(entry) for entry in trace],
             },
         )
     if args.json != STDOUT:
         print(f"{title}, replayed against the CPU model of TMA and mbarrier:")
-        print(result.describe(cta=None if kind == "cluster" else 0))
+        for note in notes:
+            print(f"({note})")
+        print(result.describe(cta, shown))
     return 0 if result.ok else 1
 
 
@@ -424,7 +533,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
     seed = args.seed or 0
     configs = sweep_configs(args.sweep, seed) if args.sweep else [load.config]
-    _check_writable(args.json)
     gpu_name = _hopper_gpu("verify")
     out = _text_stream(args)
 
@@ -561,8 +669,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             report.check_plotting()
         except ImportError as error:
             raise CommandError(f"--plot: {error}") from None
-    _check_writable(args.json)
-    _check_writable(args.plot)
     gpu_name = _hopper_gpu("bench")
 
     context = report.device_context(args.commit)
@@ -639,7 +745,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     if args.plot:
         title = f"{PLOT_TITLES[args.kernel]} on {gpu_name} ({cache})"
-        report.plot(rows, args.plot, context["peak_bandwidth"], title)
+        with _writing(args.plot, "--plot"):
+            report.plot(rows, args.plot, context["peak_bandwidth"], title)
     return 0
 
 
@@ -675,15 +782,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster(verify_cmd, "verify every CTA of clusters of this shape, with multicast and without")
     verify_cmd.add_argument(
         "--sweep",
-        type=NON_NEGATIVE,
+        type=SWEEP,
         default=0,
         metavar="N",
         help="verify N random valid configurations instead",
     )
-    verify_cmd.add_argument("--seed", type=int, help="random seed of the sweep (default 0)")
+    verify_cmd.add_argument("--seed", type=SEED_NUMBER, help="random seed of the sweep (default 0)")
     verify_cmd.add_argument(
         "--timeout",
-        type=_seconds,
+        type=SECONDS,
         help="seconds each one-stage configuration's worker may run before it counts as a hang "
         f"(default {VERIFY_TIMEOUT_SECONDS:g})",
     )
@@ -749,6 +856,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="inject a mistake to see it caught: "
         + "; ".join(f"{name}: {meaning}" for name, (meaning, _) in MISTAKES.items() if name != "none"),
+    )
+    check_cmd.add_argument(
+        "--full",
+        action="store_true",
+        help=f"replay every tile of the block and print the whole trace (default: its first {REPLAYED_TILES} "
+        "tiles, or two rounds of a longer ring, every pattern the schedule has; the trace's first and "
+        f"last tiles, {SHOWN_TILES} per CTA)",
     )
     _add_json(check_cmd, "the findings and the trace")
     check_cmd.set_defaults(run=_cmd_check)
@@ -819,7 +933,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster(bench_cmd, "also time multicast loads against the same cluster without")
     bench_cmd.add_argument(
         "--stages",
-        type=_integer_at_least(2),
+        type=BENCH_STAGES,
         metavar="N",
         help=f"ring stages per CTA for --cluster (default {BENCH_CLUSTER_STAGES})",
     )
@@ -832,7 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_cmd.add_argument(
         "--samples",
-        type=COUNT,
+        type=SAMPLES,
         default=MIN_SAMPLES,
         metavar="N",
         help=f"graph replays timed per kernel; the median is reported (default {MIN_SAMPLES})",
@@ -845,6 +959,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(bench_cmd, "every sample and the context")
     bench_cmd.add_argument(
         "--plot",
+        type=PLOT_PATH,
         metavar="PATH",
         help="write a PNG of GB/s against size here (needs the plot extra: matplotlib)",
     )

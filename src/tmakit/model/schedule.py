@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..plan import LoadPlan
 from .mbarrier import MBarrier, MBarrierError
+
+T = TypeVar("T")
 
 # -- events -------------------------------------------------------------------------------------
 
@@ -174,20 +176,51 @@ class ScheduleReport:
     def kinds(self) -> set[str]:
         return {f.kind for f in self.findings}
 
-    def describe(self, cta: int | None = 0) -> str:
-        """The run walked tile by tile for one CTA (all CTAs when `cta` is None), then the findings."""
+    def _tiles(self, cta: int | None, limit: int | None) -> dict[int, tuple[list[int], list[int], int]]:
+        """Per CTA shown (one, or all when `cta` is None): `ends` of its tiles."""
+        labels: dict[int, set[int]] = {} if cta is None else {cta: set()}
+        for entry in self.trace:
+            if cta is None or entry.cta == cta:
+                found = labels.setdefault(entry.cta, set())  # a CTA with setup alone is still shown
+                if entry.tile is not None:
+                    found.add(entry.tile)
+        return {shown: ends(sorted(found), limit) for shown, found in labels.items()}
+
+    def shown(self, cta: int | None = 0, limit: int | None = None) -> tuple[list[TraceEntry], int]:
+        """The trace of one CTA (all CTAs when `cta` is None) with at most `limit` tiles per CTA,
+        the first and the last (every tile when `limit` is None), and how many tiles were left
+        out, summed over the CTAs. (The setup, before the first tile, is kept whole.)"""
+        tiles = self._tiles(cta, limit)
+        kept = {shown: {*head, *tail} for shown, (head, tail, _) in tiles.items()}
+        entries = [e for e in self.trace if e.cta in kept and (e.tile is None or e.tile in kept[e.cta])]
+        return entries, sum(left_out for _, _, left_out in tiles.values())
+
+    def describe(self, cta: int | None = 0, limit: int | None = None) -> str:
+        """The run walked tile by tile for one CTA (all CTAs when `cta` is None), then the findings;
+        with a `limit`, at most that many tiles per CTA, setup steps and findings are listed (the
+        first and the last, the number between said)."""
         lines: list[str] = []
-        ctas = sorted({e.cta for e in self.trace}) if cta is None else [cta]
-        for shown in ctas:
+        tiles = self._tiles(cta, limit)
+        for shown in sorted(tiles):
             lines.append(f"CTA {shown}:")
-            untiled = [e.text for e in self.trace if e.cta == shown and e.tile is None]
-            if untiled:
-                lines.append("  setup: " + ", ".join(untiled))
+            head, tail, left_out = ends(
+                [e.text for e in self.trace if e.cta == shown and e.tile is None], limit
+            )
+            if head:
+                lines.append(
+                    "  setup: " + ", ".join([*head, *([f"... {left_out} more"] if left_out else []), *tail])
+                )
+            head, tail, left_out = tiles[shown]
             by_tile: dict[int, list[str]] = defaultdict(list)
+            kept = {*head, *tail}
             for entry in self.trace:
-                if entry.cta == shown and entry.tile is not None:
+                if entry.cta == shown and entry.tile in kept:
                     by_tile[entry.tile].append(entry.text)
-            for tile in sorted(by_tile):
+            for tile in head:
+                lines.append(f"  tile {tile}: " + ", ".join(by_tile[tile]))
+            if left_out:
+                lines.append(f"  ... {left_out} tiles not shown, between tile {head[-1]} and tile {tail[0]}")
+            for tile in tail:
                 lines.append(f"  tile {tile}: " + ", ".join(by_tile[tile]))
         if self.stopped_at is not None:
             lines.append(f"replay stopped at event {self.stopped_at}: that wait never completes")
@@ -195,8 +228,22 @@ class ScheduleReport:
             lines.append("ok: every wait completes after its bytes land; no races found")
         else:
             lines.append(f"{len(self.findings)} finding(s):")
-            lines.extend(f"  {finding}" for finding in self.findings)
+            head, tail, left_out = ends(self.findings, limit)
+            lines.extend(f"  {finding}" for finding in head)
+            if left_out:
+                lines.append(f"  ... {left_out} findings not shown")
+            lines.extend(f"  {finding}" for finding in tail)
         return "\n".join(lines)
+
+
+def ends(items: Sequence[T], limit: int | None) -> tuple[list[T], list[T], int]:
+    """(the first, the last, how many between): at most `limit` of `items` in all, the first
+    half and the last (all of them first when `limit` is None or they are no more)."""
+    if limit is None or len(items) <= limit:
+        return list(items), [], 0
+    head = max(1, limit // 2)
+    tail = max(1, limit - head)
+    return list(items[:head]), list(items[-tail:]), len(items) - head - tail
 
 
 # -- replay -------------------------------------------------------------------------------------
@@ -403,7 +450,10 @@ class _Replay:
                 self.land_all(key)  # the bytes still land, but after the waiter moved on
                 return True
             self.observe(event, key, observed)
-            self.trace(event.cta, event.tile, f"wait parity {parity} -> complete (phase {observed})")
+            if observed < 0:  # parity 1 on a fresh barrier: the phase before phase 0 counts as completed
+                self.trace(event.cta, event.tile, f"wait parity {parity} -> returns at once (fresh barrier)")
+            else:
+                self.trace(event.cta, event.tile, f"wait parity {parity} -> complete (phase {observed})")
             return True
 
         self.land_all(key)
@@ -505,6 +555,20 @@ def replay(events: list[Event], *, bytes_land: Literal["at_wait", "at_issue"] = 
 
 # -- schedules ----------------------------------------------------------------------------------
 
+# A long block's schedule repeats its first tiles: its loads repeat with a period of two rounds
+# (the parity flips each round; a ring's round is its stages), so REPLAYED_TILES tiles, or one
+# period where that is longer, show every pattern it has, its start and its drain. A description
+# of the replay lists SHOWN_TILES tiles of each CTA, the first and the last.
+REPLAYED_TILES = 64
+SHOWN_TILES = 16
+
+
+def tiles_to_replay(tiles: int, period: int) -> int:
+    """How many of a block's `tiles` to replay to see every pattern of a schedule whose loads
+    repeat every `period` tiles."""
+    return min(tiles, max(REPLAYED_TILES, period))
+
+
 SEED_BARRIER = "mbar"
 
 
@@ -516,8 +580,10 @@ def seed_schedule(
     parity_mistake: bool = False,
     skip_arrival: bool = False,
     blocks: int = 1,
+    tiles: int | None = None,
 ) -> list[Event]:
-    """The seed kernel's loop for the first `blocks` blocks of `plan` (one CTA each): init the barrier
+    """The seed kernel's loop for the first `blocks` blocks of `plan` (one CTA each), each over its
+    first `tiles` column tiles (all of them by default): init the barrier
     with one arrival; per column tile j: arrive + expect plan.expected_tx_bytes, copy the tile into
     the one shared tile, wait parity plan.phase_parity(j), read the tile, then let the next load
     overwrite it.
@@ -530,7 +596,7 @@ def seed_schedule(
     events: list[Event] = []
     for row_block in range(min(blocks, plan.grid)):
         events.append(Init(SEED_BARRIER, 1, cta=row_block))
-        for column_tile in range(plan.tiles_per_block):
+        for column_tile in range(plan.tiles_per_block if tiles is None else min(tiles, plan.tiles_per_block)):
             tag = {"cta": row_block, "tile": column_tile}
             parity = 0 if parity_mistake else plan.phase_parity(column_tile)
             if skip_arrival:
