@@ -4,7 +4,7 @@ arguments, every `torch.ops.tmakit` op, the plan and option classes and `copy_cl
 a string, a list, a tuple of the wrong length, None, a dict, a huge or negative integer or a
 foreign object. Each call returns or raises TmaConfigError, nothing else; a numpy integer is taken
 as the int it holds (the same outcome as the int). The CLI's commands have their own property
-test (tests/test_cli_hardening.py).
+test (tests/test_cli_property.py).
 
 The torch entries run on CPU tensors standing in for GPU ones (the device rule waived, an H200's
 properties, launchers that launch nothing), so that the checks behind the device rule are reached;
