@@ -14,9 +14,16 @@ from tmakit.runtime.launch import compile_cluster_dot
 SEED_X = (8448, 1792)
 
 
+def splitting_tile(cluster: tuple[int, int]) -> tuple[int, int]:
+    """The default tile, with rows that split over the cluster: 64 where they do, 8 per CTA
+    where they do not (3, 5, 6 and 7 CTAs)."""
+    size = cluster[0] * cluster[1]
+    return (64 if 64 % size == 0 else 8 * size), 128
+
+
 def seed_dot(cluster=(1, 2), groups=1, **options) -> ClusterDotPlan:
     size = cluster[0] * cluster[1]
-    return ClusterDotPlan((groups * size, *SEED_X), cluster=cluster, **options)
+    return ClusterDotPlan((groups * size, *SEED_X), tile=splitting_tile(cluster), cluster=cluster, **options)
 
 
 def test_a_stage_holds_an_a_tile_and_an_x_tile():
@@ -44,9 +51,10 @@ def test_a_stage_holds_an_a_tile_and_an_x_tile():
 def test_each_cluster_walks_whole_strips_and_every_tile_once(cluster, persistent_clusters, groups):
     """Every (batch group, row block, column tile) once; a cluster finishes a strip's column tiles
     in order before the next strip, so each row's sum is whole when written (no atomics)."""
-    dot = ClusterDotPlan((groups * cluster[0] * cluster[1], 1000, 776), cluster=cluster,
-                         persistent_clusters=persistent_clusters)  # fmt: skip
-    row_blocks, column_tiles = 16, 7  # ceil(1000 / 64), ceil(776 / 128): partial tiles
+    dot = ClusterDotPlan((groups * cluster[0] * cluster[1], 1000, 776), tile=splitting_tile(cluster),
+                         cluster=cluster, persistent_clusters=persistent_clusters)  # fmt: skip
+    row_blocks, column_tiles = -(-1000 // dot.tile[0]), 7  # ceil(776 / 128): partial tiles
+    assert dot.x_load.row_blocks == row_blocks and dot.x_load.tiles_per_block == column_tiles
     strips = groups * row_blocks
     assert dot.clusters == (strips if persistent_clusters is None else min(persistent_clusters, strips))
     walk, seen = dot.walk, []
@@ -76,11 +84,21 @@ def test_cta_rank_takes_consecutive_batch_elements():
             "dtype 'fp32': the cluster dot takes fp16",
         ),
         ({"shape": SEED_X}, r"takes A as \(B, M, K\), 3 extents"),
-        ({"shape": (2, *SEED_X), "cluster": (3, 1)}, "cluster 3x1 is not one of"),
+        (
+            {"shape": (9, *SEED_X), "cluster": (3, 3)},
+            "cluster 3x3 is 9 CTAs; a portable cluster holds at most",
+        ),
+        ({"shape": (2, *SEED_X), "cluster": (1, 1)}, "cluster 1x1 is one CTA"),
+        ({"shape": (3, *SEED_X), "cluster": (3, 1)}, "tile rows 64 do not split into 3 equal slices"),
+        ({"shape": (3, *SEED_X), "cluster": (1, 2, 3)}, r"cluster is \(1, 2, 3\) \(tuple\)"),
         ({"shape": (2, *SEED_X), "tile": (64, 256)}, "4 stages of 65536 bytes"),
         ({"shape": (2, *SEED_X), "stages": 1}, "1 stages; the cluster dot's ring needs 2 or more"),
         ({"shape": (4, *SEED_X), "cluster": (1, 4), "tile": (2, 128)}, "tile rows 2 do not split into 4"),
         ({"shape": (4, 64, 64), "cluster": (1, 4), "tile": (4, 32)}, "slice is 64 bytes; its shared"),
+        (
+            {"shape": (8, 64, 64), "cluster": (2, 4), "tile": (32, 16), "swizzle": 32},
+            r"slice is 128 bytes; its shared destination must stay 256-byte aligned \(the 32B swizzle's",
+        ),
         ({"shape": (2, *SEED_X), "persistent_clusters": 0}, "persistent clusters is 0"),
         ({"shape": (2, *SEED_X), "consumer_warps": 0}, "consumer warps is 0"),
         ({"shape": (2, 1000, 1001)}, "multiple of 16"),
@@ -122,6 +140,13 @@ def test_compiled_ring_loads_both_tiles_under_one_barrier(cluster, multicast, pe
     assert ptx.count("mbarrier.arrive.expect_tx") == 1
     arrives = re.findall(r"barrier\.cluster\.arrive[.a-z]*;", ptx)
     if multicast:
+        x_slices, size = dot.x_multicast, dot.cluster_size
+        assert x_slices.multicast_mask == (1 << size) - 1
+        assert re.search(rf"mov\.b16\s+%rs\d+, {x_slices.multicast_mask};", ptx)  # the mask X's copy takes
+        rows = dot.tile[0] // size
+        assert [x_slices.slice_of(r) for r in range(size)] == [
+            (r * rows, (r + 1) * rows) for r in range(size)
+        ]
         assert "multicast::cluster" in x_loads[0] and "shared::cluster" in x_loads[0]
         assert ptx.count("multicast::cluster") == 1
         assert arrives == ["barrier.cluster.arrive.relaxed;"] and ptx.count("barrier.cluster.wait") == 1
@@ -153,3 +178,25 @@ def test_partial_and_swizzled_tiles_compile(shape, dtype, tile, swizzle):
     assert expect_tx_byte_counts(ptx) == [2 * tile[0] * tile[1] * 2]
     assert "st.global" in ptx and not re.search(r"^\s*(red|atom)\.", ptx, re.M)  # one store per row
     assert dot.out_shape == shape[:2]
+
+
+@pytest.mark.parametrize(
+    "cluster, dtype, tile, swizzle",
+    [((1, 8), "fp16", (64, 16), 32), ((2, 4), "bf16", (64, 32), 64), ((8, 1), "fp16", (64, 64), 128)],
+    ids=["1x8-32B", "2x4-64B", "8x1-128B"],
+)
+def test_x_slices_need_only_their_swizzles_alignment(cluster, dtype, tile, swizzle):
+    """8 CTAs, one swizzle span wide: X's slices of 8 rows are 256, 512 and 1024 bytes, exactly
+    the swizzle's repeat, which is all TMA asks of a swizzled destination; multicast and baseline
+    compile, each with one multicast load of X at most."""
+    dot = ClusterDotPlan((8, 1000, 3000), dtype, tile, cluster, stages=3, swizzle=swizzle)
+    multicast = dot.x_multicast
+    assert multicast.slice_rows == 8 and multicast.issued_bytes_per_cta == 8 * swizzle
+    assert multicast.issued_bytes_per_cta == dot.x_load.destination_alignment
+    assert multicast.multicast_mask == 0xFF
+    for plan in (dot, replace(dot, multicast=False)):
+        ptx = compile_cluster_dot(plan, keep_ptx=True).ptx
+        assert expect_tx_byte_counts(ptx) == [2 * tile[0] * tile[1] * 2]
+        assert ptx.count("multicast::cluster") == int(plan.multicast)
+        if plan.multicast:
+            assert re.search(r"mov\.b16\s+%rs\d+, 255;", ptx)

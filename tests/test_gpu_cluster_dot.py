@@ -4,9 +4,13 @@ persistent clusters (stage reuse across strips, the drain at the exit)."""
 
 import pytest
 
-from tmakit.plan import CLUSTER_SHAPES, ClusterDotPlan
+from tmakit.plan import ClusterDotPlan
 
 pytestmark = pytest.mark.gpu
+
+# Every variant below runs on these shapes; `test_larger_and_odd_clusters` runs a few cases of the
+# others (up to 8 CTAs, sizes that are not powers of two, X slices at the swizzle's own alignment).
+CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))
 
 
 def size(cluster: tuple[int, int]) -> int:
@@ -61,6 +65,37 @@ def test_persistent_clusters(shape_of, clusters, cluster, multicast):
 
     resident = max_active_clusters(size(cluster)) if clusters == "auto" else clusters
     dot = ClusterDotPlan(shape_of(size(cluster)), cluster=cluster, multicast=multicast,
+                         persistent_clusters=resident)  # fmt: skip
+    verdict = verify_cluster_dot(dot)
+    assert verdict.startswith("ok"), verdict
+
+
+@pytest.mark.parametrize(
+    "x_shape, dtype, tile, swizzle, cluster, multicast, clusters",
+    [
+        ((8448, 1792), "fp16", (64, 128), 0, (2, 4), True, None),
+        ((8448, 1792), "fp16", (64, 128), 0, (8, 1), False, None),
+        ((8448, 1792), "fp16", (64, 128), 0, (1, 8), True, "auto"),
+        ((1000, 776), "fp16", (48, 128), 0, (3, 1), True, None),
+        ((1000, 3000), "bf16", (64, 32), 64, (1, 8), True, 5),
+        ((1000, 3000), "fp16", (64, 16), 32, (4, 2), True, None),
+    ],
+    ids=[
+        "seed-2x4",
+        "seed-8x1-baseline",
+        "seed-1x8-auto",
+        "partial-3x1",
+        "partial-bf16-swizzle64-1x8-512-byte-slices-5-clusters",
+        "partial-swizzle32-4x2-256-byte-slices",
+    ],
+)
+def test_larger_and_odd_clusters(x_shape, dtype, tile, swizzle, cluster, multicast, clusters):
+    """Clusters of 8 CTAs and of 3, X slices of exactly the 32B and 64B swizzles' repeats."""
+    from tmakit.check.run import verify_cluster_dot
+    from tmakit.runtime.launch import max_active_clusters
+
+    resident = max_active_clusters(size(cluster)) if clusters == "auto" else clusters
+    dot = ClusterDotPlan((size(cluster), *x_shape), dtype, tile, cluster, multicast, 3, swizzle=swizzle,
                          persistent_clusters=resident)  # fmt: skip
     verdict = verify_cluster_dot(dot)
     assert verdict.startswith("ok"), verdict

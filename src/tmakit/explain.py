@@ -95,10 +95,12 @@ def _configuration(plan: LoadPlan) -> dict[str, Any]:
 
 
 def _cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
-    per_strip, persistent = H200_HOT_L2_TIME_RATIO[tuple(multicast.cluster)]
+    measured = H200_HOT_L2_TIME_RATIO.get(tuple(multicast.cluster))  # None: a shape not measured
     return {
         "cluster": list(multicast.cluster),
-        "h200_hot_l2_time_ratio": {"one_cluster_per_strip": per_strip, "persistent_clusters": persistent},
+        "h200_hot_l2_time_ratio": None
+        if measured is None
+        else {"one_cluster_per_strip": measured[0], "persistent_clusters": measured[1]},
         "multicast_mask": multicast.multicast_mask,
         "expected_tx_bytes_per_cta": multicast.load.expected_tx_bytes,
         "ctas": [
@@ -351,10 +353,21 @@ def to_text(report: dict[str, Any]) -> str:
             "  the same time, and Nsight Compute counts about the same L2 read requests with multicast and",
             "  without: the identical requests are already served once, so multicast has no L2 traffic to",
             "  save. It adds a cluster barrier at the start and a drain at the exit of every CTA.",
-            f"  Measured (seed shape, L2 hot, 4 stages), time over the same kernel without multicast: "
-            f"{ratio['one_cluster_per_strip']:.2f}x",
-            f"  with one cluster per strip, {ratio['persistent_clusters']:.2f}x with persistent clusters "
-            "(benchmarks/results/multicast-hot-l2.json).",
+        ]
+        if ratio is None:
+            shapes = ", ".join(f"{r}x{c}" for r, c in H200_HOT_L2_TIME_RATIO)
+            lines += [
+                f"  This shape was not measured on the H200 (measured: {shapes}; "
+                "benchmarks/results/multicast-hot-l2.json).",
+            ]
+        else:
+            lines += [
+                f"  Measured (seed shape, L2 hot, 4 stages), time over the same kernel without multicast: "
+                f"{ratio['one_cluster_per_strip']:.2f}x",
+                f"  with one cluster per strip, {ratio['persistent_clusters']:.2f}x with persistent clusters "
+                "(benchmarks/results/multicast-hot-l2.json).",
+            ]
+        lines += [
             "  Where it paid: CTAs that each combine the shared tile with their own rows (the cluster row",
             "  dot, plan.ClusterDotPlan), reading from DRAM, persistent clusters: without multicast the",
             "  same kernel took "

@@ -21,7 +21,13 @@ SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 is no swizzle (the seed's identity 
 # B of CuTe's Swizzle(B, 4, 3) on byte addresses for each TMA swizzle mode.
 SWIZZLE_BITS = {0: 0, 32: 1, 64: 2, 128: 3}
 SHARED_TILE_ALIGN = 128  # bytes: a TMA shared-memory destination
-SWIZZLED_TILE_ALIGN = 1024  # bytes: a swizzled one (the pattern repeats every 1024 bytes)
+# Bytes a TMA shared-memory destination must be aligned to, by swizzle mode: TMA swizzles by the
+# shared address, and the pattern repeats every 8 spans (256, 512, 1024 bytes), so a swizzled
+# destination starts at a repeat (CUDA C++ Programming Guide, the multi-dimensional TMA alignment
+# table). A part of a tile (a multicast slice) needs only its mode's, not the largest.
+SWIZZLE_DESTINATION_ALIGN = {0: SHARED_TILE_ALIGN, 32: 256, 64: 512, 128: 1024}
+# bytes: where tmakit places a whole swizzled tile, whatever its mode (the largest repeat)
+SWIZZLED_TILE_ALIGN = SWIZZLE_DESTINATION_ALIGN[128]
 STAGING_TILE_ALIGN = 1024  # bytes: a transposing copy's staging tiles, which TMA stores read
 VECTOR_BYTES = 16  # one 16-byte shared-memory access: the chunk the consumer mappings move
 BANK_ROW_BYTES = 128  # 32 banks x 4 bytes: rows a multiple of this long all start in bank 0
@@ -43,6 +49,9 @@ MAX_PIXELS_PER_COLUMN = 1024  # pixelsPerColumn: pixels of one im2col box
 WARP_THREADS = 32
 SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request
 MBARRIER_BYTES = 8  # one 64-bit mbarrier
+# CTAs of a portable thread-block cluster: every sm_90 launch may use up to 8; 16 needs the
+# kernel's non-portable-cluster-size attribute, which tmakit's launches do not set.
+MAX_CLUSTER_SIZE = 8
 MAX_CONSUMER_WARPS = 31  # a block of at most 1024 threads: one producer warp + 31
 MAX_GRID_X = (1 << 31) - 1  # gridDim.x
 MAX_GRID_Y = 65535  # gridDim.y, where the tile-load kernel puts the batch

@@ -21,7 +21,7 @@ from .copy import CopyOptions, CopyPlan, check_copy_shape, copy_class, copy_dest
 from .im2col import IM2COL_DTYPES, Im2colPlan
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
-from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan
+from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster
 from .reduce import REDUCE_DTYPES, REDUCE_OPS, ReducePlan, check_reduce, reduce_class, reduce_pairs
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 from .timeline import TimelineLayout
@@ -50,6 +50,7 @@ __all__ = [
     "TransposeMapping",
     "ceil_div",
     "check_run_time_extents",
+    "check_cluster",
     "check_copy_shape",
     "check_reduce",
     "copy_class",

@@ -15,7 +15,7 @@ from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import MAX_GRID_X
 from .load import LoadPlan
-from .multicast import ClusterLaunch, MulticastPlan
+from .multicast import ClusterLaunch, MulticastPlan, check_cluster
 from .ring import PipelinePlan, TileWalk, check_stages, check_walk, stages_fitting
 
 DOT_DTYPES = ("fp16", "bf16")  # inputs; the products are summed in fp32
@@ -52,7 +52,9 @@ class ClusterDotPlan(ClusterLaunch):
     barrier expects `consumer_warps` arrivals from every CTA the X tile is multicast to. The
     `multicast=False` baseline is the same kernel, cluster and launch, each CTA loading the whole
     X tile itself. `persistent_clusters`: that many clusters stay resident and walk the strips
-    (`walk`); None: one cluster per (batch group, strip)."""
+    (`walk`); None: one cluster per (batch group, strip). `cluster`: any shape of 2 to 8 CTAs
+    (`MulticastPlan`'s rule; X's slices need tile rows that split over the cluster, each slice
+    aligned as TMA asks for the swizzle)."""
 
     shape: tuple[int, int, int]
     dtype: str = "fp16"
@@ -65,10 +67,11 @@ class ClusterDotPlan(ClusterLaunch):
     swizzle: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("shape", "tile", "cluster"):
+        for name in ("shape", "tile"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "cluster", check_cluster(self.cluster))
         if len(self.shape) != 3:
             raise TmaConfigError(
                 f"shape {self.shape}: the cluster dot takes A as (B, M, K), 3 extents; "

@@ -17,6 +17,7 @@ from ..limits import (
     MBARRIER_BYTES,
     SHARED_TILE_ALIGN,
     SWIZZLE_BITS,
+    SWIZZLE_DESTINATION_ALIGN,
     SWIZZLED_TILE_ALIGN,
     WARP_THREADS,
 )
@@ -165,9 +166,16 @@ class LoadPlan:
 
     @property
     def tile_alignment(self) -> int:
-        """Byte alignment of the shared tile: TMA destinations need 128, swizzled ones 1024
-        (the swizzle pattern is a function of the address bits up to 1024)."""
+        """Byte alignment tmakit gives the shared tile: 128 (a TMA destination's), swizzled
+        1024 whatever the mode (the largest repeat of a swizzle pattern)."""
         return SWIZZLED_TILE_ALIGN if self.config.swizzle else SHARED_TILE_ALIGN
+
+    @property
+    def destination_alignment(self) -> int:
+        """The alignment TMA itself asks of a shared destination in this tile's layout: 128 bytes,
+        or the swizzle's repeat (256, 512, 1024 bytes for 32B, 64B, 128B). A part of the tile
+        that TMA writes on its own (a multicast slice) must start at a multiple of it."""
+        return SWIZZLE_DESTINATION_ALIGN[self.config.swizzle]
 
     @property
     def smem_bytes(self) -> int:

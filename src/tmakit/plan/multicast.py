@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import TmaConfigError
-from ..limits import MAX_GRID_X
+from ..limits import MAX_CLUSTER_SIZE, MAX_GRID_X
+from ..validate import whole_numbers
 from .load import LoadPlan
 from .ring import PipelinePlan, TileWalk, check_walk
 from .timeline import TimelineLayout
 
-CLUSTER_SHAPES = ((1, 2), (2, 1), (2, 2), (1, 4))  # the original author's examples
+
+def check_cluster(cluster: object) -> tuple[int, int]:
+    """`cluster` as (CTAs along x, CTAs along y) if a cluster kernel takes it: 2 to
+    `MAX_CLUSTER_SIZE` CTAs in all, any arrangement (the CTA ranks, the mask and the slices
+    follow the rank, x fastest, whatever the shape). TmaConfigError naming the rule otherwise."""
+    columns, rows = whole_numbers(cluster, "cluster", 2, "(1, 2) for 1x2")
+    name = f"{columns}x{rows}"
+    if min(columns, rows) < 1:
+        raise TmaConfigError(f"cluster {name} has no CTAs along one side; give each side 1 or more CTAs")
+    size = columns * rows
+    if size < 2:
+        raise TmaConfigError(
+            f"cluster {name} is one CTA; a cluster shares each tile between 2 to {MAX_CLUSTER_SIZE} CTAs: "
+            "give e.g. 1x2"
+        )
+    if size > MAX_CLUSTER_SIZE:
+        raise TmaConfigError(
+            f"cluster {name} is {size} CTAs; a portable cluster holds at most {MAX_CLUSTER_SIZE} (more "
+            f"needs the non-portable cluster opt-in, which tmakit's launches do not set): give a shape of "
+            f"2 to {MAX_CLUSTER_SIZE} CTAs, e.g. 2x4"
+        )
+    return columns, rows
+
+
+# Every cluster shape the cluster kernels take (`check_cluster`), smallest clusters first.
+CLUSTER_SHAPES = tuple(
+    (columns, size // columns)
+    for size in range(2, MAX_CLUSTER_SIZE + 1)
+    for columns in range(1, size + 1)
+    if size % columns == 0
+)
 # How a ring's consumer warp frees a stage in every CTA of its cluster (`TileRing.release`):
 # "elected-cluster": one elected lane arrives on each CTA's empty barrier in turn, each arrival
 #   a release at cluster scope (tmakit's first protocol);
@@ -58,7 +90,13 @@ class MulticastPlan(ClusterLaunch):
     its slice of every tile and multicasts it to all CTAs of the cluster, so every CTA's barrier
     expects the whole tile's bytes. `multicast=False` is the baseline: the same CTAs, each loading
     the whole tile itself. `stages` > 1 runs each CTA as an N-stage ring (`pipeline`): a producer
-    warp and a consumer warp, a stage reused only once every CTA's consumer released it."""
+    warp and a consumer warp, a stage reused only once every CTA's consumer released it.
+
+    `cluster` is (CTAs along x, CTAs along y), any shape of 2 to 8 CTAs (`check_cluster`; 1x2,
+    4x2, 3x1, ...): CTA rank r = x + y * columns issues tile rows r * `slice_rows` to
+    (r + 1) * `slice_rows` and every mask names all ranks, so only the size matters to the
+    slices. A slice must start where TMA accepts a destination: 128 bytes, or swizzled the
+    swizzle's repeat (256, 512, 1024 bytes for 32B, 64B, 128B; `LoadPlan.destination_alignment`)."""
 
     load: LoadPlan
     cluster: tuple[int, int] = (1, 2)
@@ -70,9 +108,7 @@ class MulticastPlan(ClusterLaunch):
     persistent_clusters: int | None = None
 
     def __post_init__(self) -> None:
-        if tuple(self.cluster) not in CLUSTER_SHAPES:
-            shapes = ", ".join(f"{rows}x{cols}" for rows, cols in CLUSTER_SHAPES)
-            raise TmaConfigError(f"cluster {'x'.join(map(str, self.cluster))} is not one of {shapes}")
+        object.__setattr__(self, "cluster", check_cluster(self.cluster))
         if self.stages > 1:
             self.pipeline  # noqa: B018 - validates the stage count
         if self.persistent_clusters is not None:
@@ -102,10 +138,15 @@ class MulticastPlan(ClusterLaunch):
                 f"tile rows {self.load.config.tile[0]} do not split into {self.cluster_size} equal slices "
                 "(one per CTA of the cluster)"
             )
-        if self.issued_bytes_per_cta % self.load.tile_alignment:
+        alignment = self.load.destination_alignment
+        if self.issued_bytes_per_cta % alignment:
+            swizzle = self.load.config.swizzle
+            why = f"the {swizzle}B swizzle's pattern repeats every {alignment} bytes" if swizzle else "TMA's"
+            row_bytes = self.load.expected_tx_bytes // self.load.config.tile[0]
+            rows = self.cluster_size * alignment // math.gcd(alignment, row_bytes)
             raise TmaConfigError(
                 f"each CTA's slice is {self.issued_bytes_per_cta} bytes; its shared destination must stay "
-                f"{self.load.tile_alignment}-byte aligned (use more tile rows)"
+                f"{alignment}-byte aligned ({why}): use tile rows a multiple of {rows}"
             )
 
     @property
