@@ -24,15 +24,15 @@ import tempfile
 
 def cases(quick: bool) -> list[dict]:
     """The grid: plan fields as JSON-able dicts (tile None: the plan's default)."""
-    sizes = (1, 2, 3, 5) if quick else (1, 2, 3, 4, 5)
-    kernels = (1, 2, 3, (1, 2), (2, 1), (1, 3))
+    sizes = (1, 2, 3) if quick else (1, 2, 3, 4, 5)
+    kernels = (1, 2, (1, 2)) if quick else (1, 2, 3, (1, 2), (2, 1), (1, 3))
     out = []
     for batch, height, width, channels, kernel, stride, padding, dilation in itertools.product(
-        (1, 2), sizes, sizes, (8, 16), kernels, (1, 2), (0, 1), (1, 2)
+        (1, 2), sizes, sizes, (8, 16), kernels, (1, 2), (0, 1), (1,) if quick else (1, 2)
     ):
-        if quick and (dilation == 2 and kernel == 1):
+        if dilation == 2 and kernel == 1:
             continue
-        for tile in (None, (1, 8), (2, 8)):
+        for tile in (None, (2, 8)) if quick else (None, (1, 8), (2, 8)):
             out.append(
                 dict(
                     shape=[batch, height, width, channels],
