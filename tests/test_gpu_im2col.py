@@ -33,6 +33,13 @@ CASES = [
     ((2, 10, 10, 8), "fp32", (2, 3), 3, (0, 1), 1),  # 32-byte rows: the 32B swizzle; stride 3
     ((1, 20, 20, 16), "fp16", 7, 2, 3, 1),  # a stem-like 7x7, stride 2, padding 3
     ((2, 9, 11, 64), "bf16", (3, 2), (1, 2), (2, 1), (2, 3)),  # everything uneven
+    # Small patch matrices, whose one default box CuTe's im2col atom cannot tile: the plan splits
+    # the rows into two row blocks, or the channels into two tiles.
+    ((1, 5, 5, 16), "fp16", 1, 1, 0, 1),  # 25 rows: two boxes of 13 pixels
+    ((1, 1, 1, 16), "fp16", 1, 1, 1, 1),  # one pixel padded: 9 rows, all but one zero fill
+    ((1, 1, 2, 16), "fp16", 1, 1, 0, 1),  # 2 rows: two channel tiles of 8
+    ((2, 1, 1, 8), "fp32", 1, 1, 0, 1),  # 2 rows: two channel tiles of 4
+    ((1, 1, 5, 8), "bf16", 1, 2, 0, 1),  # 3 rows: boxes of 2 pixels, stored as 1-D runs
 ]
 BITS = {2: np.uint16, 4: np.uint32}
 # Bit masks that keep a value finite, positive and normal: the exponent's top bit cleared, its
@@ -129,3 +136,41 @@ def test_refusals_come_before_any_launch_on_gpu_tensors():
     x = torch.zeros((1, 8, 8, 16), dtype=torch.float16, device="cuda").permute(0, 2, 1, 3)
     with pytest.raises(tmakit.TmaConfigError, match="contiguous NHWC"):
         tmakit.im2col(x, 3)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, kernel, dilation",
+    [((1, 1, 1, 8), "fp16", 1, 1), ((2, 1, 1, 8), "bf16", (1, 1), 2), ((1, 1, 2, 4), "fp32", 1, 1)],
+)
+def test_a_1x1_too_small_for_the_im2col_atom_is_x_as_rows(shape, dtype, kernel, dilation):
+    """A 1x1 stride-1 unpadded im2col of at most two pixels of one 16-byte chunk is x.reshape(N*H*W,
+    C): copied by TMA (`tmakit.copy_`), into a new tensor or `out`."""
+    torch = pytest.importorskip("torch")
+    element = DTYPES[dtype]
+    bits = position_bits(shape, dtype)
+    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
+        signed(torch, element.nbytes)
+    )
+    x = x.view(getattr(torch, element.torch_name)).cuda()
+    rows = math.prod(shape[:3])
+    out = tmakit.im2col(x, kernel, dilation=dilation)
+    torch.cuda.synchronize()
+    assert out.shape == (rows, shape[3]) and out.dtype == x.dtype
+    assert torch.equal(
+        out.view(signed(torch, element.nbytes)), x.reshape(rows, -1).view(signed(torch, element.nbytes))
+    )
+    given = torch.full((rows, shape[3]), -1, dtype=signed(torch, element.nbytes), device="cuda").view(x.dtype)
+    assert tmakit.im2col(x, kernel, dilation=dilation, out=given) is given
+    torch.cuda.synchronize()
+    assert torch.equal(
+        given.view(signed(torch, element.nbytes)), x.reshape(rows, -1).view(signed(torch, element.nbytes))
+    )
+
+
+def test_a_patch_matrix_of_one_row_is_refused_before_any_launch_on_gpu_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((1, 3, 3, 16), dtype=torch.float16, device="cuda")
+    with pytest.raises(tmakit.TmaConfigError, match=r"one row .*x\[:, 0:3, 0:3\]\.reshape\(1, 144\)"):
+        tmakit.im2col(x, 3)
+    with pytest.raises(tmakit.TmaConfigError, match=r"x\[:, 0:1:2, 0:3:2\]\.reshape\(2, 8\)"):
+        tmakit.im2col(torch.zeros((1, 1, 3, 8), dtype=torch.float16, device="cuda"), 1, stride=2)

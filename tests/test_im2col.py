@@ -72,9 +72,10 @@ def test_column_tiles_walk_channel_tiles_then_s_then_r():
     assert plan.tap_offsets(1, 2) == (2, 1)  # (w, h)
 
 
-def test_a_single_pixel_output_gets_a_box_of_one_pixel():
-    plan = Im2colPlan((1, 3, 3, 16), "fp16", 3)
-    assert plan.patch_shape == (1, 144) and plan.tile == (1, 16)
+def test_a_single_pixel_output_is_refused_naming_what_to_compute_instead():
+    # One row needs a one-row store box and a load box of 2+ pixels: CuTe's im2col atom has none.
+    with pytest.raises(TmaConfigError, match=r"is \(1, 144\): one row .*x\[:, 0:3, 0:3\]\.reshape\(1, 144\)"):
+        Im2colPlan((1, 3, 3, 16), "fp16", 3)
 
 
 def test_the_window_corner_of_a_row_is_its_first_taps_input_pixel():

@@ -40,7 +40,7 @@ IM2COL_CORNER_RANGE = {
     4: (-(1 << 7), (1 << 7) - 1),
     5: (-(1 << 4), (1 << 4) - 1),
 }
-IM2COL_OFFSET_MAX = (1 << 16) - 1  # a filter tap's offset (im2colOffsets) is a 16-bit field
+IM2COL_OFFSET_MAX = (1 << 16) - 1  # a tap's offset (im2colOffsets), 16 bits: corners in range bind first
 MAX_ELEMENT_STRIDE = 8  # elementStrides[i] (the convolution stride) is 1..8
 MAX_CHANNELS_PER_PIXEL = 256  # channelsPerPixel: elements of the inner (channel) box extent
 MAX_PIXELS_PER_COLUMN = 1024  # pixelsPerColumn: pixels of one im2col box
