@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import MAX_GRID_X
+from ..validate import check_field_types
 from .load import LoadPlan
 from .multicast import ClusterLaunch, MulticastPlan, check_cluster
 from .ring import PipelinePlan, TileWalk, check_stages, check_walk, stages_fitting
@@ -56,7 +57,7 @@ class ClusterDotPlan(ClusterLaunch):
     (`MulticastPlan`'s rule; X's slices need tile rows that split over the cluster, each slice
     aligned as TMA asks for the swizzle)."""
 
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]  # (B, M, K)
     dtype: str = "fp16"
     tile: tuple[int, int] = (64, 128)
     cluster: tuple[int, int] = (1, 2)
@@ -67,11 +68,8 @@ class ClusterDotPlan(ClusterLaunch):
     swizzle: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("shape", "tile"):
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "cluster", check_cluster(self.cluster))
+        check_field_types(self)
         if len(self.shape) != 3:
             raise TmaConfigError(
                 f"shape {self.shape}: the cluster dot takes A as (B, M, K), 3 extents; "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import TmaConfigError
 from ..limits import MAX_CLUSTER_SIZE, MAX_GRID_X
-from ..validate import whole_numbers
+from ..validate import check_field_types, whole_numbers
 from .load import LoadPlan
 from .ring import PipelinePlan, TileWalk, check_walk
 from .timeline import TimelineLayout
@@ -109,6 +109,7 @@ class MulticastPlan(ClusterLaunch):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", check_cluster(self.cluster))
+        check_field_types(self)
         if self.stages > 1:
             self.pipeline  # noqa: B018 - validates the stage count
         if self.persistent_clusters is not None:
