@@ -282,3 +282,25 @@ def test_the_disk_cache_serves_a_fresh_process(tmp_path):
         f"first process: compiled in {first_build} s (first call {first_seconds} s); fresh process: "
         f"loaded from disk in {second_build} s (first call {second_seconds} s)"
     )
+
+
+def test_overlapping_views_copy_exactly_or_are_refused_on_every_path():
+    """Disjoint halves of one tensor copy exactly; a destination partly overlapping its source is
+    refused on the lookup and on the fast path alike (the call repeated, then shifted)."""
+    import torch
+
+    square = torch.arange(256 * 512, device="cuda", dtype=torch.int32).view(256, 512).to(torch.float32)
+    expected = square.clone()
+    expected[:, :256] = expected[:, 256:]
+    for _ in range(3):  # the third call goes through the fast path
+        tmakit.copy_(square[:, :256], square[:, 256:])
+    assert torch.equal(square, expected)
+    memory = torch.arange(4160 * 2, device="cuda", dtype=torch.int16).view(torch.float16)
+    before = memory.clone()
+    same = memory[:4096].view(64, 64)
+    for _ in range(3):
+        tmakit.copy_(same, same)  # the very same view: every element copied onto itself
+        with pytest.raises(TmaConfigError, match="partly overlaps"):
+            tmakit.copy_(memory[64:].view(64, 64), memory[:4096].view(64, 64))
+    torch.cuda.synchronize()
+    assert torch.equal(memory.view(torch.int16), before.view(torch.int16))
