@@ -301,6 +301,6 @@ def test_overlapping_views_copy_exactly_or_are_refused_on_every_path():
     for _ in range(3):
         tmakit.copy_(same, same)  # the very same view: every element copied onto itself
         with pytest.raises(TmaConfigError, match="partly overlaps"):
-            tmakit.copy_(memory[64:].view(64, 64), memory[:4096].view(64, 64))
+            tmakit.copy_(memory[64 : 64 + 4096].view(64, 64), memory[:4096].view(64, 64))
     torch.cuda.synchronize()
     assert torch.equal(memory.view(torch.int16), before.view(torch.int16))

@@ -57,6 +57,9 @@ COPY_TILE_ROW_BYTES = 512
 TRANSPOSE_TILE_BYTES = 32 * 1024
 BYTES_IN_FLIGHT = 64 * 1024
 MIN_STAGES = 4
+# A ring of tiny tiles stays this deep: each stage is unrolled at compile time, and past this many
+# the loads in flight are bounded by their count, not their bytes.
+MAX_DEFAULT_STAGES = 32
 MIN_STORES_IN_FLIGHT = 2
 TRANSPOSE_CONSUMER_WARPS = 4
 # A compact copy's rows view: tiles of 32 KiB while that leaves at least 4 tiles per SM, else
@@ -87,8 +90,9 @@ def rows_view_tile(rows: int, width: int, nbytes: int, sm_count: int) -> tuple[i
 
 
 def copy_stages(tile_bytes: int) -> int:
-    """Default ring depth: about `BYTES_IN_FLIGHT` of loads in flight per block."""
-    return max(MIN_STAGES, BYTES_IN_FLIGHT // tile_bytes)
+    """Default ring depth: about `BYTES_IN_FLIGHT` of loads in flight per block, at most
+    `MAX_DEFAULT_STAGES` stages."""
+    return min(MAX_DEFAULT_STAGES, max(MIN_STAGES, BYTES_IN_FLIGHT // tile_bytes))
 
 
 @dataclass(frozen=True)
