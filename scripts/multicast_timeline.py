@@ -1,4 +1,4 @@
-"""Where the multicast ring's time goes (issue #23), on the GPU machine.
+"""Where the multicast ring's time goes, on the GPU machine.
 
     python3 scripts/multicast_timeline.py --out DIR [--clusters 1x2,2x2] [--protocols ...]
         [--stages 4,7] [--walks strip,auto]
@@ -93,7 +93,7 @@ def main() -> int:
     plan = LoadPlan(SEED)
     depths = [int(s) for s in args.stages.split(",") if s]
     summary: dict = {
-        "what": "multicast ring timeline (issue #23): seed shape, L2 hot, load-only rings",
+        "what": "multicast ring timeline: seed shape, L2 hot, load-only rings",
         "shape": list(SEED.shape),
         "tile": list(SEED.tile),
         "stages": depths,

@@ -1,4 +1,4 @@
-"""Bad inputs to the torch/numpy API (#19): each is refused with a TmaConfigError that names the
+"""Bad inputs to the torch/numpy API: each is refused with a TmaConfigError that names the
 value, the rule and the fix, before anything compiles or launches and before CUDA device properties
 are read; torch missing is an ImportError naming the `gpu` extra. CPU only, but for the `gpu` tests
 at the end: the torch tests run where torch is installed (CI installs a CPU build) and skip where it

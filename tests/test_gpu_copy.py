@@ -1,6 +1,5 @@
 """TMA store and tmakit.copy on the device: a 100-configuration random sweep (every dtype x
-swizzle x layout cell, partial tiles, 1/2/4 stages, persistent or not) and the torch API (both
-passed on the H200 on 2026-12-02, gpu-check-64e5a76)."""
+swizzle x layout cell, partial tiles, 1/2/4 stages, persistent or not) and the torch API."""
 
 import math
 import random
@@ -104,7 +103,7 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
 
 def test_compact_tensors_copy_as_rows_of_their_memory():
     """Contiguous tensors of any shape through the rows view; sizes from a few rows to 64 MiB, 1-,
-    2- and 4-byte types, bit-exact, destination poisoned (first passed on the H200 at 4c44ab7)."""
+    2- and 4-byte types, bit-exact, destination poisoned."""
     import torch
 
     for shape, dtype in [

@@ -1,5 +1,4 @@
-"""Multicast on the device: every CTA of every cluster holds every complete tile (the single-tile
-kernel passed on the H200 on 2026-12-02, gpu-check-9cbc5e1)."""
+"""Multicast on the device: every CTA of every cluster holds every complete tile."""
 
 import pytest
 

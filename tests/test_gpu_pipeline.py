@@ -94,7 +94,7 @@ print(verify_pipelined_load(pipeline, "store", hang_guard=True, {knob}))
 )
 def test_race_variants_are_caught(persistent, knob):
     """A frozen parity returns at once on stale data (one stage makes it race the very next load):
-    the verification must catch it. Too few bytes: on the H200 (2026-12-02) a 16-byte undercount
+    the verification must catch it. Too few bytes: on the H200 a 16-byte undercount
     of a 32 KiB tile never completed a phase - TMA's completions stepped the tx count past zero
     without landing on it - so the hang guard caught it; were the bytes to land on zero first, the
     phase would complete early and the verification must catch the race instead. Run in a

@@ -439,7 +439,7 @@ def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
     torch.library.opcheck(op, args())
 
 
-# -- errors (item 5) ------------------------------------------------------------------------------
+# -- errors ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "call, name",
     [

@@ -103,7 +103,7 @@ def copy_kwargs(options: str) -> dict[str, Any]:
     return CopyOptions.parse(options).changed()
 
 
-# -- the checks of item 5: tensors without memory, tensors off the GPU while tracing ----------------
+# -- tensors without memory, tensors off the GPU while tracing ---------------------------------------
 def refuse_memoryless(op: str, **tensors: torch.Tensor) -> None:
     """A real implementation's check: a fake tensor (a trace's: a device, no memory) or a meta
     tensor raises TmaConfigError. Through torch's dispatcher neither arrives here (a fake

@@ -9,7 +9,7 @@ bits. Each element receives exactly one reduction (d = d op s), so:
 - float add is one rounding to nearest even of the exact sum (computed in float64, whose 53 bits
   make the rounding to f32/f16/bf16 after it exact: 53 >= 2p + 2);
 - subnormals (`FLUSHES_SUBNORMALS`): no reduce add flushes them - every subnormal input and
-  result is kept, as IEEE 754 has it. Seen on the H200 (tests/test_gpu_reduce.py, 2026-12-03):
+  result is kept, as IEEE 754 has it. Seen on the H200 (tests/test_gpu_reduce.py):
   f32 adds of subnormals came out exact. The PTX ISA's text for the non-tensor reduce says
   otherwise for f32 ("the current implementation of cp.reduce.async.bulk.add.f32 flushes subnormal
   inputs and results to sign-preserving zero"; its f16/bf16 adds are `.noftz`); the tensor form's
