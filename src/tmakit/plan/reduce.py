@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from ..config import DTYPES
 from ..errors import TmaConfigError
 from ..validate import check_field_types, one_of, type_name
-from .copy import CopyOptions, CopyPlan, copy_class
+from .copy import CopyOptions, CopyPlan
+from .copy_class import copy_class
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
