@@ -12,7 +12,8 @@ import pytest
 from tmakit import TmaConfigError
 from tmakit.model.im2col import box_values, im2col_box, patch_matrix
 from tmakit.plan import Im2colPlan
-from tmakit.plan.im2col import default_channel_tile, output_extent
+from tmakit.plan.im2col import output_extent
+from tmakit.plan.im2col_rules import default_channel_tile
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.launch import compile_im2col
 

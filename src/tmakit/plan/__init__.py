@@ -19,7 +19,8 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 from .cluster_dot import DOT_DTYPES, ClusterDotPlan, StripWalk
 from .copy import CopyOptions, CopyPlan
 from .copy_class import check_copy_shape, copy_class, copy_destination, stand_in_config
-from .im2col import IM2COL_DTYPES, Im2colPlan, Im2colTooSmall
+from .im2col import Im2colPlan
+from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster

@@ -23,64 +23,25 @@ from ..config import DTYPES, LoadConfig
 from ..errors import TmaConfigError
 from ..limits import (
     DEFAULT_SM_COUNT,
-    GLOBAL_STRIDE_ALIGN,
-    IM2COL_CORNER_RANGE,
-    INNER_BOX_ALIGN,
-    MAX_BOX_EXTENT,
-    MAX_CHANNELS_PER_PIXEL,
-    MAX_ELEMENT_STRIDE,
-    MAX_PIXELS_PER_COLUMN,
-    MAX_SPECIALISED_ELEMENTS,
     SWIZZLE_MODES,
 )
-from ..validate import MAX_EXTENT, optional_whole_number, type_name, whole_number, whole_numbers
+from ..validate import optional_whole_number, type_name, whole_number, whole_numbers
 from .copy import CopyPlan, copy_stages
+from .im2col_rules import (
+    check_activation,
+    check_dtype,
+    check_one_box_at_least,
+    check_size,
+    check_tile,
+    check_window,
+    default_channel_tile,
+    pair,
+)
 from .load import LoadPlan, ceil_div
 from .ring import PipelinePlan
 
-IM2COL_DTYPES = ("fp16", "bf16", "fp32")
-IM2COL_RANK = 4  # (N, H, W, C): 2-D convolutions
 # 128 output pixels a box: the M extent of a Hopper GEMM tile; the store's box caps it at 256.
 IM2COL_TILE_PIXELS = 128
-# At most one 128-byte swizzle span of channels a box (64 fp16/bf16, 32 fp32).
-IM2COL_TILE_CHANNEL_BYTES = 128
-
-
-# What each convolution argument's message offers as an example: an int, then a (height, width) pair.
-PAIR_EXAMPLES = {
-    "kernel": (3, (3, 5)),
-    "stride": (2, (2, 1)),
-    "padding": (1, (1, 0)),
-    "dilation": (2, (2, 1)),
-}
-
-
-def pair(value: object, name: str, minimum: int) -> tuple[int, int]:
-    """An int or a pair of ints (numpy integers too), as torch's conv arguments take them, as
-    (height, width); a bool, float, string or anything else is refused naming `name`."""
-    one, two = PAIR_EXAMPLES[name]
-    example = f"{name}={one} or {name}={two}"
-    if isinstance(value, tuple | list):
-        if len(value) != 2:
-            raise TmaConfigError(
-                f"{name} {value!r} has {len(value)} values; a 2-D convolution takes one int or "
-                f"(height, width): pass e.g. {example}"
-            )
-        values = value
-    else:
-        values = (value, value)
-    try:
-        height, width = (whole_number(v, name) for v in values)
-    except TmaConfigError:
-        raise TmaConfigError(
-            f"{name} {value!r} is not an int or a pair of ints (it is a {type_name(value)}); "
-            f"pass e.g. {example}"
-        ) from None
-    if min(height, width) < minimum:
-        raise TmaConfigError(
-            f"{name} {(height, width)} has a value below {minimum}; each must be >= {minimum}"
-        )
-    return height, width
 
 
 # `Im2colPlan.parse`'s names: each an int or HxW (kernel, stride, padding, dilation), PIXELSxCHANNELS
@@ -92,17 +53,6 @@ IM2COL_FIELDS = {"kernel": "filter", "stride": "stride", "padding": "padding", "
 def output_extent(size: int, taps: int, stride: int, padding: int, dilation: int) -> int:
     """Output pixels along one dim (torch's formula): window corners that fit, every `stride`th."""
     return (size + 2 * padding - dilation * (taps - 1) - 1) // stride + 1
-
-
-def default_channel_tile(channels: int, nbytes: int, below: int | None = None) -> int | None:
-    """The widest channel tile that divides C, is whole 16-byte chunks and at most one 128-byte
-    swizzle span (and narrower than `below` where given); None when C has none (its rows are not
-    16-byte multiples)."""
-    widest = IM2COL_TILE_CHANNEL_BYTES // nbytes if below is None else below - 1
-    for tile in range(widest, 0, -1):
-        if channels % tile == 0 and tile * nbytes % INNER_BOX_ALIGN == 0:
-            return tile
-    return None
 
 
 @dataclass(frozen=True)
@@ -135,12 +85,12 @@ class Im2colPlan:
         fix(self, "stages", optional_whole_number(self.stages, "stages", 1))
         fix(self, "sm_count", whole_number(self.sm_count, "sm_count", 1))
         check_activation(self.shape, self.dtype)
-        self._check_window()
-        self._check_size()
-        self._check_one_box_at_least()
+        check_window(self)
+        check_size(self)
+        check_one_box_at_least(self)
         if self.tile is None:
             fix(self, "tile", self._default_tile())
-        self._check_tile()
+        check_tile(self)
         if self.stages is None:
             deepest = PipelinePlan(self.patch_load, 1, persistent=True, sm_count=self.sm_count).max_stages
             fix(self, "stages", min(copy_stages(self.expected_tx_bytes), deepest))
@@ -178,85 +128,6 @@ class Im2colPlan:
             raise TmaConfigError(f"im2col {text!r} names no kernel; e.g. kernel=3,padding=1")
         return cls(shape, dtype, sm_count=sm_count, **fields)  # type: ignore[arg-type]
 
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_window(self) -> None:
-        """The descriptor's fields: conv strides and corners in their ranges, and at least one
-        output pixel each way. (A tap's offset, a 16-bit field, never binds: corners in range
-        keep the dilated filter within 255 pixels.)"""
-        low, high = IM2COL_CORNER_RANGE[IM2COL_RANK]
-        for dim, name in ((0, "height"), (1, "width")):
-            stride, padding = self.stride[dim], self.padding[dim]
-            taps, dilation = self.filter[dim], self.dilation[dim]
-            span = (taps - 1) * dilation  # the last tap's offset
-            if stride > MAX_ELEMENT_STRIDE:
-                raise TmaConfigError(
-                    f"stride {stride} along {name}; an im2col tensor map's element stride is "
-                    f"1..{MAX_ELEMENT_STRIDE}: gather at stride 1 and subsample, or split the stride"
-                )
-            if -padding < low:
-                raise TmaConfigError(
-                    f"im2col lower corner along {name} is {-padding} (-padding); a rank-{IM2COL_RANK} "
-                    f"im2col tensor map takes corners in {low}..{high}: use less padding (at most {-low}), "
-                    "or pad the activation yourself (torch.nn.functional.pad) and pass less"
-                )
-            if padding - span < low:
-                widest = (padding - low) // (taps - 1)
-                raise TmaConfigError(
-                    f"im2col upper corner along {name} is {padding - span} (padding - (kernel - 1) * "
-                    f"dilation): {padding} - {taps - 1} * {dilation}; a rank-{IM2COL_RANK} im2col tensor "
-                    f"map takes corners in {low}..{high}, so the dilated filter may reach at most "
-                    f"{padding - low} pixels past its first tap: use a dilation of at most {widest} "
-                    "here, a smaller filter, or more padding"
-                )
-            if padding - span > high:
-                raise TmaConfigError(
-                    f"im2col upper corner along {name} is {padding - span} (padding - (kernel - 1) * "
-                    f"dilation); a rank-{IM2COL_RANK} im2col tensor map takes corners in {low}..{high}: "
-                    "use less padding, or pad the activation yourself (torch.nn.functional.pad)"
-                )
-            if self.output_shape[dim] < 1:
-                raise TmaConfigError(
-                    f"the {name} {self.shape[1 + dim]} with padding {padding} is smaller than the "
-                    f"dilated filter ({span + 1}): no output pixel; pad more or use a smaller filter"
-                )
-
-    def _check_size(self) -> None:
-        """The patch matrix TMA addresses and the kernel compiled for its shape can take: rows and
-        columns within TMA's signed 32-bit coordinates, at most 2^32 elements (activation and
-        patch matrix); the fix is fewer images a call."""
-        batch, height, width, channels = self.shape
-        rows, cols = self.patch_shape
-        per_image = rows // batch
-        images = min(
-            MAX_EXTENT // per_image,
-            MAX_SPECIALISED_ELEMENTS // (per_image * cols),
-            MAX_SPECIALISED_ELEMENTS // (height * width * channels),
-        )
-        split = (
-            f"call it on at most {images} images at a time (x[i:i + {images}]); their patch "
-            "matrices stack in order"
-            if images >= 1
-            else "one image is already too large: split the activation into bands of rows (with the "
-            "filter's overlap) or the channels into groups"
-        )
-        if cols > MAX_EXTENT:
-            raise TmaConfigError(
-                f"the patch matrix has K = R*S*C = {cols} columns; TMA's coordinates are signed 32-bit, "
-                f"so at most {MAX_EXTENT} (2^31): split the channels into groups and gather each"
-            )
-        if rows > MAX_EXTENT:
-            raise TmaConfigError(
-                f"the patch matrix has M = N*P*Q = {batch} * {per_image} = {rows} rows; TMA's "
-                f"coordinates are signed 32-bit, so at most {MAX_EXTENT} (2^31): {split}"
-            )
-        elements = max(rows * cols, batch * height * width * channels)
-        if elements > MAX_SPECIALISED_ELEMENTS:
-            what = "patch matrix" if rows * cols >= batch * height * width * channels else "activation"
-            raise TmaConfigError(
-                f"the {what} has {elements} elements; tmakit.im2col compiles a kernel for one shape, "
-                f"which handles at most {MAX_SPECIALISED_ELEMENTS} (2^32): {split}"
-            )
-
     @property
     def is_reshape(self) -> bool:
         """A 1x1 filter at stride 1 with no padding: the patch matrix is the activation itself,
@@ -280,33 +151,6 @@ class Im2colPlan:
         h, w = (f"0:{stop}" if step == 1 else f"0:{stop}:{step}" for stop, step in spans)
         return f"{source}[:, {h}, {w}].reshape({rows}, {cols})"
 
-    def _check_one_box_at_least(self) -> None:
-        """What CuTe's im2col atom (DSL 4.8.1) cannot build, refused before it aborts or raises:
-        a box of one pixel has an empty G-basis (MLIRError "failed to compute a non-empty im2col
-        TMA G-basis"), and a patch matrix that is one box aborts the process (LLVM ERROR in
-        cute.crd2idx: the tiled view's static rest modes are all 1). A one-row patch matrix needs
-        both: its store's box must be one row (CuTe drops the extent-1 dim from the store's map),
-        its load's at least two pixels. A 1x1 filter over at most two pixels whose channels are one
-        16-byte chunk cannot leave one box either. (`tmakit.im2col` serves the 1x1 stride-1
-        unpadded ones as the copy they are.)"""
-        rows, _ = self.patch_shape
-        one_chunk = self.shape[3] * self.element.nbytes <= INNER_BOX_ALIGN
-        if rows == 1:
-            why = "one row (N = 1 image of P x Q = 1 x 1 output pixels)"
-        elif rows == 2 and self.taps == 1 and one_chunk:
-            why = (
-                f"2 rows of one 16-byte chunk ({self.shape[3]} {self.dtype}) and one tap: a single box, "
-                "which CuTe's im2col atom cannot tile"
-            )
-        else:
-            return
-        raise Im2colTooSmall(
-            f"the patch matrix of {self.shape} with kernel {self.filter} is {self.patch_shape}: {why}; "
-            "an im2col box needs 2 or more pixels and the patch matrix 2 or more boxes (CuTe's im2col "
-            f"atom builds no tensor map otherwise): compute it as {self.small_patch_expression()}",
-            self.is_reshape,
-        )
-
     def _default_tile(self) -> tuple[int, int]:
         """128 pixels (or fewer: two row blocks where one box would hold the whole patch matrix,
         which CuTe's im2col atom cannot tile) by the widest channel tile; a patch matrix of two
@@ -317,49 +161,8 @@ class Im2colPlan:
             return pixels, channels  # type: ignore[return-value]
         if rows >= 3:
             return ceil_div(rows, 2), channels
-        # Two rows (`_check_one_box_at_least` refused one chunk): the widest divisor of C below C.
+        # Two rows (`check_one_box_at_least` refused one chunk): the widest divisor of C below C.
         return pixels, default_channel_tile(self.shape[3], self.element.nbytes, below=channels)  # type: ignore[return-value]
-
-    def _check_tile(self) -> None:
-        pixels, channels = self.tile
-        nbytes, total_channels = self.element.nbytes, self.shape[3]
-        if not 1 <= pixels <= min(MAX_BOX_EXTENT, MAX_PIXELS_PER_COLUMN):
-            raise TmaConfigError(
-                f"tile of {pixels} pixels; pixelsPerColumn may be up to {MAX_PIXELS_PER_COLUMN}, and "
-                f"the tiled store of the same box takes at most {MAX_BOX_EXTENT} rows: "
-                f"use 2..{MAX_BOX_EXTENT}"
-            )
-        if pixels == 1:
-            raise TmaConfigError(
-                "tile of 1 pixel; CuTe's im2col atom builds no tensor map for a box of one pixel "
-                "(its G-basis is empty): use 2..256 pixels, or leave the tile out for tmakit's choice"
-            )
-        if not 1 <= channels <= MAX_CHANNELS_PER_PIXEL or channels * nbytes % INNER_BOX_ALIGN:
-            raise TmaConfigError(
-                f"tile of {channels} channels ({channels * nbytes} bytes); channelsPerPixel is "
-                f"1..{MAX_CHANNELS_PER_PIXEL} and a multiple of {INNER_BOX_ALIGN} bytes "
-                f"({INNER_BOX_ALIGN // nbytes} {self.dtype})"
-            )
-        if total_channels % channels:
-            raise TmaConfigError(
-                f"tile of {channels} channels does not divide C = {total_channels}; a box past the "
-                "last channel would store its zeros over the next tap's columns: use a divisor of C "
-                f"(default {default_channel_tile(total_channels, nbytes)})"
-            )
-        if channels * nbytes > IM2COL_TILE_CHANNEL_BYTES:
-            raise TmaConfigError(
-                f"tile of {channels} channels is {channels * nbytes} bytes; tmakit's im2col boxes are "
-                f"at most one {IM2COL_TILE_CHANNEL_BYTES}-byte swizzle span wide "
-                f"({IM2COL_TILE_CHANNEL_BYTES // nbytes} {self.dtype})"
-            )
-        if self.row_blocks == 1 and self.column_tiles == 1:
-            rows = self.patch_shape[0]
-            raise TmaConfigError(
-                f"tile {self.tile} holds the whole {self.patch_shape} patch matrix in one box; CuTe's "
-                "im2col atom cannot tile a patch matrix of one box (the process aborts): use at most "
-                f"{ceil_div(rows, 2)} pixels (two row blocks), fewer channels if C allows, or leave "
-                "the tile out for tmakit's choice"
-            )
 
     # -- the convolution ------------------------------------------------------------------------
     @property
@@ -500,47 +303,4 @@ class Im2colPlan:
                 # seed kernel's grid) is not how this runs.
                 *self.copy.summary().splitlines()[len(self.patch_load.summary().splitlines()) :],
             ]
-        )
-
-
-class Im2colTooSmall(TmaConfigError):
-    """A patch matrix too small for CuTe's im2col atom (`Im2colPlan._check_one_box_at_least`);
-    `is_reshape`: the convolution is a 1x1 stride-1 unpadded one, whose patch matrix is the
-    activation reshaped, which `tmakit.im2col` copies instead."""
-
-    def __init__(self, message: str, is_reshape: bool):
-        super().__init__(message)
-        self.is_reshape = is_reshape
-
-
-def check_dtype(dtype: object) -> None:
-    """One of `IM2COL_DTYPES`, by tmakit's name."""
-    if not (isinstance(dtype, str) and dtype in IM2COL_DTYPES):
-        shown = dtype if isinstance(dtype, str) else f"{dtype!r} ({type_name(dtype)})"
-        raise TmaConfigError(
-            f"dtype {shown}; tmakit.im2col takes {', '.join(IM2COL_DTYPES)} (tmakit's names: "
-            "pass e.g. 'fp16')"
-        )
-
-
-def check_activation(shape: tuple[int, ...], dtype: str) -> None:
-    """What the activation itself must be: NHWC of rank 4, fp16/bf16/fp32, every extent >= 1,
-    each pixel's channels a whole number of 16-byte chunks (the W stride, C elements, is a global
-    stride of the tensor map)."""
-    check_dtype(dtype)
-    if len(shape) != IM2COL_RANK:
-        raise TmaConfigError(
-            f"activation of shape {shape} has rank {len(shape)}; tmakit.im2col takes a 2-D convolution's "
-            "NHWC activation (N, H, W, C): add a batch dim of 1, or permute an NCHW tensor with "
-            ".permute(0, 2, 3, 1).contiguous()"
-        )
-    if min(shape) < 1:
-        raise TmaConfigError(f"activation of shape {shape} has an extent below 1; every extent must be >= 1")
-    channels, nbytes = shape[3], DTYPES[dtype].nbytes
-    if channels * nbytes % GLOBAL_STRIDE_ALIGN:
-        multiple = GLOBAL_STRIDE_ALIGN // nbytes
-        raise TmaConfigError(
-            f"C = {channels} channels of {dtype} is {channels * nbytes} bytes per pixel; the im2col "
-            f"tensor map's pixel stride must be a multiple of {GLOBAL_STRIDE_ALIGN} bytes: pad the "
-            f"channels to a multiple of {multiple} (zeros, e.g. F.pad(x, (0, {-channels % multiple})))"
         )
