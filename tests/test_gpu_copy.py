@@ -2,6 +2,7 @@
 swizzle x layout cell, partial tiles, 1/2/4 stages, persistent or not) and the torch API (both
 passed on the H200 on 2026-12-02, gpu-check-64e5a76)."""
 
+import importlib
 import math
 import random
 
@@ -49,7 +50,8 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
     pointer or mismatched destination after it must still be copied exactly or get a clear error."""
     import torch
 
-    dispatch = tmakit.api._SPECIALISED_COPIES if specialised else tmakit.api.copy_dispatch()
+    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
+    dispatch = api_copy._SPECIALISED_COPIES if specialised else api_copy.copy_dispatch()
     knobs = {"_specialised": True} if specialised else {}
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
