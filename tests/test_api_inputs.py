@@ -15,8 +15,13 @@ import numpy as np
 import pytest
 
 import tmakit
-from tmakit import TmaConfigError, api
+from tmakit import TmaConfigError
+from tmakit.api import load as api_load
+from tmakit.api import reduce as api_reduce
+from tmakit.api import tensors as api_tensors
 from tmakit.runtime.dispatch import CopyDispatch
+
+api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 GPU_EXTRA = re.escape("pip install 'tmakit[gpu]'")
 
@@ -30,9 +35,10 @@ def nothing_compiles(monkeypatch):
     """Any compile, launcher or device-properties read during a test fails it; each test has its own
     copy_ dispatch (nothing a test planned is found by the next)."""
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
-    monkeypatch.setattr(api, "copy_launcher", refuse)
-    monkeypatch.setattr(api, "compile_tile_load", refuse)
-    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "copy_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "copy_launcher", refuse)
+    monkeypatch.setattr(api_load, "compile_tile_load", refuse)
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -54,7 +60,7 @@ def host_as_gpu(torch, monkeypatch):
         reads.append(device)
         return SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
 
-    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     return reads
 
@@ -400,11 +406,12 @@ def test_padded_empty_pads_the_contiguous_dim(torch):
 @pytest.mark.gpu
 def test_gpu_empty_copy_and_refusals(torch, monkeypatch):
     monkeypatch.undo()  # the real device properties
-    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     cuda = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     empty = torch.zeros(0, 64, dtype=torch.float16, device="cuda")
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
-    monkeypatch.setattr(api, "copy_launcher", refuse)
+    monkeypatch.setattr(api_copy, "copy_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "copy_launcher", refuse)
     assert tmakit.copy_(torch.empty_like(empty), empty).shape == (0, 64)
     assert tmakit.copy(empty).shape == (0, 64)
     with pytest.raises(TmaConfigError, match="src is on cpu"):

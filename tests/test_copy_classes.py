@@ -4,17 +4,21 @@ extents and strides (their PTX)."""
 
 from __future__ import annotations
 
+import importlib
 import random
 import re
 
 import pytest
 
-from tmakit import TmaConfigError, api
+from tmakit import TmaConfigError
+from tmakit.api import tensors as api_tensors
 from tmakit.config import LoadConfig
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.dispatch import CopyDispatch
 from tmakit.runtime.launch import compile_copy, compile_tile_load
+
+api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 
 @pytest.fixture
@@ -46,16 +50,16 @@ def classes(torch, monkeypatch):
     """CPU tensors pass as GPU ones on an H200 (132 SMs, 60 MiB of L2) with TVM-FFI installed;
     compiles and launches are recorded, not run."""
     recorder = Classes()
-    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api, "device_facts", lambda device: (132, 60 * 2**20))
-    monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api, "copy_launcher", recorder.copy_launcher)
-    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
-    monkeypatch.setattr(api, "_CLASSES", {})
-    monkeypatch.setattr(api, "_L2_BYTES", {})
-    api.class_launcher.cache_clear()
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api_copy, "copy_launcher", recorder.copy_launcher)
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    monkeypatch.setattr(api_copy, "_L2_BYTES", {})
+    api_copy.class_launcher.cache_clear()
     yield recorder
-    api.class_launcher.cache_clear()
+    api_copy.class_launcher.cache_clear()
 
 
 def padded(torch, rows, cols):
@@ -69,7 +73,7 @@ def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
     for _ in range(100):
         rows, cols = rng.randint(1, 16384), rng.randint(8, 16384)
         src, dst = padded(torch, rows, cols), padded(torch, rows, cols)
-        api.copy_(dst, src)
+        api_copy.copy_(dst, src)
     names = [
         f"{copy.load.config.dtype} {copy.load.config.major}-major rank {len(copy.load.config.shape)}, "
         f"tile {copy.load.config.tile}, {copy.ring.stages} stages, evict_first={copy.ring.evict_first}"
@@ -85,19 +89,19 @@ def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
 
 def test_a_new_shape_breaking_a_rule_in_a_warm_class_raises_before_launch(classes, torch):
     good = padded(torch, 64, 64)
-    api.copy_(torch.empty_like(good), good)
+    api_copy.copy_(torch.empty_like(good), good)
     odd = torch.empty(64, 63, dtype=torch.float16)  # 126-byte rows: the class takes it, TMA does not
     with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
-        api.copy_(torch.empty_like(odd), odd)
+        api_copy.copy_(torch.empty_like(odd), odd)
     expanded = torch.empty(1, 64, dtype=torch.float16).expand(64, 64)
     with pytest.raises(TmaConfigError, match=r"src: stride of dim 0 is 0 \(a broadcast view\)"):
-        api.copy_(torch.empty(64, 64, dtype=torch.float16), expanded)
+        api_copy.copy_(torch.empty(64, 64, dtype=torch.float16), expanded)
     assert len(classes.compiled) == 1 and len(classes.launched) == 1  # only the good copy launched
 
 
 def test_an_extent_one_dim_gets_a_stride_tma_accepts(classes, torch):
     row = torch.empty(1, 777, dtype=torch.float16)  # a 1554-byte row stride that is never stepped
-    api.copy_(torch.empty_like(row), row)
+    api_copy.copy_(torch.empty_like(row), row)
     assert classes.launched == [((1, 777), (8, 1), (8, 1))]  # 16 bytes' worth stands in
 
 
@@ -113,17 +117,17 @@ def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatc
         return torch.Tensor._make_subclass(OnDevice0, tensor)
 
     first = on_device0(padded(torch, 64, 64))
-    api.copy_(on_device0(padded(torch, 64, 64)), first)
+    api_copy.copy_(on_device0(padded(torch, 64, 64)), first)
 
     def no_planning(*args, **kwargs):
         raise AssertionError("a new shape of a known class was planned again")
 
-    monkeypatch.setattr(api, "copy_class", no_planning)
+    monkeypatch.setattr(api_copy, "copy_class", no_planning)
     for rows, cols in [(1000, 776), (3, 8), (2048, 4096)]:  # all in the class that fits L2
-        api.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
+        api_copy.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
     odd = on_device0(torch.empty(64, 63, dtype=torch.float16))
     with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
-        api.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
+        api_copy.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
     assert len(classes.compiled) == 1
     assert [shape for shape, _, _ in classes.launched] == [(64, 64), (1000, 776), (3, 8), (2048, 4096)]
 
@@ -202,10 +206,10 @@ def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
 
 def test_a_warm_class_refuses_a_tensor_without_a_stride_1_dim(classes, torch):
     good = padded(torch, 64, 64)
-    api.copy_(torch.empty_like(good), good)
+    api_copy.copy_(torch.empty_like(good), good)
     every_other = torch.empty(64, 128, dtype=torch.float16)[:, ::2]  # strides (128, 2)
     with pytest.raises(TmaConfigError, match=r"src: strides \(128, 2\) have no stride 1"):
-        api.copy_(torch.empty(64, 64, dtype=torch.float16), every_other)
+        api_copy.copy_(torch.empty(64, 64, dtype=torch.float16), every_other)
     assert len(classes.launched) == 1
 
 

@@ -1,6 +1,7 @@
 """TMA store and tmakit.copy on the device: a 100-configuration random sweep (every dtype x
 swizzle x layout cell, partial tiles, 1/2/4 stages, persistent or not) and the torch API."""
 
+import importlib
 import math
 import random
 
@@ -48,7 +49,8 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
     pointer or mismatched destination after it must still be copied exactly or get a clear error."""
     import torch
 
-    dispatch = tmakit.api._SPECIALISED_COPIES if specialised else tmakit.api.copy_dispatch()
+    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
+    dispatch = api_copy._SPECIALISED_COPIES if specialised else api_copy.copy_dispatch()
     knobs = {"_specialised": True} if specialised else {}
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes

@@ -199,19 +199,22 @@ def test_the_repaired_boxes_assemble_the_patch_matrix(shape, dtype, kernel, padd
 def cpu_im2col(monkeypatch):
     """`tmakit.im2col` with its GPU facts stood in, so that a CPU tensor reaches its checks; the
     TMA copy is replaced by a recording torch copy, and a launch fails the test."""
-    import tmakit.api as api
+    import importlib
 
+    from tmakit.api import tensors as api_tensors
+
+    api_im2col = importlib.import_module("tmakit.api.im2col")  # the module: tmakit.api.im2col is the function
     copies = []
 
     def copy_(dst, src):
         copies.append((tuple(dst.shape), tuple(src.shape)))
         return dst.copy_(src)
 
-    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api, "device_facts", lambda device: (132, 50 << 20))
-    monkeypatch.setattr(api, "copy_", copy_)
-    monkeypatch.setattr(api, "im2col_launcher", lambda *a: pytest.fail("launched"))
-    return api.im2col, copies
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
+    monkeypatch.setattr(api_im2col, "copy_", copy_)
+    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
+    return api_im2col.im2col, copies
 
 
 def test_a_1x1_too_small_for_the_im2col_atom_is_the_copy_of_x_as_rows(cpu_im2col):

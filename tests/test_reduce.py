@@ -334,8 +334,12 @@ def torch():
 @pytest.fixture
 def launches(torch, monkeypatch):
     """CPU tensors pass as GPU ones on an H200 with TVM-FFI; compiles and launches are recorded."""
-    from tmakit import api
+    import importlib
 
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
+
+    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
     compiled, launched = [], []
 
     def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
@@ -347,13 +351,14 @@ def launches(torch, monkeypatch):
         launch.checks_arguments = True
         return launch
 
-    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api, "device_facts", lambda device: (132, 60 * 2**20))
-    monkeypatch.setattr(api, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api, "copy_launcher", copy_launcher)
-    api.class_launcher.cache_clear()
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: True)
+    for module in (api_copy, api_reduce):  # the class's compile (copy's class_launcher) and a shape's
+        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
+    api_copy.class_launcher.cache_clear()
     yield compiled, launched
-    api.class_launcher.cache_clear()
+    api_copy.class_launcher.cache_clear()
 
 
 def test_a_reduce_launches_its_class_and_new_shapes_compile_nothing(launches, torch):

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import tmakit
-from tmakit import CopyOptions, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError, api
+from tmakit import CopyOptions, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError
 from tmakit.plan import copy_class
 from tmakit.runtime.dispatch import CopyDispatch
 from tmakit.validate import partial_overlap
+
+api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 LOAD = LoadPlan(LoadConfig())
 
@@ -126,7 +128,7 @@ def stub_copies(monkeypatch):
         calls.append((src.data_ptr(), dst.data_ptr()))
 
     launcher.shape_generic = True
-    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, api.check_copy_tensors)
+    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
 
     def copy_(dst, src, tile=None, stages=None, **options):
         return dispatch.copy_(dst, src, tile, stages, options)

@@ -195,8 +195,13 @@ def stand_ins(monkeypatch):
         return
     import torch
 
-    from tmakit import api
+    from tmakit.api import load as api_load
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
     from tmakit.runtime.dispatch import CopyDispatch
+
+    api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
+    api_im2col = importlib.import_module("tmakit.api.im2col")
 
     def launcher(src: object, dst: object) -> None:
         pass
@@ -204,16 +209,18 @@ def stand_ins(monkeypatch):
     launcher.shape_generic = True
     launcher.checks_arguments = True
     properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
-    monkeypatch.setattr(api, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(api, "class_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api, "copy_launcher", lambda *args, **kwargs: launcher)
-    monkeypatch.setattr(api, "im2col_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api, "compile_tile_load", lambda *args, **kwargs: SimpleNamespace(function=launcher))
-    monkeypatch.setattr(api, "_COPIES", CopyDispatch(api.plan_copy, api.check_copy_tensors))
-    monkeypatch.setattr(api, "_CLASSES", {})
+    for module in (api_copy, api_reduce):
+        monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
+        monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
+    compiled = SimpleNamespace(function=launcher)
+    monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
 
 
 def outcome(entry: Entry, arguments: dict[str, object]) -> str:

@@ -1,0 +1,37 @@
+"""The small public face on real tensors: describe, check, allocate, load, copy, reduce, im2col.
+
+Every check runs before anything compiles or launches; a tensor TMA cannot serve raises
+`TmaConfigError` naming the value and the rule. One module per op over the shared checks:
+
+- `tensors`: what every call checks (torch, a tensor's kind, device and shape, a pair of tensors);
+- `load`: `config_for`, `padded_empty`, `load_tiles`;
+- `copy`: `copy_`, `copy`, `plan_copy` and `copy_`'s dispatch;
+- `reduce`: `reduce_into_`, `add_`;
+- `im2col`: `im2col`.
+
+The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
+`importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
+"""
+
+from .copy import check_copy_layout, copy, copy_, copy_dispatch, plan_copy
+from .im2col import im2col
+from .load import config_for, load_tiles, padded_empty
+from .reduce import add_, reduce_into_, reduce_options
+from .tensors import check_on_gpu, check_torch_tensor
+
+__all__ = [
+    "add_",
+    "check_copy_layout",
+    "check_on_gpu",
+    "check_torch_tensor",
+    "config_for",
+    "copy",
+    "copy_",
+    "copy_dispatch",
+    "im2col",
+    "load_tiles",
+    "padded_empty",
+    "plan_copy",
+    "reduce_into_",
+    "reduce_options",
+]

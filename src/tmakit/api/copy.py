@@ -1,0 +1,280 @@
+"""`copy_` and `copy`: a tensor copied through TMA, planned once per class (`plan_copy`) and
+looked up by `copy_`'s dispatch (`runtime.dispatch`) on every later call."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
+from ..errors import TmaConfigError
+from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
+from ..runtime.launch import copy_launcher, tvm_ffi_available
+from ..validate import check_outer_strides, check_rank
+from .load import config_for
+from .tensors import check_gpu_tensor, check_tensor_pair, checked_tensor, device_facts, import_torch
+
+if TYPE_CHECKING:
+    import torch
+
+
+def copy_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    *,
+    _specialised: bool = False,
+    **options: Any,
+) -> torch.Tensor:
+    """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out;
+    returns `dst`. `dst` has `src`'s shape and dtype and any layout TMA can address: the same
+    strides, other strides with the same contiguous dim, or the other contiguous dim (a
+    column-major source into a row-major destination or back: each tile is transposed in shared
+    memory).
+
+    `tile`, `stages` and the keyword `options` are the fields of `CopyOptions` (store_depth,
+    blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left
+    out takes tmakit's default, the fastest measured.
+
+    Compiled once per class - dtype, rank, which dims are contiguous, tile and options, not the
+    extents or strides (`plan.copy_class`) - and kept in memory and on disk (`runtime.compile.
+    cache_dir`): a new shape costs its own checks, no compile. A configuration seen before costs a
+    dictionary lookup and an alignment check before the launch, and one repeated call after call
+    less (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
+    `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing.
+    `_specialised` (private, for benchmarks): a kernel compiled for each exact shape instead."""
+    return (_SPECIALISED_COPIES if _specialised else _COPIES).copy_(dst, src, tile, stages, options)
+
+
+def copy(
+    src: torch.Tensor, tile: tuple[int, int] | None = None, stages: int | None = None, **options: Any
+) -> torch.Tensor:
+    """A new tensor with `src`'s shape, strides and values, copied through TMA (`copy_`, which
+    takes the same options)."""
+    torch = import_torch("copy")
+    check_gpu_tensor(src, "copy", "src")
+    dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
+    return copy_(dst, src, tile, stages, **options)
+
+
+def plan_copy(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: CopyOptions,
+    facts: TensorFacts | None = None,
+    shape_generic: bool | None = None,
+) -> Launcher:
+    """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
+    launcher does nothing. `facts`: what the caller has read off the tensors already
+    (`runtime.dispatch.TensorFacts`).
+
+    Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
+    (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
+    this shape's own checks (`plan.check_copy_shape`). `shape_generic=False` compiles a kernel for
+    this exact shape and these strides (the benchmark's comparison)."""
+    if shape_generic is None:
+        shape_generic = tvm_ffi_available()
+    if shape_generic:
+        if facts is None:
+            facts = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
+                     src.get_device(), dst.get_device())  # fmt: skip
+        known = known_class(src, options, facts)
+        if known is not None:
+            return known.launcher_for(facts[0], facts[1], facts[3])
+    import_torch("copy_")
+    check_copy_tensors(dst, src)
+    if src.numel() == 0:
+        return copy_nothing
+    dtype = dtype_of(src.dtype)
+    nbytes = DTYPES[dtype].nbytes
+    sm_count, l2_bytes = device_facts(src.device)
+    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    wants_rows = options.as_rows or options.bulk
+    compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
+    view = rows_view(src.numel(), nbytes) if compact else None
+    if options.bulk and view is None:
+        raise TmaConfigError(
+            f"bulk copy of {shape} {dtype} with strides {src_strides} into {dst_strides}: it needs both "
+            f"tensors compact (contiguous) and a number of elements that {min(ROW_VIEW_WIDTHS)} divides"
+        )
+    tile = options.default_tile(dtype, transpose, view, sm_count)
+    fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
+    if not shape_generic:
+        return specialised_copy_launcher(src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2)
+    device = str(src.device)
+    if view is not None:
+        copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
+        check_copy_shape(copy, view, ((view[1], 1),), (1,), nbytes)
+        return class_launcher(copy, None, len(shape), device)
+    check_rank(len(shape))
+    contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
+    copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, sm_count, fits_l2)
+    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, nbytes)  # before compiling
+    destination = copy_destination(copy) if transpose else None
+    known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
+    key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
+    _CLASSES[key] = known  # `known_class` finds it for the next new shape
+    _L2_BYTES[src.get_device()] = l2_bytes
+    return known.launcher_for(shape, src_strides, dst_strides)
+
+
+@dataclass(frozen=True)
+class CopyClass:
+    """A compiled shape-generic copy class (not a rows view's) and what a new shape's checks need:
+    the stride-1 dims of source and destination and the element size."""
+
+    copy: CopyPlan
+    launcher: Launcher
+    contiguous: tuple[int, int]
+    nbytes: int
+
+    def launcher_for(self, shape: tuple[int, ...], src_strides: tuple, dst_strides: tuple) -> Launcher:
+        """The launcher for tensors of this shape and these strides, after their checks
+        (`plan.check_copy_shape`); extent-1 strides TMA would refuse replaced (`restrided`)."""
+        fixed_src, fixed_dst = check_copy_shape(
+            self.copy, shape, (src_strides, dst_strides), self.contiguous, self.nbytes
+        )
+        if fixed_src is None and fixed_dst is None:
+            return self.launcher
+        return restrided(self.launcher, shape, fixed_src, fixed_dst)
+
+
+# (options, torch dtype, device index, rank, source major, destination major, fits L2) -> class;
+# device index -> its L2 bytes. Filled by `plan_copy`'s full path, read by `known_class`.
+_CLASSES: dict[tuple, CopyClass] = {}
+_L2_BYTES: dict[int, int] = {}
+
+
+def class_key(
+    options: CopyOptions,
+    dtype: object,
+    device: int,
+    shape: tuple,
+    src_major: str,
+    dst_major: str,
+    fits_l2: bool,
+) -> tuple:
+    """What picks a copy's class besides what the options fix (the tile follows the dtype and
+    whether the copy transposes; the SM count, the device)."""
+    return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
+
+
+def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> CopyClass | None:
+    """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
+    new shape's lookup; `facts`: `runtime.dispatch.TensorFacts`); None for anything else - other
+    tensors, other classes, rows views, empty tensors - which then takes `plan_copy`'s full path.
+    Equal dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was
+    checked when the class was made."""
+    if options.as_rows or options.bulk:
+        return None
+    shape, dtype, device = facts[0], facts[4], facts[6]
+    if device < 0 or facts[7] != device or facts[2] != shape or facts[5] != dtype:
+        return None
+    l2_bytes = _L2_BYTES.get(device)
+    numel = src.numel()
+    if l2_bytes is None or numel == 0:
+        return None
+    src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
+    fits_l2 = 2 * numel * src.element_size() <= l2_bytes
+    return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2))
+
+
+@functools.lru_cache(maxsize=1024)
+def class_launcher(
+    copy: CopyPlan | ReducePlan, destination: LoadConfig | None, rows_rank: int | None, device: str
+) -> Launcher:
+    """The launcher of a shape-generic copy (or reduce) class on one device (`rows_rank`: the
+    rank of the compact tensors a rows view copies), compiled or loaded from the disk cache once."""
+    tensor_shape = None if rows_rank is None else (1,) * (rows_rank - 1) + (copy.load.config.shape[-1],)
+    return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)
+
+
+def restrided(
+    launcher: Launcher, shape: tuple[int, ...], src_strides: tuple | None, dst_strides: tuple | None
+) -> Launcher:
+    """`launcher` called with views whose extent-1 dims have the strides TMA accepts
+    (`validate.check_outer_strides`): the same memory, addressed the same way."""
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        launcher(
+            src if src_strides is None else src.as_strided(shape, src_strides),
+            dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+        )
+
+    launch.checks_arguments = launcher.checks_arguments
+    launch.shape_generic = True
+    return launch
+
+
+def specialised_copy_launcher(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    options: CopyOptions,
+    dtype: str,
+    view: tuple[int, int] | None,
+    tile: tuple[int, int],
+    transpose: bool,
+    sm_count: int,
+    fits_l2: bool,
+) -> Launcher:
+    """The launcher of a kernel compiled for this exact shape and these strides."""
+    if view is not None:
+        checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
+        checked_tensor(dst, any_rank=True)
+        source, destination = LoadConfig(view, dtype, tile), None
+    else:
+        source = config_for(src, tile)
+        destination = config_for(dst, tile)
+        if source.element_strides == destination.element_strides:
+            destination = None  # the default destination: the source's own layout
+    copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+    tensor_shape = tuple(src.shape) if view is not None else None
+    return copy_launcher(copy, destination, tensor_shape, str(src.device))
+
+
+def check_copy_tensors(dst: object, src: object) -> None:
+    """What a copy's tensors must be before anything else is read off them: torch tensors with
+    memory, of one shape and dtype, both on one CUDA device, of a dtype TMA moves (the layout and
+    the tile are `plan_copy`'s). Raises TmaConfigError naming the first that is not (ImportError
+    without torch)."""
+    import_torch("copy_")
+    check_tensor_pair(
+        dst, src, "copy_", "they must match (tmakit.copy(src) allocates a matching destination)"
+    )
+    dtype_of(src.dtype)
+
+
+def check_copy_layout(
+    shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...], nbytes: int
+) -> None:
+    """The layout rules a copy's (or reduce's) strided tensors of `shape` meet whatever the tile:
+    rank 2..5, a stride-1 dim among the last two, outer strides TMA takes (what a trace's fake
+    implementation can check on static strides; `plan_copy` checks them with the class)."""
+    if 0 in shape:
+        return
+    check_rank(len(shape))
+    for name, strides in (("src", src_strides), ("dst", dst_strides)):
+        contiguous = contiguous_index(major_of(strides, shape), len(shape))
+        check_outer_strides(shape, strides, nbytes, contiguous, name=name)
+
+
+def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
+
+
+copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
+
+# Every copy_ call's launcher, and the fast path's state (and the same for the shape-specialised
+# kernels, which only benchmarks ask for).
+_COPIES = CopyDispatch(plan_copy, check_copy_tensors)
+_SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
+
+
+def copy_dispatch() -> CopyDispatch:
+    """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
+    return _COPIES

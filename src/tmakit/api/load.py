@@ -1,0 +1,98 @@
+"""Describe, allocate and load: `config_for` (a tensor's load configuration), `padded_empty` (a
+tensor TMA can load, whatever its extents) and `load_tiles` (a tensor's tiles as they arrive in
+shared memory)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..config import DTYPES, SEED, LoadConfig, dtype_of, major_of, padded_strides
+from ..errors import TmaConfigError
+from ..limits import MAX_TENSOR_BYTES
+from ..plan import LoadPlan, check_run_time_extents, stand_in_config
+from ..runtime.compile import to_cute_tensor
+from ..runtime.device import current_stream
+from ..runtime.launch import compile_tile_load, tvm_ffi_available
+from ..validate import check_outer_strides, flag, span_bytes
+from .tensors import check_torch_tensor, checked_shape, checked_tensor, import_torch
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+
+def config_for(
+    tensor: torch.Tensor | np.ndarray,
+    tile: tuple[int, int] = SEED.tile,
+    swizzle: int = 0,
+    *,
+    on_gpu: bool = True,
+) -> LoadConfig:
+    """The load configuration of a torch tensor (or numpy array): shape, dtype and strides read
+    from the tensor itself - a transposed view stays column-major, never reinterpreted.
+
+    Raises TmaConfigError for a tensor TMA cannot serve: unsupported dtype, rank outside 2..5,
+    no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
+    tensor that is not on a CUDA device when `on_gpu`."""
+    shape, dtype, strides = checked_tensor(tensor, flag(on_gpu, "on_gpu"))
+    config = LoadConfig(shape, dtype, tile, swizzle, major_of(strides, shape), strides)
+    LoadPlan(config)  # validates the strides and the tile
+    return config
+
+
+def padded_empty(
+    shape: tuple[int, ...], dtype: torch.dtype | str, major: str = "row", device: str = "cuda"
+) -> torch.Tensor:
+    """An uninitialised torch tensor of `shape` whose contiguous dim is padded to a multiple of
+    16 bytes, so TMA can load it: e.g. a 1000 x 777 bf16 matrix gets 784-element rows. This is how
+    odd and prime extents are reached; the view has exactly the wanted shape. `major`: "row" (each
+    row contiguous) or "col" (each column contiguous). TmaConfigError for a shape of a rank
+    outside 2..5 or with a negative extent, an unknown major or a dtype TMA does not load."""
+    torch = import_torch("padded_empty")
+    shape = checked_shape(shape)
+    if major not in ("row", "col"):
+        raise TmaConfigError(
+            f"major {major!r} is not a layout; use 'row' (rows contiguous) or 'col' (columns contiguous)"
+        )
+    element = DTYPES[dtype_of(dtype)]
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, element.torch_name)
+    strides = padded_strides(shape, element.nbytes, major)
+    if 0 not in shape:
+        span = span_bytes(shape, strides, element.nbytes)
+        if span > MAX_TENSOR_BYTES:
+            raise TmaConfigError(
+                f"shape {shape} {element.name} with padded rows spans {span} bytes; a tensor can span at "
+                f"most {MAX_TENSOR_BYTES} (2^63 - 1): split it"
+            )
+    try:
+        return torch.empty_strided(shape, strides, dtype=torch_dtype, device=device)
+    except (AssertionError, RuntimeError, TypeError) as error:  # no such device, or this torch lacks it
+        raise TmaConfigError(
+            f"padded_empty cannot allocate on device {device!r}: {str(error).splitlines()[0]} (pass a device "
+            "this torch has, e.g. 'cuda' with a CUDA build of torch)"
+        ) from None
+
+
+def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
+    """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
+    as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros). TmaConfigError
+    before anything compiles for what TMA cannot load (`config_for`'s checks). Compiled once per
+    dtype, rank, layout, tile and swizzle where TVM-FFI is installed (else once per shape)."""
+    torch = import_torch("load_tiles")
+    check_torch_tensor(tensor, "load_tiles", "tensor")
+    config = config_for(tensor, tile, swizzle)
+    plan = LoadPlan(config)
+    out = torch.empty(plan.padded_shape, dtype=tensor.dtype, device=tensor.device)
+    if not tvm_ffi_available():
+        compiled = compile_tile_load(plan, consumer="store")
+        compiled(to_cute_tensor(tensor), to_cute_tensor(out), current_stream())
+        return out
+    check_run_time_extents(config.shape, config.tile)
+    rank = len(config.shape)
+    stand_in = stand_in_config(rank, config.dtype, config.tile, config.major, swizzle=swizzle)
+    compiled = compile_tile_load(LoadPlan(stand_in), consumer="store", tvm_ffi=True, shape_generic=True)
+    nbytes, contiguous = config.element.nbytes, config.contiguous_index
+    fixed = check_outer_strides(config.shape, config.element_strides, nbytes, contiguous)
+    with torch.cuda.device(tensor.device):
+        compiled.function(tensor if fixed is None else tensor.as_strided(config.shape, fixed), out)
+    return out

@@ -1,0 +1,175 @@
+"""The checks every torch-facing call shares: torch itself, what a tensor must be (a dense torch
+tensor with memory, on a CUDA device), a shape's extents, a copy's or reduce's pair of tensors, and
+a device's facts. Each raises `TmaConfigError` naming the value and the rule, before anything
+compiles or launches (torch missing: an ImportError naming the `gpu` extra).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import dtype_of
+from ..errors import TmaConfigError
+from ..limits import MAX_RANK
+from ..validate import check_base_address, check_rank, type_name
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+GPU_EXTRA = "pip install 'tmakit[gpu]'"  # torch and the fast launch path
+
+
+def import_torch(what: str) -> Any:
+    """torch, or an ImportError that says how to install it: a missing optional dependency, not a
+    configuration TMA cannot serve."""
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(
+            f"tmakit.{what} needs torch, which is not installed: {GPU_EXTRA} (or a torch build for "
+            "your CUDA, then `pip install apache-tvm-ffi`)"
+        ) from error
+    return torch
+
+
+def is_torch_tensor(value: object) -> bool:
+    """Whether `value` is a torch tensor, without importing torch (no torch loaded: none is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def check_torch_tensor(tensor: object, what: str, name: str) -> None:
+    """A torch tensor with memory TMA can address: dense (strided) and not on the meta device; the
+    device itself is `check_on_gpu`'s."""
+    if not is_torch_tensor(tensor):
+        raise TmaConfigError(
+            f"{what} takes torch tensors on a CUDA device; got {type_name(tensor)} as {name} "
+            "(convert it with torch.as_tensor(value, device='cuda'))"
+        )
+    layout = str(tensor.layout)
+    if layout != "torch.strided":
+        raise TmaConfigError(
+            f"{name} has layout {layout}; TMA loads dense strided memory: convert it with .to_dense() first"
+        )
+    if tensor.is_nested:
+        raise TmaConfigError(
+            f"{name} is a nested tensor (tensors of different shapes, no strides of its own); TMA loads "
+            "one strided tensor: pass each of its tensors (.unbind()), or .to_padded_tensor(0) first"
+        )
+    if tensor.is_quantized:
+        raise TmaConfigError(
+            f"{name} is a quantized tensor ({tensor.dtype}); tmakit moves plain dtypes: pass its "
+            ".int_repr() (the stored integers) or .dequantize() first"
+        )
+    if tensor.device.type == "meta":
+        raise TmaConfigError(
+            f"{name} is on the meta device (a shape and a dtype, no memory); TMA loads GPU memory: "
+            "allocate it on a CUDA device"
+        )
+
+
+def check_on_gpu(tensor: torch.Tensor, name: str) -> None:
+    """`tensor` (`name` in the message) is on a CUDA device: TMA moves GPU memory."""
+    if tensor.device.type != "cuda":
+        raise TmaConfigError(
+            f"{name} is on {tensor.device}; TMA loads from GPU memory, move it with .cuda() first"
+        )
+
+
+def check_gpu_tensor(tensor: object, what: str, name: str) -> None:
+    """A torch tensor with memory TMA can address (`check_torch_tensor`), on a CUDA device
+    (`check_on_gpu`): what an op's own input must be."""
+    check_torch_tensor(tensor, what, name)
+    check_on_gpu(tensor, name)
+
+
+def checked_tensor(
+    tensor: torch.Tensor | np.ndarray, on_gpu: bool = True, any_rank: bool = False, name: str = "tensor"
+) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
+    """(shape, tmakit dtype, element strides) of a torch tensor or numpy array, after the checks
+    that need no tile: what it is (a dense torch tensor with memory, or a numpy array), device
+    (when `on_gpu`), rank (unless `any_rank`: a compact copy's rows view reads memory, not dims),
+    elements, dtype and 16-byte base address (the strides are `validate`'s, with the tile)."""
+    numpy = sys.modules.get("numpy")
+    if is_torch_tensor(tensor):
+        check_torch_tensor(tensor, "config_for", name)
+        if on_gpu:
+            check_on_gpu(tensor, name)
+        strides = tuple(int(s) for s in tensor.stride())
+        address = tensor.data_ptr()
+    elif numpy is not None and isinstance(tensor, numpy.ndarray):  # strides in bytes, host memory
+        if on_gpu:
+            raise TmaConfigError(
+                f"{name} is on cpu; TMA loads from GPU memory, move it with "
+                "torch.as_tensor(array, device='cuda') first (a numpy array is host memory)"
+            )
+        strides = tuple(int(s) // tensor.itemsize for s in tensor.strides)
+        address = tensor.__array_interface__["data"][0]
+    else:
+        raise TmaConfigError(
+            f"config_for takes a torch tensor or a numpy array; got {type_name(tensor)} "
+            "(convert it with torch.as_tensor(value) or numpy.asarray(value))"
+        )
+    shape = tuple(int(e) for e in tensor.shape)
+    if not any_rank:
+        check_rank(len(shape))
+        if 0 in shape:
+            raise TmaConfigError(
+                f"{name} of shape {shape} has no elements (dim {shape.index(0)} is 0); a TMA load "
+                "needs every extent >= 1: skip the load of an empty tensor"
+            )
+    dtype = dtype_of(tensor.dtype)
+    check_base_address(address)
+    return shape, dtype, strides
+
+
+def checked_shape(shape: object) -> tuple[int, ...]:
+    """`shape` as a tuple of ints: a sequence of 2 to 5 whole numbers >= 0."""
+    try:
+        extents = tuple(operator.index(extent) for extent in shape)  # type: ignore[attr-defined]
+    except TypeError:
+        raise TmaConfigError(
+            f"shape {shape!r} is not a tuple of whole numbers; pass e.g. (1000, 777)"
+        ) from None
+    if not 2 <= len(extents) <= MAX_RANK:
+        fix = "a vector of N elements is the matrix (1, N)" if len(extents) < 2 else "merge batch dims"
+        raise TmaConfigError(
+            f"shape {extents} has rank {len(extents)}; tmakit allocates and loads ranks 2 to {MAX_RANK} "
+            f"(TMA's limit is {MAX_RANK}): {fix}"
+        )
+    negative = [dim for dim, extent in enumerate(extents) if extent < 0]
+    if negative:
+        raise TmaConfigError(f"shape {extents} has a negative extent in dim {negative[0]}; extents are >= 0")
+    return extents
+
+
+def check_tensor_pair(
+    dst: object, src: object, what: str, why: str, dtype_rule: Callable[[Any], None] | None = None
+) -> None:
+    """Two torch tensors with memory of one shape and dtype (`why` ends the message when not),
+    then `dtype_rule(dtype)` if given, then both on one CUDA device: `what` names the call."""
+    check_torch_tensor(dst, what, "dst")
+    check_torch_tensor(src, what, "src")
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"destination is {tuple(dst.shape)} {dst.dtype}, source {tuple(src.shape)} {src.dtype}; {why}"
+        )
+    if dtype_rule is not None:
+        dtype_rule(src.dtype)
+    check_on_gpu(dst, "dst")
+    check_on_gpu(src, "src")
+    if dst.device != src.device:
+        raise TmaConfigError(f"destination is on {dst.device}, source on {src.device}; {what} within one GPU")
+
+
+@functools.lru_cache(maxsize=64)
+def device_facts(device: torch.device) -> tuple[int, int]:
+    """(SM count, L2 bytes) of a CUDA device, read once per process."""
+    torch = import_torch("copy_")
+    properties = torch.cuda.get_device_properties(device)
+    return properties.multi_processor_count, properties.L2_cache_size
