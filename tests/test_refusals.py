@@ -226,5 +226,12 @@ def test_the_fakes_refuse_mismatched_pairs_and_layouts_the_ops_refuse():
             torch.ops.tmakit.copy(expanded)
         with pytest.raises(TmaConfigError, match=r"stride of dim 0 is 0 \(a broadcast view\)"):
             torch.ops.tmakit.copy_(a, expanded)
+        with pytest.raises(TmaConfigError, match="bulk copy of .* needs both tensors compact"):
+            torch.ops.tmakit.copy_(a, a.t(), "bulk")
+        odd = torch.empty(3, 5, 7, dtype=torch.float16, device="cuda")  # 105 elements: no rows view
+        with pytest.raises(TmaConfigError, match="bulk copy of"):
+            torch.ops.tmakit.copy(odd, "bulk")
         assert torch.ops.tmakit.copy(a).shape == (64, 64)
         torch.ops.tmakit.copy_(a, a.t())  # a layout change the op serves
+        rows = torch.empty(2, 3, 4, 8, 16, 2, dtype=torch.float16, device="cuda")  # rank 6: a rows view only
+        torch.ops.tmakit.copy_(torch.empty_like(rows), rows, "as_rows")

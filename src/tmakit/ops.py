@@ -58,7 +58,7 @@ from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import load_tiles as tma_load_tiles
 from .api import reduce_into_ as tma_reduce_into_
-from .config import DTYPES, SEED, LoadConfig, dtype_of, major_of
+from .config import SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
 from .plan import CopyOptions, LoadPlan, check_reduce
 from .plan.load import padded_extents
@@ -184,11 +184,13 @@ def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dic
             f"torch.ops.{NAMESPACE}.{op}: destination is {tuple(dst.shape)} {dst.dtype}, source "
             f"{tuple(src.shape)} {src.dtype}; they must match"
         )
-    nbytes = DTYPES[dtype_of(src.dtype)].nbytes
+    dtype = dtype_of(src.dtype)
     shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
-    static = all(type(value) is int for value in (*shape, *src_strides, *dst_strides))
-    if static and not (kwargs.get("as_rows") or kwargs.get("bulk")):
-        check_copy_layout(shape, src_strides, dst_strides, nbytes)
+    if all(type(value) is int for value in (*shape, *src_strides, *dst_strides)):  # static
+        compact = major_of(src_strides, shape) == major_of(dst_strides, shape) and (
+            src.is_contiguous() and dst.is_contiguous()
+        )
+        check_copy_layout(shape, src_strides, dst_strides, dtype, CopyOptions.of(**kwargs), compact)
 
 
 def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:

@@ -4,6 +4,7 @@ looked up by `copy_`'s dispatch (`runtime.dispatch`) on every later call."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +97,7 @@ def plan_copy(
     transpose = src_major != dst_major
     wants_rows = options.as_rows or options.bulk
     compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
-    view = rows_view(src.numel(), nbytes) if compact else None
-    if options.bulk and view is None:
-        raise TmaConfigError(
-            f"bulk copy of {shape} {dtype} with strides {src_strides} into {dst_strides}: it needs both "
-            f"tensors compact (contiguous) and a number of elements that {min(ROW_VIEW_WIDTHS)} divides"
-        )
+    view = copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact)
     tile = options.default_tile(dtype, transpose, view, sm_count)
     fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
     if not shape_generic:
@@ -249,14 +245,39 @@ def check_copy_tensors(dst: object, src: object) -> None:
     dtype_of(src.dtype)
 
 
+def copy_rows_view(
+    options: CopyOptions, shape: tuple[int, ...], dtype: str, strides: tuple[tuple, tuple], compact: bool
+) -> tuple[int, int] | None:
+    """The rows view (`config.rows_view`) a copy of `compact` tensors (both contiguous, one layout)
+    takes with `as_rows` or `bulk`; None: the strided path. TmaConfigError for a bulk copy that
+    has none."""
+    numel = math.prod(shape)
+    view = rows_view(numel, DTYPES[dtype].nbytes) if compact and (options.as_rows or options.bulk) else None
+    if options.bulk and view is None:
+        raise TmaConfigError(
+            f"bulk copy of {shape} {dtype} with strides {strides[0]} into {strides[1]}: it needs both "
+            f"tensors compact (contiguous) and a number of elements that {min(ROW_VIEW_WIDTHS)} divides"
+        )
+    return view
+
+
 def check_copy_layout(
-    shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...], nbytes: int
+    shape: tuple[int, ...],
+    src_strides: tuple[int, ...],
+    dst_strides: tuple[int, ...],
+    dtype: str,
+    options: CopyOptions | None = None,
+    compact: bool = False,
 ) -> None:
-    """The layout rules a copy's (or reduce's) strided tensors of `shape` meet whatever the tile:
-    rank 2..5, a stride-1 dim among the last two, outer strides TMA takes (what a trace's fake
-    implementation can check on static strides; `plan_copy` checks them with the class)."""
+    """The layout rules a copy's (or reduce's) tensors of `shape` meet whatever the tile: a rows
+    view's (`copy_rows_view`, with `options` and `compact`), or the strided path's: rank 2..5, a
+    stride-1 dim among the last two, outer strides TMA takes (what a trace's fake implementation
+    can check on static strides; `plan_copy` checks them with the class)."""
     if 0 in shape:
         return
+    if options is not None and copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact):
+        return
+    nbytes = DTYPES[dtype].nbytes
     check_rank(len(shape))
     for name, strides in (("src", src_strides), ("dst", dst_strides)):
         contiguous = contiguous_index(major_of(strides, shape), len(shape))
