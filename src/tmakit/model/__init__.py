@@ -5,13 +5,14 @@
 - `reduce`: what a TMA reduce store leaves in each destination element, per op and dtype.
 - `events`: the steps of a load schedule (inits, arrivals, expect-tx, copies, waits, reads).
 - `schedule`: the schedules replayed (seed loop, N-stage ring, multicast) and how many tiles of one.
-- `replay`: run a schedule against mbarrier models; `report`: the hangs, races and overwrites found.
+- `replayer`: `replay`, which runs a schedule against mbarrier models.
+- `report`: what a replay found (hangs, races, overwrites) and its trace, walked tile by tile.
 """
 
 from .events import Arrive, ArriveExpectTx, Consume, Event, ExpectTx, Init, Release, TmaCopy, Wait
 from .mbarrier import MBarrier, MBarrierError
 from .reduce import reduce_reference
-from .replay import replay
+from .replayer import replay
 from .report import Finding, ScheduleReport, ends
 from .schedule import (
     REPLAYED_TILES,

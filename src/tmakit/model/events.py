@@ -2,7 +2,7 @@
 cluster) does to the mbarriers and the shared stages, one event at a time.
 
 A schedule is a list of these events in one program order (one interleaving of the CTAs and warps
-involved); `replay.replay` runs it against mbarrier models and `schedule` builds the seed loop's,
+involved); `replayer.replay` runs it against mbarrier models and `schedule` builds the seed loop's,
 a ring's and a multicast cluster's.
 
 Barriers are named per CTA: the barrier key is (cta, name). A copy delivers `nbytes` to the barrier

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..plan import LoadPlan
 from .events import Arrive, ArriveExpectTx, Consume, Event, ExpectTx, Init, Release, TmaCopy, Wait
-from .replay import replay
+from .replayer import replay
 from .report import ends
 
 # `replay` and `ends` are named here too because cli.py reads them from this module, beside the
