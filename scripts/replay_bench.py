@@ -15,7 +15,7 @@ import platform
 import time
 
 from tmakit import LoadConfig, LoadPlan
-from tmakit.model.schedule import pipeline_schedule, replay, seed_schedule
+from tmakit.model import pipeline_schedule, replay, seed_schedule
 
 TILES = (1024, 4096, 16384)
 

@@ -12,7 +12,7 @@ from entry_point import one_error_line, tmakit
 from tmakit import LoadConfig, LoadPlan
 from tmakit.cli import build_parser, main
 from tmakit.demo import _demo_compile_only
-from tmakit.model.schedule import REPLAYED_TILES, SHOWN_TILES
+from tmakit.model import REPLAYED_TILES, SHOWN_TILES
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

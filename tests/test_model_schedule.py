@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tmakit import SEED, LoadConfig, LoadPlan
-from tmakit.model import schedule as sch
-from tmakit.model.schedule import (
+from tmakit.model import (
     ArriveExpectTx,
     Init,
     TmaCopy,
@@ -18,6 +17,7 @@ from tmakit.model.schedule import (
     replay,
     seed_schedule,
 )
+from tmakit.model import report as sch
 
 SEED_PLAN = LoadPlan(SEED)
 LANDINGS = ["at_wait", "at_issue"]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from .bench.suites import run_load_on_gpu
 from .check.run import verify_multicast_load
 from .explain import highlight_tile
-from .model.schedule import SHOWN_TILES, multicast_schedule, replay, seed_schedule, tiles_to_replay
+from .model import SHOWN_TILES, multicast_schedule, replay, seed_schedule, tiles_to_replay
 from .plan import LoadPlan, MulticastPlan
 from .ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
 from .runtime.compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version

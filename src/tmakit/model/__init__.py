@@ -3,34 +3,34 @@
 - `tensor_map`: which bytes a TMA tiled load writes into shared memory, swizzle included.
 - `mbarrier`: one mbarrier's arrival / transaction / phase accounting, as PTX defines it.
 - `reduce`: what a TMA reduce store leaves in each destination element, per op and dtype.
-- `schedule`: replay a load schedule (seed loop, N-stage ring, multicast) against mbarrier models
-  and report hangs, races and overwrites.
+- `events`: the steps of a load schedule (inits, arrivals, expect-tx, copies, waits, reads).
+- `schedule`: the schedules replayed (seed loop, N-stage ring, multicast) and how many tiles of one.
+- `replayer`: `replay`, which runs a schedule against mbarrier models.
+- `report`: what a replay found (hangs, races, overwrites) and its trace, walked tile by tile.
 """
 
+from .events import Arrive, ArriveExpectTx, Consume, Event, ExpectTx, Init, Release, TmaCopy, Wait
 from .mbarrier import MBarrier, MBarrierError
 from .reduce import reduce_reference
+from .replayer import replay
+from .report import Finding, ScheduleReport, ends
 from .schedule import (
-    Arrive,
-    ArriveExpectTx,
-    Consume,
-    ExpectTx,
-    Finding,
-    Init,
-    Release,
-    ScheduleReport,
-    TmaCopy,
-    Wait,
+    REPLAYED_TILES,
+    SHOWN_TILES,
     multicast_schedule,
     pipeline_schedule,
-    replay,
     seed_schedule,
+    tiles_to_replay,
 )
 from .tensor_map import swizzle, swizzled_offset, tma_load_box, unswizzle
 
 __all__ = [
+    "REPLAYED_TILES",
+    "SHOWN_TILES",
     "Arrive",
     "ArriveExpectTx",
     "Consume",
+    "Event",
     "ExpectTx",
     "Finding",
     "Init",
@@ -40,6 +40,7 @@ __all__ = [
     "ScheduleReport",
     "TmaCopy",
     "Wait",
+    "ends",
     "multicast_schedule",
     "pipeline_schedule",
     "reduce_reference",
@@ -48,5 +49,6 @@ __all__ = [
     "swizzle",
     "swizzled_offset",
     "tma_load_box",
+    "tiles_to_replay",
     "unswizzle",
 ]

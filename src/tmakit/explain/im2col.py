@@ -1,0 +1,158 @@
+"""`tmakit explain --im2col` (`explain_im2col`): the selected box of the patch matrix - its tap
+and channels, the descriptor's corners and the tap's offsets, the input pixel its first row
+reads (the coordinates the load names, traced from the DSL's own im2col TMA tensor beside the
+plan's), how much of it is padding, the bytes each phase expects (the whole box) and its store.
+"""
+
+from typing import Any
+
+from ..model.im2col import im2col_box
+from ..plan import Im2colPlan
+from ..runtime.compile import compile_kernel, fake_tensor
+from .common import seed_tile
+
+
+def explain_im2col(plan: Im2colPlan, highlight: tuple[int, int] | None = None) -> dict[str, Any]:
+    """`tmakit explain --im2col` as a dict: box `highlight` (row block, column tile) of the patch
+    matrix (default the seed's (1, 2), moved into a smaller grid; one outside refused before
+    anything is traced)."""
+    if highlight is None:
+        highlight = seed_tile(plan.row_blocks, plan.column_tiles)
+    row_block, column_tile = highlight
+    plan.check_tile(row_block, column_tile)
+    pixels, channels = plan.tile
+    r, s, channel_tile = plan.tap_of(column_tile)
+    first_row, first_column = row_block * pixels, column_tile * channels
+    n, h, w = plan.window_corner(first_row)
+    box = im2col_box(plan, row_block, column_tile)
+    rows = plan.patch_shape[0]
+    nbytes = plan.element.nbytes
+    return {
+        "configuration": {
+            "shape": list(plan.shape),
+            "dtype": plan.dtype,
+            "filter": list(plan.filter),
+            "stride": list(plan.stride),
+            "padding": list(plan.padding),
+            "dilation": list(plan.dilation),
+            "output": list(plan.output_shape),
+            "patch_shape": list(plan.patch_shape),
+            "tile": list(plan.tile),
+            "swizzle_bytes": plan.swizzle,
+            "stages": plan.stages,
+        },
+        "descriptor": {name: list(value) for name, value in plan.descriptor.items()},
+        "box": {
+            "highlight": list(highlight),
+            "patch_element_origin": [first_row, first_column],
+            "tap": [r, s],
+            "channels": [channel_tile * channels, (channel_tile + 1) * channels - 1],
+            "tap_offsets_ws": list(plan.tap_offsets(r, s)),
+            "output_pixel_npq": list(plan.pixel(first_row)),
+            "first_pixel_nhw": [n, h, w],
+            "load_coordinates_cwhn": [channel_tile * channels, w, h, n],
+            "tapped_input_pixel_nhw": [n, h + r * plan.dilation[0], w + s * plan.dilation[1]],
+            "zero_filled_elements": box.zero_filled,
+            "pixels_past_the_patch_matrix": max(0, first_row + pixels - rows),
+        },
+        "views": trace_im2col_views(plan, highlight),
+        "bytes": {
+            "expected_tx_bytes_per_phase": plan.expected_tx_bytes,
+            "input_bytes_read": (box.inside.size - box.zero_filled) * nbytes,
+            "zero_fill_bytes": box.zero_filled * nbytes,
+            "stage_bytes": plan.copy.ring.stage_bytes,
+            "shared_memory_requested": plan.smem_bytes,
+        },
+        "store": {
+            "instruction": "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
+            "box": list(plan.tile),
+            "destination_element_origin": [first_row, first_column],
+            "rows_stored": min(pixels, rows - first_row),
+        },
+    }
+
+
+def trace_im2col_views(plan: Im2colPlan, highlight: tuple[int, int]) -> dict[str, str]:
+    """The im2col kernel's host-side views traced for sm_90a: the activation as the atom takes
+    it, the im2col TMA tensor, the highlighted box's coordinates and the first of them."""
+    import cutlass.cute as cute
+
+    from ..kernels.im2col import activation_view, make_im2col_load_atom
+    from ..kernels.tma import shared_tile_layout
+
+    load = plan.copy.load
+    seen: dict[str, str] = {}
+
+    @cute.jit
+    def trace(x: cute.Tensor):
+        shared_layout = shared_tile_layout(load.config.tile, False, load.swizzle_bits)
+        _, coordinate_view = make_im2col_load_atom(plan, x, shared_layout)
+        tile_coordinates = cute.local_tile(coordinate_view, plan.tile, highlight)
+        seen.update(
+            activation_view=str(activation_view(x).layout),
+            shared_layout=str(shared_layout),
+            coordinate_view=str(coordinate_view),
+            tile_coordinates=str(tile_coordinates),
+            tile_first_coordinate=str(tile_coordinates[0, 0]),
+        )
+
+    compile_kernel(trace, fake_tensor(plan.element, plan.shape))
+    return seen
+
+
+def im2col_to_text(report: dict[str, Any]) -> str:
+    """The plain-text explanation of one im2col box."""
+    cfg, box, views, nbytes, store = (report[k] for k in ("configuration", "box", "views", "bytes", "store"))
+    descriptor = report["descriptor"]
+    pixels, channels = cfg["tile"]
+    r, s = box["tap"]
+    n, h, w = box["first_pixel_nhw"]
+    m0, k0 = box["patch_element_origin"]
+
+    def extents(name: str) -> str:
+        return "x".join(map(str, cfg[name]))
+
+    rows, cols = cfg["patch_shape"]
+    return "\n".join(
+        [
+            f"im2col: {extents('shape')} (NHWC) {cfg['dtype']}, kernel {extents('filter')}, "
+            f"stride {extents('stride')}, padding {extents('padding')}, dilation {extents('dilation')}",
+            f"  output {extents('output')} pixels per image; patch matrix {rows} x {cols} "
+            "(N*P*Q, R*S*C: channels fastest, then s, then r)",
+            f"  boxes of {pixels} pixels x {channels} channels, swizzle {cfg['swizzle_bytes'] or 'none'}, "
+            f"{cfg['stages']} stages",
+            "",
+            "The descriptor (w, h order): the pixel box of a window's first tap and the taps' spacing",
+            f"  lower corner {tuple(descriptor['lower_corner_whd'])} (-padding), upper corner "
+            f"{tuple(descriptor['upper_corner_whd'])} (padding - (kernel - 1) * dilation)",
+            f"  element strides {tuple(descriptor['stride_whd'])} (the conv stride), tap offsets from "
+            f"{tuple(descriptor['lower_srt'])}, {tuple(descriptor['stride_srt'])} apart (the dilation)",
+            f"  the activation as the atom takes it, ((W, H, N), C):  {views['activation_view']}",
+            f"  the im2col TMA tensor (N*P*Q, (C, S, R)):  {views['coordinate_view']}",
+            "",
+            f"Box {tuple(box['highlight'])}: patch rows {m0}-{m0 + pixels - 1}, "
+            f"columns {k0}-{k0 + channels - 1}",
+            f"  tap (r, s) = ({r}, {s}), channels {box['channels'][0]}-{box['channels'][1]}; "
+            f"im2col offsets (s, r) = {tuple(box['tap_offsets_ws'])}",
+            f"  its first row is output pixel (n, p, q) = {tuple(box['output_pixel_npq'])}, "
+            f"whose window starts at input (h, w) = ({h}, {w});",
+            f"  the load names {{c, w, h, n}} = {{{', '.join(map(str, box['load_coordinates_cwhn']))}}} "
+            f"and that tap reads input pixel (n, h, w) = {tuple(box['tapped_input_pixel_nhw'])}",
+            f"  traced from the DSL: first coordinate {views['tile_first_coordinate']} "
+            "(c, (w, h), n, (s, r))",
+            f"  {box['zero_filled_elements']} of its {pixels * channels} elements are TMA's zero fill "
+            f"(padding, or {box['pixels_past_the_patch_matrix']} pixels past the last image)",
+            "",
+            "Bytes per phase",
+            f"  each barrier phase expects {nbytes['expected_tx_bytes_per_phase']} bytes: the whole box, the "
+            f"zero fill ({nbytes['zero_fill_bytes']} bytes) included;",
+            f"  {nbytes['input_bytes_read']} bytes come from the activation. Stages of "
+            f"{nbytes['stage_bytes']} bytes, {nbytes['shared_memory_requested']} bytes of shared memory "
+            "requested.",
+            "",
+            "The store",
+            f"  {store['instruction']}: the {pixels}x{channels} box to patch element "
+            f"{tuple(store['destination_element_origin'])}, {store['rows_stored']} rows written "
+            "(the store clips past the last row)",
+        ]
+    )
