@@ -302,6 +302,7 @@ class RingContext(NamedTuple):
 
     warp: cutlass.Int32
     block: cutlass.Int32  # whose walk: the block's, or the cluster's
+    rank: cutlass.Int32  # the CTA's rank in its cluster (0 without one)
     stages: Any  # the stages' tiles (a pair ring: a tuple of them)
     full: cute.Pointer
     empty: cute.Pointer
@@ -323,13 +324,15 @@ class TmaRingKernel:
     consumers' state). `ring_options` go to `TileRing` (the hang guard and the test-only
     mistakes)."""
 
-    def __init__(self, pipeline: PipelinePlan, shape_generic: bool = False, **ring_options: Any):
+    cluster_launch = None  # a cluster family's plan (`ClusterLaunch`: its grid and cluster)
+
+    def __init__(self, pipeline: PipelinePlan, shape_generic: bool = False, ring=None, **ring_options: Any):
         if shape_generic and not pipeline.persistent:
             raise ValueError("shape-generic kernels take persistent plans (their grid is run-time)")
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.shape_generic = shape_generic
-        self.ring = TileRing(pipeline, **ring_options)
+        self.ring = TileRing(pipeline, **ring_options) if ring is None else ring
 
     @property
     def smem_bytes(self) -> int:
@@ -352,15 +355,18 @@ class TmaRingKernel:
         )
 
     def launch(self, source, sink, guard, shared_layout, stream: cuda.CUstream, run_time=None) -> None:
-        """Trace `kernel` and launch it with the plan's grid (or `run_time`'s), block and shared
-        memory."""
-        pipeline = self.pipeline
+        """Trace `kernel` and launch it with the plan's grid (or `run_time`'s), block, shared
+        memory and cluster (`cluster_launch`: a cluster family's plan)."""
+        pipeline, cluster = self.pipeline, self.cluster_launch
+        grid = (pipeline.grid if run_time is None else run_time.grid.divisor, 1, 1)
+        options = {} if cluster is None else {"cluster": (*cluster.cluster, 1)}
         self.kernel(source, sink, guard, shared_layout, run_time).launch(
-            grid=(pipeline.grid if run_time is None else run_time.grid.divisor, 1, 1),
+            grid=grid if cluster is None else cluster.launch_grid,
             block=(pipeline.threads_per_block, 1, 1),
             smem=self.smem_bytes,
             stream=stream,
             use_pdl=pipeline.pdl,
+            **options,
         )
 
     # -- device: the skeleton -----------------------------------------------------------------
@@ -390,7 +396,9 @@ class TmaRingKernel:
         """The block's set-up: its warp, the stages and barriers (initialised), PDL's wait, and
         how many tiles it loads."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        block, _, _ = cute.arch.block_idx()
+        block, rank = self.position()
+        if cutlass.const_expr(self.cluster_launch is not None):  # a cluster's walk: counted first
+            steps = cutlass.Int32(walk.tiles_of_block(block))
         stages, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)
         if cutlass.const_expr(self.pipeline.pdl):
@@ -398,8 +406,15 @@ class TmaRingKernel:
             # kernel wrote or overwrite what it reads.
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
-        steps = cutlass.Int32(walk.tiles_of_block(block))
-        return RingContext(warp, block, stages, full, empty, steps, walk, guard)
+        if cutlass.const_expr(self.cluster_launch is None):
+            steps = cutlass.Int32(walk.tiles_of_block(block))
+        return RingContext(warp, block, rank, stages, full, empty, steps, walk, guard)
+
+    @cute.jit
+    def position(self):
+        """(whose walk this block runs, its rank in the cluster): the block's, 0."""
+        block, _, _ = cute.arch.block_idx()
+        return block, 0
 
     @cute.jit
     def produce(self, context: RingContext, source):
