@@ -1,5 +1,5 @@
-"""`TileRing`: an N-stage ring of shared-memory tiles filled by TMA, as a building block for your
-own CuTe DSL kernel. tmakit's pipelined kernels (`kernels.pipeline`) are written with it.
+"""`TileRing`: an N-stage ring of shared-memory tiles filled by TMA, and `TmaRingKernel`, the
+skeleton every tmakit ring kernel (pipeline, copy, reduce, im2col, cluster dot) is written on.
 
 Which barrier guards what:
 - `full[s]` (1 arrival + the tile's bytes): "stage s holds the tile the consumers wait for".
@@ -10,26 +10,12 @@ Each barrier completes once per trip round the ring, so the parity a waiter name
 number mod 2 (`PipelinePlan.stage_and_parity`). The producer's first trip waits on the empty
 barriers with parity 1, which a fresh barrier reports as already complete: all stages start free.
 
-A user's view (warp 0 produces, the other warps consume; `examples/ring_rowmax.py` is a complete
-kernel). Keep the ring an attribute (`self.ring`): the DSL carries no plain Python object through
-a device loop.
-
-    self.ring = TileRing(PipelinePlan(LoadPlan(config), stages=4))       # host
-    load_atom, coordinate_view, shared_layout = self.ring.make_load_atom(src)   # in your @cute.jit
-    ...launch(smem=self.ring.pipeline.smem_bytes, block=(self.ring.pipeline.threads_per_block, 1, 1))
-
-    tiles, full, empty = self.ring.allocate(shared_layout)               # in your @cute.kernel
-    self.ring.init_barriers(full, empty, warp)
-    failed = cutlass.Boolean(False)                                      # set only by the hang guard
-    # producer warp, per step:
-    stage, failed = self.ring.acquire_free(empty, step, failed)
-    global_part, shared_part = tma_load_views(load_atom, coordinate_view, tiles[None, None, stage],
-                                              tile, coord)
-    self.ring.load(load_atom, global_part, shared_part, full, stage, failed)
-    # consumer warps, per step:
-    stage, failed = self.ring.wait_full(full, step, failed)
-    ... read tiles[None, None, stage] ...
-    self.ring.release(empty, stage, failed)
+`TmaRingKernel` is the ring kernel written once (set-up, producer loop, consumer loop); a family
+subclasses it and says what to load for a step and what to do with a landed stage. A kernel of
+your own may also use `TileRing` directly (`examples/ring_rowmax.py`: `allocate`, `init_barriers`,
+then `acquire_free`/`load` per step on the producer warp and `wait_full`/`release` on the
+consumers). Keep the ring an attribute (`self.ring`): the DSL carries no plain Python object
+through a device loop.
 
 `hang_guard=True` bounds every wait (also pass `guard=`, a GUARD_WORDS int32 tensor, and `block=`): a wait
 that runs out records (block, stage, parity, expected bytes, step) and that thread waits no more,
