@@ -165,9 +165,10 @@ class TileRing:
             cute.arch.barrier()
 
     @cute.jit
-    def wait(self, barrier, parity, guard, block, stage, step, role: cutlass.Constexpr, failed):
-        """mbarrier wait; with the hang guard, bounded, recording what timed out. Returns the
-        (possibly newly set) `failed` flag; a failed thread waits no more."""
+    def wait(self, barrier, parity, failed, guard, where):
+        """mbarrier wait; with the hang guard, bounded, recording what timed out, `where`: (block,
+        stage, step, role). Returns the (possibly newly set) `failed` flag; a failed thread waits
+        no more."""
         if cutlass.const_expr(not self.hang_guard):
             cute.arch.mbarrier_wait(barrier, parity)
         else:
@@ -178,6 +179,7 @@ class TileRing:
                 spins += 1
             if not done:
                 failed = cutlass.Boolean(True)
+                block, stage, step, role = where
                 record = role * GUARD_RECORD
                 # The first thread to time out (of any block) claims the record; the rest leave it,
                 # so one report never mixes fields from different waits.
@@ -194,7 +196,7 @@ class TileRing:
         """Producer: the stage of the `step`-th load, once every consumer warp released it one
         trip ago (parity 1 on trip 0: free). Returns (stage, failed)."""
         stage, trip_parity = self.pipeline.stage_and_parity(step)
-        failed = self.wait(empty + stage, trip_parity ^ 1, guard, block, stage, step, PRODUCER, failed)
+        failed = self.wait(empty + stage, trip_parity ^ 1, failed, guard, (block, stage, step, PRODUCER))
         return stage, failed
 
     @cute.jit
@@ -241,7 +243,7 @@ class TileRing:
         stage, parity = self.pipeline.stage_and_parity(step)
         if cutlass.const_expr(self.freeze_parity):
             parity = 0
-        failed = self.wait(full + stage, parity, guard, block, stage, step, CONSUMER, failed)
+        failed = self.wait(full + stage, parity, failed, guard, (block, stage, step, CONSUMER))
         return stage, failed
 
     @cute.jit
