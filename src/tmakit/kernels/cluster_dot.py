@@ -22,8 +22,8 @@ from cutlass.cute.nvgpu import cpasync
 from ..limits import WARP_THREADS
 from ..plan import ClusterDotPlan
 from .multicast import cluster_slice_views, make_cluster_load_atom
-from .ring import TileRing
-from .tma import combine_row_shares, issue_tile_load, matrix_first_view, tma_load_views
+from .ring import RingContext, TileRing, TmaRingKernel
+from .tma import combine_row_shares, matrix_first_view, tma_load_views
 
 
 class PairRing(TileRing):
@@ -40,8 +40,8 @@ class PairRing(TileRing):
     def declared_bytes(self) -> int:
         return self.dot.expected_tx_bytes
 
-    def allocate_pair(self, shared_layout: cute.ComposedLayout):
-        """(X tiles, A tiles, full, empty): the X ring, the A ring, then the barriers, in the
+    def allocate(self, shared_layout: cute.ComposedLayout):
+        """((X tiles, A tiles), full, empty): the X ring, the A ring, then the barriers, in the
         order `ClusterDotPlan.smem_bytes` counts them."""
         stages = self.pipeline.stages
         smem = cutlass.memory.SmemAllocator()
@@ -49,33 +49,24 @@ class PairRing(TileRing):
         a_tiles = self.allocate_stages(smem, shared_layout)
         full = smem.allocate_array(cutlass.Int64, stages)
         empty = smem.allocate_array(cutlass.Int64, stages)
-        return x_tiles, a_tiles, full, empty
-
-    @cute.jit
-    def load_pair(self, x_load, a_load, full, stage, failed, multicast_mask):
-        """Producer: one arrival declaring both tiles' bytes, then the X copy (this CTA's slice
-        into every CTA `multicast_mask` names, or the whole tile) and the A copy (this CTA only),
-        both completing on the stage's full barrier. `x_load`, `a_load`: (atom, global part,
-        shared part)."""
-        if not failed:
-            x_atom, x_global, x_shared = x_load
-            issue_tile_load(x_atom, x_global, x_shared, full + stage, self.declared_bytes, multicast_mask)
-            a_atom, a_global, a_shared = a_load
-            # Already declared above: a second arrive would complete the phase early.
-            cute.copy(a_atom, a_global, a_shared, tma_bar_ptr=full + stage)
+        return (x_tiles, a_tiles), full, empty
 
 
-class ClusterDotKernel:
-    """Host side in `__call__` (A (B, M, K), X (M, K), out (B, M) fp32, stream), device side in
-    `kernel`. With `plan.multicast` False: the same kernel, cluster and launch, each CTA loading
-    the whole X tile itself; its empty barriers then count only its own consumers and nothing
-    is remote."""
+class ClusterDotKernel(TmaRingKernel):
+    """Host side in `__call__` (A (B, M, K), X (M, K), out (B, M) fp32, stream); the device side
+    is `TmaRingKernel`'s, each step loading X's slice (multicast) and the A tile, the consumer
+    warps adding the products. With `plan.multicast` False: the same kernel, cluster and launch,
+    each CTA loading the whole X tile itself; its empty barriers then count only its own
+    consumers and nothing is remote."""
 
     def __init__(self, plan: ClusterDotPlan):
-        self.dot = plan
+        super().__init__(plan.pipeline, ring=PairRing(plan))
+        self.dot = self.cluster_launch = plan
         self.multicast = plan.x_multicast
-        self.pipeline = plan.pipeline
-        self.ring = PairRing(plan)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.dot.smem_bytes
 
     @cute.jit
     def __call__(self, a: cute.Tensor, x: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
@@ -84,83 +75,71 @@ class ClusterDotKernel:
         a_atom, a_coordinates = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), matrix_first_view(a, 3), shared_layout, dot.tile
         )
-        self.kernel(x_atom, x_coordinates, a_atom, a_coordinates, out, shared_layout).launch(
-            grid=dot.launch_grid,
-            block=(dot.threads_per_block, 1, 1),
-            cluster=(dot.cluster[0], dot.cluster[1], 1),
-            smem=dot.smem_bytes,
-            stream=stream,
-        )
+        self.launch((x_atom, x_coordinates, a_atom, a_coordinates), out, None, shared_layout, stream)
 
-    @cute.kernel
-    def kernel(
-        self,
-        x_atom: cute.CopyAtom,
-        x_coordinates: cute.Tensor,
-        a_atom: cute.CopyAtom,
-        a_coordinates: cute.Tensor,
-        out: cute.Tensor,
-        shared_layout: cute.ComposedLayout,
-    ):
-        dot, multicast = self.dot, self.multicast
-        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        rank = cute.arch.block_idx_in_cluster()
-        cluster, _, _ = cute.arch.cluster_idx()
-        steps = dot.walk.tiles_of_block(cluster)
-        x_tiles, a_tiles, full, empty = self.ring.allocate_pair(shared_layout)
-        self.ring.init_barriers(full, empty, warp)  # a cluster barrier with multicast peers
-
-        failed = cutlass.Boolean(False)  # no hang guard here: never set
-        if warp == 0:
-            mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(dot.multicast) else None
-            for step in cutlass.range(steps, unroll=1):
-                stage, failed = self.ring.acquire_free(empty, step, failed)
-                group, row_block, column_tile = dot.walk.tile_of(cluster, step)
-                x_global, x_shared = cluster_slice_views(
-                    multicast,
-                    x_atom,
-                    x_coordinates,
-                    x_tiles[None, None, stage],
-                    (row_block, column_tile),
-                    rank,
-                )
-                a_global, a_shared = tma_load_views(
-                    a_atom,
-                    a_coordinates,
-                    a_tiles[None, None, stage],
-                    dot.tile,
-                    (row_block, column_tile, dot.batch_of(group, rank)),
-                )
-                self.ring.load_pair(
-                    (x_atom, x_global, x_shared), (a_atom, a_global, a_shared), full, stage, failed, mask
-                )
-            if cutlass.const_expr(multicast.num_multicast > 1):
-                # No CTA exits while a peer may still multicast into it or arrive on it.
-                failed = self.ring.drain(empty, steps, failed)
-        else:
-            self.consume(x_tiles, a_tiles, full, empty, out, cluster, rank, steps, warp - 1)
+    def walk(self, run_time):
+        return self.dot.walk
 
     @cute.jit
-    def consume(self, x_tiles, a_tiles, full, empty, out, cluster, rank, steps, consumer):
-        """A consumer warp: per stage, each thread's rows' products into fp32 accumulators
-        (16-byte reads in `RowSumMapping`'s bank-conflict-free order, both tiles through the same
-        physical positions: a row's sum does not mind the swizzle's chunk order); at a strip's
-        last column tile, the row sums to `out`."""
-        dot, pipeline = self.dot, self.pipeline
-        column_tiles = dot.x_load.tiles_per_block
+    def position(self):
+        """(the cluster, whose walk every CTA of it runs; the CTA's rank in it)."""
+        rank = cute.arch.block_idx_in_cluster()
+        cluster, _, _ = cute.arch.cluster_idx()
+        return cluster, rank
+
+    @cute.jit
+    def stage_copies(self, context: RingContext, source, stage, step):
+        """The X copy (this CTA's slice into every CTA of the cluster, or the whole tile) and the
+        A copy (this CTA only), both completing on the stage's full barrier."""
+        dot = self.dot
+        x_atom, x_coordinates, a_atom, a_coordinates = source
+        x_tiles, a_tiles = context.stages
+        mask = cutlass.Int16(self.multicast.multicast_mask) if cutlass.const_expr(dot.multicast) else None
+        group, row_block, column_tile = dot.walk.tile_of(context.block, step)
+        x_global, x_shared = cluster_slice_views(
+            self.multicast,
+            x_atom,
+            x_coordinates,
+            x_tiles[None, None, stage],
+            (row_block, column_tile),
+            context.rank,
+        )
+        a_global, a_shared = tma_load_views(
+            a_atom,
+            a_coordinates,
+            a_tiles[None, None, stage],
+            dot.tile,
+            (row_block, column_tile, dot.batch_of(group, context.rank)),
+        )
+        return (x_atom, x_global, x_shared, mask), (a_atom, a_global, a_shared, None)
+
+    @cute.jit
+    def consumer_begin(self, context: RingContext, out, consumer):
+        """(out, this thread's index, both rings' rows as stored, fp32 row sums)."""
         thread = consumer * WARP_THREADS + cute.arch.lane_idx()
+        x_tiles, a_tiles = context.stages
         x_rows = self.ring.physical_rows(x_tiles)
         a_rows = self.ring.physical_rows(a_tiles)
-        sums = cute.make_rmem_tensor(pipeline.rowsum_mapping.row_slots, cutlass.Float32)
+        sums = cute.make_rmem_tensor(self.pipeline.rowsum_mapping.row_slots, cutlass.Float32)
         sums.fill(0.0)
-        failed = cutlass.Boolean(False)
-        for step in cutlass.range(steps, unroll=1):
-            stage, failed = self.ring.wait_full(full, step, failed)
-            self.add_products(x_rows, a_rows, stage, sums, thread)
-            self.ring.release(empty, stage, failed)
-            group, row_block, column_tile = dot.walk.tile_of(cluster, step)
-            if column_tile == column_tiles - 1:
-                self.write_sums(sums, out, row_block, dot.batch_of(group, rank), thread)
+        return out, thread, x_rows, a_rows, sums
+
+    @cute.jit
+    def use_stage(self, context: RingContext, state, stage, step, consumer):
+        """Each thread's rows' products into its fp32 accumulators (16-byte reads in
+        `RowSumMapping`'s bank-conflict-free order, both tiles through the same physical
+        positions: a row's sum does not mind the swizzle's chunk order)."""
+        out, thread, x_rows, a_rows, sums = state
+        self.add_products(x_rows, a_rows, stage, sums, thread)
+
+    @cute.jit
+    def after_release(self, context: RingContext, state, stage, step, consumer):
+        """At a strip's last column tile, the row sums to `out`."""
+        dot = self.dot
+        out, thread, x_rows, a_rows, sums = state
+        group, row_block, column_tile = dot.walk.tile_of(context.block, step)
+        if column_tile == dot.x_load.tiles_per_block - 1:
+            self.write_sums(sums, out, row_block, dot.batch_of(group, context.rank), thread)
 
     @cute.jit
     def add_products(self, x_rows, a_rows, stage, sums, thread):

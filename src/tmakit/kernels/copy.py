@@ -32,7 +32,7 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 
 from ..limits import WARP_THREADS
 from ..plan import CopyPlan
-from .pipeline import RunTimeWalk, TmaRingKernel
+from .ring import RingContext, TmaRingKernel
 from .tma import matrix_first_view, shared_tile_layout
 
 __all__ = ["BulkCopyKernel", "CopyKernel"]
@@ -67,19 +67,30 @@ class _CopyCommon:
         cute.arch.cp_async_bulk_wait_group(late, read=True)
 
     @cute.jit
-    def release_stored(self, empty, step, late: cutlass.Constexpr, failed):
-        """Release the stage whose store is now known to have read it, `late` steps back."""
-        if step >= late:
-            self.ring.release(empty, (step - late) % self.pipeline.stages, failed)
+    def release_stage(self, context: RingContext, stage, step, failed):
+        """A transposing copy frees the stage once it is transposed; a storing copy the stage
+        whose store is now known to have read it, `late` steps back."""
+        if cutlass.const_expr(self.copy.transpose):
+            self.ring.release(context.empty, stage, failed)
+        else:
+            late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
+            if step >= late:
+                self.ring.release(context.empty, (step - late) % self.pipeline.stages, failed)
 
     @cute.jit
-    def release_after_stores(self, empty, tiles, late, failed):
+    def consumer_end(self, context: RingContext, state, consumer, failed):
         """Before the block exits (and its shared memory goes), every store must have read its
-        stage; then the stages not yet released are. The writes complete before the grid does."""
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
-        for step in cutlass.range(tiles - late, tiles, unroll=1):  # the stages not yet released
-            if step >= 0:
-                self.ring.release(empty, step % self.pipeline.stages, failed)
+        stage (a transposing copy's: its staging tile); then a storing copy releases the stages
+        not yet released. The writes complete before the grid does."""
+        if cutlass.const_expr(self.copy.transpose):
+            if consumer == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
+        else:
+            late = self.copy.stores_in_flight - 1
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            for step in cutlass.range(context.steps - late, context.steps, unroll=1):  # not yet released
+                if step >= 0:
+                    self.ring.release(context.empty, step % self.pipeline.stages, failed)
 
 
 class CopyKernel(_CopyCommon, TmaRingKernel):
@@ -108,59 +119,65 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             plan.config.tile,
         )
         run_time = self.run_time_walk(coordinate_view)
-        self.launch(
-            self.kernel(
-                load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, store_layout, run_time
-            ),
-            stream,
-            run_time,
-        )
+        sink = (store_atom, out_view, store_layout)
+        self.launch((load_atom, coordinate_view), sink, guard, shared_layout, stream, run_time)
 
     def store_operation(self) -> cpasync.TmaCopyOp:
         """The TMA store's operation: a plain store (shared to global); `kernels.reduce` stores
         with a reduction instead."""
         return cpasync.CopyBulkTensorTileS2GOp()
 
-    @cute.kernel
-    def kernel(
-        self,
-        load_atom: cute.CopyAtom,
-        coordinate_view: cute.Tensor,
-        store_atom: cute.CopyAtom,
-        out_view: cute.Tensor,
-        guard: cute.Tensor,
-        shared_layout: cute.ComposedLayout,
-        store_layout: cute.ComposedLayout,
-        run_time: RunTimeWalk | None,
-    ):
-        walk = self.walk(run_time)
-        warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
-        if warp == 0:
-            self.produce(load_atom, coordinate_view, ring, full, empty, guard, block, tiles, walk)
-        elif cutlass.const_expr(self.copy.transpose):
-            self.consume_transposing(
-                ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, walk, warp - 1
-            )
-        else:
-            self.consume(ring, full, empty, store_atom, out_view, guard, block, tiles, walk, warp - 1)
+    @cute.jit
+    def consumer_begin(self, context: RingContext, sink, consumer):
+        """(store atom, destination view, and for a transposing copy: the stages as stored, the
+        staging tiles as stored and as the store sees them, this thread's index); the storing
+        warp fetches the store's tensor map meanwhile."""
+        store_atom, out_view, store_layout = sink
+        transposing = ()
+        if cutlass.const_expr(self.copy.transpose):
+            views = self.staging_views(context.stages, store_layout)
+            transposing = (*views, consumer * WARP_THREADS + cute.arch.lane_idx())
+        self.prefetch_store_descriptor(store_atom, consumer)
+        return store_atom, out_view, transposing
 
     @cute.jit
-    def consume(self, ring, full, empty, store_atom, out_view, guard, block, tiles, walk, consumer):
-        """The consumer warp: wait for a full stage, TMA-store it (one thread), release each stage
-        once its store has read it."""
-        failed = cutlass.Boolean(False)
-        late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
-        self.prefetch_store_descriptor(store_atom, consumer)
-        for step in cutlass.range(tiles, unroll=1):
-            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
-            tile = ring[None, None, stage]
-            if consumer == 0:  # one warp stores
-                destination_part, shared_part = self.tile_views(
-                    store_atom, out_view, tile, walk.tile_of(block, step)
+    def use_stage(self, context: RingContext, state, stage, step, consumer):
+        """A storing copy's warp 0 TMA-stores the stage (one thread); a transposing copy's warps
+        transpose their share of it into staging tile `step % 2`."""
+        store_atom, out_view, transposing = state
+        if cutlass.const_expr(self.copy.transpose):
+            source, staging, staging_tiles, thread = transposing
+            self.transpose_stage(source, stage, staging, step % 2, thread)
+        elif consumer == 0:  # one warp stores
+            self.store_tile(store_atom, out_view, context.stages[None, None, stage], context, step)
+
+    @cute.jit
+    def after_release(self, context: RingContext, state, stage, step, consumer):
+        """A transposing copy, the stage released: fence the staging writes to the async proxy
+        (TMA reads them), meet the other consumer warps at named barrier 1, and (warp 0, one
+        thread) TMA-store the staging tile. Before the barrier warp 0 waits until the previous
+        store has read the other staging tile, so after it every thread may overwrite that one."""
+        if cutlass.const_expr(self.copy.transpose):
+            store_atom, out_view, transposing = state
+            staging_tiles = transposing[2]
+            cute.arch.fence_proxy("async.shared", space="cta")
+            if consumer == 0:  # every lane waits: only the issuing lane's bulk groups are not empty
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+            threads = WARP_THREADS * self.pipeline.consumer_warps
+            cute.arch.barrier(barrier_id=1, number_of_threads=threads)
+            if consumer == 0:
+                self.store_tile(
+                    store_atom, out_view, staging_tiles[None, None, step % 2], context, step, None
                 )
-                self.store_and_commit(store_atom, shared_part, destination_part, late)
-            self.release_stored(empty, step, late, failed)
-        self.release_after_stores(empty, tiles, late, failed)
+
+    @cute.jit
+    def store_tile(self, store_atom, out_view, shared_tile, context: RingContext, step, late=-1):
+        """The storing warp's TMA store of `shared_tile` to the `step`-th tile of the walk; `late`:
+        as `store_and_commit`'s, by default the stores the plan keeps in flight beside the newest."""
+        tile = context.walk.tile_of(context.block, step)
+        destination_part, shared_part = self.tile_views(store_atom, out_view, shared_tile, tile)
+        late = self.copy.stores_in_flight - 1 if cutlass.const_expr(late == -1) else late
+        self.store_and_commit(store_atom, shared_part, destination_part, late)
 
     @cute.jit
     def prefetch_store_descriptor(self, store_atom, consumer):
@@ -192,37 +209,6 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
             cute.copy(store_atom, shared_part, destination_part, cache_policy=cutlass.Int64(policy))
         else:
             cute.copy(store_atom, shared_part, destination_part)
-
-    @cute.jit
-    def consume_transposing(
-        self, ring, full, empty, store_atom, out_view, store_layout, guard, block, tiles, walk, consumer
-    ):
-        """A consumer warp of a layout-changing copy: per stage, transpose its share of the blocks
-        into staging tile `step % 2`, release the stage, fence the writes to the async proxy (TMA
-        reads them), meet the other consumer warps at named barrier 1, and (warp 0, one thread)
-        TMA-store the staging tile. Before the barrier warp 0 waits until the previous store has
-        read the other staging tile, so after it every thread may overwrite that one."""
-        pipeline = self.pipeline
-        source, staging, staging_tiles = self.staging_views(ring, store_layout)
-        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
-        failed = cutlass.Boolean(False)
-        self.prefetch_store_descriptor(store_atom, consumer)
-        for step in cutlass.range(tiles, unroll=1):
-            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
-            buffer = step % 2
-            self.transpose_stage(source, stage, staging, buffer, thread)
-            self.ring.release(empty, stage, failed)
-            cute.arch.fence_proxy("async.shared", space="cta")
-            if consumer == 0:  # every lane waits: only the issuing lane's bulk groups are not empty
-                cute.arch.cp_async_bulk_wait_group(0, read=True)
-            cute.arch.barrier(barrier_id=1, number_of_threads=WARP_THREADS * pipeline.consumer_warps)
-            if consumer == 0:
-                destination_part, shared_part = self.tile_views(
-                    store_atom, out_view, staging_tiles[None, None, buffer], walk.tile_of(block, step)
-                )
-                self.store_and_commit(store_atom, shared_part, destination_part)
-        if consumer == 0:
-            cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
 
     def staging_views(self, ring: cute.Tensor, store_layout: cute.ComposedLayout):
         """(source stages as stored, (vector, chunk, row, stage); staging tiles as stored,
@@ -291,60 +277,46 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
         src, dst = self.rows_views(src, dst)
         shared_layout = shared_tile_layout(self.plan.config.tile)
         run_time = self.run_time_walk(src)
-        self.launch(self.kernel(src, dst, guard, shared_layout, run_time), stream, run_time)
-
-    @cute.kernel
-    def kernel(
-        self,
-        src: cute.Tensor,
-        dst: cute.Tensor,
-        guard: cute.Tensor,
-        shared_layout: cute.ComposedLayout,
-        run_time: RunTimeWalk | None,
-    ):
-        walk = self.walk(run_time)
-        warp, block, ring, full, empty, tiles = self.begin(shared_layout, walk)
-        if warp == 0:
-            self.produce(src, ring, full, empty, guard, block, tiles, walk)
-        else:
-            self.consume(ring, full, empty, dst, guard, block, tiles, walk, warp - 1)
+        self.launch(src, dst, guard, shared_layout, stream, run_time)
 
     @cute.jit
-    def produce(self, src, ring, full, empty, guard, block, tiles, walk):
-        """The producer warp: wait for a free stage, then load the next run into it."""
-        failed = cutlass.Boolean(False)
-        for step in cutlass.range(tiles, unroll=1):
-            stage, failed = self.ring.acquire_free(empty, step, failed, guard, block)
-            _, row_block, _ = walk.tile_of(block, step)
-            self.load_run(src, ring, full, stage, row_block, walk, failed)
+    def prefetch_descriptors(self, source):
+        """Bulk copies have no tensor map to prefetch."""
 
     @cute.jit
-    def consume(self, ring, full, empty, dst, guard, block, tiles, walk, consumer):
-        """The consumer warp: wait for a full stage, bulk-store its run (one thread), release each
-        stage once its store has read it."""
-        failed = cutlass.Boolean(False)
-        late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
-        for step in cutlass.range(tiles, unroll=1):
-            stage, failed = self.ring.wait_full(full, step, failed, guard, block)
-            _, row_block, _ = walk.tile_of(block, step)
-            if consumer == 0:  # one warp stores
-                destination, staged, size = self.run_of(dst, ring, stage, row_block, walk)
-                with cute.arch.elect_one():  # the DSL elects no thread for bulk copies
-                    prims.cp_async_bulk_global_shared_cta(
-                        destination, staged, size, l2_cache_hint=self.copy.store_policy
-                    )
-                    self.commit_store(late)
-            self.release_stored(empty, step, late, failed)
-        self.release_after_stores(empty, tiles, late, failed)
+    def load_stage(self, context: RingContext, src, stage, step, failed):
+        """Producer: one thread declares the run's bytes on the stage's full barrier and starts
+        its bulk copy into the stage (the DSL elects no thread for these). After a guard
+        timeout, nothing more."""
+        _, row_block, _ = context.walk.tile_of(context.block, step)
+        if not failed:
+            address, staged, size = self.run_of(src, context, stage, row_block)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(context.full + stage, size)
+                prims.cp_async_bulk_shared_cluster_global(
+                    staged, address, context.full + stage, size, l2_cache_hint=self.pipeline.load_policy
+                )
 
     @cute.jit
-    def run_of(self, tensor, ring, stage, row_block, walk):
+    def use_stage(self, context: RingContext, dst, stage, step, consumer):
+        """Warp 0 bulk-stores the run (one thread)."""
+        _, row_block, _ = context.walk.tile_of(context.block, step)
+        if consumer == 0:  # one warp stores
+            destination, staged, size = self.run_of(dst, context, stage, row_block)
+            with cute.arch.elect_one():  # the DSL elects no thread for bulk copies
+                prims.cp_async_bulk_global_shared_cta(
+                    destination, staged, size, l2_cache_hint=self.copy.store_policy
+                )
+                self.commit_store(self.copy.stores_in_flight - 1)
+
+    @cute.jit
+    def run_of(self, tensor, context: RingContext, stage, row_block):
         """A bulk copy's tile `row_block`: (its address in `tensor`, its stage's shared address,
         its bytes: a whole tile's, or the rows left over for the last)."""
         tile_bytes, last_bytes = self.copy.bulk_tile_bytes
         size = cutlass.Int32(tile_bytes)
         if cutlass.const_expr(self.shape_generic):
-            if row_block == walk.row_blocks - 1:  # the rows left: run-time
+            if row_block == context.walk.row_blocks - 1:  # the rows left: run-time
                 tile_rows, cols = self.plan.config.tile
                 rows = cutlass.Int32(cute.size(tensor, mode=[0]))
                 size = (rows - row_block * tile_rows) * (cols * self.plan.config.element.nbytes)
@@ -353,18 +325,6 @@ class BulkCopyKernel(_CopyCommon, TmaRingKernel):
                 size = cutlass.Int32(last_bytes)
         # 64-bit: a 2 GiB tensor of bytes has 2**31 elements.
         address = tensor.iterator + cutlass.Int64(row_block) * (tile_bytes // self.plan.config.element.nbytes)
-        stages = cute.recast_ptr(ring.iterator, dtype=self.ring.element_type)  # unswizzled: as stored
+        stages = cute.recast_ptr(context.stages.iterator, dtype=self.ring.element_type)  # as stored
         staged = stages + stage * self.pipeline.stage_elements
         return address, staged, size
-
-    @cute.jit
-    def load_run(self, src, ring, full, stage, row_block, walk, failed):
-        """Producer of a bulk copy: one thread declares the run's bytes on the stage's full
-        barrier and starts its bulk copy into the stage (the DSL elects no thread for these)."""
-        if not failed:
-            address, staged, size = self.run_of(src, ring, stage, row_block, walk)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(full + stage, size)
-                prims.cp_async_bulk_shared_cluster_global(
-                    staged, address, full + stage, size, l2_cache_hint=self.pipeline.load_policy
-                )

@@ -67,9 +67,5 @@ class Im2colKernel(CopyKernel):
         store_atom, out_view = cpasync.make_tiled_tma_atom(
             self.store_operation(), out, shared_layout, plan.config.tile
         )
-        self.launch(
-            self.kernel(
-                load_atom, coordinate_view, store_atom, out_view, guard, shared_layout, shared_layout, None
-            ),
-            stream,
-        )
+        sink = (store_atom, out_view, shared_layout)
+        self.launch((load_atom, coordinate_view), sink, guard, shared_layout, stream)

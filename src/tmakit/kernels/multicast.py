@@ -270,7 +270,7 @@ class PipelinedMulticastKernel(MulticastLoadKernel):
                 global_part, shared_part = self.slice_views(
                     load_atom, coordinate_view, ring[None, None, stage], self.tile_of(cluster, step), rank
                 )
-                self.ring.load(load_atom, global_part, shared_part, full, stage, failed, mask)
+                self.ring.issue(((load_atom, global_part, shared_part, mask),), full, stage, failed)
                 self.stamp(stamps, cta, layout.step_word("issued", step), lane)
             else:
                 self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)

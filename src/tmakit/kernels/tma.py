@@ -128,16 +128,29 @@ def issue_tile_load(
     barrier: cute.Pointer,
     expected_tx_bytes: cutlass.Constexpr,
     multicast_mask=None,
-    cache_policy=None,
 ):
     """Arrive once and declare the payload, then start the TMA copy that completes those bytes
-    (a multicast atom's copy goes to every CTA `multicast_mask` names; `cache_policy`: an L2
-    eviction hint, one of `plan.L2_HINTS`).
+    (a multicast atom's copy goes to every CTA `multicast_mask` names)."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(barrier, expected_tx_bytes)
+    issue_tile_copy(load_atom, global_part, shared_part, barrier, multicast_mask)
+
+
+@cute.jit
+def issue_tile_copy(
+    load_atom: cute.CopyAtom,
+    global_part: cute.Tensor,
+    shared_part: cute.Tensor,
+    barrier: cute.Pointer,
+    multicast_mask=None,
+    cache_policy=None,
+):
+    """Start a TMA copy whose bytes complete on `barrier` (declared there already): into every CTA
+    `multicast_mask` names with a multicast atom; `cache_policy`: an L2 eviction hint, one of
+    `plan.L2_HINTS`.
 
     The copy is not wrapped in `elect_one`: the DSL issues TMA copies from one thread itself,
     and electing around it can deadlock."""
-    with cute.arch.elect_one():
-        cute.arch.mbarrier_arrive_and_expect_tx(barrier, expected_tx_bytes)
     hint = {} if cutlass.const_expr(cache_policy is None) else {"cache_policy": cutlass.Int64(cache_policy)}
     if cutlass.const_expr(multicast_mask is None):
         cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, **hint)
