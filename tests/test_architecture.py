@@ -114,7 +114,7 @@ def is_package(module: str) -> bool:
 
 def resolve(module: str, node: ast.ImportFrom) -> str:
     """The absolute name of the module a `from` import reads from (`from ..plan import x` in
-    `tmakit.kernels.ring` reads from `tmakit.plan`)."""
+    `tmakit.kernels.tile_ring` reads from `tmakit.plan`)."""
     if not node.level:
         return node.module or ""
     base = module.split(".")
@@ -228,7 +228,7 @@ def layer_of(module: str) -> int | None:
 def test_the_source_is_found_and_parsed():
     """Guards the other tests against passing vacuously on an empty or misread tree."""
     assert {"tmakit", "tmakit.cli", "tmakit.plan.ring", "tmakit.kernels.tma"} <= set(modules())
-    assert any(e.target == "tmakit.plan.ring" and e.module == "tmakit.kernels.ring" for e in imports())
+    assert any(e.target == "tmakit.plan.ring" and e.module == "tmakit.kernels.tile_ring" for e in imports())
     assert "tmakit.check.reference" in graph()["tmakit.check.run"]  # `from . import reference`
     assert "tmakit.plan" in graph()["tmakit.kernels.pipeline"]  # `from ..plan.ring import ...`
 

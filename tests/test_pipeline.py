@@ -116,7 +116,7 @@ def test_pipelined_kernel_compiles_with_one_init_per_barrier(consumer, persisten
 
 
 def test_hang_guard_bounds_every_wait_with_non_blocking_polls():
-    from tmakit.kernels.ring import GUARD_SPINS
+    from tmakit.kernels.tile_ring import GUARD_SPINS
 
     pipeline = PipelinePlan(LoadPlan(SEED), stages=2)
     guarded = compile_pipelined_load(pipeline, "store", hang_guard=True, keep_ptx=True).ptx

@@ -16,7 +16,7 @@ The building blocks for your own kernel, one import path:
 
 from ..plan.ring import GUARD_WORDS
 from .im2col import make_im2col_load_atom
-from .ring import TileRing
+from .tile_ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
     init_load_barrier,

@@ -22,7 +22,8 @@ from cutlass.cute.nvgpu import cpasync
 from ..limits import WARP_THREADS
 from ..plan import ClusterDotPlan
 from .multicast import cluster_slice_views, make_cluster_load_atom
-from .ring import RingContext, TileRing, TmaRingKernel
+from .ring import RingContext, TmaRingKernel
+from .tile_ring import TileRing
 from .tma import combine_row_shares, matrix_first_view, tma_load_views
 
 

@@ -20,7 +20,7 @@ from cutlass import pipeline as cutlass_pipeline
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import DEFAULT_RELEASE, MulticastPlan
-from .ring import TileRing
+from .tile_ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
     init_load_barrier,

@@ -1,6 +1,6 @@
 """Pipelined tile loads: an N-stage ring of shared tiles, a producer warp and consumer warps.
 
-The ring's protocol (full/empty barriers, parities, the hang guard) is `kernels.ring.TileRing`,
+The ring's protocol (full/empty barriers, parities, the hang guard) is `kernels.tile_ring.TileRing`,
 and the ring kernel's skeleton (set-up, producer and consumer loops) `kernels.ring.TmaRingKernel`;
 `PipelinedLoadKernel` is the family whose consumers read the tiles:
 - "none": wait and release (load-only, for timing);
