@@ -81,7 +81,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tmakit: {error}", file=sys.stderr)
         return 2
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

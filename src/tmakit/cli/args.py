@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from ..config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
 from ..errors import TmaConfigError
+from ..explain import highlight_tile
 from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from ..plan import LoadPlan, MulticastPlan
 from ..plan.multicast import CLUSTER_SHAPES
@@ -194,6 +195,14 @@ def add_cluster(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--cluster", type=CLUSTER, metavar="CxR", help=f"{what}: {CLUSTERS}")
 
 
+def add_load_arguments(parser: argparse.ArgumentParser, cluster: str) -> None:
+    """The options of a command that shows one load: the tensor, the tile to mark, and a cluster
+    (`cluster` says what the command does with one)."""
+    add_tensor_arguments(parser)
+    add_highlight(parser)
+    add_cluster(parser, cluster)
+
+
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--json",
@@ -222,6 +231,13 @@ def load_plan(args: argparse.Namespace) -> LoadPlan:
 
 def multicast_plan(args: argparse.Namespace, load: LoadPlan, stages: int = 1) -> MulticastPlan | None:
     return MulticastPlan(load, args.cluster, stages=stages) if args.cluster else None
+
+
+def shown_load(args: argparse.Namespace) -> tuple[LoadPlan, MulticastPlan | None, tuple[int, int]]:
+    """The load the options of `add_load_arguments` name, its cluster (None without --cluster)
+    and the tile to mark."""
+    load = load_plan(args)
+    return load, multicast_plan(args, load), highlight_tile(load, args.highlight)
 
 
 def hopper_gpu(command: str) -> str:

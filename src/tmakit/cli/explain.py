@@ -12,10 +12,8 @@ from .args import (
     COUNT,
     CommandError,
     Subparsers,
-    add_cluster,
-    add_highlight,
     add_json,
-    add_tensor_arguments,
+    add_load_arguments,
     emit,
     load_plan,
     multicast_plan,
@@ -26,9 +24,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
     )
-    add_tensor_arguments(parser)
-    add_highlight(parser)
-    add_cluster(parser, "also trace each CTA's slice of the tile in a cluster of this shape")
+    add_load_arguments(parser, "also trace each CTA's slice of the tile in a cluster of this shape")
     parser.add_argument(
         "--stages", type=COUNT, default=1, metavar="N", help="ring stages (default 1: the seed's kernel)"
     )
