@@ -180,6 +180,11 @@ class _Work:
     cluster_stages: int
 
 
+def _shapes(args: argparse.Namespace, itemsize: int) -> list[tuple[int, ...]]:
+    """--shape and a matrix of each --sizes, of elements of `itemsize` bytes."""
+    return [*([args.shape] if args.shape else []), *(bench_shape(size, itemsize) for size in args.sizes)]
+
+
 def _copying(args: argparse.Namespace) -> bool:
     return args.kernel in ("copy", "transpose")
 
@@ -204,8 +209,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _plan_work(args: argparse.Namespace) -> _Work:
     """Every plan the run will time, built now: a wrong flag is refused before anything runs."""
     element = dtype_named(args.dtype)
-    shapes = [args.shape] if args.shape else []
-    shapes += [bench_shape(size, element.nbytes) for size in args.sizes]
+    shapes = _shapes(args, element.nbytes)
     if not shapes:
         raise CommandError("nothing to time: give --shape or --sizes")
     plans = [LoadPlan(LoadConfig(shape, element.name, args.tile, args.swizzle)) for shape in shapes]
@@ -221,9 +225,8 @@ def _plan_work(args: argparse.Namespace) -> _Work:
     reduce_plans = [  # (case, plan) for every reduce and size, each size of the case's dtype
         (case, LoadPlan(LoadConfig(shape, case.dtype, args.tile, args.swizzle)))
         for case in reduce_cases
-        for shape in [*([args.shape] if args.shape else []),
-                      *(bench_shape(size, dtype_named(case.dtype).nbytes) for size in args.sizes)]
-    ]  # fmt: skip
+        for shape in _shapes(args, dtype_named(case.dtype).nbytes)
+    ]
     for case, plan in reduce_plans:  # every reduce the run will time, planned now
         for option in options:
             suites.check_reduce_plan(case, plan, option)
