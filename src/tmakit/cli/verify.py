@@ -84,7 +84,7 @@ def _tensor_flags_given(args: argparse.Namespace) -> list[str]:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
-    """The flags that do not go together, refused before any plan is built."""
+    """The flags that do not go together, refused before a ring or cluster is planned."""
     if args.sweep and (args.cluster or args.stages > 1 or args.prefetch):
         raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
     given = _tensor_flags_given(args)
