@@ -8,7 +8,7 @@ from tmakit import CopyOptions, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.bench import ncu, report, suites
 from tmakit.bench.report import BenchRow
 from tmakit.bench.suites import PipelineVariant
-from tmakit.cli import bench_shape
+from tmakit.cli.bench import bench_shape
 
 GIB = 2**30
 

@@ -114,8 +114,9 @@ def test_any_command_line_succeeds_or_is_refused_in_one_line(name):
     with (
         tempfile.TemporaryDirectory() as folder,
         contextlib.chdir(folder),  # a path drawn for --json is written here, if anywhere
-        mock.patch.object(cli, "_hopper_gpu", no_gpu),
-        mock.patch.object(cli, "run_demo", lambda *args: True),
+        mock.patch.object(cli.verify, "hopper_gpu", no_gpu),
+        mock.patch.object(cli.bench, "hopper_gpu", no_gpu),
+        mock.patch.object(cli.demo, "run_demo", lambda *args: True),
     ):
         (Path(folder) / "sub").mkdir()
 

@@ -11,7 +11,8 @@ import pytest
 
 import tmakit as package
 from entry_point import ROOT, one_error_line, tmakit
-from tmakit.cli import PLOT_TITLES, build_parser
+from tmakit.cli import build_parser
+from tmakit.cli.bench import PLOT_TITLES
 from tmakit.runtime.device import find_hopper_gpu
 
 

@@ -1,0 +1,83 @@
+"""The `tmakit` command: parse, check every argument, call the library, print.
+
+It behaves as ruff, pytest, pip and git do: results on stdout, every error on stderr as one line
+`tmakit: ...`; exit 0 on success, 1 when a check finds a problem, 2 for bad usage (and for a
+command that needs a Hopper GPU where there is none). Every argument is checked, and every plan
+built, before a GPU is looked for or a line is printed. `--json [PATH]` writes a command's result
+as JSON to PATH, or prints it instead of the text.
+
+Each command is a module of this package that registers its own subparser (`add_parser`) and
+runs it (`run`); what they share is in `args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, NoReturn
+
+from .. import __version__
+from ..errors import TmaConfigError
+from ..runtime.compile import installed_dsl_version
+from . import bench, check, demo, explain, plan, verify
+from .args import CommandError
+
+# The subcommands in the order --help lists them.
+COMMANDS = (plan, demo, verify, explain, check, bench)
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as one line on stderr, as every other tmakit error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tmakit: {message} (see '{self.prog} --help')\n")
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (finding the DSL may import it)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print tmakit's and the DSL's versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        dsl = installed_dsl_version() or "not installed"
+        print(f"tmakit {__version__} (nvidia-cutlass-dsl {dsl})")  # on stdout, as --help
+        parser.exit(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tmakit",
+        description="Hopper TMA tile loads, pipelines and copies in CuTe DSL: planned, explained, "
+        "verified, timed.",
+        epilog="Exit status: 0 success, 1 a check found a problem, 2 bad usage (or no Hopper GPU for "
+        "verify and bench).",
+    )
+    parser.add_argument("--version", action=_Version)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:  # each a _Parser too: add_subparsers makes them of the parser's class
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already reported
+        return done.code if isinstance(done.code, int) else 2
+    try:
+        code = args.run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:  # `tmakit plan | head -1`: stop quietly, as other Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:
+        return INTERRUPTED_EXIT
+    except (TmaConfigError, ValueError, CommandError) as error:
+        print(f"tmakit: {error}", file=sys.stderr)
+        return 2
+    return code

@@ -1,0 +1,285 @@
+"""What the commands share: argument types that check each value as it is parsed, the options
+several commands take (written once here), the plans built from them, and how a command writes
+its JSON or gives up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
+from ..errors import TmaConfigError
+from ..explain import highlight_tile
+from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
+from ..plan import LoadPlan, MulticastPlan
+from ..plan.multicast import CLUSTER_SHAPES
+from ..runtime.device import find_hopper_gpu
+from ..validate import check_load_config, check_rank
+
+SEED_SHAPE = "x".join(map(str, SEED.shape))
+SEED_TILE = "x".join(map(str, SEED.tile))
+CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
+STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of the text
+# The CLI's own remedy for rows TMA cannot address (the library's error names tmakit.padded_empty).
+PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes"
+
+# The argparse object `add_subparsers` returns, which each command registers itself with.
+Subparsers = argparse._SubParsersAction
+
+
+class CommandError(Exception):
+    """A command that cannot run as asked, for a reason outside the configuration (no GPU,
+    no matplotlib, a path that cannot be written): one line on stderr, exit 2."""
+
+
+# -- argument types: each value checked (and converted) as it is parsed ---------------------------
+def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises TmaConfigError: its message becomes the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except TmaConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    shape = parse_extents(text, "shape", rank=None)
+    check_rank(len(shape))
+    return shape
+
+
+def number(kind: type[int] | type[float], low: int, high: int, what: str = "") -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` (an int: whole digits, no '4.0' or '1e3') from `low` to
+    `high`; a float must be above `low`. `what` names the unit ("seconds")."""
+    rule = f"an integer >= {low} and <= {high}" if kind is int else f"a number{what} > {low} and <= {high}"
+
+    def number(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):  # not a number, or more digits than int() reads
+            value = None
+        if (
+            value is None
+            or not math.isfinite(value)
+            or not low <= value <= high
+            or (kind is float and value == low)
+        ):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
+        return value
+
+    return number
+
+
+def _why_unwritable(path: str, example: str) -> str | None:
+    """Why the command could not write the file `path` (None: it can, as far as a look shows; a
+    full disk shows only as it writes). `example` is a file name to suggest in a folder."""
+    if not path:
+        return "the path is empty; name a file"
+    if "\0" in path:
+        return "a path cannot hold a NUL character"
+    file = Path(path)
+    try:
+        if file.is_dir():
+            return f"it is a folder; name a file in it, e.g. {file / example}"
+        folder = file.parent
+        if not folder.exists():
+            return f"folder {folder} does not exist; create it first or name a file in another"
+        if not folder.is_dir():
+            return f"{folder} is not a folder"
+        if file.exists() and not os.access(file, os.W_OK):
+            return "the file is not writable (permission denied); name another"
+        if not file.exists() and not os.access(folder, os.W_OK | os.X_OK):
+            return f"folder {folder} is not writable (permission denied); name a file in another"
+    except OSError as error:  # a name too long, a loop of links
+        return f"{error.strerror or error}; name another file"
+    return None
+
+
+def output_file(example: str, stdout: bool = False) -> Callable[[str], str]:
+    """An argparse type: a file path the command can write (refused before any work is done);
+    with `stdout`, '-' for standard output."""
+
+    def output_file(text: str) -> str:
+        if stdout and text == STDOUT:
+            return text
+        problem = _why_unwritable(text, example)
+        if problem:
+            raise argparse.ArgumentTypeError(f"cannot write {text!r}: {problem}")
+        return text
+
+    return output_file
+
+
+SHAPE = _checked(_shape, "shape")
+OPTIONAL_SHAPE = _checked(lambda text: _shape(text) if text else None, "shape")
+TILE = _checked(lambda text: parse_extents(text, "tile"), "tile")
+HIGHLIGHT = _checked(lambda text: parse_extents(text, "highlight"), "highlight")
+CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
+DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
+# Each numeric flag's range (the commands' own beside their flags). The largest values are bounds
+# no run needs, that keep an argument from asking for years of work: a count of stages or warps
+# the plans bound further.
+MOST = 1_000_000
+COUNT = number(int, 1, MOST)
+NON_NEGATIVE = number(int, 0, MOST)
+JSON_PATH = output_file("out.json", stdout=True)
+
+
+# -- the options commands share ---------------------------------------------------------------------
+def add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shape",
+        type=SHAPE,
+        default=SEED.shape,
+        metavar="[BATCHx...]ROWSxCOLS",
+        help=f"the tensor's extents, rank 2-{MAX_RANK} (default {SEED_SHAPE})",
+    )
+    add_element_arguments(parser)
+    parser.add_argument(
+        "--layout",
+        choices=("row", "col"),
+        default="row",
+        help="the contiguous dim: the columns (row, default) or the rows (col, e.g. a transposed view)",
+    )
+    parser.add_argument(
+        "--pad",
+        action="store_true",
+        help=f"pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes (as tmakit.padded_empty)",
+    )
+
+
+def add_element_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        type=DTYPE,
+        default=SEED.dtype,
+        help=f"element type, tmakit's name or torch's (fp16 or float16; default {SEED.dtype})",
+    )
+    parser.add_argument(
+        "--tile",
+        type=TILE,
+        default=SEED.tile,
+        metavar="ROWSxCOLS",
+        help=f"the TMA box: rows x columns (default {SEED_TILE})",
+    )
+    parser.add_argument(
+        "--swizzle",
+        type=int,
+        choices=SWIZZLE_MODES,
+        default=SEED.swizzle,
+        help="TMA swizzle in bytes: 0 (none, default), 32, 64 or 128",
+    )
+
+
+def add_highlight(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--highlight",
+        type=HIGHLIGHT,
+        metavar="ROW_BLOCK,COLUMN_TILE",
+        help="the tile to mark (default 1,2, the seed's, or the nearest tile a smaller grid has)",
+    )
+
+
+def add_cluster(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--cluster", type=CLUSTER, metavar="CxR", help=f"{what}: {CLUSTERS}")
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, cluster: str) -> None:
+    """The options of a command that shows one load: the tensor, the tile to mark, and a cluster
+    (`cluster` says what the command does with one)."""
+    add_tensor_arguments(parser)
+    add_highlight(parser)
+    add_cluster(parser, cluster)
+
+
+def add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        type=JSON_PATH,
+        const=STDOUT,
+        metavar="PATH",
+        help=f"write {what} as JSON to PATH; without PATH (or '-'), print the JSON instead of the text",
+    )
+
+
+# -- from arguments to plans (every check before anything runs or prints) ---------------------------
+def load_plan(args: argparse.Namespace) -> LoadPlan:
+    element = dtype_named(args.dtype)
+    config = LoadConfig(
+        shape=args.shape,
+        dtype=element.name,
+        tile=args.tile,
+        swizzle=args.swizzle,
+        major=args.layout,
+        strides=padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None,
+    )
+    check_load_config(config, stride_fix=PAD_FIX)
+    return LoadPlan(config)
+
+
+def multicast_plan(args: argparse.Namespace, load: LoadPlan, stages: int = 1) -> MulticastPlan | None:
+    return MulticastPlan(load, args.cluster, stages=stages) if args.cluster else None
+
+
+def shown_load(args: argparse.Namespace) -> tuple[LoadPlan, MulticastPlan | None, tuple[int, int]]:
+    """The load the options of `add_load_arguments` name, its cluster (None without --cluster)
+    and the tile to mark."""
+    load = load_plan(args)
+    return load, multicast_plan(args, load), highlight_tile(load, args.highlight)
+
+
+def hopper_gpu(command: str) -> str:
+    """The GPU's name; CommandError saying why there is none to use."""
+    name, why = find_hopper_gpu()
+    if name is None:
+        raise CommandError(f"{command} needs a Hopper GPU: {why}")
+    return name
+
+
+# -- where the results go ---------------------------------------------------------------------------
+def write_json(path: str, data: Any) -> None:
+    """Every command's JSON, one way: printed (`--json -`) or written to the file `path`, which
+    the parser has already checked; what only the write shows (a full disk) is a CommandError."""
+    text = json.dumps(data, indent=1) + "\n"
+    if path == STDOUT:
+        sys.stdout.write(text)
+        return
+    with writing(path, "--json"):
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(text)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """A command's result: its JSON where --json says, and its text unless the JSON took stdout."""
+    if args.json:
+        write_json(args.json, data)
+    if args.json != STDOUT:
+        print(text)
+
+
+@contextmanager
+def writing(path: str, flag: str) -> Iterator[None]:
+    """Writing `path`: an OSError (a full disk, a file gone read-only) as one CommandError line."""
+    try:
+        yield
+    except OSError as error:
+        raise CommandError(
+            f"cannot write {path}: {error.strerror or error}; give {flag} another file"
+        ) from None
+
+
+def text_stream(args: argparse.Namespace) -> TextIO:
+    """Where the human-readable output goes: stderr when stdout carries the JSON."""
+    return sys.stderr if getattr(args, "json", None) == STDOUT else sys.stdout

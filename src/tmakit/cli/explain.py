@@ -1,0 +1,69 @@
+"""`tmakit explain`: the seed's three questions answered from the real CuTe objects, for a load, a
+ring, a cluster, a reduce store or an im2col box (no GPU)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import dtype_named
+from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
+from ..plan import REDUCE_OPS, Im2colPlan, PipelinePlan
+from .args import (
+    COUNT,
+    CommandError,
+    Subparsers,
+    add_json,
+    add_load_arguments,
+    emit,
+    load_plan,
+    multicast_plan,
+)
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
+    )
+    add_load_arguments(parser, "also trace each CTA's slice of the tile in a cluster of this shape")
+    parser.add_argument(
+        "--stages", type=COUNT, default=1, metavar="N", help="ring stages (default 1: the seed's kernel)"
+    )
+    parser.add_argument(
+        "--consumer-warps", type=COUNT, default=1, metavar="N", help="warps consuming each stage (default 1)"
+    )
+    parser.add_argument(
+        "--reduce",
+        choices=REDUCE_OPS,
+        metavar="OP",
+        help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)})",
+    )
+    parser.add_argument(
+        "--im2col",
+        metavar="kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]",
+        help="explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
+        "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
+    )
+    add_json(parser, "the explanation")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.im2col is not None:
+        return _explain_im2col(args)
+    load = load_plan(args)
+    if args.consumer_warps > 1 and args.stages == 1:
+        raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
+    pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
+    multicast = multicast_plan(args, load)
+    result = explain(pipeline, highlight_tile(load, args.highlight), multicast, args.reduce)
+    emit(args, result, to_text(result))
+    return 0
+
+
+def _explain_im2col(args: argparse.Namespace) -> int:
+    """`explain --im2col SPEC`: --shape is the NHWC activation; the box comes from SPEC's tile
+    (the plan's default otherwise), so --tile, --swizzle, --layout and --pad do not apply."""
+    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
+    result = explain_im2col(plan, args.highlight)
+    emit(args, result, im2col_to_text(result))
+    return 0

@@ -1,0 +1,188 @@
+"""`tmakit verify`: loads verified element for element on a Hopper GPU: one configuration (its
+pipelined ring or its clusters too) or a sweep of random ones, each in a worker of its own."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from ..check.isolate import run_isolated
+from ..check.run import verify_multicast_load, verify_pipelined_load
+from ..check.sweep import summarize, sweep_configs
+from ..config import LoadConfig
+from ..plan import MulticastPlan, PipelinePlan
+from .args import (
+    COUNT,
+    NON_NEGATIVE,
+    CommandError,
+    Subparsers,
+    add_cluster,
+    add_json,
+    add_tensor_arguments,
+    hopper_gpu,
+    load_plan,
+    number,
+    text_stream,
+    write_json,
+)
+
+VERIFY_TIMEOUT_SECONDS = 60.0  # per configuration's worker: ample for a compile and a load
+MAX_TIMEOUT_SECONDS = 86_400  # a day: a worker still running by then has hung
+MAX_SWEEP = 10_000  # configurations verified one worker at a time: hours of GPU time already
+SWEEP = number(int, 0, MAX_SWEEP)
+SEED_NUMBER = number(int, 0, 2**64 - 1)
+SECONDS = number(float, 0, MAX_TIMEOUT_SECONDS, " of seconds")
+TENSOR_FLAGS = ("shape", "dtype", "tile", "swizzle", "layout", "pad")
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("verify", help="verify loads on the GPU: one configuration or a sweep")
+    add_tensor_arguments(parser)
+    add_cluster(parser, "verify every CTA of clusters of this shape, with multicast and without")
+    parser.add_argument(
+        "--sweep",
+        type=SWEEP,
+        default=0,
+        metavar="N",
+        help="verify N random valid configurations instead",
+    )
+    parser.add_argument("--seed", type=SEED_NUMBER, help="random seed of the sweep (default 0)")
+    parser.add_argument(
+        "--timeout",
+        type=SECONDS,
+        help="seconds each one-stage configuration's worker may run before it counts as a hang "
+        f"(default {VERIFY_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--stages",
+        type=COUNT,
+        default=1,
+        metavar="N",
+        help="> 1: verify the N-stage pipelined load (or multicast ring)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=NON_NEGATIVE,
+        default=0,
+        metavar="N",
+        help="verify the pipelined load prefetching N tiles ahead into L2 (and the descriptor)",
+    )
+    add_json(parser, "the verdicts")
+    parser.set_defaults(run=run)
+
+
+def _tensor_flags_given(args: argparse.Namespace) -> list[str]:
+    """The tensor flags set away from their defaults, read from where the flags are declared."""
+    declared = argparse.ArgumentParser()
+    add_tensor_arguments(declared)
+    defaults = declared.parse_args([])
+    return [f"--{name}" for name in TENSOR_FLAGS if getattr(args, name) != getattr(defaults, name)]
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags that do not go together, refused before a ring or cluster is planned."""
+    if args.sweep and (args.cluster or args.stages > 1 or args.prefetch):
+        raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
+    given = _tensor_flags_given(args)
+    if args.sweep and given:
+        raise CommandError(f"--sweep draws its own configurations: drop {', '.join(given)}")
+    if args.cluster and args.prefetch:
+        raise CommandError("--prefetch verifies the pipelined load of one CTA: drop --cluster")
+    if args.seed is not None and not args.sweep:
+        raise CommandError("--seed picks the configurations of --sweep: give --sweep N too")
+
+
+def run(args: argparse.Namespace) -> int:
+    load = load_plan(args)
+    _check_flags(args)
+    clusters = [
+        MulticastPlan(load, args.cluster, multicast, args.stages)
+        for multicast in (True, False)
+        if args.cluster
+    ]
+    pipeline = None
+    if not args.cluster and (args.prefetch or args.stages > 1):
+        pipeline = PipelinePlan(
+            load, stages=args.stages, prefetch_tiles=args.prefetch, prefetch_descriptor=args.prefetch > 0
+        )
+    if args.timeout is not None and (clusters or pipeline):  # those run in this process, guarded
+        raise CommandError(
+            "--timeout limits each one-stage load's worker: drop --cluster, --stages, --prefetch"
+        )
+    seed = args.seed or 0
+    configs = sweep_configs(args.sweep, seed) if args.sweep else [load.config]
+    gpu_name = hopper_gpu("verify")
+    if clusters:
+        ok, result = _verify_clusters(args, clusters)
+    elif pipeline is not None:
+        ok, result = _verify_pipeline(args, pipeline)
+    else:
+        ok, result = _verify_configs(args, configs, seed, gpu_name)
+    if args.json:
+        write_json(args.json, result)
+    return 0 if ok else 1
+
+
+def _verify_clusters(args: argparse.Namespace, clusters: list[MulticastPlan]) -> tuple[bool, dict[str, Any]]:
+    """Every CTA of every cluster, multicast and the baseline."""
+    out = text_stream(args)
+    ctas = []
+    for cluster in clusters:
+        for rank, verdict in enumerate(verify_multicast_load(cluster)):
+            ctas.append(
+                {"multicast": cluster.multicast, "rank": rank, "ok": verdict.ok, "verdict": str(verdict)}
+            )
+            print(f"{'multicast' if cluster.multicast else 'baseline '} CTA {rank}: {verdict}", file=out)
+    ok = all(cta["ok"] for cta in ctas)
+    return ok, {"cluster": list(args.cluster), "stages": args.stages, "ok": ok, "ctas": ctas}
+
+
+def _verify_pipeline(args: argparse.Namespace, pipeline: PipelinePlan) -> tuple[bool, dict[str, Any]]:
+    """The pipelined load, store-back verified, guarded against a hang."""
+    out = text_stream(args)
+    print(pipeline.summary(), file=out)
+    verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
+    print(verdict, file=out)
+    result = {
+        "stages": pipeline.stages,
+        "prefetch_tiles": args.prefetch,
+        "ok": verdict.ok,
+        "verdict": str(verdict),
+    }
+    return verdict.ok, result
+
+
+def _verify_configs(
+    args: argparse.Namespace, configs: list[LoadConfig], seed: int, gpu_name: str
+) -> tuple[bool, dict[str, Any]]:
+    """One-stage loads, each configuration in a worker of its own, summed up in a table."""
+    console = Console(file=text_stream(args))
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"verifying on {gpu_name}", total=len(configs))
+
+        def progress_report(config: LoadConfig, outcome: dict) -> None:
+            progress.advance(task)
+            if outcome["status"] != "ok":
+                progress.console.print(f"[red]{outcome['status']}[/red] {config}: {outcome}")
+
+        results = run_isolated(configs, args.timeout or VERIFY_TIMEOUT_SECONDS, progress_report)
+    result = summarize(configs, results, seed)
+    table = Table(title=f"{len(configs)} configurations on {gpu_name}")
+    for column in ("cell (dtype/swizzle/layout)", "ok", "mismatch", "hang", "error"):
+        table.add_column(column)
+    for cell, counts in result["cells"].items():
+        table.add_row(cell, *(str(counts.get(k, 0)) for k in ("ok", "mismatch", "hang", "error")))
+    console.print(table)
+    console.print(
+        f"ok {result['ok']}, mismatches {result['mismatches']}, hangs {result['hangs']}, "
+        f"errors {result['errors']}; partial tiles in {result['with_partial_tiles']}, "
+        f"prime or unit extent in {result['with_prime_or_unit_extent']}; "
+        f"cells {len(result['cells'])}/{result['cells_expected']}"
+    )
+    if len(configs) == 1:
+        console.print(results[0])
+    return result["ok"] == len(configs), result
