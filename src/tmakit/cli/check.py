@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from ..model.schedule import (
+from ..model import (
     REPLAYED_TILES,
     SHOWN_TILES,
     Event,

@@ -10,20 +10,13 @@ from collections.abc import Sequence
 
 from ..plan import LoadPlan
 from .events import Arrive, ArriveExpectTx, Consume, Event, ExpectTx, Init, Release, TmaCopy, Wait
-from .replayer import replay
-from .report import ends
 
-# `replay` and `ends` are named here too because cli.py reads them from this module, beside the
-# schedules it replays; `tmakit.model` exports them from their own modules.
 __all__ = [
     "REPLAYED_TILES",
     "SEED_BARRIER",
     "SHOWN_TILES",
-    "Event",
-    "ends",
     "multicast_schedule",
     "pipeline_schedule",
-    "replay",
     "seed_schedule",
     "tiles_to_replay",
 ]
