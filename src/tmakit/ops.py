@@ -152,26 +152,25 @@ def foreign_device(tensor: torch.Tensor) -> int | None:
 
 
 # -- copy_ --------------------------------------------------------------------------------------
-def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
-    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`), then bump dst's version
-    counter (what an in-place torch op's ADInplaceOrView kernel does)."""
-    if (
-        dst is None
-        or src is None
-        or dst.is_meta
-        or src.is_meta
-        or type(dst) is not torch.Tensor
-        or type(src) is not torch.Tensor
-    ):  # noqa: E501
-        refuse_memoryless("copy_", dst=dst, src=src)
-    kwargs = copy_kwargs(options)
+def run_in_place(
+    op: str, dst: torch.Tensor, src: torch.Tensor, launch: Any, *args: Any, **kwargs: Any
+) -> None:
+    """`launch(dst, src, ...)` under dst's GPU's guard, then bump dst's version counter (what an
+    in-place torch op's ADInplaceOrView kernel does). A tensor without memory is refused first."""
+    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
+        refuse_memoryless(op, dst=dst, src=src)
     device = foreign_device(dst)
     if device is None:
-        tma_copy_(dst, src, **kwargs)
+        launch(dst, src, *args, **kwargs)
     else:
         with torch.cuda.device(device):
-            tma_copy_(dst, src, **kwargs)
+            launch(dst, src, *args, **kwargs)
     increment_version(dst)
+
+
+def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`)."""
+    run_in_place("copy_", dst, src, tma_copy_, **copy_kwargs(options))
 
 
 def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -199,24 +198,8 @@ def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
 
 # -- reduce_into_ -------------------------------------------------------------------------------
 def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
-    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), then bump dst's
-    version counter, as copy_ does."""
-    if (
-        dst is None
-        or src is None
-        or dst.is_meta
-        or src.is_meta
-        or type(dst) is not torch.Tensor
-        or type(src) is not torch.Tensor
-    ):  # noqa: E501
-        refuse_memoryless("reduce_into_", dst=dst, src=src)
-    device = foreign_device(dst)
-    if device is None:
-        tma_reduce_into_(dst, src, op)
-    else:
-        with torch.cuda.device(device):
-            tma_reduce_into_(dst, src, op)
-    increment_version(dst)
+    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), as copy_ runs."""
+    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op)
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
@@ -228,7 +211,7 @@ def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> 
 # -- copy ---------------------------------------------------------------------------------------
 def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
     """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with `options`)."""
-    if src is None or src.is_meta or type(src) is not torch.Tensor:
+    if type(src) is not torch.Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
     kwargs = copy_kwargs(options)
     device = foreign_device(src)
@@ -279,7 +262,7 @@ def load_tiles_impl(
 ) -> torch.Tensor:
     """What TMA puts in shared memory, tile by tile (`tmakit.load_tiles`), as a row-major tensor
     of the padded shape."""
-    if tensor is None or tensor.is_meta or type(tensor) is not torch.Tensor:
+    if type(tensor) is not torch.Tensor or tensor.is_meta:
         refuse_memoryless("load_tiles", tensor=tensor)
     device = foreign_device(tensor)
     if device is None:
