@@ -19,12 +19,10 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import DEFAULT_RELEASE, MulticastPlan
+from .one_stage import OneStageKernel
 from .ring import RingContext, TmaRingKernel
 from .tile_ring import TileRing
 from .tma import (
-    allocate_tile_and_barrier,
-    init_load_barrier,
-    issue_tile_load,
     matrix_first_view,
     padded_matrix_view,
     shared_tile_layout,
@@ -63,7 +61,7 @@ def cluster_slice_views(
     return global_part, shared_part
 
 
-class MulticastLoadKernel:
+class MulticastLoadKernel(OneStageKernel):
     """Host side in `__call__`, device side in `kernel`. Output: each CTA stores the tiles it
     received to its own copy of the padded scratch, (cluster size, padded rows, padded cols)."""
 
@@ -72,6 +70,7 @@ class MulticastLoadKernel:
             raise ValueError("multicast loads take 2-D tensors")
         self.multicast = multicast
         self.plan = multicast.load
+        self.multicast_mask = multicast.multicast_mask if multicast.multicast else None
         self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
         self.threads_per_block, self.smem_bytes = self.plan.threads_per_block, self.plan.smem_bytes
 
@@ -95,45 +94,33 @@ class MulticastLoadKernel:
         whole tile (rank 0 of a one-CTA layout)."""
         return cluster_slice_views(self.multicast, load_atom, coordinate_view, shared_tile, tile_coord, rank)
 
-    @cute.kernel
-    def kernel(
-        self,
-        load_atom: cute.CopyAtom,
-        coordinate_view: cute.Tensor,
-        copies: cute.Tensor,
-        shared_layout: cute.ComposedLayout,
-    ):
-        plan, multicast = self.plan, self.multicast
-        tile_rows, tile_cols = plan.config.tile
-        thread, _, _ = cute.arch.thread_idx()
+    @cute.jit
+    def position(self):
+        """(row block, rank in the cluster): one cluster per strip."""
         rank = cute.arch.block_idx_in_cluster()
-        row_block, _, _ = cute.arch.cluster_idx()  # one cluster per strip
+        row_block, _, _ = cute.arch.cluster_idx()
+        return row_block, rank
 
-        _, shared_tile, barrier = allocate_tile_and_barrier(plan, shared_layout, self.element_type)
-        init_load_barrier(barrier)
-        # Peers multicast into this CTA's barrier: its initialisation must be visible cluster-wide.
+    @cute.jit
+    def after_barrier_init(self):
+        """Peers multicast into this CTA's barrier: its initialisation must be visible cluster-wide."""
         cute.arch.cluster_arrive()
         cute.arch.cluster_wait()
 
-        mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
-        phase = cutlass.Int32(0)
-        for column_tile in cutlass.range(plan.tiles_per_block, unroll=1):
-            global_part, shared_part = self.slice_views(
-                load_atom, coordinate_view, shared_tile, (row_block, column_tile), rank
-            )
-            # The whole tile's bytes: this CTA's slice and every peer's land here.
-            issue_tile_load(load_atom, global_part, shared_part, barrier, plan.expected_tx_bytes, mask)
-            cute.arch.mbarrier_wait(barrier, phase)
-            phase ^= 1
+    @cute.jit
+    def tile_views(self, load_atom, coordinate_view, shared_tile, where, column_tile):
+        row_block, rank = where
+        return self.slice_views(load_atom, coordinate_view, shared_tile, (row_block, column_tile), rank)
 
-            out_tile = cute.local_tile(copies, plan.config.tile, (row_block, column_tile, rank))
-            for index in cutlass.range(thread, tile_rows * tile_cols, plan.threads_per_block):
-                row = index // tile_cols
-                col = index - row * tile_cols
-                out_tile[row, col] = shared_tile[row, col]
-            # No CTA multicasts the next tile into a peer still reading this one.
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+    @cute.jit
+    def use_tile(self, tile_ptr, shared_tile, copies, where, column_tile, thread):
+        """The tile to this CTA's copy; then no CTA multicasts the next tile into a peer still
+        reading this one."""
+        row_block, rank = where
+        out_tile = cute.local_tile(copies, self.plan.config.tile, (row_block, column_tile, rank))
+        self.copy_tile_out(shared_tile, out_tile, thread)
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
 
 
 class PipelinedMulticastKernel(TmaRingKernel):
