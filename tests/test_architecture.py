@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.plan",),
     ("tmakit.model",),
     ("tmakit.kernels",),
+    ("tmakit.instrumented",),
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
@@ -60,6 +61,7 @@ PURE = (
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")
 IMPURE_TMAKIT = (
     "tmakit.kernels",
+    "tmakit.instrumented",
     "tmakit.runtime",
     "tmakit.api",
     "tmakit.check",
@@ -71,7 +73,17 @@ IMPURE_TMAKIT = (
 # What a function may import: heavy optional dependencies (numpy is not one: it is a dependency and
 # cheap), tmakit's kernel modules, which load the DSL when they are imported, and tmakit.ops, which
 # imports torch and registers its operators (the host-cost study measures the op path with it).
-LAZY_ALLOWED = ("torch", "cutlass", "cuda", "tvm_ffi", "triton", "matplotlib", "tmakit.kernels", "tmakit.ops")
+LAZY_ALLOWED = (
+    "torch",
+    "cutlass",
+    "cuda",
+    "tvm_ffi",
+    "triton",
+    "matplotlib",
+    "tmakit.kernels",
+    "tmakit.instrumented",
+    "tmakit.ops",
+)
 
 
 @dataclass(frozen=True)

@@ -82,13 +82,6 @@ class ClusterDotKernel(TmaRingKernel):
         return self.dot.walk
 
     @cute.jit
-    def position(self):
-        """(the cluster, whose walk every CTA of it runs; the CTA's rank in it)."""
-        rank = cute.arch.block_idx_in_cluster()
-        cluster, _, _ = cute.arch.cluster_idx()
-        return cluster, rank
-
-    @cute.jit
     def stage_copies(self, context: RingContext, source, stage, step):
         """The X copy (this CTA's slice into every CTA of the cluster, or the whole tile) and the
         A copy (this CTA only), both completing on the stage's full barrier."""

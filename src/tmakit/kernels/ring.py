@@ -52,6 +52,7 @@ class RingContext(NamedTuple):
     steps: cutlass.Int32  # the loads of the walk
     walk: TileWalk
     guard: cute.Tensor | None
+    probe: Any  # what an instrumented subclass records into (None in production)
 
 
 class TmaRingKernel:
@@ -97,13 +98,16 @@ class TmaRingKernel:
             divisor(row_blocks), divisor(column_tiles), divisor(matrix_tiles), divisor(grid), batch
         )
 
-    def launch(self, source, sink, guard, shared_layout, stream: cuda.CUstream, run_time=None) -> None:
+    def launch(
+        self, source, sink, guard, shared_layout, stream: cuda.CUstream, run_time=None, probe=None
+    ) -> None:
         """Trace `kernel` and launch it with the plan's grid (or `run_time`'s), block, shared
-        memory and cluster (`cluster_launch`: a cluster family's plan)."""
+        memory and cluster (`cluster_launch`: a cluster family's plan). `probe`: what an
+        instrumented subclass's hooks record into (a time-stamp tensor), passed through."""
         pipeline, cluster = self.pipeline, self.cluster_launch
         grid = (pipeline.grid if run_time is None else run_time.grid.divisor, 1, 1)
         options = {} if cluster is None else {"cluster": (*cluster.cluster, 1)}
-        self.kernel(source, sink, guard, shared_layout, run_time).launch(
+        self.kernel(source, sink, guard, shared_layout, run_time, probe).launch(
             grid=grid if cluster is None else cluster.launch_grid,
             block=(pipeline.threads_per_block, 1, 1),
             smem=self.smem_bytes,
@@ -114,8 +118,8 @@ class TmaRingKernel:
 
     # -- device: the skeleton -----------------------------------------------------------------
     @cute.kernel
-    def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time):
-        context = self.begin(shared_layout, self.walk(run_time), guard)
+    def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time, probe):
+        context = self.begin(shared_layout, self.walk(run_time), guard, probe)
         if context.warp == 0:
             self.produce(context, source)
         else:
@@ -135,7 +139,7 @@ class TmaRingKernel:
         )
 
     @cute.jit
-    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard) -> RingContext:
+    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard, probe) -> RingContext:
         """The block's set-up: its warp, the stages and barriers (initialised), PDL's wait, and
         how many tiles it loads."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -151,11 +155,16 @@ class TmaRingKernel:
             cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.cluster_launch is None):
             steps = cutlass.Int32(walk.tiles_of_block(block))
-        return RingContext(warp, block, rank, stages, full, empty, steps, walk, guard)
+        return RingContext(warp, block, rank, stages, full, empty, steps, walk, guard, probe)
 
     @cute.jit
     def position(self):
-        """(whose walk this block runs, its rank in the cluster): the block's, 0."""
+        """(whose walk this block runs, its rank in the cluster): the block's, 0; in a cluster
+        family, the cluster's (every CTA of it runs its walk) and the CTA's rank in it."""
+        if cutlass.const_expr(self.cluster_launch is not None):
+            rank = cute.arch.block_idx_in_cluster()
+            cluster, _, _ = cute.arch.cluster_idx()
+            return cluster, rank
         block, _, _ = cute.arch.block_idx()
         return block, 0
 
@@ -166,10 +175,9 @@ class TmaRingKernel:
         self.prefetch_descriptors(source)
         failed = cutlass.Boolean(False)  # set only by the hang guard
         for step in cutlass.range(context.steps, unroll=1):
-            stage, failed = self.ring.acquire_free(context.empty, step, failed, context.guard, context.block)
+            stage, failed = self.acquire_stage(context, step, failed)
             self.load_stage(context, source, stage, step, failed)
-        if cutlass.const_expr(self.ring.multicast_peers > 1):
-            failed = self.ring.drain(context.empty, context.steps, failed, context.guard, context.block)
+        self.producer_end(context, failed)
 
     @cute.jit
     def consume(self, context: RingContext, sink, consumer):
@@ -177,11 +185,28 @@ class TmaRingKernel:
         state = self.consumer_begin(context, sink, consumer)
         failed = cutlass.Boolean(False)  # set only by the hang guard
         for step in cutlass.range(context.steps, unroll=1):
-            stage, failed = self.ring.wait_full(context.full, step, failed, context.guard, context.block)
+            stage, failed = self.wait_stage(context, step, failed)
             self.use_stage(context, state, stage, step, consumer)
             self.release_stage(context, stage, step, failed)
             self.after_release(context, state, stage, step, consumer)
         self.consumer_end(context, state, consumer, failed)
+
+    # -- device: the ring's waits (hooks an instrumented subclass wraps) ----------------------
+    @cute.jit
+    def acquire_stage(self, context: RingContext, step, failed):
+        """Producer: the `step`-th load's stage, once free (`TileRing.acquire_free`): (stage, failed)."""
+        return self.ring.acquire_free(context.empty, step, failed, context.guard, context.block)
+
+    @cute.jit
+    def wait_stage(self, context: RingContext, step, failed):
+        """Consumer: the `step`-th load's stage, once landed (`TileRing.wait_full`): (stage, failed)."""
+        return self.ring.wait_full(context.full, step, failed, context.guard, context.block)
+
+    @cute.jit
+    def producer_end(self, context: RingContext, failed):
+        """After the producer's loop: with multicast peers, the drain (`TileRing.drain`)."""
+        if cutlass.const_expr(self.ring.multicast_peers > 1):
+            failed = self.ring.drain(context.empty, context.steps, failed, context.guard, context.block)
 
     # -- device: what a family supplies (the defaults: one TMA tile load per step) ------------
     @cute.jit

@@ -20,10 +20,8 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 from ..plan import LoadPlan
+from .one_stage import OneStageKernel
 from .tma import (
-    allocate_tile_and_barrier,
-    init_load_barrier,
-    issue_tile_load,
     matrix_first_view,
     padded_matrix_view,
     shared_tile_layout,
@@ -35,8 +33,8 @@ from .tma import (
 CONSUMERS = ("none", "store", "raw")
 
 
-class TileLoadKernel:
-    """Host side in `__call__` (views, atom, launch), device side in `kernel`.
+class TileLoadKernel(OneStageKernel):
+    """Host side in `__call__` (views, atom, launch), device side `OneStageKernel`'s.
 
     `tile_shift` (row_blocks, column_tiles) makes each block load a neighbouring tile instead of
     its own; it exists only so tests can prove the verifier catches a wrong tile origin.
@@ -95,54 +93,44 @@ class TileLoadKernel:
             )
         return padded_matrix_view(out, plan.padded_shape, plan.batch_count)
 
-    @cute.kernel
-    def kernel(
-        self,
-        load_atom: cute.CopyAtom,
-        coordinate_view: cute.Tensor,
-        scratch: cute.Tensor,
-        shared_layout: cute.ComposedLayout,
-    ):
-        plan = self.plan
-        tile_rows, tile_cols = plan.config.tile
-        thread, _, _ = cute.arch.thread_idx()
+    @cute.jit
+    def position(self):
+        """(row block, batch): the block's strip."""
         row_block, batch, _ = cute.arch.block_idx()
+        return row_block, batch
 
-        tile_ptr, shared_tile, barrier = allocate_tile_and_barrier(plan, shared_layout, self.element_type)
-        init_load_barrier(barrier)
+    def column_tiles(self, coordinate_view: cute.Tensor):
+        _, column_tiles, _ = tile_counts(self.plan, coordinate_view, self.shape_generic)
+        return column_tiles
 
-        _, column_tiles, _ = tile_counts(plan, coordinate_view, self.shape_generic)
-        phase = cutlass.Int32(0)
-        for column_tile in cutlass.range(column_tiles, unroll=1):
-            tile_coord = tile_coordinate(
-                row_block + self.tile_shift[0],
-                column_tile + self.tile_shift[1],
-                batch,
-                len(plan.config.shape),
+    @cute.jit
+    def tile_views(self, load_atom, coordinate_view, shared_tile, where, column_tile):
+        plan = self.plan
+        row_block, batch = where
+        tile_coord = tile_coordinate(
+            row_block + self.tile_shift[0],
+            column_tile + self.tile_shift[1],
+            batch,
+            len(plan.config.shape),
+        )
+        return tma_load_views(load_atom, coordinate_view, shared_tile, plan.config.tile, tile_coord)
+
+    @cute.jit
+    def use_tile(self, tile_ptr, shared_tile, scratch, where, column_tile, thread):
+        """The consumer: nothing, the tile to the scratch, or its raw bytes."""
+        plan = self.plan
+        row_block, batch = where
+        if cutlass.const_expr(self.consumer == "store"):
+            out_tile = cute.local_tile(scratch, plan.config.tile, (row_block, column_tile, batch))
+            self.copy_tile_out(shared_tile, out_tile, thread)
+        if cutlass.const_expr(self.consumer == "raw"):
+            raw_tile = cute.make_tensor(
+                cute.recast_ptr(tile_ptr, dtype=cutlass.Uint8), cute.make_layout(plan.expected_tx_bytes)
             )
-            global_part, shared_part = tma_load_views(
-                load_atom, coordinate_view, shared_tile, plan.config.tile, tile_coord
-            )
-            issue_tile_load(load_atom, global_part, shared_part, barrier, plan.expected_tx_bytes)
-            # The phase completes when the one arrival and all expected bytes are in.
-            cute.arch.mbarrier_wait(barrier, phase)
-            phase ^= 1
-
-            if cutlass.const_expr(self.consumer == "store"):
-                out_tile = cute.local_tile(scratch, plan.config.tile, (row_block, column_tile, batch))
-                # Row-major walk so that a warp's stores to the (row-major) scratch are contiguous.
-                for index in cutlass.range(thread, tile_rows * tile_cols, plan.threads_per_block):
-                    row = index // tile_cols
-                    col = index - row * tile_cols
-                    out_tile[row, col] = shared_tile[row, col]
-            if cutlass.const_expr(self.consumer == "raw"):
-                raw_tile = cute.make_tensor(
-                    cute.recast_ptr(tile_ptr, dtype=cutlass.Uint8), cute.make_layout(plan.expected_tx_bytes)
-                )
-                out_bytes = scratch[None, column_tile, row_block, batch]
-                for index in cutlass.range(thread, plan.expected_tx_bytes, plan.threads_per_block):
-                    out_bytes[index] = raw_tile[index]
-            if cutlass.const_expr(self.consumer != "none"):
-                # Buffer reuse: every thread's reads of this tile finish before the next TMA
-                # load (issued after this block-wide barrier) may overwrite it.
-                cute.arch.barrier()
+            out_bytes = scratch[None, column_tile, row_block, batch]
+            for index in cutlass.range(thread, plan.expected_tx_bytes, plan.threads_per_block):
+                out_bytes[index] = raw_tile[index]
+        if cutlass.const_expr(self.consumer != "none"):
+            # Buffer reuse: every thread's reads of this tile finish before the next TMA
+            # load (issued after this block-wide barrier) may overwrite it.
+            cute.arch.barrier()

@@ -189,7 +189,7 @@ class MulticastPlan(ClusterLaunch):
 
     @property
     def timeline(self) -> TimelineLayout:
-        """Where an instrumented ring (`PipelinedMulticastKernel(timeline=True)`) writes its stamps:
+        """Where an instrumented ring (`instrumented.TimelineMulticastKernel`) writes its stamps:
         one record per CTA, one step per tile of its strip."""
         return TimelineLayout(self.grid, self.most_steps)
 

@@ -288,19 +288,18 @@ def compile_multicast_load(
     multicast.load.check_specialised()
 
     def build() -> tuple:
-        from ..kernels.multicast import (
-            MulticastLoadKernel,
-            PipelinedMulticastKernel,
-            PipelineTmaAsyncMulticastKernel,
-        )
+        from ..instrumented import PipelineTmaAsyncMulticastKernel, TimelineMulticastKernel
+        from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
 
         plan = multicast.load
         if multicast.stages == 1:
             kernel = MulticastLoadKernel(multicast)
         elif release == PIPELINE_TMA_ASYNC:
             kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
+        elif timeline:
+            kernel = TimelineMulticastKernel(multicast, store, release)
         else:
-            kernel = PipelinedMulticastKernel(multicast, store, timeline, release)
+            kernel = PipelinedMulticastKernel(multicast, store, release)
         copies = fake_tensor(plan.config.element, multicast.copies_shape)
         stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
         return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps

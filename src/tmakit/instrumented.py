@@ -1,0 +1,215 @@
+"""Instrumented and comparison variants of the cluster ring, kept out of the production kernels
+(`kernels.multicast`): for `scripts/multicast_timeline.py` (through `bench.timeline` and
+`runtime.launch.compile_multicast_load`).
+
+- `TimelineMulticastKernel`: `PipelinedMulticastKernel` whose ring hooks (`TmaRingKernel`'s
+  `begin`, `acquire_stage`, `load_stage`, `wait_stage`, `release_stage`, `producer_end`) are
+  wrapped in time stamps: lane 0 of each warp writes `%globaltimer` and `%clock64` around every
+  wait, issue and release (`plan.timeline`) into the kernel's `probe`, a fourth host argument,
+  int64 of `MulticastPlan.timeline.shape`.
+- `PipelineTmaAsyncMulticastKernel`: the same cluster ring written with CUTLASS's own pipeline,
+  for comparison.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import pipeline as cutlass_pipeline
+from cutlass.cute.nvgpu import cpasync
+
+from .kernels.multicast import PipelinedMulticastKernel, cluster_slice_views
+from .kernels.ring import RingContext
+from .plan import DEFAULT_RELEASE, MulticastPlan
+
+
+class TimelineMulticastKernel(PipelinedMulticastKernel):
+    """`PipelinedMulticastKernel` with time stamps (`timeline`, on by default); the host function
+    takes a fourth tensor, the stamps. Off, nothing is stamped."""
+
+    def __init__(
+        self,
+        multicast: MulticastPlan,
+        store: bool = True,
+        release: str = DEFAULT_RELEASE,
+        timeline: bool = True,
+    ):
+        super().__init__(multicast, store, release)
+        self.timeline = timeline
+        self.layout = multicast.timeline
+
+    @cute.jit
+    def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream, stamps: cute.Tensor = None):
+        self.launch_ring(src, out, stream, stamps)
+
+    @cute.jit
+    def stamp(self, stamps, cta, word, lane):
+        """With the timeline on: lane 0 records the global timer and this SM's cycle counter at
+        `word` of CTA `cta`'s record. Off: nothing is traced."""
+        if cutlass.const_expr(self.timeline):
+            now = cute.arch.globaltimer()
+            cycles = cute.arch.clock64()
+            if lane == 0:
+                stamps[0, cta, word] = now
+                stamps[1, cta, word] = cycles
+
+    @cute.jit
+    def stamp_identity(self, stamps, cta, cluster, rank, lane):
+        if cutlass.const_expr(self.timeline):
+            if lane == 0:
+                layout = self.layout
+                for plane in cutlass.range_constexpr(2):
+                    stamps[plane, cta, layout.identity_word("smid")] = cutlass.Int64(cute.arch.smid())
+                    stamps[plane, cta, layout.identity_word("cluster")] = cutlass.Int64(cluster)
+                    stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
+
+    @cute.jit
+    def step_stamp(self, context: RingContext, event: cutlass.Constexpr, step):
+        self.cta_stamp(context, self.layout.step_word(event, step))
+
+    @cute.jit
+    def cta_stamp(self, context: RingContext, word):
+        cta = context.block * self.multicast.cluster_size + context.rank
+        self.stamp(context.probe, cta, word, cute.arch.lane_idx())
+
+    @cute.jit
+    def begin(self, shared_layout, walk, guard, probe) -> RingContext:
+        """Warp 0 stamps the CTA's start and identity before the set-up, and "ready" after it."""
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        cluster, rank = self.position()
+        lane = cute.arch.lane_idx()
+        cta = cluster * self.multicast.cluster_size + rank
+        if warp == 0:
+            self.stamp(probe, cta, self.layout.cta_word("start"), lane)
+            self.stamp_identity(probe, cta, cluster, rank, lane)
+        context = PipelinedMulticastKernel.begin(self, shared_layout, walk, guard, probe)
+        if warp == 0:
+            self.stamp(probe, cta, self.layout.cta_word("ready"), lane)
+        return context
+
+    @cute.jit
+    def acquire_stage(self, context: RingContext, step, failed):
+        self.step_stamp(context, "acquire_begin", step)
+        stage, failed = PipelinedMulticastKernel.acquire_stage(self, context, step, failed)
+        self.step_stamp(context, "acquire_end", step)
+        return stage, failed
+
+    @cute.jit
+    def load_stage(self, context: RingContext, source, stage, step, failed):
+        PipelinedMulticastKernel.load_stage(self, context, source, stage, step, failed)
+        self.step_stamp(context, "issued", step)
+
+    @cute.jit
+    def wait_stage(self, context: RingContext, step, failed):
+        self.step_stamp(context, "wait_begin", step)
+        stage, failed = PipelinedMulticastKernel.wait_stage(self, context, step, failed)
+        self.step_stamp(context, "wait_end", step)
+        return stage, failed
+
+    @cute.jit
+    def release_stage(self, context: RingContext, stage, step, failed):
+        PipelinedMulticastKernel.release_stage(self, context, stage, step, failed)
+        self.step_stamp(context, "released", step)
+
+    @cute.jit
+    def producer_end(self, context: RingContext, failed):
+        self.cta_stamp(context, self.layout.cta_word("done"))
+        PipelinedMulticastKernel.producer_end(self, context, failed)
+        self.cta_stamp(context, self.layout.cta_word("exit"))
+
+
+class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
+    """The same cluster ring written with CUTLASS's own pipeline, `cutlass.pipeline.PipelineTmaAsync`,
+    for comparison (`scripts/multicast_timeline.py`): the same tiles, slices, multicast mask, shared
+    memory, host side and time stamps as `TimelineMulticastKernel`; only the
+    protocol is the DSL's - its barrier set-up (a relaxed cluster barrier), the producer's acquire
+    (wait on empty, then arrive with expect_tx on its own full barrier), the consumer's release
+    (lane i of the warp arrives on CTA i's empty barrier at CTA scope) and its phase bookkeeping
+    (`PipelineState`) and its exit (`producer_tail`). The cluster is given to the pipeline as one
+    row of CTAs, (1, 1, size, 1), multicasting along it, since every CTA here multicasts to every
+    other (a GEMM's A operand)."""
+
+    def __init__(self, multicast: MulticastPlan, store: bool = True, timeline: bool = False):
+        super().__init__(multicast, store, timeline=timeline)
+
+    @cute.jit
+    def identify(self, stamps, load_atom):
+        """(warp, lane, rank in the cluster, cluster index, CTA index, the cluster's loads); warp 0
+        stamps the CTA's start and identity, and prefetches the tensor map."""
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = cute.arch.lane_idx()
+        rank = cute.arch.block_idx_in_cluster()
+        cluster, _, _ = cute.arch.cluster_idx()
+        cta = cluster * self.multicast.cluster_size + rank
+        if warp == 0:
+            self.stamp(stamps, cta, self.layout.cta_word("start"), lane)
+            self.stamp_identity(stamps, cta, cluster, rank, lane)
+        steps = self.multicast.walk.tiles_of_block(cluster)
+        if warp == 0:
+            with cute.arch.elect_one():
+                cpasync.prefetch_descriptor(load_atom)
+        return warp, lane, rank, cluster, cta, steps
+
+    @cute.kernel
+    def kernel(
+        self, source, copies: cute.Tensor, guard, shared_layout: cute.ComposedLayout, run_time, stamps
+    ):
+        multicast, layout = self.multicast, self.layout
+        stages = self.pipeline.stages
+        load_atom, coordinate_view = source
+        warp, lane, rank, cluster, cta, steps = self.identify(stamps, load_atom)
+        # TileRing's allocation: the stages, then full[stages] and empty[stages] back to back -
+        # the barrier storage PipelineTmaAsync expects (its empty barriers at storage + stages).
+        ring, full, _ = self.ring.allocate(shared_layout)
+        tma_pipeline = cutlass_pipeline.PipelineTmaAsync.create(
+            num_stages=stages,
+            producer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread),
+            consumer_group=cutlass_pipeline.CooperativeGroup(cutlass_pipeline.Agent.Thread, 32),
+            tx_count=self.plan.expected_tx_bytes,
+            barrier_storage=full,
+            cta_layout_vmnk=cute.make_layout((1, 1, multicast.num_multicast, 1)),
+            tidx=lane,
+            mcast_mode_mn=(1, 0),
+            enable_multicast_signaling=True,
+        )
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("ready"), lane)
+
+        mask = cutlass.Int16(multicast.multicast_mask) if cutlass.const_expr(multicast.multicast) else None
+        if warp == 0:
+            state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Producer, stages)
+            for step in cutlass.range(steps, unroll=1):
+                self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
+                tma_pipeline.producer_acquire(state)
+                self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
+                tile_coord = self.tile_of(cluster, step)
+                global_part, shared_part = cluster_slice_views(
+                    multicast, load_atom, coordinate_view, ring[None, None, state.index], tile_coord, rank
+                )
+                barrier = tma_pipeline.producer_get_barrier(state)
+                if cutlass.const_expr(mask is None):
+                    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier)
+                else:
+                    cute.copy(load_atom, global_part, shared_part, tma_bar_ptr=barrier, mcast_mask=mask)
+                tma_pipeline.producer_commit(state)
+                self.stamp(stamps, cta, layout.step_word("issued", step), lane)
+                state.advance()
+            self.stamp(stamps, cta, layout.cta_word("done"), lane)
+            if cutlass.const_expr(multicast.num_multicast > 1):
+                tma_pipeline.producer_tail(state)
+        else:
+            state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Consumer, stages)
+            for step in cutlass.range(steps, unroll=1):
+                self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
+                tma_pipeline.consumer_wait(state)
+                self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
+                tile_coord = self.tile_of(cluster, step)
+                self.store_tile(ring[None, None, state.index], copies, tile_coord, rank, lane)
+                if cutlass.const_expr(self.store):
+                    cute.arch.sync_warp()  # every lane's reads before any lane's release
+                tma_pipeline.consumer_release(state)
+                self.stamp(stamps, cta, layout.step_word("released", step), lane)
+                state.advance()
+        if warp == 0:
+            self.stamp(stamps, cta, layout.cta_word("exit"), lane)
