@@ -63,8 +63,8 @@ run_step() {
       for cluster in "${clusters[@]}"; do
         timeout "$limit" "${bench[@]}" --sizes "" --cluster "$cluster" --json "$OUT/bench-cluster-$cluster.json" "${options[@]}" 2>&1 | tail -6
       done ;;
-    dotbench) timeout "$limit" python3 scripts/cluster_dot_bench.py --out "$OUT" --commit "$commit" "$@" 2>&1 | tail -20 ;;
-    im2colbench) timeout "$limit" python3 scripts/im2col_bench.py --out "$OUT" --commit "$commit" "$@" 2>&1 | tail -12 ;;
+    dotbench) timeout "$limit" "${bench[@]}" --kernel cluster-dot --samples 30 --json "$OUT/cluster-dot.json" "$@" 2>&1 | tail -20 ;;
+    im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     mctimeline) timeout "$limit" python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --commit "$commit" "$@" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     ncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1

@@ -111,7 +111,7 @@ def run_target(case: dict, launches: int) -> None:
 
     from tmakit import SEED
     from tmakit.bench.ncu import profiled_program
-    from tmakit.bench.suites import PipelineVariant
+    from tmakit.bench.pipeline import PipelineVariant
     from tmakit.check.inputs import make_input_tensor
     from tmakit.check.isolate import config_to_json
     from tmakit.plan import DEFAULT_RELEASE, LoadPlan, MulticastPlan

@@ -6,9 +6,9 @@ import pytest
 
 from tmakit import CopyOptions, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.bench import ncu, report, suites
+from tmakit.bench.pipeline import PipelineVariant
 from tmakit.bench.report import BenchRow
-from tmakit.bench.suites import PipelineVariant
-from tmakit.cli.bench import bench_shape
+from tmakit.families import bench_shape
 
 GIB = 2**30
 

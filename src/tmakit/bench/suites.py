@@ -1,66 +1,34 @@
-"""The timing suites: tmakit's kernels beside torch (and Triton) on the same configuration, same
-run, same timer, every tmakit row verified in that run. `tmakit bench` runs them."""
+"""The timing suites of loads, copies and reduces: tmakit's kernels beside torch (and Triton) on
+the same configuration, same run, same timer, every tmakit row verified in that run."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from .. import api
 from ..check.inputs import make_input_tensor
 from ..check.reference import Verdict
-from ..check.run import (
-    compare_dot,
-    first_wrong_tile,
-    make_dot_inputs,
-    run_cluster_dot,
-    signed_bits,
-    verify_copy,
-    verify_multicast_load,
-    verify_pipelined_load,
-    verify_tile_load,
-)
-from ..config import describe_fields, dtype_named, parse_fields
+from ..check.run import first_wrong_tile, signed_bits, verify_tile_load
+from ..config import dtype_named
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import (
-    ClusterDotPlan,
-    CopyOptions,
-    CopyPlan,
-    LoadPlan,
-    MulticastPlan,
-    PipelinePlan,
-    ReducePlan,
-    check_reduce,
-)
+from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
-from ..runtime.launch import (
-    compile_cluster_dot,
-    compile_copy,
-    compile_multicast_load,
-    compile_pipelined_load,
-    compile_tile_load,
-    new_guard,
-)
+from ..runtime.launch import compile_tile_load
 from .baselines import (
-    TORCH_DOTS,
     TORCH_IN_PLACE,
     torch_copy_launches,
     torch_reduce_launches,
     torch_sum_launches,
     triton_supports,
     triton_tma_copy_launches,
-    triton_tma_rowsum_launches,
 )
 from .report import BenchRow
-from .timing import graph_samples_us, interleaved_graph_samples_us, stream_samples_us
-
-if TYPE_CHECKING:
-    pass
+from .timing import graph_samples_us, stream_samples_us
 
 
 def rotation_buffers(bytes_per_launch: int, l2_bytes: int, hot_l2: bool = False) -> int:
@@ -116,120 +84,6 @@ def bench_size(
         if triton_supports(config):
             rows.append(row("triton TMA copy", "copy", triton_tma_copy_launches(sources, config.tile)))
     del sources, cute_sources
-    torch.cuda.empty_cache()
-    return rows
-
-
-@dataclass(frozen=True)
-class PipelineVariant:
-    """A pipelined kernel to time: `consumer` "none" (load-only) or "rowsum" (load + row sums)."""
-
-    stages: int
-    consumer_warps: int = 1
-    persistent: bool = False
-    consumer: str = "none"
-    prefetch_tiles: int = 0
-    prefetch_descriptor: bool = False
-
-    def pipeline(self, load: LoadPlan, sm_count: int = DEFAULT_SM_COUNT) -> PipelinePlan:
-        """The `PipelinePlan` this variant runs on `load`."""
-        return PipelinePlan(
-            load, self.stages, self.consumer_warps, self.persistent, sm_count,
-            prefetch_tiles=self.prefetch_tiles, prefetch_descriptor=self.prefetch_descriptor,
-        )  # fmt: skip
-
-    @classmethod
-    def parse(cls, text: str) -> PipelineVariant:
-        """ "stages=4,consumer_warps=2,persistent,consumer=rowsum" -> a variant (`config.parse_fields`)."""
-        fields = parse_fields(cls, text, "pipeline variant")
-        if "stages" not in fields:
-            raise TmaConfigError(f"pipeline variant {text!r} names no stages (e.g. stages=4)")
-        return cls(**fields)
-
-    def describe(self) -> str:
-        return describe_fields(self)
-
-    @property
-    def name(self) -> str:
-        grid = ", persistent" if self.persistent else ""
-        what = {"rowsum": "load+rowsum", "copy": "copy"}.get(self.consumer, "load")
-        prefetch = f", prefetch {self.prefetch_tiles}" if self.prefetch_tiles else ""
-        prefetch += ", descriptor prefetch" if self.prefetch_descriptor else ""
-        return f"tmakit {what} {self.stages}st x{self.consumer_warps}w{grid}{prefetch}"
-
-
-def bench_pipelines(
-    plan: LoadPlan, variants: list[PipelineVariant], l2_bytes: int, hot_l2: bool, samples: int
-) -> list:
-    """Pipelined variants on one configuration, each verified in the same run (store-back for
-    load-only variants, torch's row sums for row-sum variants); torch's fp32 row sum beside them."""
-    import torch
-
-    config = plan.config
-    tensor_bytes = plan.tensor_bytes
-    sources = rotated_sources(plan, l2_bytes, hot_l2)
-    count = len(sources)
-    guard = to_cute_tensor(new_guard())
-    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = []
-    for variant in variants:
-        pipeline = variant.pipeline(plan, sm_count)
-        # Guarded: a schedule bug raises here instead of hanging the timing below.
-        if variant.consumer == "copy":  # a TMA store of each stage (`CopyPlan`)
-            verified = verify_copy(CopyPlan(pipeline), hang_guard=True)
-            compiled = compile_copy(CopyPlan(pipeline))
-        else:
-            consumer = "store" if variant.consumer == "none" else variant.consumer
-            verified = verify_pipelined_load(pipeline, consumer, hang_guard=True)
-            compiled = compile_pipelined_load(pipeline, variant.consumer)
-        make_out = {
-            "rowsum": lambda s, p=pipeline: torch.zeros(p.rowsum_shape, dtype=torch.float32, device="cuda"),
-            "copy": lambda s: torch.empty_like(s),  # a destination per source: the copy writes it
-        }.get(variant.consumer, lambda s: s)
-        outs = [make_out(s) for s in sources]
-        pairs = [(to_cute_tensor(s), to_cute_tensor(o)) for s, o in zip(sources, outs, strict=True)]
-        if variant.consumer == "rowsum":  # the kernel adds into its output: zeroing it is part of the time
-            launches = [
-                lambda p=p, o=o, c=compiled: (o.zero_(), c(p[0], p[1], guard, current_stream()))
-                for p, o in zip(pairs, outs, strict=True)
-            ]
-        else:
-            launches = [lambda p=p, c=compiled: c(p[0], p[1], guard, current_stream()) for p in pairs]
-        rows.append(
-            BenchRow(
-                variant.name,
-                "copy" if variant.consumer == "copy" else "load",
-                tuple(config.shape),
-                config.dtype,
-                tensor_bytes,
-                graph_samples_us(launches, samples),
-                str(verified),
-                compiled.compile_seconds,
-                {
-                    "stages": variant.stages,
-                    "consumer_warps": variant.consumer_warps,
-                    "persistent": variant.persistent,
-                    "grid": pipeline.grid,
-                    "rotated_buffers": count,
-                },
-            )  # fmt: skip
-        )
-    if any(v.consumer == "rowsum" for v in variants):
-        baselines = {"torch row-sum fp32": [lambda s=s: s.sum(dim=-1, dtype=torch.float32) for s in sources]}
-        if triton_supports(config):
-            baselines["triton TMA row-sum fp32"] = triton_tma_rowsum_launches(sources)
-        for name, launches in baselines.items():
-            rows.append(
-                BenchRow(
-                    name,
-                    "sum",
-                    tuple(config.shape),
-                    config.dtype,
-                    tensor_bytes,
-                    graph_samples_us(launches, samples),
-                )  # fmt: skip
-            )
-    del sources, outs, pairs, launches  # every reference to the buffers, so the cache can free them
     torch.cuda.empty_cache()
     return rows
 
@@ -458,156 +312,6 @@ def bench_reduce(
             rows.append(replace(graph_row, kernel=f"{graph_row.kernel} {STREAM_TIMED}", samples_us=samples_us,
                                 compile_seconds=None))  # fmt: skip
     del sources, destinations, initial, expected, launches, eager, torch_launches
-    torch.cuda.empty_cache()
-    return rows
-
-
-def bench_multicast(
-    plan: LoadPlan,
-    cluster: tuple[int, int],
-    stages: int,
-    l2_bytes: int,
-    hot_l2: bool,
-    samples: int,
-    persistent_clusters: int | None = None,
-) -> list[BenchRow]:
-    """The cluster kernel's loads alone (ring of `stages` per CTA, consumers only wait and
-    release), with multicast and without (each CTA loading every whole tile itself), each first
-    verified with its store-back in the same run, then timed interleaved
-    (`interleaved_graph_samples_us`: the differences are a few percent). Every CTA of a cluster
-    receives the whole strip, so SMs receive cluster-size x the tensor either way; multicast
-    reads it from L2 once. With `persistent_clusters`, both again with that many resident
-    clusters walking the tiles."""
-    import torch
-
-    config = plan.config
-    sources = rotated_sources(plan, l2_bytes, hot_l2)
-    walks = (None,) if persistent_clusters is None else (None, persistent_clusters)
-    scratch = {}
-    launches, found = {}, {}
-    for walk, multicast in [(walk, multicast) for walk in walks for multicast in (True, False)]:
-        cluster_plan = MulticastPlan(plan, cluster, multicast, max(stages, 2), walk)
-        verdicts = verify_multicast_load(cluster_plan)
-        compiled = compile_multicast_load(cluster_plan, store=False)
-        # Never written (the load-only kernel); one per cluster size.
-        copies = scratch.setdefault(
-            cluster_plan.copies_shape,
-            torch.empty(cluster_plan.copies_shape, dtype=sources[0].dtype, device="cuda"),
-        )
-        pairs = [(to_cute_tensor(s), to_cute_tensor(copies)) for s in sources]
-        what = "multicast" if multicast else "no-multicast"
-        name = f"tmakit {what} {cluster[0]}x{cluster[1]} {cluster_plan.stages}st"
-        name += "" if walk is None else f" {cluster_plan.clusters} persistent clusters"
-        launches[name] = [lambda p=p, c=compiled: c(p[0], p[1], current_stream()) for p in pairs]
-        found[name] = (cluster_plan, walk, verdicts, compiled.compile_seconds)
-    timed = interleaved_graph_samples_us(launches, samples)
-    rows = []
-    for name, (cluster_plan, walk, verdicts, compile_seconds) in found.items():
-        ok = sum(v.ok for v in verdicts)
-        rows.append(
-            BenchRow(
-                name,
-                "load",
-                tuple(config.shape),
-                config.dtype,
-                plan.tensor_bytes,
-                timed[name],
-                f"{ok}/{len(verdicts)} CTAs of the cluster hold every tile ({verdicts[0]})",
-                compile_seconds,
-                {
-                    "cluster": list(cluster),
-                    "stages": cluster_plan.stages,
-                    "persistent_clusters": walk,
-                    "multicast": cluster_plan.multicast,
-                    "bytes_to_sms": cluster_plan.cluster_size * plan.tensor_bytes,
-                    "rotated_buffers": len(sources),
-                    "timed": "interleaved with the other cluster rows",
-                },
-            )  # fmt: skip
-        )
-    del sources, scratch, launches
-    torch.cuda.empty_cache()
-    return rows
-
-
-# How far torch's dot expressions may be from the fp32 sum (relative to sum |a * x|), by how they
-# round (`baselines.TORCH_DOTS`): a result or products rounded to the input type are off by up to
-# its unit roundoff (2^-11 for fp16, 2^-8 for bf16; 4x that here); cuBLAS's fp32 accumulation
-# may add in a different order and with tensor-core rounding.
-TORCH_DOT_TOLERANCE = {
-    "fp32": {"fp16": 1e-4, "bf16": 1e-4},
-    "output": {"fp16": 2.0**-9, "bf16": 2.0**-6},
-    "products": {"fp16": 2.0**-9, "bf16": 2.0**-6},
-}
-
-
-def bench_cluster_dot(
-    dot: ClusterDotPlan,
-    l2_bytes: int,
-    hot_l2: bool,
-    samples: int,
-    persistent_clusters: int | None = None,
-    torch_baselines: bool = True,
-) -> list[BenchRow]:
-    """The cluster row dot with multicast and without (the same kernel, cluster and launch; each
-    CTA then loads the whole X tile itself), both one cluster per strip and, with
-    `persistent_clusters`, that many resident clusters; beside torch's expressions
-    (`baselines.TORCH_DOTS`, each one this torch has). Every row verified first on the same
-    inputs (every out[b, m]); GB/s counts A and X read once. `dot`'s own `multicast` and
-    `persistent_clusters` are replaced by each variant's."""
-    import torch
-
-    count = rotation_buffers(dot.input_bytes, l2_bytes, hot_l2)
-    a, x = make_dot_inputs(dot)
-    operands = [(a, x)] + [(a.clone(), x.clone()) for _ in range(count - 1)]  # own memory each
-    out = torch.empty(dot.out_shape, dtype=torch.float32, device="cuda")
-    cute_out = to_cute_tensor(out)
-    cute_operands = [(to_cute_tensor(a_), to_cute_tensor(x_)) for a_, x_ in operands]
-    row = lambda name, samples_us, verified, compile_seconds=None, **notes: BenchRow(  # noqa: E731
-        name, "load", dot.shape, dot.dtype, dot.input_bytes, samples_us, verified, compile_seconds,
-        {"rotated_buffers": count, "hot_l2": hot_l2, "tile": list(dot.tile), **notes},
-    )  # fmt: skip
-    rows = []
-    walks = (None,) if persistent_clusters is None else (None, persistent_clusters)
-    launches, found = {}, {}
-    for walk, multicast in [(walk, multicast) for walk in walks for multicast in (True, False)]:
-        variant = replace(dot, multicast=multicast, persistent_clusters=walk)
-        verdict = compare_dot(variant, a, x, run_cluster_dot(variant, a, x))
-        compiled = compile_cluster_dot(variant)
-        what = "multicast" if multicast else "no-multicast"
-        name = f"tmakit cluster dot {what} {dot.cluster[0]}x{dot.cluster[1]} {dot.stages}st"
-        name += "" if walk is None else f" {variant.clusters} persistent clusters"
-        launches[name] = [
-            lambda p=p, c=compiled, o=cute_out: c(p[0], p[1], o, current_stream()) for p in cute_operands
-        ]
-        found[name] = (variant, walk, multicast, verdict, compiled)
-    timed = interleaved_graph_samples_us(launches, samples)  # the variants differ by a few percent
-    for name, (variant, walk, multicast, verdict, compiled) in found.items():
-        rows.append(
-            row(
-                name,
-                timed[name],
-                verdict,
-                compiled.compile_seconds,
-                cluster=list(dot.cluster),
-                stages=dot.stages,
-                consumer_warps=dot.consumer_warps,
-                persistent_clusters=walk,
-                clusters=variant.clusters,
-                multicast=multicast,
-                l2_read_bytes=variant.l2_read_bytes,
-            )
-        )
-    for name, (function, rounding) in (TORCH_DOTS if torch_baselines else {}).items():
-        try:
-            result = function(a, x)
-        except (TypeError, RuntimeError) as error:  # an expression this torch lacks
-            print(f"{name}: skipped ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
-            continue
-        verdict = compare_dot(dot, a, x, result, TORCH_DOT_TOLERANCE[rounding][dot.dtype])
-        launches = [lambda a_=a_, x_=x_, f=function: f(a_, x_) for a_, x_ in operands]
-        rows.append(row(name, graph_samples_us(launches, samples), verdict, rounding=rounding))
-    del operands, cute_operands, out, cute_out, a, x
     torch.cuda.empty_cache()
     return rows
 

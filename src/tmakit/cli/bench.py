@@ -7,19 +7,18 @@ built (and so checked), the timing on the GPU, and the table, JSON and plot."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
 
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from ..bench import hostcost, ncu, report, suites
-from ..bench.baselines import TORCH_IN_PLACE
 from ..bench.report import BenchRow
 from ..bench.timing import MIN_SAMPLES
-from ..config import SEED, LoadConfig, dtype_named
-from ..plan import CopyOptions, LoadPlan, MulticastPlan
-from ..runtime.launch import max_active_clusters
+from ..config import SEED
+from ..families import Family, families
+from ..families.load import CLUSTER_STAGES
+from ..plan import CopyOptions
 from .args import (
     COUNT,
     MOST,
@@ -40,13 +39,10 @@ from .args import (
 )
 
 SIZE_SWEEP_MIB = (1, 4, 16, 64, 256, 1024, 2048)
-BENCH_CLUSTER_STAGES = 4
-PLOT_TITLES = {
-    "load": "tmakit loads vs torch",
-    "copy": "tmakit.copy_ vs torch copy_",
-    "transpose": "transposing tmakit.copy_ vs torch copy_",
-    "reduce": "tmakit.reduce_into_ vs torch's in-place ops",
-}
+BENCH_CLUSTER_STAGES = CLUSTER_STAGES
+PLOT_TITLES = {name: family.plot_title for name, family in families().items()}
+# The options one family or another reads (`Family.reads`); the rest configure every family.
+OWN_FLAGS = ("copy", "specialised", "reduce", "pipeline", "prefetch", "cluster", "ncu", "only")
 MAX_SAMPLES = 100_000  # graph replays per kernel: a median of 100,000 is as steady as one gets
 MAX_BENCH_MIB = 2**20  # 1 TiB: more than a GPU's memory holds
 SAMPLES = number(int, 1, MAX_SAMPLES)
@@ -84,11 +80,15 @@ def add_parser(subparsers: Subparsers) -> None:
     add_element_arguments(parser)
     parser.add_argument(
         "--kernel",
-        choices=("load", "copy", "transpose", "reduce"),
+        choices=tuple(families()),
         default="load",
-        help="load (default): tile loads against torch's sum and copy_; copy: tmakit.copy_ against "
-        "torch's copy_; transpose: the same from a column-major source (x.t()) into a row-major "
-        "destination; reduce: tmakit.reduce_into_ against torch's in-place op (see --reduce)",
+        help="the kernel family to time (default load): "
+        + "; ".join(f"{name}: {family.summary}" for name, family in families().items()),
+    )
+    parser.add_argument(
+        "--only",
+        metavar="PREFIX,...",
+        help="--kernel cluster-dot or im2col: time only the study's parts whose names start so",
     )
     parser.add_argument(
         "--reduce",
@@ -161,136 +161,50 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
-    """A matrix of about `mebibytes`: 4096 columns up to 64 MiB, 16384 beyond (1 GiB fp16 is the
-    32768 x 16384 of the reference numbers)."""
-    cols = 4096 if mebibytes <= 64 else 16384
-    return max(1, round(mebibytes * 2**20 / itemsize / cols)), cols
-
-
-@dataclass(frozen=True)
-class _Work:
-    """Everything a bench run times, planned (and so checked) before a GPU is looked for."""
-
-    plans: list[LoadPlan]  # a load, copy or pipeline run: one per shape
-    options: list[CopyOptions]  # --copy's configurations
-    reduce_cases: list[suites.ReduceCase]
-    reduce_plans: list[tuple[suites.ReduceCase, LoadPlan]]  # every reduce and size of a reduce run
-    variants: list[suites.PipelineVariant]
-    cluster_stages: int
-
-
-def _shapes(args: argparse.Namespace, itemsize: int) -> list[tuple[int, ...]]:
-    """--shape and a matrix of each --sizes, of elements of `itemsize` bytes."""
-    return [*([args.shape] if args.shape else []), *(bench_shape(size, itemsize) for size in args.sizes)]
-
-
-def _copying(args: argparse.Namespace) -> bool:
-    return args.kernel in ("copy", "transpose")
-
-
-def _check_flags(args: argparse.Namespace) -> None:
+def _check_flags(args: argparse.Namespace, family: Family) -> None:
     """The flags that configure another --kernel, or need --cluster, refused."""
-    copying, reducing = _copying(args), args.kernel == "reduce"
-    if args.copy and not (copying or reducing):
-        raise CommandError("--copy configures --kernel copy, transpose or reduce")
-    if args.specialised and not copying:
-        raise CommandError("--specialised configures --kernel copy or transpose")
-    if args.reduce and not reducing:
-        raise CommandError("--reduce configures --kernel reduce")
-    if reducing and (args.pipeline or args.prefetch or args.cluster or args.ncu):
+    if args.kernel == "reduce" and (args.pipeline or args.prefetch or args.cluster or args.ncu):
         raise CommandError(
             "--kernel reduce times reduce stores only: no --pipeline, --prefetch, --cluster, --ncu"
         )
-    if (args.stages is not None or args.persistent_clusters is not None) and not args.cluster:
+    for dest in OWN_FLAGS:
+        if getattr(args, dest) and dest not in family.reads:
+            readers = [name for name, other in families().items() if dest in other.reads]
+            kernels = ", ".join(readers[:-1]) + f" or {readers[-1]}" if len(readers) > 1 else readers[0]
+            raise CommandError(f"--{dest.replace('_', '-')} configures --kernel {kernels}")
+    if (args.stages is not None or args.persistent_clusters is not None) and not (
+        args.cluster or args.kernel == "multicast"
+    ):
         raise CommandError("--stages and --persistent-clusters set the ring of --cluster: give a cluster too")
 
 
-def _plan_work(args: argparse.Namespace) -> _Work:
+def _plan_work(args: argparse.Namespace, family: Family) -> list:
     """Every plan the run will time, built now: a wrong flag is refused before anything runs."""
-    element = dtype_named(args.dtype)
-    shapes = _shapes(args, element.nbytes)
-    if not shapes:
-        raise CommandError("nothing to time: give --shape or --sizes")
-    plans = [LoadPlan(LoadConfig(shape, element.name, args.tile, args.swizzle)) for shape in shapes]
-    _check_flags(args)
-    reducing = args.kernel == "reduce"
-    cluster_stages = args.stages or BENCH_CLUSTER_STAGES
-    options = [CopyOptions.parse(text) for text in args.copy or ["default"]]
-    reduce_cases = [
-        case
-        for text in (args.reduce or suites.DEFAULT_REDUCE_CASES if reducing else [])
-        for case in suites.ReduceCase.parse(text, element.name)
-    ]
-    reduce_plans = [  # (case, plan) for every reduce and size, each size of the case's dtype
-        (case, LoadPlan(LoadConfig(shape, case.dtype, args.tile, args.swizzle)))
-        for case in reduce_cases
-        for shape in _shapes(args, dtype_named(case.dtype).nbytes)
-    ]
-    for case, plan in reduce_plans:  # every reduce the run will time, planned now
-        for option in options:
-            suites.check_reduce_plan(case, plan, option)
-    variants = [suites.PipelineVariant.parse(text) for text in args.pipeline or []]
-    if args.prefetch and not variants:
-        variants = [suites.PipelineVariant(stages=4), suites.PipelineVariant(stages=7)]
-    if args.prefetch:  # each variant beside itself with tile + descriptor prefetch
-        variants += [
-            replace(v, prefetch_tiles=args.prefetch, prefetch_descriptor=True)
-            for v in variants
-            if not v.prefetch_tiles
-        ]
-    for plan in plans:  # every plan the run will build, checked now
-        for variant in variants:
-            variant.pipeline(plan)
-        if args.cluster:
-            for multicast in (True, False):
-                walk = args.persistent_clusters if isinstance(args.persistent_clusters, int) else None
-                MulticastPlan(plan, args.cluster, multicast, cluster_stages, walk)
-    return _Work(plans, options, reduce_cases, reduce_plans, variants, cluster_stages)
+    _check_flags(args, family)
+    work = list(family.plans(args))
+    if not work:
+        raise CommandError("nothing to time: give --shape or --sizes" if "only" not in family.reads
+                           else "nothing to time: --only chooses none of the study's parts")  # fmt: skip
+    return work
 
 
 def _time(
-    args: argparse.Namespace, work: _Work, gpu_name: str, l2_bytes: int, console: Console
-) -> list[BenchRow]:
-    """Every row the run times, a progress bar advancing per plan."""
-    copying, reducing = _copying(args), args.kernel == "reduce"
-    rows = []
+    args: argparse.Namespace, family: Family, work: list, gpu_name: str, l2_bytes: int, console: Console
+) -> list[tuple[object, list[BenchRow]]]:
+    """Each plan with the rows timed on it, a progress bar advancing per plan."""
+    results = []
     with Progress(console=console) as progress:
-        total = len(work.reduce_plans) if reducing else len(work.plans)
-        task = progress.add_task(f"timing on {gpu_name}", total=total)
-        for case, plan in work.reduce_plans:
-            rows += suites.bench_reduce(plan, case.op, work.options, l2_bytes, args.hot_l2, args.samples)
+        task = progress.add_task(f"timing on {gpu_name}", total=len(work))
+        for plan in work:
+            results.append((plan, family.bench(plan, args, l2_bytes)))
             progress.advance(task)
-        for plan in [] if reducing else work.plans:
-            if copying:
-                rows += suites.bench_copy(
-                    plan,
-                    args.kernel == "transpose",
-                    work.options,
-                    l2_bytes,
-                    args.hot_l2,
-                    args.samples,
-                    args.specialised,
-                )
-            else:
-                rows += suites.bench_size(plan, l2_bytes, args.hot_l2, args.samples)
-            if work.variants:
-                rows += suites.bench_pipelines(plan, work.variants, l2_bytes, args.hot_l2, args.samples)
-            if args.cluster:
-                walk = args.persistent_clusters
-                if walk == "auto":
-                    walk = max_active_clusters(args.cluster[0] * args.cluster[1])
-                rows += suites.bench_multicast(
-                    plan, args.cluster, work.cluster_stages, l2_bytes, args.hot_l2, args.samples, walk
-                )
-            progress.advance(task)
-    return rows
+    return results
 
 
 def _host_cost(args: argparse.Namespace, rows: list[BenchRow]) -> dict:
     """The host's cost per call, measured, and set on every tmakit row it applies to."""
     host = hostcost.measure_host_overhead()
-    if _copying(args):
+    if args.kernel in ("copy", "transpose"):
         host.update(hostcost.measure_copy_host_cost(args.kernel == "transpose"))
     copy_prefix = "tmakit_copy_transpose_" if args.kernel == "transpose" else "tmakit_copy_"
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
@@ -299,19 +213,6 @@ def _host_cost(args: argparse.Namespace, rows: list[BenchRow]) -> dict:
         elif row.kernel.startswith("tmakit") and not row.kernel.startswith("tmakit.reduce_into_"):
             row.host_us = host["plain_prepared_tensors_us"]  # (a reduce's call: not measured)
     return host
-
-
-def _baselines(kernel: str, reduce_cases: list[suites.ReduceCase]) -> list[str]:
-    """The torch rows each tmakit row is compared with, graph-timed and on a stream."""
-    return {
-        "copy": ["torch copy_", f"torch copy_ {suites.STREAM_TIMED}"],
-        "transpose": ["torch copy_ (transpose)", f"torch copy_ (transpose) {suites.STREAM_TIMED}"],
-        "reduce": [
-            name
-            for op in dict.fromkeys(case.op for case in reduce_cases)
-            for name in (TORCH_IN_PLACE[op][0], f"{TORCH_IN_PLACE[op][0]} {suites.STREAM_TIMED}")
-        ],
-    }.get(kernel, ["torch copy_", "torch sum"])
 
 
 def _show(
@@ -334,7 +235,8 @@ def _show(
 
 
 def run(args: argparse.Namespace) -> int:
-    work = _plan_work(args)
+    family = families()[args.kernel]
+    work = _plan_work(args, family)
     if args.plot:
         try:
             report.check_plotting()
@@ -344,12 +246,13 @@ def run(args: argparse.Namespace) -> int:
 
     context = report.device_context(args.commit)
     console = Console(file=text_stream(args))
-    rows = _time(args, work, gpu_name, context["l2_bytes"], console)
+    results = _time(args, family, work, gpu_name, context["l2_bytes"], console)
+    rows = [row for _, plan_rows in results for row in plan_rows]
     context["host_launch"] = _host_cost(args, rows)
     if args.ncu:
-        first = work.plans[0]
+        first = work[0]
         context["ncu"] = {"x".join(map(str, first.config.shape)): ncu.ncu_kernel_times(first)}
-    baselines = _baselines(args.kernel, work.reduce_cases)
+    baselines = family.compared_with(args)
     cache = "L2 hot" if args.hot_l2 else "L2 cold: inputs rotated over > 4x L2"
     title = (
         f"device time on {gpu_name}, {cache}, median of {args.samples} graph replays "
@@ -357,12 +260,16 @@ def run(args: argparse.Namespace) -> int:
     )
     _show(args, rows, context, baselines, title, console)
     if args.json:
-        what = f"tmakit bench --kernel {args.kernel}: device time, {cache}, every tmakit row verified"
-        write_json(
-            args.json, report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines, args.kernel, what)
-        )
+        if family.study is not None:
+            document = family.study(results, {**context, "samples": args.samples})
+        else:
+            what = f"tmakit bench --kernel {args.kernel}: device time, {cache}, every tmakit row verified"
+            document = report.report(rows, {**context, "hot_l2": args.hot_l2}, baselines, args.kernel, what)
+        write_json(args.json, document)
     if args.plot:
         title = f"{PLOT_TITLES[args.kernel]} on {gpu_name} ({cache})"
         with writing(args.plot, "--plot"):
             report.plot(rows, args.plot, context["peak_bandwidth"], title)
-    return 0
+    # A study's rows are its evidence: one not verified fails the run (scripts read the status).
+    unverified = [row for row in rows if row.verified is not None and not row.verified.startswith("ok")]
+    return 1 if family.study is not None and unverified else 0

@@ -1,0 +1,87 @@
+"""Kernel families as data: one `Family` record a family, which `tmakit bench` (and its `--kernel`
+choices) read instead of naming each family in code.
+
+A family is found, not listed: every module of this package (and of any folder added to its
+`__path__`) that defines `FAMILIES`, a sequence of `Family`, contributes them. A new family is then
+three files: its plan (`plan/`), its kernel (`kernels/`) and its record here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bench.report import BenchRow
+from ..runtime.compile import CompiledKernel
+
+Options = argparse.Namespace  # the bench command's options, as parsed
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel family, as the tools read it.
+
+    `plans(options)` builds every plan a bench run times from the command's options (so that a
+    wrong one is refused before any GPU work); `bench(plan, options, l2_bytes)` times one of them
+    beside its torch baselines, each tmakit row verified in the same run; `compared_with(options)`
+    names the baseline rows the table and JSON divide by. `reads` are the bench options the family
+    uses besides the common ones (the others are refused). `compile(plan, keep_ptx)` compiles its
+    kernel for sm_90a on any machine, `example()` is a small plan for that; `verify(plan)` runs it
+    on position-hashed inputs against its reference (GPU). `baselines`: torch's fastest
+    expressions of the same result, by name. `study(results, context)`, where a family has one,
+    is the JSON its bench writes instead of the common report: `results` pairs each plan with its
+    rows."""
+
+    name: str
+    summary: str
+    plot_title: str
+    plan_type: type
+    plans: Callable[[Options], Sequence[Any]]
+    bench: Callable[[Any, Options, int], list[BenchRow]]
+    compared_with: Callable[[Options], list[str]]
+    reads: frozenset[str] = frozenset()
+    compile: Callable[[Any, bool], CompiledKernel] | None = None
+    example: Callable[[], Any] | None = None
+    verify: Callable[[Any], Any] | None = None
+    baselines: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    study: Callable[[list[tuple[Any, list[BenchRow]]], dict], dict] | None = None
+
+
+def families() -> dict[str, Family]:
+    """Every family, by name, from the modules on this package's path (sorted by module name)."""
+    found: dict[str, Family] = {}
+    for module in sorted(pkgutil.iter_modules(__path__, f"{__name__}."), key=lambda m: m.name):
+        for family in getattr(importlib.import_module(module.name), "FAMILIES", ()):
+            if family.name in found:
+                raise ValueError(f"two kernel families are named {family.name!r} (one in {module.name})")
+            found[family.name] = family
+    return found
+
+
+def family_named(name: str) -> Family:
+    known = families()
+    if name not in known:
+        raise ValueError(f"no kernel family is named {name!r}; the families: {', '.join(known)}")
+    return known[name]
+
+
+def bench_shape(mebibytes: float, itemsize: int) -> tuple[int, int]:
+    """A matrix of about `mebibytes`: 4096 columns up to 64 MiB, 16384 beyond (1 GiB fp16 is the
+    32768 x 16384 of the reference numbers)."""
+    cols = 4096 if mebibytes <= 64 else 16384
+    return max(1, round(mebibytes * 2**20 / itemsize / cols)), cols
+
+
+def bench_shapes(options: Options, itemsize: int) -> list[tuple[int, ...]]:
+    """--shape and a matrix of each --sizes, of elements of `itemsize` bytes."""
+    sizes = (bench_shape(size, itemsize) for size in options.sizes)
+    return [*([options.shape] if options.shape else []), *sizes]
+
+
+def chosen_parts(options: Options, names: Sequence[str]) -> list[bool]:
+    """Whether each of a study's parts is chosen by --only's prefixes (all without)."""
+    prefixes = [p for p in (options.only or "").split(",") if p]
+    return [not prefixes or any(name.startswith(p) for p in prefixes) for name in names]

@@ -1,0 +1,51 @@
+"""Kernel families as data: the registry the bench command reads, and the proof that a new family
+is three new files (a plan, a kernel, a record) and no edit elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import tmakit.families
+from tmakit.cli import build_parser
+from tmakit.families import Family, families
+
+FIXTURES = Path(__file__).parent / "fixtures" / "toy_ring"
+BUILT_IN = {"load", "copy", "transpose", "reduce", "im2col", "multicast", "cluster-dot"}
+
+
+def kernel_choices() -> tuple[str, ...]:
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return tuple(commands.choices["bench"]._option_string_actions["--kernel"].choices)
+
+
+def test_every_family_is_a_record_and_a_bench_kernel():
+    found = families()
+    assert BUILT_IN <= set(found)
+    assert all(isinstance(family, Family) and family.name == name for name, family in found.items())
+    assert set(kernel_choices()) == set(found)
+
+
+@pytest.fixture
+def toy_ring(tmp_path, monkeypatch):
+    """The toy ring's three files in a temporary package directory: the plan and kernel modules
+    importable, the record in a folder on `tmakit.families`'s path."""
+    code, records = tmp_path / "toy", tmp_path / "families"
+    code.mkdir()
+    records.mkdir()
+    shutil.copy(FIXTURES / "toy_ring_plan.py", code)
+    shutil.copy(FIXTURES / "toy_ring_kernel.py", code)
+    shutil.copy(FIXTURES / "toy_ring.py", records)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setattr(tmakit.families, "__path__", [*tmakit.families.__path__, str(records)])
+    return families()["toy-ring"]
+
+
+def test_a_new_family_is_three_files(toy_ring):
+    assert "toy-ring" in kernel_choices()
+    ptx = toy_ring.compile(toy_ring.example(), keep_ptx=True).ptx
+    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)  # a TMA load
