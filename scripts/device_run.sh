@@ -14,7 +14,7 @@
 #                (e.g. --copy stages=4 --sizes 1,16 --specialised; --reduce add:fp32 --copy default)
 #   clusterbench one `tmakit bench --cluster C` per cluster; ARGs: clusters, then bench's after `:`
 #                (e.g. 1x2 2x2 : --hot-l2 --persistent-clusters auto)
-#   dotbench im2colbench   scripts/cluster_dot_bench.py, scripts/im2col_bench.py; ARGs: theirs
+#   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
 #   mctimeline   scripts/multicast_timeline.py; ARGs: theirs (--clusters, --protocols, --stages, --walks)
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
