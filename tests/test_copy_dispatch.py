@@ -154,8 +154,11 @@ def test_a_misaligned_pointer_is_refused_before_any_launch(copies, primed):
     assert bool(copies.dispatch.tried_first()) is primed
     with pytest.raises(TmaConfigError, match="16"):
         copies.copy_(StandInTensor((256, 512), address=4096 + (1 << 20) + 2), src)
-    assert len(copies.planned) == 1 and len(copies.planned[0].launches) == (3 if primed else 0)
-    assert copies.planned[0].rejections == (1 if primed else 0)
+    if not primed:  # refused before anything is planned (compiled)
+        assert copies.planned == []
+        return
+    assert len(copies.planned) == 1 and len(copies.planned[0].launches) == 3
+    assert copies.planned[0].rejections == 1
 
 
 # -- shape-generic launchers: pinned to the shape they were checked for ---------------------------

@@ -48,7 +48,8 @@ def test_numpy_integers_are_whole_numbers_and_become_ints():
     assert (plan.stages, plan.consumer_warps) == (3, 2) and type(plan.stages) is int
     assert PipelinePlan(LOAD, stages=3, consumer_warps=2) == plan
     config = LoadConfig((np.int64(8448), 1792), tile=(np.uint16(64), 256))
-    assert type(config.shape[0]) is int and LoadPlan(config).total_tile_loads == 924
+    assert LoadPlan(config).total_tile_loads == 924
+    assert type(config.shape[0]) is int and type(config.tile[0]) is int  # normalised by the check
 
 
 @pytest.mark.parametrize(
@@ -73,6 +74,13 @@ def test_numpy_integers_are_whole_numbers_and_become_ints():
 def test_copy_options_name_a_value_of_the_wrong_type(fields, message):
     with pytest.raises(TmaConfigError, match=message):
         CopyOptions.of(**fields)
+
+
+def test_numpy_booleans_are_flags_and_numpy_strings_are_names():
+    options = CopyOptions.of(pdl=np.bool_(False), tile_order=np.str_("columns"))
+    assert options.pdl is False and options.tile_order == "columns"
+    with pytest.raises(TmaConfigError, match=r"copy options None \(NoneType\) must be text"):
+        CopyOptions.parse(None)
 
 
 def test_a_list_tile_is_the_tuple_it_means():

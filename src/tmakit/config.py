@@ -93,12 +93,12 @@ class LoadConfig:
     strides: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        # Lists are taken for tuples (a plan is a dictionary key) and numpy integers for ints;
-        # anything else is `validate`'s to name.
+        # Lists are taken for tuples (a plan is a dictionary key); anything else is `validate`'s
+        # (`check_field_types`, which also takes numpy integers for ints).
         for name in ("shape", "tile", "strides"):
             value = getattr(self, name)
-            if isinstance(value, list | tuple):
-                object.__setattr__(self, name, tuple(_as_int(item) for item in value))
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
 
     @property
     def element(self) -> DType:
@@ -127,13 +127,6 @@ class LoadConfig:
     def contiguous_index(self) -> int:
         """The index of the dim with stride 1: the last, or the one before (`contiguous_dim`)."""
         return contiguous_index(major_of(self.element_strides, self.shape), len(self.shape))
-
-
-def _as_int(value: object) -> object:
-    """A numpy integer as an int (bools and anything else unchanged, for `validate` to refuse)."""
-    if isinstance(value, int) or type(value).__name__ == "bool_" or not hasattr(value, "__index__"):
-        return value
-    return value.__index__()
 
 
 SEED = LoadConfig()
@@ -202,6 +195,10 @@ def parse_fields(cls: type, text: str, what: str) -> dict[str, object]:
     its field's type: ROWSxCOLS for a tuple, an integer, true/false (a bare name: true), a name;
     "default" for None (tmakit's choice). "default" or "" alone gives {}. TmaConfigError names a
     bad item and the fields."""
+    if not isinstance(text, str):
+        raise TmaConfigError(
+            f"{what}s {text!r} ({type(text).__name__}) must be text such as 'tile=16x256,stages=8'"
+        )
     types = {field.name: str(field.type) for field in dataclasses.fields(cls)}
     values: dict[str, object] = {}
     if text.strip() == "default":

@@ -233,7 +233,8 @@ def type_name(value: object) -> str:
 
 def is_flag(value: object) -> bool:
     """Python's and numpy's booleans (which also pass as integers, so integer checks refuse them)."""
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"))
 
 
 def whole_number(value: object, what: str, low: int | None = None, high: int | None = None) -> int:
@@ -274,6 +275,8 @@ def one_of(value: object, what: str, choices: Iterable[object]) -> object:
     """`value` if it is one of `choices` (compared only with values of a hashable, matching type);
     TmaConfigError naming the choices otherwise."""
     choices = tuple(choices)
+    if isinstance(value, str):
+        value = str(value)  # a numpy string is the str it holds
     try:
         if any(type(value) is type(choice) and value == choice for choice in choices):
             return value

@@ -7,12 +7,14 @@ The building blocks for your own kernel, one import path:
 - `tma`: the shared device helpers, named after the seed's responsibilities (the layout describes
   storage, the coordinate tensor picks the transfer origin, partitioning prepares the views, the
   barrier says when the destination is ready);
-- `ring`: `TileRing`, the N-stage ring's protocol (full/empty barriers, parities, hang guard);
+- `tile_ring`: `TileRing`, the N-stage ring's protocol (full/empty barriers, parities, hang guard);
+- `ring`: `TmaRingKernel`, the ring kernel written once (set-up, one producer loop, one consumer
+  loop) that every ring family subclasses;
 - `one_stage`: `OneStageKernel`, the seed's one-tile schedule written once;
 - one module per kernel family: `tile_load` (the seed's kernel), `pipeline` (load-only, store,
   row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters),
-  `reduce` (reduce stores), `im2col` (im2col loads; `make_im2col_load_atom` feeds a TileRing
-  with them).
+  `cluster_dot` (the cluster row dot), `reduce` (reduce stores), `im2col` (im2col loads;
+  `make_im2col_load_atom` feeds a TileRing with them).
 """
 
 from ..plan.ring import GUARD_WORDS

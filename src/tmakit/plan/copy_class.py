@@ -63,7 +63,7 @@ def copy_class(
         return _copy_class(options, dtype, rank, major, transpose, tuple(tile), sm_count, fits_l2, rows_width)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)  # typed: 2.0 or True is refused, not 2's or 1's plan
 def _copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width) -> CopyPlan:
     check_class_arguments(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
     config = stand_in_config(rank, dtype, tuple(tile), major, rows_width)

@@ -157,24 +157,27 @@ class CopyDispatch:
             if self.check_tensors is not None:
                 self.check_tensors(dst, src)  # raises the error naming what is wrong
             raise
+        checked = False
         if found is None:
             copy_options = self._options.get(key)
             if copy_options is None:
                 copy_options = self._options[key] = CopyOptions.of(tile=tile, stages=stages, **options)
+            spans = None
+            # A pair of one shape and dtype on a GPU: its addresses are checked before anything is
+            # planned or compiled (the planner names what else is wrong first).
+            if dst_shape == shape and signature[4] == signature[5] and signature[6] >= 0 and 0 not in shape:
+                spans = pair_spans(src, shape, src_strides, dst_strides)
+                check_addresses(dst, src, spans, shape, src_strides, dst_strides)
+                checked = True
             launcher = self.plan_launcher(dst, src, copy_options, signature)
-            nbytes = src.element_size()
-            spans = (span_bytes(shape, src_strides, nbytes), span_bytes(shape, dst_strides, nbytes),
-                     tuple(src_strides) == tuple(dst_strides))  # fmt: skip
+            if spans is None:
+                spans = pair_spans(src, shape, src_strides, dst_strides)
             if len(self._launchers) >= self.MOST_SIGNATURES:
                 self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
             self._launchers[signature] = found = (launcher, spans)
         launcher, spans = found
-        if not getattr(launcher, "moves_nothing", False):
-            if may_overlap(src, dst, spans):
-                check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
-            if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:  # the rest is the signature's
-                check_base_address(src.data_ptr())
-                check_base_address(dst.data_ptr())
+        if not checked and not getattr(launcher, "moves_nothing", False):
+            check_addresses(dst, src, spans, shape, src_strides, dst_strides)
         launcher(src, dst)
         if getattr(launcher, "shape_generic", False):
             self._pinned[key] = (launcher, read, spans)
@@ -202,6 +205,24 @@ class CopyDispatch:
     def launchers(self) -> list[Launcher]:
         """Every launcher found so far, one per signature."""
         return [found[0] for found in self._launchers.values()]
+
+
+def pair_spans(src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple) -> Spans:
+    """The spans a call's addresses are compared with (`Spans`)."""
+    nbytes = src.element_size()
+    return (span_bytes(shape, src_strides, nbytes), span_bytes(shape, dst_strides, nbytes),
+            tuple(src_strides) == tuple(dst_strides))  # fmt: skip
+
+
+def check_addresses(
+    dst: Any, src: Any, spans: Spans, shape: tuple, src_strides: tuple, dst_strides: tuple
+) -> None:
+    """What the signature cannot fix: no partial overlap, both bases 16-byte aligned."""
+    if may_overlap(src, dst, spans):
+        check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
+    if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
+        check_base_address(src.data_ptr())
+        check_base_address(dst.data_ptr())
 
 
 def may_overlap(src: Any, dst: Any, spans: Spans) -> bool:
