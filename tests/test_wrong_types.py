@@ -83,20 +83,17 @@ def fields_of(cls: type, **given: object) -> dict[str, object]:
     return values
 
 
-def class_arguments(**kwargs: object) -> object:
-    arguments = {
-        "options": CopyOptions(),
-        "dtype": "fp16",
-        "rank": 2,
-        "major": "row",
-        "transpose": False,
-        "tile": (16, 256),
-        "sm_count": 132,
-        "fits_l2": False,
-        "rows_width": None,
-        **kwargs,
-    }
-    return copy_class(**arguments)
+CLASS_ARGUMENTS = {
+    "options": CopyOptions(),
+    "dtype": "fp16",
+    "rank": 2,
+    "major": "row",
+    "transpose": False,
+    "tile": (16, 256),
+    "sm_count": 132,
+    "fits_l2": False,
+    "rows_width": None,
+}
 
 
 PURE = [
@@ -109,21 +106,7 @@ PURE = [
     Entry("Im2colPlan", Im2colPlan, fields_of(Im2colPlan, shape=(2, 8, 8, 16), dtype="fp16", filter=3)),
     Entry("MulticastPlan", MulticastPlan, fields_of(MulticastPlan, load=LOAD)),
     Entry("ClusterDotPlan", ClusterDotPlan, fields_of(ClusterDotPlan, shape=(2, 4096, 4096))),
-    Entry(
-        "copy_class",
-        class_arguments,
-        {
-            "options": CopyOptions(),
-            "dtype": "fp16",
-            "rank": 2,
-            "major": "row",
-            "transpose": False,
-            "tile": (16, 256),
-            "sm_count": 132,
-            "fits_l2": False,
-            "rows_width": None,
-        },
-    ),
+    Entry("copy_class", copy_class, dict(CLASS_ARGUMENTS)),
 ]
 
 
