@@ -15,11 +15,9 @@ records its launch. `copy` is differentiable: its gradient is the incoming gradi
 aot_autograd can functionalize it.
 
 The ops are not `torch.library.custom_op`s: its Python layers (an autograd kernel, an
-ADInplaceOrView kernel, default filling, output checks) cost about 15 us per call on the H200's
-host (torch.ops.tmakit.copy_ 21.3 us against tmakit.copy_'s 5.8 us). Here each eager call on
-CUDA tensors runs one Python kernel, which is what any op with a Python kernel pays (on a
-CPU-only machine, kernels stubbed out: 2.4-3.2 us above the function it calls, where custom_op
-cost 12-22 us):
+ADInplaceOrView kernel, default filling, output checks) cost several times a launch's host time
+(docs/results.md has the measurements). Here each eager call on CUDA tensors runs one Python
+kernel, which is what any op with a Python kernel pays:
 
 - `copy_` and `reduce_into_`: the real implementation under CompositeExplicitAutograd (torch's
   C++ autograd fallback before it). It bumps dst's version counter after the launch, as an
