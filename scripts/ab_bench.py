@@ -44,8 +44,10 @@ def cases(torch):
             src = torch.randn(rows, cols, device="cuda").half()
 
         def make(pkg):
-            dst = torch.empty(rows, cols, dtype=torch.float16, device="cuda")
-            return (lambda: pkg.copy_(dst, src)), (lambda: torch.equal(dst, src))
+            dst = torch.full((rows, cols), float("nan"), dtype=torch.float16, device="cuda")
+            pkg.copy_(dst, src)
+            ok = torch.equal(dst, src)
+            return (lambda: pkg.copy_(dst, src)), (lambda: ok)
 
         return make
 
