@@ -15,6 +15,8 @@
 #   clusterbench one `tmakit bench --cluster C` per cluster; ARGs: clusters, then bench's after `:`
 #                (e.g. 1x2 2x2 : --hot-l2 --persistent-clusters auto)
 #   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
+#   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
+#   abbench      scripts/ab_bench.py: this tree against another tree's src/ (ab-bench.json); ARGs: theirs
 #   mctimeline   scripts/multicast_timeline.py; ARGs: theirs (--clusters, --protocols, --stages, --walks)
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
@@ -65,6 +67,8 @@ run_step() {
       done ;;
     dotbench) timeout "$limit" "${bench[@]}" --kernel cluster-dot --samples 30 --json "$OUT/cluster-dot.json" "$@" 2>&1 | tail -20 ;;
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
+    dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
+    abbench) timeout "$limit" python3 scripts/ab_bench.py --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tail -20 ;;
     mctimeline) timeout "$limit" python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --commit "$commit" "$@" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     ncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1

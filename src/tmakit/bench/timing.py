@@ -146,3 +146,27 @@ def host_costs_us(
             torch.cuda.synchronize()
             rounds[name].append((time.perf_counter() - start) * 1e6 / calls)
     return {name: statistics.median(samples[1:]) for name, samples in rounds.items()}
+
+
+def eager_samples_us(
+    launches: dict[str, list[Callable[[], Any]]], repeats: int = 15, min_calls: int = 20
+) -> dict[str, list[float]]:
+    """Wall time per call as a user's eager loop gets it, host included: rounds of back-to-back
+    calls (at least `min_calls`, over every rotated buffer), the GPU synchronised before and after
+    each round, interleaved between the callers in a rotating order; a warm-up round first."""
+    import torch
+
+    names = list(launches)
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(repeats + 1):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            calls = launches[name] * max(1, math.ceil(min_calls / len(launches[name])))
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for launch in calls:
+                launch()
+            torch.cuda.synchronize()
+            if round_index:
+                rounds[name].append((time.perf_counter() - start) * 1e6 / len(calls))
+    return rounds

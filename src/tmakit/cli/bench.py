@@ -208,6 +208,8 @@ def _host_cost(args: argparse.Namespace, rows: list[BenchRow]) -> dict:
         host.update(hostcost.measure_copy_host_cost(args.kernel == "transpose"))
     copy_prefix = "tmakit_copy_transpose_" if args.kernel == "transpose" else "tmakit_copy_"
     for row in rows:  # the compiled-call cost applies to every tmakit kernel (same launch path)
+        if "path" in row.notes:  # a drop-in row: its eager twin is timed with the host included
+            continue
         if row.kernel.startswith("tmakit.copy_"):  # the public call, through TVM-FFI
             row.host_us = host[f"{copy_prefix}{'bulk_' if row.notes.get('bulk') else ''}call_us"]
         elif row.kernel.startswith("tmakit") and not row.kernel.startswith("tmakit.reduce_into_"):

@@ -1,0 +1,89 @@
+"""The drop-in study (`bench.dropin`): `copy_`, the transposing `copy_` and `add_` at 1, 16, 256
+and 1024 MiB, and `im2col` on ResNet-50's layers (the 7x7 stride-2 stem and every 3x3), each
+against the fastest torch expression eagerly and against the faster of it and its
+`torch.compile` version in CUDA graphs. `--only` picks cases by the start of their names
+("copy", "add 256", "im2col 32x224"...). Its JSON is the drop-in study: one row a case."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..bench.dropin import EAGER, DropinCase, bench_dropin
+from ..bench.report import BenchRow
+from . import Family, Options, chosen_parts
+from .im2col import BATCH, LAYERS
+
+SIZES_MIB = (1, 16, 256, 1024)
+COLUMNS = {"fp16": 8192, "fp32": 4096}  # a row of 16 KiB: the matrices' width
+STEM = (BATCH, 224, 224, 16, 7, 2, 3)  # N, H, W, C (3 channels padded to 16), filter, stride, pad
+DEVICE_TARGET, EAGER_TARGET = 1.00, 0.97  # x the faster peer in graphs; x torch's eager call
+
+
+def cases() -> list[DropinCase]:
+    """Every case of the study, in its order."""
+    found = []
+    for op, dtype in (("copy", "fp16"), ("transpose", "fp16"), ("add", "fp32")):
+        cols = COLUMNS[dtype]
+        itemsize = 2 if dtype == "fp16" else 4
+        found += [DropinCase(op, (mib * 2**20 // itemsize // cols, cols), dtype) for mib in SIZES_MIB]
+    n, h, w, c, r, stride, padding = STEM
+    found.append(DropinCase("im2col", (n, h, w, c), "fp16", (r, stride, padding)))
+    found += [DropinCase("im2col", (BATCH, h, w, c), "fp16", (3, s, 1)) for h, w, c, s in LAYERS]
+    return found
+
+
+def chosen_cases(options: Options) -> list[DropinCase]:
+    every = cases()
+    return [
+        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
+    ]
+
+
+def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
+    """One case's medians, its ratios (above 1: tmakit faster) and verdict."""
+    us = {row.kernel: statistics.median(row.samples_us) for row in rows}
+    peer = min(us["torch"], us["inductor"])
+    tmakit = next(row for row in rows if row.kernel == "tmakit")
+    return {
+        "case": case.name,
+        "path": tmakit.notes["path"],
+        "verified": tmakit.verified,
+        "tmakit_graph_us": us["tmakit"],
+        "torch_graph_us": us["torch"],
+        "inductor_graph_us": us["inductor"],
+        "device_vs_faster_peer": peer / us["tmakit"],
+        "faster_peer": "torch" if us["torch"] <= us["inductor"] else "inductor",
+        "tmakit_eager_us": us[f"tmakit {EAGER}"],
+        "torch_eager_us": us[f"torch {EAGER}"],
+        "eager_vs_torch": us[f"torch {EAGER}"] / us[f"tmakit {EAGER}"],
+        "gb_per_s": tmakit.gbps,
+        "rotated_buffers": tmakit.notes["rotated_buffers"],
+    }
+
+
+def study(results: list[tuple[DropinCase, list[BenchRow]]], context: dict) -> dict:
+    return {
+        "study": "dropin",
+        "what": "each op as a user swaps it in: tmakit against the fastest torch expression eagerly "
+        "(back-to-back calls, host included) and against the faster of it and torch.compile in CUDA "
+        "graphs (device time), L2 cold, every tmakit result bit-compared with torch's first",
+        "targets": {"device_vs_faster_peer": DEVICE_TARGET, "eager_vs_torch": EAGER_TARGET},
+        "context": context,
+        "rows": [case_row(case, rows) for case, rows in results],
+    }
+
+
+FAMILIES = (
+    Family(
+        name="dropin",
+        summary="copy_, the transposing copy_, add_ and im2col as a user swaps them in, against torch "
+        "eagerly and the faster of torch and torch.compile in graphs (see --only)",
+        plot_title="tmakit ops against torch and inductor",
+        plan_type=DropinCase,
+        plans=chosen_cases,
+        bench=lambda case, options, l2_bytes: bench_dropin(case, l2_bytes, options.samples),
+        compared_with=lambda options: ["torch", "inductor", f"torch {EAGER}"],
+        reads=frozenset({"only"}),
+        study=study,
+    ),
+)
