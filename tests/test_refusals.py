@@ -212,6 +212,9 @@ def test_padded_empty_refuses_what_no_tensor_can_span_and_a_device_torch_lacks()
     if not torch.cuda.is_available():
         with pytest.raises(TmaConfigError, match="padded_empty cannot allocate on device 'cuda'"):
             tmakit.padded_empty((4, 4), torch.float16)
+    for index in (2**63, -1):  # past torch's 64-bit index, or negative: torch's ValueError and RuntimeError
+        with pytest.raises(TmaConfigError, match=f"padded_empty cannot allocate on device {index}"):
+            tmakit.padded_empty((4, 4), torch.float16, device=index)
 
 
 # -- the fakes refuse what the ops refuse ---------------------------------------------------------------

@@ -66,7 +66,7 @@ def padded_empty(
             )
     try:
         return torch.empty_strided(shape, strides, dtype=torch_dtype, device=device)
-    except (AssertionError, RuntimeError, TypeError) as error:  # no such device, or this torch lacks it
+    except (AssertionError, RuntimeError, TypeError, ValueError, OverflowError) as error:  # no such device
         raise TmaConfigError(
             f"padded_empty cannot allocate on device {device!r}: {str(error).splitlines()[0]} (pass a device "
             "this torch has, e.g. 'cuda' with a CUDA build of torch)"
