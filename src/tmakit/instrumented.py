@@ -74,7 +74,7 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
         self.stamp(context.probe, cta, word, cute.arch.lane_idx())
 
     @cute.jit
-    def begin(self, shared_layout, walk, guard, probe, source) -> RingContext:
+    def begin(self, shared_layout, walk, guard, probe) -> RingContext:
         """Warp 0 stamps the CTA's start and identity before the set-up, and "ready" after it."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cluster, rank = self.position()
@@ -83,7 +83,7 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
         if warp == 0:
             self.stamp(probe, cta, self.layout.cta_word("start"), lane)
             self.stamp_identity(probe, cta, cluster, rank, lane)
-        context = PipelinedMulticastKernel.begin(self, shared_layout, walk, guard, probe, source)
+        context = PipelinedMulticastKernel.begin(self, shared_layout, walk, guard, probe)
         if warp == 0:
             self.stamp(probe, cta, self.layout.cta_word("ready"), lane)
         return context

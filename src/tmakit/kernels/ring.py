@@ -119,7 +119,7 @@ class TmaRingKernel:
     # -- device: the skeleton -----------------------------------------------------------------
     @cute.kernel
     def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time, probe):
-        context = self.begin(shared_layout, self.walk(run_time), guard, probe, source)
+        context = self.begin(shared_layout, self.walk(run_time), guard, probe)
         if context.warp == 0:
             self.produce(context, source)
         else:
@@ -139,16 +139,13 @@ class TmaRingKernel:
         )
 
     @cute.jit
-    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard, probe, source) -> RingContext:
+    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard, probe) -> RingContext:
         """The block's set-up: its warp, the stages and barriers (initialised), PDL's wait, and
-        how many tiles it loads. A cluster family's producer prefetches its tensor maps here, so
-        the fetch overlaps the barriers' set-up and its closing cluster barrier."""
+        how many tiles it loads."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, rank = self.position()
         if cutlass.const_expr(self.cluster_launch is not None):  # a cluster's walk: counted first
             steps = cutlass.Int32(walk.tiles_of_block(block))
-            if warp == 0:
-                self.prefetch_descriptors(source)
         stages, full, empty = self.ring.allocate(shared_layout)
         self.ring.init_barriers(full, empty, warp)
         if cutlass.const_expr(self.pipeline.pdl):
@@ -175,8 +172,7 @@ class TmaRingKernel:
     def produce(self, context: RingContext, source):
         """The producer warp: per step, a free stage, then the family's loads into it; with
         multicast peers, the drain (`TileRing.drain`) before the CTA may exit."""
-        if cutlass.const_expr(self.cluster_launch is None):  # a cluster family's ran in `begin`
-            self.prefetch_descriptors(source)
+        self.prefetch_descriptors(source)
         failed = cutlass.Boolean(False)  # set only by the hang guard
         for step in cutlass.range(context.steps, unroll=1):
             stage, failed = self.acquire_stage(context, step, failed)
