@@ -12,10 +12,24 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The torch-facing tests need torch; `make test` installs this one into .venv/ only where the venv
+# has none (an installed torch, a CUDA build above all, is never replaced). `make test TORCH=`
+# runs without torch: those tests then skip.
+TORCH ?= torch==2.13.0
+HAS_TORCH = $(VENV)/bin/python -c "import torch" 2>/dev/null
+HAS_GPU = command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU
+
+# On a machine with an NVIDIA GPU the demo needs torch and the fast launch path: the `gpu` extra.
 demo: $(STAMP)
+	@if $(HAS_GPU) && ! $(HAS_TORCH); then \
+		echo "an NVIDIA GPU is here: installing tmakit[gpu] (torch, apache-tvm-ffi) into $(VENV)/"; \
+		$(VENV)/bin/python -m pip install -q -e '.[gpu]'; fi
 	$(VENV)/bin/tmakit demo
 
 test: $(STAMP)
+	@if [ -n "$(TORCH)" ] && ! $(HAS_TORCH); then \
+		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
+		$(VENV)/bin/python -m pip install -q '$(TORCH)'; fi
 	$(VENV)/bin/ruff check src tests scripts examples
 	$(VENV)/bin/python -m pytest -q
 

@@ -67,3 +67,21 @@ def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
         and "Classifier: Programming Language :: Python :: 3.13" in metadata
     )
     assert 'Requires-Dist: apache-tvm-ffi; extra == "gpu"' in metadata
+
+
+def test_make_test_adds_torch_only_where_the_venv_has_none():
+    """`make test` runs the torch-facing tests too: it installs $(TORCH) behind an `import torch`
+    guard (an installed torch, a CUDA build above all, is never replaced), and `TORCH=` runs
+    without it."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+
+    def dry_run(*variables: str) -> str:
+        run = subprocess.run(["make", "-n", "-o", ".venv/.installed", "test", *variables], cwd=ROOT,
+                             capture_output=True, text=True)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    plain = dry_run()
+    assert plain.index('-c "import torch"') < plain.index("pip install -q 'torch==")  # only if it fails
+    assert '[ -n "" ]' in dry_run("TORCH=")  # the install's condition is false
