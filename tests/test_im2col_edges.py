@@ -9,6 +9,7 @@ would end it with SIGABRT instead of a line of JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -214,6 +215,7 @@ def cpu_im2col(monkeypatch):
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "copy_", copy_)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(api_im2col, "_CALLS", {})  # no call seen before this test's own
     return api_im2col.im2col, copies
 
 
@@ -381,3 +383,29 @@ def test_a_huge_dilation_is_refused_by_the_corner_rule_with_the_largest_dilation
     assert (
         Im2colPlan((1, 300, 300, 16), "fp16", (1, 4), padding=(0, 1), dilation=(1, 43)).output_shape[1] >= 1
     )
+
+
+def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_lie(cpu_im2col, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    api_im2col = importlib.import_module("tmakit.api.im2col")
+    plans, launches = [], []
+    monkeypatch.setattr(api_im2col, "Im2colPlan", lambda *a, **k: plans.append(a) or Im2colPlan(*a, **k))
+    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launches.append(x))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    im2col = api_im2col.im2col
+    x = torch.zeros((2, 8, 8, 16), dtype=torch.float16)
+    for _ in range(3):
+        assert im2col(x, 3, padding=1).shape == (2 * 8 * 8, 9 * 16)
+    assert len(plans) == 1 and len(launches) == 3  # planned once, launched every call
+    im2col(x, (3, 3), padding=1)  # another spelling of the convolution: planned anew
+    im2col(torch.zeros((2, 8, 8, 16), dtype=torch.float16), 3, padding=1)  # another tensor, same key
+    assert len(plans) == 2 and len(launches) == 5
+    with pytest.raises(TmaConfigError, match="kernel"):
+        im2col(x, 3.0, padding=1)  # equal to 3, of another type: the full checks refuse it
+    storage = torch.zeros(2 * 8 * 8 * 16 + 1, dtype=torch.float16)
+    with pytest.raises(TmaConfigError, match="16"):  # the same key 2 bytes off its alignment
+        im2col(storage[1:].view(2, 8, 8, 16), 3, padding=1)
+    with pytest.raises(TmaConfigError, match=r"out is \(1, 1\)"):
+        im2col(x, 3, padding=1, out=torch.zeros((1, 1), dtype=torch.float16))

@@ -4,6 +4,7 @@ ones that are a reshape of the activation: its TMA copy)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import dtype_of
@@ -39,8 +40,45 @@ def im2col(
     channel counts, corner and stride ranges, an empty output, a patch matrix of one row or one
     box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one that small is
     x.reshape(N*H*W, C), copied by TMA (`copy_`). Compiled once per shape, dtype and
-    convolution parameters. `out`: write into this contiguous (N*P*Q, R*S*C) tensor of
-    `x`'s dtype on its device instead of a new one."""
+    convolution parameters; a call like one seen before (x's shape, strides, dtype and device,
+    the same convolution) skips the planning, not the checks of where x and out lie. `out`:
+    write into this contiguous (N*P*Q, R*S*C) tensor of `x`'s dtype on its device instead of a
+    new one."""
+    torch = import_torch("im2col")
+    try:  # a call seen before: its plan and launcher, found by what defines them
+        key = (x.shape, x.stride(), x.dtype, x.device, type(kernel), kernel, type(stride), stride,
+               type(padding), padding, type(dilation), dilation)  # fmt: skip
+        known = _CALLS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # not a dense tensor, or an unhashable argument
+        key, known = None, None
+    if known is None:
+        known = plan_im2col(x, kernel, stride, padding, dilation)
+        if key is not None:
+            if len(_CALLS) >= MAX_KNOWN_CALLS:
+                _CALLS.clear()
+            _CALLS[key] = known
+    check_base_address(x.data_ptr())  # every call: where the tensor lies is not in the key
+    patch_shape, launch = known
+    if out is None:
+        out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
+    else:
+        check_im2col_out(out, x, patch_shape)
+    launch(x, out)
+    return out
+
+
+# The calls seen: (patch shape, launch) by (x's shape, strides, dtype, device, the convolution's
+# arguments with their types). What the key cannot fix (x's and out's addresses, out itself) is
+# checked on every call.
+_CALLS: dict[tuple, tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]] = {}
+MAX_KNOWN_CALLS = 1024  # a caller of ever new shapes does not grow the table without bound
+
+
+def plan_im2col(
+    x: torch.Tensor, kernel: object, stride: object, padding: object, dilation: object
+) -> tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]:
+    """A new call's checks in full: its patch shape and how to launch it (TmaConfigError for what
+    TMA's im2col cannot serve, before anything compiles)."""
     torch = import_torch("im2col")
     check_gpu_tensor(x, "im2col", "x")
     shape = tuple(int(e) for e in x.shape)
@@ -57,18 +95,19 @@ def im2col(
             "tensor: pass x.contiguous() (a channels_last NCHW tensor t: t.permute(0, 2, 3, 1))"
         )
     check_base_address(x.data_ptr())
-    patch_shape = plan.patch_shape if plan is not None else (math.prod(shape[:3]), shape[3])
-    if out is None:
-        out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
-    else:
-        check_im2col_out(out, x, patch_shape)
     if plan is None:
-        # The patch matrix is x's own memory as (N*H*W, C) rows: the TMA copy of it.
-        copy_(out.view(shape), x)
-        return out
-    with torch.cuda.device(x.device):
-        im2col_launcher(plan, str(x.device))(x, out)
-    return out
+
+        def copy_rows(x: torch.Tensor, out: torch.Tensor) -> None:
+            copy_(out.view(shape), x)  # the patch matrix is x's own memory as (N*H*W, C) rows
+
+        return (math.prod(shape[:3]), shape[3]), copy_rows
+    launcher = im2col_launcher(plan, str(x.device))
+
+    def launch(x: torch.Tensor, out: torch.Tensor) -> None:
+        with torch.cuda.device(x.device):
+            launcher(x, out)
+
+    return plan.patch_shape, launch
 
 
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
