@@ -101,11 +101,13 @@ def plan_im2col(
             copy_(out.view(shape), x)  # the patch matrix is x's own memory as (N*H*W, C) rows
 
         return (math.prod(shape[:3]), shape[3]), copy_rows
-    launcher = im2col_launcher(plan, str(x.device))
+    device, launchers = str(x.device), []
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
+        if not launchers:  # compiled at the first launch: after out's checks
+            launchers.append(im2col_launcher(plan, device))
         with torch.cuda.device(x.device):
-            launcher(x, out)
+            launchers[0](x, out)
 
     return plan.patch_shape, launch
 
