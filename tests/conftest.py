@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def forget_known_calls():
+    """Each test plans its own calls: an op's table of known calls (`tmakit.api.known`) starts
+    empty, so that what a test planned with stand-ins (a CPU tensor passing as a GPU one, a
+    launcher that launches nothing) is not found by the next."""
+    from tmakit.api.known import forget_calls
+
+    forget_calls()

@@ -13,6 +13,7 @@ from ..plan import Im2colPlan, Im2colTooSmall
 from ..runtime.launch import im2col_launcher
 from ..validate import check_base_address
 from .copy import copy_
+from .known import calls_table, known_call, typed
 from .tensors import check_gpu_tensor, check_torch_tensor, device_facts, import_torch
 
 if TYPE_CHECKING:
@@ -45,20 +46,12 @@ def im2col(
     write into this contiguous (N*P*Q, R*S*C) tensor of `x`'s dtype on its device instead of a
     new one."""
     torch = import_torch("im2col")
-    try:  # a call seen before: its plan and launcher, found by what defines them
-        key = (x.shape, x.stride(), x.dtype, x.device, type(kernel), kernel, type(stride), stride,
-               type(padding), padding, type(dilation), dilation)  # fmt: skip
-        known = _CALLS.get(key)
-    except (AttributeError, TypeError, RuntimeError):  # not a dense tensor, or an unhashable argument
-        key, known = None, None
-    if known is None:
-        known = plan_im2col(x, kernel, stride, padding, dilation)
-        if key is not None:
-            if len(_CALLS) >= MAX_KNOWN_CALLS:
-                _CALLS.clear()
-            _CALLS[key] = known
+    patch_shape, launch = known_call(
+        _CALLS,
+        lambda: (x.shape, x.stride(), x.dtype, x.device, typed((kernel, stride, padding, dilation))),
+        lambda: plan_im2col(x, kernel, stride, padding, dilation),
+    )
     check_base_address(x.data_ptr())  # every call: where the tensor lies is not in the key
-    patch_shape, launch = known
     if out is None:
         out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
     else:
@@ -67,11 +60,9 @@ def im2col(
     return out
 
 
-# The calls seen: (patch shape, launch) by (x's shape, strides, dtype, device, the convolution's
-# arguments with their types). What the key cannot fix (x's and out's addresses, out itself) is
-# checked on every call.
-_CALLS: dict[tuple, tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]] = {}
-MAX_KNOWN_CALLS = 1024  # a caller of ever new shapes does not grow the table without bound
+# The calls seen (`known.known_call`): (patch shape, launch) by x's shape, strides, dtype and
+# device and the convolution's arguments; x's address and out are checked on every call.
+_CALLS: dict[tuple, tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]] = calls_table()
 
 
 def plan_im2col(

@@ -1,0 +1,55 @@
+"""A repeated call skips its planning (`tmakit.api.known`), never the checks of where its tensors
+lie, and an argument no key can be read off is planned in full, whose checks name it."""
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+
+from tmakit import TmaConfigError
+from tmakit.api import known
+
+
+def test_a_known_call_is_planned_once_and_the_table_stays_bounded(monkeypatch):
+    table, plans = known.calls_table(), []
+
+    def plan(value):
+        plans.append(value)
+        return value * 2
+
+    assert [known.known_call(table, lambda: ("k", 1), lambda: plan(1)) for _ in range(3)] == [2, 2, 2]
+    assert plans == [1]
+    assert known.known_call(table, lambda: ["unhashable"], lambda: plan(5)) == 10  # planned, not kept
+    assert known.known_call(table, lambda: None.shape, lambda: plan(6)) == 12  # no key: planned in full
+    assert len(table) == 1 and plans == [1, 5, 6]
+    monkeypatch.setattr(known, "MAX_KNOWN_CALLS", 3)
+    for key in range(10):
+        known.known_call(table, lambda key=key: key, lambda key=key: key)
+    assert len(table) <= 3
+    known.forget_calls()
+    assert not table
+    assert known.typed((3.0, 3)) != known.typed((3, 3)) and known.typed(True) != known.typed(1)
+    assert known.typed((3, (1, 2))) == known.typed((3, (1, 2)))
+
+
+def test_a_repeated_load_tiles_skips_the_planning_not_the_address_check(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from tmakit.api import load as api_load
+    from tmakit.api import tensors as api_tensors
+
+    compiles, launches = [], []
+    compiled = SimpleNamespace(function=lambda tensor, out: launches.append(tensor.shape))
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_load, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api_load, "compile_tile_load", lambda *a, **k: compiles.append(a) or compiled)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    x = torch.zeros((256, 512), dtype=torch.float16)
+    for _ in range(3):
+        assert api_load.load_tiles(x, (64, 256)).shape == (256, 512)
+    assert len(compiles) == 1 and len(launches) == 3
+    with pytest.raises(TmaConfigError, match="tile"):
+        api_load.load_tiles(x, (64.0, 256))  # floats: not the key of (64, 256); the checks name it
+    storage = torch.zeros(256 * 512 + 1, dtype=torch.float16)
+    with pytest.raises(TmaConfigError, match="16"):
+        api_load.load_tiles(storage[1:].view(256, 512), (64, 256))  # the same key, misaligned
+    assert len(launches) == 3
