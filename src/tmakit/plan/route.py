@@ -1,0 +1,191 @@
+"""Which path serves a call: TMA where it can address the tensors, a named fallback where it
+cannot. Pure Python: the facts a route is a function of (shapes, strides, dtype names, element
+size, base addresses, device indices) are read off the tensors by the API.
+
+A copy's route, in order (`copy_route`):
+
+1. torch's `copy_` for what no TMA path takes: tensors not on one CUDA device, a dtype change,
+   a broadcast source, a dtype with no same-size type TMA moves;
+2. nothing to move: an empty copy;
+3. TMA as the tensors are laid out: rank 2 to 5, a stride-1 dim among the last two, outer strides
+   multiples of 16 bytes (the copy's own planner has the last word on these);
+4. TMA on the canonical view of the same memory (`canonical_pair`): dims permuted together so the
+   source's stride-1 dim comes last, runs both tensors walk contiguously merged, extent-1 dims
+   dropped; a compact run becomes a rows view (`config.rows_view`);
+5. else torch's `copy_`, with the rule that failed as the reason.
+
+A dtype TMA has no type for is moved as the same-size type it has (`MOVED_AS`): a copy moves
+bits, so bool moves as uint8 and float64 as int64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import DTYPES, contiguous_index, major_of, rows_view
+from ..errors import TmaConfigError
+from ..limits import GLOBAL_BASE_ALIGN, MAX_RANK
+from ..validate import check_outer_strides
+
+# The paths a call can take, by name, and what each is.
+PATHS: dict[str, str] = {
+    "tma": "TMA tensor maps: tiles loaded into shared memory and stored out by the copy's ring",
+    "tma-view": "TMA tensor maps on a view of the same memory (dims permuted together, runs merged)",
+    "tma-rows": "TMA tensor maps on a compact tensor's memory viewed as rows (config.rows_view)",
+    "empty": "nothing to move: no kernel launches",
+    "torch": "torch's own op (no TMA path addresses these tensors)",
+}
+TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "empty"})
+
+# torch dtype name -> the same-size tmakit dtype a copy moves it as (a copy moves bits, no values).
+MOVED_AS: dict[str, str] = {
+    "bool": "uint8",
+    "int16": "fp16",
+    "uint16": "fp16",
+    "float64": "int64",
+    "complex32": "int32",
+    "complex64": "int64",
+    "float8_e4m3fnuz": "uint8",
+    "float8_e5m2fnuz": "uint8",
+    "float8_e8m0fnu": "uint8",
+}
+_TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path one call takes (`PATHS`) and why. `moved_as`: the tmakit dtype the data moves as
+    where it is not the tensors' own; `view`: (shape, src strides, dst strides) of the view a
+    "tma-view" or "tma-rows" copy moves (element strides, the same memory)."""
+
+    op: str
+    path: str
+    reason: str
+    moved_as: str | None = None
+    view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+
+    @property
+    def by_tma(self) -> bool:
+        """Whether TMA serves the call (an empty one included: nothing to move)."""
+        return self.path in TMA_PATHS
+
+    def __str__(self) -> str:
+        moved = f", moved as {self.moved_as}" if self.moved_as else ""
+        return f"{self.op}: {self.path} ({self.reason}{moved})"
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """What a two-tensor call's route is a function of: `shape` is the destination's; dtypes by
+    torch's names (`float16`, `bool`); `nbytes` the element size; addresses and device indices
+    (-1: the CPU) as torch gives them."""
+
+    shape: tuple[int, ...]
+    src_shape: tuple[int, ...]
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+    src_dtype: str
+    dst_dtype: str
+    nbytes: int
+    src_address: int
+    dst_address: int
+    src_device: int
+    dst_device: int
+
+
+def torch_route(op: str, reason: str) -> Route:
+    return Route(op, "torch", reason)
+
+
+def moved_dtype(torch_name: str) -> str | None:
+    """The tmakit dtype a copy moves a torch dtype as: its own, a same-size one, or None."""
+    return _TMAKIT_BY_TORCH.get(torch_name) or MOVED_AS.get(torch_name)
+
+
+def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
+    """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
+    copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
+    tile against the shape); the API then takes torch's path with that reason."""
+    if facts.src_device < 0 or facts.src_device != facts.dst_device:
+        return torch_route(op, "the tensors are not both on one CUDA device")
+    if facts.src_dtype != facts.dst_dtype:
+        return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): TMA moves bits")
+    if facts.src_shape != facts.shape:
+        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    dtype = moved_dtype(facts.src_dtype)
+    if dtype is None:
+        return torch_route(op, f"TMA has no {facts.nbytes}-byte type for {facts.src_dtype}")
+    moved_as = None if _TMAKIT_BY_TORCH.get(facts.src_dtype) == dtype else dtype
+    if 0 in facts.shape:
+        return Route(op, "empty", "no element to move", moved_as)
+    for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
+        if address % GLOBAL_BASE_ALIGN:
+            return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
+    as_laid_out = strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes)
+    if as_laid_out is None:
+        return Route(op, "tma", "the tensors as laid out", moved_as)
+    shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
+    if len(shape) == 1 and src_strides == dst_strides == (1,):
+        view = rows_view(shape[0], facts.nbytes)
+        if view is None:
+            return torch_route(
+                op, f"a compact run of {shape[0]} elements is no whole number of rows of 16-byte multiples"
+            )
+        return Route(
+            op,
+            "tma-rows",
+            f"a compact run as {view[0]} x {view[1]} rows",
+            moved_as,
+            (view, (view[1], 1), (view[1], 1)),
+        )
+    broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
+    if broken is not None:
+        return torch_route(op, broken)
+    return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
+
+
+def strided_rule(
+    shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...], nbytes: int
+) -> str | None:
+    """The first TMA layout rule the pair breaks, as a reason; None when it meets them all:
+    rank 2 to `MAX_RANK`, a stride-1 dim among the last two of each, outer strides TMA takes."""
+    if not 2 <= len(shape) <= MAX_RANK:
+        return f"rank {len(shape)} (TMA takes 2 to {MAX_RANK} dims)"
+    for name, strides in (("src", src_strides), ("dst", dst_strides)):
+        contiguous = contiguous_index(major_of(strides, shape), len(shape))
+        try:
+            check_outer_strides(shape, strides, nbytes, contiguous, name=name)
+        except TmaConfigError as error:
+            return str(error)
+    return None
+
+
+def canonical_pair(
+    shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The same element-for-element copy as a view of the same memory TMA is likelier to take:
+    extent-1 dims dropped; the dims sorted together by the source's strides, largest first, with
+    the destination's stride-1 dim just before the source's (so a transposing copy is
+    column-major into row-major or back); neighbouring dims both tensors walk as one run merged.
+    Extents 0 are the caller's (an empty copy never gets here)."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    if not dims:
+        return (1,), (1,), (1,)
+
+    def order(d: int) -> tuple:
+        last = src_strides[d] == 1
+        second = dst_strides[d] == 1 and not last
+        return (last, second, -abs(src_strides[d]), -abs(dst_strides[d]))
+
+    dims.sort(key=order)
+    extents, sources, destinations = [shape[dims[0]]], [src_strides[dims[0]]], [dst_strides[dims[0]]]
+    for d in dims[1:]:
+        inner_src, inner_dst = src_strides[d], dst_strides[d]
+        if sources[-1] == inner_src * shape[d] and destinations[-1] == inner_dst * shape[d]:
+            extents[-1] *= shape[d]
+            sources[-1], destinations[-1] = inner_src, inner_dst
+        else:
+            extents.append(shape[d])
+            sources.append(inner_src)
+            destinations.append(inner_dst)
+    return tuple(extents), tuple(sources), tuple(destinations)
