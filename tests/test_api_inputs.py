@@ -212,7 +212,7 @@ def test_copy_of_cpu_tensors_is_refused_before_the_device_is_read(torch, knobs, 
     ):
         tmakit.copy_(torch.empty_like(src), src, **knobs)
     with pytest.raises(TmaConfigError, match=r"src is on cpu; .*\.cuda\(\) first"):
-        tmakit.copy(src, **knobs)
+        tmakit.copy(src, strict=True, **knobs)
 
 
 def test_wrong_option_values_are_named_before_the_tensors(torch):

@@ -326,7 +326,7 @@ def test_copy_backpropagates_the_incoming_gradient(cpu_kernels):
     assert y.requires_grad and torch.equal(y, x)
     (3 * y).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3.0))
-    assert cpu_kernels == [("copy", {"stages": 2})]
+    assert cpu_kernels == [("copy", {"strict": True, "stages": 2})]
 
 
 def test_load_tiles_has_no_gradient(cpu_kernels):
@@ -401,7 +401,7 @@ def test_torch_compile_runs_copy_and_its_gradient_and_writes_back_copy_(cpu_kern
     dst, src = torch.zeros(64, 128), torch.randn(64, 128)
     out = torch.compile(copy_into, fullgraph=True, backend="aot_eager")(dst, src)
     assert torch.equal(dst, src) and torch.equal(out, src + 1)
-    assert ("copy_", {"tile": (16, 256), "stages": 8}) in cpu_kernels
+    assert ("copy_", {"strict": True, "tile": (16, 256), "stages": 8}) in cpu_kernels
 
 
 def test_make_fx_traces_the_backward_of_copy(cpu_kernels):

@@ -190,14 +190,18 @@ def test_nested_and_quantized_tensors_are_refused_by_every_entry():
     ):
         for call in (
             lambda t: tmakit.config_for(t),
-            lambda t: tmakit.copy(t),
-            lambda t: tmakit.copy_(t, t),
+            lambda t: tmakit.copy(t, strict=True),
+            lambda t: tmakit.copy_(t, t, strict=True),
             lambda t: tmakit.load_tiles(t),
             lambda t: tmakit.add_(t, t),
             lambda t: tmakit.im2col(t, 1),
         ):
             with pytest.raises(TmaConfigError, match=rule):
                 call(tensor)
+    # Not strict, torch's copy_ serves what TMA cannot address: a quantized tensor's copy
+    copied = torch.empty_like(quantized)
+    assert tmakit.copy_(copied, quantized) is copied and torch.equal(copied.int_repr(), quantized.int_repr())
+    assert tmakit.copy_path(copied, quantized).path == "torch"
 
 
 @needs_torch

@@ -118,8 +118,10 @@ def torch_entries() -> list[Entry]:
 
     pair = {"dst": half(64, 64), "src": half(64, 64), "tile": None, "stages": None}
     entries = [
-        Entry("copy_", tmakit.copy_, dict(pair)),
-        Entry("copy", tmakit.copy, {"src": half(64, 64), "tile": None, "stages": None}),
+        Entry("copy_", tmakit.copy_, {**pair, "strict": False}),
+        Entry("copy_ strict", tmakit.copy_, {**pair, "strict": True}),
+        Entry("copy", tmakit.copy, {"src": half(64, 64), "tile": None, "stages": None, "strict": False}),
+        Entry("copy_path", tmakit.copy_path, dict(pair)),
         Entry("add_", tmakit.add_, dict(pair)),
         Entry("reduce_into_", tmakit.reduce_into_, {**pair, "op": "max"}),
         Entry(
@@ -241,5 +243,15 @@ def test_every_public_entry_is_drawn_on():
         not missing
         if HAS_TORCH
         else missing
-        <= {"add_", "config_for", "copy", "copy_", "im2col", "load_tiles", "padded_empty", "reduce_into_"}
+        <= {
+            "add_",
+            "config_for",
+            "copy",
+            "copy_",
+            "copy_path",
+            "im2col",
+            "load_tiles",
+            "padded_empty",
+            "reduce_into_",
+        }
     )

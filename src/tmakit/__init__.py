@@ -1,12 +1,13 @@
 """tmakit: Hopper TMA tile-movement kernels in CuTe DSL, verified, timed and explained.
 
 The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
-`CopyOptions`), `reduce_into_` and `add_` (TMA reduce stores), `im2col` (TMA im2col loads), the
-configuration and plan types and the errors. Building blocks for your own kernel: `tmakit.plan`
-(the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
+`CopyOptions`; `copy_path` names the path a copy takes), `reduce_into_` and `add_` (TMA reduce
+stores), `im2col` (TMA im2col loads), the configuration and plan types and the errors.
+Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
+and the TMA view helpers).
 """
 
-from .api import add_, config_for, copy, copy_, im2col, load_tiles, padded_empty, reduce_into_
+from .api import add_, config_for, copy, copy_, copy_path, im2col, load_tiles, padded_empty, reduce_into_
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
 from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
@@ -26,6 +27,7 @@ __all__ = [
     "config_for",
     "copy",
     "copy_",
+    "copy_path",
     "im2col",
     "load_tiles",
     "padded_empty",

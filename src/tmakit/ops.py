@@ -31,14 +31,15 @@ kernel, which is what any op with a Python kernel pays:
 "default" for tmakit's defaults). The schema stays small, and a compiler sees a constant. Each
 text is parsed once.
 
-The real implementations are `tmakit.api`'s functions, with its checks, its compile cache and its
-launch on torch's current stream. A tensor on another GPU than the current one is handled under
-that GPU's device guard. They are registered for every device (CompositeExplicitAutograd), so a
-CPU tensor gets `tmakit.api`'s TmaConfigError, not torch's "no kernel for CPU". The fake
-implementations check only what a trace can know: every tensor is on a CUDA device and the
-options parse. For `load_tiles`, a static shape also gets `LoadPlan`'s whole check. A meta tensor
-passed eagerly reaches the fake implementation (the Meta kernel) and is refused there. A fake
-tensor that reaches a real implementation is refused too. Both raise `TmaConfigError`.
+The real implementations are `tmakit.api`'s functions in strict mode (what a trace's fake
+implementation checks is what the op serves: TMA only, no fallback), with its checks, its compile
+cache and its launch on torch's current stream. A tensor on another GPU than the current one is
+handled under that GPU's device guard. They are registered for every device
+(CompositeExplicitAutograd), so a CPU tensor gets `tmakit.api`'s TmaConfigError, not torch's "no
+kernel for CPU". The fake implementations check only what a trace can know: every tensor is on a
+CUDA device and the options parse. For `load_tiles`, a static shape also gets `LoadPlan`'s whole
+check. A meta tensor passed eagerly reaches the fake implementation (the Meta kernel) and is refused
+there. A fake tensor that reaches a real implementation is refused too. Both raise `TmaConfigError`.
 
 This module imports torch; `import tmakit` does not import it.
 """
@@ -168,7 +169,7 @@ def run_in_place(
 
 def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`)."""
-    run_in_place("copy_", dst, src, tma_copy_, **copy_kwargs(options))
+    run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
 
 
 def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -214,9 +215,9 @@ def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
     kwargs = copy_kwargs(options)
     device = foreign_device(src)
     if device is None:
-        return tma_copy(src, **kwargs)
+        return tma_copy(src, strict=True, **kwargs)
     with torch.cuda.device(device):
-        return tma_copy(src, **kwargs)
+        return tma_copy(src, strict=True, **kwargs)
 
 
 def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:

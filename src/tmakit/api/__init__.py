@@ -5,7 +5,7 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 
 - `tensors`: what every call checks (torch, a tensor's kind, device and shape, a pair of tensors);
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
-- `copy`: `copy_`, `copy`, `plan_copy` and `copy_`'s dispatch;
+- `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch;
 - `reduce`: `reduce_into_`, `add_`;
 - `im2col`: `im2col`.
 
@@ -13,7 +13,7 @@ The functions `copy` and `im2col` shadow their modules' names on this package: a
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
 
-from .copy import check_copy_layout, copy, copy_, copy_dispatch, plan_copy
+from .copy import check_copy_layout, copy, copy_, copy_dispatch, copy_path, plan_copy
 from .im2col import im2col
 from .load import config_for, load_tiles, padded_empty
 from .reduce import add_, reduce_into_, reduce_options
@@ -28,6 +28,7 @@ __all__ = [
     "copy",
     "copy_",
     "copy_dispatch",
+    "copy_path",
     "im2col",
     "load_tiles",
     "padded_empty",

@@ -11,11 +11,20 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..plan.route import PairFacts, Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_outer_strides, check_rank
+from ..validate import check_outer_strides, check_rank, flag
+from .known import KEY_ERRORS
 from .load import config_for
-from .tensors import check_gpu_tensor, check_tensor_pair, checked_tensor, device_facts, import_torch
+from .tensors import (
+    check_gpu_tensor,
+    check_tensor_pair,
+    check_torch_tensor,
+    checked_tensor,
+    device_facts,
+    import_torch,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +36,7 @@ def copy_(
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
     *,
+    strict: bool = False,
     _specialised: bool = False,
     **options: Any,
 ) -> torch.Tensor:
@@ -46,19 +56,39 @@ def copy_(
     dictionary lookup and an alignment check before the launch, and one repeated call after call
     less (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
     `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing.
-    `_specialised` (private, for benchmarks): a kernel compiled for each exact shape instead."""
-    return (_SPECIALISED_COPIES if _specialised else _COPIES).copy_(dst, src, tile, stages, options)
+    `_specialised` (private, for benchmarks): a kernel compiled for each exact shape instead.
+
+    Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the tensors are laid
+    out, on a view of the same memory (dims permuted together, runs merged, a compact run as
+    rows), moving a dtype TMA has no type for as a same-size one; else by torch's `copy_`, the
+    fallback `copy_path` names with its reason. `strict=True`: a TmaConfigError instead of the
+    fallback. Options a TMA-served pair's planner refuses raise in either mode."""
+    if _specialised:
+        return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
+    if strict is False:
+        return _COPIES.copy_(dst, src, tile, stages, options)
+    return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
+        dst, src, tile, stages, options
+    )
 
 
 def copy(
-    src: torch.Tensor, tile: tuple[int, int] | None = None, stages: int | None = None, **options: Any
+    src: torch.Tensor,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    *,
+    strict: bool = False,
+    **options: Any,
 ) -> torch.Tensor:
-    """A new tensor with `src`'s shape, strides and values, copied through TMA (`copy_`, which
-    takes the same options)."""
+    """A new tensor with `src`'s shape, strides and values (an expanded source's: compact), copied
+    by `copy_`, which takes the same options."""
     torch = import_torch("copy")
-    check_gpu_tensor(src, "copy", "src")
-    dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
-    return copy_(dst, src, tile, stages, **options)
+    (check_gpu_tensor if strict else check_torch_tensor)(src, "copy", "src")
+    if any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
+        dst = torch.empty_like(src)  # an expanded source's strides would make dst overlap itself
+    else:
+        dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
+    return copy_(dst, src, tile, stages, strict=strict, **options)
 
 
 def plan_copy(
@@ -290,12 +320,131 @@ def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
 
 copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
 
+
+def copy_path(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    **options: Any,
+) -> Route:
+    """The path `copy_(dst, src, ...)` takes and why, without copying (`plan.route`).
+
+    Args:
+        dst, src: the tensors `copy_` would take.
+        tile, stages, options: `copy_`'s options (`CopyOptions`).
+
+    Returns:
+        The `plan.route.Route`: its `path` ("tma", "tma-view", "tma-rows", "empty" or "torch"),
+        its `reason`, the dtype the data moves as where not its own.
+
+    Raises:
+        TmaConfigError: what `copy_` refuses in either mode (not tensors, unknown options, a
+        TMA-served pair's planner refusing the options given)."""
+    chosen = CopyOptions.of(tile=tile, stages=stages, **options)
+    try:
+        route = copy_route(pair_facts(dst, src))
+    except KEY_ERRORS:
+        check_copy_tensors(dst, src)  # names what is wrong
+        raise
+    return routed(dst, src, chosen, route)[0]
+
+
+def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
+    """What a copy's route is a function of, read off its tensors."""
+    return PairFacts(
+        tuple(dst.shape), tuple(src.shape), tuple(src.stride()), tuple(dst.stride()),
+        str(src.dtype).removeprefix("torch."), str(dst.dtype).removeprefix("torch."), src.element_size(),
+        src.data_ptr(), dst.data_ptr(), src.get_device(), dst.get_device(),
+    )  # fmt: skip
+
+
+def routed_copy_launcher(
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: TensorFacts, strict: bool = False
+) -> Launcher:
+    """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
+    picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""
+    route, launcher = routed(dst, src, options, copy_route(pair_facts(dst, src)))
+    if strict and not route.by_tma:
+        plan_copy(dst, src, options, facts)  # raises the planner's error for what it refuses
+        raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
+    return launcher
+
+
+def routed(
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, route: Route
+) -> tuple[Route, Launcher]:
+    """The route a copy finally takes and its launcher: a TMA route's planner may still refuse
+    the tensors (torch's then, with its reason) or the options given (raised)."""
+    if route.path == "torch":
+        return route, torch_copy
+    if route.path == "empty":
+        return route, copy_nothing
+    torch = import_torch("copy_")
+    dtype = None if route.moved_as is None else getattr(torch, DTYPES[route.moved_as].torch_name)
+    shape, src_strides, dst_strides = route.view or (None, None, None)
+    source, destination = viewed(src, dtype, shape, src_strides), viewed(dst, dtype, shape, dst_strides)
+    try:
+        launcher = plan_copy(destination, source, options)
+    except TmaConfigError as error:
+        if options != _DEFAULT_OPTIONS:
+            raise  # the options given are what TMA cannot take here
+        return Route(route.op, "torch", str(error)), torch_copy
+    if dtype is None and shape is None:
+        return route, launcher
+    return route, viewed_launcher(launcher, dtype, route.view, route.tail)
+
+
+_DEFAULT_OPTIONS = CopyOptions()
+
+
+def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tuple | None) -> torch.Tensor:
+    """`tensor` as a route moves it: as `dtype` (same size), then as (`shape`, `strides`)."""
+    if dtype is not None:
+        tensor = tensor.view(dtype)
+    return tensor if shape is None else tensor.as_strided(shape, strides)
+
+
+def viewed_launcher(launcher: Launcher, dtype: object, view: tuple | None, tail: int = 0) -> Launcher:
+    """`launcher` called on the views the route moves (the same memory), then torch's copy_ of a
+    compact run's `tail` (its last elements, past the view's rows)."""
+    shape, src_strides, dst_strides = view if view is not None else (None, None, None)
+    body = math.prod(shape) if tail else 0
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        if dtype is not None:
+            src, dst = src.view(dtype), dst.view(dtype)
+        if shape is not None:
+            launcher(src.as_strided(shape, src_strides), dst.as_strided(shape, dst_strides))
+        else:
+            launcher(src, dst)
+        if tail:
+            end = (tail,), (1,)
+            dst.as_strided(*end, dst.storage_offset() + body).copy_(
+                src.as_strided(*end, src.storage_offset() + body)
+            )
+
+    return launch
+
+
+def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The fallback: torch's own `copy_` (its refusals as TmaConfigError)."""
+    try:
+        dst.copy_(src)
+    except RuntimeError as error:
+        raise TmaConfigError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
+
+
+torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
+
+
 # Every copy_ call's launcher, and the fast path's state (and the same for the shape-specialised
 # kernels, which only benchmarks ask for).
-_COPIES = CopyDispatch(plan_copy, check_copy_tensors)
+_COPIES = CopyDispatch(routed_copy_launcher, check_copy_tensors, fallback=torch_copy)
+_STRICT_COPIES = CopyDispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
 _SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
 
 
-def copy_dispatch() -> CopyDispatch:
+def copy_dispatch(strict: bool = False) -> CopyDispatch:
     """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
-    return _COPIES
+    return _STRICT_COPIES if strict else _COPIES

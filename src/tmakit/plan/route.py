@@ -11,7 +11,8 @@ A copy's route, in order (`copy_route`):
    multiples of 16 bytes (the copy's own planner has the last word on these);
 4. TMA on the canonical view of the same memory (`canonical_pair`): dims permuted together so the
    source's stride-1 dim comes last, runs both tensors walk contiguously merged, extent-1 dims
-   dropped; a compact run becomes a rows view (`config.rows_view`);
+   dropped; a compact run becomes a rows view (`config.rows_view`), or rows with a tail of fewer
+   than a row's elements that torch's copy_ moves;
 5. else torch's `copy_`, with the rule that failed as the reason.
 
 A dtype TMA has no type for is moved as the same-size type it has (`MOVED_AS`): a copy moves
@@ -22,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DTYPES, contiguous_index, major_of, rows_view
+from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
 from ..errors import TmaConfigError
-from ..limits import GLOBAL_BASE_ALIGN, MAX_RANK
+from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from ..validate import check_outer_strides
 
 # The paths a call can take, by name, and what each is.
@@ -56,13 +57,15 @@ _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()
 class Route:
     """The path one call takes (`PATHS`) and why. `moved_as`: the tmakit dtype the data moves as
     where it is not the tensors' own; `view`: (shape, src strides, dst strides) of the view a
-    "tma-view" or "tma-rows" copy moves (element strides, the same memory)."""
+    "tma-view" or "tma-rows" copy moves (element strides, the same memory); `tail`: the elements
+    of a compact run past its rows, which torch's copy_ moves."""
 
     op: str
     path: str
     reason: str
     moved_as: str | None = None
     view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+    tail: int = 0
 
     @property
     def by_tma(self) -> bool:
@@ -126,22 +129,34 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
         return Route(op, "tma", "the tensors as laid out", moved_as)
     shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
     if len(shape) == 1 and src_strides == dst_strides == (1,):
-        view = rows_view(shape[0], facts.nbytes)
-        if view is None:
-            return torch_route(
-                op, f"a compact run of {shape[0]} elements is no whole number of rows of 16-byte multiples"
-            )
-        return Route(
-            op,
-            "tma-rows",
-            f"a compact run as {view[0]} x {view[1]} rows",
-            moved_as,
-            (view, (view[1], 1), (view[1], 1)),
-        )
+        return compact_route(op, shape[0], facts.nbytes, moved_as)
+    if len(shape) == 1:
+        name, step = ("src", src_strides[0]) if src_strides[0] != 1 else ("dst", dst_strides[0])
+        return torch_route(op, f"{name} walks its memory {step} elements apart; TMA needs a stride-1 dim")
     broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
+
+
+def compact_route(op: str, numel: int, nbytes: int, moved_as: str | None) -> Route:
+    """A compact run's route: rows of the widest `ROW_VIEW_WIDTHS` that divides it, else rows of
+    the widest it fills with the last `tail` elements (fewer than a row) copied by torch's copy_
+    after them; torch's alone for a run shorter than a row."""
+    view = rows_view(numel, nbytes)
+    if view is not None:
+        return Route(op, "tma-rows", f"a compact run as {view[0]} x {view[1]} rows", moved_as, rows_of(view))
+    for width in ROW_VIEW_WIDTHS:
+        if width * nbytes % GLOBAL_STRIDE_ALIGN == 0 and numel >= width:
+            rows, tail = divmod(numel, width)
+            reason = f"a compact run as {rows} x {width} rows, its last {tail} elements by torch's copy_"
+            return Route(op, "tma-rows", reason, moved_as, rows_of((rows, width)), tail)
+    return torch_route(op, f"a compact run of {numel} elements, shorter than a row of TMA's")
+
+
+def rows_of(view: tuple[int, int]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A rows view's (shape, src strides, dst strides)."""
+    return view, (view[1], 1), (view[1], 1)
 
 
 def strided_rule(

@@ -92,14 +92,22 @@ class CopyDispatch:
     its launcher (a callable (src, dst); one whose
     `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
     copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
-    is wrong with arguments whose signature cannot be read (None: that read's own error). Shared
-    by threads: a race costs a rejection at most."""
+    is wrong with arguments whose signature cannot be read (None: that read's own error).
+    `fallback(src, dst)` serves a call whose base addresses are not 16-byte aligned (None: the
+    alignment's TmaConfigError); a launcher whose `any_address` is True takes any. Shared by
+    threads: a race costs a rejection at most."""
 
     MOST_SIGNATURES = 4096  # signatures remembered before the table starts again
 
-    def __init__(self, plan_launcher: PlanLauncher, check_tensors: CheckTensors | None = None) -> None:
+    def __init__(
+        self,
+        plan_launcher: PlanLauncher,
+        check_tensors: CheckTensors | None = None,
+        fallback: Launcher | None = None,
+    ) -> None:
         self.plan_launcher = plan_launcher
         self.check_tensors = check_tensors
+        self.fallback = fallback  # (src, dst): serves a call whose base addresses TMA cannot take
         self._launchers: dict[tuple, tuple[Launcher, Spans]] = {}  # signature -> launcher, spans
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
         self._tried_first: dict[Hashable, tuple[Launcher, Spans]] = {}  # call key -> launcher (FAST)
@@ -167,17 +175,23 @@ class CopyDispatch:
             # planned or compiled (the planner names what else is wrong first).
             if dst_shape == shape and signature[4] == signature[5] and signature[6] >= 0 and 0 not in shape:
                 spans = pair_spans(src, shape, src_strides, dst_strides)
-                check_addresses(dst, src, spans, shape, src_strides, dst_strides)
+                if not check_addresses(dst, src, spans, shape, src_strides, dst_strides, self.fallback):
+                    self.fallback(src, dst)
+                    return dst
                 checked = True
             launcher = self.plan_launcher(dst, src, copy_options, signature)
             if spans is None:
-                spans = pair_spans(src, shape, src_strides, dst_strides)
+                spans = pair_spans(src, shape, src_strides, dst_strides, dst_shape)
             if len(self._launchers) >= self.MOST_SIGNATURES:
                 self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
             self._launchers[signature] = found = (launcher, spans)
         launcher, spans = found
         if not checked and not getattr(launcher, "moves_nothing", False):
-            check_addresses(dst, src, spans, shape, src_strides, dst_strides)
+            if not getattr(launcher, "any_address", False) and not check_addresses(
+                dst, src, spans, shape, src_strides, dst_strides, self.fallback
+            ):
+                self.fallback(src, dst)
+                return dst
         launcher(src, dst)
         if getattr(launcher, "shape_generic", False):
             self._pinned[key] = (launcher, read, spans)
@@ -207,22 +221,35 @@ class CopyDispatch:
         return [found[0] for found in self._launchers.values()]
 
 
-def pair_spans(src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple) -> Spans:
-    """The spans a call's addresses are compared with (`Spans`)."""
+def pair_spans(
+    src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple, dst_shape: tuple | None = None
+) -> Spans:
+    """The spans a call's addresses are compared with (`Spans`); `dst_shape`: the destination's
+    where a broadcast source's differs."""
     nbytes = src.element_size()
-    return (span_bytes(shape, src_strides, nbytes), span_bytes(shape, dst_strides, nbytes),
+    return (span_bytes(shape, src_strides, nbytes), span_bytes(dst_shape or shape, dst_strides, nbytes),
             tuple(src_strides) == tuple(dst_strides))  # fmt: skip
 
 
 def check_addresses(
-    dst: Any, src: Any, spans: Spans, shape: tuple, src_strides: tuple, dst_strides: tuple
-) -> None:
-    """What the signature cannot fix: no partial overlap, both bases 16-byte aligned."""
+    dst: Any,
+    src: Any,
+    spans: Spans,
+    shape: tuple,
+    src_strides: tuple,
+    dst_strides: tuple,
+    fallback: Launcher | None = None,
+) -> bool:
+    """What the signature cannot fix: no partial overlap (TmaConfigError), both bases 16-byte
+    aligned (TmaConfigError, or False where a `fallback` serves the call instead)."""
     if may_overlap(src, dst, spans):
         check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
     if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
+        if fallback is not None:
+            return False
         check_base_address(src.data_ptr())
         check_base_address(dst.data_ptr())
+    return True
 
 
 def may_overlap(src: Any, dst: Any, spans: Spans) -> bool:

@@ -1,0 +1,351 @@
+"""Every copy a user makes is routed: TMA where its rules hold, torch's copy_ (named) where not.
+
+The pairs are drawn as a user makes views (dtypes, ranks 0-5, extents 1-1031, permutations,
+slices with steps and offsets, padded rows), as pure numbers: the CPU tests need no torch. The GPU
+test builds the same pairs as CUDA tensors and holds each copy to torch's, byte for byte, over the
+whole buffer the destination is a window of (poisoned first, so the neighbours are checked too).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from tmakit.config import contiguous_index, major_of
+from tmakit.errors import TmaConfigError
+from tmakit.limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
+from tmakit.plan import CopyOptions, check_copy_shape, copy_class
+from tmakit.plan.route import PairFacts, canonical_pair, copy_route, moved_dtype
+
+# torch dtype name -> element bytes: every dtype torch's copy_ takes that a user is likely to pass
+DTYPE_BYTES = {
+    "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2, "uint16": 2,
+    "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "complex32": 4, "int64": 8,
+    "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16,
+}  # fmt: skip
+EXTENTS = (1, 2, 3, 7, 16, 64, 129, 256, 777, 1031)
+MOST_ELEMENTS = 1 << 20  # a drawn view's own elements (its buffer may hold more)
+BASE = 1 << 20  # a buffer's (aligned) address in the pure draws
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """A view of a fresh contiguous buffer: `base` (the buffer's dims, in memory order) viewed
+    with a step along `stepped` and starting `offset` elements in, its dims permuted by `order`
+    (view dim d is buffer dim order[d])."""
+
+    base: tuple[int, ...]
+    steps: tuple[int, ...]
+    starts: tuple[int, ...]
+    order: tuple[int, ...]
+    shape: tuple[int, ...]  # the view's
+
+    def strides(self) -> tuple[int, ...]:
+        contiguous = [math.prod(self.base[d + 1 :]) for d in range(len(self.base))]
+        return tuple(contiguous[b] * self.steps[b] for b in self.order)
+
+    def offset(self) -> int:
+        contiguous = [math.prod(self.base[d + 1 :]) for d in range(len(self.base))]
+        return sum(start * stride for start, stride in zip(self.starts, contiguous, strict=True))
+
+    def elements(self) -> int:
+        return math.prod(self.base)
+
+    @property
+    def plain(self) -> bool:
+        """Compact and in order: what `torch.empty(shape)` gives."""
+        return (
+            self.base == self.shape and not any(self.starts) and self.order == tuple(range(len(self.shape)))
+        )
+
+
+def draw_view(rng: random.Random, shape: tuple[int, ...], plain: bool) -> ViewSpec:
+    rank = len(shape)
+    if plain or rank == 0:
+        return ViewSpec(shape, (1,) * rank, (0,) * rank, tuple(range(rank)), shape)
+    order = list(range(rank))
+    if rng.random() < 0.5:
+        rng.shuffle(order)  # a permuted (transposed) view
+    memory = [shape[d] for d in order]
+    steps, starts, base = [], [], []
+    for b, extent in enumerate(memory):
+        step = 2 if rng.random() < 0.15 else 1
+        start = rng.choice((0, 0, 1, 3)) if rng.random() < 0.3 else 0
+        pad = rng.choice((0, 0, 1, 5, 8, 64)) if b == rank - 1 and rng.random() < 0.4 else 0
+        steps.append(step)
+        starts.append(start)
+        base.append(start + (extent - 1) * step + 1 + pad if extent else start + pad)
+    return ViewSpec(tuple(base), tuple(steps), tuple(starts), _inverse(tuple(order)), shape)
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    """Buffer dim b holds view dim order[b]; the view's dim d then walks buffer dim inverse[d]."""
+    inverse = [0] * len(order)
+    for b, d in enumerate(order):
+        inverse[d] = b
+    return tuple(inverse)
+
+
+def draw_pairs(count: int, seed: int = 2026) -> list[tuple[str, ViewSpec, ViewSpec]]:
+    """`count` (dtype, source view, destination view) draws of one shape each."""
+    rng = random.Random(seed)
+    pairs = []
+    while len(pairs) < count:
+        rank = rng.choice((0, 1, 1, 2, 2, 2, 3, 3, 4, 5))
+        shape = tuple(rng.choice(EXTENTS) for _ in range(rank))
+        if math.prod(shape) > MOST_ELEMENTS:
+            continue
+        dtype = rng.choice(list(DTYPE_BYTES))
+        src = draw_view(rng, shape, plain=rng.random() < 0.3)
+        dst = draw_view(rng, shape, plain=rng.random() < 0.5)
+        pairs.append((dtype, src, dst))
+    return pairs
+
+
+def facts_of(dtype: str, src: ViewSpec, dst: ViewSpec, device: int = 0) -> PairFacts:
+    nbytes = DTYPE_BYTES[dtype]
+    addresses = BASE + src.offset() * nbytes, 2 * BASE + dst.offset() * nbytes
+    return PairFacts(
+        src.shape, src.shape, src.strides(), dst.strides(), dtype, dtype, nbytes, *addresses, device, device
+    )
+
+
+def meets_tma_rules(facts: PairFacts) -> bool:
+    """The rules as a user reads them: one CUDA device, one dtype with a same-size TMA type, 16-byte
+    bases, and either one compact run of 16 elements or more (rows, and a tail of fewer than a
+    row), or - with the dims taken in a suitable order and runs merged - rank 2 to 5 with a
+    stride-1 dim among the last two of each tensor and every other stepped stride a positive
+    multiple of 16 bytes."""
+    if facts.src_device < 0 or moved_dtype(facts.src_dtype) is None:
+        return False
+    if 0 in facts.shape:
+        return True
+    if facts.src_address % GLOBAL_BASE_ALIGN or facts.dst_address % GLOBAL_BASE_ALIGN:
+        return False
+    for shape, src_strides, dst_strides in (
+        (facts.shape, facts.src_strides, facts.dst_strides),
+        canonical_pair(facts.shape, facts.src_strides, facts.dst_strides),
+    ):
+        if len(shape) == 1 and src_strides == dst_strides == (1,):
+            if shape[0] >= 16:  # rows of 16 elements or more, any tail after them
+                return True
+        elif 2 <= len(shape) <= MAX_RANK and all(
+            fine_strides(shape, strides, facts.nbytes) for strides in (src_strides, dst_strides)
+        ):
+            return True
+    return False
+
+
+def fine_strides(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) -> bool:
+    for unit in (len(shape) - 1, len(shape) - 2):
+        if strides[unit] != 1 and shape[unit] != 1:
+            continue
+        if all(
+            shape[d] == 1 or (strides[d] > 0 and strides[d] * nbytes % GLOBAL_STRIDE_ALIGN == 0)
+            for d in range(len(shape))
+            if d != unit
+        ):
+            return True
+    return False
+
+
+def planner_takes(facts: PairFacts, route) -> None:
+    """The copy class planner's checks of a TMA route (what `api.plan_copy` runs on its views)."""
+    shape, src_strides, dst_strides = route.view or (facts.shape, facts.src_strides, facts.dst_strides)
+    dtype = route.moved_as or moved_dtype(facts.src_dtype)
+    options = CopyOptions()
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    tile = options.default_tile(dtype, transpose, None, 132)
+    copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, 132, False)
+    contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
+    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, facts.nbytes)
+
+
+PAIRS = draw_pairs(2000)
+
+
+def test_every_drawn_pair_is_routed_by_the_rules_and_tma_serves_what_they_allow(capsys):
+    served = non_contiguous = 0
+    for dtype, src, dst in PAIRS:
+        facts = facts_of(dtype, src, dst)
+        route = copy_route(facts)
+        assert route.by_tma == meets_tma_rules(facts), (dtype, src, dst, route)
+        if route.path in ("tma", "tma-view", "tma-rows"):
+            planner_takes(facts, route)  # the planner agrees: nothing routed to TMA is refused there
+        else:
+            assert route.path == "empty" or route.reason
+        served += route.by_tma
+        non_contiguous += not (src.plain and dst.plain)
+    assert non_contiguous >= len(PAIRS) / 3
+    with capsys.disabled():
+        print(f"\n{served} of {len(PAIRS)} drawn view pairs ({served / len(PAIRS):.0%}) served by TMA")
+    assert served > len(PAIRS) / 3  # the population is mostly addressable
+
+
+def test_a_canonical_view_walks_the_same_elements_in_the_same_correspondence():
+    """Every (src offset, dst offset) pair the canonical view visits is one the original visits."""
+    for dtype, src, dst in PAIRS[:300]:
+        if math.prod(src.shape) > 4096 or 0 in src.shape:
+            continue
+        shape, src_strides, dst_strides = canonical_pair(src.shape, src.strides(), dst.strides())
+        assert math.prod(shape) == math.prod(src.shape)
+        original = set(offsets(src.shape, src.strides(), dst.strides()))
+        assert set(offsets(shape, src_strides, dst_strides)) == original, (dtype, src, dst)
+
+
+def offsets(shape, src_strides, dst_strides):
+    for index in range(math.prod(shape)):
+        src_offset = dst_offset = 0
+        for extent, s, d in zip(reversed(shape), reversed(src_strides), reversed(dst_strides), strict=True):
+            index, i = divmod(index, extent)
+            src_offset += i * s
+            dst_offset += i * d
+        yield src_offset, dst_offset
+
+
+@pytest.mark.parametrize(
+    "shape, src_strides, dst_strides, dtype, nbytes, path, why",
+    [
+        ((1 << 20,), (1,), (1,), "float16", 2, "tma-rows", "4096 x 256 rows"),
+        ((1000, 777), (777, 1), (777, 1), "float16", 2, "tma-rows", "3035 x 256 rows, its last 40 elements"),
+        ((64, 128, 32), (1, 2048, 64), (4096, 32, 1), "float16", 2, "tma-view", "view"),
+        ((256, 256), (1, 256), (256, 1), "float32", 4, "tma", "as laid out"),
+        ((4, 8, 128), (1024, 128, 1), (1024, 128, 1), "bool", 1, "tma", "as laid out"),
+        ((), (), (), "float32", 4, "torch", "a compact run of 1 elements, shorter than a row"),
+        ((64, 64), (128, 2), (64, 1), "float32", 4, "torch", "src walks its memory 2 elements apart"),
+        ((64, 0), (1, 64), (64, 1), "float32", 4, "empty", "no element"),
+        ((64, 64), (64, 1), (64, 1), "complex128", 16, "torch", "no 16-byte type"),
+        ((2, 2, 2, 2, 2, 16), (16, 32, 64, 128, 256, 1), (256, 128, 64, 32, 16, 1), "uint8", 1, "torch",
+         "rank 6"),
+        ((2, 2, 2, 2, 2, 16), (256, 128, 64, 32, 16, 1), (256, 128, 64, 32, 16, 1), "uint8", 1, "tma-rows",
+         "compact run"),
+    ],
+)  # fmt: skip
+def test_routes_name_their_path_and_reason(shape, src_strides, dst_strides, dtype, nbytes, path, why):
+    facts = PairFacts(shape, shape, src_strides, dst_strides, dtype, dtype, nbytes, BASE, BASE * 2, 0, 0)
+    route = copy_route(facts)
+    assert route.path == path and why in str(route), route
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"src_device": -1, "dst_device": -1}, "not both on one CUDA device"),
+        ({"dst_device": 1}, "not both on one CUDA device"),
+        ({"dst_dtype": "float32"}, "a dtype change"),
+        ({"src_shape": (1, 64)}, "a broadcast source"),
+        ({"src_address": BASE + 8}, "src's base address is not 16-byte aligned"),
+        ({"dst_address": BASE + 2}, "dst's base address is not 16-byte aligned"),
+    ],
+)
+def test_what_no_tma_path_takes_goes_to_torch_with_its_reason(change, why):
+    values = dict(shape=(64, 64), src_shape=(64, 64), src_strides=(64, 1), dst_strides=(64, 1),
+                  src_dtype="float16", dst_dtype="float16", nbytes=2, src_address=BASE,
+                  dst_address=2 * BASE, src_device=0, dst_device=0)  # fmt: skip
+    route = copy_route(PairFacts(**{**values, **change}))
+    assert route.path == "torch" and why in route.reason and not route.by_tma
+
+
+# -- the API on CPU tensors: torch's copy_ serves them (not strict), strict refuses ------------------
+
+
+def test_the_api_copies_cpu_tensors_through_torch_and_strict_refuses():
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    src = torch.arange(6 * 7, dtype=torch.float64).reshape(6, 7).t()
+    dst = torch.zeros(7, 6, dtype=torch.float64)
+    assert tmakit.copy_(dst, src) is dst and torch.equal(dst, src)
+    route = tmakit.copy_path(dst, src)
+    assert route.path == "torch" and "not both on one CUDA device" in route.reason
+    with pytest.raises(TmaConfigError, match="cpu"):
+        tmakit.copy_(dst, src, strict=True)
+    broadcast = torch.zeros(5, 7, dtype=torch.int16)
+    tmakit.copy_(broadcast, torch.arange(7, dtype=torch.int16))
+    assert torch.equal(broadcast, torch.arange(7, dtype=torch.int16).expand(5, 7))
+    assert torch.equal(tmakit.copy(src.expand(2, 7, 6)), src.expand(2, 7, 6))  # an expanded source
+    with pytest.raises(TmaConfigError, match="torch's copy_, the fallback for this pair, refused it"):
+        tmakit.copy_(torch.zeros(3, 3), torch.zeros(4, 4))  # not broadcastable: torch's refusal, named
+    with pytest.raises(TmaConfigError, match="unknown copy option colour"):
+        tmakit.copy_(dst, src, colour="red")  # the options are checked in either mode
+
+
+def test_the_views_a_route_moves_copy_the_right_elements():
+    """The launcher on a route's views (dtype as a same-size one, the canonical view) writes what
+    torch's copy_ writes, on CPU tensors with a copy standing in for the kernel."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api.copy import viewed_launcher
+
+    moved = 0
+    for dtype, src_spec, dst_spec in PAIRS[:400]:
+        if dtype in ("complex32", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"):
+            continue  # CPU torch has few ops for these
+        route = copy_route(facts_of(dtype, src_spec, dst_spec))
+        if route.path not in ("tma", "tma-view", "tma-rows"):
+            continue
+        src_buffer, src = cpu_view(torch, dtype, src_spec, fill=True)
+        dst_buffer, dst = cpu_view(torch, dtype, dst_spec, fill=False)
+        expected = dst_buffer.clone()
+        cpu_view(torch, dtype, dst_spec, buffer=expected)[1].copy_(src)
+        element = None if route.moved_as is None else getattr(torch, tmakit_torch_name(route.moved_as))
+        viewed_launcher(lambda s, d: d.copy_(s), element, route.view, route.tail)(src, dst)
+        assert torch.equal(dst_buffer.view(torch.uint8), expected.view(torch.uint8)), (
+            dtype,
+            src_spec,
+            dst_spec,
+        )
+        moved += 1
+    assert moved > 50
+
+
+def tmakit_torch_name(name: str) -> str:
+    from tmakit.config import DTYPES
+
+    return DTYPES[name].torch_name
+
+
+def cpu_view(torch, dtype, spec, fill=False, buffer=None, device="cpu"):
+    """(buffer, the view) of `spec` on `buffer`, else a fresh one: position-dependent bytes (bools
+    0 or 1) when `fill`, else poison (0xA5 bytes)."""
+    if buffer is None:
+        count = spec.elements() * DTYPE_BYTES[dtype]
+        if fill:
+            raw = (torch.arange(count, device=device) % (2 if dtype == "bool" else 251)).to(torch.uint8)
+        else:
+            raw = torch.full((count,), 0xA5, dtype=torch.uint8, device=device)
+        buffer = raw.view(getattr(torch, dtype))
+    return buffer, buffer.as_strided(spec.shape, spec.strides(), spec.offset())
+
+
+@pytest.mark.gpu
+def test_gpu_drawn_pairs_copy_exactly_as_torch_does():
+    """300 drawn pairs as CUDA tensors, each through tmakit.copy_ (whatever its route) and
+    torch's copy_ into poisoned twin buffers: the whole buffers equal, byte for byte."""
+    import torch
+
+    import tmakit
+
+    checked, by_path = 0, {}
+    for dtype, src_spec, dst_spec in PAIRS:
+        if checked == 300:
+            break
+        src_buffer, src = cpu_view(torch, dtype, src_spec, fill=True, device="cuda")
+        dst_buffer, dst = cpu_view(torch, dtype, dst_spec, fill=False, device="cuda")
+        expected = dst_buffer.clone()
+        cpu_view(torch, dtype, dst_spec, buffer=expected)[1].copy_(src)
+        path = tmakit.copy_path(dst, src).path
+        tmakit.copy_(dst, src)
+        torch.cuda.synchronize()
+        assert torch.equal(dst_buffer.view(torch.uint8), expected.view(torch.uint8)), (
+            dtype,
+            src_spec,
+            dst_spec,
+            path,
+        )
+        by_path[path] = by_path.get(path, 0) + 1
+        checked += 1
+    assert checked == 300 and by_path.get("tma", 0) + by_path.get("tma-view", 0) > 50, by_path
