@@ -1,0 +1,93 @@
+"""torch's own test inputs through tmakit: the OpInfo sample inputs of torch's test suite for the
+copying ops, each through `tmakit.copy_` into a destination of the op's output layout, held to
+the op's output exactly; with `strict=True` each is that output or a TmaConfigError.
+
+On the CPU every sample takes torch's path (the fallback); on a Hopper GPU the same samples take
+whatever route they meet (`tmakit.copy_path`). Skipped where torch's internal test modules
+cannot be imported (they need `expecttest`, in the test extra).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    from torch.testing._internal.common_methods_invocations import op_db
+except ImportError as error:  # expecttest missing, or another torch build's layout
+    pytest.skip(f"torch's OpInfo database does not import: {error}", allow_module_level=True)
+
+import tmakit  # noqa: E402
+from tmakit import TmaConfigError  # noqa: E402
+
+DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64,
+)  # fmt: skip
+# op name -> the view of the sample's input whose copy is the op's output
+VIEWS = {
+    "clone": lambda x, *args, **kwargs: x,
+    "contiguous": lambda x, *args, **kwargs: x,
+    "t_copy": lambda x: x.t(),
+    "transpose_copy": lambda x, *args: x.transpose(*args),
+    "permute_copy": lambda x, *args: x.permute(*args),
+    "expand_copy": lambda x, *args, **kwargs: x.expand(*args, **kwargs),
+    "as_strided_copy": lambda x, *args, **kwargs: x.as_strided(*args, **kwargs),
+}
+OPS = [op for op in op_db if op.name in VIEWS and not op.variant_test_name]
+
+
+def samples(device: str):
+    for op in OPS:
+        supported = op.supported_dtypes(device)
+        for dtype in DTYPES:
+            if dtype in supported:
+                for sample in op.sample_inputs(device, dtype):
+                    yield op, dtype, sample
+
+
+def poisoned_like(expected: torch.Tensor) -> torch.Tensor:
+    """A destination of `expected`'s layout holding values unlike its own."""
+    dst = torch.empty_strided(expected.shape, expected.stride(), dtype=expected.dtype, device=expected.device)
+    if expected.numel():
+        dst.copy_(expected == expected.flatten()[0] if expected.dtype == torch.bool else expected + 1)
+    return dst
+
+
+def run_samples(device: str) -> dict[str, int]:
+    """Every sample through copy_ and copy_(strict=True); returns the count of each path taken."""
+    paths: dict[str, int] = {}
+    count = 0
+    for op, dtype, sample in samples(device):
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+        src = VIEWS[op.name](sample.input, *sample.args, **sample.kwargs)
+        where = f"{op.name} {dtype} {tuple(sample.input.shape)} {sample.args} {sample.kwargs}"
+        dst = poisoned_like(expected)
+        path = tmakit.copy_path(dst, src).path
+        assert tmakit.copy_(dst, src) is dst
+        assert torch.equal(dst, expected), (where, path)
+        strict = poisoned_like(expected)
+        try:
+            tmakit.copy_(strict, src, strict=True)
+        except TmaConfigError:
+            assert path == "torch", (where, path)  # refused only where TMA has no path
+        else:
+            assert torch.equal(strict, expected), (where, path)
+        paths[path] = paths.get(path, 0) + 1
+        count += 1
+    assert count > 100  # the database still holds these ops' samples
+    return paths
+
+
+def test_opinfo_samples_of_the_copying_ops_copy_exactly_on_the_cpu():
+    paths = run_samples("cpu")
+    assert set(paths) == {"torch"}  # CPU tensors: torch's copy_ serves each
+
+
+@pytest.mark.gpu
+def test_gpu_opinfo_samples_of_the_copying_ops_copy_exactly(capsys):
+    paths = run_samples("cuda")
+    torch.cuda.synchronize()
+    with capsys.disabled():
+        print(f"\nOpInfo copy samples by path: {paths}")
+    assert paths.get("tma", 0) + paths.get("tma-view", 0) + paths.get("tma-rows", 0) > 0
