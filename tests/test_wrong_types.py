@@ -122,6 +122,8 @@ def torch_entries() -> list[Entry]:
         Entry("copy", tmakit.copy, {"src": half(64, 64), "tile": None, "stages": None}),
         Entry("add_", tmakit.add_, dict(pair)),
         Entry("reduce_into_", tmakit.reduce_into_, {**pair, "op": "max"}),
+        Entry("reduce_into_ strict", tmakit.reduce_into_, {**pair, "op": "add", "strict": True}),
+        Entry("reduce_path", tmakit.reduce_path, {**pair, "op": "min", "strict": False}),
         Entry(
             "config_for",
             tmakit.config_for,
@@ -241,5 +243,15 @@ def test_every_public_entry_is_drawn_on():
         not missing
         if HAS_TORCH
         else missing
-        <= {"add_", "config_for", "copy", "copy_", "im2col", "load_tiles", "padded_empty", "reduce_into_"}
+        <= {
+            "add_",
+            "config_for",
+            "copy",
+            "copy_",
+            "im2col",
+            "load_tiles",
+            "padded_empty",
+            "reduce_into_",
+            "reduce_path",
+        }
     )
