@@ -28,7 +28,7 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, Spans, may_overlap, pair_spans
+from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, pair_spans
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag, one_of
@@ -92,7 +92,8 @@ def add_(
 ) -> torch.Tensor:
     """dst += src (`reduce_into_(dst, src, "add", ...)`, which takes the same options and `strict`);
     returns `dst`."""
-    return reduce_into_(dst, src, "add", tile, stages, strict=strict, **options)
+    known_reduce(dst, src, "add", tile, stages, strict, options).run(dst, src)
+    return dst
 
 
 def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Any) -> Route:
@@ -180,10 +181,11 @@ class KnownReduce:
         if path == "torch":
             torch_reduce(dst, src, self.op, self.route.reason)
         elif path != "empty":
-            if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
+            source, destination = src.data_ptr(), dst.data_ptr()
+            if (source | destination) & _ALIGNMENT_BITS:
                 torch_reduce(dst, src, self.op, self.unaligned(dst, src).reason)
                 return
-            if may_overlap(src, dst, self.spans):
+            if addresses_may_overlap(source, destination, self.spans):
                 check_no_partial_overlap(dst, src)
             launcher = self._launcher
             if launcher is None:  # compiled at the first launch: `reduce_path` plans, never compiles
@@ -226,11 +228,13 @@ def known_reduce(
             src.dtype,
             dst.device,
             src.device,
-            typed(op),
-            typed(tile),
-            typed(stages),
-            typed(tuple(options.items())),
-            typed(strict),
+            type(op),
+            op,
+            type(strict),
+            strict,
+            None
+            if tile is None and stages is None and not options
+            else typed((tile, stages, *options.items())),
         ),  # fmt: skip
         lambda: plan_reduce_call(dst, src, op, tile, stages, strict, options),
     )
