@@ -485,11 +485,31 @@ def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypa
     assert [call[0] for call in planned] == ["add", "add", "add", "max", "add", "add", "add"]
 
 
+def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, monkeypatch):
+    """The host cost of a call seen before: its key, two address reads, the launch."""
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
+
+    _, launched = as_gpu
+    dst, src = torch.zeros(64, 64), torch.zeros(64, 64)
+    tmakit.add_(dst, src)
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("a repeated call planned again")
+
+    for name in ("reduce_route", "device_facts", "plan_reduce", "class_launcher"):
+        monkeypatch.setattr(api_reduce, name, not_again)
+    monkeypatch.setattr(api_tensors, "pair_facts", not_again)
+    for _ in range(3):
+        tmakit.add_(dst, src)
+    assert len(launched) == 4
+
+
 # -- on a Hopper GPU: both paths against torch --------------------------------------------------------
 GPU_VIEWS = {
     "permuted": lambda t, make: (
-        make((8, 16, 4)).permute(2, 0, 1).contiguous(),
-        make((8, 16, 4), 1).permute(2, 0, 1),
+        make((8, 16, 8)).permute(2, 0, 1).contiguous(),
+        make((8, 16, 8), 1).permute(2, 0, 1),  # 8 elements contiguous: 16 bytes of bf16
     ),
     "1-d": lambda t, make: (make((4096,)), make((4096,), 1)),
     "compact-odd-pitch": lambda t, make: (make((1024, 63)), make((1024, 63), 1)),
