@@ -488,7 +488,6 @@ def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypa
 def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, monkeypatch):
     """The host cost of a call seen before: its key, two address reads, the launch."""
     from tmakit.api import reduce as api_reduce
-    from tmakit.api import tensors as api_tensors
 
     _, launched = as_gpu
     dst, src = torch.zeros(64, 64), torch.zeros(64, 64)
@@ -497,9 +496,8 @@ def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, m
     def not_again(*args, **kwargs):
         raise AssertionError("a repeated call planned again")
 
-    for name in ("reduce_route", "device_facts", "plan_reduce", "class_launcher"):
+    for name in ("reduce_route", "pair_facts", "device_facts", "plan_reduce", "class_launcher"):
         monkeypatch.setattr(api_reduce, name, not_again)
-    monkeypatch.setattr(api_tensors, "pair_facts", not_again)
     for _ in range(3):
         tmakit.add_(dst, src)
     assert len(launched) == 4
