@@ -171,18 +171,23 @@ def test_a_reduce_into_itself_doubles_each_element_once():
     assert torch.equal(x, 2 * torch.arange(64 * 256, device="cuda", dtype=torch.int32).view(64, 256))
 
 
-def test_a_refused_pair_raises_before_any_launch():
+def test_a_refused_pair_raises_before_any_launch_when_strict_and_runs_torchs_op_otherwise():
     import torch
 
     dst = torch.zeros(64, 64, device="cuda")
     with pytest.raises(TmaConfigError, match="reduce op 'max' with dtype fp32"):
-        tmakit.reduce_into_(dst, torch.ones(64, 64, device="cuda"), "max")
+        tmakit.reduce_into_(dst, torch.ones(64, 64, device="cuda"), "max", strict=True)
     signed = torch.zeros(64, 64, device="cuda", dtype=torch.int32)
     with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype int32: .*as unsigned"):
-        tmakit.reduce_into_(signed, torch.full_like(signed, -1), "min")  # seen computed as unsigned
+        tmakit.reduce_into_(
+            signed, torch.full_like(signed, -1), "min", strict=True
+        )  # seen computed as unsigned
     assert bool((signed == 0).all())
     torch.cuda.synchronize()
     assert bool((dst == 0).all())
+    tmakit.reduce_into_(signed, torch.full_like(signed, -1), "min")  # torch.minimum: signed
+    tmakit.reduce_into_(dst, torch.ones(64, 64, device="cuda"), "max")
+    assert bool((signed == -1).all()) and bool((dst == 1).all())
 
 
 # -- NaNs, infinities, signed zeros and subnormals ------------------------------------------------

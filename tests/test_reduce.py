@@ -352,6 +352,7 @@ def launches(torch, monkeypatch):
         return launch
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's device: CUDA 0
     monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
     monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: True)
     for module in (api_copy, api_reduce):  # the class's compile (copy's class_launcher) and a shape's
@@ -413,18 +414,19 @@ def test_a_transposing_reduce_gets_the_other_layout(launches, torch):
         (lambda t: (t.empty(8, 8), t.empty(8, 8), "mul"), "reduce op 'mul' is not one of"),
         (lambda t: (t.empty(8, 16), t.empty(8, 8), "add"), r"destination is \(8, 16\).*one shape and dtype"),
         (lambda t: (t.empty(8, 8), t.empty(8, 8, dtype=t.float16), "add"), "one shape and dtype"),
-        (lambda t: (t.empty(64, 63, dtype=t.float16),) * 2 + ("add",), "global stride of dim 0 is 126 bytes"),
+        (lambda t: (t.empty(64, 65, dtype=t.float16)[:, :63],) * 2 + ("add",), "dim 0 is 130 bytes"),
         (lambda t: ([1.0], t.empty(8, 8), "add"), "reduce_into_ takes torch tensors"),
     ],
     ids=["pair", "int64-add", "op", "shape", "dtype", "stride", "list"],
 )
-def test_bad_input_is_refused_before_compiling(launches, torch, make, rule):
+def test_bad_input_is_refused_before_compiling_when_strict(launches, torch, make, rule):
+    """strict=True: what TMA does not serve is refused, nothing falls back to torch's op."""
     import tmakit
 
     compiled, launched = launches
     dst, src, op = make(torch)
     with pytest.raises(TmaConfigError, match=rule):
-        tmakit.reduce_into_(dst, src, op)
+        tmakit.reduce_into_(dst, src, op, strict=True)
     assert compiled == [] and launched == []
 
 
@@ -439,8 +441,10 @@ def test_partly_overlapping_tensors_are_refused_the_same_view_is_not(launches, t
     assert len(launched) == 1
 
 
-def test_cpu_tensors_are_refused(torch):
+def test_cpu_tensors_are_refused_when_strict_and_added_by_torch_otherwise(torch):
     import tmakit
 
     with pytest.raises(TmaConfigError, match="dst is on cpu; TMA loads from GPU memory"):
-        tmakit.add_(torch.empty(8, 8), torch.empty(8, 8))
+        tmakit.add_(torch.empty(8, 8), torch.empty(8, 8), strict=True)
+    dst = torch.arange(64.0).reshape(8, 8)
+    assert torch.equal(tmakit.add_(dst, torch.ones(8, 8)), torch.arange(1.0, 65.0).reshape(8, 8))

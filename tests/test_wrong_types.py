@@ -124,6 +124,8 @@ def torch_entries() -> list[Entry]:
         Entry("copy_path", tmakit.copy_path, dict(pair)),
         Entry("add_", tmakit.add_, dict(pair)),
         Entry("reduce_into_", tmakit.reduce_into_, {**pair, "op": "max"}),
+        Entry("reduce_into_ strict", tmakit.reduce_into_, {**pair, "op": "add", "strict": True}),
+        Entry("reduce_path", tmakit.reduce_path, {**pair, "op": "min", "strict": False}),
         Entry(
             "config_for",
             tmakit.config_for,
@@ -253,5 +255,6 @@ def test_every_public_entry_is_drawn_on():
             "load_tiles",
             "padded_empty",
             "reduce_into_",
+            "reduce_path",
         }
     )

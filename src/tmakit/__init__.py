@@ -2,12 +2,24 @@
 
 The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
 `CopyOptions`; `copy_path` names the path a copy takes), `reduce_into_` and `add_` (TMA reduce
-stores), `im2col` (TMA im2col loads), the configuration and plan types and the errors.
-Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
-and the TMA view helpers).
+stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a call takes),
+`im2col` (TMA im2col loads), the configuration and plan types and the errors. Building blocks for
+your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view
+helpers).
 """
 
-from .api import add_, config_for, copy, copy_, copy_path, im2col, load_tiles, padded_empty, reduce_into_
+from .api import (
+    add_,
+    config_for,
+    copy,
+    copy_,
+    copy_path,
+    im2col,
+    load_tiles,
+    padded_empty,
+    reduce_into_,
+    reduce_path,
+)
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
 from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
@@ -32,5 +44,6 @@ __all__ = [
     "load_tiles",
     "padded_empty",
     "reduce_into_",
+    "reduce_path",
 ]
 __version__ = "0.1.0"

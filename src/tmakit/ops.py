@@ -197,8 +197,9 @@ def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
 
 # -- reduce_into_ -------------------------------------------------------------------------------
 def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
-    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), as copy_ runs."""
-    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op)
+    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), as copy_ runs. Strict:
+    the fake refuses what TMA does not serve, so the eager op does not fall back to torch's either."""
+    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True)
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:

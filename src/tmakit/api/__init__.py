@@ -6,7 +6,7 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `tensors`: what every call checks (torch, a tensor's kind, device and shape, a pair of tensors);
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
 - `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch;
-- `reduce`: `reduce_into_`, `add_`;
+- `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why);
 - `im2col`: `im2col`.
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
@@ -16,7 +16,7 @@ The functions `copy` and `im2col` shadow their modules' names on this package: a
 from .copy import check_copy_layout, copy, copy_, copy_dispatch, copy_path, plan_copy
 from .im2col import im2col
 from .load import config_for, load_tiles, padded_empty
-from .reduce import add_, reduce_into_, reduce_options
+from .reduce import add_, reduce_into_, reduce_options, reduce_path
 from .tensors import check_on_gpu, check_torch_tensor
 
 __all__ = [
@@ -35,4 +35,5 @@ __all__ = [
     "plan_copy",
     "reduce_into_",
     "reduce_options",
+    "reduce_path",
 ]

@@ -1,13 +1,23 @@
 """`reduce_into_` and `add_`: `dst = dst op src` through TMA reduce stores, on the copy's ring
-and with the copy's options and layout rules."""
+and with the copy's options and layout rules, and torch's own op for the tensors TMA cannot
+serve (`reduce_path` names the path a call takes and why).
+
+A call like one seen before (both tensors' shapes, strides, dtypes and devices, the op, the
+options and `strict`, with their types) finds its route and kernel in a table (`known.known_call`);
+what the key cannot hold, where the tensors lie, is checked on every call: both base addresses
+16-byte aligned, no partial overlap."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, contiguous_index, dtype_of, major_of
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
+from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import (
+    REDUCE_OPS,
     CopyOptions,
     LoadPlan,
     ReducePlan,
@@ -15,17 +25,21 @@ from ..plan import (
     check_reduce,
     copy_destination,
     reduce_class,
+    reduce_route,
 )
-from ..runtime.dispatch import Launcher
+from ..plan.route import Route, torch_route
+from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, pair_spans
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_base_address, check_rank
-from .copy import class_launcher, restrided
-from .load import config_for
-from .tensors import check_tensor_pair, device_facts, import_torch
+from ..validate import check_rank, flag, one_of
+from .copy import class_launcher
+from .known import calls_table, known_call, typed
+from .tensors import check_tensor_pair, check_torch_tensor, device_facts, import_torch, pair_facts
 
 if TYPE_CHECKING:
     import torch
+
+_ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 
 
 def reduce_into_(
@@ -34,33 +48,36 @@ def reduce_into_(
     op: str = "add",
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
+    *,
+    strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """Reduce `src` into `dst` element by element through TMA reduce stores, dst = dst op src;
-    returns `dst`. `op` is one of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and",
-    "or", "xor") and must take the tensors' dtype (`plan.REDUCE_DTYPES`, the PTX ISA's table for
-    `cp.reduce.async.bulk.tensor`: e.g. add takes fp32, fp16, bf16, int32, uint32 and uint64, not
-    int64). `dst` has `src`'s shape and dtype and any layout TMA can address, as for `copy_`.
+    """Reduce `src` into `dst` element by element, dst = dst op src; returns `dst`. `op` is one
+    of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and", "or", "xor").
 
-    The copy's ring loads `src` tile by tile and one thread reduce-stores each tile into `dst`,
-    so every element of `dst` gets exactly one reduction (one rounding for floats). Compiled once
-    per class (dtype, rank, contiguous dims, op) where TVM-FFI is installed. Raises
-    TmaConfigError before anything compiles or launches: a pair the table lacks, mismatched
-    shapes or dtypes, tensors not on one CUDA device, strides TMA cannot take, or `dst` partly
-    overlapping `src` (the very same view is allowed: each tile is loaded before it is stored).
+    TMA reduce stores serve the pairs they can (`reduce_path` names the path and why): one CUDA
+    device, one shape and dtype, an (op, dtype) pair of `plan.REDUCE_DTYPES` (the PTX ISA's table
+    for `cp.reduce.async.bulk.tensor`: e.g. add takes fp32, fp16, bf16, int32, uint32 and uint64,
+    not int64), 16-byte aligned bases and strides TMA addresses as laid out or on a view of the
+    same memory (dims permuted together, runs merged, a compact run as rows). The copy's ring
+    loads `src` tile by tile and one thread reduce-stores each tile into `dst`, so every element
+    of `dst` gets exactly one reduction (one rounding for floats). Compiled once per class (dtype,
+    rank, contiguous dims, op) where TVM-FFI is installed.
+
+    Every other pair torch's in-place op takes runs torch's op (`TORCH_OPS`: add is
+    `dst.add_(src)`; inc and dec, which torch lacks, are PTX's unsigned `red.inc`/`red.dec`);
+    an error of torch's is raised as TmaConfigError naming it. `strict=True` refuses instead:
+    TmaConfigError for anything TMA does not serve, before anything compiles or launches.
+
+    Raises TmaConfigError in both modes for arguments that are wrong in themselves: not torch
+    tensors, an unknown op, unknown or ill-typed options, options TMA refuses for tensors it
+    serves with its defaults, and `dst` partly overlapping `src` on a TMA path (the very same
+    view is allowed: each tile is loaded before it is stored).
 
     `tile`, `stages` and the keyword `options` are the copy's (`CopyOptions`: store_depth,
     blocks_per_sm, evict_first, pdl, load_hint, store_hint, tile_order), each left out taking
     the copy's default; `as_rows` and `bulk` are a copy's only (`reduce_options`)."""
-    import_torch("reduce_into_")
-    copy_options = reduce_options(tile, stages, options)
-    check_reduce_tensors(dst, src, op)
-    if src.numel() == 0:
-        return dst
-    launcher = plan_reduce(dst, src, op, copy_options)
-    check_base_address(src.data_ptr())
-    check_base_address(dst.data_ptr())
-    launcher(src, dst)
+    known_reduce(dst, src, op, tile, stages, strict, options).run(dst, src)
     return dst
 
 
@@ -69,11 +86,220 @@ def add_(
     src: torch.Tensor,
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
+    *,
+    strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """dst += src through TMA reduce stores (`reduce_into_(dst, src, "add", ...)`, which takes
-    the same options); returns `dst`."""
-    return reduce_into_(dst, src, "add", tile, stages, **options)
+    """dst += src (`reduce_into_(dst, src, "add", ...)`, which takes the same options and `strict`);
+    returns `dst`."""
+    known_reduce(dst, src, "add", tile, stages, strict, options).run(dst, src)
+    return dst
+
+
+def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Any) -> Route:
+    """The path `reduce_into_(dst, src, op, **options)` takes and why, planned as the call is
+    but compiling and launching nothing.
+
+    Args:
+        dst: the tensor reduced into.
+        src: the tensor reduced from.
+        op: one of `plan.REDUCE_OPS`.
+        **options: `reduce_into_`'s: tile, stages, strict and the copy's options.
+
+    Returns:
+        A `plan.route.Route`: its `path` one of `plan.route.PATHS` ("tma", "tma-view", "empty",
+        "torch"), its `reason` the rule that chose it, its `view` the (shape, src strides, dst
+        strides) a "tma-view" reduce moves.
+
+    Raises:
+        TmaConfigError: what the call itself raises before it launches (wrong arguments, options
+        TMA refuses for tensors it serves with its defaults, with `strict=True` anything TMA does
+        not serve)."""
+    tile, stages = options.pop("tile", None), options.pop("stages", None)
+    strict = options.pop("strict", False)
+    return known_reduce(dst, src, op, tile, stages, strict, options).route_for(dst, src)
+
+
+# torch's own op for each reduce, as its messages name it (`torch_reduce` runs them).
+TORCH_OPS: dict[str, str] = {
+    "add": "dst.add_(src)",
+    "min": "torch.minimum(dst, src, out=dst)",
+    "max": "torch.maximum(dst, src, out=dst)",
+    "inc": "dst = where(dst >= src, 0, dst + 1) (PTX red.inc, unsigned)",
+    "dec": "dst = where(dst == 0 or dst > src, src, dst - 1) (PTX red.dec, unsigned)",
+    "and": "dst.bitwise_and_(src)",
+    "or": "dst.bitwise_or_(src)",
+    "xor": "dst.bitwise_xor_(src)",
+}
+TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
+
+
+@dataclass(frozen=True)
+class ReduceKernel:
+    """A planned TMA reduce, not yet compiled: its plan, the destination's layout where it is not
+    the source's, and the view each tensor is launched as (element strides on `shape`; None:
+    the tensor as it is)."""
+
+    plan: ReducePlan
+    destination: LoadConfig | None
+    shape_generic: bool
+    device: str
+    shape: tuple[int, ...]
+    src_strides: tuple[int, ...] | None
+    dst_strides: tuple[int, ...] | None
+
+    def launcher(self) -> Launcher:
+        """The compiled launcher (src, dst), on the views TMA takes."""
+        if self.shape_generic:
+            compiled = class_launcher(self.plan, self.destination, None, self.device)
+        else:
+            compiled = copy_launcher(self.plan, self.destination, None, self.device)
+        shape, src_strides, dst_strides = self.shape, self.src_strides, self.dst_strides
+        if src_strides is None and dst_strides is None:
+            return compiled
+
+        def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+            compiled(
+                src if src_strides is None else src.as_strided(shape, src_strides),
+                dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+            )
+
+        return launch
+
+
+class KnownReduce:
+    """A planned reduce call: its route for aligned bases, the kernel of a TMA route (compiled at
+    its first launch), and what each call's address checks compare with (`Spans`)."""
+
+    def __init__(self, route: Route, op: str, strict: bool, kernel: ReduceKernel | None, spans: Spans | None):
+        self.route, self.op, self.strict, self.kernel, self.spans = route, op, strict, kernel, spans
+        self._launcher: Launcher | None = None
+
+    def run(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Reduce `src` into `dst` on this call's path, after the checks of where they lie."""
+        path = self.route.path
+        if path == "torch":
+            torch_reduce(dst, src, self.op, self.route.reason)
+        elif path != "empty":
+            source, destination = src.data_ptr(), dst.data_ptr()
+            if (source | destination) & _ALIGNMENT_BITS:
+                torch_reduce(dst, src, self.op, self.unaligned(dst, src).reason)
+                return
+            if addresses_may_overlap(source, destination, self.spans):
+                check_no_partial_overlap(dst, src)
+            launcher = self._launcher
+            if launcher is None:  # compiled at the first launch: `reduce_path` plans, never compiles
+                assert self.kernel is not None  # a TMA route's plan has its kernel
+                launcher = self._launcher = self.kernel.launcher()
+            launcher(src, dst)
+
+    def route_for(self, dst: torch.Tensor, src: torch.Tensor) -> Route:
+        """The route of a call on these tensors: this plan's, or torch's for unaligned bases."""
+        if self.route.path in TMA_KERNEL_PATHS and (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
+            return self.unaligned(dst, src)
+        return self.route
+
+    def unaligned(self, dst: torch.Tensor, src: torch.Tensor) -> Route:
+        """torch's route, naming the base TMA cannot take; with `strict`, TmaConfigError instead."""
+        route = reduce_route(pair_facts(dst, src), self.op)
+        if self.strict:
+            raise strict_refusal(route)
+        return route
+
+
+def known_reduce(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: bool,
+    options: dict[str, Any],
+) -> KnownReduce:
+    """The plan of a call like this one (`known.known_call`), planned in full the first time."""
+    return known_call(
+        _REDUCES,
+        lambda: (
+            dst.shape,
+            dst.stride(),
+            src.shape,
+            src.stride(),
+            dst.dtype,
+            src.dtype,
+            dst.device,
+            src.device,
+            type(op),
+            op,
+            type(strict),
+            strict,
+            None
+            if tile is None and stages is None and not options
+            else typed((tile, stages, *options.items())),
+        ),  # fmt: skip
+        lambda: plan_reduce_call(dst, src, op, tile, stages, strict, options),
+    )
+
+
+# The calls seen (`known.known_call`): their plans by both tensors' shapes, strides, dtypes and
+# devices, the op, the options and `strict`.
+_REDUCES: dict[tuple, KnownReduce] = calls_table()
+
+
+def plan_reduce_call(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: bool,
+    options: dict[str, Any],
+) -> KnownReduce:
+    """A new call's checks in full: the arguments, the route (for 16-byte aligned bases: each
+    call checks its own), and a TMA route's plan. A TMA route the planner refuses becomes
+    torch's, with the planner's reason, unless the refusal is of options the caller chose."""
+    import_torch("reduce_into_")
+    copy_options = reduce_options(tile, stages, options)
+    strict = flag(strict, "strict")
+    one_of(op, "reduce op", REDUCE_OPS)
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+    if strict:
+        check_reduce_tensors(dst, src, op)
+    route = reduce_route(replace(pair_facts(dst, src), src_address=0, dst_address=0), op)
+    kernel = spans = None
+    if route.path in TMA_KERNEL_PATHS:
+        try:
+            kernel = plan_reduce(dst, src, route, op, copy_options)
+        except TmaConfigError as error:
+            if strict:
+                raise
+            if copy_options is not _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op):
+                raise TmaConfigError(
+                    f"{error} (with the default options TMA serves these tensors: leave the options out)"
+                ) from error
+            route = torch_route(op, str(error))
+        else:
+            spans = pair_spans(src, tuple(src.shape), src.stride(), dst.stride())
+    if route.path == "torch" and strict:
+        raise strict_refusal(route)
+    return KnownReduce(route, op, strict, kernel, spans)
+
+
+def serves_by_default(dst: torch.Tensor, src: torch.Tensor, route: Route, op: str) -> bool:
+    """Whether the planner takes this TMA route with the default options."""
+    try:
+        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS)
+    except TmaConfigError:
+        return False
+    return True
+
+
+def strict_refusal(route: Route) -> TmaConfigError:
+    """The error of a `strict=True` call whose route is torch's: the rule, and the way out."""
+    return TmaConfigError(
+        f"reduce_into_ {route.op} with strict=True: TMA cannot serve these tensors: {route.reason}; "
+        f"without strict=True torch's {TORCH_OPS[route.op]} serves them"
+    )
 
 
 _DEFAULT_REDUCE_OPTIONS = CopyOptions()
@@ -95,8 +321,8 @@ def reduce_options(tile: tuple[int, int] | None, stages: int | None, options: di
 
 
 def check_reduce_tensors(dst: object, src: object, op: str) -> None:
-    """What a reduce's tensors must be before their layouts are read: torch tensors with memory,
-    of one shape and a dtype `op` reduces, on one CUDA device, not partly overlapping."""
+    """What a strict reduce's tensors must be before their layouts are read: torch tensors with
+    memory, of one shape and a dtype `op` reduces, on one CUDA device, not partly overlapping."""
     check_tensor_pair(
         dst,
         src,
@@ -115,32 +341,119 @@ def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def plan_reduce(
-    dst: torch.Tensor, src: torch.Tensor, op: str, options: CopyOptions = _DEFAULT_REDUCE_OPTIONS
-) -> Launcher:
-    """Check a reduce's layouts (the copy's rules) and return its compiled launcher: the
-    shape-generic class's where TVM-FFI is installed (`plan.reduce_class`, this shape checked by
-    `plan.check_copy_shape`), else a kernel compiled for this shape. `options`: `reduce_options`."""
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    route: Route,
+    op: str,
+    options: CopyOptions = _DEFAULT_REDUCE_OPTIONS,
+) -> ReduceKernel:
+    """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
+    plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
+    this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
+    nothing. `options`: `reduce_options`."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     sm_count, l2_bytes = device_facts(src.device)
-    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    if route.view is None:
+        shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    else:
+        shape, src_strides, dst_strides = route.view
     check_rank(len(shape))
     src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     transpose = src_major != dst_major
     tile = options.default_tile(dtype, transpose, None, sm_count)
     fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
     device = str(src.device)
+    as_view = route.view is not None  # launched on views of these strides
     if not tvm_ffi_available():
-        source, destination = config_for(src, tile), config_for(dst, tile)
+        source = LoadConfig(shape, dtype, tile, 0, src_major, src_strides)
+        destination = LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides)
+        LoadPlan(destination)  # its strides and the tile, checked as the source's are
         copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+        reduce = ReducePlan(copy, op)
         same_layout = source.element_strides == destination.element_strides
-        return copy_launcher(ReducePlan(copy, op), None if same_layout else destination, None, device)
+        views = (src_strides, dst_strides) if as_view else (None, None)
+        return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
     rank = len(shape)
     reduce = reduce_class(options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2)
     contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
-    strides = (src_strides, dst_strides)
-    fixed_src, fixed_dst = check_copy_shape(reduce.copy, shape, strides, contiguous, nbytes)
-    launcher = class_launcher(reduce, copy_destination(reduce.copy) if transpose else None, None, device)
-    if fixed_src is None and fixed_dst is None:
-        return launcher
-    return restrided(launcher, shape, fixed_src, fixed_dst)
+    fixed_src, fixed_dst = check_copy_shape(
+        reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
+    )
+    if as_view:
+        fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
+    destination = copy_destination(reduce.copy) if transpose else None
+    return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
+
+
+# -- torch's op, for the tensors TMA does not serve ------------------------------------------------
+def torch_reduce(dst: torch.Tensor, src: torch.Tensor, op: str, reason: str) -> None:
+    """dst = dst op src by torch (`TORCH_OPS`); a RuntimeError of torch's (NotImplementedError
+    included) raised as TmaConfigError naming the op, why torch runs it and torch's message."""
+    torch = import_torch("reduce_into_")
+    try:
+        _TORCH_REDUCES[op](torch, dst, src)
+    except RuntimeError as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TmaConfigError(
+            f"reduce_into_ {op} runs torch's {TORCH_OPS[op]} here ({reason}), and torch refused: {detail}"
+        ) from error
+
+
+def in_place_shape(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """An in-place op's rule for an `out=` or composed op: `src` broadcasts to `dst`'s shape
+    (torch's own RuntimeError otherwise; an `out=` would resize `dst`)."""
+    if torch.broadcast_shapes(dst.shape, src.shape) != dst.shape:
+        raise RuntimeError(
+            f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+            f"{list(torch.broadcast_shapes(dst.shape, src.shape))}"
+        )
+
+
+def torch_minimum(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    in_place_shape(torch, dst, src)
+    torch.minimum(dst, src, out=dst)
+
+
+def torch_maximum(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    in_place_shape(torch, dst, src)
+    torch.maximum(dst, src, out=dst)
+
+
+def wrapping_step(torch: Any, dst: torch.Tensor, src: torch.Tensor, op: str) -> None:
+    """PTX's red.inc / red.dec on torch tensors: inc: dst = 0 if dst >= src else dst + 1; dec:
+    dst = src if dst == 0 or dst > src else dst - 1, compared as the dtype orders (unsigned for
+    the uint types). torch has no comparisons or arithmetic for uint16/32/64 on every device, so
+    those run in int64: exact for uint16/32, and uint64's bits with the sign flipped to order."""
+    in_place_shape(torch, dst, src)
+    if not torch.can_cast(torch.result_type(dst, src), dst.dtype):
+        raise RuntimeError(f"result type {torch.result_type(dst, src)} can't be cast to {dst.dtype}")
+    src = src.to(dst.dtype)
+    if dst.dtype == torch.uint64:
+        bits, src_bits = dst.view(torch.int64), src.view(torch.int64)
+        sign = torch.iinfo(torch.int64).min  # xor: unsigned order as int64's
+        value, order, src_value, src_order = bits, bits ^ sign, src_bits, src_bits ^ sign
+        out = bits
+    elif dst.dtype in (torch.uint16, torch.uint32):
+        value = order = dst.to(torch.int64)
+        src_value = src_order = src.to(torch.int64)
+        out = dst
+    else:
+        value, order, src_value, src_order, out = dst, dst, src, src, dst
+    if op == "inc":
+        result = torch.where(order >= src_order, torch.zeros_like(value), value + 1)
+    else:
+        result = torch.where((value == 0) | (order > src_order), src_value, value - 1)
+    out.copy_(result)
+
+
+_TORCH_REDUCES: dict[str, Callable[[Any, Any, Any], None]] = {
+    "add": lambda torch, dst, src: dst.add_(src),
+    "min": torch_minimum,
+    "max": torch_maximum,
+    "inc": lambda torch, dst, src: wrapping_step(torch, dst, src, "inc"),
+    "dec": lambda torch, dst, src: wrapping_step(torch, dst, src, "dec"),
+    "and": lambda torch, dst, src: dst.bitwise_and_(src),
+    "or": lambda torch, dst, src: dst.bitwise_or_(src),
+    "xor": lambda torch, dst, src: dst.bitwise_xor_(src),
+}

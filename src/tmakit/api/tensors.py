@@ -1,7 +1,8 @@
 """The checks every torch-facing call shares: torch itself, what a tensor must be (a dense torch
-tensor with memory, on a CUDA device), a shape's extents, a copy's or reduce's pair of tensors, and
-a device's facts. Each raises `TmaConfigError` naming the value and the rule, before anything
-compiles or launches (torch missing: an ImportError naming the `gpu` extra).
+tensor with memory, on a CUDA device), a shape's extents, a copy's or reduce's pair of tensors, a
+device's facts, and what a two-tensor call's route reads (`pair_facts`). Each check raises
+`TmaConfigError` naming the value and the rule, before anything compiles or launches (torch
+missing: an ImportError naming the `gpu` extra).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import MAX_RANK
+from ..plan.route import PairFacts
 from ..validate import check_base_address, check_rank, type_name
 
 if TYPE_CHECKING:
@@ -173,3 +175,26 @@ def device_facts(device: torch.device) -> tuple[int, int]:
     torch = import_torch("copy_")
     properties = torch.cuda.get_device_properties(device)
     return properties.multi_processor_count, properties.L2_cache_size
+
+
+def cuda_index(tensor: torch.Tensor) -> int:
+    """The index of the CUDA device `tensor` is on, -1 for any other device (`PairFacts`)."""
+    return tensor.get_device() if tensor.is_cuda else -1
+
+
+def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
+    """What a two-tensor call's route is a function of (`plan.route.PairFacts`), read off torch
+    tensors: dtypes by torch's names, `src`'s element size."""
+    return PairFacts(
+        shape=tuple(dst.shape),
+        src_shape=tuple(src.shape),
+        src_strides=tuple(src.stride()),
+        dst_strides=tuple(dst.stride()),
+        src_dtype=str(src.dtype).removeprefix("torch."),
+        dst_dtype=str(dst.dtype).removeprefix("torch."),
+        nbytes=src.element_size(),
+        src_address=src.data_ptr(),
+        dst_address=dst.data_ptr(),
+        src_device=cuda_index(src),
+        dst_device=cuda_index(dst),
+    )

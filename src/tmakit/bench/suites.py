@@ -265,13 +265,14 @@ def bench_reduce(
         bits(destinations[0]).copy_(bits(initial))
         knobs = option.changed()
         start = time.perf_counter()
-        api.reduce_into_(destinations[0], sources[0], op, **knobs)  # compiles once
+        # strict: a row named tmakit.reduce_into_ times TMA reduce stores, never torch's op
+        api.reduce_into_(destinations[0], sources[0], op, strict=True, **knobs)  # compiles once
         torch.cuda.synchronize()
         first_call = time.perf_counter() - start
         wrong = first_wrong_tile(destinations[0], expected, option.tile or copy_tile(config.dtype))
         verdict = f"ok: every element bit-exact against {torch_name} ({sources[0].numel()})"
         launches = [
-            lambda s=s, d=d, k=knobs: api.reduce_into_(d, s, op, **k)
+            lambda s=s, d=d, k=knobs: api.reduce_into_(d, s, op, strict=True, **k)
             for s, d in zip(sources, destinations, strict=True)
         ]
         rows.append(

@@ -12,8 +12,9 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
 - `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
   and stored by the copy's ring;
-- `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`) and `ReducePlan`, a copy
-  whose stores reduce into the destination.
+- `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), `ReducePlan`, a copy
+  whose stores reduce into the destination, and `reduce_route`, the path a reduce's tensors take;
+- `route`: `Route`, the path a two-tensor call takes (TMA, TMA on a view, or torch's op) and why.
 """
 
 from .cluster_dot import DOT_DTYPES, ClusterDotPlan, StripWalk
@@ -24,7 +25,15 @@ from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster
-from .reduce import REDUCE_DTYPES, REDUCE_OPS, ReducePlan, check_reduce, reduce_class, reduce_pairs
+from .reduce import (
+    REDUCE_DTYPES,
+    REDUCE_OPS,
+    ReducePlan,
+    check_reduce,
+    reduce_class,
+    reduce_pairs,
+    reduce_route,
+)
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 from .timeline import TimelineLayout
 
@@ -60,5 +69,6 @@ __all__ = [
     "copy_destination",
     "reduce_class",
     "reduce_pairs",
+    "reduce_route",
     "stand_in_config",
 ]

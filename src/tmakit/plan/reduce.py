@@ -1,10 +1,23 @@
 """TMA reduce stores (`tmakit.reduce_into_`): which (op, dtype) pairs the hardware reduces, and the
-plan of a reduce, a copy whose stores combine each element with the destination's. Pure Python.
+plan of a reduce, a copy whose stores combine each element with the destination's, and the route a
+reduce's tensors take (`reduce_route`). Pure Python.
 
 `cp.reduce.async.bulk.tensor` carries no element type: the tensor map's decides, and neither
 PTX nor CuTe DSL 4.8.1 checks the pair (f32 max, fp8 add and int8 min all compile). The table
 here, the PTX ISA's for that instruction, is the only guard; every other pair is refused before
 anything compiles.
+
+A reduce's route, in order (`reduce_route`), is the copy's (`plan.route`) less its moved-as types:
+a reduce does arithmetic, so a dtype the table lacks for the op is torch's, never moved as another.
+
+1. torch's op for what no TMA path takes: tensors not on one CUDA device, a dtype change, a
+   broadcast source, an (op, dtype) pair the table lacks;
+2. nothing to reduce: an empty destination;
+3. torch's op for a base address TMA cannot take (not 16-byte aligned);
+4. TMA as the tensors are laid out (`route.strided_rule`);
+5. TMA on the canonical view of the same memory (`route.canonical_pair`; a compact run as
+   rows, `config.rows_view`, a rank-2 row-major view);
+6. else torch's op, with the rule that failed as the reason.
 """
 
 from __future__ import annotations
@@ -12,11 +25,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..config import DTYPES
+from ..config import DTYPES, dtype_of, rows_view
 from ..errors import TmaConfigError
+from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
+from .route import PairFacts, Route, canonical_pair, strided_rule, torch_route
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -143,3 +158,63 @@ def reduce_class(
 def _reduce_plan(copy: CopyPlan, op: str) -> ReducePlan:
     """One `ReducePlan` per (copy class, op): planned once, like the copy's class."""
     return ReducePlan(copy, op)
+
+
+def reduce_route(facts: PairFacts, op: str) -> Route:
+    """The route of `dst = dst op src` on `facts`' tensors (the module's docstring gives the
+    order); TmaConfigError for an op that is not one of `REDUCE_OPS`, whatever the tensors. The
+    reduce's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
+    tile against the shape); the API then takes torch's path with that reason."""
+    one_of(op, "reduce op", REDUCE_OPS)
+    if facts.src_device < 0 or facts.src_device != facts.dst_device:
+        return torch_route(op, "the tensors are not both on one CUDA device")
+    if facts.src_dtype != facts.dst_dtype:
+        return torch_route(
+            op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): a TMA reduce combines one dtype"
+        )
+    if facts.src_shape != facts.shape:
+        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    refused = pair_rule(op, facts.src_dtype)
+    if refused is not None:
+        return torch_route(op, refused)
+    if 0 in facts.shape:
+        return Route(op, "empty", "no element to reduce")
+    for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
+        if address % GLOBAL_BASE_ALIGN:
+            return torch_route(
+                op,
+                f"{name}'s base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned (TMA needs it; "
+                "a .clone() is)",
+            )
+    if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
+        return Route(op, "tma", "the tensors as laid out")
+    shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
+    reason = "a view of the same memory (dims permuted together, runs merged)"
+    if len(shape) == 1 and src_strides == dst_strides == (1,):
+        rows = rows_view(shape[0], facts.nbytes)
+        if rows is None:
+            return torch_route(
+                op, f"a compact run of {shape[0]} elements is no whole number of rows of 16-byte multiples"
+            )
+        shape, src_strides, dst_strides = rows, (rows[1], 1), (rows[1], 1)
+        reason = f"a compact run as {rows[0]} x {rows[1]} rows"
+    broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
+    if broken is not None:
+        return torch_route(op, broken)
+    return Route(op, "tma-view", reason, None, (shape, src_strides, dst_strides))
+
+
+def pair_rule(op: str, torch_dtype: str) -> str | None:
+    """Why a TMA reduce store cannot do `op` on a dtype (by torch's name), or None when it can."""
+    try:
+        dtype = dtype_of(torch_dtype)
+    except TmaConfigError:  # no tmakit dtype at all (bool, float64)
+        return (
+            f"reduce op {op!r} with dtype {torch_dtype}: a TMA reduce store takes {op} on "
+            f"{', '.join(REDUCE_DTYPES[op])} only"
+        )
+    try:
+        check_reduce(op, dtype)
+    except TmaConfigError as error:
+        return str(error)
+    return None

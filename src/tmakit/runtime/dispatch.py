@@ -255,11 +255,16 @@ def check_addresses(
 def may_overlap(src: Any, dst: Any, spans: Spans) -> bool:
     """Whether the destination's span meets the source's other than at the very same view (two
     address reads; `check_no_partial_overlap` then decides)."""
-    src_bytes, dst_bytes, same_strides = spans
     try:
         source, destination = src.data_ptr(), dst.data_ptr()
     except Exception:  # not tensors: the lookup names what is wrong
         return True
+    return addresses_may_overlap(source, destination, spans)
+
+
+def addresses_may_overlap(source: int, destination: int, spans: Spans) -> bool:
+    """`may_overlap` on base addresses already read."""
+    src_bytes, dst_bytes, same_strides = spans
     if source == destination and same_strides:
         return False
     return source < destination + dst_bytes and destination < source + src_bytes
