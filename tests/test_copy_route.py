@@ -268,8 +268,14 @@ def test_the_api_copies_cpu_tensors_through_torch_and_strict_refuses():
     tmakit.copy_(broadcast, torch.arange(7, dtype=torch.int16))
     assert torch.equal(broadcast, torch.arange(7, dtype=torch.int16).expand(5, 7))
     assert torch.equal(tmakit.copy(src.expand(2, 7, 6)), src.expand(2, 7, 6))  # an expanded source
+    with pytest.raises(
+        TmaConfigError, match="does not broadcast to the destination's shape; they must match"
+    ):
+        tmakit.copy_(torch.zeros(3, 3), torch.zeros(4, 4))
     with pytest.raises(TmaConfigError, match="torch's copy_, the fallback for this pair, refused it"):
-        tmakit.copy_(torch.zeros(3, 3), torch.zeros(4, 4))  # not broadcastable: torch's refusal, named
+        tmakit.copy_(
+            torch.zeros(3, 3).expand(2, 3, 3), torch.zeros(3)
+        )  # torch's refusal (dst overlaps itself)
     with pytest.raises(TmaConfigError, match="unknown copy option colour"):
         tmakit.copy_(dst, src, colour="red")  # the options are checked in either mode
 

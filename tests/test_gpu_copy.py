@@ -88,10 +88,11 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
             torch.cuda.synchronize()
             assert torch.equal(bits(out), bits(source)), (source.shape, source.stride(), source.dtype)
     storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
-    for wrong, message in [
-        (storage[1 : 1 + 256 * 512].view(256, 512), "16"),  # 2 bytes past a 16-byte boundary
-        (torch.empty(256, 512, dtype=torch.float32, device="cuda"), "they must match"),
-        (torch.empty(256, 256, dtype=torch.float16, device="cuda"), "they must match"),
+    # (destination, the strict refusal, whether torch's copy_ serves it when not strict)
+    for wrong, message, served in [
+        (storage[1 : 1 + 256 * 512].view(256, 512), "16", True),  # 2 bytes past a 16-byte boundary
+        (torch.empty(256, 512, dtype=torch.float32, device="cuda"), "they must match", True),
+        (torch.empty(256, 256, dtype=torch.float16, device="cuda"), "they must match", False),
     ]:
         for _ in range(64):  # enough calls in a row for half's launcher to be tried first again
             tmakit.copy_(poisoned_like(half), half, **knobs)
@@ -99,8 +100,17 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
         tried_first = dispatch.tried_first()[key]
         if specialised:
             assert dispatch.streak(key).launcher is tried_first
-        with pytest.raises(TmaConfigError, match=message):
-            tmakit.copy_(wrong, half, **knobs)
+        if served and not specialised:  # the fallback: torch's copy_ (a dtype change converts)
+            expected = wrong.clone().copy_(half)
+            assert tmakit.copy_(wrong, half, **knobs) is wrong
+            torch.cuda.synchronize()
+            assert torch.equal(wrong, expected)
+        else:
+            with pytest.raises(TmaConfigError, match=message):
+                tmakit.copy_(wrong, half, **knobs)
+        if not specialised:
+            with pytest.raises(TmaConfigError, match=message):
+                tmakit.copy_(wrong, half, strict=True)
 
 
 def test_compact_tensors_copy_as_rows_of_their_memory():

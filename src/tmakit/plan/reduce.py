@@ -31,7 +31,7 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
-from .route import PairFacts, Route, canonical_pair, strided_rule, torch_route
+from .route import PairFacts, Route, broadcasts, canonical_pair, strided_rule, torch_route
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -173,6 +173,11 @@ def reduce_route(facts: PairFacts, op: str) -> Route:
             op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): a TMA reduce combines one dtype"
         )
     if facts.src_shape != facts.shape:
+        if not broadcasts(facts.src_shape, facts.shape):
+            raise TmaConfigError(
+                f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+                "to the destination's shape; a reduce combines elements of one shape"
+            )
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     refused = pair_rule(op, facts.src_dtype)
     if refused is not None:

@@ -100,6 +100,14 @@ def torch_route(op: str, reason: str) -> Route:
     return Route(op, "torch", reason)
 
 
+def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcasts to `to` (torch's rule: aligned from the last dim,
+    each extent equal or 1, no more dims than `to`)."""
+    if len(shape) > len(to):
+        return False
+    return all(extent in (1, target) for extent, target in zip(reversed(shape), reversed(to)))
+
+
 def moved_dtype(torch_name: str) -> str | None:
     """The tmakit dtype a copy moves a torch dtype as: its own, a same-size one, or None."""
     return _TMAKIT_BY_TORCH.get(torch_name) or MOVED_AS.get(torch_name)
@@ -114,6 +122,11 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     if facts.src_dtype != facts.dst_dtype:
         return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): TMA moves bits")
     if facts.src_shape != facts.shape:
+        if not broadcasts(facts.src_shape, facts.shape):
+            raise TmaConfigError(
+                f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+                f"to the destination's shape; they must match (tmakit.copy(src) allocates a matching one)"
+            )
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     dtype = moved_dtype(facts.src_dtype)
     if dtype is None:
