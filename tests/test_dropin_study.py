@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tmakit.bench.dropin import EAGER, DropinCase, strided_im2col
+from tmakit.api import torch_im2col
+from tmakit.bench.dropin import EAGER, DropinCase
 from tmakit.bench.report import BenchRow
 from tmakit.families import family_named
 from tmakit.families.dropin import case_row, cases, chosen_cases
@@ -43,7 +44,7 @@ def test_the_strided_expression_is_the_patch_matrix(r, stride, padding):
     n, h, w, c = x.shape
     p, q = (h + 2 * padding - r) // stride + 1, (w + 2 * padding - r) // stride + 1
     out = torch.full((n * p * q, r * r * c), float("nan"))
-    strided_im2col(x, r, stride, padding, out)
+    assert torch_im2col(x, r, stride, padding, out=out) is out
     unfolded = torch.nn.functional.unfold(x.permute(0, 3, 1, 2), r, 1, padding, stride)  # (N, C*R*S, L)
     expected = unfolded.view(n, c, r, r, p * q).permute(0, 4, 2, 3, 1).reshape(n * p * q, r * r * c)
     assert torch.equal(out, expected)

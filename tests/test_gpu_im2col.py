@@ -128,14 +128,14 @@ def test_repeated_calls_and_a_second_shape_reuse_nothing_stale():
         assert torch.equal(out.float(), reference), shape
 
 
-def test_refusals_come_before_any_launch_on_gpu_tensors():
+def test_strict_refusals_come_before_any_launch_on_gpu_tensors():
     torch = pytest.importorskip("torch")
     x = torch.zeros((1, 8, 8, 3), dtype=torch.float16, device="cuda")
     with pytest.raises(tmakit.TmaConfigError, match="C = 3 channels"):
-        tmakit.im2col(x, 3)
+        tmakit.im2col(x, 3, strict=True)
     x = torch.zeros((1, 8, 8, 16), dtype=torch.float16, device="cuda").permute(0, 2, 1, 3)
     with pytest.raises(tmakit.TmaConfigError, match="contiguous NHWC"):
-        tmakit.im2col(x, 3)
+        tmakit.im2col(x, 3, strict=True)
 
 
 @pytest.mark.parametrize(
@@ -167,10 +167,10 @@ def test_a_1x1_too_small_for_the_im2col_atom_is_x_as_rows(shape, dtype, kernel, 
     )
 
 
-def test_a_patch_matrix_of_one_row_is_refused_before_any_launch_on_gpu_tensors():
+def test_a_patch_matrix_of_one_row_is_refused_by_strict_before_any_launch_on_gpu_tensors():
     torch = pytest.importorskip("torch")
     x = torch.zeros((1, 3, 3, 16), dtype=torch.float16, device="cuda")
     with pytest.raises(tmakit.TmaConfigError, match=r"one row .*x\[:, 0:3, 0:3\]\.reshape\(1, 144\)"):
-        tmakit.im2col(x, 3)
+        tmakit.im2col(x, 3, strict=True)
     with pytest.raises(tmakit.TmaConfigError, match=r"x\[:, 0:1:2, 0:3:2\]\.reshape\(2, 8\)"):
-        tmakit.im2col(torch.zeros((1, 1, 3, 8), dtype=torch.float16, device="cuda"), 1, stride=2)
+        tmakit.im2col(torch.zeros((1, 1, 3, 8), dtype=torch.float16, device="cuda"), 1, stride=2, strict=True)

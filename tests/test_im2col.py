@@ -181,12 +181,12 @@ def test_the_refusals_come_before_anything_compiles(monkeypatch):
         compile_im2col(Im2colPlan((1, 8, 8, 3), "fp16", 3))
 
 
-def test_the_api_refuses_what_is_not_a_cuda_nhwc_tensor():
+def test_the_strict_api_refuses_what_is_not_a_cuda_nhwc_tensor():
     torch = pytest.importorskip("torch")
     import tmakit
 
-    with pytest.raises(TmaConfigError, match="x is on cpu"):
-        tmakit.im2col(torch.zeros((1, 8, 8, 16), dtype=torch.float16), 3)
+    with pytest.raises(TmaConfigError, match="x is not on a CUDA device; TMA loads GPU memory"):
+        tmakit.im2col(torch.zeros((1, 8, 8, 16), dtype=torch.float16), 3, strict=True)
     with pytest.raises(TmaConfigError, match="takes torch tensors"):
         tmakit.im2col(np.zeros((1, 8, 8, 16), dtype=np.float16), 3)
 

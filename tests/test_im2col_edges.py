@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
+from tmakit.api.im2col import torch_im2col
 from tmakit.model.im2col import box_values, patch_matrix
 from tmakit.plan import Im2colPlan, Im2colTooSmall
 
@@ -212,6 +213,7 @@ def cpu_im2col(monkeypatch):
         return dst.copy_(src)
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "copy_", copy_)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
@@ -231,13 +233,28 @@ def test_a_1x1_too_small_for_the_im2col_atom_is_the_copy_of_x_as_rows(cpu_im2col
         im2col(
             torch.zeros((1, 1, 1, 8), dtype=torch.float16), 1, out=torch.zeros((2, 8), dtype=torch.float16)
         )
+    strided = torch.arange(32, dtype=torch.float16).reshape(1, 1, 2, 16)[..., :8]
     with pytest.raises(TmaConfigError, match="contiguous NHWC"):
-        im2col(torch.zeros((1, 1, 2, 16), dtype=torch.float16)[..., :8], 1)
-    # Not a reshape (stride 2, or a 3x3 of one window): refused naming the expression.
-    with pytest.raises(Im2colTooSmall, match=r"x\[:, 0:1:2, 0:3:2\]"):
-        im2col(torch.zeros((1, 1, 3, 8), dtype=torch.float16), 1, stride=2)
-    with pytest.raises(Im2colTooSmall, match=r"x\[:, 0:3, 0:3\]\.reshape\(1, 144\)"):
-        im2col(torch.zeros((1, 3, 3, 16), dtype=torch.float16), 3)
+        im2col(strided, 1, strict=True)
+    assert torch.equal(im2col(strided, 1), strided.reshape(2, 8))  # torch's expression instead
+    # Not a reshape (stride 2, or a 3x3 of one window): strict refuses naming the expression;
+    # else torch's expression computes it, and nothing is copied by TMA.
+    copied = len(copies)
+    for x, arguments, expression in [
+        (torch.arange(24, dtype=torch.float16).reshape(1, 1, 3, 8), (1, 2), r"x\[:, 0:1:2, 0:3:2\]"),
+        (
+            torch.arange(144, dtype=torch.float16).reshape(1, 3, 3, 16),
+            (3,),
+            r"x\[:, 0:3, 0:3\]\.reshape\(1, 144\)",
+        ),
+    ]:
+        with pytest.raises(TmaConfigError, match=expression):
+            im2col(x, *arguments, strict=True)
+        kernel, stride = (*arguments, 1)[:2]
+        assert torch.equal(
+            im2col(x, *arguments), x[:, ::stride, ::stride].reshape(-1, kernel * kernel * x.shape[3])
+        )
+    assert len(copies) == copied
 
 
 # -- types ---------------------------------------------------------------------------------------
@@ -338,14 +355,18 @@ def test_the_api_checks_every_argument_before_anything_compiles(cpu_im2col):
         (np.zeros((36, 144), np.float16), r"takes torch tensors on a CUDA device; got numpy.ndarray"),
         ([[0.0]], r"got list as out"),
         (torch.zeros((36, 144), dtype=torch.float32), r"out is \(36, 144\) torch.float32"),
-        (torch.zeros((144, 36), dtype=torch.float16).t(), r"out has strides \(1, 36\); pass a contiguous"),
     ]:
-        with pytest.raises(TmaConfigError, match=message):
-            im2col(x, 3, out=out)
+        for strict in (False, True):  # the arguments themselves: refused on every path
+            with pytest.raises(TmaConfigError, match=message):
+                im2col(x, 3, out=out, strict=strict)
+    with pytest.raises(TmaConfigError, match=r"out has strides \(1, 36\); TMA stores a contiguous"):
+        im2col(x, 3, out=torch.zeros((144, 36), dtype=torch.float16).t(), strict=True)
     with pytest.raises(TmaConfigError, match="takes torch tensors"):
         im2col(x.numpy(), 3)
-    with pytest.raises(TmaConfigError, match="dtype int8; tmakit.im2col takes"):
-        im2col(torch.zeros((1, 8, 8, 16), dtype=torch.int8), 3)
+    with pytest.raises(TmaConfigError, match="dtype int8; TMA im2col takes float16, bfloat16, float32"):
+        im2col(torch.zeros((1, 8, 8, 16), dtype=torch.int8), 3, strict=True)
+    with pytest.raises(TmaConfigError, match=r"strict is 'false' \(str\); it must be True or False"):
+        im2col(x, 3, strict="false")
 
 
 # -- the size and dilation rules name the rule that binds, and the fix ----------------------------------
@@ -390,7 +411,8 @@ def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_
 
     api_im2col = importlib.import_module("tmakit.api.im2col")
     plans, launches = [], []
-    monkeypatch.setattr(api_im2col, "Im2colPlan", lambda *a, **k: plans.append(a) or Im2colPlan(*a, **k))
+    planned = api_im2col.im2col_call
+    monkeypatch.setattr(api_im2col, "im2col_call", lambda facts: plans.append(facts) or planned(facts))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launches.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     im2col = api_im2col.im2col
@@ -403,8 +425,12 @@ def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_
     assert len(plans) == 2 and len(launches) == 5
     with pytest.raises(TmaConfigError, match="kernel"):
         im2col(x, 3.0, padding=1)  # equal to 3, of another type: the full checks refuse it
-    storage = torch.zeros(2 * 8 * 8 * 16 + 1, dtype=torch.float16)
-    with pytest.raises(TmaConfigError, match="16"):  # the same key 2 bytes off its alignment
-        im2col(storage[1:].view(2, 8, 8, 16), 3, padding=1)
-    with pytest.raises(TmaConfigError, match=r"out is \(1, 1\)"):
-        im2col(x, 3, padding=1, out=torch.zeros((1, 1), dtype=torch.float16))
+    storage = torch.arange(2 * 8 * 8 * 16 + 1, dtype=torch.float32).half()
+    misaligned = storage[1:].view(2, 8, 8, 16)  # the same key 2 bytes off its alignment
+    with pytest.raises(TmaConfigError, match="x's tensor base address .* is not 16-byte aligned"):
+        im2col(misaligned, 3, padding=1, strict=True)
+    assert torch.equal(im2col(misaligned, 3, padding=1), torch_im2col(misaligned, 3, padding=1))
+    assert len(plans) == 3 and len(launches) == 5  # 3.0's refused planning; the fallback: found, no launch
+    for strict in (False, True):
+        with pytest.raises(TmaConfigError, match=r"out is \(1, 1\)"):
+            im2col(x, 3, padding=1, out=torch.zeros((1, 1), dtype=torch.float16), strict=strict)

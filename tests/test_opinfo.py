@@ -1,6 +1,8 @@
 """torch's own test inputs through tmakit: the OpInfo sample inputs of torch's test suite for the
 copying ops, each through `tmakit.copy_` into a destination of the op's output layout, held to
-the op's output exactly; with `strict=True` each is that output or a TmaConfigError.
+the op's output exactly; with `strict=True` each is that output or a TmaConfigError. And those of
+`nn.functional.unfold` (4-D, as NHWC) through `tmakit.im2col`, held to unfold's output reordered
+to (N*P*Q, R*S*C).
 
 On the CPU every sample takes torch's path (the fallback); on a Hopper GPU the same samples take
 whatever route they meet (`tmakit.copy_path`). Skipped where torch's internal test modules
@@ -91,3 +93,53 @@ def test_gpu_opinfo_samples_of_the_copying_ops_copy_exactly(capsys):
     with capsys.disabled():
         print(f"\nOpInfo copy samples by path: {paths}")
     assert paths.get("tma", 0) + paths.get("tma-view", 0) + paths.get("tma-rows", 0) > 0
+
+
+# -- nn.functional.unfold's samples through im2col -------------------------------------------------
+UNFOLD = next(op for op in op_db if op.name == "nn.functional.unfold" and not op.variant_test_name)
+UNFOLD_ARGUMENTS = ("kernel_size", "dilation", "padding", "stride")  # F.unfold's positional order
+
+
+def run_unfold_samples(device: str) -> dict[str, int]:
+    """Each 4-D sample of `nn.functional.unfold` on `device`, its input permuted to NHWC, through
+    `tmakit.im2col` with the same convolution: the patch matrix must be unfold's (N, C*R*S, L)
+    reordered to (N*L, R*S*C) exactly. Returns the count of samples by path."""
+    paths: dict[str, int] = {}
+    supported = UNFOLD.supported_dtypes(device)
+    for dtype in (dtype for dtype in DTYPES if dtype in supported):
+        for sample in UNFOLD.sample_inputs(device, dtype):
+            nchw = sample.input
+            if nchw.dim() != 4:
+                continue
+            given = {
+                "dilation": 1,
+                "padding": 0,
+                "stride": 1,
+                **dict(zip(UNFOLD_ARGUMENTS, sample.args, strict=False)),
+            }
+            given.update(sample.kwargs)
+            kernel, dilation, padding, stride = (given[name] for name in UNFOLD_ARGUMENTS)
+            unfolded = torch.nn.functional.unfold(nchw, kernel, dilation, padding, stride)  # (N, C*R*S, L)
+            n, c = nchw.shape[:2]
+            r, s = (kernel, kernel) if isinstance(kernel, int) else kernel
+            length = unfolded.shape[-1]
+            expected = unfolded.view(n, c, r, s, length).permute(0, 4, 2, 3, 1).reshape(n * length, r * s * c)
+            x = nchw.permute(0, 2, 3, 1)
+            path = tmakit.im2col_path(x, kernel, stride, padding, dilation).path
+            got = tmakit.im2col(x, kernel, stride, padding, dilation)
+            where = f"{dtype} {tuple(nchw.shape)} {given} ({path})"
+            assert got.shape == expected.shape and torch.equal(got, expected), where
+            paths[path] = paths.get(path, 0) + 1
+    assert sum(paths.values()) > 100  # the database still holds unfold's samples
+    return paths
+
+
+def test_opinfo_samples_of_unfold_through_im2col_are_exact_on_the_cpu():
+    assert set(run_unfold_samples("cpu")) == {"torch"}  # CPU tensors: torch's expression serves each
+
+
+@pytest.mark.gpu
+def test_gpu_opinfo_samples_of_unfold_through_im2col_are_exact(capsys):
+    paths = run_unfold_samples("cuda")
+    with capsys.disabled():
+        print(f"\nOpInfo unfold samples by path: {paths}")

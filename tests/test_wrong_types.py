@@ -140,6 +140,19 @@ def torch_entries() -> list[Entry]:
         Entry(
             "im2col",
             tmakit.im2col,
+            {
+                "x": half(2, 8, 8, 16),
+                "kernel": 3,
+                "stride": 1,
+                "padding": 1,
+                "dilation": 1,
+                "out": None,
+                "strict": False,
+            },
+        ),  # fmt: skip
+        Entry(
+            "im2col_path",
+            tmakit.im2col_path,
             {"x": half(2, 8, 8, 16), "kernel": 3, "stride": 1, "padding": 1, "dilation": 1, "out": None},
         ),
     ]
@@ -204,6 +217,7 @@ def stand_ins(monkeypatch):
         monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
         monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
+    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
@@ -252,6 +266,7 @@ def test_every_public_entry_is_drawn_on():
             "copy_",
             "copy_path",
             "im2col",
+            "im2col_path",
             "load_tiles",
             "padded_empty",
             "reduce_into_",

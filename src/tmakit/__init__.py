@@ -3,9 +3,9 @@
 The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `copy_` (with
 `CopyOptions`; `copy_path` names the path a copy takes), `reduce_into_` and `add_` (TMA reduce
 stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a call takes),
-`im2col` (TMA im2col loads), the configuration and plan types and the errors. Building blocks for
-your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view
-helpers).
+`im2col` (TMA im2col loads, torch's expression where TMA cannot serve; `im2col_path` names the
+path), the configuration and plan types and the errors. Building blocks for your own kernel:
+`tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
 """
 
 from .api import (
@@ -15,6 +15,7 @@ from .api import (
     copy_,
     copy_path,
     im2col,
+    im2col_path,
     load_tiles,
     padded_empty,
     reduce_into_,
@@ -41,6 +42,7 @@ __all__ = [
     "copy_",
     "copy_path",
     "im2col",
+    "im2col_path",
     "load_tiles",
     "padded_empty",
     "reduce_into_",

@@ -7,14 +7,14 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
 - `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch;
 - `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why);
-- `im2col`: `im2col`.
+- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
 
 from .copy import check_copy_layout, copy, copy_, copy_dispatch, copy_path, plan_copy
-from .im2col import im2col
+from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .reduce import add_, reduce_into_, reduce_options, reduce_path
 from .tensors import check_on_gpu, check_torch_tensor
@@ -30,10 +30,13 @@ __all__ = [
     "copy_dispatch",
     "copy_path",
     "im2col",
+    "im2col_path",
     "load_tiles",
     "padded_empty",
     "plan_copy",
     "reduce_into_",
     "reduce_options",
     "reduce_path",
+    "strided_patches",
+    "torch_im2col",
 ]

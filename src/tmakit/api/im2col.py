@@ -1,23 +1,26 @@
 """`im2col`: the patch matrix of a 2-D convolution gathered by TMA im2col loads (the small 1x1
-ones that are a reshape of the activation: its TMA copy)."""
+ones that are a reshape of the activation: its TMA copy), or, where TMA cannot serve the call,
+by torch's expression of the same matrix (`torch_im2col`); `im2col_path` names which and why."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import dtype_of
 from ..errors import TmaConfigError
-from ..plan import Im2colPlan, Im2colTooSmall
+from ..limits import DEFAULT_SM_COUNT
+from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
+from ..plan.route import Route
 from ..runtime.launch import im2col_launcher
-from ..validate import check_base_address
+from ..validate import flag
 from .copy import copy_
 from .known import calls_table, known_call, typed
-from .tensors import check_gpu_tensor, check_torch_tensor, device_facts, import_torch
+from .tensors import check_torch_tensor, cuda_device_index, device_facts, import_torch
 
 if TYPE_CHECKING:
     import torch
+
+Launch = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 
 def im2col(
@@ -28,6 +31,7 @@ def im2col(
     dilation: int | tuple[int, int] = 1,
     *,
     out: torch.Tensor | None = None,
+    strict: bool = False,
 ) -> torch.Tensor:
     """The patch matrix of a 2-D convolution over the NHWC activation `x`, gathered by TMA im2col
     loads: a new (N*P*Q, R*S*C) tensor of `x`'s dtype whose row n*P*Q + p*Q + q holds output
@@ -35,64 +39,176 @@ def im2col(
     (column (r*S + s)*C + c); the padding reads as zeros. `kernel`, `stride`, `padding` and
     `dilation` are an int or a (height, width) pair, as torch's conv2d takes them.
 
-    `x` is a contiguous (N, H, W, C) CUDA tensor of fp16, bf16 or fp32 (a channels_last NCHW
-    tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes. Raises
-    TmaConfigError before anything compiles for what im2col TMA cannot serve (`plan.Im2colPlan`:
-    channel counts, corner and stride ranges, an empty output, a patch matrix of one row or one
-    box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one that small is
-    x.reshape(N*H*W, C), copied by TMA (`copy_`). Compiled once per shape, dtype and
-    convolution parameters; a call like one seen before (x's shape, strides, dtype and device,
-    the same convolution) skips the planning, not the checks of where x and out lie. `out`:
-    write into this contiguous (N*P*Q, R*S*C) tensor of `x`'s dtype on its device instead of a
-    new one."""
+    TMA serves a contiguous (N, H, W, C) CUDA tensor of fp16, bf16 or fp32 (a channels_last NCHW
+    tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes, that
+    `plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
+    of one row or one box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one
+    that small is x.reshape(N*H*W, C), copied by TMA (`copy_`). Any other 4-D tensor torch can
+    pad and view - on the CPU, of another dtype, strided, misaligned - takes torch's expression
+    of the same matrix (`torch_im2col`); `im2col_path` names the path a call takes and why.
+    `strict=True` raises TmaConfigError instead, before anything compiles, naming the rule TMA's
+    path breaks. Arguments no path serves (not a tensor, not rank 4, a kernel of 0, a negative
+    padding, a filter larger than the padded input, an `out` of another shape, dtype or device)
+    raise TmaConfigError either way.
+
+    Compiled once per shape, dtype and convolution parameters; a call like one seen before (x's
+    shape, strides, dtype and device, the same convolution) skips the planning and its route,
+    not the checks of where x and out lie. `out`: write into this (N*P*Q, R*S*C) tensor of
+    `x`'s dtype on its device instead of a new one (contiguous and 16-byte aligned for TMA)."""
     torch = import_torch("im2col")
-    patch_shape, launch = known_call(
+    if strict is not False and strict is not True:
+        strict = flag(strict, "strict")  # a string such as 'false' would read as true
+    call, launch = known_call(
         _CALLS,
         lambda: (x.shape, x.stride(), x.dtype, x.device, typed((kernel, stride, padding, dilation))),
         lambda: plan_im2col(x, kernel, stride, padding, dilation),
     )
-    check_base_address(x.data_ptr())  # every call: where the tensor lies is not in the key
+    patch_shape = call.conv.patch_shape
+    if out is not None:
+        check_im2col_out(out, x, patch_shape)
+    # Every call: where the tensors lie is not in the key.
+    route = call.placed(x.data_ptr(), patch_facts(out))
+    if not route.by_tma:
+        if strict:
+            raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
+        return gathered(x, call.conv, out)
     if out is None:
         out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
-    else:
-        check_im2col_out(out, x, patch_shape)
     launch(x, out)
     return out
 
 
-# The calls seen (`known.known_call`): (patch shape, launch) by x's shape, strides, dtype and
-# device and the convolution's arguments; x's address and out are checked on every call.
-_CALLS: dict[tuple, tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]] = calls_table()
+def im2col_path(
+    x: torch.Tensor,
+    kernel: int | tuple[int, int],
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    *,
+    out: torch.Tensor | None = None,
+) -> Route:
+    """The path `im2col` takes for these arguments, and why; nothing compiles or launches.
+
+    Args:
+        x: the NHWC activation, as `im2col` takes it.
+        kernel, stride, padding, dilation: the convolution, each an int or a (height, width) pair.
+        out: the patch matrix `im2col` would write into, where one is given.
+
+    Returns:
+        A `plan.route.Route` of op "im2col": path "tma" (TMA im2col loads, or a 1x1 patch
+        matrix as x's rows copied by TMA) or "torch" (torch's expression, `torch_im2col`), with
+        the rule that failed as its reason.
+
+    Raises:
+        TmaConfigError: for arguments no path serves (`im2col`'s docstring lists them).
+    """
+    import_torch("im2col_path")
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
+    if out is not None:
+        check_im2col_out(out, x, call.conv.patch_shape)
+    return call.placed(x.data_ptr(), patch_facts(out))
+
+
+def torch_im2col(
+    x: torch.Tensor,
+    kernel: int | tuple[int, int],
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`im2col`'s patch matrix by torch's ops alone, for any 4-D tensor torch can pad (the path
+    `im2col` takes where TMA cannot serve the call; the drop-in study's torch baseline): the
+    arguments and `out` as `im2col` takes them, `out` of any strides."""
+    import_torch("torch_im2col")
+    check_torch_tensor(x, "im2col", "x")
+    conv = im2col_conv(tuple(x.shape), kernel, stride, padding, dilation)
+    if out is not None:
+        check_im2col_out(out, x, conv.patch_shape)
+    return gathered(x, conv, out)
+
+
+def gathered(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None) -> torch.Tensor:
+    """`strided_patches`, with torch's RuntimeError (a dtype it cannot pad or copy) as
+    TmaConfigError: the path `im2col` takes where TMA cannot serve the call."""
+    try:
+        return strided_patches(x, conv, out)
+    except RuntimeError as error:
+        raise TmaConfigError(
+            f"torch's im2col expression (F.pad + as_strided) of x {tuple(x.shape)} {x.dtype} on "
+            f"{x.device} failed: {error}"
+        ) from error
+
+
+def strided_patches(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The patch matrix of `conv` over `x` in torch's ops alone: `F.pad`, the windows as one
+    `as_strided` view of the padded tensor, and a copy into `out`'s rows (a new tensor when
+    None). Nothing but torch ops, so that `torch.compile` traces it whole (the drop-in study's
+    inductor baseline)."""
+    torch = import_torch("im2col")
+    (pad_h, pad_w), (stride_h, stride_w), (dil_h, dil_w) = conv.padding, conv.stride, conv.dilation
+    (r, s), (p, q) = conv.filter, conv.output_shape
+    # No padding: x's own strides, so a strided x is viewed, not copied first.
+    padded = torch.nn.functional.pad(x, (0, 0, pad_w, pad_w, pad_h, pad_h)) if pad_h or pad_w else x
+    n, _, _, c = padded.shape
+    step_n, step_h, step_w, step_c = padded.stride()
+    windows = padded.as_strided(
+        (n, p, q, r, s, c),
+        (step_n, step_h * stride_h, step_w * stride_w, step_h * dil_h, step_w * dil_w, step_c),
+    )
+    if out is None:
+        out = torch.empty(conv.patch_shape, dtype=x.dtype, device=x.device)
+    if out.is_contiguous():
+        out.view(n, p, q, r, s, c).copy_(windows)
+    else:
+        out.copy_(windows.reshape(conv.patch_shape))
+    return out
+
+
+# The calls seen (`known.known_call`): (the call's layout and route, launch) by x's shape,
+# strides, dtype and device and the convolution's arguments; x's address and out are checked on
+# every call.
+_CALLS: dict[tuple, tuple[Im2colCall, Launch | None]] = calls_table()
+
+
+def im2col_facts(x: object, kernel: object, stride: object, padding: object, dilation: object) -> Im2colFacts:
+    """What `plan.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
+    device; x's address is this call's."""
+    check_torch_tensor(x, "im2col", "x")
+    device = cuda_device_index(x)
+    return Im2colFacts(
+        tuple(int(e) for e in x.shape),
+        tuple(int(s) for s in x.stride()),
+        str(x.dtype).removeprefix("torch."),
+        x.element_size(),
+        x.data_ptr(),
+        device,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        sm_count=device_facts(x.device)[0] if device >= 0 else DEFAULT_SM_COUNT,
+    )
 
 
 def plan_im2col(
     x: torch.Tensor, kernel: object, stride: object, padding: object, dilation: object
-) -> tuple[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]]:
-    """A new call's checks in full: its patch shape and how to launch it (TmaConfigError for what
-    TMA's im2col cannot serve, before anything compiles)."""
+) -> tuple[Im2colCall, Launch | None]:
+    """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA launches
+    it (None on torch's path). TmaConfigError for arguments no path serves."""
     torch = import_torch("im2col")
-    check_gpu_tensor(x, "im2col", "x")
-    shape = tuple(int(e) for e in x.shape)
-    dtype = dtype_of(x.dtype)
-    try:
-        plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation, sm_count=device_facts(x.device)[0])
-    except Im2colTooSmall as small:
-        if not small.is_reshape:
-            raise
-        plan = None  # a 1x1 stride-1 unpadded im2col too small for the im2col atom: x as rows
-    if not x.is_contiguous():
-        raise TmaConfigError(
-            f"x of shape {shape} has strides {tuple(x.stride())}; tmakit.im2col takes a contiguous NHWC "
-            "tensor: pass x.contiguous() (a channels_last NCHW tensor t: t.permute(0, 2, 3, 1))"
-        )
-    check_base_address(x.data_ptr())
-    if plan is None:
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
+    if not call.route.by_tma:
+        return call, None
+    if call.as_rows:
+        shape = call.conv.shape
 
         def copy_rows(x: torch.Tensor, out: torch.Tensor) -> None:
             copy_(out.view(shape), x)  # the patch matrix is x's own memory as (N*H*W, C) rows
 
-        return (math.prod(shape[:3]), shape[3]), copy_rows
-    device, launchers = str(x.device), []
+        return call, copy_rows
+    plan, device, launchers = call.plan, str(x.device), []
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
         if not launchers:  # compiled at the first launch: after out's checks
@@ -100,17 +216,20 @@ def plan_im2col(
         with torch.cuda.device(x.device):
             launchers[0](x, out)
 
-    return plan.patch_shape, launch
+    return call, launch
 
 
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
-    """A caller's patch matrix: a contiguous (M, K) tensor of `x`'s dtype on `x`'s device."""
+    """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device (what TMA
+    needs besides, contiguity and alignment, is the route's: `plan.im2col.placement_rule`)."""
     check_torch_tensor(out, "im2col", "out")
     if tuple(out.shape) != patch_shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(
             f"out is {tuple(out.shape)} {out.dtype} on {out.device}; this im2col writes a "
             f"{patch_shape} {x.dtype} patch matrix on {x.device}: pass one of those, or no out"
         )
-    if not out.is_contiguous():
-        raise TmaConfigError(f"out has strides {tuple(out.stride())}; pass a contiguous patch matrix")
-    check_base_address(out.data_ptr())
+
+
+def patch_facts(out: torch.Tensor | None) -> PatchFacts | None:
+    """What the route reads of a caller's (checked) patch matrix: its strides and address."""
+    return None if out is None else PatchFacts(tuple(out.stride()), out.data_ptr())

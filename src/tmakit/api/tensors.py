@@ -83,6 +83,12 @@ def check_on_gpu(tensor: torch.Tensor, name: str) -> None:
         )
 
 
+def cuda_device_index(tensor: torch.Tensor) -> int:
+    """The index of the CUDA device `tensor` is on; -1 for any other device (as a route's facts
+    take it: `plan.route`)."""
+    return tensor.get_device() if tensor.is_cuda else -1
+
+
 def check_gpu_tensor(tensor: object, what: str, name: str) -> None:
     """A torch tensor with memory TMA can address (`check_torch_tensor`), on a CUDA device
     (`check_on_gpu`): what an op's own input must be."""

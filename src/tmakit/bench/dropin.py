@@ -4,9 +4,10 @@ expression of the same result eagerly and against the faster of that expression 
 every tmakit result checked element for element first, each row naming the path tmakit took.
 
 The ops: `copy_` (the same layout), the transposing `copy_` (a column-major source into a
-row-major destination), `add_`, and `im2col` (torch: `F.pad` + `as_strided` + `reshape`, written
-into the patch matrix). Eager times are back-to-back calls, host included (wall time per call of
-a loop, the GPU synchronised at its ends); device times are CUDA-graph replays.
+row-major destination), `add_`, and `im2col` (torch: `F.pad` + `as_strided`, written into the
+patch matrix: `api.strided_patches`, the expression `im2col` itself falls back to). Eager times
+are back-to-back calls, host included (wall time per call of a loop, the GPU synchronised at its
+ends); device times are CUDA-graph replays.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .. import api
 from ..config import DTYPES
+from ..plan import im2col_conv
 from .report import BenchRow
 from .suites import rotation_buffers
 from .timing import eager_samples_us, interleaved_graph_samples_us
@@ -26,7 +28,7 @@ OPS = ("copy", "transpose", "add", "im2col")
 KINDS = {"copy": "copy", "transpose": "copy", "add": "reduce", "im2col": "load"}  # bytes counted
 EAGER = "eager"  # the suffix of an eager row's name
 # The kernel each op runs where tmakit has no planner that names its path.
-FAMILY_PATHS = {"copy": "tma-ring", "transpose": "tma-transpose", "add": "tma-reduce", "im2col": "tma-im2col"}
+FAMILY_PATHS = {"copy": "tma-ring", "transpose": "tma-transpose", "add": "tma-reduce"}
 
 
 @dataclass(frozen=True)
@@ -58,19 +60,6 @@ class DropinCase:
         return math.prod(self.shape) * DTYPES[self.dtype].nbytes
 
 
-def strided_im2col(x: Any, r: int, stride: int, padding: int, out: Any) -> Any:
-    """The fastest torch expression of the (N*P*Q, R*R*C) patch matrix of the NHWC `x`: `F.pad`,
-    the windows as one `as_strided` view, copied into `out`'s rows."""
-    import torch.nn.functional as F
-
-    padded = F.pad(x, (0, 0, padding, padding, padding, padding))
-    n, h, w, c = padded.shape
-    p, q = (h - r) // stride + 1, (w - r) // stride + 1
-    sn, sh, sw, _ = padded.stride()
-    windows = padded.as_strided((n, p, q, r, r, c), (sn, sh * stride, sw * stride, sh, sw, 1))
-    return out.view(n, p, q, r, r, c).copy_(windows)
-
-
 def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callable]:
     """(inputs, outputs, tmakit's call, torch's call) on `count` rotated buffers, seeded: each call
     takes (input, output)."""
@@ -85,7 +74,8 @@ def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callab
         rows = case.tensor_bytes // (r * r * case.shape[3] * DTYPES[case.dtype].nbytes)
         outs = [torch.empty(rows, r * r * case.shape[3], dtype=element, device="cuda") for _ in range(count)]
         ours = lambda x, o: api.im2col(x, r, stride, padding, out=o)  # noqa: E731
-        theirs = lambda x, o: strided_im2col(x, r, stride, padding, o)  # noqa: E731
+        conv = im2col_conv(case.shape, r, stride, padding)
+        theirs = lambda x, o: api.strided_patches(x, conv, o)  # noqa: E731
         return xs, outs, ours, theirs
     if case.op == "transpose":
         xs = [new(case.shape[::-1]).t() for _ in range(count)]  # column-major views

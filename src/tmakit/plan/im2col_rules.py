@@ -96,11 +96,19 @@ def check_window(plan) -> None:  # an Im2colPlan (its module imports this one)
                 f"dilation); a rank-{IM2COL_RANK} im2col tensor map takes corners in {low}..{high}: "
                 "use less padding, or pad the activation yourself (torch.nn.functional.pad)"
             )
-        if plan.output_shape[dim] < 1:
-            raise TmaConfigError(
-                f"the {name} {plan.shape[1 + dim]} with padding {padding} is smaller than the "
-                f"dilated filter ({span + 1}): no output pixel; pad more or use a smaller filter"
-            )
+        check_output_pixels(plan, dim)
+
+
+def check_output_pixels(conv, dim: int) -> None:  # an Im2colConv or an Im2colPlan
+    """At least one output pixel along `dim` (0: height, 1: width): the padded input holds the
+    dilated filter. A rule of the convolution itself, whatever path serves it."""
+    if conv.output_shape[dim] < 1:
+        name, padding = ("height", "width")[dim], conv.padding[dim]
+        span = (conv.filter[dim] - 1) * conv.dilation[dim]
+        raise TmaConfigError(
+            f"the {name} {conv.shape[1 + dim]} with padding {padding} is smaller than the "
+            f"dilated filter ({span + 1}): no output pixel; pad more or use a smaller filter"
+        )
 
 
 def check_size(plan) -> None:  # an Im2colPlan (its module imports this one)
@@ -242,17 +250,23 @@ def check_dtype(dtype: object) -> None:
         )
 
 
-def check_activation(shape: tuple[int, ...], dtype: str) -> None:
-    """What the activation itself must be: NHWC of rank 4, fp16/bf16/fp32, every extent >= 1,
-    each pixel's channels a whole number of 16-byte chunks (the W stride, C elements, is a global
-    stride of the tensor map)."""
-    check_dtype(dtype)
+def check_nhwc(shape: tuple[int, ...]) -> None:
+    """An activation of rank 4, (N, H, W, C): a rule of the convolution itself, whatever path
+    serves it."""
     if len(shape) != IM2COL_RANK:
         raise TmaConfigError(
             f"activation of shape {shape} has rank {len(shape)}; tmakit.im2col takes a 2-D convolution's "
             "NHWC activation (N, H, W, C): add a batch dim of 1, or permute an NCHW tensor with "
             ".permute(0, 2, 3, 1).contiguous()"
         )
+
+
+def check_activation(shape: tuple[int, ...], dtype: str) -> None:
+    """What the activation itself must be: NHWC of rank 4, fp16/bf16/fp32, every extent >= 1,
+    each pixel's channels a whole number of 16-byte chunks (the W stride, C elements, is a global
+    stride of the tensor map)."""
+    check_dtype(dtype)
+    check_nhwc(shape)
     if min(shape) < 1:
         raise TmaConfigError(f"activation of shape {shape} has an extent below 1; every extent must be >= 1")
     channels, nbytes = shape[3], DTYPES[dtype].nbytes
