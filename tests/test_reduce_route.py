@@ -210,10 +210,10 @@ def test_a_dtype_change_torch_takes_is_served_and_one_it_refuses_is_named(torch)
 @pytest.mark.parametrize("op", ["add", "min", "max", "inc", "xor"])
 def test_a_source_larger_than_dst_is_refused_and_dst_keeps_its_shape(torch, op):
     """torch's in-place op refuses a source that does not broadcast to dst; an `out=` op would
-    resize dst instead, so tmakit refuses it for every op."""
+    resize dst instead, so tmakit's route refuses it for every op, naming both shapes."""
     dtype = torch.int64
     dst = torch.zeros(4, dtype=dtype)
-    with pytest.raises(TmaConfigError, match=r"doesn't match the broadcast shape \[3, 4\]"):
+    with pytest.raises(TmaConfigError, match=r"destination is \(4,\), source \(3, 4\): the source does not"):
         tmakit.reduce_into_(dst, torch.ones(3, 4, dtype=dtype), op)
     assert dst.shape == (4,) and not dst.any()
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.route import PairFacts, Route, copy_route
+from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_outer_strides, check_rank, flag
@@ -24,6 +24,7 @@ from .tensors import (
     checked_tensor,
     device_facts,
     import_torch,
+    pair_facts,
 )
 
 if TYPE_CHECKING:
@@ -343,20 +344,11 @@ def copy_path(
         TMA-served pair's planner refusing the options given)."""
     chosen = CopyOptions.of(tile=tile, stages=stages, **options)
     try:
-        route = copy_route(pair_facts(dst, src))
+        route = copy_route(pair_facts(dst, src), l2_bytes=l2_of(src))
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
     return routed(dst, src, chosen, route)[0]
-
-
-def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
-    """What a copy's route is a function of, read off its tensors."""
-    return PairFacts(
-        tuple(dst.shape), tuple(src.shape), tuple(src.stride()), tuple(dst.stride()),
-        str(src.dtype).removeprefix("torch."), str(dst.dtype).removeprefix("torch."), src.element_size(),
-        src.data_ptr(), dst.data_ptr(), src.get_device(), dst.get_device(),
-    )  # fmt: skip
 
 
 def routed_copy_launcher(
@@ -364,11 +356,18 @@ def routed_copy_launcher(
 ) -> Launcher:
     """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
     picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""
-    route, launcher = routed(dst, src, options, copy_route(pair_facts(dst, src)))
+    route, launcher = routed(
+        dst, src, options, copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src))
+    )
     if strict and not route.by_tma:
         plan_copy(dst, src, options, facts)  # raises the planner's error for what it refuses
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
     return launcher
+
+
+def l2_of(tensor: torch.Tensor) -> int | None:
+    """The L2 bytes of a CUDA tensor's device (None off the GPU), for `plan.route`'s rule table."""
+    return device_facts(tensor.device)[1] if tensor.get_device() >= 0 else None
 
 
 def routed(

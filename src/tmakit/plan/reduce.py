@@ -23,6 +23,7 @@ a reduce does arithmetic, so a dtype the table lacks for the op is torch's, neve
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from ..config import DTYPES, dtype_of, rows_view
@@ -31,7 +32,7 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
-from .route import PairFacts, Route, broadcasts, canonical_pair, strided_rule, torch_route
+from .route import PairFacts, Route, broadcasts, canonical_pair, strided_rule, torch_faster, torch_route
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -160,12 +161,18 @@ def _reduce_plan(copy: CopyPlan, op: str) -> ReducePlan:
     return ReducePlan(copy, op)
 
 
-def reduce_route(facts: PairFacts, op: str) -> Route:
+def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Route:
     """The route of `dst = dst op src` on `facts`' tensors (the module's docstring gives the
     order); TmaConfigError for an op that is not one of `REDUCE_OPS`, whatever the tensors. The
     reduce's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
-    tile against the shape); the API then takes torch's path with that reason."""
+    tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
+    device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
     one_of(op, "reduce op", REDUCE_OPS)
+    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
+        raise TmaConfigError(
+            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+            "to the destination's shape; a reduce combines elements of one shape"
+        )
     if facts.src_device < 0 or facts.src_device != facts.dst_device:
         return torch_route(op, "the tensors are not both on one CUDA device")
     if facts.src_dtype != facts.dst_dtype:
@@ -173,11 +180,6 @@ def reduce_route(facts: PairFacts, op: str) -> Route:
             op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): a TMA reduce combines one dtype"
         )
     if facts.src_shape != facts.shape:
-        if not broadcasts(facts.src_shape, facts.shape):
-            raise TmaConfigError(
-                f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
-                "to the destination's shape; a reduce combines elements of one shape"
-            )
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     refused = pair_rule(op, facts.src_dtype)
     if refused is not None:
@@ -191,6 +193,10 @@ def reduce_route(facts: PairFacts, op: str) -> Route:
                 f"{name}'s base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned (TMA needs it; "
                 "a .clone() is)",
             )
+    if torch_faster(op, 3 * math.prod(facts.shape) * facts.nbytes, l2_bytes):
+        return torch_route(
+            op, f"an {op} beyond L2: torch's in-place op measured faster than TMA reduce stores"
+        )
     if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
         return Route(op, "tma", "the tensors as laid out")
     shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)

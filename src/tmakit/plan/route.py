@@ -21,6 +21,7 @@ bits, so bool moves as uint8 and float64 as int64.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
@@ -51,6 +52,13 @@ MOVED_AS: dict[str, str] = {
     "float8_e8m0fnu": "uint8",
 }
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
+
+# Where torch's own kernel measured faster than TMA's, by call: the fraction of the L2 that the
+# bytes a call moves must exceed for its route to be torch's. Measured in the drop-in study
+# (benchmarks/results/dropin.json): a same-layout compact copy (the driver's memcpy) 0.94x at
+# 256 MiB where TMA's was 1.02x at 16 MiB; add_ (TMA reduce stores, applied by the L2) 1.32x at
+# 1 MiB, 0.90x from 16 MiB. Not strict calls only: strict asks for TMA.
+TORCH_FASTER_BEYOND_L2: dict[str, float] = {"same-layout copy": 1.0, "add": 0.5}
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     each extent equal or 1, no more dims than `to`)."""
     if len(shape) > len(to):
         return False
-    return all(extent in (1, target) for extent, target in zip(reversed(shape), reversed(to)))
+    return all(extent in (1, target) for extent, target in zip(reversed(shape), reversed(to), strict=False))
 
 
 def moved_dtype(torch_name: str) -> str | None:
@@ -113,20 +121,28 @@ def moved_dtype(torch_name: str) -> str | None:
     return _TMAKIT_BY_TORCH.get(torch_name) or MOVED_AS.get(torch_name)
 
 
-def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
+def torch_faster(call: str, moved_bytes: int, l2_bytes: int | None) -> bool:
+    """Whether `TORCH_FASTER_BEYOND_L2` gives a call moving `moved_bytes` to torch's kernel
+    (never without an L2 size: a pure plan, a strict call)."""
+    share = TORCH_FASTER_BEYOND_L2.get(call)
+    return l2_bytes is not None and share is not None and moved_bytes > share * l2_bytes
+
+
+def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
     """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
-    tile against the shape); the API then takes torch's path with that reason."""
+    tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
+    device's L2, for `TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
+    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
+        raise TmaConfigError(
+            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+            f"to the destination's shape; they must match (tmakit.copy(src) allocates a matching one)"
+        )
     if facts.src_device < 0 or facts.src_device != facts.dst_device:
         return torch_route(op, "the tensors are not both on one CUDA device")
     if facts.src_dtype != facts.dst_dtype:
         return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): TMA moves bits")
     if facts.src_shape != facts.shape:
-        if not broadcasts(facts.src_shape, facts.shape):
-            raise TmaConfigError(
-                f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
-                f"to the destination's shape; they must match (tmakit.copy(src) allocates a matching one)"
-            )
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     dtype = moved_dtype(facts.src_dtype)
     if dtype is None:
@@ -137,6 +153,14 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
+    if facts.src_strides == facts.dst_strides and torch_faster(
+        "same-layout copy", 2 * math.prod(facts.shape) * facts.nbytes, l2_bytes
+    ):
+        shape, strides, _ = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
+        if len(shape) == 1 and strides == (1,):
+            return torch_route(
+                op, "a same-layout compact copy beyond L2: the driver's memcpy measured faster"
+            )
     as_laid_out = strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes)
     if as_laid_out is None:
         return Route(op, "tma", "the tensors as laid out", moved_as)
