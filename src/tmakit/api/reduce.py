@@ -265,7 +265,8 @@ def plan_reduce_call(
     check_torch_tensor(src, "reduce_into_", "src")
     if strict:
         check_reduce_tensors(dst, src, op)
-    route = reduce_route(replace(pair_facts(dst, src), src_address=0, dst_address=0), op)
+    facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
+    route = reduce_route(facts, op, None if strict or facts.src_device < 0 else device_facts(dst.device)[1])
     kernel = spans = None
     if route.path in TMA_KERNEL_PATHS:
         try:
