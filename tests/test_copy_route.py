@@ -18,7 +18,7 @@ from tmakit.config import contiguous_index, major_of
 from tmakit.errors import TmaConfigError
 from tmakit.limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from tmakit.plan import CopyOptions, check_copy_shape, copy_class
-from tmakit.plan.route import PairFacts, canonical_pair, copy_route, moved_dtype
+from tmakit.plan.route import TORCH_FASTER_BEYOND_L2, PairFacts, canonical_pair, copy_route, moved_dtype
 
 # torch dtype name -> element bytes: every dtype torch's copy_ takes that a user is likely to pass
 DTYPE_BYTES = {
@@ -355,3 +355,35 @@ def test_gpu_drawn_pairs_copy_exactly_as_torch_does():
         by_path[path] = by_path.get(path, 0) + 1
         checked += 1
     assert checked == 300 and by_path.get("tma", 0) + by_path.get("tma-view", 0) > 50, by_path
+
+
+# -- the rule table: where torch's own kernel measured faster -------------------------------------
+L2 = 60 << 20  # the H200's 60 MiB
+COLUMNS = 4096  # fp32 rows of 16 KiB
+
+
+def rows_moving(share: float) -> int:
+    """The rows of a (rows, COLUMNS) fp32 copy whose bytes read plus written are `share` of L2."""
+    return int(share * L2) // (2 * COLUMNS * 4)
+
+
+@pytest.mark.parametrize(
+    "beyond, transposed, l2_bytes, path",
+    [
+        (1.0, False, L2, "tma"),  # the table's share exactly: not beyond it
+        (1.01, False, L2, "torch"),  # past it: the driver's memcpy
+        (16.0, False, L2, "torch"),
+        (16.0, False, None, "tma"),  # no L2 size (a pure plan, a strict call): TMA wherever it can
+        (16.0, True, L2, "tma"),  # a transposing copy is never memcpy's
+    ],
+)
+def test_the_rule_table_sends_a_large_same_layout_copy_to_the_drivers_memcpy(
+    beyond, transposed, l2_bytes, path
+):
+    rows = rows_moving(beyond * TORCH_FASTER_BEYOND_L2["same-layout copy"])
+    dst_strides = (1, rows) if transposed else (COLUMNS, 1)
+    facts = PairFacts((rows, COLUMNS), (rows, COLUMNS), (COLUMNS, 1), dst_strides, "float32", "float32", 4,
+                      BASE, 1 << 40, 0, 0)  # fmt: skip
+    route = copy_route(facts, l2_bytes=l2_bytes)
+    assert route.path == path, route
+    assert ("memcpy measured faster" in route.reason) == (path == "torch")

@@ -14,7 +14,7 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.plan import REDUCE_OPS, reduce_route
-from tmakit.plan.route import PATHS, PairFacts
+from tmakit.plan.route import PATHS, TORCH_FASTER_BEYOND_L2, PairFacts
 
 FP16_BYTES = 2
 
@@ -95,6 +95,23 @@ def test_a_reduce_takes_the_route_its_facts_name(name, pair, op, path, reason, v
     assert route.moved_as is None  # a reduce does arithmetic: never moved as another dtype
     assert route.by_tma == (path != "torch")
     assert str(route) == f"{op}: {path} ({route.reason})"
+
+
+@pytest.mark.parametrize(
+    "op, share, l2_bytes, path",
+    [
+        ("add", 1.0, 60 << 20, "tma"),  # the table's share exactly: not beyond it
+        ("add", 1.01, 60 << 20, "torch"),  # past it: torch's dst.add_(src)
+        ("add", 4.0, None, "tma"),  # no L2 size (a pure plan, a strict call): TMA wherever it can
+        ("min", 4.0, 60 << 20, "tma"),  # the table has no row for min: TMA reduce stores
+    ],
+)
+def test_the_rule_table_sends_an_add_beyond_its_share_of_l2_to_torch(op, share, l2_bytes, path):
+    columns = 4096  # uint32 rows of 16 KiB; 3 streams (dst read, src read, dst written)
+    rows = int(share * TORCH_FASTER_BEYOND_L2["add"] * (60 << 20)) // (3 * columns * 4)
+    route = reduce_route(facts((rows, columns), dtype="uint32", nbytes=4), op, l2_bytes)
+    assert route.path == path, route
+    assert ("measured faster" in route.reason) == (path == "torch")
 
 
 def test_an_unknown_op_is_refused_whatever_the_tensors():
