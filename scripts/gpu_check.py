@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,13 +36,19 @@ except ImportError as missing:  # the wrong interpreter: say which, and how to g
 class _Outcomes:
     def __init__(self) -> None:
         self.tests: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
         self.failures: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report):  # noqa: D401 - pytest hook
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
         if report.when == "call" or report.outcome != "passed":
             self.tests[report.nodeid] = report.outcome
         if report.outcome == "failed":  # why, so the JSON alone explains a red run
             self.failures[report.nodeid] = report.longreprtext[-2000:]
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -63,6 +70,9 @@ def main() -> int:
         arguments.append("--timeout=120")
     except ImportError:
         pass
+    # A `timeout` around this script sends SIGTERM: pytest then stops as if interrupted, and the
+    # tests run so far are still written (pytest's exit code 2 says the run was cut short).
+    signal.signal(signal.SIGTERM, interrupt)
     exit_code = pytest.main(arguments, plugins=[outcomes])
     demo = subprocess.run([sys.executable, "-m", "tmakit", "demo"], capture_output=True, text=True, cwd=root)
     print(demo.stdout, demo.stderr)
@@ -73,7 +83,10 @@ def main() -> int:
         "what": "Every GPU test (pytest -m gpu) and `tmakit demo` on the GPU (scripts/gpu_check.py); "
         "the demo's output in summary.",
         "context": {**device_context(args.commit), "python": platform.python_version(), "step": "check"},
-        "rows": [{"test": test, "outcome": outcome} for test, outcome in outcomes.tests.items()],
+        "rows": [
+            {"test": test, "outcome": outcome, "seconds": round(outcomes.seconds.get(test, 0.0), 2)}
+            for test, outcome in outcomes.tests.items()
+        ],
         "summary": {
             "passed": passed,
             "failed": failed,
