@@ -221,7 +221,7 @@ def plan_im2col(
 
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
     """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device (what TMA
-    needs besides, contiguity and alignment, is the route's: `plan.im2col.placement_rule`)."""
+    needs besides, contiguity and alignment, is the route's: `plan.im2col_route.placement_rule`)."""
     check_torch_tensor(out, "im2col", "out")
     if tuple(out.shape) != patch_shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(

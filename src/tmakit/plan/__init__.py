@@ -11,7 +11,7 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
   and each load their own A tile;
 - `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
 - `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
-  and stored by the copy's ring, and `im2col_route`, which path serves an im2col call;
+  and stored by the copy's ring; `im2col_route`: which path serves an im2col call, and why;
 - `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), `ReducePlan`, a copy
   whose stores reduce into the destination, and `reduce_route`, the path a reduce's tensors take;
 - `route`: `Route`, the path a two-tensor call takes (TMA, TMA on a view, or torch's op) and why.
@@ -20,16 +20,8 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 from .cluster_dot import DOT_DTYPES, ClusterDotPlan, StripWalk
 from .copy import CopyOptions, CopyPlan
 from .copy_class import check_copy_shape, copy_class, copy_destination, stand_in_config
-from .im2col import (
-    Im2colCall,
-    Im2colConv,
-    Im2colFacts,
-    Im2colPlan,
-    PatchFacts,
-    im2col_call,
-    im2col_conv,
-    im2col_route,
-)
+from .im2col import Im2colConv, Im2colPlan, im2col_conv
+from .im2col_route import Im2colCall, Im2colFacts, PatchFacts, im2col_call, im2col_route
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
