@@ -6,7 +6,8 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `tensors`: what every call checks (torch, a tensor's kind, device and shape, a pair of tensors);
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
 - `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch;
-- `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why);
+- `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
+  `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
