@@ -54,10 +54,10 @@ MOVED_AS: dict[str, str] = {
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
 # Where torch's own kernel measured faster than TMA's, by call: the fraction of the L2 that the
-# bytes a call moves must exceed for its route to be torch's. Measured in the drop-in study
-# (benchmarks/results/dropin.json): a same-layout compact copy (the driver's memcpy) 0.94x at
-# 256 MiB where TMA's was 1.02x at 16 MiB; add_ (TMA reduce stores, applied by the L2) 1.32x at
-# 1 MiB, 0.90x from 16 MiB. Not strict calls only: strict asks for TMA.
+# bytes a call moves must exceed for its route to be torch's. Past the L2 the driver's memcpy
+# outruns TMA's copy ring and torch's add_ outruns TMA reduce stores, which the L2 applies
+# (benchmarks/results/copy.json and reduce.json; docs/results.md has the figures). Within it TMA
+# keeps the call. Non-strict calls only: strict asks for TMA.
 TORCH_FASTER_BEYOND_L2: dict[str, float] = {"same-layout copy": 1.0, "add": 0.5}
 
 
