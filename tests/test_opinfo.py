@@ -1,6 +1,7 @@
 """torch's own test inputs through tmakit: the OpInfo sample inputs of torch's test suite for the
 copying ops, each through `tmakit.copy_` into a destination of the op's output layout, held to
-the op's output exactly; with `strict=True` each is that output or a TmaConfigError. And those of
+the op's output exactly; with `strict=True` each is that output or a TmaConfigError. Those of
+`add` through `tmakit.add_` where torch's in-place `add_` is defined, and those of
 `nn.functional.unfold` (4-D, as NHWC) through `tmakit.im2col`, held to unfold's output reordered
 to (N*P*Q, R*S*C).
 
@@ -93,6 +94,60 @@ def test_gpu_opinfo_samples_of_the_copying_ops_copy_exactly(capsys):
     with capsys.disabled():
         print(f"\nOpInfo copy samples by path: {paths}")
     assert paths.get("tma", 0) + paths.get("tma-view", 0) + paths.get("tma-rows", 0) > 0
+
+
+# -- add's samples through add_ ---------------------------------------------------------------------
+ADD = next(op for op in op_db if op.name == "add" and not op.variant_test_name)
+
+
+def run_add_samples(device: str) -> dict[str, int]:
+    """Each sample of `add` with a tensor `other` and no `alpha` (`tmakit.add_` takes none)
+    through `tmakit.add_` on a copy of its input: exactly `input.add_(other)` where that in-place
+    op is defined, refused (TmaConfigError, input untouched) where `other` would grow the input;
+    with `strict=True` the same sum or a TmaConfigError on torch's path only. Returns the count of
+    samples by path."""
+    paths: dict[str, int] = {}
+    supported = ADD.supported_dtypes(device)
+    for dtype in (dtype for dtype in DTYPES if dtype in supported):
+        for sample in ADD.sample_inputs(device, dtype):
+            other = sample.args[0] if sample.args else None
+            if not isinstance(other, torch.Tensor) or sample.kwargs:
+                continue
+            where = f"add {dtype} {tuple(sample.input.shape)} + {tuple(other.shape)} {other.dtype}"
+            dst = sample.input.clone()
+            if torch.broadcast_shapes(dst.shape, other.shape) != dst.shape:
+                for strict in (False, True):
+                    with pytest.raises(TmaConfigError, match="a reduce combines elements of one shape"):
+                        tmakit.add_(dst, other, strict=strict)
+                assert torch.equal(dst, sample.input), where
+                paths["refused"] = paths.get("refused", 0) + 1
+                continue
+            expected = sample.input.clone().add_(other)
+            path = tmakit.reduce_path(dst, other, "add").path
+            assert tmakit.add_(dst, other) is dst
+            torch.testing.assert_close(dst, expected, rtol=0, atol=0, equal_nan=True, msg=f"{where} ({path})")
+            strict = sample.input.clone()
+            try:
+                tmakit.add_(strict, other, strict=True)
+            except TmaConfigError:
+                assert path == "torch", (where, path)  # refused only where TMA has no path
+            else:
+                torch.testing.assert_close(strict, expected, rtol=0, atol=0, equal_nan=True, msg=where)
+            paths[path] = paths.get(path, 0) + 1
+    assert paths.get("refused", 0) and sum(paths.values()) > 30  # the database still holds add's samples
+    return paths
+
+
+def test_opinfo_samples_of_add_through_add__are_exact_on_the_cpu():
+    assert set(run_add_samples("cpu")) == {"torch", "refused"}  # CPU tensors: torch's add_ serves each
+
+
+@pytest.mark.gpu
+def test_gpu_opinfo_samples_of_add_through_add__are_exact(capsys):
+    paths = run_add_samples("cuda")
+    torch.cuda.synchronize()
+    with capsys.disabled():
+        print(f"\nOpInfo add samples by path: {paths}")
 
 
 # -- nn.functional.unfold's samples through im2col -------------------------------------------------
