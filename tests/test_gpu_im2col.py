@@ -86,7 +86,8 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda")
     out = out.view(x.dtype)  # all-ones bits: NaN
-    result = tmakit.im2col(x, kernel, stride, padding, dilation, out=out)
+    assert tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out).path == "tma"  # not the fallback
+    result = tmakit.im2col(x, kernel, stride, padding, dilation, out=out, strict=True)
     torch.cuda.synchronize()
     assert result.data_ptr() == out.data_ptr()
 

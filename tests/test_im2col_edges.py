@@ -208,8 +208,8 @@ def cpu_im2col(monkeypatch):
     api_im2col = importlib.import_module("tmakit.api.im2col")  # the module: tmakit.api.im2col is the function
     copies = []
 
-    def copy_(dst, src):
-        copies.append((tuple(dst.shape), tuple(src.shape)))
+    def copy_(dst, src, strict=False):
+        copies.append((tuple(dst.shape), tuple(src.shape), strict))
         return dst.copy_(src)
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
@@ -226,9 +226,11 @@ def test_a_1x1_too_small_for_the_im2col_atom_is_the_copy_of_x_as_rows(cpu_im2col
     for shape in ((1, 1, 1, 8), (2, 1, 1, 8), (1, 1, 2, 8)):
         x = torch.arange(math.prod(shape), dtype=torch.float16).reshape(shape)
         out = im2col(x, 1)
-        assert torch.equal(out, x.reshape(-1, 8)) and copies[-1] == (shape, shape)
+        assert torch.equal(out, x.reshape(-1, 8)) and copies[-1] == (shape, shape, False)
         given = torch.empty((math.prod(shape[:3]), 8), dtype=torch.float16)
         assert im2col(x, (1, 1), dilation=2, out=given) is given and torch.equal(given, x.reshape(-1, 8))
+        im2col(x, 1, out=given, strict=True)  # strict reaches the copy: it may not fall back either
+        assert copies[-1] == (shape, shape, True)
     with pytest.raises(TmaConfigError, match=r"out is \(2, 8\).*writes a \(1, 8\)"):
         im2col(
             torch.zeros((1, 1, 1, 8), dtype=torch.float16), 1, out=torch.zeros((2, 8), dtype=torch.float16)

@@ -9,6 +9,7 @@ On a Hopper GPU (`gpu`): the TMA route and each fallback against the same refere
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -277,6 +278,89 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
         route = api_im2col.im2col_path(x, *arguments)
         assert route.path == "torch" and str(refused.value).startswith(route.reason)
         assert torch.equal(api_im2col.im2col(x, *arguments), unfold_reference(x, *arguments))
+
+
+@pytest.fixture
+def gpu_stood_in(monkeypatch):
+    """tmakit.api.im2col with CPU tensors taken as on GPU 0 and a launch that records its tensors
+    (nothing runs): what a TMA call would launch, and what takes torch's path instead."""
+    import importlib
+
+    api_im2col = importlib.import_module("tmakit.api.im2col")
+    launched = []
+    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
+    monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
+    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launched.append(x))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    return api_im2col, launched
+
+
+def test_an_out_sharing_memory_with_x_is_refused_on_every_path(gpu_stood_in):
+    api_im2col, launched = gpu_stood_in
+    memory = torch.zeros(2 * 8 * 8 * 16 + 128 * 144, dtype=torch.float16)
+    x = memory[: 2 * 8 * 8 * 16].view(2, 8, 8, 16)
+    for start in (16, 2 * 8 * 8 * 16 - 8):  # inside x, and x's last pixel under out's first row
+        out = memory[start : start + 128 * 144].view(128, 144)
+        for strict in (False, True):
+            with pytest.raises(
+                TmaConfigError,
+                match=r"shares memory with x \(0x[0-9a-f]+\.\.0x[0-9a-f]+\); im2col reads x while it",
+            ):
+                api_im2col.im2col(x, 3, padding=1, out=out, strict=strict)
+            with pytest.raises(TmaConfigError, match="shares memory with x"):
+                api_im2col.im2col_path(x, 3, padding=1, out=out)
+    after = memory[2 * 8 * 8 * 16 :].view(128, 144)  # the next bytes: its own memory
+    assert api_im2col.im2col(x, 3, padding=1, out=after) is after and len(launched) == 1
+
+
+def test_a_call_autograd_records_takes_torchs_path_each_call(gpu_stood_in):
+    api_im2col, launched = gpu_stood_in
+    x = positions((2, 8, 8, 16), torch.float16)
+    assert api_im2col.im2col_path(x, 3, padding=1).path == "tma"
+    api_im2col.im2col(x, 3, padding=1)
+    leaf = x.clone().requires_grad_()  # the same key: the route is decided again for this call
+    route = api_im2col.im2col_path(leaf, 3, padding=1)
+    assert route.path == "torch" and "requires grad" in route.reason
+    patches = api_im2col.im2col(leaf, 3, padding=1)
+    patches.float().sum().backward()  # torch's expression recorded the graph
+    assert leaf.grad is not None and leaf.grad.shape == leaf.shape and len(launched) == 1
+    with pytest.raises(TmaConfigError, match=r"requires grad.*x.detach\(\)"):
+        api_im2col.im2col(leaf, 3, padding=1, strict=True)
+    api_im2col.im2col(leaf.detach(), 3, padding=1)
+    assert len(launched) == 2
+
+
+def test_a_zero_d_tensor_argument_is_planned_every_call_not_looked_up(gpu_stood_in):
+    """A 0-d tensor passes as an int but can change in place: no call finds another's plan by it."""
+    api_im2col, _ = gpu_stood_in
+    x = positions((1, 6, 6, 4), torch.float32)
+    kernel = torch.tensor(3)
+    assert api_im2col.im2col(x, kernel).shape == (16, 36)
+    kernel.fill_(1)
+    assert api_im2col.im2col(x, kernel).shape == (36, 4)
+
+
+@pytest.mark.parametrize("name", ["kernel", "stride", "padding", "dilation"])
+def test_arguments_past_any_extent_are_refused_naming_them(name):
+    x = positions((1, 6, 6, 4), torch.float32)
+    arguments = {"kernel": 1, name: (1, 2**70)}
+    with pytest.raises(
+        TmaConfigError, match=rf"{name} \(1, 1180591620717411303424\) has a value above 2147483648"
+    ):
+        tmakit.im2col(x, **arguments)
+
+
+def test_running_out_of_memory_is_torchs_own_error(monkeypatch):
+    import importlib
+
+    api_im2col = importlib.import_module("tmakit.api.im2col")
+
+    def exhausted(x, conv, out=None):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(api_im2col, "strided_patches", exhausted)
+    with pytest.raises(torch.OutOfMemoryError):
+        tmakit.im2col(positions((1, 6, 6, 4), torch.float32), 3)
 
 
 def test_im2col_path_names_the_route_and_raises_for_the_arguments():

@@ -12,7 +12,7 @@ from ..limits import DEFAULT_SM_COUNT
 from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
 from ..plan.route import Route
 from ..runtime.launch import im2col_launcher
-from ..validate import flag
+from ..validate import flag, span_bytes
 from .copy import copy_
 from .known import calls_table, known_call, typed
 from .tensors import check_torch_tensor, cuda_device_index, device_facts, import_torch
@@ -66,15 +66,18 @@ def im2col(
     patch_shape = call.conv.patch_shape
     if out is not None:
         check_im2col_out(out, x, patch_shape)
-    # Every call: where the tensors lie is not in the key.
-    route = call.placed(x.data_ptr(), patch_facts(out))
+    # Every call: where the tensors lie and whether autograd records them are not in the key.
+    route = call.placed(x.data_ptr(), patch_facts(out), records_grad(x, out))
     if not route.by_tma:
         if strict:
             raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
         return gathered(x, call.conv, out)
     if out is None:
         out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
-    launch(x, out)
+    if launch is None:  # a 1x1 patch matrix: x's own memory as (N*H*W, C) rows
+        copy_(out.view(call.conv.shape), x, strict=strict)
+    else:
+        launch(x, out)
     return out
 
 
@@ -106,7 +109,7 @@ def im2col_path(
     call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
-    return call.placed(x.data_ptr(), patch_facts(out))
+    return call.placed(x.data_ptr(), patch_facts(out), records_grad(x, out))
 
 
 def torch_im2col(
@@ -134,7 +137,9 @@ def gathered(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None) -> tor
     TmaConfigError: the path `im2col` takes where TMA cannot serve the call."""
     try:
         return strided_patches(x, conv, out)
-    except RuntimeError as error:
+    except (RuntimeError, TypeError, ValueError) as error:
+        if isinstance(error, import_torch("im2col").OutOfMemoryError):
+            raise  # the machine's memory, not a rule of the call's
         raise TmaConfigError(
             f"torch's im2col expression (F.pad + as_strided) of x {tuple(x.shape)} {x.dtype} on "
             f"{x.device} failed: {error}"
@@ -195,19 +200,13 @@ def im2col_facts(x: object, kernel: object, stride: object, padding: object, dil
 def plan_im2col(
     x: torch.Tensor, kernel: object, stride: object, padding: object, dilation: object
 ) -> tuple[Im2colCall, Launch | None]:
-    """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA launches
-    it (None on torch's path). TmaConfigError for arguments no path serves."""
+    """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA's im2col
+    loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
+    path serves."""
     torch = import_torch("im2col")
     call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
-    if not call.route.by_tma:
-        return call, None
-    if call.as_rows:
-        shape = call.conv.shape
-
-        def copy_rows(x: torch.Tensor, out: torch.Tensor) -> None:
-            copy_(out.view(shape), x)  # the patch matrix is x's own memory as (N*H*W, C) rows
-
-        return call, copy_rows
+    if not call.route.by_tma or call.as_rows:
+        return call, None  # torch's expression, or x's rows copied by `copy_`
     plan, device, launchers = call.plan, str(x.device), []
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
@@ -220,14 +219,28 @@ def plan_im2col(
 
 
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
-    """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device (what TMA
-    needs besides, contiguity and alignment, is the route's: `plan.im2col_route.placement_rule`)."""
+    """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device, sharing no
+    memory with `x` (every path reads x while it writes out). What TMA needs besides, contiguity
+    and alignment, is the route's: `plan.im2col_route.placement_rule`."""
     check_torch_tensor(out, "im2col", "out")
     if tuple(out.shape) != patch_shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(
             f"out is {tuple(out.shape)} {out.dtype} on {out.device}; this im2col writes a "
             f"{patch_shape} {x.dtype} patch matrix on {x.device}: pass one of those, or no out"
         )
+    nbytes, x_address, out_address = x.element_size(), x.data_ptr(), out.data_ptr()
+    x_end = x_address + span_bytes(tuple(x.shape), tuple(x.stride()), nbytes)
+    out_end = out_address + span_bytes(patch_shape, tuple(out.stride()), nbytes)
+    if x.numel() and out.numel() and x_address < out_end and out_address < x_end:
+        raise TmaConfigError(
+            f"out (bytes {out_address:#x}..{out_end:#x}) shares memory with x ({x_address:#x}..{x_end:#x}); "
+            "im2col reads x while it writes out: pass an out of its own memory, or no out"
+        )
+
+
+def records_grad(x: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether autograd would record the call: TMA's kernel records nothing, torch's expression does."""
+    return x.requires_grad or (out is not None and out.requires_grad)
 
 
 def patch_facts(out: torch.Tensor | None) -> PatchFacts | None:

@@ -37,7 +37,8 @@ class Im2colFacts:
     """What an im2col call's route is a function of: x's `shape`, element `strides`, dtype by
     torch's name (`float16`), element size `nbytes`, base `address` and CUDA `device` index (-1:
     not on a CUDA device); the convolution's arguments as the caller passed them; `out`'s facts
-    where one is given; the device's SM count (the plan's stages)."""
+    where one is given; the device's SM count (the plan's stages); whether autograd records the
+    call (x or out requires grad)."""
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -51,6 +52,7 @@ class Im2colFacts:
     dilation: object = 1
     out: PatchFacts | None = None
     sm_count: int = DEFAULT_SM_COUNT
+    records_grad: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,19 @@ class Im2colCall:
         """TMA serves the call as the copy of x as (N*H*W, C) rows."""
         return self.route.by_tma and self.plan is None
 
-    def placed(self, address: int, out: PatchFacts | None = None) -> Route:
+    def placed(self, address: int, out: PatchFacts | None = None, records_grad: bool = False) -> Route:
         """The route of this call with x at `address` and `out` where given: TMA's where the
-        tensors lie where TMA can address them, else torch's with the rule that failed. (The
-        per-call part of a route: a repeated call looks its `Im2colCall` up, then places it.)"""
+        tensors lie where TMA can address them and autograd records neither (`records_grad`),
+        else torch's with the rule that failed. (The per-call part of a route: a repeated call
+        looks its `Im2colCall` up, then places it.)"""
         if not self.route.by_tma:
             return self.route
+        if records_grad:
+            return torch_route(
+                IM2COL_OP,
+                "x or out requires grad; TMA's kernel records no autograd graph and torch's expression "
+                "does (pass x.detach() for TMA's)",
+            )
         broken = placement_rule(address, out, self.conv.patch_shape)
         return self.route if broken is None else torch_route(IM2COL_OP, broken)
 
@@ -147,7 +156,7 @@ def im2col_route(facts: Im2colFacts) -> Route:
     """The path an im2col call takes (`route.PATHS`: "tma" or "torch") and why: `im2col_call`'s
     route, placed where `facts` says the tensors lie. Raises TmaConfigError for the convolution's
     own arguments (`im2col_conv`), which no path serves."""
-    return im2col_call(facts).placed(facts.address, facts.out)
+    return im2col_call(facts).placed(facts.address, facts.out, facts.records_grad)
 
 
 def is_compact(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

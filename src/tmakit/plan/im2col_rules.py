@@ -58,6 +58,11 @@ def pair(value: object, name: str, minimum: int) -> tuple[int, int]:
         raise TmaConfigError(
             f"{name} {(height, width)} has a value below {minimum}; each must be >= {minimum}"
         )
+    if max(height, width) > MAX_EXTENT:  # past any extent TMA or a sane tensor has
+        raise TmaConfigError(
+            f"{name} {(height, width)} has a value above {MAX_EXTENT}; a convolution's "
+            f"{name} is at most a tensor's extent: pass e.g. {example}"
+        )
     return height, width
 
 
