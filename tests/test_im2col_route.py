@@ -338,6 +338,8 @@ def test_a_zero_d_tensor_argument_is_planned_every_call_not_looked_up(gpu_stood_
     assert api_im2col.im2col(x, kernel).shape == (16, 36)
     kernel.fill_(1)
     assert api_im2col.im2col(x, kernel).shape == (36, 4)
+    with pytest.raises(TmaConfigError, match=r"kernel tensor\(True\) is not an int"):  # a bool is no int
+        api_im2col.im2col(x, torch.tensor(True))
 
 
 @pytest.mark.parametrize("name", ["kernel", "stride", "padding", "dilation"])

@@ -223,8 +223,11 @@ def type_name(value: object) -> str:
 
 
 def is_flag(value: object) -> bool:
-    """Python's and numpy's booleans (which also pass as integers, so integer checks refuse them)."""
+    """Python's, numpy's and torch's (0-d) booleans, which also pass as integers, so integer
+    checks refuse them."""
     kind = type(value)
+    if kind.__module__ == "torch":
+        return str(getattr(value, "dtype", "")) == "torch.bool"
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"))
 
 
