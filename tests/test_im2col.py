@@ -174,9 +174,9 @@ def test_every_rule_is_refused_naming_value_rule_and_fix(fields, message):
 
 
 def test_the_refusals_come_before_anything_compiles(monkeypatch):
-    import tmakit.runtime.launch as launch
+    import tmakit.runtime.compile as compile_module
 
-    monkeypatch.setattr(launch, "compiled_once", lambda *a, **k: pytest.fail("compiled"))
+    monkeypatch.setattr(compile_module, "compiled_once", lambda *a, **k: pytest.fail("compiled"))
     with pytest.raises(TmaConfigError):
         compile_im2col(Im2colPlan((1, 8, 8, 3), "fp16", 3))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from ..config import LoadConfig
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
@@ -106,6 +107,35 @@ def compiled_once(
                     )
                 _COMPILED[key] = compiled
     return compiled
+
+
+# What `compiles` hands `compiled_once` beside the key: how to compile, not what is compiled.
+COMPILE_MODES = ("keep_ptx", "tvm_ffi")
+Arguments = ParamSpec("Arguments")
+
+
+def compiles(build: Callable[Arguments, tuple]) -> Callable[Arguments, CompiledKernel]:
+    """A kernel family's compile, cached under a key derived from the call: `build(...)` returns
+    (host function, *example arguments), and its arguments, bound to its signature with the
+    defaults applied, are everything the kernel is built from. So the key is `build`'s name and
+    those arguments (`keep_ptx` and `tvm_ffi`, where `build` takes them, go to `compiled_once` as
+    the compile's mode): no argument can be left out of it. `build` runs only on a miss, after
+    the disk cache (TVM-FFI) is asked, so its checks of the plan run once per key too."""
+    signature = inspect.signature(build)
+
+    @functools.wraps(build)
+    def compile_family(*args: Any, **kwargs: Any) -> CompiledKernel:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        key = (
+            build.__name__,
+            *((name, value) for name, value in arguments.items() if name not in COMPILE_MODES),
+        )
+        mode = (bool(arguments.get(name, False)) for name in COMPILE_MODES)
+        return compiled_once(key, lambda: build(*bound.args, **bound.kwargs), *mode)
+
+    return compile_family
 
 
 def compile_kernel(

@@ -1,5 +1,6 @@
-"""Each kernel family compiled once per configuration (`compile.compiled_once`), and what a launch
-needs beside it: the hang guard's words and the copy's launcher.
+"""Each kernel family compiled once per configuration (`compile.compiles`: the cache key is the
+compile function's name and its arguments), and what a launch needs beside it: the hang guard's
+words and the copy's launcher.
 
 Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
 which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
@@ -28,8 +29,7 @@ from ..plan import (
 )
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
-    CompiledKernel,
-    compiled_once,
+    compiles,
     fake_source,
     fake_tensor,
     placeholder_stream,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
 
+@compiles
 def compile_tile_load(
     plan: LoadPlan,
     consumer: str = "store",
@@ -49,7 +50,7 @@ def compile_tile_load(
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
     shape_generic: bool = False,
-) -> CompiledKernel:
+) -> tuple:
     """The tile-load kernel (`kernels.tile_load`) for sm_90a. `consumer="none"` is the seed's
     load-only kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`.
     `shape_generic` (with TVM-FFI): one compile for every shape of the plan's dtype, rank, layout,
@@ -57,32 +58,28 @@ def compile_tile_load(
     whatever shape is loaded."""
     if not shape_generic:
         plan.check_specialised()
+    from ..kernels.tile_load import TileLoadKernel
 
-    def build() -> tuple:
-        from ..kernels.tile_load import TileLoadKernel
-
-        config = plan.config
-        rank = len(config.shape)
-        if shape_generic:
-            src = symbolic_tensors(config.element, (config.contiguous_index,), rank)[0]
-            scratch = {
-                "none": src,
-                "store": symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0],
-            }[consumer]
-        else:
-            src = fake_source(config)
-            scratch = {
-                "none": src,
-                "store": fake_tensor(config.element, plan.padded_shape),
-                "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
-            }[consumer]
-        kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift, shape_generic=shape_generic)
-        return kernel, src, scratch, placeholder_stream(env=tvm_ffi)
-
-    key = ("TileLoadKernel", plan, consumer, tile_shift, shape_generic)
-    return compiled_once(key, build, keep_ptx, tvm_ffi)
+    config = plan.config
+    rank = len(config.shape)
+    if shape_generic:
+        src = symbolic_tensors(config.element, (config.contiguous_index,), rank)[0]
+        scratch = {
+            "none": src,
+            "store": symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0],
+        }[consumer]
+    else:
+        src = fake_source(config)
+        scratch = {
+            "none": src,
+            "store": fake_tensor(config.element, plan.padded_shape),
+            "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
+        }[consumer]
+    kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift, shape_generic=shape_generic)
+    return kernel, src, scratch, placeholder_stream(env=tvm_ffi)
 
 
+@compiles
 def compile_pipelined_load(
     pipeline: PipelinePlan,
     consumer: str = "store",
@@ -91,33 +88,29 @@ def compile_pipelined_load(
     freeze_parity: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
-) -> CompiledKernel:
+) -> tuple:
     """A pipelined load (`kernels.pipeline`: the consumers "none", "store" and "rowsum") for
     sm_90a, no GPU needed. `hang_guard` is the debug hang guard, `expect_extra_bytes` and
     `freeze_parity` test-only mistakes; `tvm_ffi` as in `compile_kernel`."""
     pipeline.load.check_specialised()
+    import cutlass
 
-    def build() -> tuple:
-        import cutlass
+    from ..kernels.pipeline import PipelinedLoadKernel
 
-        from ..kernels.pipeline import PipelinedLoadKernel
-
-        plan = pipeline.load
-        src = fake_source(plan.config)
-        mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
-        kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard, **mistakes)
-        out = {
-            "none": src,
-            "store": fake_tensor(plan.config.element, plan.padded_shape),
-            "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
-        }[consumer]
-        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-        return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
-
-    key = ("PipelinedLoadKernel", pipeline, consumer, hang_guard, expect_extra_bytes, freeze_parity)
-    return compiled_once(key, build, keep_ptx, tvm_ffi)
+    plan = pipeline.load
+    src = fake_source(plan.config)
+    mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
+    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard, **mistakes)
+    out = {
+        "none": src,
+        "store": fake_tensor(plan.config.element, plan.padded_shape),
+        "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
+    }[consumer]
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
 
 
+@compiles
 def compile_copy(
     copy: CopyPlan,
     hang_guard: bool = False,
@@ -128,7 +121,7 @@ def compile_copy(
     destination: LoadConfig | None = None,
     tensor_shape: tuple[int, ...] | None = None,
     shape_generic: bool = False,
-) -> CompiledKernel:
+) -> tuple:
     """A copy (`kernels.copy`: `BulkCopyKernel` when the plan's `bulk`, else `CopyKernel`) for
     sm_90a. `tvm_ffi` as in `compile_kernel` (the compiled function then takes no stream: it
     launches on torch's current stream, and is kept in the on-disk cache); `destination`: the
@@ -142,28 +135,18 @@ def compile_copy(
     `destination` (default: the source's)."""
     if not shape_generic:
         copy.load.check_specialised()
+    from ..kernels.copy import BulkCopyKernel, CopyKernel
 
-    def build() -> tuple:
-        from ..kernels.copy import BulkCopyKernel, CopyKernel
-
-        as_rows = tensor_shape is not None
-        if copy.bulk:
-            kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
-        else:
-            mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
-            kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
-        return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
-
-    # The key names everything the kernel is built from (the source is fingerprinted on disk); a
-    # shape-generic kernel's, only what its class is made of.
-    if shape_generic:
-        rank = len(tensor_shape) if tensor_shape is not None else None
-        key = ("CopyClass", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, rank)
+    as_rows = tensor_shape is not None
+    if copy.bulk:
+        kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
     else:
-        key = ("CopyKernel", copy, hang_guard, expect_extra_bytes, freeze_parity, destination, tensor_shape)
-    return compiled_once(key, build, keep_ptx, tvm_ffi)
+        mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
+        kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
+    return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
 
 
+@compiles
 def compile_reduce(
     reduce: ReducePlan,
     hang_guard: bool = False,
@@ -172,41 +155,31 @@ def compile_reduce(
     destination: LoadConfig | None = None,
     tensor_shape: tuple[int, ...] | None = None,
     shape_generic: bool = False,
-) -> CompiledKernel:
+) -> tuple:
     """A reduce (`kernels.reduce.ReduceKernel`: the copy with TMA reduce stores) for sm_90a; the
     parameters as `compile_copy`'s. The (op, dtype) pair was checked when the plan was made."""
     if not shape_generic:
         reduce.load.check_specialised()
+    from ..kernels.reduce import ReduceKernel
 
-    def build() -> tuple:
-        from ..kernels.reduce import ReduceKernel
-
-        kernel = ReduceKernel(reduce, tensor_shape is not None, shape_generic, hang_guard=hang_guard)
-        return kernel, *copy_arguments(reduce.copy, destination, tensor_shape, shape_generic, tvm_ffi)
-
-    rank = len(tensor_shape) if tensor_shape is not None else None
-    shape = rank if shape_generic else tensor_shape  # a class's key names no extents
-    key = ("ReduceClass" if shape_generic else "ReduceKernel", reduce, hang_guard, destination, shape)
-    return compiled_once(key, build, keep_ptx, tvm_ffi)
+    kernel = ReduceKernel(reduce, tensor_shape is not None, shape_generic, hang_guard=hang_guard)
+    return kernel, *copy_arguments(reduce.copy, destination, tensor_shape, shape_generic, tvm_ffi)
 
 
-def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False) -> CompiledKernel:
+@compiles
+def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False) -> tuple:
     """The im2col kernel (`kernels.im2col.Im2colKernel`: the copy with im2col loads) for sm_90a,
     compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
     (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream."""
     im2col.copy.load.check_specialised()
+    import cutlass
 
-    def build() -> tuple:
-        import cutlass
+    from ..kernels.im2col import Im2colKernel
 
-        from ..kernels.im2col import Im2colKernel
-
-        x = fake_tensor(im2col.element, im2col.shape)
-        out = fake_tensor(im2col.element, im2col.patch_shape)
-        guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-        return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream()
-
-    return compiled_once(("Im2colKernel", im2col, hang_guard), build, keep_ptx)
+    x = fake_tensor(im2col.element, im2col.shape)
+    out = fake_tensor(im2col.element, im2col.patch_shape)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream()
 
 
 @functools.lru_cache(maxsize=256)
@@ -268,13 +241,14 @@ def max_active_clusters(cluster_size: int) -> int:
 PIPELINE_TMA_ASYNC = "pipeline-tma-async"  # compile_multicast_load's CUTLASS-pipeline ring
 
 
+@compiles
 def compile_multicast_load(
     multicast: MulticastPlan,
     keep_ptx: bool = False,
     store: bool = True,
     timeline: bool = False,
     release: str = DEFAULT_RELEASE,
-) -> CompiledKernel:
+) -> tuple:
     """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
     single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
     ring's consumers only wait and release, for timing). `timeline`: the ring writes time stamps
@@ -286,41 +260,34 @@ def compile_multicast_load(
             "the single-tile multicast kernel always stores and has no timeline (use stages > 1)"
         )
     multicast.load.check_specialised()
+    from ..instrumented import PipelineTmaAsyncMulticastKernel, TimelineMulticastKernel
+    from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
 
-    def build() -> tuple:
-        from ..instrumented import PipelineTmaAsyncMulticastKernel, TimelineMulticastKernel
-        from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
-
-        plan = multicast.load
-        if multicast.stages == 1:
-            kernel = MulticastLoadKernel(multicast)
-        elif release == PIPELINE_TMA_ASYNC:
-            kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
-        elif timeline:
-            kernel = TimelineMulticastKernel(multicast, store, release)
-        else:
-            kernel = PipelinedMulticastKernel(multicast, store, release)
-        copies = fake_tensor(plan.config.element, multicast.copies_shape)
-        stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
-        return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
-
-    return compiled_once(("MulticastKernel", multicast, store, timeline, release), build, keep_ptx)
+    plan = multicast.load
+    if multicast.stages == 1:
+        kernel = MulticastLoadKernel(multicast)
+    elif release == PIPELINE_TMA_ASYNC:
+        kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
+    elif timeline:
+        kernel = TimelineMulticastKernel(multicast, store, release)
+    else:
+        kernel = PipelinedMulticastKernel(multicast, store, release)
+    copies = fake_tensor(plan.config.element, multicast.copies_shape)
+    stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
+    return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
 
 
-def compile_cluster_dot(dot: ClusterDotPlan, keep_ptx: bool = False) -> CompiledKernel:
+@compiles
+def compile_cluster_dot(dot: ClusterDotPlan, keep_ptx: bool = False) -> tuple:
     """The cluster row dot (`kernels.cluster_dot`) for sm_90a, multicast or the baseline, called
     with A (B, M, K), X (M, K), out (B, M) fp32 and a stream."""
     dot.a_load.check_specialised()
+    from ..kernels.cluster_dot import ClusterDotKernel
 
-    def build() -> tuple:
-        from ..kernels.cluster_dot import ClusterDotKernel
-
-        a = fake_source(dot.a_load.config)
-        x = fake_source(dot.x_load.config)
-        out = fake_tensor(DTYPES["fp32"], dot.out_shape)
-        return ClusterDotKernel(dot), a, x, out, placeholder_stream()
-
-    return compiled_once(("ClusterDotKernel", dot), build, keep_ptx)
+    a = fake_source(dot.a_load.config)
+    x = fake_source(dot.x_load.config)
+    out = fake_tensor(DTYPES["fp32"], dot.out_shape)
+    return ClusterDotKernel(dot), a, x, out, placeholder_stream()
 
 
 # -- the hang guard's words -------------------------------------------------------------------
