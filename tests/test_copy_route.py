@@ -380,7 +380,7 @@ def rows_moving(share: float) -> int:
 def test_the_rule_table_sends_a_large_same_layout_copy_to_the_drivers_memcpy(
     beyond, transposed, l2_bytes, path
 ):
-    rows = rows_moving(beyond * TORCH_FASTER_BEYOND_L2["same-layout copy"])
+    rows = rows_moving(beyond * TORCH_FASTER_BEYOND_L2["same-layout copy"].share_of_l2)
     dst_strides = (1, rows) if transposed else (COLUMNS, 1)
     facts = PairFacts((rows, COLUMNS), (rows, COLUMNS), (COLUMNS, 1), dst_strides, "float32", "float32", 4,
                       BASE, 1 << 40, 0, 0)  # fmt: skip

@@ -98,18 +98,19 @@ def test_a_reduce_takes_the_route_its_facts_name(name, pair, op, path, reason, v
 
 
 @pytest.mark.parametrize(
-    "op, share, l2_bytes, path",
+    "op, dtype, share, l2_bytes, path",
     [
-        ("add", 1.0, 60 << 20, "tma"),  # the table's share exactly: not beyond it
-        ("add", 1.01, 60 << 20, "torch"),  # past it: torch's dst.add_(src)
-        ("add", 4.0, None, "tma"),  # no L2 size (a pure plan, a strict call): TMA wherever it can
-        ("min", 4.0, 60 << 20, "tma"),  # the table has no row for min: TMA reduce stores
+        ("add", "float32", 1.0, 60 << 20, "tma"),  # the table's share exactly: not beyond it
+        ("add", "float32", 1.01, 60 << 20, "torch"),  # past it: torch's dst.add_(src)
+        ("add", "float32", 4.0, None, "tma"),  # no L2 size (a pure plan, a strict call): TMA wherever it can
+        ("add", "uint32", 4.0, 60 << 20, "tma"),  # not measured (torch has no uint32 add): TMA's
+        ("min", "uint32", 4.0, 60 << 20, "tma"),  # the table has no row for min: TMA reduce stores
     ],
 )
-def test_the_rule_table_sends_an_add_beyond_its_share_of_l2_to_torch(op, share, l2_bytes, path):
-    columns = 4096  # uint32 rows of 16 KiB; 3 streams (dst read, src read, dst written)
-    rows = int(share * TORCH_FASTER_BEYOND_L2["add"] * (60 << 20)) // (3 * columns * 4)
-    route = reduce_route(facts((rows, columns), dtype="uint32", nbytes=4), op, l2_bytes)
+def test_the_rule_table_sends_an_add_beyond_its_share_of_l2_to_torch(op, dtype, share, l2_bytes, path):
+    columns = 4096  # 4-byte rows of 16 KiB; 3 streams (dst read, src read, dst written)
+    rows = int(share * TORCH_FASTER_BEYOND_L2["add"].share_of_l2 * (60 << 20)) // (3 * columns * 4)
+    route = reduce_route(facts((rows, columns), dtype=dtype, nbytes=4), op, l2_bytes)
     assert route.path == path, route
     assert ("measured faster" in route.reason) == (path == "torch")
 
@@ -402,6 +403,18 @@ def test_every_call_checks_its_addresses_the_key_does_not_hold_them(as_gpu, torc
         tmakit.add_(offset_dst, src, strict=True)
     tmakit.add_(aligned_dst, aligned_src, strict=True)
     assert len(launched) == 2
+
+
+def test_layouts_whose_overlap_only_an_element_check_tells_run_torchs_op_unless_strict(as_gpu, torch):
+    _, launched = as_gpu
+    memory = torch.arange(64 * 2 * 64, dtype=torch.float32).view(64, 2, 64)
+    dst, src = memory[:, 0, :], memory[:, 1, :].t()  # interleaved rows: disjoint, their spans meet
+    expected = dst + src
+    tmakit.add_(dst, src)
+    assert torch.equal(dst, expected) and launched == []  # torch's add_: it checks each element
+    with pytest.raises(TmaConfigError, match="partly overlaps"):
+        tmakit.add_(dst, src, strict=True)
+    assert launched == []
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -163,6 +163,37 @@ def test_copy_refuses_a_destination_that_partly_overlaps_its_source(stub_copies)
     assert len(stub_copies.calls) == 5
 
 
+def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_is_refused():
+    """Where only an element-wise check could tell (the layouts differ), the fallback (torch's
+    copy_, which checks each element) serves the call; two slices of one layout that share memory
+    are refused by tmakit's own rule, with a fallback or without."""
+    import torch
+
+    launched, fell_back = [], []
+
+    def launcher(src, dst):
+        launched.append(src.data_ptr())
+
+    launcher.shape_generic = True
+    dispatch = CopyDispatch(
+        lambda dst, src, options, facts: launcher,
+        api_copy.check_copy_tensors,
+        fallback=lambda s, d: fell_back.append(d.copy_(s)),
+    )
+    memory = torch.arange(64 * 2 * 64, dtype=torch.float32).view(64, 2, 64)
+    dst, src = memory[:, 0, :], memory[:, 1, :].t()  # interleaved rows: disjoint, spans meet
+    expected = src.clone()
+    dispatch.copy_(dst, src, None, None, {})
+    assert len(fell_back) == 1 and launched == [] and torch.equal(dst, expected)
+    strict = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    with pytest.raises(TmaConfigError, match="partly overlaps"):  # no fallback: tmakit's own rule
+        strict.copy_(dst, src, None, None, {})
+    flat = torch.empty(4160, dtype=torch.float16)
+    with pytest.raises(TmaConfigError, match="partly overlaps"):
+        dispatch.copy_(flat[64:].view(64, 64), flat[:4096].view(64, 64), None, None, {})
+    assert len(fell_back) == 1 and launched == []
+
+
 def test_an_unhashable_option_is_named_through_copy_(stub_copies):
     import torch
 

@@ -360,15 +360,28 @@ def partial_overlap(
     element's memory without being the very same view: exact when both have the same strides
     and those strides never overlap themselves (two slices of one tensor), otherwise whenever
     their spans meet (a layout change into its own memory, a view overlapping itself)."""
+    return overlap_verdict(shape, first, second, nbytes) != "disjoint"
+
+
+def overlap_verdict(
+    shape: tuple[int, ...],
+    first: tuple[tuple[int, ...], int],
+    second: tuple[tuple[int, ...], int],
+    nbytes: int,
+) -> str:
+    """`partial_overlap`'s answer with its certainty: "disjoint" (no element's memory shared, or
+    the very same view), "shared" (proven: two slices of one layout that meet), or "unknown"
+    (the spans meet, but the layouts differ, one is shifted by part of an element, walks
+    backwards or overlaps itself: only an element-by-element check could tell)."""
     (strides_a, address_a), (strides_b, address_b) = first, second
     if address_a == address_b and strides_a == strides_b:
-        return False  # the very same view: each element is read before it is written
+        return "disjoint"  # the very same view: each element is read before it is written
     span_a, span_b = span_bytes(shape, strides_a, nbytes), span_bytes(shape, strides_b, nbytes)
     if not (address_a < address_b + span_b and address_b < address_a + span_a):
-        return False
+        return "disjoint"
     delta, misaligned = divmod(address_b - address_a, nbytes)
     if strides_a != strides_b or misaligned or min(strides_a, default=0) < 0:
-        return True
+        return "unknown"
     dims = sorted(
         ((stride, extent) for stride, extent in zip(strides_a, shape, strict=True) if extent > 1),
         reverse=True,
@@ -376,9 +389,9 @@ def partial_overlap(
     reach = 0  # how far the smaller dims reach: below the next stride when the layout never overlaps itself
     for stride, extent in reversed(dims):
         if stride <= reach:
-            return True
+            return "unknown"
         reach += (extent - 1) * stride
-    return _lattice_reaches(delta, dims)
+    return "shared" if _lattice_reaches(delta, dims) else "disjoint"
 
 
 def _lattice_reaches(delta: int, dims: list[tuple[int, int]]) -> bool:

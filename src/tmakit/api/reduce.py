@@ -27,7 +27,7 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, pair_spans
+from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, overlap_of, pair_spans
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag, one_of
@@ -121,6 +121,7 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
 
 
 TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
+UNDECIDED_OVERLAP = "dst and src meet in memory in layouts that differ: only an element-wise check tells"
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,10 @@ class KnownReduce:
                 torch_reduce(dst, src, self.op, self.unaligned(dst, src).reason)
                 return
             if addresses_may_overlap(source, destination, self.spans):
+                verdict = overlap_of(dst, src, src.shape, src.stride(), dst.stride())
+                if verdict == "unknown" and not self.strict:
+                    torch_reduce(dst, src, self.op, UNDECIDED_OVERLAP)  # torch's element-wise check decides
+                    return
                 check_no_partial_overlap(dst, src)
             launcher = self._launcher
             if launcher is None:  # compiled at the first launch: `reduce_path` plans, never compiles

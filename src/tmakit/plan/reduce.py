@@ -193,7 +193,7 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
                 f"{name}'s base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned (TMA needs it; "
                 "a .clone() is)",
             )
-    if torch_faster(op, 3 * math.prod(facts.shape) * facts.nbytes, l2_bytes):
+    if torch_faster(op, facts.src_dtype, 3 * math.prod(facts.shape) * facts.nbytes, l2_bytes):
         return torch_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA reduce stores"
         )

@@ -53,12 +53,24 @@ MOVED_AS: dict[str, str] = {
 }
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
-# Where torch's own kernel measured faster than TMA's, by call: the fraction of the L2 that the
-# bytes a call moves must exceed for its route to be torch's. Past the L2 the driver's memcpy
-# outruns TMA's copy ring and torch's add_ outruns TMA reduce stores, which the L2 applies
-# (benchmarks/results/copy.json and reduce.json; docs/results.md has the figures). Within it TMA
-# keeps the call. Non-strict calls only: strict asks for TMA.
-TORCH_FASTER_BEYOND_L2: dict[str, float] = {"same-layout copy": 1.0, "add": 0.5}
+
+@dataclass(frozen=True)
+class TorchFaster:
+    """Where torch's own kernel measured faster than TMA's for a call: past `share_of_l2` of the
+    L2 in bytes the call moves, for the torch dtypes measured (`dtypes`; None: every dtype)."""
+
+    share_of_l2: float
+    dtypes: tuple[str, ...] | None = None
+
+
+# Past the L2 the driver's memcpy outruns TMA's copy ring, and torch's add_ outruns TMA reduce
+# stores, which the L2 applies (benchmarks/results/copy.json and reduce.json; docs/results.md has
+# the figures). Within it TMA keeps the call; so does every dtype not measured (torch has no add
+# for uint32/uint64 at all). Non-strict calls only: strict asks for TMA.
+TORCH_FASTER_BEYOND_L2: dict[str, TorchFaster] = {
+    "same-layout copy": TorchFaster(1.0),
+    "add": TorchFaster(0.5, ("float32", "bfloat16")),
+}
 
 
 @dataclass(frozen=True)
@@ -121,11 +133,13 @@ def moved_dtype(torch_name: str) -> str | None:
     return _TMAKIT_BY_TORCH.get(torch_name) or MOVED_AS.get(torch_name)
 
 
-def torch_faster(call: str, moved_bytes: int, l2_bytes: int | None) -> bool:
-    """Whether `TORCH_FASTER_BEYOND_L2` gives a call moving `moved_bytes` to torch's kernel
-    (never without an L2 size: a pure plan, a strict call)."""
-    share = TORCH_FASTER_BEYOND_L2.get(call)
-    return l2_bytes is not None and share is not None and moved_bytes > share * l2_bytes
+def torch_faster(call: str, dtype: str, moved_bytes: int, l2_bytes: int | None) -> bool:
+    """Whether `TORCH_FASTER_BEYOND_L2` gives a call on `dtype` (torch's name) moving
+    `moved_bytes` to torch's kernel (never without an L2 size: a pure plan, a strict call)."""
+    rule = TORCH_FASTER_BEYOND_L2.get(call)
+    if l2_bytes is None or rule is None or (rule.dtypes is not None and dtype not in rule.dtypes):
+        return False
+    return moved_bytes > rule.share_of_l2 * l2_bytes
 
 
 def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
@@ -154,7 +168,7 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
     if facts.src_strides == facts.dst_strides and torch_faster(
-        "same-layout copy", 2 * math.prod(facts.shape) * facts.nbytes, l2_bytes
+        "same-layout copy", facts.src_dtype, 2 * math.prod(facts.shape) * facts.nbytes, l2_bytes
     ):
         shape, strides, _ = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
         if len(shape) == 1 and strides == (1,):

@@ -36,7 +36,8 @@ new configuration is the planner's, on the miss path: a call whose launcher is t
 What the signature cannot fix is where the tensors lie: each call compares the two base
 addresses with the spans its signature covers (two reads, no exception), and a destination that
 may overlap its source other than as the very same view goes through the lookup, which refuses a
-partial overlap (`validate.partial_overlap`) as torch's `copy_` does.
+partial overlap (`validate.partial_overlap`) as torch's `copy_` does; where only an
+element-wise check could tell (layouts that differ), the fallback serves the call and torch decides.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import CopyOptions
-from ..validate import check_base_address, partial_overlap, span_bytes
+from ..validate import check_base_address, overlap_verdict, span_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -240,9 +241,13 @@ def check_addresses(
     dst_strides: tuple,
     fallback: Launcher | None = None,
 ) -> bool:
-    """What the signature cannot fix: no partial overlap (TmaConfigError), both bases 16-byte
-    aligned (TmaConfigError, or False where a `fallback` serves the call instead)."""
+    """What the signature cannot fix: no partial overlap (TmaConfigError where proven, or where no
+    `fallback` serves the call), both bases 16-byte aligned (TmaConfigError); False where the
+    `fallback` serves the call instead: unaligned bases, or spans that meet in layouts whose
+    overlap only torch's own element-wise check can decide."""
     if may_overlap(src, dst, spans):
+        if fallback is not None and overlap_of(dst, src, shape, src_strides, dst_strides) == "unknown":
+            return False
         check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
     if (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
         if fallback is not None:
@@ -270,16 +275,19 @@ def addresses_may_overlap(source: int, destination: int, spans: Spans) -> bool:
     return source < destination + dst_bytes and destination < source + src_bytes
 
 
+def overlap_of(dst: Any, src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple) -> str:
+    """`validate.overlap_verdict` of a call's tensors: "disjoint", "shared" or "unknown"."""
+    first, second = (tuple(src_strides), src.data_ptr()), (tuple(dst_strides), dst.data_ptr())
+    return overlap_verdict(tuple(shape), first, second, src.element_size())
+
+
 def check_no_partial_overlap(
     dst: Any, src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple
 ) -> None:
     """Refuse a destination that shares memory with its source other than as the very same view
     (`validate.partial_overlap`): a tile's store could land on elements another tile has yet to
     load. Disjoint slices of one tensor pass."""
-    nbytes = src.element_size()
-    if partial_overlap(
-        tuple(shape), (tuple(src_strides), src.data_ptr()), (tuple(dst_strides), dst.data_ptr()), nbytes
-    ):
+    if overlap_of(dst, src, shape, src_strides, dst_strides) != "disjoint":
         raise TmaConfigError(
             f"dst (strides {tuple(dst_strides)}) partly overlaps src (strides {tuple(src_strides)}) in "
             "memory; TMA reads src while it writes dst: pass a copy of src (src.clone()), or the very "
