@@ -262,8 +262,12 @@ def test_the_api_copies_cpu_tensors_through_torch_and_strict_refuses():
     assert tmakit.copy_(dst, src) is dst and torch.equal(dst, src)
     route = tmakit.copy_path(dst, src)
     assert route.path == "torch" and "not both on one CUDA device" in route.reason
-    with pytest.raises(TmaConfigError, match="cpu"):
-        tmakit.copy_(dst, src, strict=True)
+    with pytest.raises(
+        TmaConfigError, match="strict=True: no TMA path, the tensors are not both on one CUDA"
+    ):
+        tmakit.copy_(dst, src, strict=True)  # float64 moves as int64: the route names the rule
+    with pytest.raises(TmaConfigError, match="cpu"):  # a dtype the planner loads: its own words
+        tmakit.copy_(dst.float(), src.float(), strict=True)
     broadcast = torch.zeros(5, 7, dtype=torch.int16)
     tmakit.copy_(broadcast, torch.arange(7, dtype=torch.int16))
     assert torch.equal(broadcast, torch.arange(7, dtype=torch.int16).expand(5, 7))
@@ -387,3 +391,60 @@ def test_the_rule_table_sends_a_large_same_layout_copy_to_the_drivers_memcpy(
     route = copy_route(facts, l2_bytes=l2_bytes)
     assert route.path == path, route
     assert ("memcpy measured faster" in route.reason) == (path == "torch")
+
+
+# -- a bit torch applies lazily (a conjugate view): torch's copy_, on every call -------------------
+def test_route_of_a_conjugate_or_negative_view_is_torchs():
+    values = dict(shape=(64, 64), src_shape=(64, 64), src_strides=(64, 1), dst_strides=(64, 1),
+                  src_dtype="complex64", dst_dtype="complex64", nbytes=8, src_address=BASE,
+                  dst_address=2 * BASE, src_device=0, dst_device=0)  # fmt: skip
+    assert copy_route(PairFacts(**values)).path == "tma"  # moved as int64
+    for lazy in ("conjugate", "negative"):
+        route = copy_route(PairFacts(**values, lazy=lazy))
+        assert route.path == "torch" and f"a {lazy} view" in route.reason and "resolve_conj()" in route.reason
+
+
+def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(monkeypatch):
+    """The dispatch's signature does not hold the conjugate bit: the launcher a plain complex pair
+    planned checks it on every call, and hands a conjugate view to torch's copy_ (strict refuses)."""
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    import tmakit
+    from tmakit.api import tensors as api_tensors
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    api_copy = importlib.import_module("tmakit.api.copy")
+    launched = []
+
+    def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
+        def launch(src, dst):
+            launched.append(src.dtype)
+            dst.copy_(src)
+
+        launch.checks_arguments = True
+        return launch
+
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
+    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
+    monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
+    api_copy.class_launcher.cache_clear()
+    x = torch.randn(64, 64, dtype=torch.complex64)
+    dst = torch.zeros_like(x)
+    for _ in range(3):  # planned, then found, then tried first
+        tmakit.copy_(dst, x)
+    assert torch.equal(dst, x) and launched == [torch.int64] * 3  # moved as int64 by "TMA"
+    tmakit.copy_(dst, x.conj())
+    assert torch.equal(dst, x.conj().resolve_conj()) and len(launched) == 3  # torch's copy_
+    for _ in range(3):
+        tmakit.copy_(dst, x, strict=True)
+    with pytest.raises(TmaConfigError, match="strict=True: no TMA path, a conjugate view"):
+        tmakit.copy_(dst, x.conj(), strict=True)
+    assert tmakit.copy_path(dst, x.conj()).path == "torch"
+    api_copy.class_launcher.cache_clear()

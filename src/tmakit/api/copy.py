@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.route import Route, copy_route
+from ..plan.route import Route, copy_route, lazy_reason
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_outer_strides, check_rank, flag
@@ -24,6 +24,7 @@ from .tensors import (
     checked_tensor,
     device_facts,
     import_torch,
+    lazy_bit,
     pair_facts,
 )
 
@@ -357,10 +358,13 @@ def routed_copy_launcher(
     """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
     picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""
     route, launcher = routed(
-        dst, src, options, copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src))
+        dst, src, options, copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src)), strict
     )
     if strict and not route.by_tma:
-        plan_copy(dst, src, options, facts)  # raises the planner's error for what it refuses
+        check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
+        check_torch_tensor(src, "copy_", "src")
+        if str(src.dtype) in _LOADED_DTYPES and lazy_bit(dst, src) is None:
+            plan_copy(dst, src, options, facts)  # the planner's own words, where it has a rule
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
     return launcher
 
@@ -371,10 +375,11 @@ def l2_of(tensor: torch.Tensor) -> int | None:
 
 
 def routed(
-    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, route: Route
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, route: Route, strict: bool = False
 ) -> tuple[Route, Launcher]:
     """The route a copy finally takes and its launcher: a TMA route's planner may still refuse
-    the tensors (torch's then, with its reason) or the options given (raised)."""
+    the tensors (torch's then, with its reason) or the options given (raised). `strict`: the
+    launcher refuses what it would otherwise hand torch (`viewed_launcher`)."""
     if route.path == "torch":
         return route, torch_copy
     if route.path == "empty":
@@ -391,10 +396,12 @@ def routed(
         return Route(route.op, "torch", str(error)), torch_copy
     if dtype is None and shape is None:
         return route, launcher
-    return route, viewed_launcher(launcher, dtype, route.view, route.tail)
+    return route, viewed_launcher(launcher, dtype, route.view, route.tail, strict)
 
 
 _DEFAULT_OPTIONS = CopyOptions()
+# The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
+_LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
 
 
 def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tuple | None) -> torch.Tensor:
@@ -404,14 +411,24 @@ def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tu
     return tensor if shape is None else tensor.as_strided(shape, strides)
 
 
-def viewed_launcher(launcher: Launcher, dtype: object, view: tuple | None, tail: int = 0) -> Launcher:
+def viewed_launcher(
+    launcher: Launcher, dtype: object, view: tuple | None, tail: int = 0, strict: bool = False
+) -> Launcher:
     """`launcher` called on the views the route moves (the same memory), then torch's copy_ of a
-    compact run's `tail` (its last elements, past the view's rows)."""
+    compact run's `tail` (its last elements, past the view's rows). A dtype moved as another
+    checks each call for a bit torch applies lazily (a conjugate view: the dispatch's signature
+    does not hold it), which torch's copy_ then applies (`strict`: TmaConfigError instead)."""
     shape, src_strides, dst_strides = view if view is not None else (None, None, None)
     body = math.prod(shape) if tail else 0
 
     def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
         if dtype is not None:
+            lazy = lazy_bit(dst, src)
+            if lazy is not None:
+                if strict:
+                    raise TmaConfigError(f"copy_ with strict=True: no TMA path, {lazy_reason(lazy)}")
+                torch_copy(src, dst)
+                return
             src, dst = src.view(dtype), dst.view(dtype)
         if shape is not None:
             launcher(src.as_strided(shape, src_strides), dst.as_strided(shape, dst_strides))

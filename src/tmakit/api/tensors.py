@@ -188,6 +188,13 @@ def cuda_index(tensor: torch.Tensor) -> int:
     return tensor.get_device() if tensor.is_cuda else -1
 
 
+def lazy_bit(*tensors: torch.Tensor) -> str | None:
+    """The bit torch applies lazily on any of `tensors` ("conjugate", "negative"), else None."""
+    if any(tensor.is_conj() for tensor in tensors):
+        return "conjugate"
+    return "negative" if any(tensor.is_neg() for tensor in tensors) else None
+
+
 def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
     """What a two-tensor call's route is a function of (`plan.route.PairFacts`), read off torch
     tensors: dtypes by torch's names, `src`'s element size."""
@@ -203,4 +210,5 @@ def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
         dst_address=dst.data_ptr(),
         src_device=cuda_index(src),
         dst_device=cuda_index(dst),
+        lazy=lazy_bit(dst, src),
     )

@@ -32,7 +32,16 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
-from .route import PairFacts, Route, broadcasts, canonical_pair, strided_rule, torch_faster, torch_route
+from .route import (
+    PairFacts,
+    Route,
+    broadcasts,
+    canonical_pair,
+    lazy_reason,
+    strided_rule,
+    torch_faster,
+    torch_route,
+)
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -181,6 +190,8 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
         )
     if facts.src_shape != facts.shape:
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    if facts.lazy is not None:
+        return torch_route(op, lazy_reason(facts.lazy))
     refused = pair_rule(op, facts.src_dtype)
     if refused is not None:
         return torch_route(op, refused)

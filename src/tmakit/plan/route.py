@@ -114,10 +114,19 @@ class PairFacts:
     dst_address: int
     src_device: int
     dst_device: int
+    lazy: str | None = None  # a bit torch applies as it reads ("conjugate", "negative"); TMA moves bits
 
 
 def torch_route(op: str, reason: str) -> Route:
     return Route(op, "torch", reason)
+
+
+def lazy_reason(lazy: str) -> str:
+    """Why a tensor with a lazily applied bit takes torch's op."""
+    return (
+        f"a {lazy} view (its bit applied by torch as it reads; TMA would move the stored bits): "
+        "x.resolve_conj() / x.resolve_neg() first for TMA"
+    )
 
 
 def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -158,6 +167,8 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
         return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): TMA moves bits")
     if facts.src_shape != facts.shape:
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    if facts.lazy is not None:
+        return torch_route(op, lazy_reason(facts.lazy))
     dtype = moved_dtype(facts.src_dtype)
     if dtype is None:
         return torch_route(op, f"TMA has no {facts.nbytes}-byte type for {facts.src_dtype}")
