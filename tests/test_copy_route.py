@@ -448,3 +448,16 @@ def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(
         tmakit.copy_(dst, x.conj(), strict=True)
     assert tmakit.copy_path(dst, x.conj()).path == "torch"
     api_copy.class_launcher.cache_clear()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_sparse_tensor_is_named_by_the_real_dispatch_in_both_modes(strict):
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    dense, sparse = torch.zeros(64, 64), torch.ones(64, 64).to_sparse()
+    for dst, src, name in ((dense, sparse, "src"), (sparse, dense, "dst")):
+        with pytest.raises(TmaConfigError, match=rf"{name} has layout torch.sparse_coo; .*\.to_dense\(\)"):
+            tmakit.copy_(dst, src, strict=strict)
+        with pytest.raises(TmaConfigError, match=rf"{name} has layout torch.sparse_coo"):
+            tmakit.add_(dst, src, strict=strict)
