@@ -357,12 +357,17 @@ def routed_copy_launcher(
 ) -> Launcher:
     """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
     picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""
-    check_torch_tensor(dst, "copy_", "dst")  # a sparse tensor's signature reads, its address does not
-    check_torch_tensor(src, "copy_", "src")
+    try:
+        facts_read = pair_facts(dst, src)
+    except KEY_ERRORS:  # a sparse tensor's signature reads, its address does not
+        check_copy_tensors(dst, src)  # names what is wrong
+        raise
     route, launcher = routed(
-        dst, src, options, copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src)), strict
+        dst, src, options, copy_route(facts_read, l2_bytes=None if strict else l2_of(src)), strict
     )
     if strict and not route.by_tma:
+        check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
+        check_torch_tensor(src, "copy_", "src")
         if str(src.dtype) in _LOADED_DTYPES and lazy_bit(dst, src) is None:
             plan_copy(dst, src, options, facts)  # the planner's own words, where it has a rule
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
