@@ -461,3 +461,34 @@ def test_a_sparse_tensor_is_named_by_the_real_dispatch_in_both_modes(strict):
             tmakit.copy_(dst, src, strict=strict)
         with pytest.raises(TmaConfigError, match=rf"{name} has layout torch.sparse_coo"):
             tmakit.add_(dst, src, strict=strict)
+
+
+def test_tensors_that_require_grad_take_torchs_op_where_autograd_records_it():
+    """With grad mode on, torch's copy_/add_ record the graph (and refuse a leaf) where a TMA
+    kernel would record nothing; under torch.no_grad() (an optimizer's update) the call is the
+    plain one, on detached views of the same memory."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    src = torch.arange(64 * 64, dtype=torch.float32).view(64, 64).requires_grad_()
+    dst = torch.zeros(64, 64)
+    assert tmakit.copy_path(dst, src).reason.startswith("a tensor requires grad with grad mode on")
+    tmakit.copy_(dst, src)
+    assert torch.equal(dst, src) and dst.grad_fn is not None  # torch's copy_ recorded it
+    dst.sum().backward()
+    assert torch.equal(src.grad, torch.ones(64, 64))
+    with pytest.raises(TmaConfigError, match="strict=True: no TMA path, a tensor requires grad"):
+        tmakit.copy_(torch.zeros(64, 64), src, strict=True)
+    with pytest.raises(TmaConfigError, match="a leaf Variable that requires grad"):  # torch's rule
+        tmakit.copy_(src, dst.detach())
+    with pytest.raises(TmaConfigError, match="a leaf Variable that requires grad"):
+        tmakit.add_(src, dst.detach())
+    with pytest.raises(TmaConfigError, match="dst is on cpu"):  # strict: the device rule comes first
+        tmakit.add_(src, dst.detach(), strict=True)
+    assert tmakit.reduce_path(src, dst.detach()).reason.startswith("a tensor requires grad")
+    with torch.no_grad():  # an optimizer's update: the plain call, which is torch's on CPU tensors
+        tmakit.copy_(src, torch.ones(64, 64))
+        tmakit.add_(src, torch.ones(64, 64))
+        assert "requires grad" not in tmakit.copy_path(src, dst).reason
+        assert "requires grad" not in tmakit.reduce_path(src, dst).reason
+    assert torch.equal(src.detach(), torch.full((64, 64), 2.0)) and src.grad_fn is None

@@ -618,3 +618,21 @@ def test_every_op_has_a_torch_op():
     from tmakit.api.reduce import TORCH_OPS
 
     assert tuple(TORCH_OPS) == REDUCE_OPS
+
+
+def test_a_reduce_autograd_records_is_torchs_under_no_grad_tmas_on_detached_views(as_gpu, torch):
+    _, launched = as_gpu
+    weights = torch.zeros(64, 64).requires_grad_()
+    update = torch.ones(64, 64)
+    with pytest.raises(TmaConfigError, match="a leaf Variable that requires grad"):  # torch's own rule
+        tmakit.add_(weights, update)
+    with pytest.raises(
+        TmaConfigError, match="strict=True: TMA cannot serve these tensors: a tensor requires grad"
+    ):
+        tmakit.add_(weights, update, strict=True)
+    assert launched == []
+    with torch.no_grad():
+        assert tmakit.reduce_path(weights, update).path == "tma"
+        for _ in range(2):
+            tmakit.add_(weights, update, strict=True)
+    assert len(launched) == 2  # the stand-in launches record, they add nothing

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.route import Route, copy_route, lazy_reason
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route, copy_route, lazy_reason
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_outer_strides, check_rank, flag
@@ -22,10 +22,12 @@ from .tensors import (
     check_tensor_pair,
     check_torch_tensor,
     checked_tensor,
+    detached,
     device_facts,
     import_torch,
     lazy_bit,
     pair_facts,
+    recorded_by_autograd,
 )
 
 if TYPE_CHECKING:
@@ -67,11 +69,36 @@ def copy_(
     fallback. Options a TMA-served pair's planner refuses raise in either mode."""
     if _specialised:
         return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
+    if getattr(src, "requires_grad", False) or getattr(dst, "requires_grad", False):
+        return copy_with_grad(dst, src, tile, stages, strict, options)
     if strict is False:
         return _COPIES.copy_(dst, src, tile, stages, options)
     return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
         dst, src, tile, stages, options
     )
+
+
+def copy_with_grad(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    """A copy of tensors that require grad: torch's copy_ where autograd records it (it records
+    the graph and refuses a leaf; strict: TmaConfigError), else `copy_` on detached views of the
+    same memory (an update under torch.no_grad())."""
+    strict = flag(strict, "copy_'s strict")
+    if recorded_by_autograd(dst, src):
+        if strict:
+            raise TmaConfigError(f"copy_ with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}")
+        check_torch_tensor(dst, "copy_", "dst")
+        check_torch_tensor(src, "copy_", "src")
+        torch_copy(src, dst)
+        return dst
+    copy_(dst.detach(), src.detach(), tile, stages, strict=strict, **options)
+    return dst
 
 
 def copy(
@@ -344,6 +371,9 @@ def copy_path(
         TmaConfigError: what `copy_` refuses in either mode (not tensors, unknown options, a
         TMA-served pair's planner refusing the options given)."""
     chosen = CopyOptions.of(tile=tile, stages=stages, **options)
+    if recorded_by_autograd(dst, src):
+        return Route("copy_", "torch", RECORDED_BY_AUTOGRAD)
+    dst, src = detached(dst), detached(src)
     try:
         route = copy_route(pair_facts(dst, src), l2_bytes=l2_of(src))
     except KEY_ERRORS:

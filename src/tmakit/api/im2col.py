@@ -15,7 +15,14 @@ from ..runtime.launch import im2col_launcher
 from ..validate import flag, span_bytes
 from .copy import copy_
 from .known import calls_table, known_call, typed
-from .tensors import check_torch_tensor, cuda_device_index, device_facts, import_torch
+from .tensors import (
+    check_torch_tensor,
+    cuda_device_index,
+    detached,
+    device_facts,
+    import_torch,
+    recorded_by_autograd,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -67,7 +74,7 @@ def im2col(
     if out is not None:
         check_im2col_out(out, x, patch_shape)
     # Every call: where the tensors lie and whether autograd records them are not in the key.
-    route = call.placed(x.data_ptr(), patch_facts(out), records_grad(x, out))
+    route = call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(x, out))
     if not route.by_tma:
         if strict:
             raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
@@ -77,7 +84,7 @@ def im2col(
     if launch is None:  # a 1x1 patch matrix: x's own memory as (N*H*W, C) rows
         copy_(out.view(call.conv.shape), x, strict=strict)
     else:
-        launch(x, out)
+        launch(detached(x), detached(out))  # under torch.no_grad(): the same memory, no autograd
     return out
 
 
@@ -109,7 +116,7 @@ def im2col_path(
     call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
-    return call.placed(x.data_ptr(), patch_facts(out), records_grad(x, out))
+    return call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(x, out))
 
 
 def torch_im2col(
@@ -236,11 +243,6 @@ def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int])
             f"out (bytes {out_address:#x}..{out_end:#x}) shares memory with x ({x_address:#x}..{x_end:#x}); "
             "im2col reads x while it writes out: pass an out of its own memory, or no out"
         )
-
-
-def records_grad(x: torch.Tensor, out: torch.Tensor | None) -> bool:
-    """Whether autograd would record the call: TMA's kernel records nothing, torch's expression does."""
-    return x.requires_grad or (out is not None and out.requires_grad)
 
 
 def patch_facts(out: torch.Tensor | None) -> PatchFacts | None:

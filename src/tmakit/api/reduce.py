@@ -26,7 +26,7 @@ from ..plan import (
     reduce_class,
     reduce_route,
 )
-from ..plan.route import Route, torch_route
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, overlap_of, pair_spans
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
@@ -34,7 +34,15 @@ from ..validate import check_rank, flag, one_of
 from .copy import class_launcher
 from .known import calls_table, known_call, typed
 from .reduce_torch import TORCH_OPS, torch_reduce
-from .tensors import check_tensor_pair, check_torch_tensor, device_facts, import_torch, pair_facts
+from .tensors import (
+    check_tensor_pair,
+    check_torch_tensor,
+    detached,
+    device_facts,
+    import_torch,
+    pair_facts,
+    recorded_by_autograd,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -76,9 +84,11 @@ def reduce_into_(
 
     `tile`, `stages` and the keyword `options` are the copy's (`CopyOptions`: store_depth,
     blocks_per_sm, evict_first, pdl, load_hint, store_hint, tile_order), each left out taking
-    the copy's default; `as_rows` and `bulk` are a copy's only (`reduce_options`)."""
-    known_reduce(dst, src, op, tile, stages, strict, options).run(dst, src)
-    return dst
+    the copy's default; `as_rows` and `bulk` are a copy's only (`reduce_options`).
+
+    Tensors that require grad take torch's op where grad mode is on (it records the graph, and
+    refuses a leaf; strict: TmaConfigError), and TMA on detached views under torch.no_grad()."""
+    return reduced(dst, src, op, tile, stages, strict, options)
 
 
 def add_(
@@ -92,7 +102,30 @@ def add_(
 ) -> torch.Tensor:
     """dst += src (`reduce_into_(dst, src, "add", ...)`, which takes the same options and `strict`);
     returns `dst`."""
-    known_reduce(dst, src, "add", tile, stages, strict, options).run(dst, src)
+    return reduced(dst, src, "add", tile, stages, strict, options)
+
+
+def reduced(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: bool,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    """`reduce_into_`'s call: its known plan run on the tensors, or, for tensors that require
+    grad, on detached views of them where autograd records nothing (torch's op where it does)."""
+    if not (getattr(src, "requires_grad", False) or getattr(dst, "requires_grad", False)):
+        known_reduce(dst, src, op, tile, stages, strict, options).run(dst, src)
+        return dst
+    known = known_reduce(dst.detach(), src.detach(), op, tile, stages, strict, options)  # the checks
+    if not recorded_by_autograd(dst, src):
+        known.run(dst.detach(), src.detach())
+    elif known.strict:
+        raise strict_refusal(torch_route(op, RECORDED_BY_AUTOGRAD))
+    else:
+        torch_reduce(dst, src, op, RECORDED_BY_AUTOGRAD)
     return dst
 
 
@@ -117,7 +150,10 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
         not serve)."""
     tile, stages = options.pop("tile", None), options.pop("stages", None)
     strict = options.pop("strict", False)
-    return known_reduce(dst, src, op, tile, stages, strict, options).route_for(dst, src)
+    recorded = recorded_by_autograd(dst, src)
+    dst, src = detached(dst), detached(src)
+    known = known_reduce(dst, src, op, tile, stages, strict, options)
+    return torch_route(op, RECORDED_BY_AUTOGRAD) if recorded else known.route_for(dst, src)
 
 
 TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel

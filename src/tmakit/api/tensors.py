@@ -188,6 +188,21 @@ def cuda_index(tensor: torch.Tensor) -> int:
     return tensor.get_device() if tensor.is_cuda else -1
 
 
+def recorded_by_autograd(*tensors: object) -> bool:
+    """Whether autograd records a call on `tensors`: one requires grad and grad mode is on. Under
+    torch.no_grad() (an optimizer's update of its parameters) it records nothing: the caller then
+    launches TMA on `.detach()`ed views (the DLPack export TMA's launch takes refuses tensors that
+    require grad). Anything not a tensor reads as False: the checks that follow name it."""
+    if not any(getattr(tensor, "requires_grad", False) for tensor in tensors):
+        return False
+    return import_torch("tmakit").is_grad_enabled()
+
+
+def detached(tensor: object) -> object:
+    """`tensor.detach()` where it requires grad (the same memory, no autograd), else `tensor`."""
+    return tensor.detach() if getattr(tensor, "requires_grad", False) else tensor  # type: ignore[attr-defined]
+
+
 def lazy_bit(*tensors: torch.Tensor) -> str | None:
     """The bit torch applies lazily on any of `tensors` ("conjugate", "negative"), else None."""
     if any(tensor.is_conj() for tensor in tensors):

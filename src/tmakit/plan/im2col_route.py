@@ -17,7 +17,7 @@ from ..limits import DEFAULT_SM_COUNT
 from ..validate import check_base_address
 from .im2col import Im2colConv, Im2colPlan, im2col_conv
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
-from .route import Route, torch_route
+from .route import RECORDED_BY_AUTOGRAD, Route, torch_route
 
 IM2COL_OP = "im2col"
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}
@@ -38,7 +38,7 @@ class Im2colFacts:
     torch's name (`float16`), element size `nbytes`, base `address` and CUDA `device` index (-1:
     not on a CUDA device); the convolution's arguments as the caller passed them; `out`'s facts
     where one is given; the device's SM count (the plan's stages); whether autograd records the
-    call (x or out requires grad)."""
+    call (x or out requires grad, with grad mode on)."""
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -72,17 +72,13 @@ class Im2colCall:
 
     def placed(self, address: int, out: PatchFacts | None = None, records_grad: bool = False) -> Route:
         """The route of this call with x at `address` and `out` where given: TMA's where the
-        tensors lie where TMA can address them and autograd records neither (`records_grad`),
+        tensors lie where TMA can address them and autograd records nothing (`records_grad`),
         else torch's with the rule that failed. (The per-call part of a route: a repeated call
         looks its `Im2colCall` up, then places it.)"""
         if not self.route.by_tma:
             return self.route
         if records_grad:
-            return torch_route(
-                IM2COL_OP,
-                "x or out requires grad; TMA's kernel records no autograd graph and torch's expression "
-                "does (pass x.detach() for TMA's)",
-            )
+            return torch_route(IM2COL_OP, RECORDED_BY_AUTOGRAD)
         broken = placement_rule(address, out, self.conv.patch_shape)
         return self.route if broken is None else torch_route(IM2COL_OP, broken)
 

@@ -117,6 +117,13 @@ class PairFacts:
     lazy: str | None = None  # a bit torch applies as it reads ("conjugate", "negative"); TMA moves bits
 
 
+# Why a call autograd records takes torch's op: the reason its route gives.
+RECORDED_BY_AUTOGRAD = (
+    "a tensor requires grad with grad mode on; TMA's kernel records no autograd graph and torch's "
+    "op does (under torch.no_grad() TMA serves it)"
+)
+
+
 def torch_route(op: str, reason: str) -> Route:
     return Route(op, "torch", reason)
 
