@@ -492,3 +492,19 @@ def test_tensors_that_require_grad_take_torchs_op_where_autograd_records_it():
         assert "requires grad" not in tmakit.copy_path(src, dst).reason
         assert "requires grad" not in tmakit.reduce_path(src, dst).reason
     assert torch.equal(src.detach(), torch.full((64, 64), 2.0)) and src.grad_fn is None
+
+
+@pytest.mark.parametrize("dst_strides", [(4, 1), (0, 1), (64, 0)])
+def test_a_destination_that_may_overlap_itself_is_torchs_to_check(dst_strides):
+    facts = PairFacts((64, 64), (64, 64), (64, 1), dst_strides, "float32", "float32", 4, BASE, 1 << 40, 0, 0)
+    route = copy_route(facts)
+    assert route.path == "torch" and "may map several of its elements to one address" in route.reason
+    from tmakit.plan import reduce_route
+
+    assert reduce_route(facts, "add").path == "torch"
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    dst = torch.zeros(64 * 64 + 64).as_strided((64, 64), dst_strides)
+    with pytest.raises(TmaConfigError, match="more than one element of the written-to tensor"):
+        tmakit.copy_(dst, torch.ones(64, 64))  # torch's own refusal, named

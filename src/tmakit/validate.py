@@ -382,16 +382,27 @@ def overlap_verdict(
     delta, misaligned = divmod(address_b - address_a, nbytes)
     if strides_a != strides_b or misaligned or min(strides_a, default=0) < 0:
         return "unknown"
+    if overlaps_itself(shape, strides_a):
+        return "unknown"
     dims = sorted(
         ((stride, extent) for stride, extent in zip(strides_a, shape, strict=True) if extent > 1),
         reverse=True,
     )
-    reach = 0  # how far the smaller dims reach: below the next stride when the layout never overlaps itself
-    for stride, extent in reversed(dims):
-        if stride <= reach:
-            return "unknown"
-        reach += (extent - 1) * stride
     return "shared" if _lattice_reaches(delta, dims) else "disjoint"
+
+
+def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a view may map two elements to one address (conservative: an expanded dim, a
+    negative stride, or a stride within what the smaller dims reach together)."""
+    dims = sorted(
+        (abs(stride), extent, stride) for stride, extent in zip(strides, shape, strict=True) if extent > 1
+    )
+    reach = 0  # how far the smaller dims reach: below the next stride when the layout never overlaps itself
+    for size, extent, stride in dims:
+        if stride <= 0 or size <= reach:
+            return True
+        reach += (extent - 1) * size
+    return False
 
 
 def _lattice_reaches(delta: int, dims: list[tuple[int, int]]) -> bool:

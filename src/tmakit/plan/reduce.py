@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..config import DTYPES, dtype_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..validate import check_field_types, one_of, type_name
+from ..validate import check_field_types, one_of, overlaps_itself, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
 from .route import (
@@ -38,6 +38,7 @@ from .route import (
     broadcasts,
     canonical_pair,
     lazy_reason,
+    self_overlap_reason,
     strided_rule,
     torch_faster,
     torch_route,
@@ -192,6 +193,8 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     if facts.lazy is not None:
         return torch_route(op, lazy_reason(facts.lazy))
+    if overlaps_itself(facts.shape, facts.dst_strides):
+        return torch_route(op, self_overlap_reason(facts.dst_strides))
     refused = pair_rule(op, facts.src_dtype)
     if refused is not None:
         return torch_route(op, refused)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
-from ..validate import check_outer_strides
+from ..validate import check_outer_strides, overlaps_itself
 
 # The paths a call can take, by name, and what each is.
 PATHS: dict[str, str] = {
@@ -128,6 +128,14 @@ def torch_route(op: str, reason: str) -> Route:
     return Route(op, "torch", reason)
 
 
+def self_overlap_reason(strides: tuple[int, ...]) -> str:
+    """Why a destination that may overlap itself takes torch's op: TMA's tiles would race."""
+    return (
+        f"dst's strides {strides} may map several of its elements to one address; torch's op "
+        "checks each (and refuses a destination that overlaps itself)"
+    )
+
+
 def lazy_reason(lazy: str) -> str:
     """Why a tensor with a lazily applied bit takes torch's op."""
     return (
@@ -176,6 +184,8 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
         return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
     if facts.lazy is not None:
         return torch_route(op, lazy_reason(facts.lazy))
+    if overlaps_itself(facts.shape, facts.dst_strides):
+        return torch_route(op, self_overlap_reason(facts.dst_strides))
     dtype = moved_dtype(facts.src_dtype)
     if dtype is None:
         return torch_route(op, f"TMA has no {facts.nbytes}-byte type for {facts.src_dtype}")
