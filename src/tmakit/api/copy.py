@@ -375,7 +375,7 @@ def copy_path(
         return Route("copy_", "torch", RECORDED_BY_AUTOGRAD)
     dst, src = detached(dst), detached(src)
     try:
-        route = copy_route(pair_facts(dst, src), l2_bytes=l2_of(src))
+        route = copy_route(pair_facts(dst, src))
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
@@ -392,9 +392,7 @@ def routed_copy_launcher(
     except KEY_ERRORS:  # a sparse tensor's signature reads, its address does not
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    route, launcher = routed(
-        dst, src, options, copy_route(facts_read, l2_bytes=None if strict else l2_of(src)), strict
-    )
+    route, launcher = routed(dst, src, options, copy_route(facts_read), strict)
     if strict and not route.by_tma:
         check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
         check_torch_tensor(src, "copy_", "src")
@@ -402,11 +400,6 @@ def routed_copy_launcher(
             plan_copy(dst, src, options, facts)  # the planner's own words, where it has a rule
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
     return launcher
-
-
-def l2_of(tensor: torch.Tensor) -> int | None:
-    """The L2 bytes of a CUDA tensor's device (None off the GPU), for `plan.route`'s rule table."""
-    return device_facts(tensor.device)[1] if tensor.get_device() >= 0 else None
 
 
 def routed(

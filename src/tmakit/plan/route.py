@@ -21,7 +21,6 @@ bits, so bool moves as uint8 and float64 as int64.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
@@ -63,14 +62,13 @@ class TorchFaster:
     dtypes: tuple[str, ...] | None = None
 
 
-# Past the L2 the driver's memcpy outruns TMA's copy ring, and torch's add_ outruns TMA reduce
-# stores, which the L2 applies (benchmarks/results/copy.json and reduce.json; docs/results.md has
-# the figures). Within it TMA keeps the call; so does every dtype not measured (torch has no add
-# for uint32/uint64 at all). Non-strict calls only: strict asks for TMA.
-TORCH_FASTER_BEYOND_L2: dict[str, TorchFaster] = {
-    "same-layout copy": TorchFaster(1.0),
-    "add": TorchFaster(0.5, ("float32", "bfloat16")),
-}
+# Past half the L2 torch's add_ outruns TMA reduce stores, which the L2 applies, eagerly and in
+# graphs (benchmarks/results/reduce.json; docs/results.md has the figures). Within it TMA keeps
+# the call; so does every dtype not measured (torch has no add for uint32/uint64 at all). No row
+# for a copy: torch's copy_ (the driver's memcpy) led TMA's copy ring by 2-3% from 256 MiB but
+# took 1.5x its time in CUDA graphs from 512 MiB (copy.json). Non-strict calls only: strict asks
+# for TMA.
+TORCH_FASTER_BEYOND_L2: dict[str, TorchFaster] = {"add": TorchFaster(0.5, ("float32", "bfloat16"))}
 
 
 @dataclass(frozen=True)
@@ -166,11 +164,10 @@ def torch_faster(call: str, dtype: str, moved_bytes: int, l2_bytes: int | None) 
     return moved_bytes > rule.share_of_l2 * l2_bytes
 
 
-def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
+def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
-    tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
-    device's L2, for `TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
+    tile against the shape); the API then takes torch's path with that reason."""
     if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
         raise TmaConfigError(
             f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
@@ -195,14 +192,6 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
     for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
-    if facts.src_strides == facts.dst_strides and torch_faster(
-        "same-layout copy", facts.src_dtype, 2 * math.prod(facts.shape) * facts.nbytes, l2_bytes
-    ):
-        shape, strides, _ = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
-        if len(shape) == 1 and strides == (1,):
-            return torch_route(
-                op, "a same-layout compact copy beyond L2: the driver's memcpy measured faster"
-            )
     as_laid_out = strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes)
     if as_laid_out is None:
         return Route(op, "tma", "the tensors as laid out", moved_as)
