@@ -492,3 +492,31 @@ def test_a_destination_that_may_overlap_itself_is_torchs_to_check(dst_strides):
     else:  # torch cannot tell cheaply and copies in its own order: what the user gets from torch
         expected = torch.zeros(64 * 64 + 64).as_strided((64, 64), dst_strides).copy_(src)
         assert torch.equal(tmakit.copy_(dst, src), expected)
+
+
+@pytest.mark.parametrize("tvm_ffi", [True, False])
+def test_copy_path_checks_a_new_pair_and_compiles_nothing(monkeypatch, tvm_ffi):
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    import tmakit
+    from tmakit.api import tensors as api_tensors
+
+    api_copy = importlib.import_module("tmakit.api.copy")
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
+    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: tvm_ffi)
+    monkeypatch.setattr(api_copy, "copy_launcher", lambda *a, **k: pytest.fail("compiled"))
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    api_copy.class_launcher.cache_clear()
+    x = torch.zeros(64, 128, dtype=torch.float16)
+    for dst, src, path in [
+        (torch.zeros(128, 64, dtype=torch.float16), x.t(), "tma"),  # transposing, as laid out
+        (torch.zeros(64, 128, dtype=torch.bool), x.bool(), "tma"),  # bool moved as uint8
+        (torch.zeros(1000, dtype=torch.float16), torch.zeros(1000, dtype=torch.float16), "tma-rows"),
+    ]:
+        assert tmakit.copy_path(dst, src).path == path
+    with pytest.raises(TmaConfigError, match="tile"):  # the planner's checks still run
+        tmakit.copy_path(torch.zeros(128, 64, dtype=torch.float16), x.t(), tile=(64, 300))
+    api_copy.class_launcher.cache_clear()

@@ -126,10 +126,12 @@ def plan_copy(
     options: CopyOptions,
     facts: TensorFacts | None = None,
     shape_generic: bool | None = None,
-) -> Launcher:
+    compiled: bool = True,
+) -> Launcher | None:
     """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
     launcher does nothing. `facts`: what the caller has read off the tensors already
-    (`runtime.dispatch.TensorFacts`).
+    (`runtime.dispatch.TensorFacts`). `compiled=False` checks everything and compiles nothing
+    (`copy_path`): None then stands for a launcher not yet compiled.
 
     Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
     (`plan.copy_class`: dtype, rank, contiguous dims, tile and options, compiled once), after
@@ -160,16 +162,20 @@ def plan_copy(
     tile = options.default_tile(dtype, transpose, view, sm_count)
     fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
     if not shape_generic:
-        return specialised_copy_launcher(src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2)
+        return specialised_copy_launcher(
+            src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2, compiled
+        )
     device = str(src.device)
     if view is not None:
         copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
         check_copy_shape(copy, view, ((view[1], 1),), (1,), nbytes)
-        return class_launcher(copy, None, len(shape), device)
+        return class_launcher(copy, None, len(shape), device) if compiled else None
     check_rank(len(shape))
     contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
     copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, sm_count, fits_l2)
     check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, nbytes)  # before compiling
+    if not compiled:
+        return None
     destination = copy_destination(copy) if transpose else None
     known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
     key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
@@ -276,8 +282,10 @@ def specialised_copy_launcher(
     transpose: bool,
     sm_count: int,
     fits_l2: bool,
-) -> Launcher:
-    """The launcher of a kernel compiled for this exact shape and these strides."""
+    compiled: bool = True,
+) -> Launcher | None:
+    """The launcher of a kernel compiled for this exact shape and these strides (`compiled=False`:
+    None, once everything is checked)."""
     if view is not None:
         checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
         checked_tensor(dst, any_rank=True)
@@ -288,6 +296,8 @@ def specialised_copy_launcher(
         if source.element_strides == destination.element_strides:
             destination = None  # the default destination: the source's own layout
     copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+    if not compiled:
+        return None
     tensor_shape = tuple(src.shape) if view is not None else None
     return copy_launcher(copy, destination, tensor_shape, str(src.device))
 
@@ -379,7 +389,7 @@ def copy_path(
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    return routed(dst, src, chosen, route)[0]
+    return routed(dst, src, chosen, route, compiled=False)[0]
 
 
 def routed_copy_launcher(
@@ -397,17 +407,23 @@ def routed_copy_launcher(
         check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
         check_torch_tensor(src, "copy_", "src")
         if str(src.dtype) in _LOADED_DTYPES and lazy_bit(dst, src) is None:
-            plan_copy(dst, src, options, facts)  # the planner's own words, where it has a rule
+            plan_copy(dst, src, options, facts, compiled=False)  # the planner's words, if it has a rule
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
     return launcher
 
 
 def routed(
-    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, route: Route, strict: bool = False
-) -> tuple[Route, Launcher]:
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: CopyOptions,
+    route: Route,
+    strict: bool = False,
+    compiled: bool = True,
+) -> tuple[Route, Launcher | None]:
     """The route a copy finally takes and its launcher: a TMA route's planner may still refuse
     the tensors (torch's then, with its reason) or the options given (raised). `strict`: the
-    launcher refuses what it would otherwise hand torch (`viewed_launcher`)."""
+    launcher refuses what it would otherwise hand torch (`viewed_launcher`); `compiled=False`:
+    the route alone, every check made and nothing compiled (the launcher None on a TMA route)."""
     if route.path == "torch":
         return route, torch_copy
     if route.path == "empty":
@@ -417,12 +433,12 @@ def routed(
     shape, src_strides, dst_strides = route.view or (None, None, None)
     source, destination = viewed(src, dtype, shape, src_strides), viewed(dst, dtype, shape, dst_strides)
     try:
-        launcher = plan_copy(destination, source, options)
+        launcher = plan_copy(destination, source, options, compiled=compiled)
     except TmaConfigError as error:
         if options != _DEFAULT_OPTIONS:
             raise  # the options given are what TMA cannot take here
         return Route(route.op, "torch", str(error)), torch_copy
-    if dtype is None and shape is None:
+    if launcher is None or (dtype is None and shape is None):
         return route, launcher
     return route, viewed_launcher(launcher, dtype, route.view, route.tail, strict)
 
