@@ -29,20 +29,10 @@ from dataclasses import dataclass
 from ..config import DTYPES, dtype_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..validate import check_field_types, one_of, overlaps_itself, type_name
+from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
-from .route import (
-    PairFacts,
-    Route,
-    broadcasts,
-    canonical_pair,
-    lazy_reason,
-    self_overlap_reason,
-    strided_rule,
-    torch_faster,
-    torch_route,
-)
+from .route import PairFacts, Route, canonical_pair, strided_rule, torch_faster, torch_pair_rule, torch_route
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -178,23 +168,11 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
     device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
     one_of(op, "reduce op", REDUCE_OPS)
-    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
-        raise TmaConfigError(
-            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
-            "to the destination's shape; a reduce combines elements of one shape"
-        )
-    if facts.src_device < 0 or facts.src_device != facts.dst_device:
-        return torch_route(op, "the tensors are not both on one CUDA device")
-    if facts.src_dtype != facts.dst_dtype:
-        return torch_route(
-            op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): a TMA reduce combines one dtype"
-        )
-    if facts.src_shape != facts.shape:
-        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
-    if facts.lazy is not None:
-        return torch_route(op, lazy_reason(facts.lazy))
-    if overlaps_itself(facts.shape, facts.dst_strides):
-        return torch_route(op, self_overlap_reason(facts.dst_strides))
+    shared = torch_pair_rule(
+        facts, op, "a reduce combines elements of one shape", "a TMA reduce combines one dtype"
+    )
+    if shared is not None:
+        return shared
     refused = pair_rule(op, facts.src_dtype)
     if refused is not None:
         return torch_route(op, refused)

@@ -126,6 +126,29 @@ def torch_route(op: str, reason: str) -> Route:
     return Route(op, "torch", reason)
 
 
+def torch_pair_rule(facts: PairFacts, op: str, match: str, one_dtype: str) -> Route | None:
+    """The rules a copy's and a reduce's routes share, in order: a source that does not broadcast
+    to the destination (TmaConfigError: `match` says what the op needs); torch's op for tensors
+    not both on one CUDA device, a dtype change (`one_dtype` says why TMA cannot), a broadcast
+    source, a lazily applied bit, a destination that may overlap itself. None: none applies."""
+    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
+        raise TmaConfigError(
+            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+            f"to the destination's shape; {match}"
+        )
+    if facts.src_device < 0 or facts.src_device != facts.dst_device:
+        return torch_route(op, "the tensors are not both on one CUDA device")
+    if facts.src_dtype != facts.dst_dtype:
+        return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): {one_dtype}")
+    if facts.src_shape != facts.shape:
+        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    if facts.lazy is not None:
+        return torch_route(op, lazy_reason(facts.lazy))
+    if overlaps_itself(facts.shape, facts.dst_strides):
+        return torch_route(op, self_overlap_reason(facts.dst_strides))
+    return None
+
+
 def self_overlap_reason(strides: tuple[int, ...]) -> str:
     """Why a destination that may overlap itself takes torch's op: TMA's tiles would race."""
     return (
@@ -168,21 +191,11 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason."""
-    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
-        raise TmaConfigError(
-            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
-            f"to the destination's shape; they must match (tmakit.copy(src) allocates a matching one)"
-        )
-    if facts.src_device < 0 or facts.src_device != facts.dst_device:
-        return torch_route(op, "the tensors are not both on one CUDA device")
-    if facts.src_dtype != facts.dst_dtype:
-        return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): TMA moves bits")
-    if facts.src_shape != facts.shape:
-        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
-    if facts.lazy is not None:
-        return torch_route(op, lazy_reason(facts.lazy))
-    if overlaps_itself(facts.shape, facts.dst_strides):
-        return torch_route(op, self_overlap_reason(facts.dst_strides))
+    shared = torch_pair_rule(
+        facts, op, "they must match (tmakit.copy(src) allocates a matching one)", "TMA moves bits"
+    )
+    if shared is not None:
+        return shared
     dtype = moved_dtype(facts.src_dtype)
     if dtype is None:
         return torch_route(op, f"TMA has no {facts.nbytes}-byte type for {facts.src_dtype}")
