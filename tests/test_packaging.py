@@ -78,8 +78,10 @@ def test_make_test_adds_torch_only_where_the_venv_has_none():
         pytest.skip("no make here")
 
     def dry_run(*variables: str) -> str:
-        # A make above this test (CI's `make test TORCH=`) passes its variables down in MAKEFLAGS.
-        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        # A make above this test (CI's `make test TORCH=`) passes its variables down in MAKEFLAGS
+        # and exports a command-line variable into the environment too.
+        inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH")
+        env = {k: v for k, v in os.environ.items() if k not in inherited}
         run = subprocess.run(["make", "-n", "-o", ".venv/.installed", "test", *variables], cwd=ROOT,
                              capture_output=True, text=True, env=env)  # fmt: skip
         assert run.returncode == 0, run.stderr

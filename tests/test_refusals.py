@@ -167,7 +167,7 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
     """Where only an element-wise check could tell (the layouts differ), the fallback (torch's
     copy_, which checks each element) serves the call; two slices of one layout that share memory
     are refused by tmakit's own rule, with a fallback or without."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     launched, fell_back = [], []
 
