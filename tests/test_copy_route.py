@@ -462,7 +462,9 @@ def test_tensors_that_require_grad_take_torchs_op_where_autograd_records_it():
         tmakit.copy_(src, dst.detach())
     with pytest.raises(TmaConfigError, match="a leaf Variable that requires grad"):
         tmakit.add_(src, dst.detach())
-    with pytest.raises(TmaConfigError, match="dst is on cpu"):  # strict: the device rule comes first
+    with pytest.raises(
+        TmaConfigError, match="strict=True: TMA cannot serve these tensors: a tensor requires grad"
+    ):
         tmakit.add_(src, dst.detach(), strict=True)
     assert tmakit.reduce_path(src, dst.detach()).reason.startswith("a tensor requires grad")
     with torch.no_grad():  # an optimizer's update: the plain call, which is torch's on CPU tensors
@@ -520,3 +522,88 @@ def test_copy_path_checks_a_new_pair_and_compiles_nothing(monkeypatch, tvm_ffi):
     with pytest.raises(TmaConfigError, match="tile"):  # the planner's checks still run
         tmakit.copy_path(torch.zeros(128, 64, dtype=torch.float16), x.t(), tile=(64, 300))
     api_copy.class_launcher.cache_clear()
+
+
+def test_a_negative_view_of_a_real_dtype_is_torchs_even_where_its_key_was_tmas(monkeypatch):
+    """A negative view (`c.conj().imag`, or `torch._neg_view`) is a float32 view whose bit torch
+    applies as it reads: no call key holds it, so each call checks it, and torch's copy_/add_
+    negate where a plain launch would not."""
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    import tmakit
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    api_copy = importlib.import_module("tmakit.api.copy")
+    launched = []
+
+    def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
+        def launch(src, dst):
+            launched.append(getattr(plan, "op", "copy"))
+            dst.copy_(src) if getattr(plan, "op", None) is None else dst.add_(src)
+
+        launch.checks_arguments = True
+        return launch
+
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    for module in (api_copy, api_reduce):
+        monkeypatch.setattr(module, "device_facts", lambda device: (132, 60 << 20))
+        monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
+        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
+    api_copy.class_launcher.cache_clear()
+    base = torch.randn(64, 64)
+    negative = torch._neg_view(base)  # what conj().imag gives, on a TMA-addressable layout
+    plain = torch.randn(64, 64)  # the same shape, strides and dtype, no bit
+    assert negative.is_neg() and negative.stride() == plain.stride()
+    dst = torch.zeros(64, 64)
+    for _ in range(3):
+        tmakit.copy_(dst, plain)
+    assert len(launched) == 3
+    tmakit.copy_(dst, negative)
+    assert torch.equal(dst, -base) and len(launched) == 3  # torch's copy_ negated it
+    assert "a negative view" in tmakit.copy_path(dst, negative).reason
+    with pytest.raises(TmaConfigError, match="strict=True: no TMA path, a negative view"):
+        tmakit.copy_(dst, negative, strict=True)
+    for _ in range(2):
+        tmakit.add_(dst, plain)
+    before = dst.clone()
+    tmakit.add_(dst, negative)
+    assert torch.equal(dst, before - base) and launched[-1] == "add" and len(launched) == 5
+    api_copy.class_launcher.cache_clear()
+
+
+def test_a_non_tensor_beside_one_that_requires_grad_is_named():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    import tmakit
+
+    weights = torch.zeros(4, 4, requires_grad=True)
+    for grad_mode in (True, False):
+        with torch.set_grad_enabled(grad_mode):
+            with pytest.raises(TmaConfigError, match="numpy.ndarray"):
+                tmakit.add_(np.zeros((4, 4)), weights)
+            with pytest.raises(TmaConfigError, match="got None as dst"):
+                tmakit.copy_(None, weights)
+            with pytest.raises(TmaConfigError, match="got None as dst"):
+                tmakit.copy_path(None, weights)
+
+
+def test_a_write_under_no_grad_bumps_the_version_as_torchs_in_place_ops_do():
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    weights = torch.zeros(4, 4, requires_grad=True)
+    saved = weights * 1.0  # autograd saves nothing of weights here; its version is what is read
+    version = weights._version
+    with torch.no_grad():
+        tmakit.copy_(weights, torch.ones(4, 4))
+        tmakit.add_(weights, torch.ones(4, 4))
+    assert weights._version >= version + 2 and torch.equal(weights.detach(), torch.full((4, 4), 2.0))
+    assert saved.requires_grad

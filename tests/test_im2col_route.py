@@ -334,6 +334,19 @@ def test_a_call_autograd_records_takes_torchs_path_each_call(gpu_stood_in):
     )
 
 
+def test_a_negative_view_takes_torchs_expression_each_call(gpu_stood_in):
+    api_im2col, launched = gpu_stood_in
+    x = positions((2, 8, 8, 16), torch.float32)
+    api_im2col.im2col(x, 3, padding=1)
+    negative = torch._neg_view(x)  # the same key; a bit torch applies as it reads
+    route = api_im2col.im2col_path(negative, 3, padding=1)
+    assert route.path == "torch" and "a negative view" in route.reason
+    assert torch.equal(api_im2col.im2col(negative, 3, padding=1), -unfold_reference(x, 3, 1, 1))
+    with pytest.raises(TmaConfigError, match="a negative view"):
+        api_im2col.im2col(negative, 3, padding=1, strict=True)
+    assert len(launched) == 1
+
+
 def test_a_zero_d_tensor_argument_is_planned_every_call_not_looked_up(gpu_stood_in):
     """A 0-d tensor passes as an int but can change in place: no call finds another's plan by it."""
     api_im2col, _ = gpu_stood_in

@@ -226,8 +226,12 @@ def is_flag(value: object) -> bool:
     """Python's, numpy's and torch's (0-d) booleans, which also pass as integers, so integer
     checks refuse them."""
     kind = type(value)
-    if kind.__module__ == "torch":
-        return str(getattr(value, "dtype", "")) == "torch.bool"
+    if kind.__module__ == "torch":  # a 0-d bool tensor with a value (not a meta tensor's)
+        return (
+            str(getattr(value, "dtype", "")) == "torch.bool"
+            and getattr(value, "ndim", None) == 0
+            and not getattr(value, "is_meta", True)
+        )
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"))
 
 

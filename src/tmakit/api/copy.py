@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.route import RECORDED_BY_AUTOGRAD, Route, copy_route, lazy_reason
+from ..plan.route import Route, copy_route, lazy_reason
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_outer_strides, check_rank, flag
 from .known import KEY_ERRORS
 from .load import config_for
 from .tensors import (
+    bump_version,
     check_gpu_tensor,
     check_tensor_pair,
     check_torch_tensor,
@@ -26,8 +27,9 @@ from .tensors import (
     device_facts,
     import_torch,
     lazy_bit,
+    out_of_the_plain_path,
     pair_facts,
-    recorded_by_autograd,
+    special_route,
 )
 
 if TYPE_CHECKING:
@@ -69,8 +71,8 @@ def copy_(
     fallback. Options a TMA-served pair's planner refuses raise in either mode."""
     if _specialised:
         return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
-    if getattr(src, "requires_grad", False) or getattr(dst, "requires_grad", False):
-        return copy_with_grad(dst, src, tile, stages, strict, options)
+    if out_of_the_plain_path(dst, src):
+        return copy_special(dst, src, tile, stages, strict, options)
     if strict is False:
         return _COPIES.copy_(dst, src, tile, stages, options)
     return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
@@ -78,7 +80,7 @@ def copy_(
     )
 
 
-def copy_with_grad(
+def copy_special(
     dst: torch.Tensor,
     src: torch.Tensor,
     tile: tuple[int, int] | None,
@@ -86,18 +88,20 @@ def copy_with_grad(
     strict: object,
     options: dict[str, Any],
 ) -> torch.Tensor:
-    """A copy of tensors that require grad: torch's copy_ where autograd records it (it records
-    the graph and refuses a leaf; strict: TmaConfigError), else `copy_` on detached views of the
-    same memory (an update under torch.no_grad())."""
+    """A copy out of the plain path (`tensors.out_of_the_plain_path`): torch's copy_ for a
+    negative view and where autograd records the call (it records the graph and refuses a leaf;
+    strict: TmaConfigError), else the plain copy on detached views of the same memory (an
+    update under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
     strict = flag(strict, "copy_'s strict")
-    if recorded_by_autograd(dst, src):
+    CopyOptions.of(tile=tile, stages=stages, **options)  # named if wrong, on every path
+    reason = special_route(dst, src, "copy_")
+    if reason is not None:
         if strict:
-            raise TmaConfigError(f"copy_ with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}")
-        check_torch_tensor(dst, "copy_", "dst")
-        check_torch_tensor(src, "copy_", "src")
+            raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
         torch_copy(src, dst)
         return dst
-    copy_(dst.detach(), src.detach(), tile, stages, strict=strict, **options)
+    (_STRICT_COPIES if strict else _COPIES).copy_(detached(dst), detached(src), tile, stages, options)
+    bump_version(dst)
     return dst
 
 
@@ -381,8 +385,10 @@ def copy_path(
         TmaConfigError: what `copy_` refuses in either mode (not tensors, unknown options, a
         TMA-served pair's planner refusing the options given)."""
     chosen = CopyOptions.of(tile=tile, stages=stages, **options)
-    if recorded_by_autograd(dst, src):
-        return Route("copy_", "torch", RECORDED_BY_AUTOGRAD)
+    if out_of_the_plain_path(dst, src):
+        reason = special_route(dst, src, "copy_")
+        if reason is not None:
+            return Route("copy_", "torch", reason)
     dst, src = detached(dst), detached(src)
     try:
         route = copy_route(pair_facts(dst, src))

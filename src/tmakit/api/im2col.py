@@ -21,6 +21,7 @@ from .tensors import (
     detached,
     device_facts,
     import_torch,
+    lazy_bit,
     recorded_by_autograd,
 )
 
@@ -74,7 +75,8 @@ def im2col(
     if out is not None:
         check_im2col_out(out, x, patch_shape)
     # Every call: where the tensors lie and whether autograd records them are not in the key.
-    route = call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(x, out))
+    tensors = (x,) if out is None else (x, out)
+    route = call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(*tensors), lazy_bit(*tensors))
     if not route.by_tma:
         if strict:
             raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
@@ -116,7 +118,8 @@ def im2col_path(
     call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
-    return call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(x, out))
+    tensors = (x,) if out is None else (x, out)
+    return call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(*tensors), lazy_bit(*tensors))
 
 
 def torch_im2col(

@@ -26,7 +26,7 @@ from ..plan import (
     reduce_class,
     reduce_route,
 )
-from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
+from ..plan.route import Route, torch_route
 from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, overlap_of, pair_spans
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
@@ -35,13 +35,15 @@ from .copy import class_launcher
 from .known import calls_table, known_call, typed
 from .reduce_torch import TORCH_OPS, torch_reduce
 from .tensors import (
+    bump_version,
     check_tensor_pair,
     check_torch_tensor,
     detached,
     device_facts,
     import_torch,
+    out_of_the_plain_path,
     pair_facts,
-    recorded_by_autograd,
+    special_route,
 )
 
 if TYPE_CHECKING:
@@ -72,7 +74,9 @@ def reduce_into_(
     of `dst` gets exactly one reduction (one rounding for floats). Compiled once per class (dtype,
     rank, contiguous dims, op) where TVM-FFI is installed.
 
-    Every other pair torch's in-place op takes runs torch's op (`TORCH_OPS`: add is
+    An fp32/bf16 add past half the L2 runs torch's `add_`, measured faster there
+    (`plan.route.TORCH_FASTER_BEYOND_L2`). Every other pair torch's in-place op takes runs
+    torch's op (`TORCH_OPS`: add is
     `dst.add_(src)`; inc and dec, which torch lacks, are PTX's unsigned `red.inc`/`red.dec`);
     an error of torch's is raised as TmaConfigError naming it. `strict=True` refuses instead:
     TmaConfigError for anything TMA does not serve, before anything compiles or launches.
@@ -114,18 +118,26 @@ def reduced(
     strict: bool,
     options: dict[str, Any],
 ) -> torch.Tensor:
-    """`reduce_into_`'s call: its known plan run on the tensors, or, for tensors that require
-    grad, on detached views of them where autograd records nothing (torch's op where it does)."""
-    if not (getattr(src, "requires_grad", False) or getattr(dst, "requires_grad", False)):
+    """`reduce_into_`'s call: its known plan run on the tensors; out of the plain path
+    (`tensors.out_of_the_plain_path`), torch's op for a negative view and where autograd records
+    the call (strict: TmaConfigError), else the plan run on detached views of the same memory
+    (under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
+    if not out_of_the_plain_path(dst, src):
         known_reduce(dst, src, op, tile, stages, strict, options).run(dst, src)
         return dst
-    known = known_reduce(dst.detach(), src.detach(), op, tile, stages, strict, options)  # the checks
-    if not recorded_by_autograd(dst, src):
-        known.run(dst.detach(), src.detach())
-    elif known.strict:
-        raise strict_refusal(torch_route(op, RECORDED_BY_AUTOGRAD))
+    strict = flag(strict, "strict")
+    one_of(op, "reduce op", REDUCE_OPS)
+    reduce_options(tile, stages, options)  # named if wrong, on every path
+    reason = special_route(dst, src, "reduce_into_")
+    if reason is None:
+        known_reduce(detached(dst), detached(src), op, tile, stages, strict, options).run(
+            detached(dst), detached(src)
+        )
+        bump_version(dst)
+    elif strict:
+        raise strict_refusal(torch_route(op, reason))
     else:
-        torch_reduce(dst, src, op, RECORDED_BY_AUTOGRAD)
+        torch_reduce(dst, src, op, reason)
     return dst
 
 
@@ -150,10 +162,14 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
         not serve)."""
     tile, stages = options.pop("tile", None), options.pop("stages", None)
     strict = options.pop("strict", False)
-    recorded = recorded_by_autograd(dst, src)
-    dst, src = detached(dst), detached(src)
-    known = known_reduce(dst, src, op, tile, stages, strict, options)
-    return torch_route(op, RECORDED_BY_AUTOGRAD) if recorded else known.route_for(dst, src)
+    if out_of_the_plain_path(dst, src):
+        one_of(op, "reduce op", REDUCE_OPS)
+        reduce_options(tile, stages, options)
+        reason = special_route(dst, src, "reduce_into_")
+        if reason is not None:
+            return torch_route(op, reason)
+        dst, src = detached(dst), detached(src)
+    return known_reduce(dst, src, op, tile, stages, strict, options).route_for(dst, src)
 
 
 TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel

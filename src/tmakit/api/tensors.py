@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import MAX_RANK
-from ..plan.route import PairFacts
+from ..plan.route import RECORDED_BY_AUTOGRAD, PairFacts, lazy_reason
 from ..validate import check_base_address, check_rank, type_name
 
 if TYPE_CHECKING:
@@ -201,6 +201,34 @@ def recorded_by_autograd(*tensors: object) -> bool:
 def detached(tensor: object) -> object:
     """`tensor.detach()` where it requires grad (the same memory, no autograd), else `tensor`."""
     return tensor.detach() if getattr(tensor, "requires_grad", False) else tensor  # type: ignore[attr-defined]
+
+
+def out_of_the_plain_path(dst: object, src: object) -> bool:
+    """Whether a two-tensor call needs more than its known plan: a tensor that requires grad, or
+    a negative view (a real dtype's lazily applied bit, which no call key holds). Four attribute
+    reads on the repeated path; anything not a tensor reads as False (the plain path names it)."""
+    try:
+        return src.requires_grad or dst.requires_grad or src.is_neg() or dst.is_neg()  # type: ignore[attr-defined]
+    except AttributeError:
+        return False
+
+
+def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None:
+    """Why a call out of the plain path takes torch's op (a lazily applied bit, or autograd
+    recording it), after both are checked as torch tensors; None: the plain call on detached
+    views serves it (a tensor that requires grad under torch.no_grad())."""
+    check_torch_tensor(dst, what, "dst")
+    check_torch_tensor(src, what, "src")
+    lazy = lazy_bit(dst, src)
+    if lazy is not None:
+        return lazy_reason(lazy)
+    return RECORDED_BY_AUTOGRAD if recorded_by_autograd(dst, src) else None
+
+
+def bump_version(tensor: torch.Tensor) -> None:
+    """Count a write autograd did not see in `tensor`'s version, as torch's in-place ops do, so a
+    tensor saved for backward and written under torch.no_grad() is caught at backward."""
+    import_torch("tmakit").autograd.graph.increment_version(tensor)
 
 
 def lazy_bit(*tensors: torch.Tensor) -> str | None:

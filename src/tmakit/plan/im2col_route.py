@@ -17,7 +17,7 @@ from ..limits import DEFAULT_SM_COUNT
 from ..validate import check_base_address
 from .im2col import Im2colConv, Im2colPlan, im2col_conv
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
-from .route import RECORDED_BY_AUTOGRAD, Route, torch_route
+from .route import RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
 IM2COL_OP = "im2col"
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}
@@ -38,7 +38,8 @@ class Im2colFacts:
     torch's name (`float16`), element size `nbytes`, base `address` and CUDA `device` index (-1:
     not on a CUDA device); the convolution's arguments as the caller passed them; `out`'s facts
     where one is given; the device's SM count (the plan's stages); whether autograd records the
-    call (x or out requires grad, with grad mode on)."""
+    call (x or out requires grad, with grad mode on); a bit torch applies lazily to x or out
+    ("conjugate", "negative")."""
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -53,6 +54,7 @@ class Im2colFacts:
     out: PatchFacts | None = None
     sm_count: int = DEFAULT_SM_COUNT
     records_grad: bool = False
+    lazy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,13 +72,17 @@ class Im2colCall:
         """TMA serves the call as the copy of x as (N*H*W, C) rows."""
         return self.route.by_tma and self.plan is None
 
-    def placed(self, address: int, out: PatchFacts | None = None, records_grad: bool = False) -> Route:
+    def placed(
+        self, address: int, out: PatchFacts | None = None, records_grad: bool = False, lazy: str | None = None
+    ) -> Route:
         """The route of this call with x at `address` and `out` where given: TMA's where the
         tensors lie where TMA can address them and autograd records nothing (`records_grad`),
         else torch's with the rule that failed. (The per-call part of a route: a repeated call
         looks its `Im2colCall` up, then places it.)"""
         if not self.route.by_tma:
             return self.route
+        if lazy is not None:  # a bit torch applies as it reads (`route.lazy_reason`)
+            return torch_route(IM2COL_OP, lazy_reason(lazy))
         if records_grad:
             return torch_route(IM2COL_OP, RECORDED_BY_AUTOGRAD)
         broken = placement_rule(address, out, self.conv.patch_shape)
@@ -152,7 +158,7 @@ def im2col_route(facts: Im2colFacts) -> Route:
     """The path an im2col call takes (`route.PATHS`: "tma" or "torch") and why: `im2col_call`'s
     route, placed where `facts` says the tensors lie. Raises TmaConfigError for the convolution's
     own arguments (`im2col_conv`), which no path serves."""
-    return im2col_call(facts).placed(facts.address, facts.out, facts.records_grad)
+    return im2col_call(facts).placed(facts.address, facts.out, facts.records_grad, facts.lazy)
 
 
 def is_compact(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

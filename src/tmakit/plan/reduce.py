@@ -10,10 +10,12 @@ anything compiles.
 A reduce's route, in order (`reduce_route`), is the copy's (`plan.route`) less its moved-as types:
 a reduce does arithmetic, so a dtype the table lacks for the op is torch's, never moved as another.
 
-1. torch's op for what no TMA path takes: tensors not on one CUDA device, a dtype change, a
-   broadcast source, an (op, dtype) pair the table lacks;
+1. torch's op for what no TMA path takes: the rules a copy's route shares
+   (`route.torch_pair_rule`: not one CUDA device, a dtype change, a broadcast source, a lazily
+   applied bit, a destination that may overlap itself), an (op, dtype) pair the table lacks;
 2. nothing to reduce: an empty destination;
-3. torch's op for a base address TMA cannot take (not 16-byte aligned);
+3. torch's op for a base address TMA cannot take (not 16-byte aligned), and for a call
+   `route.TORCH_FASTER_BEYOND_L2` gives torch (an fp32/bf16 add past half the L2);
 4. TMA as the tensors are laid out (`route.strided_rule`);
 5. TMA on the canonical view of the same memory (`route.canonical_pair`; a compact run as
    rows, `config.rows_view`, a rank-2 row-major view);

@@ -4,8 +4,10 @@ size, base addresses, device indices) are read off the tensors by the API.
 
 A copy's route, in order (`copy_route`):
 
-1. torch's `copy_` for what no TMA path takes: tensors not on one CUDA device, a dtype change,
-   a broadcast source, a dtype with no same-size type TMA moves;
+1. torch's `copy_` for what no TMA path takes (`torch_pair_rule`, a reduce's too): tensors not
+   on one CUDA device, a dtype change, a broadcast source, a bit torch applies lazily (a
+   conjugate or negative view), a destination that may overlap itself; then a dtype with no
+   same-size type TMA moves, and a base address that is not 16-byte aligned;
 2. nothing to move: an empty copy;
 3. TMA as the tensors are laid out: rank 2 to 5, a stride-1 dim among the last two, outer strides
    multiples of 16 bytes (the copy's own planner has the last word on these);
