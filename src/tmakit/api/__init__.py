@@ -5,7 +5,8 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 
 - `tensors`: what every call checks (torch, a tensor's kind, device and shape, a pair of tensors);
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
-- `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch;
+- `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch, with `copy_views`: the
+  launchers around a route (its views, torch's `copy_`, the empty copy);
 - `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
   `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
@@ -14,7 +15,8 @@ The functions `copy` and `im2col` shadow their modules' names on this package: a
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
 
-from .copy import check_copy_layout, copy, copy_, copy_dispatch, copy_path, plan_copy
+from ..plan.copy_layout import check_copy_layout
+from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy
 from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .reduce import add_, reduce_into_, reduce_options, reduce_path

@@ -4,17 +4,18 @@ looked up by `copy_`'s dispatch (`runtime.dispatch`) on every later call."""
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, ROW_VIEW_WIDTHS, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.route import Route, copy_route, lazy_reason
+from ..plan.copy_layout import copy_rows_view
+from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_outer_strides, check_rank, flag
+from ..validate import check_rank, flag
+from .copy_views import copy_nothing, torch_copy, viewed, viewed_launcher
 from .known import KEY_ERRORS
 from .load import config_for
 from .tensors import (
@@ -318,52 +319,6 @@ def check_copy_tensors(dst: object, src: object) -> None:
     dtype_of(src.dtype)
 
 
-def copy_rows_view(
-    options: CopyOptions, shape: tuple[int, ...], dtype: str, strides: tuple[tuple, tuple], compact: bool
-) -> tuple[int, int] | None:
-    """The rows view (`config.rows_view`) a copy of `compact` tensors (both contiguous, one layout)
-    takes with `as_rows` or `bulk`; None: the strided path. TmaConfigError for a bulk copy that
-    has none."""
-    numel = math.prod(shape)
-    view = rows_view(numel, DTYPES[dtype].nbytes) if compact and (options.as_rows or options.bulk) else None
-    if options.bulk and view is None:
-        raise TmaConfigError(
-            f"bulk copy of {shape} {dtype} with strides {strides[0]} into {strides[1]}: it needs both "
-            f"tensors compact (contiguous) and a number of elements that {min(ROW_VIEW_WIDTHS)} divides"
-        )
-    return view
-
-
-def check_copy_layout(
-    shape: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    dtype: str,
-    options: CopyOptions | None = None,
-    compact: bool = False,
-) -> None:
-    """The layout rules a copy's (or reduce's) tensors of `shape` meet whatever the tile: a rows
-    view's (`copy_rows_view`, with `options` and `compact`), or the strided path's: rank 2..5, a
-    stride-1 dim among the last two, outer strides TMA takes (what a trace's fake implementation
-    can check on static strides; `plan_copy` checks them with the class)."""
-    if 0 in shape:
-        return
-    if options is not None and copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact):
-        return
-    nbytes = DTYPES[dtype].nbytes
-    check_rank(len(shape))
-    for name, strides in (("src", src_strides), ("dst", dst_strides)):
-        contiguous = contiguous_index(major_of(strides, shape), len(shape))
-        check_outer_strides(shape, strides, nbytes, contiguous, name=name)
-
-
-def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
-
-
-copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
-
-
 def copy_path(
     dst: torch.Tensor,
     src: torch.Tensor,
@@ -452,56 +407,6 @@ def routed(
 _DEFAULT_OPTIONS = CopyOptions()
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
-
-
-def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tuple | None) -> torch.Tensor:
-    """`tensor` as a route moves it: as `dtype` (same size), then as (`shape`, `strides`)."""
-    if dtype is not None:
-        tensor = tensor.view(dtype)
-    return tensor if shape is None else tensor.as_strided(shape, strides)
-
-
-def viewed_launcher(
-    launcher: Launcher, dtype: object, view: tuple | None, tail: int = 0, strict: bool = False
-) -> Launcher:
-    """`launcher` called on the views the route moves (the same memory), then torch's copy_ of a
-    compact run's `tail` (its last elements, past the view's rows). A dtype moved as another
-    checks each call for a bit torch applies lazily (a conjugate view: the dispatch's signature
-    does not hold it), which torch's copy_ then applies (`strict`: TmaConfigError instead)."""
-    shape, src_strides, dst_strides = view if view is not None else (None, None, None)
-    body = math.prod(shape) if tail else 0
-
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        if dtype is not None:
-            lazy = lazy_bit(dst, src)
-            if lazy is not None:
-                if strict:
-                    raise TmaConfigError(f"copy_ with strict=True: no TMA path, {lazy_reason(lazy)}")
-                torch_copy(src, dst)
-                return
-            src, dst = src.view(dtype), dst.view(dtype)
-        if shape is not None:
-            launcher(src.as_strided(shape, src_strides), dst.as_strided(shape, dst_strides))
-        else:
-            launcher(src, dst)
-        if tail:
-            end = (tail,), (1,)
-            dst.as_strided(*end, dst.storage_offset() + body).copy_(
-                src.as_strided(*end, src.storage_offset() + body)
-            )
-
-    return launch
-
-
-def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """The fallback: torch's own `copy_` (its refusals as TmaConfigError)."""
-    try:
-        dst.copy_(src)
-    except RuntimeError as error:
-        raise TmaConfigError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
-
-
-torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
 
 
 # Every copy_ call's launcher, and the fast path's state (and the same for the shape-specialised

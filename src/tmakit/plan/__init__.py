@@ -6,6 +6,8 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `mappings`: how consumer threads split a tile (row sums, the transposing copy);
 - `copy`: `CopyOptions`, every `tmakit.copy_` option with its default and check, and `CopyPlan`,
   a copy run on a ring (stores in flight, transposing staging tiles, bulk runs);
+- `copy_layout`: the layout rules a copy's tensors meet whatever the tile (a rows view's, the
+  strided path's);
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
 - `cluster_dot`: `ClusterDotPlan`, the cluster row dot whose CTAs share (multicast) an X tile
   and each load their own A tile;

@@ -1,0 +1,73 @@
+"""The launchers around a copy's route: the TMA launch on the views the route moves (a dtype as a
+same-size one, a canonical view, a compact run's tail), torch's `copy_` (the fallback) and the
+empty copy's. What `api.copy` hands the dispatch, beside its planned kernels."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..errors import TmaConfigError
+from ..plan.route import lazy_reason
+from ..runtime.dispatch import Launcher
+from .tensors import lazy_bit
+
+if TYPE_CHECKING:
+    import torch
+
+
+def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
+
+
+copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
+
+
+def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tuple | None) -> torch.Tensor:
+    """`tensor` as a route moves it: as `dtype` (same size), then as (`shape`, `strides`)."""
+    if dtype is not None:
+        tensor = tensor.view(dtype)
+    return tensor if shape is None else tensor.as_strided(shape, strides)
+
+
+def viewed_launcher(
+    launcher: Launcher, dtype: object, view: tuple | None, tail: int = 0, strict: bool = False
+) -> Launcher:
+    """`launcher` called on the views the route moves (the same memory), then torch's copy_ of a
+    compact run's `tail` (its last elements, past the view's rows). A dtype moved as another
+    checks each call for a bit torch applies lazily (a conjugate view: the dispatch's signature
+    does not hold it), which torch's copy_ then applies (`strict`: TmaConfigError instead)."""
+    shape, src_strides, dst_strides = view if view is not None else (None, None, None)
+    body = math.prod(shape) if tail else 0
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        if dtype is not None:
+            lazy = lazy_bit(dst, src)
+            if lazy is not None:
+                if strict:
+                    raise TmaConfigError(f"copy_ with strict=True: no TMA path, {lazy_reason(lazy)}")
+                torch_copy(src, dst)
+                return
+            src, dst = src.view(dtype), dst.view(dtype)
+        if shape is not None:
+            launcher(src.as_strided(shape, src_strides), dst.as_strided(shape, dst_strides))
+        else:
+            launcher(src, dst)
+        if tail:
+            end = (tail,), (1,)
+            dst.as_strided(*end, dst.storage_offset() + body).copy_(
+                src.as_strided(*end, src.storage_offset() + body)
+            )
+
+    return launch
+
+
+def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The fallback: torch's own `copy_` (its refusals as TmaConfigError)."""
+    try:
+        dst.copy_(src)
+    except RuntimeError as error:
+        raise TmaConfigError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
+
+
+torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
