@@ -607,3 +607,41 @@ def test_a_write_under_no_grad_bumps_the_version_as_torchs_in_place_ops_do():
         tmakit.add_(weights, torch.ones(4, 4))
     assert weights._version >= version + 2 and torch.equal(weights.detach(), torch.full((4, 4), 2.0))
     assert saved.requires_grad
+
+
+def test_strict_refuses_a_rows_copy_whose_tail_torch_would_move(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    import tmakit
+    from tmakit.api import tensors as api_tensors
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    api_copy = importlib.import_module("tmakit.api.copy")
+
+    def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
+        def launch(src, dst):
+            dst.copy_(src)
+
+        launch.checks_arguments = True
+        return launch
+
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
+    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
+    monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
+    api_copy.class_launcher.cache_clear()
+    src, dst = torch.arange(777, dtype=torch.float16), torch.zeros(777, dtype=torch.float16)
+    route = tmakit.copy_path(dst, src)
+    assert route.path == "tma-rows" and route.tail == 9
+    assert torch.equal(tmakit.copy_(dst, src), src)
+    with pytest.raises(TmaConfigError, match="strict=True: TMA moves all but the last 9 elements"):
+        tmakit.copy_(torch.zeros(777, dtype=torch.float16), src, strict=True)
+    even = torch.arange(768, dtype=torch.float16)  # 3 x 256 rows, no tail: strict serves it
+    assert torch.equal(tmakit.copy_(torch.zeros(768, dtype=torch.float16), even, strict=True), even)
+    api_copy.class_launcher.cache_clear()

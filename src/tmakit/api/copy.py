@@ -364,6 +364,11 @@ def routed_copy_launcher(
         check_copy_tensors(dst, src)  # names what is wrong
         raise
     route, launcher = routed(dst, src, options, copy_route(facts_read), strict)
+    if strict and route.tail:
+        raise TmaConfigError(
+            f"copy_ with strict=True: TMA moves all but the last {route.tail} elements ({route.reason}); "
+            "strict=False copies those by torch's copy_"
+        )
     if strict and not route.by_tma:
         check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
         check_torch_tensor(src, "copy_", "src")
