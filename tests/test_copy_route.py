@@ -383,13 +383,16 @@ def test_route_of_a_conjugate_or_negative_view_is_torchs():
         assert route.path == "torch" and f"a {lazy} view" in route.reason and "resolve_conj()" in route.reason
 
 
-def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(monkeypatch):
-    """The dispatch's signature does not hold the conjugate bit: the launcher a plain complex pair
-    planned checks it on every call, and hands a conjugate view to torch's copy_ (strict refuses)."""
-    torch = pytest.importorskip("torch")
+@pytest.fixture
+def gpu_copies(monkeypatch):
+    """copy_, add_ and copy_path with CPU tensors taken as on CUDA device 0 of an H200 with
+    TVM-FFI, and the real routed dispatches: each launch records (op, dtype moved) and does on
+    the views it is given what the kernel would (a copy, or the reduce's add). Returns the
+    records and the patched `tmakit.api.copy` module."""
+    pytest.importorskip("torch")
     import importlib
 
-    import tmakit
+    from tmakit.api import reduce as api_reduce
     from tmakit.api import tensors as api_tensors
     from tmakit.runtime.dispatch import CopyDispatch
 
@@ -397,28 +400,42 @@ def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(
     launched = []
 
     def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
+        op = getattr(plan, "op", None)
+
         def launch(src, dst):
-            launched.append(src.dtype)
-            dst.copy_(src)
+            launched.append((op or "copy", src.dtype))
+            dst.copy_(src) if op is None else dst.add_(src)
 
         launch.checks_arguments = True
         return launch
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
-    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
+    for module in (api_copy, api_reduce):
+        monkeypatch.setattr(module, "device_facts", lambda device: (132, 60 << 20))
+        monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
+        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
     monkeypatch.setattr(api_copy, "_CLASSES", {})
     plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
     monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
     api_copy.class_launcher.cache_clear()
+    yield launched, api_copy
+    api_copy.class_launcher.cache_clear()
+
+
+def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(gpu_copies):
+    """The dispatch's signature does not hold the conjugate bit: the launcher a plain complex pair
+    planned checks it on every call, and hands a conjugate view to torch's copy_ (strict refuses)."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    launched, _ = gpu_copies
     x = torch.randn(64, 64, dtype=torch.complex64)
     dst = torch.zeros_like(x)
     for _ in range(3):  # planned, then found, then tried first
         tmakit.copy_(dst, x)
-    assert torch.equal(dst, x) and launched == [torch.int64] * 3  # moved as int64 by "TMA"
+    assert torch.equal(dst, x) and launched == [("copy", torch.int64)] * 3  # moved as int64 by "TMA"
     tmakit.copy_(dst, x.conj())
     assert torch.equal(dst, x.conj().resolve_conj()) and len(launched) == 3  # torch's copy_
     for _ in range(3):
@@ -426,7 +443,6 @@ def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(
     with pytest.raises(TmaConfigError, match="strict=True: no TMA path, a conjugate view"):
         tmakit.copy_(dst, x.conj(), strict=True)
     assert tmakit.copy_path(dst, x.conj()).path == "torch"
-    api_copy.class_launcher.cache_clear()
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -497,21 +513,13 @@ def test_a_destination_that_may_overlap_itself_is_torchs_to_check(dst_strides):
 
 
 @pytest.mark.parametrize("tvm_ffi", [True, False])
-def test_copy_path_checks_a_new_pair_and_compiles_nothing(monkeypatch, tvm_ffi):
+def test_copy_path_checks_a_new_pair_and_compiles_nothing(gpu_copies, monkeypatch, tvm_ffi):
     torch = pytest.importorskip("torch")
-    import importlib
-
     import tmakit
-    from tmakit.api import tensors as api_tensors
 
-    api_copy = importlib.import_module("tmakit.api.copy")
-    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
+    _, api_copy = gpu_copies
     monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: tvm_ffi)
     monkeypatch.setattr(api_copy, "copy_launcher", lambda *a, **k: pytest.fail("compiled"))
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
-    api_copy.class_launcher.cache_clear()
     x = torch.zeros(64, 128, dtype=torch.float16)
     for dst, src, path in [
         (torch.zeros(128, 64, dtype=torch.float16), x.t(), "tma"),  # transposing, as laid out
@@ -521,42 +529,16 @@ def test_copy_path_checks_a_new_pair_and_compiles_nothing(monkeypatch, tvm_ffi):
         assert tmakit.copy_path(dst, src).path == path
     with pytest.raises(TmaConfigError, match="tile"):  # the planner's checks still run
         tmakit.copy_path(torch.zeros(128, 64, dtype=torch.float16), x.t(), tile=(64, 300))
-    api_copy.class_launcher.cache_clear()
 
 
-def test_a_negative_view_of_a_real_dtype_is_torchs_even_where_its_key_was_tmas(monkeypatch):
+def test_a_negative_view_of_a_real_dtype_is_torchs_even_where_its_key_was_tmas(gpu_copies):
     """A negative view (`c.conj().imag`, or `torch._neg_view`) is a float32 view whose bit torch
     applies as it reads: no call key holds it, so each call checks it, and torch's copy_/add_
     negate where a plain launch would not."""
     torch = pytest.importorskip("torch")
-    import importlib
-
     import tmakit
-    from tmakit.api import reduce as api_reduce
-    from tmakit.api import tensors as api_tensors
-    from tmakit.runtime.dispatch import CopyDispatch
 
-    api_copy = importlib.import_module("tmakit.api.copy")
-    launched = []
-
-    def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
-        def launch(src, dst):
-            launched.append(getattr(plan, "op", "copy"))
-            dst.copy_(src) if getattr(plan, "op", None) is None else dst.add_(src)
-
-        launch.checks_arguments = True
-        return launch
-
-    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    for module in (api_copy, api_reduce):
-        monkeypatch.setattr(module, "device_facts", lambda device: (132, 60 << 20))
-        monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
-        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
-    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
-    api_copy.class_launcher.cache_clear()
+    launched, _ = gpu_copies
     base = torch.randn(64, 64)
     negative = torch._neg_view(base)  # what conj().imag gives, on a TMA-addressable layout
     plain = torch.randn(64, 64)  # the same shape, strides and dtype, no bit
@@ -574,8 +556,7 @@ def test_a_negative_view_of_a_real_dtype_is_torchs_even_where_its_key_was_tmas(m
         tmakit.add_(dst, plain)
     before = dst.clone()
     tmakit.add_(dst, negative)
-    assert torch.equal(dst, before - base) and launched[-1] == "add" and len(launched) == 5
-    api_copy.class_launcher.cache_clear()
+    assert torch.equal(dst, before - base) and launched[-1][0] == "add" and len(launched) == 5
 
 
 def test_a_non_tensor_beside_one_that_requires_grad_is_named():
@@ -609,33 +590,10 @@ def test_a_write_under_no_grad_bumps_the_version_as_torchs_in_place_ops_do():
     assert saved.requires_grad
 
 
-def test_strict_refuses_a_rows_copy_whose_tail_torch_would_move(monkeypatch):
+def test_strict_refuses_a_rows_copy_whose_tail_torch_would_move(gpu_copies):
     torch = pytest.importorskip("torch")
-    import importlib
-
     import tmakit
-    from tmakit.api import tensors as api_tensors
-    from tmakit.runtime.dispatch import CopyDispatch
 
-    api_copy = importlib.import_module("tmakit.api.copy")
-
-    def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
-        def launch(src, dst):
-            dst.copy_(src)
-
-        launch.checks_arguments = True
-        return launch
-
-    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 << 20))
-    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
-    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
-    monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
-    api_copy.class_launcher.cache_clear()
     src, dst = torch.arange(777, dtype=torch.float16), torch.zeros(777, dtype=torch.float16)
     route = tmakit.copy_path(dst, src)
     assert route.path == "tma-rows" and route.tail == 9
@@ -644,4 +602,3 @@ def test_strict_refuses_a_rows_copy_whose_tail_torch_would_move(monkeypatch):
         tmakit.copy_(torch.zeros(777, dtype=torch.float16), src, strict=True)
     even = torch.arange(768, dtype=torch.float16)  # 3 x 256 rows, no tail: strict serves it
     assert torch.equal(tmakit.copy_(torch.zeros(768, dtype=torch.float16), even, strict=True), even)
-    api_copy.class_launcher.cache_clear()
