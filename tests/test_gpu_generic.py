@@ -184,9 +184,15 @@ def test_a_new_shape_in_a_warm_class_still_meets_every_rule():
 
     good = position_dependent(torch, (64, 64), torch.float16)
     tmakit.copy_(torch.empty_like(good), good)
-    odd = torch.zeros(64, 63, dtype=torch.float16, device="cuda")  # 126-byte rows
+    rows = torch.empty(64 * 63, dtype=torch.float16, device="cuda")
+    odd = rows.as_strided((64, 62), (63, 1))  # 126-byte rows
+    odd.copy_(position_dependent(torch, (64, 62), torch.float16))
     with pytest.raises(tmakit.TmaConfigError, match="global stride of dim 0 is 126 bytes"):
-        tmakit.copy_(torch.empty_like(odd), odd)
+        tmakit.copy_(torch.empty_like(odd), odd, strict=True)
+    served = torch.full_like(odd, float("nan"))
+    tmakit.copy_(served, odd)  # not strict: torch's copy_ serves what TMA cannot address
+    torch.cuda.synchronize()
+    assert first_difference(torch, served, odd) is None
     vector = torch.empty(1, 777, dtype=torch.float16, device="cuda")  # a 1554-byte row stride
     vector.copy_(position_dependent(torch, (1, 777), torch.float16))
     out = torch.empty_like(vector)
