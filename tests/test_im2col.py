@@ -344,3 +344,24 @@ def test_parse_reads_ints_pairs_and_the_tile():
     )
     with pytest.raises(TmaConfigError, match="stride='two' is not an integer or HxW"):
         Im2colPlan.parse((1, 16, 16, 64), "bf16", "kernel=3,stride=two")
+
+
+def test_the_kernel_compiles_for_tvm_ffi_and_its_launcher_passes_torch_tensors(monkeypatch):
+    """`im2col` launches as `copy_` does: TVM-FFI's compiled function takes the torch tensors and
+    the guard words (no DLPack conversion, no stream read in Python) and checks every argument."""
+    pytest.importorskip("tvm_ffi")
+    torch = pytest.importorskip("torch")
+    from tmakit.runtime import launch
+
+    compiled = compile_im2col(Im2colPlan((3, 7, 9, 24), "fp32", 3), tvm_ffi=True)
+    assert type(compiled.function).__name__.startswith("TVMFFI")
+    calls = []
+    stand_in = type("Compiled", (), {"function": staticmethod(lambda *args: calls.append(args))})()
+    monkeypatch.setattr(launch, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(launch, "compile_im2col", lambda plan, tvm_ffi: stand_in if tvm_ffi else None)
+    launcher = launch.im2col_launcher(RESNET, "cpu")
+    x, out = torch.zeros(2), torch.zeros(3)
+    launcher(x, out)
+    (args,) = calls
+    assert args[0] is x and args[1] is out and args[2].dtype == torch.int32 and len(args) == 3
+    assert launcher.checks_arguments and launcher.compiled is stand_in

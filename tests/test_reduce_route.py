@@ -531,6 +531,8 @@ def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, m
     for _ in range(3):
         tmakit.add_(dst, src)
     assert len(launched) == 4
+    # The copy's dispatch: a launcher that checks its arguments is tried first, nothing read.
+    assert list(api_reduce._DISPATCHES[("add", False)].tried_first()) == [(None, None)]
 
 
 # -- on a Hopper GPU: both paths against torch --------------------------------------------------------

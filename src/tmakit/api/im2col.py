@@ -75,8 +75,11 @@ def im2col(
     if out is not None:
         check_im2col_out(out, x, patch_shape)
     # Every call: where the tensors lie and whether autograd records them are not in the key.
-    tensors = (x,) if out is None else (x, out)
-    route = call.placed(x.data_ptr(), patch_facts(out), recorded_by_autograd(*tensors), lazy_bit(*tensors))
+    route = call.route
+    if route.by_tma:
+        tensors = (x,) if out is None else (x, out)
+        grad, lazy = recorded_by_autograd(*tensors), lazy_bit(*tensors)
+        route = call.placed(x.data_ptr(), patch_facts(out), grad, lazy)
     if not route.by_tma:
         if strict:
             raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
@@ -213,7 +216,7 @@ def plan_im2col(
     """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA's im2col
     loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
     path serves."""
-    torch = import_torch("im2col")
+    import_torch("im2col")
     call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
     if not call.route.by_tma or call.as_rows:
         return call, None  # torch's expression, or x's rows copied by `copy_`
@@ -222,8 +225,7 @@ def plan_im2col(
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
         if not launchers:  # compiled at the first launch: after out's checks
             launchers.append(im2col_launcher(plan, device))
-        with torch.cuda.device(x.device):
-            launchers[0](x, out)
+        launchers[0](x, out)
 
     return call, launch
 
@@ -233,19 +235,27 @@ def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int])
     memory with `x` (every path reads x while it writes out). What TMA needs besides, contiguity
     and alignment, is the route's: `plan.im2col_route.placement_rule`."""
     check_torch_tensor(out, "im2col", "out")
-    if tuple(out.shape) != patch_shape or out.dtype != x.dtype or out.device != x.device:
+    if out.shape != patch_shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(
             f"out is {tuple(out.shape)} {out.dtype} on {out.device}; this im2col writes a "
             f"{patch_shape} {x.dtype} patch matrix on {x.device}: pass one of those, or no out"
         )
     nbytes, x_address, out_address = x.element_size(), x.data_ptr(), out.data_ptr()
-    x_end = x_address + span_bytes(tuple(x.shape), tuple(x.stride()), nbytes)
-    out_end = out_address + span_bytes(patch_shape, tuple(out.stride()), nbytes)
+    x_end = x_address + tensor_span(x, nbytes)
+    out_end = out_address + tensor_span(out, nbytes)
     if x.numel() and out.numel() and x_address < out_end and out_address < x_end:
         raise TmaConfigError(
             f"out (bytes {out_address:#x}..{out_end:#x}) shares memory with x ({x_address:#x}..{x_end:#x}); "
             "im2col reads x while it writes out: pass an out of its own memory, or no out"
         )
+
+
+def tensor_span(tensor: torch.Tensor, nbytes: int) -> int:
+    """Bytes from `tensor`'s first element to the end of its last (`validate.span_bytes`): its
+    size where it is contiguous, the usual case, read without a loop."""
+    if tensor.is_contiguous():
+        return tensor.numel() * nbytes
+    return span_bytes(tuple(tensor.shape), tuple(tensor.stride()), nbytes)
 
 
 def patch_facts(out: torch.Tensor | None) -> PatchFacts | None:

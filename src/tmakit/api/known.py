@@ -38,8 +38,12 @@ def typed(value: object) -> Hashable:
     key of (64, 256), nor True that of 1. TypeError (a key that cannot be read) for anything but
     numbers, text, None and tuples of them: a 0-d tensor passes as an int, hashes by identity
     and can change in place, so a call with one is planned in full each time."""
-    if isinstance(value, tuple):
+    if type(value) is tuple:
+        if all(type(item) is int for item in value):
+            return value  # ints alone (the usual arguments): no other value's key is such a tuple
         return tuple, tuple(typed(item) for item in value)
+    if isinstance(value, tuple):  # a named tuple: its type is part of its key
+        return type(value), tuple(typed(item) for item in value)
     if not isinstance(value, _IMMUTABLE):
         raise TypeError(f"{type(value).__name__} is no key")
     return type(value), value

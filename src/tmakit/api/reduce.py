@@ -2,13 +2,15 @@
 and with the copy's options and layout rules, and torch's own op for the tensors TMA cannot
 serve (`reduce_path` names the path a call takes and why).
 
-A call like one seen before (both tensors' shapes, strides, dtypes and devices, the op, the
-options and `strict`, with their types) finds its route and kernel in a table (`known.known_call`);
-what the key cannot hold, where the tensors lie, is checked on every call: both base addresses
-16-byte aligned, no partial overlap."""
+Each (op, strict) pair has the copy's dispatch (`runtime.dispatch.CopyDispatch`): a call like one
+seen before (both tensors' shapes, strides, dtypes and devices, the options) finds its launcher
+by a lookup, or, repeated call after call, tries it first; what the lookup cannot hold, where the
+tensors lie, is checked on every call: both base addresses 16-byte aligned, no partial overlap
+(torch's op serves unaligned bases and overlaps only an element-wise check can decide)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +29,13 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, Spans, addresses_may_overlap, overlap_of, pair_spans
+from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag, one_of
 from .copy import class_launcher
-from .known import calls_table, known_call, typed
+from .copy_views import copy_nothing
+from .known import calls_table
 from .reduce_torch import TORCH_OPS, torch_reduce
 from .tensors import (
     bump_version,
@@ -118,27 +121,41 @@ def reduced(
     strict: bool,
     options: dict[str, Any],
 ) -> torch.Tensor:
-    """`reduce_into_`'s call: its known plan run on the tensors; out of the plain path
+    """`reduce_into_`'s call: its (op, strict) dispatch on the tensors; out of the plain path
     (`tensors.out_of_the_plain_path`), torch's op for a negative view and where autograd records
-    the call (strict: TmaConfigError), else the plan run on detached views of the same memory
+    the call (strict: TmaConfigError), else the dispatch on detached views of the same memory
     (under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
+    dispatch = reduce_dispatch(op, strict, options)
     if not out_of_the_plain_path(dst, src):
-        known_reduce(dst, src, op, tile, stages, strict, options).run(dst, src)
+        dispatch.copy_(dst, src, tile, stages, options)
         return dst
-    strict = flag(strict, "strict")
-    one_of(op, "reduce op", REDUCE_OPS)
     reduce_options(tile, stages, options)  # named if wrong, on every path
     reason = special_route(dst, src, "reduce_into_")
     if reason is None:
-        known_reduce(detached(dst), detached(src), op, tile, stages, strict, options).run(
-            detached(dst), detached(src)
-        )
+        dispatch.copy_(detached(dst), detached(src), tile, stages, options)
         bump_version(dst)
-    elif strict:
+    elif flag(strict, "strict"):
         raise strict_refusal(torch_route(op, reason))
     else:
         torch_reduce(dst, src, op, reason)
     return dst
+
+
+def reduce_dispatch(op: object, strict: object, options: dict[str, Any]) -> CopyDispatch:
+    """The dispatch of `op`'s calls, strict or not (made at its first call): TmaConfigError for an
+    op not in `plan.REDUCE_OPS`, a `strict` that is no flag, and the copy options a reduce does
+    not take (`reduce_options`)."""
+    if options and ("as_rows" in options or "bulk" in options):
+        reduce_options(None, None, options)
+    if type(op) is str and type(strict) is bool:
+        found = _DISPATCHES.get((op, strict))
+        if found is not None:
+            return found
+    strict = flag(strict, "strict")
+    op = one_of(op, "reduce op", REDUCE_OPS)
+    fallback = functools.partial(strict_fallback if strict else torch_fallback, op)
+    planner = functools.partial(routed_reduce_launcher, op=op, strict=strict)
+    return _DISPATCHES.setdefault((op, strict), CopyDispatch(planner, check_reduce_arguments, fallback))
 
 
 def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Any) -> Route:
@@ -161,19 +178,27 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
         TMA refuses for tensors it serves with its defaults, with `strict=True` anything TMA does
         not serve)."""
     tile, stages = options.pop("tile", None), options.pop("stages", None)
-    strict = options.pop("strict", False)
+    strict = flag(options.pop("strict", False), "strict")
+    one_of(op, "reduce op", REDUCE_OPS)
+    copy_options = reduce_options(tile, stages, options)
     if out_of_the_plain_path(dst, src):
-        one_of(op, "reduce op", REDUCE_OPS)
-        reduce_options(tile, stages, options)
         reason = special_route(dst, src, "reduce_into_")
         if reason is not None:
             return torch_route(op, reason)
         dst, src = detached(dst), detached(src)
-    return known_reduce(dst, src, op, tile, stages, strict, options).route_for(dst, src)
+    route, _ = plan_reduce_call(dst, src, op, copy_options, strict)
+    if route.path in TMA_KERNEL_PATHS and (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
+        route = reduce_route(pair_facts(dst, src), op)  # names the base TMA cannot take
+        if strict:
+            raise strict_refusal(route)
+    return route
 
 
 TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
-UNDECIDED_OVERLAP = "dst and src meet in memory in layouts that differ: only an element-wise check tells"
+FALLBACK_REASON = (
+    "TMA cannot take a base address, or dst and src meet in memory in layouts only an element-wise "
+    "check tells apart"
+)
 
 
 @dataclass(frozen=True)
@@ -206,130 +231,90 @@ class ReduceKernel:
                 dst if dst_strides is None else dst.as_strided(shape, dst_strides),
             )
 
+        # Views of fixed strides: tried first only for the shape and strides they were planned for.
+        launch.checks_arguments = getattr(compiled, "checks_arguments", False)
+        launch.shape_generic = True
         return launch
 
 
-class KnownReduce:
-    """A planned reduce call: its route for aligned bases, the kernel of a TMA route (compiled at
-    its first launch), and what each call's address checks compare with (`Spans`)."""
-
-    def __init__(self, route: Route, op: str, strict: bool, kernel: ReduceKernel | None, spans: Spans | None):
-        self.route, self.op, self.strict, self.kernel, self.spans = route, op, strict, kernel, spans
-        self._launcher: Launcher | None = None
-
-    def run(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        """Reduce `src` into `dst` on this call's path, after the checks of where they lie."""
-        path = self.route.path
-        if path == "torch":
-            torch_reduce(dst, src, self.op, self.route.reason)
-        elif path != "empty":
-            source, destination = src.data_ptr(), dst.data_ptr()
-            if (source | destination) & _ALIGNMENT_BITS:
-                torch_reduce(dst, src, self.op, self.unaligned(dst, src).reason)
-                return
-            if addresses_may_overlap(source, destination, self.spans):
-                verdict = overlap_of(dst, src, src.shape, src.stride(), dst.stride())
-                if verdict == "unknown" and not self.strict:
-                    torch_reduce(dst, src, self.op, UNDECIDED_OVERLAP)  # torch's element-wise check decides
-                    return
-                check_no_partial_overlap(dst, src)
-            launcher = self._launcher
-            if launcher is None:  # compiled at the first launch: `reduce_path` plans, never compiles
-                assert self.kernel is not None  # a TMA route's plan has its kernel
-                launcher = self._launcher = self.kernel.launcher()
-            launcher(src, dst)
-
-    def route_for(self, dst: torch.Tensor, src: torch.Tensor) -> Route:
-        """The route of a call on these tensors: this plan's, or torch's for unaligned bases."""
-        if self.route.path in TMA_KERNEL_PATHS and (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
-            return self.unaligned(dst, src)
-        return self.route
-
-    def unaligned(self, dst: torch.Tensor, src: torch.Tensor) -> Route:
-        """torch's route, naming the base TMA cannot take; with `strict`, TmaConfigError instead."""
-        route = reduce_route(pair_facts(dst, src), self.op)
-        if self.strict:
-            raise strict_refusal(route)
-        return route
+def routed_reduce_launcher(
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: TensorFacts, op: str, strict: bool
+) -> Launcher:
+    """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
+    kernel compiled here, at its first launch; `reduce_path` plans and never compiles)."""
+    reduce_copy_options(options)
+    route, kernel = plan_reduce_call(dst, src, op, options, strict)
+    if route.path == "empty":
+        return copy_nothing
+    if kernel is None:
+        return torch_launcher(op, route.reason)
+    return kernel.launcher()
 
 
-def known_reduce(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    op: str,
-    tile: tuple[int, int] | None,
-    stages: int | None,
-    strict: bool,
-    options: dict[str, Any],
-) -> KnownReduce:
-    """The plan of a call like this one (`known.known_call`), planned in full the first time."""
-    return known_call(
-        _REDUCES,
-        lambda: (
-            dst.shape,
-            dst.stride(),
-            src.shape,
-            src.stride(),
-            dst.dtype,
-            src.dtype,
-            dst.device,
-            src.device,
-            type(op),
-            op,
-            type(strict),
-            strict,
-            None
-            if tile is None and stages is None and not options
-            else typed((tile, stages, *options.items())),
-        ),  # fmt: skip
-        lambda: plan_reduce_call(dst, src, op, tile, stages, strict, options),
-    )
+def torch_launcher(op: str, reason: str) -> Launcher:
+    """A launcher (src, dst) of torch's op, for any address."""
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        torch_reduce(dst, src, op, reason)
+
+    launch.any_address = True
+    return launch
 
 
-# The calls seen (`known.known_call`): their plans by both tensors' shapes, strides, dtypes and
-# devices, the op, the options and `strict`.
-_REDUCES: dict[tuple, KnownReduce] = calls_table()
+def torch_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """torch's op on a call whose addresses TMA cannot take (`CopyDispatch`'s fallback)."""
+    torch_reduce(dst, src, op, FALLBACK_REASON)
+
+
+def strict_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """A strict call's `CopyDispatch` fallback: TmaConfigError naming the base TMA cannot take,
+    or the overlap only an element-wise check could decide."""
+    route = reduce_route(pair_facts(dst, src), op)
+    if not route.by_tma:
+        raise strict_refusal(route)
+    check_no_partial_overlap(dst, src)
+    raise strict_refusal(torch_route(op, FALLBACK_REASON))
+
+
+def check_reduce_arguments(dst: object, src: object) -> None:
+    """What a call whose shapes and strides cannot be read is: TmaConfigError naming it."""
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+
+
+# Each (op, strict) pair's calls (`reduce_dispatch`); `known.forget_calls` empties it too.
+_DISPATCHES: dict[tuple[str, bool], CopyDispatch] = calls_table()
 
 
 def plan_reduce_call(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    op: str,
-    tile: tuple[int, int] | None,
-    stages: int | None,
-    strict: bool,
-    options: dict[str, Any],
-) -> KnownReduce:
-    """A new call's checks in full: the arguments, the route (for 16-byte aligned bases: each
-    call checks its own), and a TMA route's plan. A TMA route the planner refuses becomes
-    torch's, with the planner's reason, unless the refusal is of options the caller chose."""
+    dst: torch.Tensor, src: torch.Tensor, op: str, copy_options: CopyOptions, strict: bool
+) -> tuple[Route, ReduceKernel | None]:
+    """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
+    checks its own) and a TMA route's kernel (None on torch's and the empty path). A TMA route
+    the planner refuses becomes torch's, with the planner's reason, unless the refusal is of
+    options the caller chose."""
     import_torch("reduce_into_")
-    copy_options = reduce_options(tile, stages, options)
-    strict = flag(strict, "strict")
-    one_of(op, "reduce op", REDUCE_OPS)
     check_torch_tensor(dst, "reduce_into_", "dst")
     check_torch_tensor(src, "reduce_into_", "src")
     if strict:
         check_reduce_tensors(dst, src, op)
     facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
     route = reduce_route(facts, op, None if strict or facts.src_device < 0 else device_facts(dst.device)[1])
-    kernel = spans = None
+    kernel = None
     if route.path in TMA_KERNEL_PATHS:
         try:
             kernel = plan_reduce(dst, src, route, op, copy_options)
         except TmaConfigError as error:
             if strict:
                 raise
-            if copy_options is not _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op):
+            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op):
                 raise TmaConfigError(
                     f"{error} (with the default options TMA serves these tensors: leave the options out)"
                 ) from error
             route = torch_route(op, str(error))
-        else:
-            spans = pair_spans(src, tuple(src.shape), src.stride(), dst.stride())
     if route.path == "torch" and strict:
         raise strict_refusal(route)
-    return KnownReduce(route, op, strict, kernel, spans)
+    return route, kernel
 
 
 def serves_by_default(dst: torch.Tensor, src: torch.Tensor, route: Route, op: str) -> bool:
@@ -358,7 +343,11 @@ def reduce_options(tile: tuple[int, int] | None, stages: int | None, options: di
     maps (`ReducePlan`), not a rows view's or plain bulk copies."""
     if tile is None and stages is None and not options:
         return _DEFAULT_REDUCE_OPTIONS
-    chosen = CopyOptions.of(**{"tile": tile, "stages": stages, **options})
+    return reduce_copy_options(CopyOptions.of(**{"tile": tile, "stages": stages, **options}))
+
+
+def reduce_copy_options(chosen: CopyOptions) -> CopyOptions:
+    """`chosen`, or TmaConfigError where it asks for a copy's `as_rows` or `bulk`."""
     if chosen.as_rows or chosen.bulk:
         raise TmaConfigError(
             "reduce_into_ takes the copy's options but as_rows and bulk: a reduce stores through "

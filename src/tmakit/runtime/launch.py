@@ -29,6 +29,7 @@ from ..plan import (
 )
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
+    CompiledKernel,
     compiles,
     fake_source,
     fake_tensor,
@@ -167,10 +168,13 @@ def compile_reduce(
 
 
 @compiles
-def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False) -> tuple:
+def compile_im2col(
+    im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False, tvm_ffi: bool = False
+) -> tuple:
     """The im2col kernel (`kernels.im2col.Im2colKernel`: the copy with im2col loads) for sm_90a,
     compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
-    (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream."""
+    (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream (none
+    with `tvm_ffi`, as in `compile_copy`)."""
     im2col.copy.load.check_specialised()
     import cutlass
 
@@ -179,21 +183,14 @@ def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool 
     x = fake_tensor(im2col.element, im2col.shape)
     out = fake_tensor(im2col.element, im2col.patch_shape)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream()
+    return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream(env=tvm_ffi)
 
 
 @functools.lru_cache(maxsize=256)
 def im2col_launcher(im2col: Im2colPlan, device: str) -> CopyLauncher:
     """A callable (x, out) for one im2col plan on one device (its guard words live there),
-    compiled once: the plain calling path, the kernel being compiled for the plan's shape."""
-    compiled = compile_im2col(im2col)
-    cute_guard = to_cute_tensor(new_guard(device))
-
-    def launch(x: torch.Tensor, out: torch.Tensor) -> None:
-        compiled(to_cute_tensor(x), to_cute_tensor(out), cute_guard, current_stream())
-
-    launch.compiled = compiled
-    return launch
+    compiled once for the plan's shape, through TVM-FFI where it is installed (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_im2col(im2col, tvm_ffi=tvm_ffi), device)
 
 
 def copy_arguments(
@@ -350,20 +347,44 @@ def copy_launcher(
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
     compile_plan = compile_reduce if isinstance(copy, ReducePlan) else compile_copy
+    launch = guarded_launcher(
+        lambda tvm_ffi: compile_plan(
+            copy,
+            tvm_ffi=tvm_ffi,
+            destination=destination,
+            tensor_shape=tensor_shape,
+            shape_generic=shape_generic and tvm_ffi,
+        ),
+        device,
+    )
+    launch.shape_generic = shape_generic
+    return launch
+
+
+def guarded_launcher(compile_for: Callable[[bool], CompiledKernel], device: str) -> CopyLauncher:
+    """A callable (a, b) around the kernel `compile_for(tvm_ffi)` compiles, its hang-guard words
+    on `device`. Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed: torch tensors
+    passed directly, torch's current stream taken by the compiled function, which checks every
+    argument against what it was compiled for (`checks_arguments` True); otherwise the plain path
+    (each tensor converted by DLPack, the stream read from torch, on the tensors' device)."""
     guard = new_guard(device)
     if not tvm_ffi_available():
-        plain = compile_plan(copy, destination=destination, tensor_shape=tensor_shape)
-        cute_guard = to_cute_tensor(guard)
-        return lambda src, dst: plain(to_cute_tensor(src), to_cute_tensor(dst), cute_guard, current_stream())
-    compiled = compile_plan(
-        copy, tvm_ffi=True, destination=destination, tensor_shape=tensor_shape, shape_generic=shape_generic
-    )
+        import torch
+
+        plain, cute_guard = compile_for(False), to_cute_tensor(guard)
+
+        def launch(a: torch.Tensor, b: torch.Tensor) -> None:
+            with torch.cuda.device(a.device):
+                plain(to_cute_tensor(a), to_cute_tensor(b), cute_guard, current_stream())
+
+        launch.checks_arguments = False
+        return launch
+    compiled = compile_for(True)
     function = compiled.function
 
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        function(src, dst, guard)
+    def launch(a: torch.Tensor, b: torch.Tensor) -> None:
+        function(a, b, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
     launch.checks_arguments = True
-    launch.shape_generic = shape_generic
     return launch
