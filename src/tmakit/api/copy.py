@@ -118,7 +118,9 @@ def copy(
     by `copy_`, which takes the same options."""
     torch = import_torch("copy")
     (check_gpu_tensor if strict else check_torch_tensor)(src, "copy", "src")
-    if any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
+    if src.is_contiguous():  # the usual source: its row-major strides, allocated the cheapest way
+        dst = torch.empty_like(src)
+    elif any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
         dst = torch.empty_like(src)  # an expanded source's strides would make dst overlap itself
     else:
         dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
