@@ -56,7 +56,7 @@ def classes(torch, monkeypatch):
     monkeypatch.setattr(api_copy, "copy_launcher", recorder.copy_launcher)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     monkeypatch.setattr(api_copy, "_CLASSES", {})
-    monkeypatch.setattr(api_copy, "_L2_BYTES", {})
+    monkeypatch.setattr(api_copy, "_DEVICE_FACTS", {})
     api_copy.class_launcher.cache_clear()
     yield recorder
     api_copy.class_launcher.cache_clear()
@@ -221,3 +221,24 @@ def test_run_time_tile_counts_fit_32_bit_integers():
     with pytest.raises(TmaConfigError, match="tensor columns extent is 2147483640; .* at most 2147483392"):
         check_copy_shape(copy, (1, 2**31 - 8), ((2**31, 1), (2**31, 1)), (1, 1), 2)
     check_copy_shape(copy, (1, 2**31 - 256), ((2**31, 1), (2**31, 1)), (1, 1), 2)
+
+
+def test_a_small_transposing_copy_takes_its_own_tile_and_class(classes, torch):
+    """A layout-changing fp16 copy smaller than one default tile per SM takes 64 x 64 tiles
+    (`plan.copy.SMALL_TRANSPOSE_TILES`), a class of its own; a larger one, and fp32, the default."""
+    from tmakit.plan.copy import SMALL_TRANSPOSE_TILES, TRANSPOSE_TILE_BYTES, copy_tile, small_transpose
+
+    def transposing(rows, cols, dtype=torch.float16):
+        src = torch.empty(cols, rows, dtype=dtype).t()  # column-major (rows, cols)
+        api_copy.copy_(torch.empty(rows, cols, dtype=dtype), src)
+        copy = classes.compiled[-1][0]
+        return copy.load.config.tile
+
+    assert transposing(512, 1024) == SMALL_TRANSPOSE_TILES[2] == (64, 64)  # 1 MiB
+    assert transposing(256, 512) == (64, 64) and len(classes.compiled) == 1  # the small class again
+    assert transposing(4096, 2048) == copy_tile("fp16", True) == (128, 128)  # 16 MiB
+    assert len(classes.compiled) == 2
+    assert transposing(512, 1024, torch.float32) == copy_tile("fp32", True)  # not measured: the default
+    limit = 132 * TRANSPOSE_TILE_BYTES  # one 32 KiB tile per SM
+    assert small_transpose(2, True, limit - 2, 132) and not small_transpose(2, True, limit, 132)
+    assert not small_transpose(2, False, 1024, 132) and not small_transpose(2, True, None, 132)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..plan.copy import small_transpose
 from ..plan.copy_layout import copy_rows_view
 from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
@@ -166,7 +167,7 @@ def plan_copy(
     wants_rows = options.as_rows or options.bulk
     compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
     view = copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact)
-    tile = options.default_tile(dtype, transpose, view, sm_count)
+    tile = options.default_tile(dtype, transpose, view, sm_count, src.numel() * nbytes)
     fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
     if not shape_generic:
         return specialised_copy_launcher(
@@ -185,9 +186,10 @@ def plan_copy(
         return None
     destination = copy_destination(copy) if transpose else None
     known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
-    key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2)
+    small = small_transpose(nbytes, transpose, src.numel() * nbytes, sm_count)
+    key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2, small)
     _CLASSES[key] = known  # `known_class` finds it for the next new shape
-    _L2_BYTES[src.get_device()] = l2_bytes
+    _DEVICE_FACTS[src.get_device()] = (sm_count, l2_bytes)
     return known.launcher_for(shape, src_strides, dst_strides)
 
 
@@ -212,10 +214,10 @@ class CopyClass:
         return restrided(self.launcher, shape, fixed_src, fixed_dst)
 
 
-# (options, torch dtype, device index, rank, source major, destination major, fits L2) -> class;
-# device index -> its L2 bytes. Filled by `plan_copy`'s full path, read by `known_class`.
+# `class_key` -> class; device index -> (SM count, L2 bytes). Filled by `plan_copy`'s full path,
+# read by `known_class`.
 _CLASSES: dict[tuple, CopyClass] = {}
-_L2_BYTES: dict[int, int] = {}
+_DEVICE_FACTS: dict[int, tuple[int, int]] = {}
 
 
 def class_key(
@@ -226,10 +228,12 @@ def class_key(
     src_major: str,
     dst_major: str,
     fits_l2: bool,
+    small: bool,
 ) -> tuple:
-    """What picks a copy's class besides what the options fix (the tile follows the dtype and
-    whether the copy transposes; the SM count, the device)."""
-    return (options, dtype, device, len(shape), src_major, dst_major, fits_l2)
+    """What picks a copy's class besides what the options fix (the tile follows the dtype, whether
+    the copy transposes and, `small`, whether it takes a small transpose's tile; the SM count, the
+    device)."""
+    return (options, dtype, device, len(shape), src_major, dst_major, fits_l2, small)
 
 
 def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> CopyClass | None:
@@ -243,13 +247,16 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> 
     shape, dtype, device = facts[0], facts[4], facts[6]
     if device < 0 or facts[7] != device or facts[2] != shape or facts[5] != dtype:
         return None
-    l2_bytes = _L2_BYTES.get(device)
+    device_facts_known = _DEVICE_FACTS.get(device)
     numel = src.numel()
-    if l2_bytes is None or numel == 0:
+    if device_facts_known is None or numel == 0:
         return None
+    sm_count, l2_bytes = device_facts_known
     src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
-    fits_l2 = 2 * numel * src.element_size() <= l2_bytes
-    return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2))
+    nbytes = src.element_size()
+    fits_l2 = 2 * numel * nbytes <= l2_bytes
+    small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)
+    return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2, small))
 
 
 @functools.lru_cache(maxsize=1024)
