@@ -25,7 +25,7 @@ from tmakit.plan import (
 )
 from tmakit.plan.copy import copy_tile
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_reduce
+from tmakit.runtime.launch import compile_copy
 
 # The PTX ISA's table for cp.reduce.async.bulk.tensor, written out once more by hand: the test
 # of the one table in plan.reduce.
@@ -137,7 +137,7 @@ def test_every_allowed_pair_compiles_to_a_tma_reduce_store(op, dtype):
     tensor map, encoded from the tensor at launch), so the PTX of every dtype of one op is the same
     instruction - which is why the table is checked before compiling."""
     reduce = reduce_class(CopyOptions(), op, dtype, 2, "row", False, copy_tile(dtype), 132, False)
-    ptx = compile_reduce(reduce, keep_ptx=True, shape_generic=True).ptx
+    ptx = compile_copy(reduce, keep_ptx=True, shape_generic=True).ptx
     (store,) = reduce_instructions(ptx)
     assert store.startswith(f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op}.tile.bulk_group")
     assert not re.search(r"^\s*cp\.async\.bulk\.tensor\.\dd\.global", ptx, re.MULTILINE)  # no plain store
@@ -150,7 +150,7 @@ def test_rank_3_and_transposing_reduces_compile(transpose):
     tile = copy_tile("bf16", transpose)
     reduce = reduce_class(CopyOptions(), "max", "bf16", 3, "col", transpose, tile, 132, False)
     destination = copy_destination(reduce.copy) if transpose else None
-    ptx = compile_reduce(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx
+    ptx = compile_copy(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx
     assert {s.split(".tile")[0] for s in reduce_instructions(ptx)} == {
         "cp.reduce.async.bulk.tensor.3d.global.shared::cta.max"
     }
@@ -159,7 +159,7 @@ def test_rank_3_and_transposing_reduces_compile(transpose):
 def test_a_reduce_compiled_for_one_shape_stores_once_per_tile_from_one_thread():
     config = LoadConfig((1000, 776), "fp16", (16, 256))
     pipeline = PipelinePlan(LoadPlan(config), stages=4, persistent=True)
-    ptx = compile_reduce(ReducePlan(CopyPlan(pipeline), "add"), keep_ptx=True).ptx
+    ptx = compile_copy(ReducePlan(CopyPlan(pipeline), "add"), keep_ptx=True).ptx
     lines = [line.strip() for line in ptx.splitlines() if not line.strip().startswith("$L__")]  # labels
     stores = [i for i, line in enumerate(lines) if line.startswith("cp.reduce.async.bulk.tensor.2d")]
     assert len(stores) == 1
@@ -175,9 +175,7 @@ def test_the_reduce_store_is_elected_once(transpose):
     tile = copy_tile("fp32", transpose)
     reduce = reduce_class(CopyOptions(), "add", "fp32", 2, "row", transpose, tile, 132, True)
     destination = copy_destination(reduce.copy) if transpose else None
-    lines = compile_reduce(
-        reduce, keep_ptx=True, destination=destination, shape_generic=True
-    ).ptx.splitlines()
+    lines = compile_copy(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx.splitlines()
     store = next(i for i, line in enumerate(lines) if "cp.reduce.async.bulk.tensor" in line)
     block_start = max(i for i in range(store) if lines[i].startswith("$L__"))  # the last label above
     assert sum("elect.sync" in line for line in lines[block_start:store]) == 1

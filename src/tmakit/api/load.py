@@ -103,7 +103,7 @@ def plan_load_tiles(
     tensor: torch.Tensor, tile: tuple[int, int], swizzle: int
 ) -> tuple[tuple[int, ...], Callable[[torch.Tensor, torch.Tensor], None]]:
     """A new call's checks in full: the padded shape it returns and how to launch it."""
-    torch = import_torch("load_tiles")
+    import_torch("load_tiles")
     check_torch_tensor(tensor, "load_tiles", "tensor")
     config = config_for(tensor, tile, swizzle)
     plan = LoadPlan(config)
@@ -122,7 +122,6 @@ def plan_load_tiles(
     fixed = check_outer_strides(config.shape, config.element_strides, nbytes, contiguous)
 
     def launch_generic(tensor: torch.Tensor, out: torch.Tensor) -> None:
-        with torch.cuda.device(tensor.device):
-            compiled.function(tensor if fixed is None else tensor.as_strided(config.shape, fixed), out)
+        compiled.function(tensor if fixed is None else tensor.as_strided(config.shape, fixed), out)
 
     return plan.padded_shape, launch_generic

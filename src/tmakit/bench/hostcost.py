@@ -12,7 +12,7 @@ import tempfile
 from .. import api
 from ..check.inputs import make_input_tensor
 from ..config import LoadConfig
-from ..plan import CopyOptions, LoadPlan
+from ..plan import CopyOptions, LoadPlan, im2col_conv
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import compile_tile_load
@@ -72,6 +72,32 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     return result
 
 
+def measure_ops_host_cost() -> dict:
+    """Host microseconds per repeated call of the other public ops on tiny tensors (TMA's paths),
+    each beside torch's equivalent, all timed interleaved: `add_` and `dst.add_(src)`; `im2col`
+    into an `out` and torch's expression of it (`api.strided_patches`: `F.pad` + `as_strided`
+    into the same `out`), and `im2col` allocating; `load_tiles` and torch's `clone`."""
+    import torch
+
+    dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
+    x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
+    conv = im2col_conv(tuple(x.shape), 3, 1, 1)
+    patches = torch.empty(conv.patch_shape, dtype=x.dtype, device="cuda")
+    tiles = torch.randn(64, 256, device="cuda").to(torch.float16)
+    launches = {
+        "tmakit_add_call_us": lambda: api.add_(dst, src),
+        "torch_add_call_us": lambda: dst.add_(src),
+        "tmakit_im2col_call_us": lambda: api.im2col(x, 3, 1, 1, out=patches),
+        "torch_im2col_call_us": lambda: api.strided_patches(x, conv, patches),
+        "tmakit_im2col_new_tensor_call_us": lambda: api.im2col(x, 3, 1, 1),
+        "tmakit_load_tiles_call_us": lambda: api.load_tiles(tiles),
+        "torch_clone_call_us": lambda: tiles.clone(),
+    }
+    for launch in launches.values():
+        launch()  # compiled now
+    return host_costs_us(launches)
+
+
 HOST_COST_WHAT = (
     "Host microseconds per call, configuration seen before: back-to-back calls of a tiny copy, median of "
     "7 rounds that interleave every variant; tmakit.copy_ / tmakit.copy and their parts (compiled launch "
@@ -81,7 +107,8 @@ HOST_COST_WHAT = (
     "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
     "first copy_ with a cold and a warm disk cache (seconds), the imports of the DSL and of tvm_ffi (its "
     "TVM-FFI calling path) apart; op_*: the same calls "
-    "through torch.ops.tmakit."
+    "through torch.ops.tmakit.; group 'ops': add_, im2col and load_tiles beside torch's add_, its "
+    "im2col expression (F.pad + as_strided) and clone."
 )
 
 
@@ -222,6 +249,7 @@ def host_cost_report(commit: str | None) -> dict:
     groups = {
         "copy": measure_copy_host_cost(),
         "transpose": measure_copy_host_cost(transpose=True),
+        "ops": measure_ops_host_cost(),
         "new_shape": measure_new_shape_host_cost(),
         "first_call": first_call,
         "plain": measure_host_overhead(),

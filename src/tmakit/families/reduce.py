@@ -7,7 +7,7 @@ from ..bench.baselines import TORCH_IN_PLACE
 from ..bench.report import BenchRow
 from ..config import SEED
 from ..plan import CopyPlan, LoadPlan, PipelinePlan, ReducePlan
-from ..runtime.launch import compile_reduce
+from ..runtime.launch import compile_copy
 from . import Family, Options
 from .copy import copy_options, torch_rows
 from .load import load_plans
@@ -50,7 +50,7 @@ FAMILIES = (
         bench=bench_reduce,
         compared_with=compared_with,
         reads=frozenset({"copy", "reduce"}),
-        compile=lambda work, keep_ptx=False: compile_reduce(
+        compile=lambda work, keep_ptx=False: compile_copy(
             ReducePlan(CopyPlan(PipelinePlan(work[1])), work[0].op), keep_ptx=keep_ptx
         ),
         example=lambda: (suites.ReduceCase("add", SEED.dtype), LoadPlan(SEED)),

@@ -113,7 +113,7 @@ def compile_pipelined_load(
 
 @compiles
 def compile_copy(
-    copy: CopyPlan,
+    copy: CopyPlan | ReducePlan,
     hang_guard: bool = False,
     expect_extra_bytes: int = 0,
     freeze_parity: bool = False,
@@ -133,38 +133,25 @@ def compile_copy(
     `shape_generic`: one compile serves every shape of the plan's class (`api.copy_class`): the
     plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
     strides at each call. The destination has the source's shape and the contiguous dim of
-    `destination` (default: the source's)."""
+    `destination` (default: the source's).
+
+    A `ReducePlan` compiles `kernels.reduce.ReduceKernel` (the copy with TMA reduce stores) with
+    the same arguments; its (op, dtype) pair was checked when the plan was made."""
     if not shape_generic:
         copy.load.check_specialised()
     from ..kernels.copy import BulkCopyKernel, CopyKernel
+    from ..kernels.reduce import ReduceKernel
 
     as_rows = tensor_shape is not None
+    if isinstance(copy, ReducePlan):
+        kernel = ReduceKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
+        return kernel, *copy_arguments(copy.copy, destination, tensor_shape, shape_generic, tvm_ffi)
     if copy.bulk:
         kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
     else:
         mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
         kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
     return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
-
-
-@compiles
-def compile_reduce(
-    reduce: ReducePlan,
-    hang_guard: bool = False,
-    keep_ptx: bool = False,
-    tvm_ffi: bool = False,
-    destination: LoadConfig | None = None,
-    tensor_shape: tuple[int, ...] | None = None,
-    shape_generic: bool = False,
-) -> tuple:
-    """A reduce (`kernels.reduce.ReduceKernel`: the copy with TMA reduce stores) for sm_90a; the
-    parameters as `compile_copy`'s. The (op, dtype) pair was checked when the plan was made."""
-    if not shape_generic:
-        reduce.load.check_specialised()
-    from ..kernels.reduce import ReduceKernel
-
-    kernel = ReduceKernel(reduce, tensor_shape is not None, shape_generic, hang_guard=hang_guard)
-    return kernel, *copy_arguments(reduce.copy, destination, tensor_shape, shape_generic, tvm_ffi)
 
 
 @compiles
@@ -342,13 +329,12 @@ def copy_launcher(
     checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
     each new shape (`plan.check_copy_shape`) before it launches.
 
-    A `ReducePlan` gets the same launcher around its kernel (`compile_reduce`): the copy whose
-    stores reduce into the destination."""
+    A `ReducePlan` gets the same launcher around its kernel (`compile_copy` builds it): the copy
+    whose stores reduce into the destination."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
-    compile_plan = compile_reduce if isinstance(copy, ReducePlan) else compile_copy
     launch = guarded_launcher(
-        lambda tvm_ffi: compile_plan(
+        lambda tvm_ffi: compile_copy(
             copy,
             tvm_ffi=tvm_ffi,
             destination=destination,
