@@ -191,6 +191,11 @@ def add_highlight(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_count(parser: argparse.ArgumentParser, flag: str, kind: Any, help: str, default: Any = None) -> None:
+    """An option that takes one number N (`kind`: one of the number types above)."""
+    parser.add_argument(flag, type=kind, default=default, metavar="N", help=help)
+
+
 def add_cluster(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--cluster", type=CLUSTER, metavar="CxR", help=f"{what}: {CLUSTERS}")
 

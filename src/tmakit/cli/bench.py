@@ -28,6 +28,7 @@ from .args import (
     CommandError,
     Subparsers,
     add_cluster,
+    add_count,
     add_element_arguments,
     add_json,
     hopper_gpu,
@@ -120,19 +121,19 @@ def add_parser(subparsers: Subparsers) -> None:
         help="a pipelined variant to time too (repeatable), by name: stages=N (required), "
         "consumer_warps=N, persistent, consumer=none|rowsum|copy, prefetch_tiles=N, prefetch_descriptor",
     )
-    parser.add_argument(
+    add_count(
+        parser,
         "--prefetch",
-        type=NON_NEGATIVE,
+        NON_NEGATIVE,
+        "also time each --pipeline variant (default stages=4 and stages=7) prefetching N tiles ahead",
         default=0,
-        metavar="N",
-        help="also time each --pipeline variant (default stages=4 and stages=7) prefetching N tiles ahead",
     )
     add_cluster(parser, "also time multicast loads against the same cluster without")
-    parser.add_argument(
+    add_count(
+        parser,
         "--stages",
-        type=BENCH_STAGES,
-        metavar="N",
-        help=f"ring stages per CTA for --cluster (default {BENCH_CLUSTER_STAGES})",
+        BENCH_STAGES,
+        f"ring stages per CTA for --cluster (default {BENCH_CLUSTER_STAGES})",
     )
     parser.add_argument(
         "--persistent-clusters",
@@ -141,12 +142,12 @@ def add_parser(subparsers: Subparsers) -> None:
         help="also time --cluster with N resident clusters walking the tiles (auto: as many as the GPU "
         "keeps resident)",
     )
-    parser.add_argument(
+    add_count(
+        parser,
         "--samples",
-        type=SAMPLES,
+        SAMPLES,
+        f"graph replays timed per kernel; the median is reported (default {MIN_SAMPLES})",
         default=MIN_SAMPLES,
-        metavar="N",
-        help=f"graph replays timed per kernel; the median is reported (default {MIN_SAMPLES})",
     )
     parser.add_argument("--hot-l2", action="store_true", help="no rotation: time with the L2 warm")
     parser.add_argument("--ncu", action="store_true", help="cross-check the first shape with Nsight Compute")

@@ -23,6 +23,7 @@ from .args import (
     CommandError,
     Subparsers,
     add_cluster,
+    add_count,
     add_json,
     add_tensor_arguments,
     emit,
@@ -48,12 +49,12 @@ def add_parser(subparsers: Subparsers) -> None:
         "check", help="replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"
     )
     add_tensor_arguments(parser)
-    parser.add_argument(
+    add_count(
+        parser,
         "--stages",
-        type=COUNT,
+        COUNT,
+        "replay the N-stage ring of block 0 (producer and consumer warps) instead of the seed's loop",
         default=1,
-        metavar="N",
-        help="replay the N-stage ring of block 0 (producer and consumer warps) instead of the seed's loop",
     )
     add_cluster(parser, "replay one cluster of this shape, each CTA multicasting its slice")
     parser.add_argument(

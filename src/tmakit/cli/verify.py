@@ -21,6 +21,7 @@ from .args import (
     CommandError,
     Subparsers,
     add_cluster,
+    add_count,
     add_json,
     add_tensor_arguments,
     hopper_gpu,
@@ -43,13 +44,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("verify", help="verify loads on the GPU: one configuration or a sweep")
     add_tensor_arguments(parser)
     add_cluster(parser, "verify every CTA of clusters of this shape, with multicast and without")
-    parser.add_argument(
-        "--sweep",
-        type=SWEEP,
-        default=0,
-        metavar="N",
-        help="verify N random valid configurations instead",
-    )
+    add_count(parser, "--sweep", SWEEP, "verify N random valid configurations instead", default=0)
     parser.add_argument("--seed", type=SEED_NUMBER, help="random seed of the sweep (default 0)")
     parser.add_argument(
         "--timeout",
@@ -57,19 +52,15 @@ def add_parser(subparsers: Subparsers) -> None:
         help="seconds each one-stage configuration's worker may run before it counts as a hang "
         f"(default {VERIFY_TIMEOUT_SECONDS:g})",
     )
-    parser.add_argument(
-        "--stages",
-        type=COUNT,
-        default=1,
-        metavar="N",
-        help="> 1: verify the N-stage pipelined load (or multicast ring)",
+    add_count(
+        parser, "--stages", COUNT, "> 1: verify the N-stage pipelined load (or multicast ring)", default=1
     )
-    parser.add_argument(
+    add_count(
+        parser,
         "--prefetch",
-        type=NON_NEGATIVE,
+        NON_NEGATIVE,
+        "verify the pipelined load prefetching N tiles ahead into L2 (and the descriptor)",
         default=0,
-        metavar="N",
-        help="verify the pipelined load prefetching N tiles ahead into L2 (and the descriptor)",
     )
     add_json(parser, "the verdicts")
     parser.set_defaults(run=run)
