@@ -233,9 +233,24 @@ def bump_version(tensor: torch.Tensor) -> None:
 
 def lazy_bit(*tensors: torch.Tensor) -> str | None:
     """The bit torch applies lazily on any of `tensors` ("conjugate", "negative"), else None."""
-    if any(tensor.is_conj() for tensor in tensors):
-        return "conjugate"
-    return "negative" if any(tensor.is_neg() for tensor in tensors) else None
+    for tensor in tensors:
+        if tensor.is_conj():
+            return "conjugate"
+    for tensor in tensors:
+        if tensor.is_neg():
+            return "negative"
+    return None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch's name of `dtype` ("float16", "bool"), read once per dtype."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+_DTYPE_NAMES: dict = {}
 
 
 def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
@@ -246,8 +261,8 @@ def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
         src_shape=tuple(src.shape),
         src_strides=tuple(src.stride()),
         dst_strides=tuple(dst.stride()),
-        src_dtype=str(src.dtype).removeprefix("torch."),
-        dst_dtype=str(dst.dtype).removeprefix("torch."),
+        src_dtype=dtype_name(src.dtype),
+        dst_dtype=dtype_name(dst.dtype),
         nbytes=src.element_size(),
         src_address=src.data_ptr(),
         dst_address=dst.data_ptr(),

@@ -97,11 +97,11 @@ class Route:
         return f"{self.op}: {self.path} ({self.reason}{moved})"
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: built for every new shape's route, in a third of a frozen one's time
 class PairFacts:
     """What a two-tensor call's route is a function of: `shape` is the destination's; dtypes by
     torch's names (`float16`, `bool`); `nbytes` the element size; addresses and device indices
-    (-1: the CPU) as torch gives them."""
+    (-1: the CPU) as torch gives them. Read, never changed (`dataclasses.replace` makes another)."""
 
     shape: tuple[int, ...]
     src_shape: tuple[int, ...]
