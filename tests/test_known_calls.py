@@ -6,8 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+import tmakit
 from tmakit import TmaConfigError
 from tmakit.api import known
+from tmakit.validate import typed
 
 
 def test_a_known_call_is_planned_once_and_the_table_stays_bounded(monkeypatch):
@@ -28,8 +30,8 @@ def test_a_known_call_is_planned_once_and_the_table_stays_bounded(monkeypatch):
     assert len(table) <= 3
     known.forget_calls()
     assert not table
-    assert known.typed((3.0, 3)) != known.typed((3, 3)) and known.typed(True) != known.typed(1)
-    assert known.typed((3, (1, 2))) == known.typed((3, (1, 2)))
+    assert typed((3.0, 3)) != typed((3, 3)) and typed(True) != typed(1)
+    assert typed((3, (1, 2))) == typed((3, (1, 2)))
 
 
 def test_a_repeated_load_tiles_skips_the_planning_not_the_address_check(monkeypatch):
@@ -53,3 +55,22 @@ def test_a_repeated_load_tiles_skips_the_planning_not_the_address_check(monkeypa
     with pytest.raises(TmaConfigError, match="16"):
         api_load.load_tiles(storage[1:].view(256, 512), (64, 256))  # the same key, misaligned
     assert len(launches) == 3
+
+
+@pytest.mark.parametrize(
+    "good, bad",
+    [
+        ({"stages": 4}, {"stages": 4.0}),
+        ({"pdl": True}, {"pdl": 1}),
+        ({"tile": (64, 64)}, {"tile": (64.0, 64)}),
+    ],
+    ids=["stages", "pdl", "tile"],
+)
+def test_an_option_of_the_wrong_type_is_refused_after_its_equal_was_served(good, bad):
+    """The dispatch's call key holds each option's type: 4.0 does not find 4's launcher."""
+    torch = pytest.importorskip("torch")
+    dst, src = torch.zeros(64, 64), torch.ones(64, 64)
+    for op in (tmakit.copy_, tmakit.add_):
+        op(dst, src, **good)
+        with pytest.raises(TmaConfigError, match="copy option"):
+            op(dst, src, **bad)

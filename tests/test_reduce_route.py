@@ -638,3 +638,46 @@ def test_a_reduce_autograd_records_is_torchs_under_no_grad_tmas_on_detached_view
         for _ in range(2):
             tmakit.add_(weights, update, strict=True)
     assert len(launched) == 2  # the stand-in launches record, they add nothing
+
+
+@pytest.fixture
+def plain_gpu(torch, monkeypatch):
+    """CPU tensors as CUDA device 0 without TVM-FFI: the plain launcher, which checks nothing of
+    its arguments. Each launch records the dtype planned and the tensors' dtype and alignment."""
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
+
+    launched = []
+
+    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
+        def launch(src, dst):
+            launched.append(
+                (reduce.copy.load.config.dtype, src.dtype, src.data_ptr() % 16, dst.data_ptr() % 16)
+            )
+
+        launch.checks_arguments = launch.shape_generic = False
+        return launch
+
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: False)
+    monkeypatch.setattr(api_reduce, "copy_launcher", copy_launcher)
+    return launched
+
+
+def test_a_plain_launcher_on_a_view_is_never_tried_first(plain_gpu, torch):
+    """Without TVM-FFI the kernel checks nothing of its tensors: a repeated view reduce (a 1-D
+    compact run) still checks each call's bases and finds its own dtype's kernel."""
+    memory_dst, memory_src = torch.zeros(1032, dtype=torch.float16), torch.ones(1032, dtype=torch.float16)
+    dst, src = memory_dst[:1024], memory_src[:1024]
+    assert tmakit.reduce_path(dst, src).path == "tma-view"
+    for _ in range(3):
+        tmakit.add_(dst, src)
+    assert len(plain_gpu) == 3
+    offset_dst, offset_src = memory_dst[1:1025], memory_src[1:1025]  # same shape and strides, 2 bytes off
+    expected = offset_dst.clone().add_(offset_src)
+    tmakit.add_(offset_dst, offset_src)
+    assert len(plain_gpu) == 3 and torch.equal(offset_dst, expected)  # torch's add_ served it
+    tmakit.add_(torch.zeros(1024, dtype=torch.bfloat16), torch.ones(1024, dtype=torch.bfloat16))
+    assert plain_gpu[-1][:2] == ("bf16", torch.bfloat16)  # the kernel planned for bf16

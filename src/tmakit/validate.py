@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import operator
 import sys
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 from .config import LoadConfig
 from .errors import TmaConfigError
@@ -417,3 +418,23 @@ def _lattice_reaches(delta: int, dims: list[tuple[int, int]]) -> bool:
     (stride, extent), rest = dims[0], dims[1:]
     low = delta // stride
     return any(abs(k) < extent and _lattice_reaches(delta - k * stride, rest) for k in (low, low + 1))
+
+
+# What a lookup key may hold as it is: numpy's scalars are numbers too.
+_IMMUTABLE = (numbers.Number, str, bytes, type(None))
+
+
+def typed(value: object) -> Hashable:
+    """`value` with its type, and each item's of a tuple, so that (64.0, 256) does not find the
+    key of (64, 256), nor True that of 1. TypeError (a key that cannot be read) for anything but
+    numbers, text, None and tuples of them: a 0-d tensor passes as an int, hashes by identity
+    and can change in place, so a call with one is planned in full each time."""
+    if type(value) is tuple:
+        if all(type(item) is int for item in value):
+            return value  # ints alone (the usual arguments): no other value's key is such a tuple
+        return tuple, tuple(typed(item) for item in value)
+    if isinstance(value, tuple):  # a named tuple: its type is part of its key
+        return type(value), tuple(typed(item) for item in value)
+    if not isinstance(value, _IMMUTABLE):
+        raise TypeError(f"{type(value).__name__} is no key")
+    return type(value), value

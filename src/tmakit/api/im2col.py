@@ -12,9 +12,9 @@ from ..limits import DEFAULT_SM_COUNT
 from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
 from ..plan.route import Route
 from ..runtime.launch import im2col_launcher
-from ..validate import flag, span_bytes
+from ..validate import flag, span_bytes, typed
 from .copy import copy_
-from .known import calls_table, known_call, typed
+from .known import calls_table, known_call
 from .tensors import (
     check_torch_tensor,
     cuda_device_index,

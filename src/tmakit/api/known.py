@@ -8,7 +8,6 @@ such a call is planned in full, and its checks name what is wrong."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
@@ -16,7 +15,6 @@ Known = TypeVar("Known")
 KEY_ERRORS = (AttributeError, TypeError, RuntimeError)  # an argument a key cannot be read off
 MAX_KNOWN_CALLS = 1024  # a caller of ever new shapes does not grow a table without bound
 _TABLES: list[dict] = []
-_IMMUTABLE = (numbers.Number, str, bytes, type(None))  # numpy's scalars are numbers too
 
 
 def calls_table() -> dict:
@@ -31,22 +29,6 @@ def forget_calls() -> None:
     the GPU use it, so that nothing one planned is found by the next)."""
     for table in _TABLES:
         table.clear()
-
-
-def typed(value: object) -> Hashable:
-    """`value` with its type, and each item's of a tuple, so that (64.0, 256) does not find the
-    key of (64, 256), nor True that of 1. TypeError (a key that cannot be read) for anything but
-    numbers, text, None and tuples of them: a 0-d tensor passes as an int, hashes by identity
-    and can change in place, so a call with one is planned in full each time."""
-    if type(value) is tuple:
-        if all(type(item) is int for item in value):
-            return value  # ints alone (the usual arguments): no other value's key is such a tuple
-        return tuple, tuple(typed(item) for item in value)
-    if isinstance(value, tuple):  # a named tuple: its type is part of its key
-        return type(value), tuple(typed(item) for item in value)
-    if not isinstance(value, _IMMUTABLE):
-        raise TypeError(f"{type(value).__name__} is no key")
-    return type(value), value
 
 
 def known_call(table: dict[Hashable, Known], key: Callable[[], Hashable], plan: Callable[[], Known]) -> Known:

@@ -14,8 +14,8 @@ from ..plan import LoadPlan, check_run_time_extents, stand_in_config
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import compile_tile_load, tvm_ffi_available
-from ..validate import check_base_address, check_outer_strides, flag, span_bytes
-from .known import calls_table, known_call, typed
+from ..validate import check_base_address, check_outer_strides, flag, span_bytes, typed
+from .known import calls_table, known_call
 from .tensors import check_torch_tensor, checked_shape, checked_tensor, import_torch
 
 if TYPE_CHECKING:

@@ -231,9 +231,10 @@ class ReduceKernel:
                 dst if dst_strides is None else dst.as_strided(shape, dst_strides),
             )
 
-        # Views of fixed strides: tried first only for the shape and strides they were planned for.
+        # Views of fixed strides: pinned to the shape and strides they were planned for, and only
+        # where the compiled function checks the rest (dtype, device, alignment) itself.
         launch.checks_arguments = getattr(compiled, "checks_arguments", False)
-        launch.shape_generic = True
+        launch.shape_generic = launch.checks_arguments
         return launch
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import CopyOptions
-from ..validate import check_base_address, overlap_verdict, span_bytes
+from ..validate import check_base_address, overlap_verdict, span_bytes, typed
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +57,7 @@ Launcher = Callable[[Any, Any], None]
 # (src span bytes, dst span bytes, equal strides): what a call's addresses are compared with.
 Spans = tuple[int, int, bool]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
+_DEFAULT_KEY = (None, None)  # the call key of a call with every option left out
 # What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
 # dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...).
 TensorFacts = tuple
@@ -127,8 +128,13 @@ class CopyDispatch:
         """Copy `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
         (shape, stride(), dtype, get_device(), data_ptr(), element_size()): the tests pass
         stand-ins."""
-        key = (tile, stages, *options.items()) if options else (tile, stages)
         try:
+            # The options with their types (`validate.typed`): stages=4.0 does not find 4's launcher.
+            key = (
+                _DEFAULT_KEY
+                if tile is None and stages is None and not options
+                else typed((tile, stages, *options.items()))
+            )
             pinned = self._pinned.get(key)
         except TypeError:  # an unhashable option: named, or a list tile taken as the tuple it means
             chosen = CopyOptions.of(tile=tile, stages=stages, **options)
