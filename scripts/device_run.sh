@@ -21,7 +21,7 @@
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
 #   edges        scripts/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
-#   hostcost     host us per copy call and its parts, beside torch: host-cost.json
+#   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
 # Everything lands in $OUT, packed into one results-COMMIT.tgz (the tool brings back few files).
 set -uo pipefail
 commit=$1; shift
