@@ -188,3 +188,17 @@ def test_the_demos_replay_of_a_large_block_is_short():
     assert _demo_compile_only(LoadPlan(LoadConfig((64, 16777216), "uint8", (64, 16))), lines.append)
     text = "\n".join(lines)
     assert len(text) < 20_000 and f"(its first {REPLAYED_TILES} of 1048576 tiles" in text
+
+
+@pytest.mark.parametrize(
+    "alias, name", [("half", "fp16"), ("float", "fp32"), ("torch.float16", "fp16"), ("long", "int64")]
+)
+def test_torchs_dtype_names_and_aliases_read_as_tmakits(alias, name):
+    """`--dtype half` is `--dtype fp16`, as torch.half is torch.float16; one a TMA load lacks is refused."""
+    parser = build_parser()
+    assert parser.parse_args(["plan", "--dtype", alias]).dtype == name
+    from tmakit.bench.suites import ReduceCase
+
+    assert [case.dtype for case in ReduceCase.parse("add:half,float", "fp16")] == ["fp16", "fp32"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan", "--dtype", "double"])

@@ -74,6 +74,17 @@ def dtype_named(name: str) -> DType:
         ) from None
 
 
+# torch's short names of the dtypes tmakit loads (`torch.half` is `torch.float16`), for text a user types.
+TORCH_DTYPE_ALIASES = {"half": "float16", "float": "float32", "int": "int32", "long": "int64"}
+
+
+def dtype_from_text(text: str) -> DType:
+    """The dtype a user names on a command line: tmakit's name, torch's ("float16",
+    "torch.float16") or torch's short alias ("half"); TmaConfigError naming the known ones."""
+    name = text.strip().removeprefix("torch.")
+    return dtype_named(TORCH_DTYPE_ALIASES.get(name, name))
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     """A tensor loaded tile by tile: one block per strip of `tile[0]` rows (per batch index),

@@ -11,7 +11,7 @@ from .. import api
 from ..check.inputs import make_input_tensor
 from ..check.reference import Verdict
 from ..check.run import first_wrong_tile, signed_bits, verify_tile_load
-from ..config import dtype_named
+from ..config import dtype_from_text
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
 from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce
@@ -190,7 +190,7 @@ class ReduceCase:
         """ "add:fp32,bf16" -> add on fp32 and on bf16; "min" -> min on `default_dtype`. Each pair
         checked (`plan.check_reduce`) and refused without a torch op to compare with."""
         op, _, dtypes = text.partition(":")
-        names = [dtype_named(name.strip()).name for name in dtypes.split(",") if name.strip()]
+        names = [dtype_from_text(name).name for name in dtypes.split(",") if name.strip()]
         cases = [cls(op.strip(), name) for name in names or [default_dtype]]
         for case in cases:
             check_reduce(case.op, case.dtype)

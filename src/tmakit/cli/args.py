@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import SEED, LoadConfig, dtype_named, padded_strides, parse_extents
+from ..config import SEED, LoadConfig, dtype_from_text, dtype_named, padded_strides, parse_extents
 from ..errors import TmaConfigError
 from ..explain import highlight_tile
 from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
@@ -126,7 +126,7 @@ OPTIONAL_SHAPE = _checked(lambda text: _shape(text) if text else None, "shape")
 TILE = _checked(lambda text: parse_extents(text, "tile"), "tile")
 HIGHLIGHT = _checked(lambda text: parse_extents(text, "highlight"), "highlight")
 CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
-DTYPE = _checked(lambda text: dtype_named(text).name, "dtype")  # torch's names too; tmakit's kept
+DTYPE = _checked(lambda text: dtype_from_text(text).name, "dtype")  # torch's names too; tmakit's kept
 # Each numeric flag's range (the commands' own beside their flags). The largest values are bounds
 # no run needs, that keep an argument from asking for years of work: a count of stages or warps
 # the plans bound further.
@@ -164,7 +164,7 @@ def add_element_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         type=DTYPE,
         default=SEED.dtype,
-        help=f"element type, tmakit's name or torch's (fp16 or float16; default {SEED.dtype})",
+        help=f"element type, tmakit's name or torch's (fp16, float16 or half; default {SEED.dtype})",
     )
     parser.add_argument(
         "--tile",
