@@ -1,5 +1,5 @@
 """tmakit's torch operators (`tmakit.ops`) on the device: every element through
-torch.ops.tmakit.copy_ / copy / load_tiles, torch.compile with inductor, CUDA-graph capture and
+torch.ops.tmakit.copy_ / copy / load_tiles / im2col, torch.compile with inductor, CUDA-graph capture and
 replay, a side stream, autograd (copy's gradient, copy_'s version counter, the eager path's one
 Python kernel), torch.library.opcheck and a tensor on a second GPU.
 
@@ -161,6 +161,15 @@ def test_load_tiles_takes_the_seeds_tile_by_default(torch):
     assert torch.equal(bits(out), bits(tmakit.load_tiles(x)))
 
 
+def test_im2col_op_is_tmakits_patch_matrix_bit_for_bit(torch):
+    """torch.ops.tmakit.im2col on a ResNet-like layer against tmakit.im2col and torch's expression."""
+    x = hashed((4, 28, 28, 64), torch.float16, salt=6)
+    out = torch.ops.tmakit.im2col(x, [3, 3], stride=[2, 2], padding=[1, 1])
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), bits(tmakit.im2col(x, 3, 2, 1, strict=True)))
+    assert torch.equal(bits(out), bits(tmakit.api.torch_im2col(x, 3, 2, 1)))
+
+
 # -- torch.compile (inductor) ------------------------------------------------------------------------
 def test_torch_compile_fullgraph_with_inductor(torch):
     """The default backend: inductor around the tmakit op, values checked. fp32 inputs whose
@@ -293,7 +302,7 @@ def test_the_eager_path_does_not_redispatch(torch, monkeypatch):
 
 
 # -- torch.library.opcheck on the real kernels -------------------------------------------------------
-@pytest.mark.parametrize("op", ["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_"])
+@pytest.mark.parametrize("op", ["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_", "im2col"])
 def test_opcheck(torch, op):
     """Schema (copy_ and reduce_into_ write dst and nothing else), autograd registration, fake
     against real outputs (shape, strides, dtype) and aot_autograd with dynamic shapes. The
@@ -308,6 +317,7 @@ def test_opcheck(torch, op):
             torch.ops.tmakit.reduce_into_.default,
             (torch.randn(512, 768, device="cuda", dtype=torch.bfloat16), torch.randn_like(x), "add"),
         ),
+        "im2col": (torch.ops.tmakit.im2col.default, (hashed((2, 14, 14, 64), torch.float16, salt=5), [3, 3])),
     }
     target, args = cases[op]
     torch.library.opcheck(target, args)

@@ -83,7 +83,11 @@ def test_the_ops_are_registered_with_small_schemas():
         torch.ops.tmakit.copy.default,
         torch.ops.tmakit.load_tiles.default,
     )
-    for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles):
+    assert str(torch.ops.tmakit.im2col.default._schema) == (
+        "tmakit::im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) "
+        "-> Tensor"
+    )
+    for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col):
         assert torch.Tag.pt2_compliant_tag in op.tags
     reduce = torch.ops.tmakit.reduce_into_.default._schema
     assert str(reduce) == 'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()'
@@ -99,11 +103,11 @@ def test_each_op_has_one_python_kernel_on_the_eager_path():
     def has(op, key):
         return torch._C._dispatch_has_kernel_for_dispatch_key(f"tmakit::{op}", key)
 
-    for op in ("copy_", "copy", "reduce_into_", "load_tiles"):
+    for op in ("copy_", "copy", "reduce_into_", "load_tiles", "im2col"):
         assert has(op, "CompositeExplicitAutograd") and has(op, "Meta")
         assert not has(op, "ADInplaceOrView")
     assert not has("copy_", "Autograd") and not has("reduce_into_", "Autograd")
-    assert has("copy", "Autograd") and has("load_tiles", "Autograd")
+    assert has("copy", "Autograd") and has("load_tiles", "Autograd") and has("im2col", "Autograd")
     assert "tmakit::copy" not in torch._library.custom_ops.OPDEFS
 
 
@@ -114,7 +118,7 @@ def test_import_tmakit_registers_nothing_and_import_tmakit_ops_registers_the_ops
         "import torch\n"
         "assert not hasattr(torch.ops.tmakit, 'copy_')\n"
         "import tmakit.ops\n"
-        "names = ('copy_', 'copy', 'reduce_into_', 'load_tiles')\n"
+        "names = ('copy_', 'copy', 'reduce_into_', 'load_tiles', 'im2col')\n"
         "assert all(hasattr(torch.ops.tmakit, name) for name in names)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -316,7 +320,14 @@ def cpu_kernels(monkeypatch):
     monkeypatch.setattr(ops, "tma_reduce_into_", reduce_into_)
     monkeypatch.setattr(ops, "tma_copy_", copy_)
     monkeypatch.setattr(ops, "tma_copy", copy)
+
+    def im2col(x, kernel, stride, padding, dilation, strict=False):
+        assert strict  # the op's eager call refuses what its fake refuses
+        calls.append(("im2col", kernel, stride, padding, dilation))
+        return tmakit.api.torch_im2col(x.data, kernel, stride, padding, dilation)
+
     monkeypatch.setattr(ops, "tma_load_tiles", load_tiles)
+    monkeypatch.setattr(ops, "tma_im2col", im2col)
     monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
     return calls
 
@@ -340,6 +351,25 @@ def test_load_tiles_has_no_gradient(cpu_kernels):
     with torch.no_grad():
         tiles = torch.ops.tmakit.load_tiles(torch.randn(64, 64, requires_grad=True), 64, 64, 0)
     assert not tiles.requires_grad
+
+
+def test_im2col_is_the_patch_matrix_and_has_no_gradient(cpu_kernels):
+    """torch.ops.tmakit.im2col: tmakit.im2col's matrix (an int stands for both of a pair); a
+    backward through it raises, as load_tiles's does."""
+    x = torch.randn(2, 9, 9, 16, requires_grad=True)
+    patches = torch.ops.tmakit.im2col(x, 3, stride=2, padding=1)
+    assert torch.equal(patches, tmakit.api.torch_im2col(x.detach(), 3, 2, 1)) and patches.shape == (50, 144)
+    assert cpu_kernels == [("im2col", (3, 3), (2, 2), (1, 1), (1, 1))]
+    with pytest.raises(RuntimeError, match="im2col is not differentiable"):
+        patches.sum().backward()
+
+
+def test_the_im2col_fake_is_the_patch_matrix_and_refuses_what_tma_does_not_serve(fake):
+    assert torch.ops.tmakit.im2col(cuda(32, 56, 56, 64), [3, 3], padding=[1, 1]).shape == (32 * 56 * 56, 576)
+    with pytest.raises(TmaConfigError, match="im2col while tracing.*16 bytes"):
+        torch.ops.tmakit.im2col(cuda(2, 8, 8, 3), [3, 3])  # 6-byte pixels
+    with pytest.raises(TmaConfigError, match="float64"):
+        torch.ops.tmakit.im2col(cuda(2, 8, 8, 16, dtype=torch.float64), [3, 3])
 
 
 def test_copy__bumps_the_destinations_version_counter(cpu_kernels):
@@ -429,8 +459,12 @@ def test_make_fx_traces_the_backward_of_copy(cpu_kernels):
         (torch.ops.tmakit.copy.default, lambda: (torch.randn(64, 128, requires_grad=True),)),
         (torch.ops.tmakit.load_tiles.default, lambda: (torch.randn(2, 100, 132), 64, 64, 0)),
         (torch.ops.tmakit.reduce_into_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128), "add")),
+        (
+            torch.ops.tmakit.im2col.default,
+            lambda: (torch.randn(2, 12, 12, 16), [3, 3], [1, 1], [1, 1], [1, 1]),
+        ),
     ],
-    ids=["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_"],
+    ids=["copy_", "copy", "copy-grad", "load_tiles", "reduce_into_", "im2col"],
 )
 def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
     """torch.library.opcheck (schema, autograd registration, fake against real, aot_autograd with

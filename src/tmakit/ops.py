@@ -5,14 +5,15 @@ them.
     torch.ops.tmakit.copy(src, options="")       -> Tensor    (src's shape, strides and values)
     torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None (dst = dst op src, writes dst)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
+    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (patch matrix)
 
 Each is defined in a `torch.library.Library` with a fake implementation (`register_fake`, which
 is also the Meta kernel). That lets `torch.compile(fullgraph=True)`, `make_fx` and `torch.export`
 trace the operator, knowing the output's shape, strides and dtype without running it; aot_autograd
 functionalizes `copy_` from its schema (`Tensor(a0!) dst`: auto_functionalized). CUDA-graph capture
-records its launch. `copy` is differentiable: its gradient is the incoming gradient. `copy_` and
-`load_tiles` are not (`load_tiles`'s backward raises). `copy_` returns None, not `dst`, so that
-aot_autograd can functionalize it.
+records its launch. `copy` is differentiable: its gradient is the incoming gradient. `copy_`,
+`load_tiles` and `im2col` are not (the backward of the last two raises). `copy_` returns None,
+not `dst`, so that aot_autograd can functionalize it.
 
 The ops are not `torch.library.custom_op`s: its Python layers (an autograd kernel, an
 ADInplaceOrView kernel, default filling, output checks) cost several times a launch's host time
@@ -22,10 +23,11 @@ kernel, which is what any op with a Python kernel pays:
 - `copy_` and `reduce_into_`: the real implementation under CompositeExplicitAutograd (torch's
   C++ autograd fallback before it). It bumps dst's version counter after the launch, as an
   in-place torch op does, so autograd refuses a backward through a value the op overwrote.
-- `copy` and `load_tiles`: a kernel for the Autograd keys. A tensor that needs a gradient goes
-  through an autograd.Function. Otherwise, when the only key left below autograd is the CUDA (or
-  CPU) backend, the kernel calls the real implementation itself; any other key (a trace's fake or
-  functional tensors, a meta tensor, a conjugate view) is redispatched to the kernels below.
+- `copy`, `load_tiles` and `im2col`: a kernel for the Autograd keys. A tensor that needs a
+  gradient goes through an autograd.Function. Otherwise, when the only key left below autograd is
+  the CUDA (or CPU) backend, the kernel calls the real implementation itself; any other key (a
+  trace's fake or functional tensors, a meta tensor, a conjugate view) is redispatched to the
+  kernels below.
 
 `options` is the text `tmakit.CopyOptions.parse` reads ("tile=16x256,stages=8", "bulk", "" or
 "default" for tmakit's defaults). The schema stays small, and a compiler sees a constant. Each
@@ -38,8 +40,9 @@ handled under that GPU's device guard. They are registered for every device
 (CompositeExplicitAutograd), so a CPU tensor gets `tmakit.api`'s TmaConfigError, not torch's "no
 kernel for CPU". The fake implementations check only what a trace can know: every tensor is on a
 CUDA device and the options parse. For `load_tiles`, a static shape also gets `LoadPlan`'s whole
-check. A meta tensor passed eagerly reaches the fake implementation (the Meta kernel) and is refused
-there. A fake tensor that reaches a real implementation is refused too. Both raise `TmaConfigError`.
+check; for `im2col`, its route (`plan.im2col_call`: what TMA serves). A meta tensor passed
+eagerly reaches the fake implementation (the Meta kernel) and is refused there. A fake tensor
+that reaches a real implementation is refused too. Both raise `TmaConfigError`.
 
 This module imports torch; `import tmakit` does not import it.
 """
@@ -55,11 +58,14 @@ from torch._subclasses.fake_tensor import FakeTensor, is_fake
 from .api import check_copy_layout, check_on_gpu, check_torch_tensor
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
+from .api import im2col as tma_im2col
 from .api import load_tiles as tma_load_tiles
 from .api import reduce_into_ as tma_reduce_into_
+from .api.tensors import dtype_name
 from .config import SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
-from .plan import CopyOptions, LoadPlan, check_reduce
+from .limits import DEFAULT_SM_COUNT
+from .plan import CopyOptions, Im2colFacts, LoadPlan, check_reduce, im2col_call
 from .plan.load import padded_extents
 from .validate import check_rank
 
@@ -73,6 +79,10 @@ SCHEMAS = {
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
         "int swizzle=0) -> Tensor"
+    ),
+    # (height, width) pairs, an int standing for both, as conv2d's schema takes them
+    "im2col": (
+        "im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor"
     ),
 }
 
@@ -296,46 +306,100 @@ def load_tiles_fake(
     return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
 
 
-class LoadTilesFunction(torch.autograd.Function):
-    """load_tiles under autograd: the op below autograd, and a backward that raises (what TMA put
-    in shared memory has no gradient defined here)."""
+class NotDifferentiable(torch.autograd.Function):
+    """load_tiles or im2col under autograd: the op below autograd, and a backward that raises
+    (what TMA put in shared memory, or a patch matrix, has no gradient defined here)."""
 
     @staticmethod
-    def forward(ctx: Any, below: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: int) -> torch.Tensor:
+    def forward(
+        ctx: Any, op: str, below: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any
+    ) -> torch.Tensor:
+        ctx.op = op
         with BelowAutograd():
-            return torch.ops.tmakit.load_tiles.default.redispatch(below, tensor, *args)
+            return getattr(torch.ops.tmakit, op).default.redispatch(below, tensor, *args)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> None:
         raise RuntimeError(
-            f"torch.ops.{NAMESPACE}.load_tiles is not differentiable: backward reached it through a tensor "
-            "that requires grad (detach the input, or load it under torch.no_grad())"
+            f"torch.ops.{NAMESPACE}.{ctx.op} is not differentiable: backward reached it through a tensor "
+            "that requires grad (detach the input, or call the op under torch.no_grad())"
         )
 
 
-def load_tiles_autograd(
-    keyset: torch._C.DispatchKeySet,
-    tensor: torch.Tensor,
-    tile_rows: int = SEED.tile[0],
-    tile_cols: int = SEED.tile[1],
-    swizzle: int = 0,
+def not_differentiable(op: str, name: str, impl: Any) -> Any:
+    """The Autograd kernel of an op without a gradient, as copy's: `NotDifferentiable` where its
+    tensor (the argument `name`) needs a gradient, else `impl` called directly (plain tensors) or
+    the kernels below autograd."""
+
+    def autograd_kernel(keyset: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any) -> torch.Tensor:
+        if tensor is None:  # the dispatcher passes None for a Tensor argument
+            refuse_memoryless(op, **{name: tensor})
+        if tensor.requires_grad and torch.is_grad_enabled():
+            return NotDifferentiable.apply(op, keyset & BELOW_AUTOGRAD, tensor, *args)
+        if keyset.raw_repr() in PLAIN:
+            return impl(tensor, *args)
+        with BelowAutograd():
+            return getattr(torch.ops.tmakit, op).default.redispatch(keyset & BELOW_AUTOGRAD, tensor, *args)
+
+    return autograd_kernel
+
+
+# -- im2col -------------------------------------------------------------------------------------
+def im2col_impl(
+    x: torch.Tensor,
+    kernel: list[int],
+    stride: list[int] = (1, 1),
+    padding: list[int] = (0, 0),
+    dilation: list[int] = (1, 1),
 ) -> torch.Tensor:
-    """load_tiles's Autograd kernel, as copy's."""
-    if tensor is None:
-        refuse_memoryless("load_tiles", tensor=tensor)
-    if tensor.requires_grad and torch.is_grad_enabled():
-        return LoadTilesFunction.apply(keyset & BELOW_AUTOGRAD, tensor, tile_rows, tile_cols, swizzle)
-    if keyset.raw_repr() in PLAIN:
-        return load_tiles_impl(tensor, tile_rows, tile_cols, swizzle)
-    with BelowAutograd():
-        return torch.ops.tmakit.load_tiles.default.redispatch(
-            keyset & BELOW_AUTOGRAD, tensor, tile_rows, tile_cols, swizzle
+    """The patch matrix of a 2-D convolution over the NHWC activation `x` (`tmakit.im2col`,
+    strict: TMA's path only, as the fake says)."""
+    if type(x) is not torch.Tensor or x.is_meta:
+        refuse_memoryless("im2col", x=x)
+    pairs = (tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+    device = foreign_device(x)
+    if device is None:
+        return tma_im2col(x, *pairs, strict=True)
+    with torch.cuda.device(device):
+        return tma_im2col(x, *pairs, strict=True)
+
+
+def im2col_fake(
+    x: torch.Tensor,
+    kernel: list[int],
+    stride: list[int] = (1, 1),
+    padding: list[int] = (0, 0),
+    dilation: list[int] = (1, 1),
+) -> torch.Tensor:
+    """What `tmakit.im2col` allocates: the (N*P*Q, R*S*C) patch matrix, row-major. A static shape
+    gets the route's whole check (what TMA serves); a symbolic one the same arithmetic."""
+    check_traced("im2col", x=x)
+    pairs = (tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+    shape, strides = tuple(x.shape), tuple(x.stride())
+    if all(type(value) is int for value in (*shape, *strides)):
+        facts = Im2colFacts(
+            shape, strides, dtype_name(x.dtype), x.element_size(), 0, x.device.index or 0, *pairs,
+            sm_count=DEFAULT_SM_COUNT,
+        )  # fmt: skip
+        call = im2col_call(facts)
+        if not call.route.by_tma:
+            raise TmaConfigError(f"torch.ops.{NAMESPACE}.im2col {TRACING}: {call.route.reason}")
+        return torch.empty(call.conv.patch_shape, dtype=x.dtype, device=x.device)
+    if len(shape) != 4:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.im2col {TRACING}: x has {len(shape)} dims; im2col takes an NHWC "
+            "activation (rank 4)"
         )
+    (r, s), (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w) = pairs  # int[2]: always pairs
+    n, h, w, c = shape
+    p = (h + 2 * pad_h - dil_h * (r - 1) - 1) // stride_h + 1
+    q = (w + 2 * pad_w - dil_w * (s - 1) - 1) // stride_w + 1
+    return torch.empty((n * p * q, r * s * c), dtype=x.dtype, device=x.device)
 
 
 # -- registration, on import ----------------------------------------------------------------------
 def register() -> torch.library.Library:
-    """Define the four ops and register their kernels; the library returned must live as long as
+    """Define the ops and register their kernels; the library returned must live as long as
     the process (dropping it unregisters the ops). pt2_compliant_tag: what custom_op gives its ops
     (dynamo's check for operators it may put in a graph)."""
     library = torch.library.Library(NAMESPACE, "DEF")
@@ -346,11 +410,13 @@ def register() -> torch.library.Library:
         ("copy", copy_impl, copy_fake),
         ("reduce_into_", reduce_into__impl, reduce_into__fake),
         ("load_tiles", load_tiles_impl, load_tiles_fake),
+        ("im2col", im2col_impl, im2col_fake),
     ):
         library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)  # and the Meta kernel
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
-    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
+    for op, name, impl in (("load_tiles", "tensor", load_tiles_impl), ("im2col", "x", im2col_impl)):
+        library.impl(op, not_differentiable(op, name, impl), "Autograd", with_keyset=True)
     return library
 
 
@@ -359,5 +425,6 @@ copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
 reduce_into_ = torch.ops.tmakit.reduce_into_.default
 load_tiles = torch.ops.tmakit.load_tiles.default
+im2col = torch.ops.tmakit.im2col.default
 
-__all__ = ["copy", "copy_", "copy_kwargs", "load_tiles", "reduce_into_"]
+__all__ = ["copy", "copy_", "copy_kwargs", "im2col", "load_tiles", "reduce_into_"]
