@@ -481,8 +481,9 @@ def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
         (lambda m: torch.ops.tmakit.copy_(m, m), "dst"),
         (lambda m: torch.ops.tmakit.copy(m), "src"),
         (lambda m: torch.ops.tmakit.load_tiles(m, 64, 64, 0), "tensor"),
+        (lambda m: torch.ops.tmakit.im2col(m.view(2, 8, 8, 256), [3, 3]), "x"),
     ],
-    ids=["copy_", "copy", "load_tiles"],
+    ids=["copy_", "copy", "load_tiles", "im2col"],
 )
 def test_a_meta_tensor_into_an_eager_op_is_refused(call, name):
     meta = torch.empty(128, 256, dtype=torch.float16, device="meta")
