@@ -51,7 +51,7 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
     dispatch = api_copy._SPECIALISED_COPIES if specialised else api_copy.copy_dispatch()
-    knobs = {"_specialised": True} if specialised else {}
+    copy_ = tmakit.api.specialised_copy_ if specialised else tmakit.copy_
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
         extent = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
@@ -84,7 +84,7 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
             streak.needed = 2
         for _ in range(3):
             out = poisoned_like(source)
-            assert tmakit.copy_(out, source, **knobs) is out
+            assert copy_(out, source) is out
             torch.cuda.synchronize()
             assert torch.equal(bits(out), bits(source)), (source.shape, source.stride(), source.dtype)
     storage = torch.empty(256 * 512 + 8, dtype=torch.float16, device="cuda")
@@ -95,19 +95,19 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
         (torch.empty(256, 256, dtype=torch.float16, device="cuda"), "they must match", False),
     ]:
         for _ in range(64):  # enough calls in a row for half's launcher to be tried first again
-            tmakit.copy_(poisoned_like(half), half, **knobs)
+            copy_(poisoned_like(half), half)
         key = (None, None)  # no options
         tried_first = dispatch.tried_first()[key]
         if specialised:
             assert dispatch.streak(key).launcher is tried_first
         if served and not specialised:  # the fallback: torch's copy_ (a dtype change converts)
             expected = wrong.clone().copy_(half)
-            assert tmakit.copy_(wrong, half, **knobs) is wrong
+            assert copy_(wrong, half) is wrong
             torch.cuda.synchronize()
             assert torch.equal(wrong, expected)
         else:
             with pytest.raises(TmaConfigError, match=message):
-                tmakit.copy_(wrong, half, **knobs)
+                copy_(wrong, half)
         if not specialised:
             with pytest.raises(TmaConfigError, match=message):
                 tmakit.copy_(wrong, half, strict=True)

@@ -16,7 +16,7 @@ The functions `copy` and `im2col` shadow their modules' names on this package: a
 """
 
 from ..plan.copy_layout import check_copy_layout
-from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy
+from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy, specialised_copy_
 from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .reduce import add_, reduce_into_, reduce_options, reduce_path
@@ -37,6 +37,7 @@ __all__ = [
     "load_tiles",
     "padded_empty",
     "plan_copy",
+    "specialised_copy_",
     "reduce_into_",
     "reduce_options",
     "reduce_path",

@@ -45,7 +45,6 @@ def copy_(
     stages: int | None = None,
     *,
     strict: bool = False,
-    _specialised: bool = False,
     **options: Any,
 ) -> torch.Tensor:
     """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out;
@@ -64,15 +63,12 @@ def copy_(
     dictionary lookup and an alignment check before the launch, and one repeated call after call
     less (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
     `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing.
-    `_specialised` (private, for benchmarks): a kernel compiled for each exact shape instead.
 
     Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the tensors are laid
     out, on a view of the same memory (dims permuted together, runs merged, a compact run as
     rows), moving a dtype TMA has no type for as a same-size one; else by torch's `copy_`, the
     fallback `copy_path` names with its reason. `strict=True`: a TmaConfigError instead of the
     fallback. Options a TMA-served pair's planner refuses raise in either mode."""
-    if _specialised:
-        return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
     if strict is False:
@@ -80,6 +76,19 @@ def copy_(
     return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
         dst, src, tile, stages, options
     )
+
+
+def specialised_copy_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None = None,
+    stages: int | None = None,
+    **options: Any,
+) -> torch.Tensor:
+    """`copy_` through a kernel compiled for this exact shape (not its class's shape-generic one),
+    TMA only: what the benchmarks set beside `copy_` to price shape-generic kernels. Returns
+    `dst`; TmaConfigError for what TMA cannot serve."""
+    return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
 
 
 def copy_special(

@@ -108,7 +108,7 @@ def bench_copy(
     element for element in the same run (destination poisoned first), beside torch's `copy_` of
     the same pair. `transpose`: the source is the column-major view `x.t()` of each rotated
     buffer and the destination row-major - torch's `dst.copy_(x.t())`. `specialised`: each option
-    also through the kernel compiled for this exact shape (`copy_(..., _specialised=True)`)
+    also through the kernel compiled for this exact shape (`api.specialised_copy_`)
     beside the shape-generic one."""
     import torch
 
@@ -127,16 +127,17 @@ def bench_copy(
     for option, shape_specialised in variants:
         bits(destinations[0]).fill_(POISON)  # every element the copy must write
         # strict: a row named tmakit.copy_ times TMA's copy, never the driver's memcpy it may route to
-        knobs = {**option.changed(), "strict": True, **({"_specialised": True} if shape_specialised else {})}
+        knobs = option.changed() if shape_specialised else {**option.changed(), "strict": True}
+        call = api.specialised_copy_ if shape_specialised else api.copy_
         start = time.perf_counter()
-        api.copy_(destinations[0], sources[0], **knobs)  # compiles once
+        call(destinations[0], sources[0], **knobs)  # compiles once
         torch.cuda.synchronize()
         first_call = time.perf_counter() - start
         wrong = first_wrong_tile(
             destinations[0], sources[0], option.tile or copy_tile(config.dtype, transpose)
         )
         launches = [
-            lambda s=s, d=d, k=knobs: api.copy_(d, s, **k) for s, d in zip(sources, destinations, strict=True)
+            lambda s=s, d=d, k=knobs, f=call: f(d, s, **k) for s, d in zip(sources, destinations, strict=True)
         ]
         rows.append(
             BenchRow(
