@@ -590,3 +590,31 @@ def test_reduce_into__adds_and_bumps_the_destinations_version(cpu_kernels):
     assert torch.ops.tmakit.reduce_into_(dst, src) is None  # op="add" by default
     assert torch.equal(dst, torch.full((64, 128), 3.0)) and dst._version == version + 1
     assert cpu_kernels == [("reduce_into_", "add")]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (([3, 3, 3],), "kernel .* has 3 values"),
+        (([3, 3], [0, 0]), "stride"),
+        (([0, 0],), "kernel"),
+        (([3, 3], 1, [-1, -1]), "padding"),
+        (([20, 20],), "no output pixel"),
+    ],
+    ids=["three-values", "stride-0", "kernel-0", "negative-padding", "filter-too-large"],
+)
+def test_the_symbolic_im2col_fake_refuses_what_the_static_one_does(cpu_kernels, args, message):
+    """Traced with symbolic extents (dynamic shapes), the fake checks every rule that does not read
+    them, and that an output pixel exists, before its arithmetic."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    trace = make_fx(lambda x: torch.ops.tmakit.im2col(x, *args), tracing_mode="symbolic")
+    with pytest.raises(TmaConfigError, match=message):
+        trace(torch.randn(2, 9, 9, 16))
+    with pytest.raises(TmaConfigError, match="TMA im2col loads fp16, bf16, fp32"):
+        make_fx(lambda x: torch.ops.tmakit.im2col(x, [3, 3]), tracing_mode="symbolic")(
+            torch.randn(2, 9, 9, 16).int()
+        )
+    x = torch.randn(2, 9, 9, 16)
+    graph = make_fx(lambda x: torch.ops.tmakit.im2col(x, [3, 3], [2, 2], [1, 1]), tracing_mode="symbolic")(x)
+    assert graph(x).shape == (50, 144) and graph(torch.randn(3, 11, 13, 16)).shape == (126, 144)

@@ -65,7 +65,8 @@ from .api.tensors import dtype_name
 from .config import SEED, LoadConfig, dtype_of, major_of
 from .errors import TmaConfigError
 from .limits import DEFAULT_SM_COUNT
-from .plan import CopyOptions, Im2colFacts, LoadPlan, check_reduce, im2col_call
+from .plan import IM2COL_DTYPES, CopyOptions, Im2colFacts, LoadPlan, check_reduce, im2col_call
+from .plan.im2col_rules import pair
 from .plan.load import padded_extents
 from .validate import check_rank
 
@@ -385,15 +386,22 @@ def im2col_fake(
         if not call.route.by_tma:
             raise TmaConfigError(f"torch.ops.{NAMESPACE}.im2col {TRACING}: {call.route.reason}")
         return torch.empty(call.conv.patch_shape, dtype=x.dtype, device=x.device)
+    # Symbolic extents: every rule that does not read them, then the output's arithmetic.
+    where = f"torch.ops.{NAMESPACE}.im2col {TRACING}"
     if len(shape) != 4:
-        raise TmaConfigError(
-            f"torch.ops.{NAMESPACE}.im2col {TRACING}: x has {len(shape)} dims; im2col takes an NHWC "
-            "activation (rank 4)"
-        )
-    (r, s), (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w) = pairs  # int[2]: always pairs
+        raise TmaConfigError(f"{where}: x has {len(shape)} dims; im2col takes an NHWC activation (rank 4)")
+    try:
+        (r, s), (stride_h, stride_w) = pair(pairs[0], "kernel", 1), pair(pairs[1], "stride", 1)
+        (pad_h, pad_w), (dil_h, dil_w) = pair(pairs[2], "padding", 0), pair(pairs[3], "dilation", 1)
+        if dtype_of(x.dtype) not in IM2COL_DTYPES:
+            raise TmaConfigError(f"TMA im2col loads {', '.join(IM2COL_DTYPES)}, not {x.dtype}")
+    except TmaConfigError as refused:
+        raise TmaConfigError(f"{where}: {refused}") from None
     n, h, w, c = shape
     p = (h + 2 * pad_h - dil_h * (r - 1) - 1) // stride_h + 1
     q = (w + 2 * pad_w - dil_w * (s - 1) - 1) // stride_w + 1
+    if p < 1 or q < 1:  # a guard on the symbolic extents
+        raise TmaConfigError(f"{where}: the filter is larger than the padded input: no output pixel")
     return torch.empty((n * p * q, r * s * c), dtype=x.dtype, device=x.device)
 
 
