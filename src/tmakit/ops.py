@@ -346,18 +346,21 @@ def not_differentiable(op: str, name: str, impl: Any) -> Any:
 
 
 # -- im2col -------------------------------------------------------------------------------------
-def im2col_impl(
-    x: torch.Tensor,
-    kernel: list[int],
-    stride: list[int] = (1, 1),
-    padding: list[int] = (0, 0),
-    dilation: list[int] = (1, 1),
-) -> torch.Tensor:
+IM2COL_DEFAULTS = ((1, 1), (0, 0), (1, 1))  # the schema's stride, padding and dilation
+
+
+def im2col_pairs(conv: tuple[list[int], ...]) -> tuple[tuple[int, ...], ...]:
+    """(kernel, stride, padding, dilation) as the op's kernels get them (the dispatcher leaves out
+    the trailing defaults): each as a tuple, the defaults filled in."""
+    return tuple(tuple(pair) for pair in (*conv, *IM2COL_DEFAULTS[len(conv) - 1 :]))
+
+
+def im2col_impl(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     """The patch matrix of a 2-D convolution over the NHWC activation `x` (`tmakit.im2col`,
-    strict: TMA's path only, as the fake says)."""
+    strict: TMA's path only, as the fake says); `conv`: `im2col_pairs`'."""
     if type(x) is not torch.Tensor or x.is_meta:
         refuse_memoryless("im2col", x=x)
-    pairs = (tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+    pairs = im2col_pairs(conv)
     device = foreign_device(x)
     if device is None:
         return tma_im2col(x, *pairs, strict=True)
@@ -365,17 +368,12 @@ def im2col_impl(
         return tma_im2col(x, *pairs, strict=True)
 
 
-def im2col_fake(
-    x: torch.Tensor,
-    kernel: list[int],
-    stride: list[int] = (1, 1),
-    padding: list[int] = (0, 0),
-    dilation: list[int] = (1, 1),
-) -> torch.Tensor:
+def im2col_fake(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     """What `tmakit.im2col` allocates: the (N*P*Q, R*S*C) patch matrix, row-major. A static shape
-    gets the route's whole check (what TMA serves); a symbolic one the same arithmetic."""
+    gets the route's whole check (what TMA serves); a symbolic one every rule that does not read
+    its extents, then the same arithmetic."""
     check_traced("im2col", x=x)
-    pairs = (tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+    pairs = im2col_pairs(conv)
     shape, strides = tuple(x.shape), tuple(x.stride())
     if all(type(value) is int for value in (*shape, *strides)):
         facts = Im2colFacts(
