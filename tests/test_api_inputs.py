@@ -426,3 +426,18 @@ def test_gpu_empty_copy_and_refusals(torch, monkeypatch):
         tmakit.config_for(empty)
     with pytest.raises(TmaConfigError, match="has no elements"):
         tmakit.load_tiles(empty)
+
+
+def test_a_gpu_that_is_not_a_hopper_gets_torchs_path_or_a_named_refusal(torch, monkeypatch):
+    """On a CUDA device of another compute capability (an A100's 8.0): a route's facts name it
+    (`plan.route.NOT_SM90`, torch's op serves the call) and a strict call is refused naming it."""
+    from types import SimpleNamespace
+
+    from tmakit.plan.route import NOT_SM90
+
+    monkeypatch.setattr(api_tensors, "is_sm90", lambda index: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (8, 0))
+    a100 = SimpleNamespace(is_cuda=True, device=SimpleNamespace(type="cuda"), get_device=lambda: 0)
+    assert api_tensors.cuda_index(a100) == NOT_SM90
+    with pytest.raises(TmaConfigError, match=r"x is on cuda:0, a GPU of compute capability 8\.0; .*sm_90a"):
+        api_tensors.check_on_gpu(a100, "x")

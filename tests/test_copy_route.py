@@ -236,6 +236,7 @@ def test_routes_name_their_path_and_reason(shape, src_strides, dst_strides, dtyp
     [
         ({"src_device": -1, "dst_device": -1}, "not both on one CUDA device"),
         ({"dst_device": 1}, "not both on one CUDA device"),
+        ({"src_device": -2, "dst_device": -2}, "not a Hopper (compute capability 9.0)"),
         ({"dst_dtype": "float32"}, "a dtype change"),
         ({"src_shape": (1, 64)}, "a broadcast source"),
         ({"src_address": BASE + 8}, "src's base address is not 16-byte aligned"),

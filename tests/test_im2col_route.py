@@ -40,6 +40,7 @@ def facts(shape=(2, 8, 8, 16), kernel=3, strides=None, dtype="float16", nbytes=2
 # (facts, path, the start or a piece of the reason)
 ROUTES = [
     (facts(), "tma", "im2col loads of 128 pixels x 16 channels"),
+    (facts(device=-2), "torch", "x is on a GPU that is not a Hopper (compute capability 9.0)"),
     (facts(padding=1, stride=2, dilation=(1, 2)), "tma", "im2col loads"),
     (facts((1, 1, 2, 8), 1), "tma", "a 1x1 patch matrix: x copied as 2 x 8 rows"),
     (facts(device=-1), "torch", "x is not on a CUDA device"),
@@ -237,7 +238,7 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
     import importlib
 
     api_im2col = importlib.import_module("tmakit.api.im2col")
-    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
+    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
     half = torch.float16
@@ -288,7 +289,7 @@ def gpu_stood_in(monkeypatch):
 
     api_im2col = importlib.import_module("tmakit.api.im2col")
     launched = []
-    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
+    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launched.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())

@@ -217,7 +217,7 @@ def stand_ins(monkeypatch):
         monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
         monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api_im2col, "cuda_device_index", lambda tensor: 0)
+    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))

@@ -17,7 +17,7 @@ from .copy import copy_
 from .known import calls_table, known_call
 from .tensors import (
     check_torch_tensor,
-    cuda_device_index,
+    cuda_index,
     detached,
     device_facts,
     import_torch,
@@ -194,7 +194,7 @@ def im2col_facts(x: object, kernel: object, stride: object, padding: object, dil
     """What `plan.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
     check_torch_tensor(x, "im2col", "x")
-    device = cuda_device_index(x)
+    device = cuda_index(x)
     return Im2colFacts(
         tuple(int(e) for e in x.shape),
         tuple(int(s) for s in x.stride()),

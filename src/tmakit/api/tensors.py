@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import MAX_RANK
-from ..plan.route import RECORDED_BY_AUTOGRAD, PairFacts, lazy_reason
+from ..plan.route import NOT_SM90, RECORDED_BY_AUTOGRAD, PairFacts, lazy_reason
 from ..validate import check_base_address, check_rank, type_name
 
 if TYPE_CHECKING:
@@ -81,12 +81,13 @@ def check_on_gpu(tensor: torch.Tensor, name: str) -> None:
         raise TmaConfigError(
             f"{name} is on {tensor.device}; TMA loads from GPU memory, move it with .cuda() first"
         )
-
-
-def cuda_device_index(tensor: torch.Tensor) -> int:
-    """The index of the CUDA device `tensor` is on; -1 for any other device (as a route's facts
-    take it: `plan.route`)."""
-    return tensor.get_device() if tensor.is_cuda else -1
+    index = tensor.get_device()
+    if not is_sm90(index):
+        major, minor = import_torch("tmakit").cuda.get_device_capability(index)
+        raise TmaConfigError(
+            f"{name} is on cuda:{index}, a GPU of compute capability {major}.{minor}; tmakit's TMA "
+            "kernels are built for sm_90a (Hopper: H100, H200): use torch's op on this GPU"
+        )
 
 
 def check_gpu_tensor(tensor: object, what: str, name: str) -> None:
@@ -184,8 +185,19 @@ def device_facts(device: torch.device) -> tuple[int, int]:
 
 
 def cuda_index(tensor: torch.Tensor) -> int:
-    """The index of the CUDA device `tensor` is on, -1 for any other device (`PairFacts`)."""
-    return tensor.get_device() if tensor.is_cuda else -1
+    """The index of the CUDA device `tensor` is on, as a route's facts take it (`plan.route`): -1
+    for any other device, `NOT_SM90` for a GPU tmakit's kernels cannot run on."""
+    if not tensor.is_cuda:
+        return -1
+    index = tensor.get_device()
+    return index if is_sm90(index) else NOT_SM90
+
+
+@functools.cache
+def is_sm90(index: int) -> bool:
+    """Whether CUDA device `index` is a Hopper (compute capability 9.0), the GPU tmakit's sm_90a
+    kernels run on; read once per device."""
+    return import_torch("tmakit").cuda.get_device_capability(index) == (9, 0)
 
 
 def recorded_by_autograd(*tensors: object) -> bool:

@@ -17,7 +17,7 @@ from ..limits import DEFAULT_SM_COUNT
 from ..validate import check_base_address
 from .im2col import Im2colConv, Im2colPlan, im2col_conv
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
-from .route import RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
+from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
 IM2COL_OP = "im2col"
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}
@@ -103,6 +103,8 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
     def by_torch(reason: str) -> Im2colCall:
         return Im2colCall(conv, torch_route(IM2COL_OP, reason))
 
+    if facts.device == NOT_SM90:
+        return by_torch(f"x is on {NOT_SM90_REASON}")
     if facts.device < 0:
         return by_torch("x is not on a CUDA device; TMA loads GPU memory: move it with .cuda() first")
     dtype = _IM2COL_BY_TORCH.get(facts.dtype)

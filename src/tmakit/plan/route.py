@@ -101,7 +101,8 @@ class Route:
 class PairFacts:
     """What a two-tensor call's route is a function of: `shape` is the destination's; dtypes by
     torch's names (`float16`, `bool`); `nbytes` the element size; addresses and device indices
-    (-1: the CPU) as torch gives them. Read, never changed (`dataclasses.replace` makes another)."""
+    as torch gives them (-1: not a CUDA device; `NOT_SM90`: a GPU that is not a Hopper). Read,
+    never changed (`dataclasses.replace` makes another)."""
 
     shape: tuple[int, ...]
     src_shape: tuple[int, ...]
@@ -116,6 +117,12 @@ class PairFacts:
     dst_device: int
     lazy: str | None = None  # a bit torch applies as it reads ("conjugate", "negative"); TMA moves bits
 
+
+# A route's device index for a GPU tmakit's kernels cannot run on, and why torch's op serves it.
+NOT_SM90 = -2
+NOT_SM90_REASON = (
+    "a GPU that is not a Hopper (compute capability 9.0); tmakit's TMA kernels are built for sm_90a"
+)
 
 # Why a call autograd records takes torch's op: the reason its route gives.
 RECORDED_BY_AUTOGRAD = (
@@ -138,6 +145,8 @@ def torch_pair_rule(facts: PairFacts, op: str, match: str, one_dtype: str) -> Ro
             f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
             f"to the destination's shape; {match}"
         )
+    if NOT_SM90 in (facts.src_device, facts.dst_device):
+        return torch_route(op, f"a tensor is on {NOT_SM90_REASON}")
     if facts.src_device < 0 or facts.src_device != facts.dst_device:
         return torch_route(op, "the tensors are not both on one CUDA device")
     if facts.src_dtype != facts.dst_dtype:
