@@ -161,6 +161,16 @@ def foreign_device(tensor: torch.Tensor) -> int | None:
     return index if index >= 0 and index != torch.cuda.current_device() else None
 
 
+def on_its_device(tensor: torch.Tensor, launch: Any, *args: Any, **kwargs: Any) -> Any:
+    """`launch(*args, **kwargs)`, under the guard of `tensor`'s GPU where it is not the current
+    device (`foreign_device`)."""
+    device = foreign_device(tensor)
+    if device is None:
+        return launch(*args, **kwargs)
+    with torch.cuda.device(device):
+        return launch(*args, **kwargs)
+
+
 # -- copy_ --------------------------------------------------------------------------------------
 def run_in_place(
     op: str, dst: torch.Tensor, src: torch.Tensor, launch: Any, *args: Any, **kwargs: Any
@@ -169,12 +179,7 @@ def run_in_place(
     in-place torch op's ADInplaceOrView kernel does). A tensor without memory is refused first."""
     if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
         refuse_memoryless(op, dst=dst, src=src)
-    device = foreign_device(dst)
-    if device is None:
-        launch(dst, src, *args, **kwargs)
-    else:
-        with torch.cuda.device(device):
-            launch(dst, src, *args, **kwargs)
+    on_its_device(dst, launch, dst, src, *args, **kwargs)
     increment_version(dst)
 
 
@@ -224,12 +229,7 @@ def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
     """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with `options`)."""
     if type(src) is not torch.Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
-    kwargs = copy_kwargs(options)
-    device = foreign_device(src)
-    if device is None:
-        return tma_copy(src, strict=True, **kwargs)
-    with torch.cuda.device(device):
-        return tma_copy(src, strict=True, **kwargs)
+    return on_its_device(src, tma_copy, src, strict=True, **copy_kwargs(options))
 
 
 def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:
@@ -275,11 +275,7 @@ def load_tiles_impl(
     of the padded shape."""
     if type(tensor) is not torch.Tensor or tensor.is_meta:
         refuse_memoryless("load_tiles", tensor=tensor)
-    device = foreign_device(tensor)
-    if device is None:
-        return tma_load_tiles(tensor, (tile_rows, tile_cols), swizzle)
-    with torch.cuda.device(device):
-        return tma_load_tiles(tensor, (tile_rows, tile_cols), swizzle)
+    return on_its_device(tensor, tma_load_tiles, tensor, (tile_rows, tile_cols), swizzle)
 
 
 def padded_shape(tensor: torch.Tensor, tile: tuple[int, int], swizzle: int) -> tuple[Any, ...]:
@@ -360,12 +356,7 @@ def im2col_impl(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     strict: TMA's path only, as the fake says); `conv`: `im2col_pairs`'."""
     if type(x) is not torch.Tensor or x.is_meta:
         refuse_memoryless("im2col", x=x)
-    pairs = im2col_pairs(conv)
-    device = foreign_device(x)
-    if device is None:
-        return tma_im2col(x, *pairs, strict=True)
-    with torch.cuda.device(device):
-        return tma_im2col(x, *pairs, strict=True)
+    return on_its_device(x, tma_im2col, x, *im2col_pairs(conv), strict=True)
 
 
 def im2col_fake(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
