@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
-from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import (
     REDUCE_OPS,
     CopyOptions,
@@ -51,8 +50,6 @@ from .tensors import (
 
 if TYPE_CHECKING:
     import torch
-
-_ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 
 
 def reduce_into_(
@@ -187,10 +184,12 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
             return torch_route(op, reason)
         dst, src = detached(dst), detached(src)
     route, _ = plan_reduce_call(dst, src, op, copy_options, strict)
-    if route.path in TMA_KERNEL_PATHS and (src.data_ptr() | dst.data_ptr()) & _ALIGNMENT_BITS:
-        route = reduce_route(pair_facts(dst, src), op)  # names the base TMA cannot take
-        if strict:
-            raise strict_refusal(route)
+    if route.path in TMA_KERNEL_PATHS:  # planned for aligned bases: the route of these addresses
+        placed = reduce_route(pair_facts(dst, src), op)
+        if not placed.by_tma:
+            if strict:
+                raise strict_refusal(placed)
+            return placed
     return route
 
 
@@ -242,8 +241,8 @@ def routed_reduce_launcher(
     dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: TensorFacts, op: str, strict: bool
 ) -> Launcher:
     """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
-    kernel compiled here, at its first launch; `reduce_path` plans and never compiles)."""
-    reduce_copy_options(options)
+    kernel compiled here, at its first launch; `reduce_path` plans and never compiles). The
+    options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
     route, kernel = plan_reduce_call(dst, src, op, options, strict)
     if route.path == "empty":
         return copy_nothing
@@ -344,11 +343,7 @@ def reduce_options(tile: tuple[int, int] | None, stages: int | None, options: di
     maps (`ReducePlan`), not a rows view's or plain bulk copies."""
     if tile is None and stages is None and not options:
         return _DEFAULT_REDUCE_OPTIONS
-    return reduce_copy_options(CopyOptions.of(**{"tile": tile, "stages": stages, **options}))
-
-
-def reduce_copy_options(chosen: CopyOptions) -> CopyOptions:
-    """`chosen`, or TmaConfigError where it asks for a copy's `as_rows` or `bulk`."""
+    chosen = CopyOptions.of(**{"tile": tile, "stages": stages, **options})
     if chosen.as_rows or chosen.bulk:
         raise TmaConfigError(
             "reduce_into_ takes the copy's options but as_rows and bulk: a reduce stores through "
