@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..plan.copy import fits_l2 as copy_fits_l2
 from ..plan.copy import small_transpose
 from ..plan.copy_layout import copy_rows_view
 from ..plan.route import Route, copy_route
@@ -177,7 +178,7 @@ def plan_copy(
     compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
     view = copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact)
     tile = options.default_tile(dtype, transpose, view, sm_count, src.numel() * nbytes)
-    fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
+    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
     if not shape_generic:
         return specialised_copy_launcher(
             src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2, compiled
@@ -263,7 +264,7 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> 
     sm_count, l2_bytes = device_facts_known
     src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
     nbytes = src.element_size()
-    fits_l2 = 2 * numel * nbytes <= l2_bytes
+    fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
     small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)
     return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2, small))
 

@@ -27,6 +27,7 @@ from ..plan import (
     reduce_class,
     reduce_route,
 )
+from ..plan.copy import fits_l2 as copy_fits_l2
 from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
@@ -394,7 +395,7 @@ def plan_reduce(
     src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     transpose = src_major != dst_major
     tile = options.default_tile(dtype, transpose, None, sm_count)
-    fits_l2 = 2 * src.numel() * nbytes <= l2_bytes
+    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
     device = str(src.device)
     as_view = route.view is not None  # launched on views of these strides
     if not tvm_ffi_available():

@@ -60,6 +60,12 @@ ROWS_VIEW_MIN_TILE_BYTES = 4 * 1024
 ROWS_VIEW_TILES_PER_SM = 4
 
 
+def fits_l2(tensor_bytes: int, l2_bytes: int) -> bool:
+    """Whether a copy's source and destination together fit in the L2 (its evict-first default
+    and its class follow it)."""
+    return 2 * tensor_bytes <= l2_bytes
+
+
 def small_transpose(nbytes: int, transpose: bool, tensor_bytes: int | None, sm_count: int) -> bool:
     """Whether a copy takes `SMALL_TRANSPOSE_TILES`' tile: it changes the layout, of an element size
     the table has, and its tensor is smaller than one default 32 KiB tile per SM."""
