@@ -1,10 +1,25 @@
 import os
+import sys
 
 import pytest
 
 # The DSL falls back to sm_100a when it finds no driver; tmakit names sm_90a itself, this is a
 # second guard for anything that compiles without going through tmakit.runtime.compile.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+
+def _drop_the_dsl_folder_from_the_path() -> None:
+    """nvidia-cutlass-dsl 4.8.0 appends its `cutlass/base_dsl` folder to sys.path when imported
+    (4.8.1 does not). That folder holds a `torch.py`: without torch, `import torch` then raises
+    ImportError instead of ModuleNotFoundError, and `pytest.importorskip("torch")` errors instead of
+    skipping. The tests run at both ends of the DSL range pyproject.toml declares."""
+    import cutlass.base_dsl
+
+    folder = os.path.dirname(os.path.abspath(cutlass.base_dsl.__file__))
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != folder]
+
+
+_drop_the_dsl_folder_from_the_path()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,6 +21,7 @@ from tmakit.plan import (
     check_reduce,
     copy_destination,
     reduce_class,
+    reduce_op,
     reduce_pairs,
 )
 from tmakit.plan.copy import copy_tile
@@ -89,6 +90,18 @@ def test_a_pair_the_isa_does_not_list_is_refused_naming_op_dtype_and_rule(op, dt
 def test_an_unknown_op_is_refused_naming_the_ops():
     with pytest.raises(TmaConfigError, match=r"reduce op 'mul' is not one of add, min, max, inc, dec, and"):
         check_reduce("mul", "fp32")
+
+
+@pytest.mark.parametrize(("alias", "op"), [("sum", "add"), ("amax", "max"), ("amin", "min")])
+def test_torchs_names_are_read_as_tmakits(alias, op):
+    """scatter_reduce's and index_reduce's names: the same pair table, the same refusals."""
+    assert reduce_op(alias) == op and reduce_op(op) == op
+    check_reduce(alias, "bf16")
+    refused = "int64" if op == "add" else "fp32"
+    with pytest.raises(TmaConfigError, match=rf"reduce op '{op}' with dtype {refused}"):
+        check_reduce(alias, refused)
+    with pytest.raises(TmaConfigError, match=r"or torch's sum \(= add\), amax \(= max\), amin \(= min\)"):
+        reduce_op("mean")
 
 
 def test_an_int64_add_is_pointed_at_uint64():
@@ -426,6 +439,17 @@ def test_bad_input_is_refused_before_compiling_when_strict(launches, torch, make
     with pytest.raises(TmaConfigError, match=rule):
         tmakit.reduce_into_(dst, src, op, strict=True)
     assert compiled == [] and launched == []
+
+
+def test_a_call_by_torchs_name_launches_tmakits_op(launches, torch):
+    import tmakit
+
+    compiled, launched = launches
+    dst, src = torch.empty(128, 256, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16)
+    for _ in range(2):  # the second call finds the dispatch by torch's name
+        tmakit.reduce_into_(dst, src, "amax")
+    assert [plan.op for plan, _, _ in compiled] == ["max"] and len(launched) == 2
+    assert tmakit.reduce_path(dst, src, "sum").op == "add"
 
 
 def test_partly_overlapping_tensors_are_refused_the_same_view_is_not(launches, torch):

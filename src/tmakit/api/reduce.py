@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
 from ..plan import (
-    REDUCE_OPS,
     CopyOptions,
     LoadPlan,
     ReducePlan,
@@ -25,6 +24,7 @@ from ..plan import (
     check_reduce,
     copy_destination,
     reduce_class,
+    reduce_op,
     reduce_route,
 )
 from ..plan.copy import fits_l2 as copy_fits_l2
@@ -32,7 +32,7 @@ from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_rank, flag, one_of
+from ..validate import check_rank, flag
 from .copy import class_launcher
 from .copy_views import copy_nothing
 from .known import calls_table
@@ -64,7 +64,8 @@ def reduce_into_(
     **options: Any,
 ) -> torch.Tensor:
     """Reduce `src` into `dst` element by element, dst = dst op src; returns `dst`. `op` is one
-    of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and", "or", "xor").
+    of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and", "or", "xor"), or torch's name
+    for one ("sum", "amax", "amin": `plan.REDUCE_OP_ALIASES`).
 
     TMA reduce stores serve the pairs they can (`reduce_path` names the path and why): one CUDA
     device, one shape and dtype, an (op, dtype) pair of `plan.REDUCE_DTYPES` (the PTX ISA's table
@@ -128,6 +129,7 @@ def reduced(
         dispatch.copy_(dst, src, tile, stages, options)
         return dst
     reduce_options(tile, stages, options)  # named if wrong, on every path
+    op = reduce_op(op)
     reason = special_route(dst, src, "reduce_into_")
     if reason is None:
         dispatch.copy_(detached(dst), detached(src), tile, stages, options)
@@ -150,10 +152,17 @@ def reduce_dispatch(op: object, strict: object, options: dict[str, Any]) -> Copy
         if found is not None:
             return found
     strict = flag(strict, "strict")
-    op = one_of(op, "reduce op", REDUCE_OPS)
-    fallback = functools.partial(strict_fallback if strict else torch_fallback, op)
-    planner = functools.partial(routed_reduce_launcher, op=op, strict=strict)
-    return _DISPATCHES.setdefault((op, strict), CopyDispatch(planner, check_reduce_arguments, fallback))
+    name = reduce_op(op)
+    dispatch = _DISPATCHES.get((name, strict))
+    if dispatch is None:
+        fallback = functools.partial(strict_fallback if strict else torch_fallback, name)
+        planner = functools.partial(routed_reduce_launcher, op=name, strict=strict)
+        dispatch = _DISPATCHES.setdefault(
+            (name, strict), CopyDispatch(planner, check_reduce_arguments, fallback)
+        )
+    if type(op) is str:  # torch's name: its next call finds the dispatch at once
+        _DISPATCHES[(op, strict)] = dispatch
+    return dispatch
 
 
 def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Any) -> Route:
@@ -163,7 +172,7 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
     Args:
         dst: the tensor reduced into.
         src: the tensor reduced from.
-        op: one of `plan.REDUCE_OPS`.
+        op: one of `plan.REDUCE_OPS`, or torch's name for one (`plan.REDUCE_OP_ALIASES`).
         **options: `reduce_into_`'s: tile, stages, strict and the copy's options.
 
     Returns:
@@ -177,7 +186,7 @@ def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options
         not serve)."""
     tile, stages = options.pop("tile", None), options.pop("stages", None)
     strict = flag(options.pop("strict", False), "strict")
-    one_of(op, "reduce op", REDUCE_OPS)
+    op = reduce_op(op)
     copy_options = reduce_options(tile, stages, options)
     if out_of_the_plain_path(dst, src):
         reason = special_route(dst, src, "reduce_into_")

@@ -14,7 +14,7 @@ from ..check.run import first_wrong_tile, signed_bits, verify_tile_load
 from ..config import dtype_from_text
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
-from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce
+from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce, reduce_op
 from ..plan.copy import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
@@ -192,7 +192,7 @@ class ReduceCase:
         checked (`plan.check_reduce`) and refused without a torch op to compare with."""
         op, _, dtypes = text.partition(":")
         names = [dtype_from_text(name).name for name in dtypes.split(",") if name.strip()]
-        cases = [cls(op.strip(), name) for name in names or [default_dtype]]
+        cases = [cls(reduce_op(op.strip()), name) for name in names or [default_dtype]]
         for case in cases:
             check_reduce(case.op, case.dtype)
             if case.op not in TORCH_IN_PLACE:

@@ -18,7 +18,7 @@ from ..config import SEED, LoadConfig, dtype_from_text, dtype_named, padded_stri
 from ..errors import TmaConfigError
 from ..explain import highlight_tile
 from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from ..plan import LoadPlan, MulticastPlan
+from ..plan import LoadPlan, MulticastPlan, reduce_op
 from ..plan.multicast import CLUSTER_SHAPES
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
@@ -127,6 +127,7 @@ TILE = _checked(lambda text: parse_extents(text, "tile"), "tile")
 HIGHLIGHT = _checked(lambda text: parse_extents(text, "highlight"), "highlight")
 CLUSTER = _checked(lambda text: parse_extents(text, "cluster"), "cluster")
 DTYPE = _checked(lambda text: dtype_from_text(text).name, "dtype")  # torch's names too; tmakit's kept
+REDUCE_OP = _checked(reduce_op, "op")  # torch's names too (sum, amax, amin)
 # Each numeric flag's range (the commands' own beside their flags). The largest values are bounds
 # no run needs, that keep an argument from asking for years of work: a count of stages or warps
 # the plans bound further.

@@ -96,7 +96,8 @@ def add_parser(subparsers: Subparsers) -> None:
         action="append",
         metavar="OP[:DTYPE,...]",
         help="--kernel reduce: one op and the dtypes to time it on (repeatable; without dtypes, --dtype's), "
-        f"e.g. add:fp32,bf16 or max:fp16; default {' '.join(suites.DEFAULT_REDUCE_CASES)}. GB/s count 3x "
+        "e.g. add:fp32,bf16 or max:fp16 (torch's sum, amax, amin too); "
+        f"default {' '.join(suites.DEFAULT_REDUCE_CASES)}. GB/s count 3x "
         "the tensor's bytes (src read, dst read and written)",
     )
     parser.add_argument(

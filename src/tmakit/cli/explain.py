@@ -7,9 +7,10 @@ import argparse
 
 from ..config import dtype_named
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
-from ..plan import REDUCE_OPS, Im2colPlan, PipelinePlan
+from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, Im2colPlan, PipelinePlan
 from .args import (
     COUNT,
+    REDUCE_OP,
     CommandError,
     Subparsers,
     add_json,
@@ -33,9 +34,10 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--reduce",
-        choices=REDUCE_OPS,
+        type=REDUCE_OP,
         metavar="OP",
-        help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)})",
+        help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
+        f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
     )
     parser.add_argument(
         "--im2col",

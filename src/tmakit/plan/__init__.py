@@ -30,10 +30,12 @@ from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster
 from .reduce import (
     REDUCE_DTYPES,
+    REDUCE_OP_ALIASES,
     REDUCE_OPS,
     ReducePlan,
     check_reduce,
     reduce_class,
+    reduce_op,
     reduce_pairs,
     reduce_route,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "DOT_DTYPES",
     "IM2COL_DTYPES",
     "REDUCE_DTYPES",
+    "REDUCE_OP_ALIASES",
     "REDUCE_OPS",
     "DEFAULT_RELEASE",
     "RELEASES",
@@ -78,6 +81,7 @@ __all__ = [
     "im2col_conv",
     "im2col_route",
     "reduce_class",
+    "reduce_op",
     "reduce_pairs",
     "reduce_route",
     "stand_in_config",

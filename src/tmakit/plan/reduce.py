@@ -63,6 +63,22 @@ REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "xor": _BITWISE,
 }
 REDUCE_OPS = tuple(REDUCE_DTYPES)
+# torch's names for the same reductions (`scatter_reduce`'s and `index_reduce`'s "sum", "amax",
+# "amin"), accepted wherever an op is named and read as tmakit's.
+REDUCE_OP_ALIASES = {"sum": "add", "amax": "max", "amin": "min"}
+
+
+def reduce_op(op: object) -> str:
+    """`op` as one of `REDUCE_OPS`, torch's names (`REDUCE_OP_ALIASES`) read as tmakit's;
+    TmaConfigError naming both otherwise."""
+    if type(op) is str and op in REDUCE_OP_ALIASES:
+        return REDUCE_OP_ALIASES[op]
+    aliases = tuple(f"{alias} (= {name})" for alias, name in REDUCE_OP_ALIASES.items())
+    try:
+        return str(one_of(op, "reduce op", REDUCE_OPS))
+    except TmaConfigError as error:
+        raise TmaConfigError(f"{error}, or torch's {', '.join(aliases)}") from None
+
 
 BITWISE_OPS = ("and", "or", "xor")
 # The PTX type each dtype is reduced as, for messages (bitwise ops name the width only: `ptx_type`).
@@ -90,7 +106,7 @@ def reduce_pairs() -> list[tuple[str, str]]:
 def check_reduce(op: str, dtype: str) -> None:
     """Refuse an op TMA does not reduce with, or a dtype that op does not take (TmaConfigError
     naming both and the dtypes the op takes)."""
-    one_of(op, "reduce op", REDUCE_OPS)
+    op = reduce_op(op)
     if not isinstance(dtype, str):
         raise TmaConfigError(f"dtype is {dtype!r} ({type_name(dtype)}); pass a name such as 'fp32'")
     allowed = REDUCE_DTYPES[op]
@@ -169,7 +185,7 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
     reduce's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
     device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
-    one_of(op, "reduce op", REDUCE_OPS)
+    op = reduce_op(op)
     shared = torch_pair_rule(
         facts, op, "a reduce combines elements of one shape", "a TMA reduce combines one dtype"
     )
