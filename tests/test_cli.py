@@ -155,6 +155,21 @@ def test_demo_with_a_cluster_compiles_the_multicast_kernel():
         assert "verify:   CTA 3 of every cluster: " in run.stdout
 
 
+def test_a_cluster_plan_draws_its_axes_and_counts_its_ctas():
+    """1x2 and 2x1 share every slice and mask (only the size matters to them), but not the launch:
+    each is drawn as the grid places its CTAs, and the grid line counts CTAs, not a load's blocks."""
+    tall, wide = (tmakit("plan", "--cluster", shape, "--shape", "512x1024") for shape in ("1x2", "2x1"))
+    assert tall.returncode == wide.returncode == 0
+    assert "grid              (8, 2, 1) = 16 CTAs x 32 threads" in tall.stdout
+    assert "y=0 [CTA 0]\n" in tall.stdout and "y=1 [CTA 1]" in tall.stdout
+    assert "grid              (16, 1, 1) = 16 CTAs x 32 threads" in wide.stdout
+    assert "y=0 [CTA 0][CTA 1]" in wide.stdout and "y=1" not in wide.stdout
+    assert "blocks x" not in tall.stdout + wide.stdout
+    numbers = json.loads(tmakit("plan", "--cluster", "2x2", "--json").stdout)["clusters"]
+    assert numbers["launch_grid"] == [264, 2, 1]
+    assert [cta["x_y"] for cta in numbers["ctas"]] == [[0, 0], [1, 0], [0, 1], [1, 1]]
+
+
 def test_demo_names_the_run_it_replays_without_calling_it_the_seeds():
     lines = []
     assert _demo_compile_only(LoadPlan(SEED), lines.append)

@@ -18,7 +18,12 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     load, multicast, highlight = shown_load(args)
     text = "\n".join(
-        [load.summary(), *([multicast.summary()] if multicast else []), "", load.diagram(highlight)]
+        [
+            load.summary(multicast.grid_line(load.threads_per_block) if multicast else None),
+            *([multicast.summary()] if multicast else []),
+            "",
+            load.diagram(highlight),
+        ]
     )
     emit(args, describe_plan(load, highlight, multicast), text)
     return 0

@@ -13,6 +13,7 @@ def cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
     measured = H200_HOT_L2_TIME_RATIO.get(tuple(multicast.cluster))  # None: a shape not measured
     return {
         "cluster": list(multicast.cluster),
+        "launch_grid": list(multicast.launch_grid),
         "h200_hot_l2_time_ratio": None
         if measured is None
         else {"one_cluster_per_strip": measured[0], "persistent_clusters": measured[1]},
@@ -21,6 +22,7 @@ def cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
         "ctas": [
             {
                 "rank": rank,
+                "x_y": [rank % multicast.cluster[0], rank // multicast.cluster[0]],
                 "tile_rows": list(multicast.slice_of(rank)),
                 "issued_bytes": multicast.issued_bytes_per_cta,
             }

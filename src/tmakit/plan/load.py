@@ -189,7 +189,8 @@ class LoadPlan:
         return column_tile % 2
 
     # -- text -------------------------------------------------------------------------------------
-    def summary(self) -> str:
+    def summary(self, grid: str | None = None) -> str:
+        """The plan's numbers, a line each; `grid` replaces the grid line (a cluster launch's)."""
         cfg = self.config
         layout = "column-major" if self.rows_contiguous else "row-major"
         shape = " x ".join(map(str, cfg.shape))
@@ -198,7 +199,8 @@ class LoadPlan:
             f"({self.tensor_bytes} bytes)",
             f"tile              {cfg.tile[0]} x {cfg.tile[1]} ({self.expected_tx_bytes} bytes), "
             + (f"{cfg.swizzle}B swizzle" if cfg.swizzle else "no swizzle (Swizzle(0,4,3))"),
-            f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)"
+            grid
+            or f"grid              {self.grid} blocks x {self.threads_per_block} threads (one warp)"
             + (f" = {self.row_blocks} row blocks x {self.batch_count} batch" if self.batch_shape else ""),
             f"tiles per block   {self.tiles_per_block}",
             f"total tile loads  {self.total_tile_loads}",

@@ -209,15 +209,32 @@ class MulticastPlan(ClusterLaunch):
         """Bytes each CTA asks TMA for per tile: its slice (the barrier still expects the whole tile)."""
         return self.load.expected_tx_bytes * self.slice_rows // self.load.config.tile[0]
 
+    def grid_line(self, threads: int) -> str:
+        """The launch as `LoadPlan.summary` writes its grid: CTAs in clusters, not the blocks of a
+        launch without one."""
+        x, y, _ = self.launch_grid
+        return f"grid              ({x}, {y}, 1) = {self.grid} CTAs x {threads} threads"
+
+    def cluster_drawing(self) -> list[str]:
+        """The cluster's CTAs where the launch puts them, rank r = x + y * columns: a row per y."""
+        columns, rows = self.cluster
+        return [
+            f"{'  CTA ranks' if y == 0 else '':<18}y={y} "
+            + "".join(f"[CTA {x + y * columns}]" for x in range(columns))
+            for y in range(rows)
+        ]
+
     def summary(self) -> str:
         rows = [
-            f"cluster           {self.cluster[0]}x{self.cluster[1]} = {self.cluster_size} CTAs; "
+            f"cluster           {self.cluster[0]}x{self.cluster[1]} = {self.cluster_size} CTAs, "
+            f"{self.cluster[0]} along x and {self.cluster[1]} along y; "
             f"{self.grid} CTAs in {self.clusters} clusters, "
             + (
                 "one strip of rows per cluster"
                 if self.persistent_clusters is None
                 else f"persistent: each walks every {self.clusters}th tile, cluster 0 {self.most_steps} tiles"
             ),
+            *self.cluster_drawing(),
         ]
         if self.multicast:
             rows.append(
