@@ -170,6 +170,20 @@ def test_a_cluster_plan_draws_its_axes_and_counts_its_ctas():
     assert [cta["x_y"] for cta in numbers["ctas"]] == [[0, 0], [1, 0], [0, 1], [1, 1]]
 
 
+def test_demo_writes_json_as_every_command_does(tmp_path):
+    run = tmakit("demo", "--shape", "256x512", "--json")
+    assert run.returncode == 0 and "expect_tx in PTX" in run.stderr  # the text moves to stderr
+    report = json.loads(run.stdout)
+    assert report["ok"] is True and report["plan"]["bytes"]["shared_memory_requested"] == 32776
+    if NO_GPU:
+        assert report["run"]["expect_tx_bytes"] == {"ptx": [32768], "plan": 32768}
+        assert report["run"]["ptx_instructions"]["cp.async.bulk.tensor"] >= 1
+    else:
+        assert report["run"]["correct"] is True and report["run"]["kernel_median_us"] > 0
+    refused = tmakit("demo", "--json", str(tmp_path / "missing" / "x.json"))
+    assert refused.returncode == 2 and "does not exist" in one_error_line(refused)
+
+
 def test_demo_names_the_run_it_replays_without_calling_it_the_seeds():
     lines = []
     assert _demo_compile_only(LoadPlan(SEED), lines.append)

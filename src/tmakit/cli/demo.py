@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..demo import run_demo
-from .args import Subparsers, add_load_arguments, shown_load
+from ..explain import describe_plan
+from .args import Subparsers, add_json, add_load_arguments, shown_load, text_stream, write_json
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -13,9 +15,15 @@ def add_parser(subparsers: Subparsers) -> None:
         "demo", help="run and verify the seed's kernel (or compile it, without a GPU)"
     )
     add_load_arguments(parser, "run (or compile) the multicast kernel of this cluster shape instead")
+    add_json(parser, "the plan and what the run found (verdict, device time; or the PTX's instructions)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     load, multicast, highlight = shown_load(args)
-    return 0 if run_demo(load, highlight, print, multicast) else 1
+    out = text_stream(args)
+    report: dict[str, Any] = {}
+    ok = run_demo(load, highlight, lambda line="": print(line, file=out), multicast, report)
+    if args.json:
+        write_json(args.json, {"plan": describe_plan(load, highlight, multicast), "run": report, "ok": ok})
+    return 0 if ok else 1
