@@ -35,7 +35,8 @@ def test_torch_dtype_names_are_accepted():
     by_torch_name = tmakit("plan", "--dtype", "float16", "--shape", "128x256")
     assert by_torch_name.returncode == 0, by_torch_name.stderr
     assert by_torch_name.stdout == tmakit("plan", "--dtype", "fp16", "--shape", "128x256").stdout
-    assert "bfloat16" in one_error_line(tmakit("plan", "--dtype", "float64"))  # the error lists both
+    assert "bfloat16" in one_error_line(tmakit("plan", "--dtype", "float128"))  # the error lists both
+    assert "the same-size int64: name int64" in one_error_line(tmakit("plan", "--dtype", "double"))
 
 
 @pytest.mark.parametrize("command", ["plan", "demo"])

@@ -74,15 +74,42 @@ def dtype_named(name: str) -> DType:
         ) from None
 
 
-# torch's short names of the dtypes tmakit loads (`torch.half` is `torch.float16`), for text a user types.
-TORCH_DTYPE_ALIASES = {"half": "float16", "float": "float32", "int": "int32", "long": "int64"}
+# torch dtype name -> the same-size tmakit dtype a copy moves it as (a copy moves bits, no values).
+MOVED_AS: dict[str, str] = {
+    "bool": "uint8",
+    "int16": "fp16",
+    "uint16": "fp16",
+    "float64": "int64",
+    "complex32": "int32",
+    "complex64": "int64",
+    "float8_e4m3fnuz": "uint8",
+    "float8_e5m2fnuz": "uint8",
+    "float8_e8m0fnu": "uint8",
+}
+# torch's short names of its dtypes (`torch.half` is `torch.float16`), for text a user types.
+TORCH_DTYPE_ALIASES = {
+    "half": "float16",
+    "float": "float32",
+    "int": "int32",
+    "long": "int64",
+    "double": "float64",
+    "short": "int16",
+    "chalf": "complex32",
+    "cfloat": "complex64",
+}
 
 
 def dtype_from_text(text: str) -> DType:
     """The dtype a user names on a command line: tmakit's name, torch's ("float16",
     "torch.float16") or torch's short alias ("half"); TmaConfigError naming the known ones."""
     name = text.strip().removeprefix("torch.")
-    return dtype_named(TORCH_DTYPE_ALIASES.get(name, name))
+    name = TORCH_DTYPE_ALIASES.get(name, name)
+    if name in MOVED_AS:
+        raise TmaConfigError(
+            f"dtype {text!r} ({name}) has no TMA type; tmakit's copies move it as the same-size "
+            f"{MOVED_AS[name]}: name {MOVED_AS[name]}"
+        )
+    return dtype_named(name)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,48 @@ BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose r
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
 
+_UNSET = object()  # an option's value before the command line is read: still there, not given
+# The actions whose value is set whole (an append or a count reads the value before it).
+_SET_WHOLE = (argparse._StoreAction, argparse._StoreConstAction)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse's usage errors as one line on stderr, as every other tmakit error."""
+    """argparse's usage errors as one line on stderr, as every other tmakit error; and the options
+    a command line named, in `args.given` (their dests), so that a command refuses a flag that
+    does not apply to its run instead of ignoring it."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tmakit: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace = argparse.Namespace() if namespace is None else namespace
+        marked = [
+            action
+            for action in self._actions
+            if isinstance(action, _SET_WHOLE)
+            and action.default is not argparse.SUPPRESS
+            and not hasattr(namespace, action.dest)
+        ]
+        for action in marked:
+            setattr(namespace, action.dest, _UNSET)
+        namespace, extras = super().parse_known_args(args, namespace)
+        given = set(getattr(namespace, "given", ()))
+        for action in marked:
+            if getattr(namespace, action.dest) is not _UNSET:
+                given.add(action.dest)
+            elif isinstance(action.default, str):  # as argparse does: a text default through its type
+                setattr(namespace, action.dest, self._get_value(action, action.default))
+            else:
+                setattr(namespace, action.dest, action.default)
+        given.update(
+            action.dest
+            for action in self._actions
+            if not isinstance(action, _SET_WHOLE)
+            and getattr(namespace, action.dest, None) not in (None, 0, False)
+            and action.default is not argparse.SUPPRESS
+        )
+        namespace.given = given
+        return namespace, extras
 
 
 class _Version(argparse.Action):

@@ -246,6 +246,15 @@ def shown_load(args: argparse.Namespace) -> tuple[LoadPlan, MulticastPlan | None
     return load, multicast_plan(args, load), highlight_tile(load, args.highlight)
 
 
+def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> None:
+    """CommandError naming the options among `dests` the command line gave (`args.given`, filled
+    by the parser): they do not apply to this run, and `why` says so ("with --im2col: ...")."""
+    named = [f"--{dest.replace('_', '-')}" for dest in dests if dest in getattr(args, "given", ())]
+    if named:
+        verb = "does" if len(named) == 1 else "do"
+        raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
+
+
 def hopper_gpu(command: str) -> str:
     """The GPU's name; CommandError saying why there is none to use."""
     name, why = find_hopper_gpu()

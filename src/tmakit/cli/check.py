@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from ..explain.common import configuration
 from ..model import (
     REPLAYED_TILES,
     SHOWN_TILES,
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
             "--full shows all"
         )
     data = {
+        "configuration": configuration(load),
         "schedule": kind,
         "title": title,
         "mistake": args.mistake,
@@ -173,5 +175,7 @@ def run(args: argparse.Namespace) -> int:
         "trace": [asdict(entry) for entry in trace],
     }
     heading = f"{title}, replayed against the CPU model of TMA and mbarrier:"
-    emit(args, data, "\n".join([heading, *(f"({note})" for note in notes), result.describe(cta, shown)]))
+    tensor_and_tile = load.summary().splitlines()[:2]  # what the bytes and tiles come from
+    lines = [heading, *tensor_and_tile, *(f"({note})" for note in notes), result.describe(cta, shown)]
+    emit(args, data, "\n".join(lines))
     return 0 if result.ok else 1

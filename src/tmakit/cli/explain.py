@@ -18,6 +18,7 @@ from .args import (
     emit,
     load_plan,
     multicast_plan,
+    refuse_given,
 )
 
 
@@ -64,7 +65,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain_im2col(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC`: --shape is the NHWC activation; the box comes from SPEC's tile
-    (the plan's default otherwise), so --tile, --swizzle, --layout and --pad do not apply."""
+    (the plan's default otherwise), so --tile, --swizzle, --layout and --pad do not apply, nor do
+    the ring's, the cluster's and the reduce's options: each is refused if given."""
+    refuse_given(
+        args,
+        ("tile", "swizzle", "layout", "pad", "stages", "consumer_warps", "cluster", "reduce"),
+        "with --im2col: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of a contiguous NHWC tensor",
+    )
     plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
     result = explain_im2col(plan, args.highlight)
     emit(args, result, im2col_to_text(result))

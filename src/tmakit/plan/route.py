@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
+from ..config import DTYPES, MOVED_AS, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from ..validate import check_outer_strides, overlaps_itself
@@ -40,18 +40,6 @@ PATHS: dict[str, str] = {
 }
 TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "empty"})
 
-# torch dtype name -> the same-size tmakit dtype a copy moves it as (a copy moves bits, no values).
-MOVED_AS: dict[str, str] = {
-    "bool": "uint8",
-    "int16": "fp16",
-    "uint16": "fp16",
-    "float64": "int64",
-    "complex32": "int32",
-    "complex64": "int64",
-    "float8_e4m3fnuz": "uint8",
-    "float8_e5m2fnuz": "uint8",
-    "float8_e8m0fnu": "uint8",
-}
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
 
