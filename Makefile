@@ -1,7 +1,9 @@
 # The two commands a new user runs (README): `make demo` and `make test`.
 # Each creates .venv/ with what it needs, from python3 and pip alone.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
+# A DSL version to install instead of the newest the range allows (CI's oldest-DSL pass).
+DSL ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint gpu-check clean
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q -e '.[test]' $(DSL)
 	touch $(STAMP)
 
 # The torch-facing tests need torch; `make test` installs this one into .venv/ only where the venv

@@ -35,7 +35,19 @@ def test_extras_bring_what_their_paths_need(pyproject):
     assert any(r.startswith("torch") for r in extras["gpu"])
     assert "apache-tvm-ffi" in extras["gpu"]  # the fast copy_ path, not silently the slow one
     assert any(r.startswith("matplotlib") for r in extras["plot"])  # tmakit bench --plot
-    assert any(r.startswith("nvidia-cutlass-dsl==") for r in pyproject["project"]["dependencies"])  # pinned
+
+
+def test_the_dsl_range_is_the_one_ci_runs_at_both_ends(pyproject):
+    """pyproject.toml's range starts at the oldest version CI installs and admits the newest the
+    GPU checks ran on; the version warning names both."""
+    from tmakit.runtime.compile import TESTED_DSL_VERSIONS
+
+    (requirement,) = [r for r in pyproject["project"]["dependencies"] if r.startswith("nvidia-cutlass-dsl")]
+    oldest, newest = TESTED_DSL_VERSIONS
+    major, minor = oldest.split(".")[:2]
+    assert requirement == f"nvidia-cutlass-dsl>={oldest},<{major}.{int(minor) + 1}"
+    assert newest.startswith(f"{major}.{minor}.")
+    assert f"DSL=nvidia-cutlass-dsl=={oldest}" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
