@@ -1,4 +1,4 @@
-"""The architecture the README states, checked on the source text (CPU only: no torch, no GPU, no DSL).
+"""The architecture docs/architecture.md states, checked on the source text (CPU only: no torch, no GPU, no DSL).
 
 Every module under src/tmakit is parsed with `ast`; nothing of tmakit is imported except in the one
 subprocess test at the end. The rules:
@@ -276,7 +276,7 @@ def test_every_module_has_a_layer():
 
 
 def test_dependencies_point_down():
-    """A module imports only modules of its own layer or below (the README's order)."""
+    """A module imports only modules of its own layer or below (docs/architecture.md's order)."""
     wrong = []
     for entry in imports():
         for target in own_dependencies(entry):
@@ -309,11 +309,11 @@ def test_import_tmakit_loads_neither_cutlass_nor_torch():
     assert run.returncode == 0, run.stderr
 
 
-def test_the_readmes_layout_names_every_module_and_nothing_else():
-    """The README's "Layout of the code" block names each module of src/tmakit: a line per
-    top-level module (`name.py ...`) or per package (`package/` then its modules' `name.py`)."""
-    readme = (SRC.parent / "README.md").read_text()
-    block = readme.split("## Layout of the code", 1)[1].split("```", 2)[1]
+def test_the_layout_names_every_module_and_nothing_else():
+    """docs/architecture.md's "Layout of the code" block names each module of src/tmakit: a line
+    per top-level module (`name.py ...`) or per package (`package/` then its modules' `name.py`)."""
+    text = (SRC.parent / "docs" / "architecture.md").read_text()
+    block = text.split("## Layout of the code", 1)[1].split("```", 2)[1]
     listed = set()
     for line in block.strip().splitlines()[1:]:  # after "src/tmakit/"
         first = line.split()[0]
@@ -325,5 +325,5 @@ def test_the_readmes_layout_names_every_module_and_nothing_else():
         if path.name not in ("__init__.py", "__main__.py")
     }
     assert tree == listed, (
-        f"in the tree only: {sorted(tree - listed)}; in the README only: {sorted(listed - tree)}"
+        f"in the tree only: {sorted(tree - listed)}; in docs/architecture.md only: {sorted(listed - tree)}"
     )

@@ -24,6 +24,16 @@ def test_the_drop_in_figures_are_the_studys():
     stem = next(row for row in rows if "7x7" in row["case"])
     add_1 = next(row for row in rows if row["case"].startswith("add 1 MiB"))
     readme = " ".join((ROOT / "README.md").read_text().split())
+    large_transposes = [
+        row for row in rows if row["case"].startswith("transpose ") and "1 MiB" not in row["case"]
+    ]
+    assert (
+        f"transposing copies {span(ratios('transpose '))}, im2col on ResNet-50's 3x3 layers "
+        f"{span([row['device_vs_faster_peer'] for row in layers])}, "
+        f"same-layout copies {span(ratios('copy '))}, "
+        f"`add_` {add_1['device_vs_faster_peer']:.2f}x at 1 MiB"
+    ) in readme
+    assert f"is {span([row['eager_vs_torch'] for row in large_transposes])} torch's `copy_`" in readme
     assert f"ran {span([row['device_vs_faster_peer'] for row in layers])} faster" in readme
     assert (
         f"{span([row['eager_vs_torch'] for row in layers], 1)} faster than that expression eagerly" in readme

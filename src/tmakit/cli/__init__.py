@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tmakit",
         description="Hopper TMA tile loads, pipelines and copies in CuTe DSL: planned, explained, "
         "verified, timed.",
-        epilog="Exit status: 0 success, 1 a check found a problem, 2 bad usage (or no Hopper GPU for "
+        epilog="'The seed' is the TMA load kernel tmakit grew out of, from the walkthrough 'Understanding "
+        "TMA loads in CuTe DSL': an 8448x1792 fp16 tensor in 64x256 tiles, one block per strip of rows, "
+        "one stage (docs/seed.md); its configuration is every command's default. "
+        "Exit status: 0 success, 1 a check found a problem, 2 bad usage (or no Hopper GPU for "
         "verify and bench).",
     )
     parser.add_argument("--version", action=_Version)
