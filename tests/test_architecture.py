@@ -1,4 +1,5 @@
-"""The architecture docs/architecture.md states, checked on the source text (CPU only: no torch, no GPU, no DSL).
+"""The architecture docs/architecture.md states, checked on the source text (CPU only: no torch,
+no GPU, no DSL).
 
 Every module under src/tmakit is parsed with `ast`; nothing of tmakit is imported except in the one
 subprocess test at the end. The rules:

@@ -67,12 +67,24 @@ class Recorder:
 
 
 # -- registration ---------------------------------------------------------------------------------
-def test_the_ops_are_registered_with_small_schemas():
+OPTIONS = (
+    "*, int[2]? tile=None, int? stages=None, int? store_depth=None, int blocks_per_sm=1, "
+    "bool as_rows=False, bool? evict_first=None, bool pdl=True, str? load_hint=None, "
+    'str? store_hint=None, str tile_order="interleaved", bool bulk=False'
+)
+
+
+def test_the_ops_are_registered_with_typed_schemas():
+    """Each copy option is its own keyword-only argument with CopyOptions' default (read off its
+    fields); the options text stays, third, for what was written with it."""
     copy_ = torch.ops.tmakit.copy_.default._schema
-    assert str(copy_) == 'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()'
+    assert str(copy_) == f'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="", {OPTIONS}) -> ()'
     assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
     assert copy_.arguments[1].alias_info is None  # ... and only dst
-    assert str(torch.ops.tmakit.copy.default._schema) == 'tmakit::copy(Tensor src, str options="") -> Tensor'
+    assert (
+        str(torch.ops.tmakit.copy.default._schema)
+        == f'tmakit::copy(Tensor src, str options="", {OPTIONS}) -> Tensor'
+    )
     assert str(torch.ops.tmakit.load_tiles.default._schema) == (
         "tmakit::load_tiles(Tensor tensor, int tile_rows=64, int tile_cols=256, int swizzle=0) -> Tensor"
     )
@@ -90,7 +102,7 @@ def test_the_ops_are_registered_with_small_schemas():
     for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col):
         assert torch.Tag.pt2_compliant_tag in op.tags
     reduce = torch.ops.tmakit.reduce_into_.default._schema
-    assert str(reduce) == 'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()'
+    assert str(reduce) == f'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}) -> ()'
     assert reduce.arguments[0].alias_info.is_write and reduce.arguments[1].alias_info is None
 
 
@@ -286,7 +298,7 @@ def test_torch_export_keeps_the_three_ops(fake):
 # -- the gradient of copy ---------------------------------------------------------------------------
 def test_the_gradient_of_copy_is_the_incoming_gradient():
     grad = torch.randn(4, 8)
-    assert ops.CopyFunction.backward(None, grad) == (None, grad, None)  # (keyset, src, options)
+    assert ops.CopyFunction.backward(None, grad) == (None, grad, None, None)  # (keyset, src, options, typed)
 
 
 @pytest.fixture
@@ -311,9 +323,9 @@ def cpu_kernels(monkeypatch):
         out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor.data
         return out
 
-    def reduce_into_(dst, src, op, strict=False):
+    def reduce_into_(dst, src, op, strict=False, **options):
         assert strict  # the op's eager call refuses what its fake refuses
-        calls.append(("reduce_into_", op))
+        calls.append(("reduce_into_", op, *([options] if options else [])))
         assert op == "add"  # the stand-in adds only
         return dst.data.add_(src.data)
 
@@ -339,6 +351,35 @@ def test_copy_backpropagates_the_incoming_gradient(cpu_kernels):
     (3 * y).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3.0))
     assert cpu_kernels == [("copy", {"strict": True, "stages": 2})]
+
+
+def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
+    """Each typed argument is the CopyOptions field of its name; one left at its default is not
+    passed on, and the text and the typed form of one configuration make one call."""
+    dst, src = torch.zeros(64, 128), torch.randn(64, 128)
+    torch.ops.tmakit.copy_(dst, src, tile=[16, 128], stages=8, evict_first=True, blocks_per_sm=1)
+    torch.ops.tmakit.copy_(dst, src, "tile=16x128,stages=8,evict_first=true")
+    torch.ops.tmakit.copy_(dst, src, "tile=16x128", stages=8, evict_first=True)
+    typed, text, mixed = (options for _, options in cpu_kernels)
+    assert typed == text == mixed == {"strict": True, "tile": (16, 128), "stages": 8, "evict_first": True}
+    assert torch.equal(dst, src)
+    torch.ops.tmakit.reduce_into_(dst, src, "add", stages=4)
+    assert cpu_kernels[-1] == ("reduce_into_", "add", {"stages": 4})
+
+
+@pytest.mark.parametrize(
+    "call, rule",
+    [
+        (lambda d, s: torch.ops.tmakit.copy_(d, s, "stages=4", stages=8), "copy option stages given both"),
+        (lambda d, s: torch.ops.tmakit.copy(s, tile_order="sideways"), "tile_order 'sideways'"),
+        (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "add", bulk=True), "bulk"),
+        (lambda d, s: torch.ops.tmakit.copy_(d, s, tile=[16, 0]), "tile"),
+    ],
+    ids=["twice", "name", "reduce-bulk", "tile"],
+)
+def test_a_wrong_typed_option_is_refused_while_tracing(fake, call, rule):
+    with pytest.raises(TmaConfigError, match=rule):
+        call(cuda(64, 128), cuda(64, 128))
 
 
 def test_load_tiles_has_no_gradient(cpu_kernels):
@@ -472,6 +513,19 @@ def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
     shape, strides and dtype as the fake implementations say. test_gpu_ops.py runs it on the
     real kernels."""
     torch.library.opcheck(op, args())
+
+
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        (torch.ops.tmakit.copy_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128))),
+        (torch.ops.tmakit.copy.default, lambda: (torch.randn(64, 128, requires_grad=True),)),
+        (torch.ops.tmakit.reduce_into_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128), "add")),
+    ],
+    ids=["copy_", "copy-grad", "reduce_into_"],
+)
+def test_opcheck_passes_with_typed_options(cpu_kernels, op, args):
+    torch.library.opcheck(op, args(), {"tile": [16, 128], "stages": 4, "evict_first": True})
 
 
 # -- errors ---------------------------------------------------------------------------------------

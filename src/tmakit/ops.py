@@ -1,9 +1,9 @@
 """tmakit's copies, reduce stores and tile loads as torch operators; `import tmakit.ops` registers
 them.
 
-    torch.ops.tmakit.copy_(dst, src, options="") -> None      (writes dst)
-    torch.ops.tmakit.copy(src, options="")       -> Tensor    (src's shape, strides and values)
-    torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None (dst = dst op src, writes dst)
+    torch.ops.tmakit.copy_(dst, src, options="", *, tile=None, stages=None, ...) -> None (writes dst)
+    torch.ops.tmakit.copy(src, options="", *, tile=None, ...)  -> Tensor (src's shape, strides, values)
+    torch.ops.tmakit.reduce_into_(dst, src, op="add", *, tile=None, ...) -> None (dst = dst op src)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (patch matrix)
 
@@ -29,9 +29,10 @@ kernel, which is what any op with a Python kernel pays:
   trace's fake or functional tensors, a meta tensor, a conjugate view) is redispatched to the
   kernels below.
 
-`options` is the text `tmakit.CopyOptions.parse` reads ("tile=16x256,stages=8", "bulk", "" or
-"default" for tmakit's defaults). The schema stays small, and a compiler sees a constant. Each
-text is parsed once.
+Each `tmakit.CopyOptions` field is a typed, keyword-only argument with its default
+(`option_arguments`, read off the dataclass); a compiler sees constants. `options` is the text
+`CopyOptions.parse` reads ("tile=16x256,stages=8", "bulk", "" or "default"), kept for calls
+written with it and parsed once per text; an option given both ways is refused.
 
 The real implementations are `tmakit.api`'s functions in strict mode (what a trace's fake
 implementation checks is what the op serves: TMA only, no fallback), with its checks, its compile
@@ -49,13 +50,14 @@ This module imports torch; `import tmakit` does not import it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
-from .api import check_copy_layout, check_on_gpu, check_torch_tensor
+from .api import check_copy_layout, check_on_gpu, check_torch_tensor, reduce_options
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import im2col as tma_im2col
@@ -72,10 +74,31 @@ from .validate import check_rank
 
 NAMESPACE = "tmakit"
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
+# A CopyOptions field's annotation -> its schema type (`?`: None allowed).
+_SCHEMA_TYPES = {"tuple[int, int]": "int[2]", "int": "int", "bool": "bool", "str": "str"}
+
+
+def _schema_default(value: object) -> str:
+    return "None" if value is None else f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def option_arguments() -> str:
+    """Every copy option as a typed, keyword-only schema argument with its default, read off
+    `CopyOptions`' fields (`int[2]? tile=None, int? stages=None, ..., bool bulk=False`)."""
+    arguments = []
+    for field in dataclasses.fields(CopyOptions):
+        annotation = str(field.type)
+        base = annotation.removesuffix(" | None")
+        optional = "?" if base != annotation else ""
+        arguments.append(f"{_SCHEMA_TYPES[base]}{optional} {field.name}={_schema_default(field.default)}")
+    return ", ".join(arguments)
+
+
+OPTIONS = option_arguments()
 SCHEMAS = {
-    "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
-    "copy": 'copy(Tensor src, str options="") -> Tensor',
-    "reduce_into_": 'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()',
+    "copy_": f'copy_(Tensor(a0!) dst, Tensor src, str options="", *, {OPTIONS}) -> ()',
+    "copy": f'copy(Tensor src, str options="", *, {OPTIONS}) -> Tensor',
+    "reduce_into_": f'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", *, {OPTIONS}) -> ()',
     # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
@@ -111,6 +134,30 @@ def copy_kwargs(options: str) -> dict[str, Any]:
     if not options or options == "default":
         return {}
     return CopyOptions.parse(options).changed()
+
+
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(CopyOptions)}
+
+
+def op_kwargs(options: str, typed: dict[str, Any]) -> dict[str, Any]:
+    """`tmakit.copy_`'s keyword arguments from an op's options text and its typed arguments (the
+    dispatcher passes those given, and may pass defaults too): one option named in both is
+    refused with TmaConfigError. No typed argument: the text's cached dictionary, shared."""
+    text = copy_kwargs(options)
+    if not typed:
+        return text
+    given = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in typed.items()
+        if value != _DEFAULTS[name]
+    }
+    twice = sorted(set(given) & set(text))
+    if twice:
+        raise TmaConfigError(
+            f"copy option {', '.join(twice)} given both in the options text {options!r} and as an "
+            "argument; give each once"
+        )
+    return {**text, **given}
 
 
 # -- tensors without memory, tensors off the GPU while tracing ---------------------------------------
@@ -183,9 +230,9 @@ def run_in_place(
     increment_version(dst)
 
 
-def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
-    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`)."""
-    run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
+def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options` and the typed options)."""
+    run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs(options, typed))
 
 
 def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -207,64 +254,72 @@ def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dic
         check_copy_layout(shape, src_strides, dst_strides, dtype, CopyOptions.of(**kwargs), compact)
 
 
-def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
-    check_traced_pair("copy_", dst, src, copy_kwargs(options))
+def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
+    check_traced_pair("copy_", dst, src, op_kwargs(options, typed))
 
 
 # -- reduce_into_ -------------------------------------------------------------------------------
-def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
-    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_`), as copy_ runs. Strict:
-    the fake refuses what TMA does not serve, so the eager op does not fall back to torch's either."""
-    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True)
+def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
+    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_` with the typed options),
+    as copy_ runs. Strict: the fake refuses what TMA does not serve, so the eager op does not fall
+    back to torch's either."""
+    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
 
 
-def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
-    """A trace's check: both tensors on a CUDA device, and a pair TMA reduces (`plan.check_reduce`)."""
+def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
+    """A trace's check: both tensors on a CUDA device, a pair TMA reduces (`plan.check_reduce`)
+    and options a reduce takes (`api.reduce_options`)."""
     check_reduce(op, dtype_of(src.dtype))
+    kwargs = dict(op_kwargs("", typed))
+    reduce_options(kwargs.pop("tile", None), kwargs.pop("stages", None), kwargs)
     check_traced_pair("reduce_into_", dst, src, {})
 
 
 # -- copy ---------------------------------------------------------------------------------------
-def copy_impl(src: torch.Tensor, options: str = "") -> torch.Tensor:
-    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with `options`)."""
+def copy_impl(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
+    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with the options)."""
     if type(src) is not torch.Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
-    return on_its_device(src, tma_copy, src, strict=True, **copy_kwargs(options))
+    return on_its_device(src, tma_copy, src, strict=True, **op_kwargs(options, typed))
 
 
-def copy_fake(src: torch.Tensor, options: str = "") -> torch.Tensor:
+def copy_fake(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
     """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
     check_traced("copy", src=src)
-    check_traced_pair("copy", src, src, copy_kwargs(options))
+    check_traced_pair("copy", src, src, op_kwargs(options, typed))
     return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
 
 
 class CopyFunction(torch.autograd.Function):
     """copy's autograd rule. The forward is the op below autograd (`below`: the Autograd kernel's
     keyset past autograd); the derivative of copy(src) with respect to src is the identity, so
-    the gradient is the incoming one. `below` and `options` get none."""
+    the gradient is the incoming one. `below`, `options` and `typed` (the typed options) get none."""
 
     @staticmethod
-    def forward(ctx: Any, below: torch._C.DispatchKeySet, src: torch.Tensor, options: str) -> torch.Tensor:
+    def forward(
+        ctx: Any, below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]
+    ) -> torch.Tensor:
         with BelowAutograd():
-            return torch.ops.tmakit.copy.default.redispatch(below, src, options)
+            return torch.ops.tmakit.copy.default.redispatch(below, src, options, **typed)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None]:
-        return None, grad, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
+        return None, grad, None, None
 
 
-def copy_autograd(keyset: torch._C.DispatchKeySet, src: torch.Tensor, options: str = "") -> torch.Tensor:
+def copy_autograd(
+    keyset: torch._C.DispatchKeySet, src: torch.Tensor, options: str = "", **typed: Any
+) -> torch.Tensor:
     """copy's Autograd kernel: the autograd.Function when src needs a gradient, else the real
     implementation called directly (plain tensors) or the kernels below autograd."""
     if src is None:  # the dispatcher passes None for a Tensor argument
         refuse_memoryless("copy", src=src)
     if src.requires_grad and torch.is_grad_enabled():
-        return CopyFunction.apply(keyset & BELOW_AUTOGRAD, src, options)
+        return CopyFunction.apply(keyset & BELOW_AUTOGRAD, src, options, typed)
     if keyset.raw_repr() in PLAIN:
-        return copy_impl(src, options)
+        return copy_impl(src, options, **typed)
     with BelowAutograd():
-        return torch.ops.tmakit.copy.default.redispatch(keyset & BELOW_AUTOGRAD, src, options)
+        return torch.ops.tmakit.copy.default.redispatch(keyset & BELOW_AUTOGRAD, src, options, **typed)
 
 
 # -- load_tiles ---------------------------------------------------------------------------------
