@@ -75,16 +75,21 @@ OPTIONS = (
 
 
 def test_the_ops_are_registered_with_typed_schemas():
-    """Each copy option is its own keyword-only argument with CopyOptions' default (read off its
-    fields); the options text stays, third, for what was written with it."""
+    """Each op with options has a small `default` overload (the options text) and a `typed` one:
+    each copy option its own keyword-only argument with CopyOptions' default, read off its fields."""
     copy_ = torch.ops.tmakit.copy_.default._schema
-    assert str(copy_) == f'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="", {OPTIONS}) -> ()'
+    assert str(copy_) == 'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()'
+    assert (
+        str(torch.ops.tmakit.copy_.typed._schema)
+        == f"tmakit::copy_.typed(Tensor(a0!) dst, Tensor src, {OPTIONS}) -> ()"
+    )
+    assert str(torch.ops.tmakit.copy.typed._schema) == f"tmakit::copy.typed(Tensor src, {OPTIONS}) -> Tensor"
+    assert str(torch.ops.tmakit.reduce_into_.typed._schema) == (
+        f'tmakit::reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}) -> ()'
+    )
     assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
     assert copy_.arguments[1].alias_info is None  # ... and only dst
-    assert (
-        str(torch.ops.tmakit.copy.default._schema)
-        == f'tmakit::copy(Tensor src, str options="", {OPTIONS}) -> Tensor'
-    )
+    assert str(torch.ops.tmakit.copy.default._schema) == 'tmakit::copy(Tensor src, str options="") -> Tensor'
     assert str(torch.ops.tmakit.load_tiles.default._schema) == (
         "tmakit::load_tiles(Tensor tensor, int tile_rows=64, int tile_cols=256, int swizzle=0) -> Tensor"
     )
@@ -99,10 +104,11 @@ def test_the_ops_are_registered_with_typed_schemas():
         "tmakit::im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) "
         "-> Tensor"
     )
-    for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col):
+    typed = (torch.ops.tmakit.copy_.typed, torch.ops.tmakit.copy.typed, torch.ops.tmakit.reduce_into_.typed)
+    for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col, *typed):
         assert torch.Tag.pt2_compliant_tag in op.tags
     reduce = torch.ops.tmakit.reduce_into_.default._schema
-    assert str(reduce) == f'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}) -> ()'
+    assert str(reduce) == 'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()'
     assert reduce.arguments[0].alias_info.is_write and reduce.arguments[1].alias_info is None
 
 
@@ -115,7 +121,7 @@ def test_each_op_has_one_python_kernel_on_the_eager_path():
     def has(op, key):
         return torch._C._dispatch_has_kernel_for_dispatch_key(f"tmakit::{op}", key)
 
-    for op in ("copy_", "copy", "reduce_into_", "load_tiles", "im2col"):
+    for op in ("copy_", "copy", "reduce_into_", "load_tiles", "im2col", "copy_.typed", "copy.typed"):
         assert has(op, "CompositeExplicitAutograd") and has(op, "Meta")
         assert not has(op, "ADInplaceOrView")
     assert not has("copy_", "Autograd") and not has("reduce_into_", "Autograd")
@@ -359,9 +365,8 @@ def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
     dst, src = torch.zeros(64, 128), torch.randn(64, 128)
     torch.ops.tmakit.copy_(dst, src, tile=[16, 128], stages=8, evict_first=True, blocks_per_sm=1)
     torch.ops.tmakit.copy_(dst, src, "tile=16x128,stages=8,evict_first=true")
-    torch.ops.tmakit.copy_(dst, src, "tile=16x128", stages=8, evict_first=True)
-    typed, text, mixed = (options for _, options in cpu_kernels)
-    assert typed == text == mixed == {"strict": True, "tile": (16, 128), "stages": 8, "evict_first": True}
+    typed, text = (options for _, options in cpu_kernels)
+    assert typed == text == {"strict": True, "tile": (16, 128), "stages": 8, "evict_first": True}
     assert torch.equal(dst, src)
     torch.ops.tmakit.reduce_into_(dst, src, "add", stages=4)
     assert cpu_kernels[-1] == ("reduce_into_", "add", {"stages": 4})
@@ -370,16 +375,20 @@ def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
 @pytest.mark.parametrize(
     "call, rule",
     [
-        (lambda d, s: torch.ops.tmakit.copy_(d, s, "stages=4", stages=8), "copy option stages given both"),
         (lambda d, s: torch.ops.tmakit.copy(s, tile_order="sideways"), "tile_order 'sideways'"),
         (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "add", bulk=True), "bulk"),
         (lambda d, s: torch.ops.tmakit.copy_(d, s, tile=[16, 0]), "tile"),
     ],
-    ids=["twice", "name", "reduce-bulk", "tile"],
+    ids=["name", "reduce-bulk", "tile"],
 )
 def test_a_wrong_typed_option_is_refused_while_tracing(fake, call, rule):
     with pytest.raises(TmaConfigError, match=rule):
         call(cuda(64, 128), cuda(64, 128))
+
+
+def test_an_option_given_as_text_and_keyword_matches_no_overload():
+    with pytest.raises(RuntimeError, match="stages"):
+        torch.ops.tmakit.copy_(torch.zeros(4, 8), torch.zeros(4, 8), "stages=4", stages=8)
 
 
 def test_load_tiles_has_no_gradient(cpu_kernels):
@@ -518,14 +527,30 @@ def test_opcheck_passes_with_cpu_kernels(cpu_kernels, op, args):
 @pytest.mark.parametrize(
     "op, args",
     [
-        (torch.ops.tmakit.copy_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128))),
-        (torch.ops.tmakit.copy.default, lambda: (torch.randn(64, 128, requires_grad=True),)),
-        (torch.ops.tmakit.reduce_into_.default, lambda: (torch.zeros(64, 128), torch.randn(64, 128), "add")),
+        (torch.ops.tmakit.copy_.typed, lambda: (torch.zeros(64, 128), torch.randn(64, 128))),
+        (torch.ops.tmakit.copy.typed, lambda: (torch.randn(64, 128, requires_grad=True),)),
+        (torch.ops.tmakit.reduce_into_.typed, lambda: (torch.zeros(64, 128), torch.randn(64, 128), "add")),
     ],
     ids=["copy_", "copy-grad", "reduce_into_"],
 )
 def test_opcheck_passes_with_typed_options(cpu_kernels, op, args):
     torch.library.opcheck(op, args(), {"tile": [16, 128], "stages": 4, "evict_first": True})
+
+
+def test_a_call_with_option_keywords_takes_the_typed_overload(fake):
+    """torch.compile records the overload the keywords chose, the options as constants."""
+    recorder = Recorder()
+
+    def step(x):
+        dst = torch.empty_like(x)
+        torch.ops.tmakit.copy_(dst, x, tile=[16, 256], stages=8)
+        return torch.ops.tmakit.copy(dst) * 2
+
+    torch.compile(step, fullgraph=True, backend=aot_autograd(fw_compiler=recorder))(cuda(256, 512))
+    (call,) = [n for n in recorder.graphs[-1].graph.nodes if "auto_functionalized" in str(n.target)]
+    assert call.args[0] is torch.ops.tmakit.copy_.typed
+    assert call.kwargs["tile"] == [16, 256] and call.kwargs["stages"] == 8
+    assert torch.ops.tmakit.copy.default in recorder.targets()
 
 
 # -- errors ---------------------------------------------------------------------------------------

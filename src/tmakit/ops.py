@@ -29,10 +29,12 @@ kernel, which is what any op with a Python kernel pays:
   trace's fake or functional tensors, a meta tensor, a conjugate view) is redispatched to the
   kernels below.
 
-Each `tmakit.CopyOptions` field is a typed, keyword-only argument with its default
-(`option_arguments`, read off the dataclass); a compiler sees constants. `options` is the text
-`CopyOptions.parse` reads ("tile=16x256,stages=8", "bulk", "" or "default"), kept for calls
-written with it and parsed once per text; an option given both ways is refused.
+`copy_`, `copy` and `reduce_into_` have two overloads. `typed` takes each `tmakit.CopyOptions`
+field as a typed, keyword-only argument with its default (`option_arguments`, read off the
+dataclass). `default` takes `options`, the text `CopyOptions.parse` reads ("tile=16x256,stages=8",
+"bulk", "" or "default"), parsed once per text; its call boxes fewer arguments, so a call without
+options costs less host time. A call with option keywords resolves to `typed`. Either way a
+compiler sees constants.
 
 The real implementations are `tmakit.api`'s functions in strict mode (what a trace's fake
 implementation checks is what the op serves: TMA only, no fallback), with its checks, its compile
@@ -95,10 +97,19 @@ def option_arguments() -> str:
 
 
 OPTIONS = option_arguments()
+# Each op with options has two overloads. `default` is small: its call boxes three arguments, the
+# typed one fourteen, which cost the H100's host about 2 us a call even when none is given.
+# `torch.ops.tmakit.copy_(dst, src, stages=8)` finds `typed` by its keywords; a call without them
+# takes `default`.
 SCHEMAS = {
-    "copy_": f'copy_(Tensor(a0!) dst, Tensor src, str options="", *, {OPTIONS}) -> ()',
-    "copy": f'copy(Tensor src, str options="", *, {OPTIONS}) -> Tensor',
-    "reduce_into_": f'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", *, {OPTIONS}) -> ()',
+    "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
+    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",
+    "copy": 'copy(Tensor src, str options="") -> Tensor',
+    "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}) -> Tensor",
+    "reduce_into_": 'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()',
+    "reduce_into_.typed": (
+        f'reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", *, {OPTIONS}) -> ()'
+    ),
     # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
@@ -140,24 +151,16 @@ _DEFAULTS = {field.name: field.default for field in dataclasses.fields(CopyOptio
 
 
 def op_kwargs(options: str, typed: dict[str, Any]) -> dict[str, Any]:
-    """`tmakit.copy_`'s keyword arguments from an op's options text and its typed arguments (the
-    dispatcher passes those given, and may pass defaults too): one option named in both is
-    refused with TmaConfigError. No typed argument: the text's cached dictionary, shared."""
-    text = copy_kwargs(options)
+    """`tmakit.copy_`'s keyword arguments from the `default` overload's options text or the
+    `typed` overload's arguments (the dispatcher passes those given, and may pass defaults too:
+    those are left out). The text's dictionary is cached and shared."""
     if not typed:
-        return text
-    given = {
+        return copy_kwargs(options)
+    return {
         name: tuple(value) if isinstance(value, list) else value
         for name, value in typed.items()
         if value != _DEFAULTS[name]
     }
-    twice = sorted(set(given) & set(text))
-    if twice:
-        raise TmaConfigError(
-            f"copy option {', '.join(twice)} given both in the options text {options!r} and as an "
-            "argument; give each once"
-        )
-    return {**text, **given}
 
 
 # -- tensors without memory, tensors off the GPU while tracing ---------------------------------------
@@ -300,7 +303,7 @@ class CopyFunction(torch.autograd.Function):
         ctx: Any, below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]
     ) -> torch.Tensor:
         with BelowAutograd():
-            return torch.ops.tmakit.copy.default.redispatch(below, src, options, **typed)
+            return copy_below(below, src, options, typed)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
@@ -319,7 +322,15 @@ def copy_autograd(
     if keyset.raw_repr() in PLAIN:
         return copy_impl(src, options, **typed)
     with BelowAutograd():
-        return torch.ops.tmakit.copy.default.redispatch(keyset & BELOW_AUTOGRAD, src, options, **typed)
+        return copy_below(keyset & BELOW_AUTOGRAD, src, options, typed)
+
+
+def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]) -> Any:
+    """copy redispatched below autograd: the overload it was called as (`typed` given: the typed
+    one, which has no options text)."""
+    if typed:
+        return torch.ops.tmakit.copy.typed.redispatch(below, src, **typed)
+    return torch.ops.tmakit.copy.default.redispatch(below, src, options)
 
 
 # -- load_tiles ---------------------------------------------------------------------------------
@@ -459,14 +470,18 @@ def register() -> torch.library.Library:
         library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
     for name, impl, fake in (
         ("copy_", copy__impl, copy__fake),
+        ("copy_.typed", copy__impl, copy__fake),  # the same kernels: the options come as keywords
         ("copy", copy_impl, copy_fake),
+        ("copy.typed", copy_impl, copy_fake),
         ("reduce_into_", reduce_into__impl, reduce_into__fake),
+        ("reduce_into_.typed", reduce_into__impl, reduce_into__fake),
         ("load_tiles", load_tiles_impl, load_tiles_fake),
         ("im2col", im2col_impl, im2col_fake),
     ):
         library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)  # and the Meta kernel
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
+    library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
     for op, name, impl in (("load_tiles", "tensor", load_tiles_impl), ("im2col", "x", im2col_impl)):
         library.impl(op, not_differentiable(op, name, impl), "Autograd", with_keyset=True)
     return library

@@ -65,8 +65,11 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     op_copy_, op_copy = torch.ops.tmakit.copy_.default, torch.ops.tmakit.copy.default
     op_copy_(dst, src)
     op_copy(src)
+    op_typed = torch.ops.tmakit.copy_.typed
+    op_typed(dst, src, stages=4)
     launches[f"{prefix}op_call_us"] = lambda: op_copy_(dst, src)
     launches[f"{prefix}op_new_tensor_call_us"] = lambda: op_copy(src)
+    launches[f"{prefix}op_typed_call_us"] = lambda: op_typed(dst, src, stages=4)
     result = host_costs_us(launches)
     result[f"{prefix}alternating_call_us"] = result.pop(f"{prefix}alternating_pair_us") / 2
     return result
@@ -107,7 +110,7 @@ HOST_COST_WHAT = (
     "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
     "first copy_ with a cold and a warm disk cache (seconds), the imports of the DSL and of tvm_ffi (its "
     "TVM-FFI calling path) apart; op_*: the same calls "
-    "through torch.ops.tmakit.; group 'ops': add_, im2col and load_tiles beside torch's add_, its "
+    "through torch.ops.tmakit. (op_typed: copy_'s typed overload with stages=4); group 'ops': add_, im2col and load_tiles beside torch's add_, its "
     "im2col expression (F.pad + as_strided) and clone."
 )
 
