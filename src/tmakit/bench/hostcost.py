@@ -110,7 +110,8 @@ HOST_COST_WHAT = (
     "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
     "first copy_ with a cold and a warm disk cache (seconds), the imports of the DSL and of tvm_ffi (its "
     "TVM-FFI calling path) apart; op_*: the same calls through torch.ops.tmakit. "
-    "(op_typed: copy_'s typed overload with stages=4); group 'ops': add_, im2col and load_tiles beside torch's add_, its "
+    "(op_typed: copy_'s typed overload with stages=4); group 'ops': add_, im2col and load_tiles "
+    "beside torch's add_, its "
     "im2col expression (F.pad + as_strided) and clone."
 )
 
