@@ -1,58 +1,30 @@
-"""tmakit's copies, reduce stores and tile loads as torch operators; `import tmakit.ops` registers
-them.
+"""tmakit's copies, reduce stores, tile loads and im2col as torch operators; `import tmakit.ops`
+registers them.
 
-    torch.ops.tmakit.copy_(dst, src, options="", *, tile=None, stages=None, ...) -> None (writes dst)
-    torch.ops.tmakit.copy(src, options="", *, tile=None, ...)  -> Tensor (src's shape, strides, values)
-    torch.ops.tmakit.reduce_into_(dst, src, op="add", *, tile=None, ...) -> None (dst = dst op src)
+    torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
+    torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
+    torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(dst, src, op, *, tile=None, ...)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
-    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (patch matrix)
+    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
 
-Each is defined in a `torch.library.Library` with a fake implementation (`register_fake`, which
-is also the Meta kernel). That lets `torch.compile(fullgraph=True)`, `make_fx` and `torch.export`
-trace the operator, knowing the output's shape, strides and dtype without running it; aot_autograd
-functionalizes `copy_` from its schema (`Tensor(a0!) dst`: auto_functionalized). CUDA-graph capture
-records its launch. `copy` is differentiable: its gradient is the incoming gradient. `copy_`,
-`load_tiles` and `im2col` are not (the backward of the last two raises). `copy_` returns None,
-not `dst`, so that aot_autograd can functionalize it.
+Each op is defined in a `torch.library.Library`, not as a `custom_op` (whose Python layers cost
+several launches' host time), with a fake implementation that is also its Meta kernel, so
+`torch.compile`, `make_fx` and `torch.export` know its output without running it; CUDA-graph
+capture records its launch. `copy_` and `reduce_into_` run under CompositeExplicitAutograd, return
+None (aot_autograd functionalizes them from `Tensor(a0!) dst`) and bump dst's version counter.
+`copy`, `load_tiles` and `im2col` have an Autograd kernel that calls the real implementation
+directly for a plain CUDA (or CPU) tensor, an autograd.Function for one that needs a gradient
+(copy's is the identity; the others' backward raises), and redispatches anything else (a trace's
+tensors, a conjugate view). An op's `typed` overload takes each `CopyOptions` field as a typed
+keyword; `default` takes the options text `CopyOptions.parse` reads, and boxes fewer arguments.
 
-The ops are not `torch.library.custom_op`s: its Python layers (an autograd kernel, an
-ADInplaceOrView kernel, default filling, output checks) cost several times a launch's host time
-(docs/results.md has the measurements). Here each eager call on CUDA tensors runs one Python
-kernel, which is what any op with a Python kernel pays:
-
-- `copy_` and `reduce_into_`: the real implementation under CompositeExplicitAutograd (torch's
-  C++ autograd fallback before it). It bumps dst's version counter after the launch, as an
-  in-place torch op does, so autograd refuses a backward through a value the op overwrote.
-- `copy`, `load_tiles` and `im2col`: a kernel for the Autograd keys. A tensor that needs a
-  gradient goes through an autograd.Function. Otherwise, when the only key left below autograd is
-  the CUDA (or CPU) backend, the kernel calls the real implementation itself; any other key (a
-  trace's fake or functional tensors, a meta tensor, a conjugate view) is redispatched to the
-  kernels below.
-
-`copy_`, `copy` and `reduce_into_` have two overloads. `typed` takes each `tmakit.CopyOptions`
-field as a typed, keyword-only argument with its default (`option_arguments`, read off the
-dataclass). `default` takes `options`, the text `CopyOptions.parse` reads ("tile=16x256,stages=8",
-"bulk", "" or "default"), parsed once per text; its call boxes fewer arguments, so a call without
-options costs less host time. A call with option keywords resolves to `typed`. Either way a
-compiler sees constants.
-
-The real implementations are `tmakit.api`'s functions in strict mode (what a trace's fake
-implementation checks is what the op serves: TMA only, no fallback), with its checks, its compile
-cache and its launch on torch's current stream. A tensor on another GPU than the current one is
-handled under that GPU's device guard. They are registered for every device
-(CompositeExplicitAutograd), so a CPU tensor gets `tmakit.api`'s TmaConfigError, not torch's "no
-kernel for CPU". The fake implementations check only what a trace can know: every tensor is on a
-CUDA device and the options parse. For `load_tiles`, a static shape also gets `LoadPlan`'s whole
-check; for `im2col`, its route (`plan.im2col_call`: what TMA serves). A meta tensor passed
-eagerly reaches the fake implementation (the Meta kernel) and is refused there. A fake tensor
-that reaches a real implementation is refused too. Both raise `TmaConfigError`.
-
-This module imports torch; `import tmakit` does not import it.
-"""
+The real implementations are `tmakit.api`'s functions in strict mode, so what a fake checks is
+what the op serves, on torch's current stream and under the tensor's GPU's guard. A CPU, meta or
+fake tensor gets `TmaConfigError` (docs/api.md, "torch ops"). This module imports torch;
+`import tmakit` does not."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -76,31 +48,9 @@ from .validate import check_rank
 
 NAMESPACE = "tmakit"
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
-# A CopyOptions field's annotation -> its schema type (`?`: None allowed).
-_SCHEMA_TYPES = {"tuple[int, int]": "int[2]", "int": "int", "bool": "bool", "str": "str"}
-
-
-def _schema_default(value: object) -> str:
-    return "None" if value is None else f'"{value}"' if isinstance(value, str) else str(value)
-
-
-def option_arguments() -> str:
-    """Every copy option as a typed, keyword-only schema argument with its default, read off
-    `CopyOptions`' fields (`int[2]? tile=None, int? stages=None, ..., bool bulk=False`)."""
-    arguments = []
-    for field in dataclasses.fields(CopyOptions):
-        annotation = str(field.type)
-        base = annotation.removesuffix(" | None")
-        optional = "?" if base != annotation else ""
-        arguments.append(f"{_SCHEMA_TYPES[base]}{optional} {field.name}={_schema_default(field.default)}")
-    return ", ".join(arguments)
-
-
-OPTIONS = option_arguments()
-# Each op with options has two overloads. `default` is small: its call boxes three arguments, the
-# typed one fourteen, which cost the H100's host about 2 us a call even when none is given.
-# `torch.ops.tmakit.copy_(dst, src, stages=8)` finds `typed` by its keywords; a call without them
-# takes `default`.
+OPTIONS = CopyOptions.schema_arguments()
+# Each op with options has two overloads: `default`'s call boxes three arguments, `typed`'s
+# fourteen, given or not, which costs host time; a call's option keywords find `typed`.
 SCHEMAS = {
     "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
     "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",
@@ -147,20 +97,11 @@ def copy_kwargs(options: str) -> dict[str, Any]:
     return CopyOptions.parse(options).changed()
 
 
-_DEFAULTS = {field.name: field.default for field in dataclasses.fields(CopyOptions)}
-
-
 def op_kwargs(options: str, typed: dict[str, Any]) -> dict[str, Any]:
     """`tmakit.copy_`'s keyword arguments from the `default` overload's options text or the
     `typed` overload's arguments (the dispatcher passes those given, and may pass defaults too:
     those are left out). The text's dictionary is cached and shared."""
-    if not typed:
-        return copy_kwargs(options)
-    return {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in typed.items()
-        if value != _DEFAULTS[name]
-    }
+    return CopyOptions.keywords(typed) if typed else copy_kwargs(options)
 
 
 # -- tensors without memory, tensors off the GPU while tracing ---------------------------------------

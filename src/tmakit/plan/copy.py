@@ -188,6 +188,30 @@ class CopyOptions:
         """The options that differ from the defaults, as `tmakit.copy_`'s keyword arguments."""
         return changed_fields(self)
 
+    @classmethod
+    def schema_arguments(cls) -> str:
+        """Every option as a typed torch schema argument with its default, read off the fields
+        (`int[2]? tile=None, int? stages=None, ..., bool bulk=False`): the ops' typed overloads."""
+        arguments = []
+        for field in dataclasses.fields(cls):
+            annotation = str(field.type)
+            base = annotation.removesuffix(" | None")
+            value = field.default
+            default = "None" if value is None else f'"{value}"' if isinstance(value, str) else value
+            optional = "?" if base != annotation else ""
+            arguments.append(f"{_SCHEMA_TYPES[base]}{optional} {field.name}={default}")
+        return ", ".join(arguments)
+
+    @classmethod
+    def keywords(cls, given: dict[str, object]) -> dict[str, object]:
+        """`tmakit.copy_`'s keyword arguments from a typed op call's options: those at their
+        default left out (the dispatcher may pass them), a list (a schema's `int[2]`) as a tuple."""
+        return {
+            name: tuple(value) if isinstance(value, list) else value
+            for name, value in given.items()
+            if name not in _FIELD_DEFAULTS or value != _FIELD_DEFAULTS[name]  # unknown: `of` names it
+        }
+
     # -- planning ------------------------------------------------------------------------------
     def default_tile(
         self,
@@ -385,3 +409,8 @@ class CopyPlan:
             )
         lines.append(f"stores            {self.stores_in_flight} in flight per block")
         return "\n".join(lines)
+
+
+# A CopyOptions field's annotation -> its torch schema type (`schema_arguments`).
+_SCHEMA_TYPES = {"tuple[int, int]": "int[2]", "int": "int", "bool": "bool", "str": "str"}
+_FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(CopyOptions)}
