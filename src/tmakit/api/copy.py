@@ -1,5 +1,5 @@
-"""`copy_` and `copy`: a tensor copied through TMA, planned once per class (`plan_copy`) and
-looked up by `copy_`'s dispatch (`runtime.dispatch`) on every later call."""
+"""`copy_` and `copy` through TMA, planned once per class (`plan_copy`), then found by `copy_`'s
+dispatch (`runtime.dispatch`)."""
 
 from __future__ import annotations
 
@@ -48,28 +48,31 @@ def copy_(
     strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """Copy `src` into `dst` through TMA: pipelined loads into shared memory, TMA stores out;
-    returns `dst`. `dst` has `src`'s shape and dtype and any layout TMA can address: the same
-    strides, other strides with the same contiguous dim, or the other contiguous dim (a
-    column-major source into a row-major destination or back: each tile is transposed in shared
-    memory).
+    """Copy `src` into `dst` (`dst.copy_(src)`) through TMA: pipelined loads into shared memory,
+    TMA stores out. Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the
+    tensors are laid out (a column-major source into a row-major destination is transposed tile
+    by tile in shared memory), on a view of the same memory (dims permuted together, runs merged,
+    a compact run as rows), a dtype TMA has no type for moved as a same-size one; else by torch's
+    `copy_`, the fallback `copy_path` names with its reason. Compiled once per class (dtype, rank,
+    contiguous dims, tile, options; not the extents), kept in memory and on disk.
 
-    `tile`, `stages` and the keyword `options` are the fields of `CopyOptions` (store_depth,
-    blocks_per_sm, as_rows, evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left
-    out takes tmakit's default, the fastest measured.
+    Args:
+        dst: the tensor written, of `src`'s shape and dtype.
+        src: the tensor read; an empty one launches nothing.
+        tile: (rows, columns) of each TMA box; None: tmakit's default for the class.
+        stages: the ring's depth; None: tmakit's default.
+        strict: raise TmaConfigError where TMA does not serve the pair, instead of torch's copy_.
+        **options: the other fields of `CopyOptions` (store_depth, blocks_per_sm, as_rows,
+            evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left out takes the
+            default, the fastest measured.
 
-    Compiled once per class - dtype, rank, which dims are contiguous, tile and options, not the
-    extents or strides (`plan.copy_class`) - and kept in memory and on disk (`runtime.compile.
-    cache_dir`): a new shape costs its own checks, no compile. A configuration seen before costs a
-    dictionary lookup and an alignment check before the launch, and one repeated call after call
-    less (`runtime.dispatch`). Raises TmaConfigError before anything compiles or launches (see
-    `check_copy_tensors`); an empty tensor's copy passes those checks and launches nothing.
-
-    Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the tensors are laid
-    out, on a view of the same memory (dims permuted together, runs merged, a compact run as
-    rows), moving a dtype TMA has no type for as a same-size one; else by torch's `copy_`, the
-    fallback `copy_path` names with its reason. `strict=True`: a TmaConfigError instead of the
-    fallback. Options a TMA-served pair's planner refuses raise in either mode."""
+    Returns:
+        `dst`.
+    Raises:
+        TmaConfigError: before anything compiles or launches, for arguments wrong in themselves
+            (not tensors, shapes or dtypes that differ, `dst` partly overlapping `src`, unknown or
+            ill-typed options, options the planner refuses for a pair TMA serves), and with
+            `strict=True` for a pair TMA does not serve."""
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
     if strict is False:
@@ -86,9 +89,8 @@ def specialised_copy_(
     stages: int | None = None,
     **options: Any,
 ) -> torch.Tensor:
-    """`copy_` through a kernel compiled for this exact shape (not its class's shape-generic one),
-    TMA only: what the benchmarks set beside `copy_` to price shape-generic kernels. Returns
-    `dst`; TmaConfigError for what TMA cannot serve."""
+    """`copy_` (TMA only) through a kernel compiled for this exact shape, not its class's: what the
+    benchmarks set beside `copy_` to price shape-generic kernels."""
     return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
 
 
@@ -125,8 +127,15 @@ def copy(
     strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """A new tensor with `src`'s shape, strides and values (an expanded source's: compact), copied
-    by `copy_`, which takes the same options."""
+    """`src.clone()` by `copy_`: a new tensor with `src`'s shape, strides (compact for an expanded
+    source) and values.
+
+    Args:
+        src: the tensor copied. tile, stages, strict, **options: as `copy_`'s.
+    Returns:
+        The new tensor, on `src`'s device.
+    Raises:
+        TmaConfigError: as `copy_`'s (strict: also for a `src` not on a CUDA device)."""
     torch = import_torch("copy")
     (check_gpu_tensor if strict else check_torch_tensor)(src, "copy", "src")
     if src.is_contiguous():  # the usual source: its row-major strides, allocated the cheapest way
@@ -224,8 +233,7 @@ class CopyClass:
         return restrided(self.launcher, shape, fixed_src, fixed_dst)
 
 
-# `class_key` -> class; device index -> (SM count, L2 bytes). Filled by `plan_copy`'s full path,
-# read by `known_class`.
+# `class_key` -> class; device -> (SM count, L2 bytes): filled by `plan_copy`, read by `known_class`.
 _CLASSES: dict[tuple, CopyClass] = {}
 _DEVICE_FACTS: dict[int, tuple[int, int]] = {}
 
@@ -327,10 +335,9 @@ def specialised_copy_launcher(
 
 
 def check_copy_tensors(dst: object, src: object) -> None:
-    """What a copy's tensors must be before anything else is read off them: torch tensors with
-    memory, of one shape and dtype, both on one CUDA device, of a dtype TMA moves (the layout and
-    the tile are `plan_copy`'s). Raises TmaConfigError naming the first that is not (ImportError
-    without torch)."""
+    """TmaConfigError naming the first thing a copy's tensors are not, before anything else is read
+    off them: torch tensors with memory, of one shape and dtype, on one CUDA device, of a dtype TMA
+    moves (the layout and the tile are `plan_copy`'s); ImportError without torch."""
     import_torch("copy_")
     check_tensor_pair(
         dst, src, "copy_", "they must match (tmakit.copy(src) allocates a matching destination)"
@@ -350,11 +357,9 @@ def copy_path(
     Args:
         dst, src: the tensors `copy_` would take.
         tile, stages, options: `copy_`'s options (`CopyOptions`).
-
     Returns:
         The `plan.route.Route`: its `path` ("tma", "tma-view", "tma-rows", "empty" or "torch"),
         its `reason`, the dtype the data moves as where not its own.
-
     Raises:
         TmaConfigError: what `copy_` refuses in either mode (not tensors, unknown options, a
         TMA-served pair's planner refusing the options given)."""

@@ -61,8 +61,22 @@ def im2col(
 
     Compiled once per shape, dtype and convolution parameters; a call like one seen before (x's
     shape, strides, dtype and device, the same convolution) skips the planning and its route,
-    not the checks of where x and out lie. `out`: write into this (N*P*Q, R*S*C) tensor of
-    `x`'s dtype on its device instead of a new one (contiguous and 16-byte aligned for TMA)."""
+    not the checks of where x and out lie.
+
+    Args:
+        x: the (N, H, W, C) activation.
+        kernel, stride, padding, dilation: an int or a (height, width) pair each, as conv2d's.
+        out: write into this (N*P*Q, R*S*C) tensor of `x`'s dtype on its device instead of a new
+            one (contiguous and 16-byte aligned for TMA).
+        strict: raise TmaConfigError where TMA does not serve the call, instead of torch's
+            expression.
+
+    Returns:
+        The (N*P*Q, R*S*C) patch matrix (`out` if given).
+
+    Raises:
+        TmaConfigError: as above: in either mode for arguments no path serves, with `strict=True`
+            for what TMA's path does not serve."""
     torch = import_torch("im2col")
     if strict is not False and strict is not True:
         strict = flag(strict, "strict")  # a string such as 'false' would read as true

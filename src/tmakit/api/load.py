@@ -33,9 +33,20 @@ def config_for(
     """The load configuration of a torch tensor (or numpy array): shape, dtype and strides read
     from the tensor itself - a transposed view stays column-major, never reinterpreted.
 
-    Raises TmaConfigError for a tensor TMA cannot serve: unsupported dtype, rank outside 2..5,
-    no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte aligned, or a
-    tensor that is not on a CUDA device when `on_gpu`."""
+    Args:
+        tensor: a torch tensor or numpy array of rank 2 to 5.
+        tile: (rows, columns) of the TMA box.
+        swizzle: the shared-memory swizzle in bytes: 0, 32, 64 or 128.
+        on_gpu: require a tensor on a CUDA device (False: describe a CPU tensor or an array).
+
+    Returns:
+        The `LoadConfig`, checked as `LoadPlan` checks it.
+
+    Raises:
+        TmaConfigError: for a tensor TMA cannot serve: an unsupported dtype, a rank outside 2..5,
+            no stride-1 dim, strides not multiples of 16 bytes, a base address not 16-byte
+            aligned, a tensor off a CUDA device when `on_gpu`; and for a tile or swizzle TMA
+            refuses."""
     shape, dtype, strides = checked_tensor(tensor, flag(on_gpu, "on_gpu"))
     config = LoadConfig(shape, dtype, tile, swizzle, major_of(strides, shape), strides)
     LoadPlan(config)  # validates the strides and the tile
@@ -47,9 +58,20 @@ def padded_empty(
 ) -> torch.Tensor:
     """An uninitialised torch tensor of `shape` whose contiguous dim is padded to a multiple of
     16 bytes, so TMA can load it: e.g. a 1000 x 777 bf16 matrix gets 784-element rows. This is how
-    odd and prime extents are reached; the view has exactly the wanted shape. `major`: "row" (each
-    row contiguous) or "col" (each column contiguous). TmaConfigError for a shape of a rank
-    outside 2..5 or with a negative extent, an unknown major or a dtype TMA does not load."""
+    odd and prime extents are reached; the view has exactly the wanted shape.
+
+    Args:
+        shape: the extents, rank 2 to 5.
+        dtype: a torch dtype or tmakit's name of one TMA loads ("bf16").
+        major: "row" (each row contiguous) or "col" (each column contiguous).
+        device: where to allocate.
+
+    Returns:
+        The tensor: `shape` exactly, strides padded.
+
+    Raises:
+        TmaConfigError: for a rank outside 2..5, a negative extent, an unknown major, a dtype TMA
+            does not load, a span past 2^63 - 1 bytes, or a device this torch cannot allocate on."""
     torch = import_torch("padded_empty")
     shape = checked_shape(shape)
     if major not in ("row", "col"):
@@ -76,12 +98,20 @@ def padded_empty(
 
 
 def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
-    """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile,
-    as a row-major tensor of the padded shape (past the tensor's edge: TMA's zeros). TmaConfigError
-    before anything compiles for what TMA cannot load (`config_for`'s checks). Compiled once per
-    dtype, rank, layout, tile and swizzle where TVM-FFI is installed (else once per shape); a call
-    like one seen before (the tensor's shape, strides, dtype and device, the same tile and
-    swizzle) skips the planning, not the check of the tensor's address."""
+    """Load `tensor` tile by tile with TMA and return what arrived in shared memory, tile by tile.
+    Compiled once per dtype, rank, layout, tile and swizzle where TVM-FFI is installed (else once
+    per shape); a call like one seen before skips the planning, not the check of the address.
+
+    Args:
+        tensor: a CUDA tensor TMA can load (`config_for`'s rules).
+        tile: (rows, columns) of the TMA box.
+        swizzle: the shared-memory swizzle in bytes: 0, 32, 64 or 128.
+
+    Returns:
+        A row-major tensor of the padded shape (whole tiles), TMA's zeros past the tensor's edge.
+
+    Raises:
+        TmaConfigError: before anything compiles, for what TMA cannot load (`config_for`)."""
     torch = import_torch("load_tiles")
     padded_shape, launch = known_call(
         _LOADS,

@@ -63,37 +63,35 @@ def reduce_into_(
     strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """Reduce `src` into `dst` element by element, dst = dst op src; returns `dst`. `op` is one
-    of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and", "or", "xor"), or torch's name
-    for one ("sum", "amax", "amin": `plan.REDUCE_OP_ALIASES`).
+    """Reduce `src` into `dst` element by element, dst = dst op src, with TMA reduce stores: the
+    copy's ring loads `src` tile by tile and one thread reduce-stores each tile into `dst`
+    (`cp.reduce.async.bulk.tensor`), so every element gets exactly one reduction (one rounding for
+    floats). TMA serves one CUDA device, one shape and dtype, an (op, dtype) pair of
+    `plan.REDUCE_DTYPES` (the PTX ISA's table: add takes fp32, fp16, bf16, int32, uint32, uint64),
+    16-byte aligned bases and strides it addresses as laid out or on a view of the same memory.
+    Everything else torch's in-place op takes runs torch's op (`TORCH_OPS`; inc and dec are PTX's
+    unsigned `red.inc`/`red.dec`), and so does an fp32/bf16 add past half the L2, measured faster
+    there; `reduce_path` names the path and why. Tensors that require grad take torch's op where
+    grad mode is on, and TMA on detached views under torch.no_grad().
 
-    TMA reduce stores serve the pairs they can (`reduce_path` names the path and why): one CUDA
-    device, one shape and dtype, an (op, dtype) pair of `plan.REDUCE_DTYPES` (the PTX ISA's table
-    for `cp.reduce.async.bulk.tensor`: e.g. add takes fp32, fp16, bf16, int32, uint32 and uint64,
-    not int64), 16-byte aligned bases and strides TMA addresses as laid out or on a view of the
-    same memory (dims permuted together, runs merged, a compact run as rows). The copy's ring
-    loads `src` tile by tile and one thread reduce-stores each tile into `dst`, so every element
-    of `dst` gets exactly one reduction (one rounding for floats). Compiled once per class (dtype,
-    rank, contiguous dims, op) where TVM-FFI is installed.
+    Args:
+        dst: the tensor reduced into.
+        src: the tensor reduced from, of `dst`'s shape and dtype.
+        op: one of `plan.REDUCE_OPS` ("add", "min", "max", "inc", "dec", "and", "or", "xor"), or
+            torch's name for one ("sum", "amax", "amin").
+        tile, stages: as `copy_`'s.
+        strict: raise TmaConfigError where TMA does not serve the call, instead of torch's op.
+        **options: the copy's (`CopyOptions`) but `as_rows` and `bulk`.
 
-    An fp32/bf16 add past half the L2 runs torch's `add_`, measured faster there
-    (`plan.route.TORCH_FASTER_BEYOND_L2`). Every other pair torch's in-place op takes runs
-    torch's op (`TORCH_OPS`: add is
-    `dst.add_(src)`; inc and dec, which torch lacks, are PTX's unsigned `red.inc`/`red.dec`);
-    an error of torch's is raised as TmaConfigError naming it. `strict=True` refuses instead:
-    TmaConfigError for anything TMA does not serve, before anything compiles or launches.
+    Returns:
+        `dst`.
 
-    Raises TmaConfigError in both modes for arguments that are wrong in themselves: not torch
-    tensors, an unknown op, unknown or ill-typed options, options TMA refuses for tensors it
-    serves with its defaults, and `dst` partly overlapping `src` on a TMA path (the very same
-    view is allowed: each tile is loaded before it is stored).
-
-    `tile`, `stages` and the keyword `options` are the copy's (`CopyOptions`: store_depth,
-    blocks_per_sm, evict_first, pdl, load_hint, store_hint, tile_order), each left out taking
-    the copy's default; `as_rows` and `bulk` are a copy's only (`reduce_options`).
-
-    Tensors that require grad take torch's op where grad mode is on (it records the graph, and
-    refuses a leaf; strict: TmaConfigError), and TMA on detached views under torch.no_grad()."""
+    Raises:
+        TmaConfigError: in either mode for arguments wrong in themselves (not torch tensors, an
+            unknown op, unknown or ill-typed options, options TMA refuses for tensors it serves,
+            `dst` partly overlapping `src` on a TMA path: the very same view is allowed), for an
+            error of torch's op (named); with `strict=True` for anything TMA does not serve,
+            before anything compiles or launches."""
     return reduced(dst, src, op, tile, stages, strict, options)
 
 
@@ -106,8 +104,16 @@ def add_(
     strict: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """dst += src (`reduce_into_(dst, src, "add", ...)`, which takes the same options and `strict`);
-    returns `dst`."""
+    """dst += src: `reduce_into_(dst, src, "add", ...)`.
+
+    Args:
+        dst, src, tile, stages, strict, **options: as `reduce_into_`'s.
+
+    Returns:
+        `dst`.
+
+    Raises:
+        TmaConfigError: as `reduce_into_`."""
     return reduced(dst, src, "add", tile, stages, strict, options)
 
 
