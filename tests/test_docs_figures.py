@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,3 +59,137 @@ def test_the_host_cost_figures_are_the_studys():
         f"{copy['tmakit_copy_call_us']:.2f} us against torch's {copy['torch_copy_call_us']:.2f}; "
         f"a new shape {new_shape['new_shape_call_us']:.1f} us; the op {copy['tmakit_copy_op_call_us']:.2f} us"
     ) in figures
+
+
+# -- every figure of benchmarks/README.md's table, against the files its row links ----------------
+# A measured figure: a number with a unit, or any decimal (the unit written once for a list:
+# "131.97 against 129.56 us"). Each is one of its files' values, rounded as written, in its unit
+# or one the file keeps (us as seconds, TB/s as GB/s, % as a fraction); the few that are ratios
+# of two values are computed in DERIVED, by name.
+FIGURE = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?\s?(x|us|ms|GB/s|TB/s|%)?(?![\w^])")
+SCALES = {"us": (1, 1e6), "ms": (1, 1e3), "GB/s": (1, 1e-9), "TB/s": (1e-3, 1e-12), "%": (1, 100), "x": (1,)}
+# Single samples and their spread: a figure is a median or a summary, never one of these.
+SAMPLES = {"samples_us", "us_min_max", "min_us", "max_us", "kernel_us", "samples"}
+
+
+def numbers(value: object):
+    """Every number in a results file but single samples: numbers, and texts that are one ("34,304")."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield float(value)
+    elif isinstance(value, str):
+        try:
+            yield float(value.replace(",", ""))
+        except ValueError:
+            return
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in SAMPLES:
+                yield from numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from numbers(item)
+
+
+def rows_of(name: str) -> list[dict]:
+    return json.loads((RESULTS / name).read_text())["rows"]
+
+
+def _rowsum_ratio() -> float:
+    us = {row["kernel"]: row["median_us"] for row in rows_of("rowsum.json") if row["shape"] == [32768, 16384]}
+    return us["torch row-sum fp32"] / us["tmakit load+rowsum 4st x8w"]
+
+
+def _generic_instructions() -> float:
+    at_1_mib = [row for row in rows_of("ncu-generic.json") if row["mib"] == 1]
+
+    def count(kind: str) -> float:
+        values = [
+            float(r["smsp__inst_executed.sum"].replace(",", ""))
+            for r in at_1_mib
+            if r["compiled_for"] == kind
+        ]
+        return sum(values) / len(values)
+
+    return count("shape-generic") / count("shape-specialised")
+
+
+def _copy_gap_below_streams() -> float:
+    """'every copy at least 5% below them': the fastest copy's gap to the fastest one-way stream."""
+    rate = {row["case"]: row["gb_per_s"] for row in rows_of("dram-ceiling.json")}
+    copies = max(value for case, value in rate.items() if case.startswith("copy-"))
+    streams = max(value for case, value in rate.items() if case.startswith(("read-", "write-")))
+    return 100 * (1 - copies / streams)
+
+
+DERIVED = {
+    ("rowsum.json", "1.25x"): lambda: f"{_rowsum_ratio():.2f}x",
+    ("ncu-generic.json", "1.6x"): lambda: f"{_generic_instructions():.1f}x",
+    ("dram-ceiling.json", "5%"): lambda: "5%" if _copy_gap_below_streams() >= 5 else "not 5%",
+}
+
+
+def _found(text: str, unit: str | None, values: list[float]) -> bool:
+    digits = len(text.partition(".")[2])
+    target, tolerance = float(text), 0.5 * 10**-digits * (1 + 1e-9)
+    return any(abs(value * scale - target) <= tolerance for scale in SCALES[unit] for value in values)
+
+
+def unmatched_figures(figure: str, files: list[str]) -> tuple[list[str], int]:
+    """The figures of the text `figure` that none of `files` holds, and how many were checked."""
+    values = [v for name in files for v in numbers(json.loads((RESULTS / name).read_text()))]
+    matches = [m.groups() for m in FIGURE.finditer(figure) if m.group(3) or "." in m.group(1)]
+    unmatched, checked = [], 0
+    for index, (number, upper, unit) in enumerate(matches):
+        # a decimal without a unit has the next one's in its text ("131.97 against 129.56 us"),
+        # else the last one before it
+        written = unit or ""
+        if unit is None:
+            after = [u for _, _, u in matches[index + 1 :] if u]
+            before = [u for _, _, u in matches[:index] if u]
+            unit = (after or before[-1:] or ["x"])[0]
+        for text in (number, upper) if upper else (number,):
+            checked += 1
+            shown = f"{text}{written}"
+            derived = next(
+                (f() for (name, fig), f in DERIVED.items() if name in files and fig == shown), None
+            )
+            if derived is not None:
+                if derived != shown:
+                    unmatched.append(f"{files}: {shown} is {derived} in the file")
+            elif not _found(text, unit, values):
+                unmatched.append(f"{files}: {shown} (read as {unit}; {figure.strip()[:70]})")
+    return unmatched, checked
+
+
+def test_every_figure_of_the_benchmarks_table_is_in_the_files_its_row_links():
+    """A figure that drifts from its file fails here, unless the file happens to hold the new
+    value too (a coincidence the specific checks above do not allow)."""
+    lines = (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "](results/" in line]
+    assert len(rows) > 20  # the table was found
+    unmatched, checked = [], 0
+    for row in rows:
+        found, count = unmatched_figures(row.split("|")[1], re.findall(r"\]\(results/([\w.-]+\.json)\)", row))
+        unmatched += found
+        checked += count
+    assert checked > 60 and unmatched == [], "\n".join(unmatched)
+
+
+def test_every_figure_of_the_readme_is_in_the_files_its_paragraph_links():
+    """A README paragraph with a measured figure links the results file it comes from."""
+    unmatched, checked = [], 0
+    for paragraph in (ROOT / "README.md").read_text().split("\n\n"):
+        if paragraph.lstrip().startswith(("```", "    ")):
+            continue  # code: sizes and shapes, not measurements
+        files = re.findall(r"\]\(benchmarks/results/([\w.-]+\.json)\)", paragraph)
+        if not files:
+            assert not [
+                m for m in FIGURE.finditer(paragraph) if m.group(3) in ("us", "ms", "GB/s", "TB/s")
+            ], paragraph
+            continue
+        found, count = unmatched_figures(" ".join(paragraph.split()), files)
+        unmatched += found
+        checked += count
+    assert checked > 10 and unmatched == [], "\n".join(unmatched)
