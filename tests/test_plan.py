@@ -68,3 +68,25 @@ def test_the_diagram_stays_small_for_any_shape():
         assert len(diagram) < 1000 and len(diagram.splitlines()) <= 9
     assert "5000" in wide.splitlines()[0] and "62499999" in wide.splitlines()[0]
     assert "[ X ]" in wide and "block 9000" in tall and "block 16383" in tall
+
+
+def test_the_copy_keywords_type_is_copy_options_but_tile_and_stages():
+    """`**options: Unpack[CopyKeywords]` in copy_'s signature: a type checker sees every option by
+    its name and type, so a new CopyOptions field must appear there too."""
+    import dataclasses
+
+    from tmakit.plan.copy import CopyKeywords, CopyOptions
+
+    fields = {field.name: str(field.type) for field in dataclasses.fields(CopyOptions)}
+    del fields["tile"], fields["stages"]
+    keywords = {
+        name: getattr(hint, "__forward_arg__", hint) for name, hint in CopyKeywords.__annotations__.items()
+    }
+    assert keywords == fields and not CopyKeywords.__total__
+    import inspect
+
+    import tmakit
+
+    for function in (tmakit.copy_, tmakit.copy, tmakit.copy_path, tmakit.reduce_into_, tmakit.add_):
+        (options,) = [p for p in inspect.signature(function).parameters.values() if p.kind is p.VAR_KEYWORD]
+        assert options.annotation == "Unpack[CopyKeywords]", function.__name__

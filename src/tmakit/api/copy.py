@@ -37,6 +37,9 @@ from .tensors import (
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack  # typing's from Python 3.11
+
+    from ..plan.copy import CopyKeywords
 
 
 def copy_(
@@ -46,7 +49,7 @@ def copy_(
     stages: int | None = None,
     *,
     strict: bool = False,
-    **options: Any,
+    **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """Copy `src` into `dst` (`dst.copy_(src)`) through TMA: pipelined loads into shared memory,
     TMA stores out. Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the
@@ -125,7 +128,7 @@ def copy(
     stages: int | None = None,
     *,
     strict: bool = False,
-    **options: Any,
+    **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """`src.clone()` by `copy_`: a new tensor with `src`'s shape, strides (compact for an expanded
     source) and values.
@@ -350,7 +353,7 @@ def copy_path(
     src: torch.Tensor,
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
-    **options: Any,
+    **options: Unpack[CopyKeywords],
 ) -> Route:
     """The path `copy_(dst, src, ...)` takes and why, without copying (`plan.route`).
 
@@ -436,10 +439,7 @@ def routed(
 _DEFAULT_OPTIONS = CopyOptions()
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
-
-
-# Every copy_ call's launcher, and the fast path's state (and the same for the shape-specialised
-# kernels, which only benchmarks ask for).
+# Every copy_ call's launcher and fast-path state (the shape-specialised kernels: benchmarks only).
 _COPIES = CopyDispatch(routed_copy_launcher, check_copy_tensors, fallback=torch_copy)
 _STRICT_COPIES = CopyDispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
 _SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)

@@ -51,6 +51,9 @@ from .tensors import (
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack  # typing's from Python 3.11
+
+    from ..plan.copy import CopyKeywords
 
 
 def reduce_into_(
@@ -61,7 +64,7 @@ def reduce_into_(
     stages: int | None = None,
     *,
     strict: bool = False,
-    **options: Any,
+    **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """Reduce `src` into `dst` element by element, dst = dst op src, with TMA reduce stores: the
     copy's ring loads `src` tile by tile and one thread reduce-stores each tile into `dst`
@@ -102,7 +105,7 @@ def add_(
     stages: int | None = None,
     *,
     strict: bool = False,
-    **options: Any,
+    **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """dst += src: `reduce_into_(dst, src, "add", ...)`.
 
@@ -171,7 +174,9 @@ def reduce_dispatch(op: object, strict: object, options: dict[str, Any]) -> Copy
     return dispatch
 
 
-def reduce_path(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Any) -> Route:
+def reduce_path(
+    dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Unpack[CopyKeywords]
+) -> Route:
     """The path `reduce_into_(dst, src, op, **options)` takes and why, planned as the call is
     but compiling and launching nothing.
 

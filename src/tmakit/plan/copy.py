@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..config import (
     DTYPES,
@@ -409,6 +410,21 @@ class CopyPlan:
             )
         lines.append(f"stores            {self.stores_in_flight} in flight per block")
         return "\n".join(lines)
+
+
+class CopyKeywords(TypedDict, total=False):
+    """`tmakit.copy_`'s keyword options (the `CopyOptions` fields but `tile` and `stages`, which
+    are its parameters), for a type checker: `**options: Unpack[CopyKeywords]` names a typo."""
+
+    store_depth: int | None
+    blocks_per_sm: int
+    as_rows: bool
+    evict_first: bool | None
+    pdl: bool
+    load_hint: str | None
+    store_hint: str | None
+    tile_order: str
+    bulk: bool
 
 
 # A CopyOptions field's annotation -> its torch schema type (`schema_arguments`).
