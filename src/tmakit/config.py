@@ -106,8 +106,9 @@ def dtype_from_text(text: str) -> DType:
     name = TORCH_DTYPE_ALIASES.get(name, name)
     if name in MOVED_AS:
         raise TmaConfigError(
-            f"dtype {text!r} ({name}) has no TMA type; tmakit's copies move it as the same-size "
-            f"{MOVED_AS[name]}: name {MOVED_AS[name]}"
+            f"dtype {text!r} ({name}) has no TMA type; tmakit's copies move its bits as the same-size "
+            f"{MOVED_AS[name]} (name {MOVED_AS[name]} to plan a load or copy of that size; a reduce "
+            "of it is torch's op)"
         )
     return dtype_named(name)
 

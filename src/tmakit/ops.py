@@ -49,8 +49,8 @@ from .validate import check_rank
 NAMESPACE = "tmakit"
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
 OPTIONS = CopyOptions.schema_arguments()
-# Each op with options has two overloads: `default`'s call boxes three arguments, `typed`'s
-# fourteen, given or not, which costs host time; a call's option keywords find `typed`.
+# Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
+# dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
 SCHEMAS = {
     "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
     "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",

@@ -71,8 +71,8 @@ REDUCE_OP_ALIASES = {"sum": "add", "amax": "max", "amin": "min"}
 def reduce_op(op: object) -> str:
     """`op` as one of `REDUCE_OPS`, torch's names (`REDUCE_OP_ALIASES`) read as tmakit's;
     TmaConfigError naming both otherwise."""
-    if type(op) is str and op in REDUCE_OP_ALIASES:
-        return REDUCE_OP_ALIASES[op]
+    if isinstance(op, str) and op in REDUCE_OP_ALIASES:  # a numpy string too
+        return REDUCE_OP_ALIASES[str(op)]
     aliases = tuple(f"{alias} (= {name})" for alias, name in REDUCE_OP_ALIASES.items())
     try:
         return str(one_of(op, "reduce op", REDUCE_OPS))
