@@ -217,3 +217,18 @@ def test_a_sweep_refuses_the_flags_it_would_ignore():
 
     run = tmakit("verify", "--sweep", "3", "--shape", "64x64", "--tile", "32x64")
     assert run.returncode == 2 and "drop --shape, --tile" in one_error_line(run)
+
+
+def test_plan_takes_the_rings_stages_as_explain_and_check_do():
+    ring = tmakit("plan", "--stages", "4")
+    assert ring.returncode == 0
+    assert "grid              132 blocks x 64 threads (2 warps)" in ring.stdout
+    assert "pipeline          4 stages x 32768 bytes" in ring.stdout
+    numbers = json.loads(tmakit("plan", "--stages", "4", "--json").stdout)
+    assert numbers["ring"]["shared_memory_requested"] == 4 * 32768 + 64
+    cluster = tmakit("plan", "--stages", "4", "--cluster", "2x2")
+    assert (
+        "= 528 CTAs x 64 threads" in cluster.stdout and "ring              4 stages per CTA" in cluster.stdout
+    )
+    too_many = tmakit("plan", "--stages", "99")
+    assert too_many.returncode == 2 and "1..7 stages fit this tile" in one_error_line(too_many)

@@ -38,7 +38,7 @@ def run_demo(
     if warning:
         echo(warning)
     echo("")
-    echo(plan.summary(multicast.grid_line(plan.threads_per_block) if multicast else None))
+    echo(plan.summary(multicast.grid_line() if multicast else None))
     if multicast is not None:
         echo(multicast.summary())
     echo("")

@@ -209,10 +209,11 @@ class MulticastPlan(ClusterLaunch):
         """Bytes each CTA asks TMA for per tile: its slice (the barrier still expects the whole tile)."""
         return self.load.expected_tx_bytes * self.slice_rows // self.load.config.tile[0]
 
-    def grid_line(self, threads: int) -> str:
+    def grid_line(self) -> str:
         """The launch as `LoadPlan.summary` writes its grid: CTAs in clusters, not the blocks of a
-        launch without one."""
+        launch without one, each one warp (a ring's: a producer and a consumer warp)."""
         x, y, _ = self.launch_grid
+        threads = self.pipeline.threads_per_block if self.stages > 1 else self.load.threads_per_block
         return f"grid              ({x}, {y}, 1) = {self.grid} CTAs x {threads} threads"
 
     def cluster_drawing(self) -> list[str]:

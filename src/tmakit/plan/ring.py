@@ -195,8 +195,11 @@ class PipelinePlan:
         return stage, trip % 2
 
     def summary(self) -> str:
+        warps = self.threads_per_block // 32
         lines = [
-            self.load.summary(),
+            self.load.summary(
+                f"grid              {self.grid} blocks x {self.threads_per_block} threads ({warps} warps)"
+            ),
             f"pipeline          {self.stages} stages x {self.stage_bytes} bytes; 1 producer warp + "
             f"{self.consumer_warps} consumer warp(s) = {self.threads_per_block} threads",
             f"shared memory     {self.smem_bytes} bytes requested (stages {self.ring_bytes} "
