@@ -232,3 +232,54 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
     )
     too_many = tmakit("plan", "--stages", "99")
     assert too_many.returncode == 2 and "1..7 stages fit this tile" in one_error_line(too_many)
+
+
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (
+            ["--kernel", "copy", "--shape", "4096x4096"],
+            ["copy              row-major source into a row-major", "stores"],
+        ),
+        (
+            ["--kernel", "transpose", "--shape", "4096x4096"],
+            ["into a col-major destination", "transpose         each"],
+        ),
+        (
+            ["--kernel", "reduce", "--reduce", "amax", "--dtype", "bf16"],
+            ["each store .max into the destination"],
+        ),
+        (
+            ["--kernel", "copy", "--copy", "tile=32x256,stages=4"],
+            ["tile              32 x 256", "pipeline          4 stages"],
+        ),
+        (
+            ["--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1"],
+            ["patch matrix      6272 x 576"],
+        ),
+    ],
+    ids=["copy", "transpose", "reduce", "options", "im2col"],
+)
+def test_plan_describes_each_kernel_a_call_plans(args, shown):
+    run = tmakit("plan", *args)
+    assert run.returncode == 0, run.stderr
+    assert all(text in run.stdout for text in shown), run.stdout
+
+
+@pytest.mark.parametrize(
+    "args, refusal",
+    [
+        (["--kernel", "reduce"], "give --reduce OP"),
+        (["--kernel", "im2col"], "give --im2col"),
+        (["--kernel", "copy", "--reduce", "add"], "--reduce does not apply to --kernel copy"),
+        (["--kernel", "copy", "--stages", "4"], "--stages does not apply"),
+        (["--copy", "stages=4"], "--copy does not apply without --kernel"),
+        (
+            ["--kernel", "im2col", "--shape", "2x8x8x64", "--im2col", "kernel=3", "--tile", "8x8"],
+            "--tile does not",
+        ),
+    ],
+)
+def test_plan_refuses_what_a_kernel_does_not_take(args, refusal):
+    run = tmakit("plan", *args)
+    assert run.returncode == 2 and refusal in one_error_line(run)
