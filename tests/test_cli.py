@@ -283,3 +283,22 @@ def test_plan_describes_each_kernel_a_call_plans(args, shown):
 def test_plan_refuses_what_a_kernel_does_not_take(args, refusal):
     run = tmakit("plan", *args)
     assert run.returncode == 2 and refusal in one_error_line(run)
+
+
+def test_explain_takes_the_kernel_plan_takes():
+    transpose = tmakit("explain", "--kernel", "transpose", "--shape", "4096x4096")
+    assert transpose.returncode == 0, transpose.stderr
+    assert transpose.stdout.startswith("transpose         row-major source into a col-major destination")
+    assert "1. Why a coordinate tensor?" in transpose.stdout and "4 consumer warp(s)" in transpose.stdout
+    reduce = json.loads(
+        tmakit("explain", "--kernel", "reduce", "--reduce", "amax", "--dtype", "bf16", "--json").stdout
+    )
+    assert (
+        reduce["kernel"]["kind"] == "reduce"
+        and "reduce            each store .max into the destination" in reduce["kernel"]["summary"]
+    )
+    im2col = tmakit(
+        "explain", "--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1"
+    )
+    assert im2col.returncode == 0 and im2col.stdout.startswith("im2col: 2x56x56x64 (NHWC)")
+    assert "--copy does not apply" in one_error_line(tmakit("explain", "--copy", "stages=4"))

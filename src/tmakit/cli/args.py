@@ -17,8 +17,9 @@ from typing import Any, TextIO
 from ..config import SEED, LoadConfig, dtype_from_text, dtype_named, padded_strides, parse_extents
 from ..errors import TmaConfigError
 from ..explain import highlight_tile
-from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from ..plan import LoadPlan, MulticastPlan, reduce_op
+from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
+from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
+from ..plan.copy import fits_l2
 from ..plan.multicast import CLUSTER_SHAPES
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
@@ -253,6 +254,49 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
     if named:
         verb = "does" if len(named) == 1 else "do"
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
+
+
+KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # what plan and explain take as --kernel
+
+
+def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
+    """The plan tmakit's `copy_` (`--kernel copy`: into the tensor's layout; `transpose`: into the
+    other) or `reduce_into_` (`--kernel reduce`, `--reduce OP`) makes on an H200 (its SM count and
+    L2), with `--copy`'s options, and a line naming it. The tile is the call's default unless
+    --tile is given; --highlight, --cluster and --stages do not apply (the ring is the copy's)."""
+    kernel = args.kernel
+    refuse_given(
+        args, ("highlight", "cluster", "stages", "im2col"), f"to --kernel {kernel} (its ring is the copy's)"
+    )
+    if kernel == "reduce" and args.reduce is None:
+        raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
+    if kernel != "reduce":
+        refuse_given(args, ("reduce",), f"to --kernel {kernel}")
+    options = CopyOptions.parse(args.copy or "")
+    element = dtype_named(args.dtype)
+    transpose = kernel == "transpose"
+    tensor_bytes = element.nbytes * math.prod(args.shape)
+    tile = args.tile if "tile" in args.given else None
+    if tile is None:
+        tile = options.default_tile(element.name, transpose, None, DEFAULT_SM_COUNT, tensor_bytes)
+    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
+    load = LoadPlan(LoadConfig(args.shape, element.name, tile, args.swizzle, args.layout, strides))
+    copy = options.plan(load, transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES))
+    other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
+    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination ({options.describe()})"
+    return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
+
+
+def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
+    """`--im2col SPEC`'s plan: --shape is the NHWC activation and the box SPEC's tile, so the
+    load's, ring's, cluster's, copy's and reduce's flags are refused if given (`why`: where)."""
+    given = ("tile", "swizzle", "layout", "pad", "stages", "consumer_warps", "cluster", "reduce", "copy")
+    refuse_given(
+        args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
+    )
+    if args.im2col is None:
+        raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
+    return Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
 
 
 def hopper_gpu(command: str) -> str:

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import dtype_named
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
-from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, Im2colPlan, PipelinePlan
+from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
 from .args import (
     COUNT,
+    KERNELS,
     REDUCE_OP,
     CommandError,
     Subparsers,
     add_json,
     add_load_arguments,
+    call_plan,
     emit,
+    im2col_plan,
     load_plan,
     multicast_plan,
     refuse_given,
@@ -46,13 +48,33 @@ def add_parser(subparsers: Subparsers) -> None:
         help="explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
         "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
     )
+    parser.add_argument(
+        "--kernel",
+        choices=KERNELS,
+        default="load",
+        help="what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
+        "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
+        "or an im2col box (with --im2col SPEC)",
+    )
+    parser.add_argument(
+        "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
+    )
     add_json(parser, "the explanation")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.im2col is not None:
+    if args.im2col is not None or args.kernel == "im2col":
+        refuse_given(args, ("kernel",) if args.kernel not in ("load", "im2col") else (), "with --im2col")
         return _explain_im2col(args)
+    if args.kernel != "load":
+        plan, head = call_plan(args)
+        copy = plan.copy if isinstance(plan, ReducePlan) else plan
+        result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
+        result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
+        emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
+        return 0
+    refuse_given(args, ("copy",), "without --kernel copy, transpose or reduce")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -64,15 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _explain_im2col(args: argparse.Namespace) -> int:
-    """`explain --im2col SPEC`: --shape is the NHWC activation; the box comes from SPEC's tile
-    (the plan's default otherwise), so --tile, --swizzle, --layout and --pad do not apply, nor do
-    the ring's, the cluster's and the reduce's options: each is refused if given."""
-    refuse_given(
-        args,
-        ("tile", "swizzle", "layout", "pad", "stages", "consumer_warps", "cluster", "reduce"),
-        "with --im2col: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of a contiguous NHWC tensor",
-    )
-    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
-    result = explain_im2col(plan, args.highlight)
+    """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
+    result = explain_im2col(im2col_plan(args, "with --im2col"), args.highlight)
     emit(args, result, im2col_to_text(result))
     return 0

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import math
 
-from ..config import LoadConfig, dtype_named, padded_strides
 from ..explain import describe_plan
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
-from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
-from ..plan.copy import fits_l2
+from ..plan import MulticastPlan, PipelinePlan
 from .args import (
     COUNT,
+    KERNELS,
     REDUCE_OP,
-    CommandError,
     Subparsers,
     add_count,
     add_json,
     add_load_arguments,
+    call_plan,
     emit,
+    im2col_plan,
     refuse_given,
     shown_load,
 )
-
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col")
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -83,38 +79,14 @@ def run(args: argparse.Namespace) -> int:
 def _plan_kernel(args: argparse.Namespace) -> int:
     """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
     SM count and L2), from the tensor's flags and the kernel's options."""
-    kernel = args.kernel
-    refuse_given(args, ("highlight", "cluster", "stages"), f"to --kernel {kernel} (its ring is the copy's)")
-    if kernel == "im2col":
-        refuse_given(args, ("tile", "swizzle", "layout", "pad", "copy", "reduce"), "to --kernel im2col")
-        if args.im2col is None:
-            raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
-        plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
-        emit(args, {"kernel": kernel, "summary": plan.summary().splitlines()}, plan.summary())
+    if args.kernel == "im2col":
+        plan = im2col_plan(args, "to --kernel im2col")
+        emit(args, {"kernel": "im2col", "summary": plan.summary().splitlines()}, plan.summary())
         return 0
-    refuse_given(args, ("im2col",), f"to --kernel {kernel}")
-    if kernel == "reduce" and args.reduce is None:
-        raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
-    if kernel != "reduce":
-        refuse_given(args, ("reduce",), f"to --kernel {kernel}")
-    options = CopyOptions.parse(args.copy or "")
-    element = dtype_named(args.dtype)
-    transpose = kernel == "transpose"
-    nbytes = element.nbytes
-    tensor_bytes = nbytes * math.prod(args.shape)
-    tile = args.tile if "tile" in args.given else None
-    tile = (
-        options.default_tile(element.name, transpose, None, DEFAULT_SM_COUNT, tensor_bytes)
-        if tile is None
-        else tile
-    )
-    strides = padded_strides(args.shape, nbytes, args.layout) if args.pad else None
-    load = LoadPlan(LoadConfig(args.shape, element.name, tile, args.swizzle, args.layout, strides))
-    copy: CopyPlan = options.plan(load, transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES))
-    plan = ReducePlan(copy, args.reduce) if kernel == "reduce" else copy
-    other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
-    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination ({options.describe()})"
+    plan, head = call_plan(args)
     emit(
-        args, {"kernel": kernel, "summary": [head, *plan.summary().splitlines()]}, f"{head}\n{plan.summary()}"
+        args,
+        {"kernel": args.kernel, "summary": [head, *plan.summary().splitlines()]},
+        f"{head}\n{plan.summary()}",
     )
     return 0
