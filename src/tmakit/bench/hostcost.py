@@ -3,11 +3,13 @@ compiled calls, all timed interleaved (`timing.host_costs_us`)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from .. import api
 from ..check.inputs import make_input_tensor
@@ -70,9 +72,27 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     launches[f"{prefix}op_call_us"] = lambda: op_copy_(dst, src)
     launches[f"{prefix}op_new_tensor_call_us"] = lambda: op_copy(src)
     launches[f"{prefix}op_typed_call_us"] = lambda: op_typed(dst, src, stages=4)
+    noop = noop_op()
+    launches[f"{prefix}noop_op_call_us"] = lambda: noop(dst, src)
     result = host_costs_us(launches)
     result[f"{prefix}alternating_call_us"] = result.pop(f"{prefix}alternating_pair_us") / 2
     return result
+
+
+_KEPT: list = []
+
+
+@functools.cache
+def noop_op() -> Any:
+    """An op of copy_'s schema whose Python kernel does nothing: the floor of any op with a Python
+    kernel under torch's dispatcher, timed beside tmakit's (the library lives as long as the cache)."""
+    import torch
+
+    library = torch.library.Library("tmakit_bench", "DEF")
+    library.define('noop(Tensor(a0!) dst, Tensor src, str options="") -> ()')
+    library.impl("noop", lambda dst, src, options="": None, "CompositeExplicitAutograd")
+    _KEPT.append(library)  # dropping the library would unregister the op
+    return torch.ops.tmakit_bench.noop.default
 
 
 def measure_ops_host_cost() -> dict:
@@ -110,7 +130,8 @@ HOST_COST_WHAT = (
     "repeated call and the shape-specialised kernel's repeated call; group 'first_call': a fresh process's "
     "first copy_ with a cold and a warm disk cache (seconds), the imports of the DSL and of tvm_ffi (its "
     "TVM-FFI calling path) apart; op_*: the same calls through torch.ops.tmakit. "
-    "(op_typed: copy_'s typed overload with stages=4); group 'ops': add_, im2col and load_tiles "
+    "(op_typed: copy_'s typed overload with stages=4; noop_op: an op of copy_'s schema whose Python "
+    "kernel does nothing, the dispatcher's floor); group 'ops': add_, im2col and load_tiles "
     "beside torch's add_, its "
     "im2col expression (F.pad + as_strided) and clone."
 )
