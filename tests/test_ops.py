@@ -697,3 +697,49 @@ def test_the_symbolic_im2col_fake_refuses_what_the_static_one_does(cpu_kernels, 
     x = torch.randn(2, 9, 9, 16)
     graph = make_fx(lambda x: torch.ops.tmakit.im2col(x, [3, 3], [2, 2], [1, 1]), tracing_mode="symbolic")(x)
     assert graph(x).shape == (50, 144) and graph(torch.randn(3, 11, 13, 16)).shape == (126, 144)
+
+
+def test_any_typed_options_are_served_or_refused_in_one_of_two_ways():
+    """Drawn typed options, good and bad, traced on fake CUDA tensors: the fake plans them or
+    raises TmaConfigError naming the rule; a value torch's schema cannot convert is torch's
+    no-overload RuntimeError. Nothing else escapes."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    whole = st.one_of(st.integers(-4, 300), st.sampled_from([2**31, 2**40, -(2**40)]))
+    drawn = st.fixed_dictionaries(
+        {},
+        optional={
+            "tile": st.lists(whole, min_size=1, max_size=3),
+            "stages": whole,
+            "store_depth": whole,
+            "blocks_per_sm": whole,
+            "as_rows": st.booleans(),
+            "evict_first": st.sampled_from([True, False, None]),
+            "pdl": st.booleans(),
+            "load_hint": st.sampled_from(["", "evict_first", "evict_last", "nope", None]),
+            "store_hint": st.sampled_from(["evict_normal", "x", None]),
+            "tile_order": st.sampled_from(["interleaved", "columns", "blocked", "diagonal"]),
+            "bulk": st.booleans(),
+            "stagez": st.integers(0, 4),  # a misspelt option
+        },
+    )
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(options=drawn, op=st.sampled_from(["copy_", "copy", "reduce_into_"]))
+    def check(options, op):
+        with FakeTensorMode():
+            dst, src = cuda(256, 512), cuda(256, 512)
+            call = {
+                "copy_": lambda: torch.ops.tmakit.copy_(dst, src, **options),
+                "copy": lambda: torch.ops.tmakit.copy(src, **options),
+                "reduce_into_": lambda: torch.ops.tmakit.reduce_into_(dst, src, "add", **options),
+            }[op]
+            try:
+                call()
+            except TmaConfigError:
+                pass
+            except RuntimeError as error:
+                assert "failed to match any schema" in str(error), error
+
+    check()
