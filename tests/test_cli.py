@@ -3,6 +3,7 @@ checked before anything prints or looks for a GPU, errors are one line on stderr
 findings exit 1."""
 
 import json
+import math
 
 import pytest
 
@@ -302,3 +303,49 @@ def test_explain_takes_the_kernel_plan_takes():
     )
     assert im2col.returncode == 0 and im2col.stdout.startswith("im2col: 2x56x56x64 (NHWC)")
     assert "--copy does not apply" in one_error_line(tmakit("explain", "--copy", "stages=4"))
+
+
+@pytest.mark.parametrize(
+    "args, refusal",
+    [
+        (["--kernel", "copy", "--swizzle", "32", "--tile", "16x16"], "--swizzle does not apply"),
+        (["--kernel", "copy", "--tile", "32x32", "--copy", "tile=64x64"], "give the tile once"),
+        (["--kernel", "reduce", "--reduce", "add", "--copy", "as_rows=true"], "but as_rows and bulk"),
+    ],
+)
+def test_a_kernel_plan_refuses_what_tmakits_call_would_not_do(args, refusal):
+    for command in ("plan", "explain"):
+        run = tmakit(command, *args)
+        assert run.returncode == 2 and refusal in one_error_line(run), (command, run.stderr)
+
+
+def test_a_kernel_plan_is_the_plan_copy_makes():
+    """plan --kernel picks the tile, stages and rows view tmakit.copy_ picks on an H200."""
+    from tmakit.limits import DEFAULT_SM_COUNT
+    from tmakit.plan import CopyOptions, copy_class
+
+    for shape, layout, kernel in (
+        ((8448, 1792), "row", "copy"),
+        ((4096, 4096), "row", "transpose"),
+        ((4, 256, 512), "col", "copy"),
+    ):
+        text = tmakit(
+            "plan", "--kernel", kernel, "--shape", "x".join(map(str, shape)), "--layout", layout
+        ).stdout
+        nbytes = 2 * math.prod(shape)
+        options = CopyOptions()
+        tile = options.default_tile("fp16", kernel == "transpose", None, DEFAULT_SM_COUNT, nbytes)
+        copy = copy_class(
+            options,
+            "fp16",
+            len(shape),
+            layout,
+            kernel == "transpose",
+            tile,
+            DEFAULT_SM_COUNT,
+            2 * nbytes <= 60 << 20,
+        )
+        assert f"tile              {tile[0]} x {tile[1]}" in text, text
+        assert f"pipeline          {copy.ring.stages} stages" in text, text
+    rows = tmakit("plan", "--kernel", "copy", "--copy", "bulk=true").stdout
+    assert "as 59136 rows of 256 (bulk=true)" in rows and "bulk copies       runs of" in rows

@@ -20,6 +20,7 @@ from ..explain import highlight_tile
 from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
 from ..plan.copy import fits_l2
+from ..plan.copy_layout import copy_rows_view
 from ..plan.multicast import CLUSTER_SHAPES
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
@@ -262,28 +263,43 @@ KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # what plan and exp
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     """The plan tmakit's `copy_` (`--kernel copy`: into the tensor's layout; `transpose`: into the
     other) or `reduce_into_` (`--kernel reduce`, `--reduce OP`) makes on an H200 (its SM count and
-    L2), with `--copy`'s options, and a line naming it. The tile is the call's default unless
-    --tile is given; --highlight, --cluster and --stages do not apply (the ring is the copy's)."""
+    L2), with `--copy`'s options, as `api.copy.plan_copy` makes it: the tile the call's default
+    (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
+    swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
     kernel = args.kernel
-    refuse_given(
-        args, ("highlight", "cluster", "stages", "im2col"), f"to --kernel {kernel} (its ring is the copy's)"
-    )
+    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col")
+    refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
     if kernel == "reduce" and args.reduce is None:
         raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
     if kernel != "reduce":
         refuse_given(args, ("reduce",), f"to --kernel {kernel}")
     options = CopyOptions.parse(args.copy or "")
+    if options.tile is not None and "tile" in args.given:
+        raise CommandError("give the tile once: --tile or --copy tile=..., not both")
+    if kernel == "reduce" and (options.as_rows or options.bulk):
+        raise CommandError("--kernel reduce: a reduce takes the copy's options but as_rows and bulk")
     element = dtype_named(args.dtype)
     transpose = kernel == "transpose"
+    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
+    config = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
+    compact = not args.pad and not transpose
+    view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
     tensor_bytes = element.nbytes * math.prod(args.shape)
     tile = args.tile if "tile" in args.given else None
     if tile is None:
-        tile = options.default_tile(element.name, transpose, None, DEFAULT_SM_COUNT, tensor_bytes)
-    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
-    load = LoadPlan(LoadConfig(args.shape, element.name, tile, args.swizzle, args.layout, strides))
-    copy = options.plan(load, transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES))
+        tile = options.default_tile(element.name, transpose, view, DEFAULT_SM_COUNT, tensor_bytes)
+    if view is not None:  # planned as the rows of its memory, as copy_ plans it
+        config = LoadConfig(view, element.name, tile, 0, "row")
+    else:
+        config = LoadConfig(args.shape, element.name, tile, 0, args.layout, strides)
+    check_load_config(config, stride_fix=PAD_FIX)
+    copy = options.plan(
+        LoadPlan(config), transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
+    )
     other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
-    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination ({options.describe()})"
+    rows = f", as {view[0]} rows of {view[1]}" if view is not None else ""
+    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination{rows}"
+    head += f" ({options.describe()})"
     return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
 
 

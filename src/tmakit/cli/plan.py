@@ -80,13 +80,11 @@ def _plan_kernel(args: argparse.Namespace) -> int:
     """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
     SM count and L2), from the tensor's flags and the kernel's options."""
     if args.kernel == "im2col":
+        refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
         plan = im2col_plan(args, "to --kernel im2col")
-        emit(args, {"kernel": "im2col", "summary": plan.summary().splitlines()}, plan.summary())
+        emit(args, {"kernel": {"kind": "im2col", "summary": plan.summary().splitlines()}}, plan.summary())
         return 0
     plan, head = call_plan(args)
-    emit(
-        args,
-        {"kernel": args.kernel, "summary": [head, *plan.summary().splitlines()]},
-        f"{head}\n{plan.summary()}",
-    )
+    summary = [head, *plan.summary().splitlines()]
+    emit(args, {"kernel": {"kind": args.kernel, "summary": summary}}, "\n".join(summary))
     return 0

@@ -195,11 +195,11 @@ class PipelinePlan:
         return stage, trip % 2
 
     def summary(self) -> str:
-        warps = self.threads_per_block // 32
+        load, threads = self.load, self.threads_per_block
+        batch = f" = {load.row_blocks} row blocks x {load.batch_count} batch" if load.batch_shape else ""
+        grid = f"grid              {load.grid} blocks x {threads} threads ({threads // 32} warps){batch}"
         lines = [
-            self.load.summary(
-                f"grid              {self.grid} blocks x {self.threads_per_block} threads ({warps} warps)"
-            ),
+            load.summary(grid),
             f"pipeline          {self.stages} stages x {self.stage_bytes} bytes; 1 producer warp + "
             f"{self.consumer_warps} consumer warp(s) = {self.threads_per_block} threads",
             f"shared memory     {self.smem_bytes} bytes requested (stages {self.ring_bytes} "
