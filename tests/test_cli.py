@@ -217,7 +217,9 @@ def test_a_sweep_refuses_the_flags_it_would_ignore():
     from entry_point import one_error_line, tmakit
 
     run = tmakit("verify", "--sweep", "3", "--shape", "64x64", "--tile", "32x64")
-    assert run.returncode == 2 and "drop --shape, --tile" in one_error_line(run)
+    assert run.returncode == 2 and "--shape, --tile do not apply with --sweep" in one_error_line(run)
+    same = tmakit("verify", "--sweep", "3", "--dtype", "fp16")  # the default, given: still ignored
+    assert same.returncode == 2 and "--dtype does not apply with --sweep" in one_error_line(same)
 
 
 def test_plan_takes_the_rings_stages_as_explain_and_check_do():

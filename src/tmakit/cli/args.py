@@ -140,14 +140,19 @@ JSON_PATH = output_file("out.json", stdout=True)
 
 
 # -- the options commands share ---------------------------------------------------------------------
+def add_value(
+    parser: argparse.ArgumentParser, flag: str, kind: Any, metavar: str | None, help: str, default: Any
+) -> None:
+    """An option that takes one value, checked and converted by `kind` as it is parsed."""
+    parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
+
+
+SHAPE_METAVAR = "[BATCHx...]ROWSxCOLS"
+
+
 def add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--shape",
-        type=SHAPE,
-        default=SEED.shape,
-        metavar="[BATCHx...]ROWSxCOLS",
-        help=f"the tensor's extents, rank 2-{MAX_RANK} (default {SEED_SHAPE})",
-    )
+    help = f"the tensor's extents, rank 2-{MAX_RANK} (default {SEED_SHAPE})"
+    add_value(parser, "--shape", SHAPE, SHAPE_METAVAR, help, SEED.shape)
     add_element_arguments(parser)
     parser.add_argument(
         "--layout",
@@ -163,18 +168,10 @@ def add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_element_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dtype",
-        type=DTYPE,
-        default=SEED.dtype,
-        help=f"element type, tmakit's name or torch's (fp16, float16 or half; default {SEED.dtype})",
-    )
-    parser.add_argument(
-        "--tile",
-        type=TILE,
-        default=SEED.tile,
-        metavar="ROWSxCOLS",
-        help=f"the TMA box: rows x columns (default {SEED_TILE})",
+    dtype_help = f"element type, tmakit's name or torch's (fp16, float16 or half; default {SEED.dtype})"
+    add_value(parser, "--dtype", DTYPE, None, dtype_help, SEED.dtype)
+    add_value(
+        parser, "--tile", TILE, "ROWSxCOLS", f"the TMA box: rows x columns (default {SEED_TILE})", SEED.tile
     )
     parser.add_argument(
         "--swizzle",
@@ -196,7 +193,7 @@ def add_highlight(parser: argparse.ArgumentParser) -> None:
 
 def add_count(parser: argparse.ArgumentParser, flag: str, kind: Any, help: str, default: Any = None) -> None:
     """An option that takes one number N (`kind`: one of the number types above)."""
-    parser.add_argument(flag, type=kind, default=default, metavar="N", help=help)
+    add_value(parser, flag, kind, "N", help, default)
 
 
 def add_cluster(parser: argparse.ArgumentParser, what: str) -> None:
@@ -208,6 +205,14 @@ def add_load_arguments(parser: argparse.ArgumentParser, cluster: str) -> None:
     (`cluster` says what the command does with one)."""
     add_tensor_arguments(parser)
     add_highlight(parser)
+    add_cluster(parser, cluster)
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser, stages: str, cluster: str) -> None:
+    """The options of a command that runs a load's schedule: the tensor, the ring's stages and a
+    cluster (`stages` and `cluster` say what the command does with them)."""
+    add_tensor_arguments(parser)
+    add_count(parser, "--stages", COUNT, stages, default=1)
     add_cluster(parser, cluster)
 
 

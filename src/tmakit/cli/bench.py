@@ -25,12 +25,14 @@ from .args import (
     NON_NEGATIVE,
     OPTIONAL_SHAPE,
     SEED_SHAPE,
+    SHAPE_METAVAR,
     CommandError,
     Subparsers,
     add_cluster,
     add_count,
     add_element_arguments,
     add_json,
+    add_value,
     hopper_gpu,
     number,
     output_file,
@@ -64,20 +66,10 @@ def _sizes(text: str) -> list[float]:
 
 def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("bench", help="device time vs the hardware peak and torch, same run (GPU)")
-    parser.add_argument(
-        "--shape",
-        type=OPTIONAL_SHAPE,
-        default=SEED.shape,
-        metavar="[BATCHx...]ROWSxCOLS",
-        help=f"one shape to time besides --sizes (default {SEED_SHAPE}; '' for none)",
-    )
-    parser.add_argument(
-        "--sizes",
-        type=_sizes,
-        default=list(SIZE_SWEEP_MIB),
-        metavar="MIB,...",
-        help=f"matrix sizes in MiB to sweep (default {','.join(map(str, SIZE_SWEEP_MIB))}; '' for none)",
-    )
+    shape_help = f"one shape to time besides --sizes (default {SEED_SHAPE}; '' for none)"
+    add_value(parser, "--shape", OPTIONAL_SHAPE, SHAPE_METAVAR, shape_help, SEED.shape)
+    sizes_help = f"matrix sizes in MiB to sweep (default {','.join(map(str, SIZE_SWEEP_MIB))}; '' for none)"
+    add_value(parser, "--sizes", _sizes, "MIB,...", sizes_help, list(SIZE_SWEEP_MIB))
     add_element_arguments(parser)
     parser.add_argument(
         "--kernel",

@@ -20,13 +20,10 @@ from ..model import (
 )
 from ..plan import LoadPlan, MulticastPlan, PipelinePlan
 from .args import (
-    COUNT,
     CommandError,
     Subparsers,
-    add_cluster,
-    add_count,
     add_json,
-    add_tensor_arguments,
+    add_schedule_arguments,
     emit,
     load_plan,
 )
@@ -49,15 +46,11 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "check", help="replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"
     )
-    add_tensor_arguments(parser)
-    add_count(
+    add_schedule_arguments(
         parser,
-        "--stages",
-        COUNT,
         "replay the N-stage ring of block 0 (producer and consumer warps) instead of the seed's loop",
-        default=1,
+        "replay one cluster of this shape, each CTA multicasting its slice",
     )
-    add_cluster(parser, "replay one cluster of this shape, each CTA multicasting its slice")
     parser.add_argument(
         "--mistake",
         choices=list(MISTAKES),
@@ -96,36 +89,31 @@ def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, 
     if kind == "cluster":
         multicast = MulticastPlan(load, args.cluster)
         expected["expect-slice"] = multicast.issued_bytes_per_cta
-        cluster = "x".join(map(str, multicast.cluster))
         tiles, period = load.tiles_per_block, 2
+        cluster = "x".join(map(str, multicast.cluster))
         title = f"{cluster} cluster 0 ({multicast.cluster_size} CTAs, {tiles} tiles each)"
+        mistake = {"expected_tx_bytes": expected.get(args.mistake)}
         events = multicast_schedule(
-            _replayed(args, tiles, period),
-            multicast.cluster_size,
-            tile_bytes,
-            expected_tx_bytes=expected.get(args.mistake),
+            _replayed(args, tiles, period), multicast.cluster_size, tile_bytes, **mistake
         )
     elif kind == "ring":
         ring = PipelinePlan(load, stages=args.stages)
         tiles, period = ring.tiles_of_block(0), 2 * ring.stages
         title = f"{ring.stages}-stage ring of block 0 ({tiles} tiles)"
-        events = pipeline_schedule(
-            _replayed(args, tiles, period),
-            ring.stages,
-            tile_bytes,
-            expected_tx_bytes=expected.get(args.mistake),
-            skip_empty_wait=args.mistake == "skip-empty-wait",
-        )
+        mistake = {
+            "expected_tx_bytes": expected.get(args.mistake),
+            "skip_empty_wait": args.mistake == "skip-empty-wait",
+        }
+        events = pipeline_schedule(_replayed(args, tiles, period), ring.stages, tile_bytes, **mistake)
     else:
         tiles, period = load.tiles_per_block, 2
         title = f"schedule of block 0 ({tiles} tiles)"
-        events = seed_schedule(
-            load,
-            expected_tx_bytes=expected.get(args.mistake),
-            skip_arrival=args.mistake == "skip-arrival",
-            parity_mistake=args.mistake == "same-parity",
-            tiles=_replayed(args, tiles, period),
-        )
+        mistake = {
+            "expected_tx_bytes": expected.get(args.mistake),
+            "skip_arrival": args.mistake == "skip-arrival",
+            "parity_mistake": args.mistake == "same-parity",
+        }
+        events = seed_schedule(load, tiles=_replayed(args, tiles, period), **mistake)
     return kind, title, tiles, period, events
 
 

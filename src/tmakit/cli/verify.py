@@ -16,17 +16,16 @@ from ..check.sweep import summarize, sweep_configs
 from ..config import LoadConfig
 from ..plan import MulticastPlan, PipelinePlan
 from .args import (
-    COUNT,
     NON_NEGATIVE,
     CommandError,
     Subparsers,
-    add_cluster,
     add_count,
     add_json,
-    add_tensor_arguments,
+    add_schedule_arguments,
     hopper_gpu,
     load_plan,
     number,
+    refuse_given,
     text_stream,
     write_json,
 )
@@ -42,8 +41,11 @@ TENSOR_FLAGS = ("shape", "dtype", "tile", "swizzle", "layout", "pad")
 
 def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("verify", help="verify loads on the GPU: one configuration or a sweep")
-    add_tensor_arguments(parser)
-    add_cluster(parser, "verify every CTA of clusters of this shape, with multicast and without")
+    add_schedule_arguments(
+        parser,
+        "> 1: verify the N-stage pipelined load (or multicast ring)",
+        "verify every CTA of clusters of this shape, with multicast and without",
+    )
     add_count(parser, "--sweep", SWEEP, "verify N random valid configurations instead", default=0)
     parser.add_argument("--seed", type=SEED_NUMBER, help="random seed of the sweep (default 0)")
     parser.add_argument(
@@ -51,9 +53,6 @@ def add_parser(subparsers: Subparsers) -> None:
         type=SECONDS,
         help="seconds each one-stage configuration's worker may run before it counts as a hang "
         f"(default {VERIFY_TIMEOUT_SECONDS:g})",
-    )
-    add_count(
-        parser, "--stages", COUNT, "> 1: verify the N-stage pipelined load (or multicast ring)", default=1
     )
     add_count(
         parser,
@@ -66,21 +65,12 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def _tensor_flags_given(args: argparse.Namespace) -> list[str]:
-    """The tensor flags set away from their defaults, read from where the flags are declared."""
-    declared = argparse.ArgumentParser()
-    add_tensor_arguments(declared)
-    defaults = declared.parse_args([])
-    return [f"--{name}" for name in TENSOR_FLAGS if getattr(args, name) != getattr(defaults, name)]
-
-
 def _check_flags(args: argparse.Namespace) -> None:
     """The flags that do not go together, refused before a ring or cluster is planned."""
     if args.sweep and (args.cluster or args.stages > 1 or args.prefetch):
         raise CommandError("--sweep verifies one-stage loads: drop --cluster, --stages and --prefetch")
-    given = _tensor_flags_given(args)
-    if args.sweep and given:
-        raise CommandError(f"--sweep draws its own configurations: drop {', '.join(given)}")
+    if args.sweep:
+        refuse_given(args, TENSOR_FLAGS, "with --sweep: it draws its own configurations")
     if args.cluster and args.prefetch:
         raise CommandError("--prefetch verifies the pipelined load of one CTA: drop --cluster")
     if args.seed is not None and not args.sweep:
