@@ -369,8 +369,8 @@ def test_gpu_drawn_pairs_copy_exactly_as_torch_does():
 
 # -- the rule table: no row for a copy -------------------------------------------------------------
 def test_a_large_same_layout_copy_stays_tmas():
-    """torch's copy_ led TMA's ring by 2-3% from 256 MiB and took 1.5x its time in CUDA graphs
-    from 512 MiB: the rule table has no row for a copy, and every size routes to TMA."""
+    """torch's copy_ led TMA's ring eagerly from 256 MiB but trailed it far in CUDA graphs from
+    512 MiB (copy.json): the rule table has no row for a copy, and every size routes to TMA."""
     assert set(TORCH_FASTER_BEYOND_L2) == {"add"}
     for rows in (256, 65536):  # 4 MiB and 1 GiB of fp32
         facts = PairFacts((rows, 4096), (rows, 4096), (4096, 1), (4096, 1), "float32", "float32", 4,

@@ -89,7 +89,7 @@ def bench_size(
 
 
 # Copies at least this large are also timed eagerly (`stream_samples_us`): long enough that the
-# host's ~6 us per call stays ahead of the GPU.
+# host's cost per call (host-cost.json) stays ahead of the GPU.
 STREAM_TIMED_BYTES = 16 * 2**20
 SPECIALISED_LABEL = ", shape-specialised"  # a bench row of the kernel compiled for the exact shape
 STREAM_TIMED = "[stream]"

@@ -1,8 +1,8 @@
 """The timer: device time per launch from CUDA-graph replays (or an eager loop on a stream), and
 host time per call. A leaf: it imports nothing else of tmakit.
 
-Why a hand-written timer: a compiled CuTe DSL call costs ~5-10 us of host time, as long as a small
-kernel, so per-launch events measure the host. `triton.testing.do_bench` times each call with
+Why a hand-written timer: a compiled CuTe DSL call costs as much host time as a small kernel takes
+(host-cost.json), so per-launch events measure the host. `triton.testing.do_bench` times each call with
 events (host-bound for short kernels), `do_bench_cudagraph` does not rotate buffers, and
 `cutlass.testing.benchmark` rotates workspaces and replays graphs but returns only a mean. Here:
 one CUDA graph replays a pass over enough rotated buffers that the working set exceeds 4x the L2,
@@ -128,9 +128,9 @@ def host_costs_us(
     """Host microseconds per call of each of `launches` (already compiled): back-to-back calls of
     a tiny problem (the GPU finishes each before the host issues the next), wall time / calls,
     the median of `repeats` rounds after a warm-up round. The rounds interleave the launches, each
-    round in another order: the host's speed drifts within a run (the first round of a process
-    ran up to 1.6x slower; launches timed one after another differed by up to 1.5 us), and
-    interleaving spreads the drift over all of them."""
+    round in another order: the host's speed drifts within a run (a process's first round runs
+    slower, and launches timed one after another differ), and interleaving spreads the drift over
+    all of them."""
     import torch
 
     names = list(launches)

@@ -55,9 +55,9 @@ class TorchFaster:
 # Past half the L2 torch's add_ outruns TMA reduce stores, which the L2 applies, eagerly and in
 # graphs (benchmarks/results/reduce.json; docs/results.md has the figures). Within it TMA keeps
 # the call; so does every dtype not measured (torch has no add for uint32/uint64 at all). No row
-# for a copy: torch's copy_ (the driver's memcpy) led TMA's copy ring by 2-3% from 256 MiB but
-# took 1.5x its time in CUDA graphs from 512 MiB (copy.json). Non-strict calls only: strict asks
-# for TMA.
+# for a copy: torch's copy_ (the driver's memcpy) led TMA's copy ring by a few percent from
+# 256 MiB eagerly but trailed it far in CUDA graphs from 512 MiB (copy.json). Non-strict calls
+# only: strict asks for TMA.
 TORCH_FASTER_BEYOND_L2: dict[str, TorchFaster] = {"add": TorchFaster(0.5, ("float32", "bfloat16"))}
 
 

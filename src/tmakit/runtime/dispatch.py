@@ -18,7 +18,7 @@ The states, per call key (the options exactly as the caller passed them):
   checks both base addresses are 16-byte aligned, launches, and counts the streak of calls in a
   row served by that launcher.
 - FAST: the launcher is called first and nothing is read off the tensors.
-- `needed` starts at 2 and doubles with each rejection, up to 64: raising costs about 15 us, so a
+- `needed` starts at 2 and doubles with each rejection, up to 64: raising costs many calls' time, so a
   caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
 A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
 through the lookup, which writes the same bytes.
