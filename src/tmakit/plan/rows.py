@@ -1,0 +1,171 @@
+"""Rows by index: the plan of a ring that gathers rows of a tensor by an index, scatters them, or
+reduces them into a tensor, with non-tensor bulk copies (`cp.async.bulk`: an address and a byte
+count, no tensor map; `cp.reduce.async.bulk` for the reduces).
+
+A row of a 16-byte-multiple length at a 16-byte-aligned address is one bulk copy, whatever its
+length. Each stage of the ring holds `rows_per_stage` rows, the moved tensor's in order:
+
+- gather (`out = src[index]`): one load per row, from `src` row `index[i]`, then one store of
+  the whole stage to `out` rows i0 .. i0 + n (contiguous there);
+- scatter (`dst[index] = src`): one load of `src` rows i0 .. i0 + n, then one store per row, to
+  `dst` row `index[i]`;
+- add, min, max (`dst[index] op= src`): the scatter with reduce stores, each element reduced
+  once per index entry (repeated indices reduce repeatedly).
+
+The stage's full barrier expects the bytes of its loads (`expected_bytes`). An index entry outside
+`[0, rows)` moves nothing and is reported (`RowsReplay.skipped` in `model.rows`): the kernel
+checks each entry before it addresses a row, so no copy reaches outside the tensor. This module
+plans and checks; `model.rows` replays the moves on NumPy arrays. No kernel runs the plan yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import TmaConfigError
+from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_TX_BYTES, MBARRIER_BYTES, SMEM_PER_BLOCK
+from ..validate import check_field_types, one_of
+
+ROW_OPS = ("gather", "scatter", "add", "min", "max")
+REDUCE_ROW_OPS = ("add", "min", "max")
+# Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
+STAGE_TARGET_BYTES = 32 * 1024
+DEFAULT_ROW_STAGES = 4
+
+
+@dataclass(frozen=True)
+class Move:
+    """One bulk copy of the ring: `nbytes` from global row `row` of `tensor` ("src", "dst" or
+    "out") to the stage at `offset` (a load) or back (a store; `op` its reduce, or None)."""
+
+    load: bool
+    tensor: str
+    row: int
+    offset: int
+    nbytes: int
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class RowsPlan:
+    """`count` rows of `row_bytes` moved by index between a tensor of `rows` rows and a compact
+    one (`op`: one of `ROW_OPS`), `rows_per_stage` rows per stage of a `stages`-deep ring, one
+    step per stage fill, steps dealt to a persistent grid of at most `sm_count` blocks."""
+
+    op: str
+    rows: int
+    row_bytes: int
+    count: int
+    stages: int = DEFAULT_ROW_STAGES
+    sm_count: int = DEFAULT_SM_COUNT
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        one_of(self.op, "rows op", ROW_OPS)
+        rule = row_rule(self.row_bytes)
+        if rule is not None:
+            raise TmaConfigError(rule)
+        if self.rows < 1 or self.count < 0 or self.stages < 1 or self.sm_count < 1:
+            raise TmaConfigError(
+                f"rows {self.rows}, count {self.count}, stages {self.stages}, sm_count {self.sm_count}: "
+                "a rows plan needs at least one row, a count of zero or more, one stage and one SM"
+            )
+        if self.smem_bytes > SMEM_PER_BLOCK:
+            most = SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)
+            raise TmaConfigError(
+                f"{self.stages} stages of {self.stage_bytes} bytes ({self.rows_per_stage} rows of "
+                f"{self.row_bytes}) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a block; "
+                f"{most} fit" + ("" if most else ": rows this long are torch's to move")
+            )
+
+    @property
+    def rows_per_stage(self) -> int:
+        """Rows a stage holds: as many as fit `STAGE_TARGET_BYTES` (at least one), no more than
+        the count, and within an mbarrier phase's transaction count."""
+        fit = min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes)
+        return max(1, min(fit, self.count))
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows_per_stage * self.row_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """The stages and a full and an empty barrier per stage."""
+        return self.stages * (self.stage_bytes + 2 * MBARRIER_BYTES)
+
+    @property
+    def steps(self) -> int:
+        """Stage fills in all: the index split into runs of `rows_per_stage` entries."""
+        return math.ceil(self.count / self.rows_per_stage)
+
+    @property
+    def grid(self) -> int:
+        return max(1, min(self.steps, self.sm_count))
+
+    def steps_of_block(self, block: int) -> range:
+        """The steps block `block` runs: every `grid`-th, from its own."""
+        return range(block, self.steps, self.grid)
+
+    def entries(self, step: int) -> range:
+        """The index entries step `step` moves."""
+        first = step * self.rows_per_stage
+        return range(first, min(first + self.rows_per_stage, self.count))
+
+    def moves(self, step: int, index: list[int] | tuple[int, ...]) -> list[Move]:
+        """The bulk copies of step `step` for the index values `index` (all of them), loads first.
+        A gather loads each entry's row, then stores the stage's rows in one copy (one per row
+        where an entry is out of range: its row of `out` is left as it was). A scatter or reduce
+        loads the stage's `src` rows in one copy, then stores each entry's row. An entry outside
+        [0, rows) addresses nothing."""
+        entries, size = self.entries(step), self.row_bytes
+        valid = [(slot, i, index[i]) for slot, i in enumerate(entries) if 0 <= index[i] < self.rows]
+        whole = len(entries) * size
+        if self.op == "gather":
+            loads = [Move(True, "src", row, slot * size, size) for slot, _, row in valid]
+            if len(valid) == len(entries):
+                return [*loads, Move(False, "out", entries.start, 0, whole)]
+            return loads + [Move(False, "out", i, slot * size, size) for slot, i, _ in valid]
+        op = None if self.op == "scatter" else self.op
+        stores = [Move(False, "dst", row, slot * size, size, op) for slot, _, row in valid]
+        return [Move(True, "src", entries.start, 0, whole), *stores]
+
+    def expected_bytes(self, step: int, index: list[int] | tuple[int, ...]) -> int:
+        """What the step's full barrier expects: the bytes its loads bring (the producer reads the
+        step's index entries before it arrives, so an entry out of range is not counted)."""
+        return sum(move.nbytes for move in self.moves(step, index) if move.load)
+
+    def summary(self) -> str:
+        reduce = f", reduce stores .{self.op}" if self.op in REDUCE_ROW_OPS else ""
+        return "\n".join(
+            [
+                f"rows              {self.op}: {self.count} rows of {self.row_bytes} bytes by index, "
+                f"a tensor of {self.rows} rows{reduce}",
+                f"stages            {self.stages} x {self.rows_per_stage} rows ({self.stage_bytes} bytes); "
+                f"{self.smem_bytes} bytes of shared memory",
+                f"grid              {self.grid} persistent blocks, {self.steps} stage fills",
+                f"each fill         {self.rows_per_stage} bulk copies of one row "
+                + (
+                    "in, then one of the stage out"
+                    if self.op == "gather"
+                    else "out, after one of the stage in"
+                )
+                + f"; its full barrier expects the {self.stage_bytes} bytes loaded",
+            ]
+        )
+
+
+def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = None) -> str | None:
+    """Why a bulk copy cannot move rows of `row_bytes` from a tensor at address `base` whose rows
+    are `row_stride_bytes` apart (None: it can). A bulk copy moves a multiple of 16 bytes between
+    16-byte-aligned addresses."""
+    if type(row_bytes) is not int or row_bytes < 1:
+        return f"row_bytes is {row_bytes!r}; a row has a whole, positive number of bytes"
+    if row_bytes % GLOBAL_BASE_ALIGN:
+        return f"a row is {row_bytes} bytes; a bulk copy moves a multiple of {GLOBAL_BASE_ALIGN}"
+    if base % GLOBAL_BASE_ALIGN:
+        return f"the tensor's base address is not {GLOBAL_BASE_ALIGN}-byte aligned (it is {base})"
+    if row_stride_bytes is not None and row_stride_bytes % GLOBAL_BASE_ALIGN:
+        return f"rows are {row_stride_bytes} bytes apart; each must start {GLOBAL_BASE_ALIGN}-byte aligned"
+    return None
