@@ -54,6 +54,7 @@ VALUE = {
     "kernel": "copy",
     "only": "hot",
     "copy": "stages=4",
+    "rows": "gather:100",
     "specialised": None,
     "pipeline": "stages=4",
     "persistent_clusters": "auto",

@@ -116,3 +116,36 @@ def test_the_summary_names_the_stage_and_what_each_barrier_expects():
     text = RowsPlan("add", 131072, 8192, 16384).summary()
     assert "add: 16384 rows of 8192 bytes by index" in text and "reduce stores .add" in text
     assert "4 x 4 rows (32768 bytes)" in text and "expects the 32768 bytes loaded" in text
+
+
+def test_each_copy_of_a_fill_is_described_with_its_instruction():
+    lines = RowsPlan("add", 100, 64, 10).describe_step(0, [(i * 37) % 100 for i in range(10)], "bf16")
+    assert lines[0].startswith("  load   src rows 0-9 -> stage bytes 0-639")
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16, 64 bytes" in lines[1]
+    assert lines[-1] == "  the full barrier expects 640 bytes (the loads')"
+    gather = RowsPlan("gather", 100, 2048, 16).describe_step(0, [5] * 16, "fp16")
+    assert (
+        "store  stage bytes 0-32767 -> out rows 0-15  (cp.async.bulk.global.shared::cta.bulk_group"
+        in gather[-2]
+    )
+
+
+def test_the_cli_plans_and_explains_rows_by_index():
+    from entry_point import one_error_line, tmakit
+
+    plan = tmakit(
+        "plan", "--kernel", "rows", "--rows", "gather:16384", "--shape", "131072x4096", "--dtype", "bf16"
+    )
+    assert plan.returncode == 0 and "4 x 4 rows (32768 bytes)" in plan.stdout
+    explain = tmakit(
+        "explain", "--kernel", "rows", "--rows", "add:100", "--shape", "1000x32", "--dtype", "fp32"
+    )
+    assert "the full barrier expects 12800 bytes" in explain.stdout and "... 92 more" in explain.stdout
+    for args, refusal in (
+        (["--rows", "gather"], "give OP:COUNT"),
+        (["--rows", "mean:3"], "rows op 'mean' is not one of"),
+        (["--rows", "gather:3", "--tile", "8x8"], "--tile does not apply to --kernel rows"),
+        (["--rows", "gather:3", "--shape", "10x3"], "a row is 6 bytes"),
+    ):
+        run = tmakit("plan", "--kernel", "rows", *args)
+        assert run.returncode == 2 and refusal in one_error_line(run), run.stderr

@@ -22,6 +22,7 @@ from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, R
 from ..plan.copy import fits_l2
 from ..plan.copy_layout import copy_rows_view
 from ..plan.multicast import CLUSTER_SHAPES
+from ..plan.rows import RowsPlan
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
 
@@ -262,7 +263,8 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
 
 
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # what plan and explain take as --kernel
+KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows")  # what plan and explain take as --kernel
+ROWS_METAVAR = "gather|scatter|add|min|max:COUNT"
 
 
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
@@ -272,7 +274,7 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
     swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
     kernel = args.kernel
-    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col")
+    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "rows")
     refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
     if kernel == "reduce" and args.reduce is None:
         raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
@@ -308,10 +310,36 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
 
 
+def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
+    """`--kernel rows --rows OP:COUNT`: COUNT rows of the --shape tensor (its rows the first
+    extent, a row the rest) moved by index with OP, and the example index shown: entry i names
+    row (i * 7919) mod rows, spread over the tensor. Its ring's depth is --stages where given."""
+    refused = ("tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps", "copy", "reduce")
+    refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
+    op, _, count = (args.rows or "").partition(":")
+    if not count.strip().isdigit():
+        raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({ROWS_METAVAR})")
+    rows, row_elements = args.shape[0], math.prod(args.shape[1:])
+    stages = {"stages": args.stages} if "stages" in args.given else {}
+    plan = RowsPlan(op.strip(), rows, row_elements * dtype_named(args.dtype).nbytes, int(count), **stages)
+    return plan, [(i * 7919) % rows for i in range(plan.count)]
+
+
 def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
     """`--im2col SPEC`'s plan: --shape is the NHWC activation and the box SPEC's tile, so the
     load's, ring's, cluster's, copy's and reduce's flags are refused if given (`why`: where)."""
-    given = ("tile", "swizzle", "layout", "pad", "stages", "consumer_warps", "cluster", "reduce", "copy")
+    given = (
+        "tile",
+        "swizzle",
+        "layout",
+        "pad",
+        "stages",
+        "consumer_warps",
+        "cluster",
+        "reduce",
+        "copy",
+        "rows",
+    )
     refuse_given(
         args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
     )

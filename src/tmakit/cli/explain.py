@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import dtype_named
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
 from .args import (
     COUNT,
     KERNELS,
     REDUCE_OP,
+    ROWS_METAVAR,
     CommandError,
     Subparsers,
     add_json,
@@ -21,6 +23,7 @@ from .args import (
     load_plan,
     multicast_plan,
     refuse_given,
+    rows_plan,
 )
 
 
@@ -54,10 +57,13 @@ def add_parser(subparsers: Subparsers) -> None:
         default="load",
         help="what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        "or an im2col box (with --im2col SPEC)",
+        "an im2col box (with --im2col SPEC), or rows by index (with --rows OP:COUNT; no kernel runs it yet)",
     )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
+    )
+    parser.add_argument(
+        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
     )
     add_json(parser, "the explanation")
     parser.set_defaults(run=run)
@@ -67,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if args.im2col is not None or args.kernel == "im2col":
         refuse_given(args, ("kernel",) if args.kernel not in ("load", "im2col") else (), "with --im2col")
         return _explain_im2col(args)
+    if args.kernel == "rows":
+        return _explain_rows(args)
     if args.kernel != "load":
         plan, head = call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
@@ -74,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
-    refuse_given(args, ("copy",), "without --kernel copy, transpose or reduce")
+    refuse_given(args, ("copy", "rows"), "without --kernel copy, transpose, reduce or rows")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -89,4 +97,19 @@ def _explain_im2col(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
     result = explain_im2col(im2col_plan(args, "with --im2col"), args.highlight)
     emit(args, result, im2col_to_text(result))
+    return 0
+
+
+def _explain_rows(args: argparse.Namespace) -> int:
+    """`explain --kernel rows --rows OP:COUNT`: the plan, then each bulk copy of its first stage
+    fill for an example index, and the bytes that fill's full barrier expects."""
+    plan, index = rows_plan(args)
+    dtype = dtype_named(args.dtype).name
+    moves = plan.describe_step(0, index, dtype) if plan.count else ["  (no rows: nothing moves)"]
+    shown = moves if len(moves) <= 12 else [*moves[:8], f"  ... {len(moves) - 10} more", *moves[-2:]]
+    example = "the example index: entry i names row (i * 7919) mod rows"
+    text = "\n".join([plan.summary(), "", f"The first stage fill ({example})", *shown])
+    emit(
+        args, {"kernel": {"kind": "rows", "summary": plan.summary().splitlines(), "first_fill": moves}}, text
+    )
     return 0

@@ -10,6 +10,7 @@ from .args import (
     COUNT,
     KERNELS,
     REDUCE_OP,
+    ROWS_METAVAR,
     Subparsers,
     add_count,
     add_json,
@@ -18,6 +19,7 @@ from .args import (
     emit,
     im2col_plan,
     refuse_given,
+    rows_plan,
     shown_load,
 )
 
@@ -31,13 +33,17 @@ def add_parser(subparsers: Subparsers) -> None:
         choices=KERNELS,
         default="load",
         help="what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        "(copy) or of the other (transpose), reduce_into_ with --reduce OP, or im2col with --im2col SPEC",
+        "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
+        "or rows by index with --rows OP:COUNT (a plan no kernel runs yet)",
     )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
     parser.add_argument(
         "--reduce", type=REDUCE_OP, metavar="OP", help="--kernel reduce: the op (add, max, ...)"
+    )
+    parser.add_argument(
+        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
     )
     parser.add_argument(
         "--im2col",
@@ -51,7 +57,9 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kernel != "load":
         return _plan_kernel(args)
-    refuse_given(args, ("copy", "reduce", "im2col"), "without --kernel copy, transpose, reduce or im2col")
+    refuse_given(
+        args, ("copy", "reduce", "im2col", "rows"), "without --kernel copy, transpose, reduce, im2col or rows"
+    )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
         multicast = MulticastPlan(load, args.cluster, stages=args.stages)
@@ -79,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
 def _plan_kernel(args: argparse.Namespace) -> int:
     """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
     SM count and L2), from the tensor's flags and the kernel's options."""
+    if args.kernel == "rows":
+        rows, _ = rows_plan(args)
+        emit(args, {"kernel": {"kind": "rows", "summary": rows.summary().splitlines()}}, rows.summary())
+        return 0
     if args.kernel == "im2col":
         refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
         plan = im2col_plan(args, "to --kernel im2col")

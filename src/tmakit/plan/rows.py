@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_TX_BYTES, MBARRIER_BYTES, SMEM_PER_BLOCK
 from ..validate import check_field_types, one_of
+from .reduce import PTX_TYPES
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
 REDUCE_ROW_OPS = ("add", "min", "max")
@@ -136,6 +137,27 @@ class RowsPlan:
         step's index entries before it arrives, so an entry out of range is not counted)."""
         return sum(move.nbytes for move in self.moves(step, index) if move.load)
 
+    def describe_step(self, step: int, index: list[int] | tuple[int, ...], dtype: str) -> list[str]:
+        """Each bulk copy of step `step` as a line: what it moves, from where to where, and the
+        instruction; then the bytes the step's full barrier expects."""
+        lines = []
+        for move in self.moves(step, index):
+            rows = move.nbytes // self.row_bytes
+            where = (
+                f"{move.tensor} row {move.row}"
+                if rows == 1
+                else f"{move.tensor} rows {move.row}-{move.row + rows - 1}"
+            )
+            stage = f"stage bytes {move.offset}-{move.offset + move.nbytes - 1}"
+            if move.load:
+                lines.append(f"  load   {where} -> {stage}  ({LOAD_INSTRUCTION}, {move.nbytes} bytes)")
+            else:
+                lines.append(
+                    f"  store  {stage} -> {where}  ({store_instruction(move.op, dtype)}, {move.nbytes} bytes)"
+                )
+        lines.append(f"  the full barrier expects {self.expected_bytes(step, index)} bytes (the loads')")
+        return lines
+
     def summary(self) -> str:
         reduce = f", reduce stores .{self.op}" if self.op in REDUCE_ROW_OPS else ""
         return "\n".join(
@@ -144,7 +166,7 @@ class RowsPlan:
                 f"a tensor of {self.rows} rows{reduce}",
                 f"stages            {self.stages} x {self.rows_per_stage} rows ({self.stage_bytes} bytes); "
                 f"{self.smem_bytes} bytes of shared memory",
-                f"grid              {self.grid} persistent blocks, {self.steps} stage fills",
+                f"grid              {self.grid} persistent block(s), {self.steps} stage fill(s)",
                 f"each fill         {self.rows_per_stage} bulk copies of one row "
                 + (
                     "in, then one of the stage out"
@@ -154,6 +176,18 @@ class RowsPlan:
                 + f"; its full barrier expects the {self.stage_bytes} bytes loaded",
             ]
         )
+
+
+LOAD_INSTRUCTION = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+def store_instruction(op: str | None, dtype: str) -> str:
+    """The PTX of a row's store: a bulk copy, or the bulk reduce of `op` on `dtype` (f16 and bf16
+    adds are `.noftz`, the form the PTX ISA gives them)."""
+    if op is None:
+        return "cp.async.bulk.global.shared::cta.bulk_group"
+    noftz = ".noftz" if op == "add" and dtype in ("fp16", "bf16") else ""
+    return f"cp.reduce.async.bulk.global.shared::cta.bulk_group.{op}{noftz}.{PTX_TYPES.get(dtype, dtype)}"
 
 
 def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = None) -> str | None:
