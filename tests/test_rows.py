@@ -4,6 +4,8 @@ runs the plan yet."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -55,13 +57,38 @@ def test_the_rows_a_bulk_copy_cannot_move_are_named(args, rule):
 
 
 def test_each_barrier_expects_what_its_loads_bring():
-    """Counted apart from the moves: a gather's valid entries, a scatter's whole stage."""
-    index = [3, 99, 0, 7, -1, 2, 5]  # 99 and -1 out of range for 10 rows
-    gather, scatter = RowsPlan("gather", 10, 32, 7), RowsPlan("scatter", 10, 32, 7)
+    """Counted apart from the moves, over several steps and a partial last one: a gather's
+    entries in range, a scatter's whole stage."""
+    index = [int(i) for i in RNG.integers(-3, 13, size=2500)]  # some out of range for 10 rows
+    gather, scatter = RowsPlan("gather", 10, 32, 2500), RowsPlan("scatter", 10, 32, 2500)
+    assert gather.steps == 3 and len(gather.entries(2)) == 2500 - 2 * 1024
     for step in range(gather.steps):
         valid = sum(0 <= index[i] < 10 for i in gather.entries(step))
         assert gather.expected_bytes(step, index) == valid * 32
         assert scatter.expected_bytes(step, index) == len(scatter.entries(step)) * 32
+
+
+def test_nothing_to_move_plans_no_step_and_replays_to_the_input():
+    plan = RowsPlan("gather", 10, 16, 0)
+    assert plan.steps == 0
+    out = replay_rows(plan, np.array([], np.int64), rows_of(10, 4), np.zeros((0, 4), np.int32)).out
+    assert out.shape == (0, 4)
+
+
+def test_the_replay_refuses_arrays_the_plan_does_not_describe():
+    plan = RowsPlan("scatter", 10, 16, 2)
+    with pytest.raises(TmaConfigError, match="the index has 3 entries; the plan moves 2"):
+        replay_rows(plan, np.array([1, 2, 3]), rows_of(2, 4), rows_of(10, 4))
+    with pytest.raises(TmaConfigError, match="dst is .* the plan moves 10 rows of 16 bytes"):
+        replay_rows(plan, np.array([1, 2]), rows_of(2, 4), rows_of(10, 8))
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"), [("min", "fp32"), ("add", "int64"), ("max", "uint8"), ("add", None)]
+)
+def test_a_reduce_the_bulk_form_does_not_take_is_refused(op, dtype):
+    with pytest.raises(TmaConfigError, match=f"rows op '{op}' with dtype {dtype}: the bulk reduce"):
+        RowsPlan(op, 10, 64, 4, dtype=dtype)
 
 
 def rows_of(count, width, dtype=np.int32):
@@ -106,24 +133,34 @@ def test_reduces_with_repeated_indices_reduce_once_per_entry(op, dtype, numpy_at
     dst = RNG.integers(0, 1000, size=(50, width)).astype(element)
     src = RNG.integers(0, 1000, size=(400, width)).astype(element)
     index = RNG.zipf(1.5, size=400) % 50  # skewed: many repeats of the small rows
-    replay = replay_rows(RowsPlan(op, len(dst), 64, len(index)), index, src, dst, dtype)
+    replay = replay_rows(RowsPlan(op, len(dst), 64, len(index), dtype=dtype), index, src, dst)
     expected = dst.copy()
     numpy_at(expected, index, src)
     assert np.array_equal(replay.out, expected)
 
 
+def test_signed_min_compares_signed_and_half_adds_round_once_per_entry():
+    dst, src = np.array([[5, -5, 0, 7]], np.int32), np.array([[-9, 3, 1, -7]], np.int32)
+    plan = RowsPlan("min", 1, 16, 1, dtype="int32")
+    assert np.array_equal(replay_rows(plan, np.array([0]), src, dst).out, [[-9, -5, 0, -7]])
+    half = np.full((1, 8), 2048, np.float16)  # 2048 + 1 rounds back to 2048 in fp16, each time
+    ones = np.ones((3, 8), np.float16)
+    plan = RowsPlan("add", 1, 16, 3, dtype="fp16")
+    assert np.all(replay_rows(plan, np.zeros(3, np.int64), ones, half).out == 2048)
+
+
 def test_the_summary_names_the_stage_and_what_each_barrier_expects():
-    text = RowsPlan("add", 131072, 8192, 16384).summary()
+    text = RowsPlan("add", 131072, 8192, 16384, dtype="bf16").summary()
     assert "add: 16384 rows of 8192 bytes by index" in text and "reduce stores .add" in text
-    assert "4 x 4 rows (32768 bytes)" in text and "expects the 32768 bytes loaded" in text
+    assert "4 x 4 rows (32768 bytes)" in text and "expects the bytes loaded, 32768 for a full stage" in text
 
 
 def test_each_copy_of_a_fill_is_described_with_its_instruction():
-    lines = RowsPlan("add", 100, 64, 10).describe_step(0, [(i * 37) % 100 for i in range(10)], "bf16")
+    lines = RowsPlan("add", 100, 64, 10, dtype="bf16").describe_step(0, [(i * 37) % 100 for i in range(10)])
     assert lines[0].startswith("  load   src rows 0-9 -> stage bytes 0-639")
     assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16, 64 bytes" in lines[1]
     assert lines[-1] == "  the full barrier expects 640 bytes (the loads')"
-    gather = RowsPlan("gather", 100, 2048, 16).describe_step(0, [5] * 16, "fp16")
+    gather = RowsPlan("gather", 100, 2048, 16).describe_step(0, [5] * 16)
     assert (
         "store  stage bytes 0-32767 -> out rows 0-15  (cp.async.bulk.global.shared::cta.bulk_group"
         in gather[-2]
@@ -141,11 +178,28 @@ def test_the_cli_plans_and_explains_rows_by_index():
         "explain", "--kernel", "rows", "--rows", "add:100", "--shape", "1000x32", "--dtype", "fp32"
     )
     assert "the full barrier expects 12800 bytes" in explain.stdout and "... 92 more" in explain.stdout
+    batched = json.loads(
+        tmakit(
+            "plan",
+            "--kernel",
+            "rows",
+            "--rows",
+            "gather:64",
+            "--shape",
+            "100x4x8",
+            "--dtype",
+            "fp32",
+            "--json",
+        ).stdout
+    )
+    assert "gather: 64 rows of 128 bytes by index, a tensor of 100 rows" in batched["kernel"]["summary"][0]
     for args, refusal in (
         (["--rows", "gather"], "give OP:COUNT"),
         (["--rows", "mean:3"], "rows op 'mean' is not one of"),
         (["--rows", "gather:3", "--tile", "8x8"], "--tile does not apply to --kernel rows"),
         (["--rows", "gather:3", "--shape", "10x3"], "a row is 6 bytes"),
+        (["--rows", "min:3", "--dtype", "fp32"], "the bulk reduce (cp.reduce.async.bulk) takes min on"),
+        (["--rows", "gather:\u00b2"], "give OP:COUNT"),
     ):
         run = tmakit("plan", "--kernel", "rows", *args)
         assert run.returncode == 2 and refusal in one_error_line(run), run.stderr

@@ -317,11 +317,13 @@ def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
     refused = ("tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps", "copy", "reduce")
     refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
     op, _, count = (args.rows or "").partition(":")
-    if not count.strip().isdigit():
+    count = count.strip()
+    if not (count.isascii() and count.isdigit()):
         raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({ROWS_METAVAR})")
-    rows, row_elements = args.shape[0], math.prod(args.shape[1:])
+    element = dtype_named(args.dtype)
+    rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
     stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = RowsPlan(op.strip(), rows, row_elements * dtype_named(args.dtype).nbytes, int(count), **stages)
+    plan = RowsPlan(op.strip(), rows, row_bytes, int(count), dtype=element.name, **stages)
     return plan, [(i * 7919) % rows for i in range(plan.count)]
 
 

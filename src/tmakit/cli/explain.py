@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import dtype_named
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
 from .args import (
@@ -104,8 +103,7 @@ def _explain_rows(args: argparse.Namespace) -> int:
     """`explain --kernel rows --rows OP:COUNT`: the plan, then each bulk copy of its first stage
     fill for an example index, and the bytes that fill's full barrier expects."""
     plan, index = rows_plan(args)
-    dtype = dtype_named(args.dtype).name
-    moves = plan.describe_step(0, index, dtype) if plan.count else ["  (no rows: nothing moves)"]
+    moves = plan.describe_step(0, index) if plan.count else ["  (no rows: nothing moves)"]
     shown = moves if len(moves) <= 12 else [*moves[:8], f"  ... {len(moves) - 10} more", *moves[-2:]]
     example = "the example index: entry i names row (i * 7919) mod rows"
     text = "\n".join([plan.summary(), "", f"The first stage fill ({example})", *shown])

@@ -1,7 +1,7 @@
 """What a rows plan's bulk copies do, replayed on NumPy arrays: each step's loads fill a stage,
-its stores copy the stage out or
-reduce it into the destination (`model.reduce.reduce_reference`, one reduction per index
-entry, repeated entries reducing in turn). The reference a row kernel will be checked against."""
+its stores copy the stage out or reduce it into the destination, one reduction per index entry,
+repeated entries in turn (integers: wrapping adds, signed or unsigned min/max as the dtype is;
+floats: `model.reduce.reduce_reference`). The reference a row kernel will be checked against."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import TmaConfigError
 from ..plan.rows import RowsPlan
-from .reduce import reduce_reference
+from .reduce import STORAGE, reduce_reference
+
+_INTEGER_REDUCES = {"add": np.add, "min": np.minimum, "max": np.maximum}
 
 
 @dataclass
@@ -21,17 +24,28 @@ class RowsReplay:
     skipped: list[int] = field(default_factory=list)
 
 
-def replay_rows(
-    plan: RowsPlan, index: np.ndarray, src: np.ndarray, dst: np.ndarray, dtype: str | None = None
-) -> RowsReplay:
-    """Replay `plan` on `src` and `dst` (2-D arrays of rows of `plan.row_bytes`; left unchanged)
-    with `index`: gather returns `out` of `len(index)` rows, whose rows of skipped entries are
-    `dst`'s (the `out` given); scatter and the reduces return the new `dst`. `dtype` names the
-    element type a reduce works on (tmakit's names; bf16 as its uint16 bits)."""
+def _rows(array: np.ndarray, count: int, row_bytes: int, name: str) -> np.ndarray:
+    """`array` as `count` rows of `row_bytes` bytes (a view); TmaConfigError if it is not that."""
+    if len(array) != count or array.nbytes != count * row_bytes:
+        raise TmaConfigError(
+            f"{name} is {array.shape} {array.dtype} ({array.nbytes} bytes); the plan moves {count} "
+            f"rows of {row_bytes} bytes there"
+        )
+    return np.ascontiguousarray(array).view(np.uint8).reshape(count, row_bytes)
+
+
+def replay_rows(plan: RowsPlan, index: np.ndarray, src: np.ndarray, dst: np.ndarray) -> RowsReplay:
+    """Replay `plan` on `src` and `dst` (left unchanged) with `index` (`plan.count` entries):
+    a gather returns `out` (`dst` is its initial value: the rows of skipped entries keep it);
+    scatter and the reduces return the new `dst`. Reduces read the rows as `plan.dtype`'s
+    storage (bf16 as its uint16 bits)."""
     index = [int(value) for value in np.asarray(index).reshape(-1)]
+    if len(index) != plan.count:
+        raise TmaConfigError(f"the index has {len(index)} entries; the plan moves {plan.count}")
+    gather = plan.op == "gather"
+    source = _rows(src, plan.rows if gather else plan.count, plan.row_bytes, "src")
     out = dst.copy()
-    source = np.ascontiguousarray(src).view(np.uint8).reshape(len(src), -1)
-    target = out.view(np.uint8).reshape(len(out), -1)
+    target = _rows(out, plan.count if gather else plan.rows, plan.row_bytes, "dst")
     stage = np.zeros(plan.stage_bytes, np.uint8)
     replay = RowsReplay(out, [i for i, row in enumerate(index) if not 0 <= row < plan.rows])
     for step in range(plan.steps):
@@ -43,8 +57,12 @@ def replay_rows(
             elif move.op is None:
                 target[first : first + rows] = stage[span].reshape(rows, -1)
             else:
-                element = out.dtype
-                current = target[first].view(element)
-                incoming = stage[span].view(element)
-                target[first] = reduce_reference(move.op, dtype, current, incoming).view(np.uint8)
+                storage = STORAGE[plan.dtype]
+                current, incoming = target[first].view(storage), stage[span].view(storage)
+                if np.issubdtype(storage, np.integer) and plan.dtype != "bf16":
+                    with np.errstate(over="ignore"):
+                        reduced = _INTEGER_REDUCES[move.op](current, incoming).astype(storage)
+                else:
+                    reduced = reduce_reference(move.op, plan.dtype, current, incoming)
+                target[first] = reduced.view(np.uint8)
     return replay

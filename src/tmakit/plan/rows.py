@@ -8,12 +8,15 @@ length. Each stage of the ring holds `rows_per_stage` rows, the moved tensor's i
 - gather (`out = src[index]`): one load per row, from `src` row `index[i]`, then one store of
   the whole stage to `out` rows i0 .. i0 + n (contiguous there);
 - scatter (`dst[index] = src`): one load of `src` rows i0 .. i0 + n, then one store per row, to
-  `dst` row `index[i]`;
-- add, min, max (`dst[index] op= src`): the scatter with reduce stores, each element reduced
-  once per index entry (repeated indices reduce repeatedly).
+  `dst` row `index[i]`; with repeated entries, which one lands last is not defined (the stores
+  of different blocks race), as for torch's `index_copy_`;
+- add, min, max (`dst[index] op= src`): the scatter with reduce stores (`ROW_REDUCE_DTYPES`),
+  each element reduced once per index entry, repeated entries in turn (float adds: in an order
+  the GPU picks, so repeated entries round as that order has it).
 
 The stage's full barrier expects the bytes of its loads (`expected_bytes`). An index entry outside
-`[0, rows)` moves nothing and is reported (`RowsReplay.skipped` in `model.rows`): the kernel
+`[0, rows)`, a negative one included (NumPy and torch would count it from the end), moves nothing
+and is reported (`RowsReplay.skipped` in `model.rows`): the kernel
 checks each entry before it addresses a row, so no copy reaches outside the tensor. This module
 plans and checks; `model.rows` replays the moves on NumPy arrays. No kernel runs the plan yet.
 """
@@ -29,7 +32,15 @@ from ..validate import check_field_types, one_of
 from .reduce import PTX_TYPES
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
-REDUCE_ROW_OPS = ("add", "min", "max")
+# The (op, dtype) pairs of the non-tensor bulk reduce into global memory, as the PTX ISA lists
+# `cp.reduce.async.bulk` (f16/bf16 adds are `.noftz`); signed min/max included, which this form
+# types in the instruction. Not yet run on a GPU.
+ROW_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
+    "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
+    "min": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
+    "max": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
+}
+REDUCE_ROW_OPS = tuple(ROW_REDUCE_DTYPES)
 # Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
 STAGE_TARGET_BYTES = 32 * 1024
 DEFAULT_ROW_STAGES = 4
@@ -60,6 +71,7 @@ class RowsPlan:
     count: int
     stages: int = DEFAULT_ROW_STAGES
     sm_count: int = DEFAULT_SM_COUNT
+    dtype: str | None = None  # what a reduce reduces (`ROW_REDUCE_DTYPES`); copies move bytes
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -67,6 +79,11 @@ class RowsPlan:
         rule = row_rule(self.row_bytes)
         if rule is not None:
             raise TmaConfigError(rule)
+        if self.op in ROW_REDUCE_DTYPES and self.dtype not in ROW_REDUCE_DTYPES[self.op]:
+            raise TmaConfigError(
+                f"rows op {self.op!r} with dtype {self.dtype}: the bulk reduce (cp.reduce.async.bulk) "
+                f"takes {self.op} on {', '.join(ROW_REDUCE_DTYPES[self.op])}"
+            )
         if self.rows < 1 or self.count < 0 or self.stages < 1 or self.sm_count < 1:
             raise TmaConfigError(
                 f"rows {self.rows}, count {self.count}, stages {self.stages}, sm_count {self.sm_count}: "
@@ -137,7 +154,7 @@ class RowsPlan:
         step's index entries before it arrives, so an entry out of range is not counted)."""
         return sum(move.nbytes for move in self.moves(step, index) if move.load)
 
-    def describe_step(self, step: int, index: list[int] | tuple[int, ...], dtype: str) -> list[str]:
+    def describe_step(self, step: int, index: list[int] | tuple[int, ...]) -> list[str]:
         """Each bulk copy of step `step` as a line: what it moves, from where to where, and the
         instruction; then the bytes the step's full barrier expects."""
         lines = []
@@ -152,9 +169,8 @@ class RowsPlan:
             if move.load:
                 lines.append(f"  load   {where} -> {stage}  ({LOAD_INSTRUCTION}, {move.nbytes} bytes)")
             else:
-                lines.append(
-                    f"  store  {stage} -> {where}  ({store_instruction(move.op, dtype)}, {move.nbytes} bytes)"
-                )
+                instruction = store_instruction(move.op, self.dtype)
+                lines.append(f"  store  {stage} -> {where}  ({instruction}, {move.nbytes} bytes)")
         lines.append(f"  the full barrier expects {self.expected_bytes(step, index)} bytes (the loads')")
         return lines
 
@@ -167,13 +183,13 @@ class RowsPlan:
                 f"stages            {self.stages} x {self.rows_per_stage} rows ({self.stage_bytes} bytes); "
                 f"{self.smem_bytes} bytes of shared memory",
                 f"grid              {self.grid} persistent block(s), {self.steps} stage fill(s)",
-                f"each fill         {self.rows_per_stage} bulk copies of one row "
+                f"each fill         up to {self.rows_per_stage} bulk copies of one row "
                 + (
                     "in, then one of the stage out"
                     if self.op == "gather"
                     else "out, after one of the stage in"
                 )
-                + f"; its full barrier expects the {self.stage_bytes} bytes loaded",
+                + f"; its full barrier expects the bytes loaded, {self.stage_bytes} for a full stage",
             ]
         )
 
@@ -181,13 +197,13 @@ class RowsPlan:
 LOAD_INSTRUCTION = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
 
 
-def store_instruction(op: str | None, dtype: str) -> str:
+def store_instruction(op: str | None, dtype: str | None) -> str:
     """The PTX of a row's store: a bulk copy, or the bulk reduce of `op` on `dtype` (f16 and bf16
     adds are `.noftz`, the form the PTX ISA gives them)."""
     if op is None:
         return "cp.async.bulk.global.shared::cta.bulk_group"
     noftz = ".noftz" if op == "add" and dtype in ("fp16", "bf16") else ""
-    return f"cp.reduce.async.bulk.global.shared::cta.bulk_group.{op}{noftz}.{PTX_TYPES.get(dtype, dtype)}"
+    return f"cp.reduce.async.bulk.global.shared::cta.bulk_group.{op}{noftz}.{PTX_TYPES[dtype]}"
 
 
 def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = None) -> str | None:
