@@ -69,8 +69,9 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.im2col is not None and args.kernel not in ("load", "im2col"):
+        raise CommandError(f"--im2col explains an im2col box: drop --kernel {args.kernel}")
     if args.im2col is not None or args.kernel == "im2col":
-        refuse_given(args, ("kernel",) if args.kernel not in ("load", "im2col") else (), "with --im2col")
         return _explain_im2col(args)
     if args.kernel == "rows":
         return _explain_rows(args)
