@@ -84,11 +84,18 @@ def test_the_replay_refuses_arrays_the_plan_does_not_describe():
 
 
 @pytest.mark.parametrize(
-    ("op", "dtype"), [("min", "fp32"), ("add", "int64"), ("max", "uint8"), ("add", None)]
+    ("op", "dtype"), [("min", "fp32"), ("add", "fp8e4m3"), ("max", "uint8"), ("add", None)]
 )
 def test_a_reduce_the_bulk_form_does_not_take_is_refused(op, dtype):
     with pytest.raises(TmaConfigError, match=f"rows op '{op}' with dtype {dtype}: the bulk reduce"):
         RowsPlan(op, 10, 64, 4, dtype=dtype)
+
+
+def test_an_int64_add_is_the_bulk_reduces_u64_add():
+    """Wrapping adds are the same bits signed or unsigned, so int64 adds as .u64."""
+    plan = RowsPlan("add", 10, 64, 4, dtype="int64")
+    assert plan.reduce_dtype == "uint64"
+    assert "add.u64" in plan.describe_step(0, [1, 2, 3, 4])[-2]
 
 
 def rows_of(count, width, dtype=np.int32):

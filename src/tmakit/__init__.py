@@ -4,8 +4,10 @@ The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `cop
 `CopyOptions`; `copy_path` names the path a copy takes), `reduce_into_` and `add_` (TMA reduce
 stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a call takes),
 `im2col` (TMA im2col loads, torch's expression where TMA cannot serve; `im2col_path` names the
-path), the configuration and plan types and the errors. Building blocks for your own kernel:
-`tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing` and the TMA view helpers).
+path), `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
+row copies; `rows_path` names the path), the configuration and plan types and the errors.
+Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
+and the TMA view helpers).
 """
 
 from .api import (
@@ -14,12 +16,17 @@ from .api import (
     copy,
     copy_,
     copy_path,
+    gather_rows,
     im2col,
     im2col_path,
+    index_add_,
+    index_reduce_,
     load_tiles,
     padded_empty,
     reduce_into_,
     reduce_path,
+    rows_path,
+    scatter_rows_,
 )
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
@@ -41,11 +48,16 @@ __all__ = [
     "copy",
     "copy_",
     "copy_path",
+    "gather_rows",
     "im2col",
     "im2col_path",
+    "index_add_",
+    "index_reduce_",
     "load_tiles",
     "padded_empty",
     "reduce_into_",
     "reduce_path",
+    "rows_path",
+    "scatter_rows_",
 ]
 __version__ = "0.1.0"

@@ -9,7 +9,9 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
   launchers around a route (its views, torch's `copy_`, the empty copy);
 - `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
   `reduce_torch`: torch's op for the tensors TMA does not serve;
-- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
+- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression);
+- `rows`: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
+  row copies), `rows_path` (which path a call takes).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
@@ -20,6 +22,7 @@ from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy, specialised_
 from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .reduce import add_, reduce_into_, reduce_options, reduce_path
+from .rows import gather_rows, index_add_, index_reduce_, rows_path, scatter_rows_
 from .tensors import check_on_gpu, check_torch_tensor
 
 __all__ = [
@@ -32,8 +35,11 @@ __all__ = [
     "copy_",
     "copy_dispatch",
     "copy_path",
+    "gather_rows",
     "im2col",
     "im2col_path",
+    "index_add_",
+    "index_reduce_",
     "load_tiles",
     "padded_empty",
     "plan_copy",
@@ -41,6 +47,8 @@ __all__ = [
     "reduce_into_",
     "reduce_options",
     "reduce_path",
+    "rows_path",
+    "scatter_rows_",
     "strided_patches",
     "torch_im2col",
 ]

@@ -18,18 +18,28 @@ The stage's full barrier expects the bytes of its loads (`expected_bytes`). An i
 `[0, rows)`, a negative one included (NumPy and torch would count it from the end), moves nothing
 and is reported (`RowsReplay.skipped` in `model.rows`): the kernel
 checks each entry before it addresses a row, so no copy reaches outside the tensor. This module
-plans and checks; `model.rows` replays the moves on NumPy arrays. No kernel runs the plan yet.
+plans and checks; `model.rows` replays the moves on NumPy arrays; `kernels.rows` runs the plan
+(one compile per `kernel_plan`: the count and the rows are run-time values).
+
+The kernel's ring is a `PipelinePlan` over a stand-in load plan whose tile is the stage: int32,
+256 wide, its rows rounded up to whole KiB (`pipeline`). The stage's bytes are the rows'; the
+stand-in only sizes the ring's shared memory and carries its stages, barriers and persistent walk.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..config import DTYPES, LoadConfig
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_TX_BYTES, MBARRIER_BYTES, SMEM_PER_BLOCK
 from ..validate import check_field_types, one_of
+from .copy import MIN_STORES_IN_FLIGHT
+from .load import LoadPlan
 from .reduce import PTX_TYPES
+from .ring import PipelinePlan
+from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, lazy_reason
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
 # The (op, dtype) pairs of the non-tensor bulk reduce into global memory, as the PTX ISA lists
@@ -41,9 +51,13 @@ ROW_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "max": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
 }
 REDUCE_ROW_OPS = tuple(ROW_REDUCE_DTYPES)
+# Wrapping adds are the same bits signed or unsigned: an int64 add is the bulk reduce's u64 add.
+ROW_ADD_AS = {"int64": "uint64"}
 # Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
 STAGE_TARGET_BYTES = 32 * 1024
 DEFAULT_ROW_STAGES = 4
+# The stand-in tile's width and element: 256 int32, a KiB per row of the stand-in.
+_STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,7 @@ class RowsPlan:
         rule = row_rule(self.row_bytes)
         if rule is not None:
             raise TmaConfigError(rule)
-        if self.op in ROW_REDUCE_DTYPES and self.dtype not in ROW_REDUCE_DTYPES[self.op]:
+        if self.op in ROW_REDUCE_DTYPES and self.reduce_dtype not in ROW_REDUCE_DTYPES[self.op]:
             raise TmaConfigError(
                 f"rows op {self.op!r} with dtype {self.dtype}: the bulk reduce (cp.reduce.async.bulk) "
                 f"takes {self.op} on {', '.join(ROW_REDUCE_DTYPES[self.op])}"
@@ -98,11 +112,23 @@ class RowsPlan:
             )
 
     @property
+    def reduce_dtype(self) -> str | None:
+        """The type the bulk reduce names: the dtype, or the same-bits type that has the op
+        (`ROW_ADD_AS`)."""
+        if self.op == "add":
+            return ROW_ADD_AS.get(self.dtype, self.dtype)
+        return self.dtype
+
+    @property
+    def full_stage_rows(self) -> int:
+        """Rows a full stage holds: as many as fit `STAGE_TARGET_BYTES` (at least one) and an
+        mbarrier phase's transaction count."""
+        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
+
+    @property
     def rows_per_stage(self) -> int:
-        """Rows a stage holds: as many as fit `STAGE_TARGET_BYTES` (at least one), no more than
-        the count, and within an mbarrier phase's transaction count."""
-        fit = min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes)
-        return max(1, min(fit, self.count))
+        """Rows a stage holds: a full stage's, no more than the count."""
+        return max(1, min(self.full_stage_rows, self.count))
 
     @property
     def stage_bytes(self) -> int:
@@ -110,8 +136,29 @@ class RowsPlan:
 
     @property
     def smem_bytes(self) -> int:
-        """The stages and a full and an empty barrier per stage."""
-        return self.stages * (self.stage_bytes + 2 * MBARRIER_BYTES)
+        """The stages (each rounded up to the stand-in tile's whole KiB) and a full and an empty
+        barrier per stage."""
+        ring_stage = math.ceil(self.stage_bytes / _STAND_IN_BYTES) * _STAND_IN_BYTES
+        return self.stages * (ring_stage + 2 * MBARRIER_BYTES)
+
+    def kernel_plan(self) -> RowsPlan:
+        """The plan a kernel is compiled for: this one with full stages, its count and rows
+        standing in (the kernel reads both at each call)."""
+        return replace(self, rows=1, count=self.full_stage_rows)
+
+    @property
+    def stores_in_flight(self) -> int:
+        """Store groups a consumer lane keeps in flight before the oldest must have read its
+        stage (as a copy's: `CopyOptions`)."""
+        return max(MIN_STORES_IN_FLIGHT, self.stages // 2)
+
+    @property
+    def pipeline(self) -> PipelinePlan:
+        """The ring the kernel runs on: stages of the stand-in tile (int32, 256 wide, the stage's
+        bytes rounded up to whole KiB), a producer and a consumer warp, persistent."""
+        tile = (math.ceil(self.stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH)
+        load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
+        return PipelinePlan(load, stages=self.stages, persistent=True, sm_count=self.sm_count)
 
     @property
     def steps(self) -> int:
@@ -169,7 +216,7 @@ class RowsPlan:
             if move.load:
                 lines.append(f"  load   {where} -> {stage}  ({LOAD_INSTRUCTION}, {move.nbytes} bytes)")
             else:
-                instruction = store_instruction(move.op, self.dtype)
+                instruction = store_instruction(move.op, self.reduce_dtype)
                 lines.append(f"  store  {stage} -> {where}  ({instruction}, {move.nbytes} bytes)")
         lines.append(f"  the full barrier expects {self.expected_bytes(step, index)} bytes (the loads')")
         return lines
@@ -219,3 +266,113 @@ def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = No
     if row_stride_bytes is not None and row_stride_bytes % GLOBAL_BASE_ALIGN:
         return f"rows are {row_stride_bytes} bytes apart; each must start {GLOBAL_BASE_ALIGN}-byte aligned"
     return None
+
+
+# Rows shorter than this go to torch's op unless a call is strict: below it torch's LSU kernels
+# kept up with one bulk copy per row (the rows study, benchmarks/results/rows.json).
+ROWS_MIN_TMA_BYTES = 256
+# torch's index_reduce_ names, as the bulk reduce names them.
+INDEX_REDUCES = {"amax": "max", "amin": "min"}
+# The dtypes whose min/max the rows path takes: integers. f16/bf16 min/max in PTX return the
+# number beside a NaN where torch's amax/amin return the NaN.
+ROW_MINMAX_TORCH_DTYPES = ("int32", "int64", "uint32", "uint64")
+_TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class RowsFacts:
+    """What a rows call's path is a function of, read off the tensors: the table (the indexed
+    tensor) and the compact one (a gather's `out`, the others' `src`), shapes and element strides
+    as torch gives them, dtypes by torch's names, addresses, device indices (-1: not a CUDA
+    device; `route.NOT_SM90`: not a Hopper), and the index's dtype and device."""
+
+    op: str
+    table_shape: tuple[int, ...]
+    table_strides: tuple[int, ...]
+    compact_shape: tuple[int, ...]
+    compact_strides: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    table_address: int
+    compact_address: int
+    device: int
+    index_device: int
+    index_dtype: str
+    lazy: str | None = None
+    recorded: bool = False  # autograd records the call
+
+
+def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
+    """Why bulk row copies cannot serve a rows call (None: they can): the device, a bit torch
+    applies lazily, autograd, rows that are not contiguous runs of 16-byte multiples at 16-byte
+    aligned addresses, a compact tensor whose rows are not back to back, a reduce the bulk
+    reduce has no form for, and (unless `strict`) rows under `ROWS_MIN_TMA_BYTES`."""
+    if facts.device == NOT_SM90:
+        return NOT_SM90_REASON
+    if facts.device < 0 or facts.index_device != facts.device:
+        return "the tensors and the index are not on one CUDA device"
+    if facts.lazy is not None:
+        return lazy_reason(facts.lazy)
+    if facts.recorded:
+        return RECORDED_BY_AUTOGRAD
+    if len(facts.table_shape) < 2:
+        return "a tensor of rank 1: its rows are single elements, which no bulk copy moves"
+    row_elements = math.prod(facts.table_shape[1:])
+    row_bytes = row_elements * facts.nbytes
+    if not row_bytes:
+        return "rows of no bytes"
+    for name, shape, strides in (
+        ("the table", facts.table_shape, facts.table_strides),
+        ("the compact tensor", facts.compact_shape, facts.compact_strides),
+    ):
+        if not rows_contiguous(shape, strides):
+            return f"{name}'s rows are not contiguous (shape {shape}, strides {strides})"
+    if facts.compact_shape[0] > 1 and facts.compact_strides[0] != row_elements:
+        return (
+            f"the compact tensor's rows are {facts.compact_strides[0]} elements apart, not "
+            f"{row_elements}: one bulk copy moves a stage of its rows"
+        )
+    table_stride = facts.table_strides[0] * facts.nbytes if facts.table_shape[0] > 1 else row_bytes
+    rule = row_rule(row_bytes, facts.table_address, table_stride) or row_rule(
+        row_bytes, facts.compact_address
+    )
+    if rule is not None:
+        return rule
+    rule = row_reduce_rule(facts.op, facts.dtype)
+    if rule is not None:
+        return rule
+    if not strict and row_bytes < ROWS_MIN_TMA_BYTES:
+        return (
+            f"rows of {row_bytes} bytes: under {ROWS_MIN_TMA_BYTES}, where bulk row copies overtake "
+            "torch's kernel"
+        )
+    return None
+
+
+def row_reduce_rule(op: str, torch_dtype: str) -> str | None:
+    """Why the bulk reduce cannot reduce rows of `torch_dtype` (torch's name) with `op` (None:
+    it can, or `op` moves rows without reducing)."""
+    if op not in REDUCE_ROW_OPS:
+        return None
+    dtype = _TMAKIT_BY_TORCH.get(torch_dtype)
+    if op == "add":
+        served = dtype is not None and ROW_ADD_AS.get(dtype, dtype) in ROW_REDUCE_DTYPES["add"]
+        takes = "int32, int64, uint32, uint64, float32, float16 and bfloat16"
+    else:
+        served = torch_dtype in ROW_MINMAX_TORCH_DTYPES
+        takes = "the integers int32, int64, uint32 and uint64 (its f16/bf16 forms drop NaNs torch keeps)"
+    if served:
+        return None
+    return f"{op} of {torch_dtype}: the bulk reduce (cp.reduce.async.bulk) takes {op} on {takes}"
+
+
+def rows_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether each row (every dim but the first) is one contiguous run: row-major strides on
+    the dims of extent more than one."""
+    step = 1
+    for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:]), strict=True):
+        if extent != 1:
+            if stride != step:
+                return False
+            step *= extent
+    return True

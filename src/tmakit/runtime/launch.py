@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
+from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
 from ..plan import (
     DEFAULT_RELEASE,
     ClusterDotPlan,
@@ -28,6 +29,7 @@ from ..plan import (
     copy_destination,
 )
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
+from ..plan.rows import RowsPlan
 from .compile import (
     CompiledKernel,
     compiles,
@@ -178,6 +180,65 @@ def im2col_launcher(im2col: Im2colPlan, device: str) -> CopyLauncher:
     """A callable (x, out) for one im2col plan on one device (its guard words live there),
     compiled once for the plan's shape, through TVM-FFI where it is installed (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_im2col(im2col, tvm_ffi=tvm_ffi), device)
+
+
+@compiles
+def compile_rows(
+    rows: RowsPlan, index_dtype: str = "int64", keep_ptx: bool = False, tvm_ffi: bool = False
+) -> tuple:
+    """The rows kernel (`kernels.rows.RowsKernel`) for sm_90a, one compile per
+    `RowsPlan.kernel_plan` and index dtype ("int32" or "int64"): called with the table (rows,
+    row_bytes) uint8 whose rows are a run-time count apart by a run-time stride (a multiple of 16
+    bytes), the index (count,), the compact (count, row_bytes) uint8, the guard words and a stream
+    (none with `tvm_ffi`, as in `compile_copy`)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    from ..kernels.rows import RowsKernel
+
+    width = rows.row_bytes
+    table = make_fake_tensor(
+        cutlass.Uint8,
+        (cute.sym_int64(symbol="rows"), width),
+        (cute.sym_int64(divisibility=GLOBAL_STRIDE_ALIGN, symbol="row_stride"), 1),
+        assumed_align=GLOBAL_BASE_ALIGN,
+    )
+    count = cute.sym_int64(symbol="count")
+    compact = make_fake_compact_tensor(cutlass.Uint8, (count, width), stride_order=(1, 0), assumed_align=16)
+    element = getattr(cutlass, DTYPES[index_dtype].cutlass_name)
+    index = make_fake_tensor(element, (count,), (1,), assumed_align=element.width // 8)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    kernel = RowsKernel(rows.kernel_plan())
+    return kernel, table, index, compact, guard, placeholder_stream(env=tvm_ffi)
+
+
+RowsLauncher = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor"], None]
+
+
+@functools.lru_cache(maxsize=256)
+def rows_launcher(rows: RowsPlan, index_dtype: str, device: str) -> RowsLauncher:
+    """A callable (table, index, compact) for one rows kernel on one device (its guard words live
+    there), through TVM-FFI where it is installed, like `guarded_launcher`'s; `rows` is a
+    `RowsPlan.kernel_plan`."""
+    guard = new_guard(device)
+    if not tvm_ffi_available():
+        import torch
+
+        plain, cute_guard = compile_rows(rows, index_dtype), to_cute_tensor(guard)
+
+        def launch(table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
+            with torch.cuda.device(table.device):
+                tensors = (to_cute_tensor(table), to_cute_tensor(index), to_cute_tensor(compact))
+                plain(*tensors, cute_guard, current_stream())
+
+        return launch
+    function = compile_rows(rows, index_dtype, tvm_ffi=True).function
+
+    def launch(table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
+        function(table, index, compact, guard)
+
+    return launch
 
 
 def copy_arguments(

@@ -1,0 +1,369 @@
+"""Rows by index: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (dim 0, as torch's
+`index_select`, `index_copy_`, `index_add_`, `index_reduce_`) through bulk row copies
+(`kernels.rows`), torch's op where they cannot serve (`rows_path` says which and why).
+
+Every call checks its tensors first (`TmaConfigError`: value, rule, fix). The index is checked
+against the table's rows on the host (`check_index=True`, the default: one reduction and a
+synchronisation, a few microseconds, so a bad entry raises instead of killing the process as
+torch's device assert does). Without it (and always inside a CUDA-graph capture, where nothing
+may synchronise) the kernel checks each entry before it forms an address: an entry outside
+[0, rows) moves nothing, so nothing outside the tensors is read or written, and its row keeps what
+it held.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from ..config import dtype_of
+from ..errors import TmaConfigError
+from ..plan.rows import (
+    DEFAULT_ROW_STAGES,
+    INDEX_REDUCES,
+    RowsFacts,
+    RowsPlan,
+    rows_tma_rule,
+)
+from ..runtime.launch import rows_launcher
+from .tensors import (
+    check_torch_tensor,
+    cuda_index,
+    device_facts,
+    dtype_name,
+    import_torch,
+    lazy_bit,
+    recorded_by_autograd,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["gather_rows", "index_add_", "index_reduce_", "rows_path", "scatter_rows_"]
+
+TORCH_REDUCES = ("prod", "mean", "amax", "amin")  # what torch's index_reduce_ takes
+
+
+def gather_rows(
+    src: torch.Tensor,
+    index: torch.Tensor,
+    out: torch.Tensor | None = None,
+    *,
+    check_index: bool = True,
+    strict: bool = False,
+) -> torch.Tensor:
+    """`src.index_select(0, index)`: the rows of `src` that `index` names, in its order.
+
+    Args:
+        src: the table, rank >= 1, its rows contiguous for the TMA path.
+        index: 1-D (or 0-D) int32 or int64 tensor on `src`'s device; entries in [0, len(src)).
+        out: the result, (len(index), *src.shape[1:]) of src's dtype (allocated when None).
+        check_index: check every entry on the host first (a synchronisation); skipped inside a
+            CUDA-graph capture. Unchecked, an entry out of range leaves its row of `out` as it was.
+        strict: raise instead of taking torch's op where bulk row copies cannot serve.
+
+    Returns:
+        `out`.
+
+    Raises:
+        TmaConfigError: a tensor, dtype, shape or device the op does not take; an index entry out
+            of range (with `check_index`); with `strict`, why bulk row copies cannot serve.
+    """
+    torch = import_torch("gather_rows")
+    index = _checked_index(index, src, "gather_rows")
+    if out is None:
+        out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
+    _rows_call("gather", src, index, out, check_index, strict)
+    return out
+
+
+def scatter_rows_(
+    dst: torch.Tensor,
+    index: torch.Tensor,
+    src: torch.Tensor,
+    *,
+    check_index: bool = True,
+    strict: bool = False,
+) -> torch.Tensor:
+    """`dst.index_copy_(0, index, src)`: row i of `src` into row `index[i]` of `dst` (with repeated
+    entries, which one lands is not defined, as in torch).
+
+    Args:
+        dst: the table written, rank >= 1.
+        index: 1-D int32 or int64, entries in [0, len(dst)).
+        src: (len(index), *dst.shape[1:]), dst's dtype.
+        check_index: as `gather_rows`'s (unchecked, an out-of-range entry writes nothing).
+        strict: as `gather_rows`'s.
+
+    Returns:
+        `dst`.
+
+    Raises:
+        TmaConfigError: as `gather_rows`.
+    """
+    index = _checked_index(index, dst, "scatter_rows_")
+    _rows_call("scatter", dst, index, src, check_index, strict)
+    return dst
+
+
+def index_add_(
+    dst: torch.Tensor,
+    index: torch.Tensor,
+    src: torch.Tensor,
+    *,
+    alpha: int | float = 1,
+    check_index: bool = True,
+    strict: bool = False,
+) -> torch.Tensor:
+    """`dst.index_add_(0, index, src, alpha=alpha)`: row i of `src` added into row `index[i]` of
+    `dst` by the bulk reduce, each element's add atomic, so repeated entries all count (float
+    adds in an order the GPU picks, as torch's atomic adds).
+
+    Args:
+        dst: the table, rank >= 1; the bulk reduce adds int32, int64, uint32, uint64, float32,
+            float16 and bfloat16 (others, and `alpha` other than 1, take torch's op).
+        index: 1-D int32 or int64, entries in [0, len(dst)).
+        src: (len(index), *dst.shape[1:]), dst's dtype.
+        alpha: the multiplier of `src`.
+        check_index: as `gather_rows`'s (unchecked, an out-of-range entry adds nothing).
+        strict: as `gather_rows`'s.
+
+    Returns:
+        `dst`.
+
+    Raises:
+        TmaConfigError: as `gather_rows`.
+    """
+    index = _checked_index(index, dst, "index_add_")
+    if alpha != 1:
+        _refuse_strict(strict, "index_add_", f"alpha={alpha}: the bulk reduce adds the rows as they are")
+        dst.index_add_(0, index, src, alpha=alpha)
+        return dst
+    _rows_call("add", dst, index, src, check_index, strict)
+    return dst
+
+
+def index_reduce_(
+    dst: torch.Tensor,
+    index: torch.Tensor,
+    src: torch.Tensor,
+    reduce: str,
+    *,
+    include_self: bool = True,
+    check_index: bool = True,
+    strict: bool = False,
+) -> torch.Tensor:
+    """`dst.index_reduce_(0, index, src, reduce, include_self=include_self)`: "amax" and "amin"
+    of int32, int64, uint32 and uint64 rows by the bulk reduce (signed types compared signed);
+    "prod", "mean", floats and `include_self=False` take torch's op.
+
+    Args:
+        dst: the table, rank >= 1.
+        index: 1-D int32 or int64, entries in [0, len(dst)).
+        src: (len(index), *dst.shape[1:]), dst's dtype.
+        reduce: "amax", "amin", "prod" or "mean".
+        include_self: whether `dst`'s rows take part (the bulk reduce's only form).
+        check_index: as `gather_rows`'s.
+        strict: as `gather_rows`'s.
+
+    Returns:
+        `dst`.
+
+    Raises:
+        TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
+    """
+    index = _checked_index(index, dst, "index_reduce_")
+    if reduce not in TORCH_REDUCES:
+        raise TmaConfigError(
+            f"index_reduce_ reduce={reduce!r}: torch's index_reduce_ takes {', '.join(TORCH_REDUCES)}"
+        )
+    reason = None
+    if reduce not in INDEX_REDUCES:
+        reason = f"reduce={reduce!r}: the bulk reduce has no {reduce}"
+    elif not include_self:
+        reason = "include_self=False: the bulk reduce always reduces into dst's rows"
+    if reason is not None:
+        _refuse_strict(strict, "index_reduce_", reason)
+        dst.index_reduce_(0, index, src, reduce, include_self=include_self)
+        return dst
+    _rows_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict)
+    return dst
+
+
+def rows_path(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> str:
+    """The path a rows call takes: "tma-rows-bulk", or "torch" and why.
+
+    Args:
+        op: "gather", "scatter", "add", "min" or "max".
+        table: the indexed tensor (a gather's `src`, the others' `dst`).
+        index: the index.
+        compact: a gather's `out`, the others' `src`.
+
+    Returns:
+        "tma-rows-bulk (...)" or "torch (the rule that failed)".
+
+    Raises:
+        TmaConfigError: as `gather_rows`.
+    """
+    index = _checked_index(index, table, "rows_path")
+    _check_rows(op, table, index, compact)
+    rule = rows_tma_rule(_facts(op, table, index, compact))
+    return "tma-rows-bulk (one bulk copy per row)" if rule is None else f"torch ({rule})"
+
+
+# -- the call -----------------------------------------------------------------------------------
+_TORCH_OPS = {
+    "gather": lambda table, index, compact: torch_module().index_select(table, 0, index, out=compact),
+    "scatter": lambda table, index, compact: table.index_copy_(0, index, compact),
+    "add": lambda table, index, compact: table.index_add_(0, index, compact),
+    "min": lambda table, index, compact: table.index_reduce_(0, index, compact, "amin"),
+    "max": lambda table, index, compact: table.index_reduce_(0, index, compact, "amax"),
+}
+
+
+def torch_module():
+    return import_torch("rows")
+
+
+def _rows_call(
+    op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor, check_index: bool, strict: bool
+) -> None:
+    """Check, route and run one rows call."""
+    _check_rows(op, table, index, compact)
+    if not index.numel():
+        return
+    rule = rows_tma_rule(_facts(op, table, index, compact), strict)
+    if rule is not None:
+        _refuse_strict(strict, f"rows op {op}", rule)
+        _TORCH_OPS[op](table, index, compact)
+        return
+    torch = torch_module()
+    if check_index and not torch.cuda.is_current_stream_capturing():
+        _check_entries(index, table.shape[0])
+    row_bytes = table.element_size() * _row_elements(table)
+    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
+    launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+    launch(_byte_rows(table), index, _byte_rows(compact))
+    if op != "gather":
+        torch.autograd.graph.increment_version(table)
+
+
+@functools.lru_cache(maxsize=256)
+def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int):
+    """The compiled rows kernel for one (op, row size, reduce dtype, index dtype) on one device:
+    the deepest ring of up to `DEFAULT_ROW_STAGES` stages that fits."""
+    sm_count, _ = device_facts(torch_module().device("cuda", device))
+    for stages in range(DEFAULT_ROW_STAGES, 0, -1):
+        try:
+            plan = RowsPlan(op, 1, row_bytes, 1 << 20, stages=stages, sm_count=sm_count, dtype=dtype)
+        except TmaConfigError:
+            if stages == 1:
+                raise
+            continue
+        return rows_launcher(
+            plan.kernel_plan(), "int64" if index_dtype == "int64" else "int32", f"cuda:{device}"
+        )
+    raise AssertionError("unreachable")
+
+
+def _byte_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`'s memory as (rows, row bytes) uint8 with its row stride (its rows contiguous)."""
+    return tensor.view(tensor.shape[0], _row_elements(tensor)).view(torch_module().uint8)
+
+
+def _row_elements(tensor: torch.Tensor) -> int:
+    count = 1
+    for extent in tensor.shape[1:]:
+        count *= extent
+    return count
+
+
+# -- checks -------------------------------------------------------------------------------------
+def _checked_index(index: object, table: object, what: str) -> torch.Tensor:
+    """The index as a 1-D int32 or int64 tensor on the table's device."""
+    check_torch_tensor(table, what, "the table")
+    check_torch_tensor(index, what, "index")
+    torch = torch_module()
+    if index.dtype not in (torch.int32, torch.int64):
+        raise TmaConfigError(
+            f"index is {index.dtype}; {what} takes an int32 or int64 index (convert it with .long())"
+        )
+    if index.dim() > 1:
+        raise TmaConfigError(f"index has shape {tuple(index.shape)}; {what} takes a 1-D index (.reshape(-1))")
+    if index.device != table.device:
+        raise TmaConfigError(
+            f"index is on {index.device} and the table on {table.device}; move the index with "
+            f".to({str(table.device)!r})"
+        )
+    return index.reshape(-1)
+
+
+def _check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
+    name = "out" if op == "gather" else "src"
+    check_torch_tensor(compact, f"rows op {op}", name)
+    if table.dim() < 1:
+        raise TmaConfigError("the table is 0-D; rows by index take a tensor of rank 1 or more")
+    expected = (index.numel(), *table.shape[1:])
+    if tuple(compact.shape) != expected:
+        raise TmaConfigError(
+            f"{name} has shape {tuple(compact.shape)}; for {index.numel()} index entries of a table "
+            f"{tuple(table.shape)} it must be {expected}"
+        )
+    if compact.dtype != table.dtype:
+        raise TmaConfigError(f"{name} is {compact.dtype} and the table {table.dtype}; both must be one dtype")
+    if compact.device != table.device:
+        raise TmaConfigError(f"{name} is on {compact.device} and the table on {table.device}; use one device")
+    if _overlap(table, compact):
+        raise TmaConfigError(
+            f"{name} and the table share memory; rows by index read one and write the other: use "
+            "separate tensors (.clone() one)"
+        )
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte spans of `a` and `b` in one storage intersect (empty tensors never do)."""
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    spans = []
+    for t in (a, b):
+        start = t.data_ptr()
+        last = sum((extent - 1) * stride for extent, stride in zip(t.shape, t.stride(), strict=True))
+        spans.append((start, start + (last + 1) * t.element_size()))
+    (a0, a1), (b0, b1) = spans
+    return a0 < b1 and b0 < a1
+
+
+def _check_entries(index: torch.Tensor, rows: int) -> None:
+    """Every entry in [0, rows), or TmaConfigError naming the first that is not."""
+    low, high = (int(v) for v in index.aminmax())
+    if low >= 0 and high < rows:
+        return
+    bad = ((index < 0) | (index >= rows)).nonzero()[0, 0].item()
+    raise TmaConfigError(
+        f"index[{bad}] is {int(index[bad])}; the table has {rows} rows, so every entry must be in "
+        f"[0, {rows}) (negative entries are not counted from the end): fix the index"
+    )
+
+
+def _refuse_strict(strict: bool, what: str, reason: str) -> None:
+    if strict:
+        raise TmaConfigError(f"{what}: bulk row copies cannot serve this call: {reason}")
+
+
+def _facts(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> RowsFacts:
+    return RowsFacts(
+        op=op,
+        table_shape=tuple(table.shape),
+        table_strides=tuple(table.stride()),
+        compact_shape=tuple(compact.shape),
+        compact_strides=tuple(compact.stride()),
+        dtype=dtype_name(table.dtype),
+        nbytes=table.element_size(),
+        table_address=table.data_ptr(),
+        compact_address=compact.data_ptr(),
+        device=cuda_index(table),
+        index_device=cuda_index(index),
+        index_dtype=dtype_name(index.dtype),
+        lazy=lazy_bit(table, compact),
+        recorded=recorded_by_autograd(table, compact),
+    )

@@ -1,0 +1,171 @@
+"""Rows by index timed beside torch's ops: a gather (`index_select`), a scatter (`index_copy_`)
+or an add (`index_add_`) of `count` rows of `row_bytes` by an index (random, Zipf-distributed,
+pages of rows, or a mixture-of-experts routing), device time from interleaved CUDA-graph
+replays, then eager back-to-back calls, every tmakit result compared with torch's first; a torch
+copy of the same bytes in the same run is the copy rate the rows are measured against."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import api
+from .report import BenchRow
+from .timing import eager_samples_us, interleaved_graph_samples_us
+
+EAGER = "eager"
+KINDS = {"gather": "copy", "scatter": "copy", "add": "reduce"}  # bytes counted: read + written
+TORCH_NAMES = {"gather": "index_select", "scatter": "index_copy_", "add": "index_add_"}
+PATTERNS = ("random", "zipf", "pages", "experts", "permutation")
+PAGE_ROWS = 16  # a paged cache's rows per page
+
+
+@dataclass(frozen=True)
+class RowsCase:
+    """One row of the study: `op` on `count` rows of `row_bytes` (of `dtype`) by an index of
+    `pattern` into a table of `rows` rows (an add's destination, a gather's source)."""
+
+    op: str
+    row_bytes: int
+    rows: int
+    count: int
+    pattern: str = "random"
+    dtype: str = "bfloat16"
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        what = f"{self.label}: " if self.label else ""
+        return f"{what}{self.op} {self.count} x {self.row_bytes} B rows of {self.rows}, {self.pattern}"
+
+    @property
+    def tensor_bytes(self) -> int:
+        return self.count * self.row_bytes
+
+
+def make_index(case: RowsCase, generator) -> object:
+    """The case's index on the GPU (int64), seeded."""
+    import torch
+
+    rows, count = case.rows, case.count
+    if case.pattern == "zipf":  # token frequencies: rank k drawn with weight 1 / k
+        weights = 1.0 / torch.arange(1, rows + 1, dtype=torch.float64, device="cuda")
+        ranks = torch.multinomial(weights.float(), count, replacement=True, generator=generator)
+        order = torch.randperm(rows, device="cuda", generator=generator)
+        return order[ranks]
+    if case.pattern == "pages":  # whole pages of PAGE_ROWS rows, the pages in a random order
+        pages = torch.randint(
+            0, rows // PAGE_ROWS, (math.ceil(count / PAGE_ROWS),), device="cuda", generator=generator
+        )
+        offsets = torch.arange(PAGE_ROWS, device="cuda")
+        return (pages[:, None] * PAGE_ROWS + offsets).reshape(-1)[:count]
+    if case.pattern == "experts":  # top-2 of 64 experts: each token twice, slots sorted by expert
+        tokens = rows
+        experts = torch.rand(tokens, 64, device="cuda", generator=generator).topk(2, dim=1).indices
+        order = experts.reshape(-1).argsort(stable=True)
+        return (order // 2)[:count]
+    if case.pattern == "permutation":
+        return torch.randperm(rows, device="cuda", generator=generator)[:count]
+    return torch.randint(0, rows, (count,), device="cuda", generator=generator)
+
+
+def calls(case: RowsCase):
+    """(tmakit's call, torch's call), each taking (table, index, compact)."""
+    if case.op == "gather":
+        return (lambda t, i, c: api.gather_rows(t, i, c, check_index=False), _index_select)
+    if case.op == "scatter":
+        return (
+            lambda t, i, c: api.scatter_rows_(t, i, c, check_index=False),
+            lambda t, i, c: t.index_copy_(0, i, c),
+        )
+    return (lambda t, i, c: api.index_add_(t, i, c, check_index=False), lambda t, i, c: t.index_add_(0, i, c))
+
+
+def _index_select(table, index, out) -> None:
+    import torch
+
+    torch.index_select(table, 0, index, out=out)
+
+
+def verify(case: RowsCase, ours, theirs, table, index, compact) -> str:
+    """tmakit's result against torch's on the same inputs, every element: "ok" or the first
+    wrong row (a float add with repeated entries: within its summation-order bound)."""
+    import torch
+
+    if case.op == "gather":
+        expected = compact.clone()
+        theirs(table, index, expected)
+        compact.view(torch.uint8).fill_(0xFF)
+        ours(table, index, compact)
+        got = compact
+    else:
+        start = table.clone()
+        theirs(table, index, compact)
+        expected = table.clone()
+        table.copy_(start)
+        ours(table, index, compact)
+        got = table.clone()
+        table.copy_(start)
+    torch.cuda.synchronize()
+    if case.op == "add" and got.dtype.is_floating_point:
+        error = (got.double() - expected.double()).abs()
+        bound = (
+            4
+            * torch.finfo(got.dtype).eps
+            * (expected.double().abs() + 1)
+            * max(1, case.count // case.rows + 1)
+        )
+        if bool((error <= bound).all()):
+            return "ok: within the summation-order bound of torch's"
+        return f"MISMATCH first at row {int((error > bound).any(dim=-1).nonzero()[0, 0])}"
+    wrong = (
+        (got.view(torch.uint8) != expected.view(torch.uint8)).reshape(got.shape[0], -1).any(dim=1).nonzero()
+    )
+    return "ok: bit-exact against torch" if not len(wrong) else f"MISMATCH first at row {int(wrong[0, 0])}"
+
+
+def bench_rows(case: RowsCase, l2_bytes: int, samples: int) -> list[BenchRow]:
+    """tmakit and torch on `case` (and torch's copy of the same bytes), device time then eager;
+    enough index and compact buffers rotated that a pass moves more than 4x the L2, over one
+    table (a random row of a table beyond the L2 is cold)."""
+    import torch
+
+    element = getattr(torch, case.dtype)
+    generator = torch.Generator(device="cuda").manual_seed(2026)
+    width = case.row_bytes // torch.empty(0, dtype=element).element_size()
+    table = torch.randn(case.rows, width, device="cuda", generator=generator).to(element)
+    count = max(2, 4 * l2_bytes // (2 * case.tensor_bytes) + 1)
+    indexes = [make_index(case, generator) for _ in range(count)]
+    compacts = [
+        torch.randn(case.count, width, device="cuda", generator=generator).to(element) for _ in range(count)
+    ]
+    flat = [c.reshape(-1) for c in compacts]
+    copies = [torch.empty_like(f) for f in flat]
+    ours, theirs = calls(case)
+    verdict = verify(case, ours, theirs, table, indexes[0], compacts[0])
+    launches = {
+        "tmakit": [lambda i=i, c=c, t=table: ours(t, i, c) for i, c in zip(indexes, compacts, strict=True)],
+        f"torch {TORCH_NAMES[case.op]}": [
+            lambda i=i, c=c, t=table: theirs(t, i, c) for i, c in zip(indexes, compacts, strict=True)
+        ],
+        "torch copy_": [lambda f=f, o=o: o.copy_(f) for f, o in zip(flat, copies, strict=True)],
+    }
+    device = interleaved_graph_samples_us(launches, samples)
+    eager = eager_samples_us({name: launches[name] for name in list(launches)[:2]})
+    notes = {
+        "op": case.name,
+        "path": api.rows_path(case.op, table, indexes[0], compacts[0]),
+        "rotated_buffers": count,
+    }
+    kind = KINDS[case.op]
+    row = lambda name, us, verified=None, kind=kind: BenchRow(  # noqa: E731
+        name, kind, (case.count, width), case.dtype, case.tensor_bytes, us, verified, None, notes
+    )
+    rows = [
+        row(name, us, verdict if name == "tmakit" else None, "copy" if name == "torch copy_" else kind)
+        for name, us in device.items()
+    ]
+    rows += [row(f"{name} {EAGER}", us) for name, us in eager.items()]
+    del table, indexes, compacts, flat, copies, launches
+    torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,99 @@
+"""The rows study (`bench.rows`): gathers, scatters and adds of rows by index from 64 B to 16 KiB
+rows against torch's `index_select`, `index_copy_` and `index_add_`, and the workloads the rows
+ops are for: an embedding backward (Zipf-distributed tokens into a 128K x 4096 bf16 table), a
+mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64 experts) and a
+paged gather (pages of 16 rows). `--only` picks cases by the start of their names. Its JSON is the
+rows study: one row a case, with the same run's copy rate."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..bench.report import BenchRow
+from ..bench.rows import EAGER, TORCH_NAMES, RowsCase, bench_rows
+from . import Family, Options, chosen_parts
+
+ROW_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+SWEEP_BYTES = 64 * 2**20  # rows moved per call in the sweep
+TABLE_BYTES = 512 * 2**20  # the sweep's table: far beyond the L2
+TOKENS, HIDDEN_BYTES = 16384, 4096 * 2  # 16K tokens of 4096 bf16
+
+
+def cases() -> list[RowsCase]:
+    """Every case of the study, in its order: the named workloads, then the sweep."""
+    found = [
+        RowsCase("add", HIDDEN_BYTES, 128 * 1024, TOKENS, "zipf", label="embedding backward"),
+        RowsCase("gather", HIDDEN_BYTES, TOKENS, 2 * TOKENS, "experts", label="moe dispatch"),
+        RowsCase("add", HIDDEN_BYTES, TOKENS, 2 * TOKENS, "experts", label="moe combine"),
+        RowsCase("gather", 2048, 1 << 18, TOKENS, "pages", label="paged gather"),
+    ]
+    for op in ("gather", "scatter", "add"):
+        for row_bytes in ROW_SIZES:
+            rows = TABLE_BYTES // row_bytes
+            count = SWEEP_BYTES // row_bytes
+            pattern = "permutation" if op == "scatter" else "random"
+            found.append(
+                RowsCase(op, row_bytes, rows, count, pattern, "float32" if op == "add" else "bfloat16")
+            )
+    return found
+
+
+def chosen_cases(options: Options) -> list[RowsCase]:
+    every = cases()
+    return [
+        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
+    ]
+
+
+def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
+    """One case's medians, rates and ratios (above 1: tmakit faster)."""
+    by_name = {row.kernel: row for row in rows}
+    us = {name: statistics.median(row.samples_us) for name, row in by_name.items()}
+    torch_name = f"torch {TORCH_NAMES[case.op]}"
+    tmakit, copy = by_name["tmakit"], by_name["torch copy_"]
+    return {
+        "case": case.name,
+        "op": case.op,
+        "row_bytes": case.row_bytes,
+        "path": tmakit.notes["path"],
+        "verified": tmakit.verified,
+        "tmakit_graph_us": us["tmakit"],
+        "torch_graph_us": us[torch_name],
+        "device_vs_torch": us[torch_name] / us["tmakit"],
+        "tmakit_tb_per_s": tmakit.gbps / 1e3,
+        "torch_tb_per_s": by_name[torch_name].gbps / 1e3,
+        "copy_tb_per_s": copy.gbps / 1e3,
+        "of_copy_rate": tmakit.gbps / copy.gbps,
+        "tmakit_eager_us": us[f"tmakit {EAGER}"],
+        "torch_eager_us": us[f"{torch_name} {EAGER}"],
+        "eager_vs_torch": us[f"{torch_name} {EAGER}"] / us[f"tmakit {EAGER}"],
+        "rotated_buffers": tmakit.notes["rotated_buffers"],
+    }
+
+
+def study(results: list[tuple[RowsCase, list[BenchRow]]], context: dict) -> dict:
+    return {
+        "study": "rows",
+        "what": "rows by index, tmakit's bulk row copies (strict: every row size) against torch's "
+        "index_select / index_copy_ / index_add_ in CUDA graphs (device time) and eagerly (back-to-back "
+        "calls, host included), L2 cold, bytes read plus written, beside a torch copy of the same bytes "
+        "in the same run; every tmakit result compared with torch's first",
+        "context": context,
+        "rows": [case_row(case, rows) for case, rows in results],
+    }
+
+
+FAMILIES = (
+    Family(
+        name="rows",
+        summary="gather, scatter and add of rows by index (64 B to 16 KiB rows; an embedding backward, "
+        "a mixture-of-experts dispatch and combine, a paged gather) against torch's index ops (see --only)",
+        plot_title="rows by index against torch",
+        plan_type=RowsCase,
+        plans=chosen_cases,
+        bench=lambda case, options, l2_bytes: bench_rows(case, l2_bytes, options.samples),
+        compared_with=lambda options: ["torch index_select", "torch index_copy_", "torch index_add_"],
+        reads=frozenset({"only"}),
+        study=study,
+    ),
+)

@@ -1,0 +1,243 @@
+"""Rows by index on the device (`tmakit.gather_rows`, `scatter_rows_`, `index_add_`,
+`index_reduce_` through bulk row copies): random cases exact against torch's ops, signed min/max
+bit for bit, repeated entries each reduced once, out-of-range entries refused or skipped with the
+tensors' neighbours untouched, and torch's OpInfo samples."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tmakit
+from tmakit import TmaConfigError
+
+pytestmark = pytest.mark.gpu
+
+POISON = 0x5A
+
+DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "complex64", "bool")
+# (op, the torch dtypes the bulk reduce takes it for)
+REDUCE_DTYPES = {
+    "add": ("float32", "float16", "bfloat16", "int32", "int64"),
+    "amax": ("int32", "int64"),
+    "amin": ("int32", "int64"),
+}
+
+
+def positional(shape, dtype, seed, signed=True):
+    """Values that depend on position and seed, small enough for exact float sums."""
+    import torch
+
+    count = 1
+    for extent in shape:
+        count *= extent
+    base = torch.arange(count, device="cuda", dtype=torch.int64) * 2654435761 + seed * 97
+    values = (base % 7) - (3 if signed else 0)
+    if dtype == torch.bool:
+        return (values > 0).reshape(shape)
+    if dtype.is_complex:
+        return torch.complex(values.float(), (values * 3 % 5).float()).reshape(shape).to(dtype)
+    return values.to(dtype).reshape(shape)
+
+
+def index_of(pattern, count, rows, rng):
+    import torch
+
+    if pattern == "equal":
+        values = [rng.randrange(rows)] * count
+    elif pattern == "sorted":
+        values = sorted(rng.randrange(rows) for _ in range(count))
+    elif pattern == "permutation":
+        values = rng.sample(range(rows), min(count, rows))
+    else:
+        values = [rng.randrange(rows) for _ in range(count)]
+    return torch.tensor(values, dtype=rng.choice((torch.int32, torch.int64)), device="cuda")
+
+
+def float_sum_bound(reference, index, src, dtype):
+    """Per element: the bound of a different summation order, count of adds x eps x sum |x|."""
+    import torch
+
+    eps = torch.finfo(dtype).eps
+    magnitude = torch.zeros_like(reference, dtype=torch.float64)
+    magnitude.index_add_(0, index.long(), src.abs().double())
+    adds = torch.zeros(reference.shape[0], dtype=torch.float64, device="cuda")
+    adds.index_add_(0, index.long(), torch.ones(index.numel(), dtype=torch.float64, device="cuda"))
+    shape = (-1,) + (1,) * (reference.dim() - 1)
+    return (adds.reshape(shape) + 1) * eps * (magnitude + reference.double().abs())
+
+
+def check_case(op, dtype_name, row_shape, rows, count, pattern, rng, seed):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    index = index_of(pattern, count, rows, rng)
+    count = index.numel()
+    table = positional((rows, *row_shape), dtype, seed)
+    compact = positional((count, *row_shape), dtype, seed + 1)
+    where = f"{op} {dtype_name} rows {row_shape} x {rows}, {count} entries {pattern}"
+    if op == "gather":
+        row_bytes = table[0].numel() * table.element_size()
+        memory = torch.full((count * row_bytes,), POISON, dtype=torch.uint8, device="cuda")
+        out = memory.view(dtype).reshape(count, *row_shape)
+        tmakit.gather_rows(table, index, out, strict=True)
+        expected = table.index_select(0, index)
+        assert torch.equal(out, expected), f"{where}: first wrong row {first_wrong(out, expected)}"
+        return
+    result = table.clone()
+    expected = table.clone()
+    if op == "scatter":
+        if pattern != "permutation":
+            return  # repeated entries leave which row lands undefined, in torch too
+        tmakit.scatter_rows_(result, index, compact, strict=True)
+        expected.index_copy_(0, index, compact)
+    elif op == "add":
+        tmakit.index_add_(result, index, compact, strict=True)
+        expected.index_add_(0, index, compact)
+    else:
+        tmakit.index_reduce_(result, index, compact, op, strict=True)
+        expected.index_reduce_(0, index, compact, op)
+    if op == "add" and dtype.is_floating_point:
+        reference = table.double().index_add_(0, index.long(), compact.double())
+        error = (result.double() - reference).abs()
+        bound = float_sum_bound(reference, index, compact, dtype)
+        assert bool((error <= bound).all()), f"{where}: beyond the summation-order bound"
+    else:
+        assert torch.equal(result, expected), f"{where}: first wrong row {first_wrong(result, expected)}"
+
+
+def first_wrong(got, expected):
+    rows = (got != expected).reshape(got.shape[0], -1).any(dim=1).nonzero()
+    return int(rows[0, 0]) if rows.numel() else None
+
+
+def test_three_hundred_random_cases_match_torch():
+    rng = random.Random(35)
+    cases = 0
+    while cases < 300:
+        op = rng.choice(("gather", "scatter", "add", "amax", "amin"))
+        dtypes = DTYPES if op in ("gather", "scatter") else REDUCE_DTYPES[op]
+        dtype_name = rng.choice(dtypes)
+        import torch
+
+        nbytes = torch.empty(0, dtype=getattr(torch, dtype_name)).element_size()
+        row_bytes = rng.choice((16, 48, 64, 256, 512, 1040, 2048, 4096, 16384))
+        if row_bytes % nbytes:
+            continue
+        elements = row_bytes // nbytes
+        row_shape = rng.choice(((elements,), (elements // 2, 2) if elements % 2 == 0 else (elements,)))
+        rows = rng.choice((1, 7, 130, 1000))
+        count = rng.choice((1, 5, 33, 200, 1500))
+        pattern = rng.choice(("random", "sorted", "equal", "permutation"))
+        check_case(op, dtype_name, row_shape, rows, count, pattern, rng, cases)
+        cases += 1
+
+
+@pytest.mark.parametrize("dtype_name", ["int32", "int64"])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_signed_min_max_bit_for_bit(dtype_name, reduce):
+    """Signed min/max compare signed: -1 is below 0 (an unsigned compare would make it the max)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    info = torch.iinfo(dtype)
+    rows, count, width = 64, 4096, 128
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    table = torch.randint(-5, 5, (rows, width), device="cuda", generator=generator).to(dtype)
+    src = torch.randint(
+        info.min, info.max, (count, width), device="cuda", dtype=torch.int64, generator=generator
+    )
+    src = src.to(dtype)
+    src[::7] = -1
+    src[::11] = info.min
+    index = torch.randint(0, rows, (count,), device="cuda", generator=generator)
+    got = tmakit.index_reduce_(table.clone(), index, src, reduce, strict=True)
+    expected = table.clone().index_reduce_(0, index, src, reduce)
+    assert torch.equal(got, expected)
+
+
+def test_repeated_entries_each_add_exactly_once():
+    """A million int32 adds into one row: the bulk reduce's per-element adds are atomic."""
+    import torch
+
+    count, width = 1 << 14, 64
+    dst = torch.zeros(4, width, dtype=torch.int32, device="cuda")
+    index = torch.full((count,), 2, device="cuda")
+    src = torch.arange(count * width, device="cuda", dtype=torch.int32).reshape(count, width) % 1000
+    tmakit.index_add_(dst, index, src, strict=True)
+    assert torch.equal(dst[2], src.sum(0, dtype=torch.int32)) and not dst[[0, 1, 3]].any()
+
+
+@pytest.mark.parametrize("op", ["gather", "scatter", "add"])
+def test_an_entry_out_of_range_is_refused_or_moves_nothing(op):
+    """Checked: TmaConfigError naming the entry, nothing written. Unchecked: the kernel skips it,
+    and the memory around the tensors (poisoned) is left as it was."""
+    import torch
+
+    rows, width, count = 100, 128, 64
+    memory = torch.full((rows + 20, width), POISON, dtype=torch.int32, device="cuda")
+    table = memory[10 : 10 + rows]
+    table.copy_(positional((rows, width), torch.int32, 3))
+    before = memory.clone()
+    index = torch.arange(count, device="cuda")
+    index[5], index[40] = rows, -1
+    compact_memory = torch.full((count + 2, width), POISON, dtype=torch.int32, device="cuda")
+    compact = compact_memory[1 : 1 + count]
+    if op != "gather":
+        compact.copy_(positional((count, width), torch.int32, 4))
+    call = {
+        "gather": lambda **kw: tmakit.gather_rows(table, index, compact, strict=True, **kw),
+        "scatter": lambda **kw: tmakit.scatter_rows_(table, index, compact, strict=True, **kw),
+        "add": lambda **kw: tmakit.index_add_(table, index, compact, strict=True, **kw),
+    }[op]
+    compact_before = compact_memory.clone()
+    with pytest.raises(TmaConfigError, match=r"index\[5\] is 100; the table has 100 rows"):
+        call()
+    assert torch.equal(memory, before) and torch.equal(compact_memory, compact_before)
+    call(check_index=False)
+    torch.cuda.synchronize()
+    assert torch.equal(memory[:10], before[:10]) and torch.equal(memory[10 + rows :], before[10 + rows :])
+    assert torch.equal(compact_memory[[0, -1]], compact_before[[0, -1]])
+    valid = torch.ones(count, dtype=torch.bool, device="cuda")
+    valid[[5, 40]] = False
+    if op == "gather":
+        assert torch.equal(compact[valid], table[index[valid]])
+        assert (compact[~valid] == int.from_bytes(bytes([POISON] * 4), "little")).all()
+    else:
+        expected = before[10 : 10 + rows].clone()
+        if op == "scatter":
+            expected.index_copy_(0, index[valid], compact[valid])
+        else:
+            expected.index_add_(0, index[valid], compact[valid])
+        assert torch.equal(table, expected)
+
+
+def test_what_bulk_copies_cannot_serve_takes_torchs_op():
+    import torch
+
+    src = torch.arange(300, device="cuda", dtype=torch.float32).reshape(100, 3)  # 12-byte rows
+    index = torch.tensor([4, 2, 99], device="cuda")
+    assert "torch" in tmakit.rows_path("gather", src, index, torch.empty(3, 3, device="cuda"))
+    assert torch.equal(tmakit.gather_rows(src, index), src[index])
+    with pytest.raises(TmaConfigError, match="a bulk copy moves a multiple of 16"):
+        tmakit.gather_rows(src, index, strict=True)
+    table = torch.zeros(10, 64, device="cuda")
+    tmakit.index_reduce_(table, torch.tensor([1, 1], device="cuda"), torch.ones(2, 64, device="cuda"), "amax")
+    assert torch.equal(table[1], torch.ones(64, device="cuda"))
+
+
+def test_rows_inside_a_cuda_graph_replay():
+    import torch
+
+    table = positional((1000, 256), torch.float16, 1)
+    index = torch.randint(0, 1000, (4096,), device="cuda")
+    out = torch.empty(4096, 256, dtype=torch.float16, device="cuda")
+    tmakit.gather_rows(table, index, out, strict=True)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tmakit.gather_rows(table, index, out, strict=True)
+    index.copy_(torch.randint(0, 1000, (4096,), device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, table[index])
