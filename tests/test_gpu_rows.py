@@ -52,7 +52,7 @@ def index_of(pattern, count, rows, rng):
         values = rng.sample(range(rows), min(count, rows))
     else:
         values = [rng.randrange(rows) for _ in range(count)]
-    return torch.tensor(values, dtype=rng.choice((torch.int32, torch.int64)), device="cuda")
+    return torch.tensor(values, device="cuda")
 
 
 def float_sum_bound(reference, index, src, dtype):
@@ -68,11 +68,11 @@ def float_sum_bound(reference, index, src, dtype):
     return (adds.reshape(shape) + 1) * eps * (magnitude + reference.double().abs())
 
 
-def check_case(op, dtype_name, row_shape, rows, count, pattern, rng, seed):
+def check_case(op, dtype_name, row_shape, rows, count, pattern, index_dtype, rng, seed):
     import torch
 
     dtype = getattr(torch, dtype_name)
-    index = index_of(pattern, count, rows, rng)
+    index = index_of(pattern, count, rows, rng).to(getattr(torch, index_dtype))
     count = index.numel()
     table = positional((rows, *row_shape), dtype, seed)
     compact = positional((count, *row_shape), dtype, seed + 1)
@@ -122,7 +122,7 @@ def test_three_hundred_random_cases_match_torch():
         import torch
 
         nbytes = torch.empty(0, dtype=getattr(torch, dtype_name)).element_size()
-        row_bytes = rng.choice((16, 48, 64, 256, 512, 1040, 2048, 4096, 16384))
+        row_bytes = rng.choice((16, 48, 512, 2064, 16384))  # each size a compile per op and dtype
         if row_bytes % nbytes:
             continue
         elements = row_bytes // nbytes
@@ -130,7 +130,8 @@ def test_three_hundred_random_cases_match_torch():
         rows = rng.choice((1, 7, 130, 1000))
         count = rng.choice((1, 5, 33, 200, 1500))
         pattern = rng.choice(("random", "sorted", "equal", "permutation"))
-        check_case(op, dtype_name, row_shape, rows, count, pattern, rng, cases)
+        index_dtype = rng.choice(("int32", "int64")) if op == "gather" else "int64"
+        check_case(op, dtype_name, row_shape, rows, count, pattern, index_dtype, rng, cases)
         cases += 1
 
 
