@@ -191,3 +191,19 @@ def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> BytesVerdict:
             f"found {int(found[load, offset]):#04x} ({int(wrong[load].sum())} wrong bytes)"
         )
     return BytesVerdict(plan.total_tile_loads, plan.total_tile_loads - len(bad), first)
+
+
+def index_add_wrong_rows(got, start, index, src):
+    """The rows of `got` (a float `start.index_add_(0, index, src)` done in some order) beyond the
+    bound of a different summation order: per element, (the row's adds + 1) x eps x (|start| +
+    the sum of the |src| added), against the sum in float64. Returns their indices (a tensor)."""
+    import torch
+
+    index = index.long()
+    reference = start.double().index_add_(0, index, src.double())
+    magnitude = start.double().abs().index_add_(0, index, src.double().abs())
+    adds = torch.zeros(start.shape[0], dtype=torch.float64, device=start.device)
+    adds.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=start.device))
+    bound = (adds.reshape((-1,) + (1,) * (start.dim() - 1)) + 1) * torch.finfo(got.dtype).eps * magnitude
+    beyond = (got.double() - reference).abs() > bound
+    return beyond.reshape(start.shape[0], -1).any(dim=1).nonzero().reshape(-1)
