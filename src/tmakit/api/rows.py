@@ -71,6 +71,10 @@ def gather_rows(
     """
     torch = import_torch("gather_rows")
     index = _checked_index(index, src, "gather_rows")
+    if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
+        return (
+            torch.index_select(src, 0, index) if out is None else torch.index_select(src, 0, index, out=out)
+        )
     if out is None:
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
     _rows_call("gather", src, index, out, check_index, strict)
@@ -228,7 +232,10 @@ def torch_module():
 def _rows_call(
     op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor, check_index: bool, strict: bool
 ) -> None:
-    """Check, route and run one rows call."""
+    """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
+    if table.dim() == 0:
+        _TORCH_OPS[op](table, index, compact)
+        return
     _check_rows(op, table, index, compact)
     if not index.numel():
         return
@@ -301,8 +308,6 @@ def _checked_index(index: object, table: object, what: str) -> torch.Tensor:
 def _check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
     name = "out" if op == "gather" else "src"
     check_torch_tensor(compact, f"rows op {op}", name)
-    if table.dim() < 1:
-        raise TmaConfigError("the table is 0-D; rows by index take a tensor of rank 1 or more")
     expected = (index.numel(), *table.shape[1:])
     if tuple(compact.shape) != expected:
         raise TmaConfigError(

@@ -1,0 +1,118 @@
+"""Rows by index as torch operators (registered when `tmakit.ops` is imported):
+
+    torch.ops.tmakit.gather_rows(src, index) -> Tensor
+    torch.ops.tmakit.scatter_rows_(dst, index, src) -> None
+    torch.ops.tmakit.index_add_(dst, index, src) -> None
+    torch.ops.tmakit.index_reduce_(dst, index, src, reduce) -> None
+
+Each is defined in a fragment of the `tmakit` library with a fake implementation that is also its
+Meta kernel (`torch.compile`, `make_fx` and `torch.export` know its output without running it),
+and runs `tmakit.api`'s function: bulk row copies where they serve the call, torch's own op where
+they cannot (a CPU tensor included). The in-place ops return None (aot_autograd functionalizes
+them from `Tensor(a0!) dst`); the API bumps dst's version. The index is checked on the host
+except inside a CUDA-graph capture (`tmakit.api.rows`). Not differentiable: a call autograd
+records takes torch's op through the API, which records nothing either, so the ops refuse
+inputs that require grad while grad mode is on."""
+
+from __future__ import annotations
+
+import torch
+
+from .api import rows as api_rows
+from .errors import TmaConfigError
+
+NAMESPACE = "tmakit"
+SCHEMAS = {
+    "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
+    "scatter_rows_": "scatter_rows_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
+    "index_add_": "index_add_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
+    "index_reduce_": "index_reduce_(Tensor(a0!) dst, Tensor index, Tensor src, str reduce) -> ()",
+}
+
+
+def _refuse_grad(op: str, *tensors: torch.Tensor) -> None:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op} is not differentiable; call it under torch.no_grad(), or use "
+            "torch's op where a gradient is needed"
+        )
+
+
+def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None) -> None:
+    """A trace's check: what `tmakit.api.rows` checks of shapes, dtypes and devices (the index's
+    entries are read only when the op runs)."""
+    where = f"torch.ops.{NAMESPACE}.{op}"
+    if index.dtype not in (torch.int32, torch.int64) or index.dim() > 1:
+        raise TmaConfigError(
+            f"{where}: index is {tuple(index.shape)} {index.dtype}; it takes a 1-D int32 or int64 index"
+        )
+    if index.device != table.device:
+        raise TmaConfigError(f"{where}: index is on {index.device} and the table on {table.device}")
+    if compact is not None and table.dim():
+        expected = (index.numel(), *table.shape[1:])
+        if tuple(compact.shape) != expected or compact.dtype != table.dtype or compact.device != table.device:
+            raise TmaConfigError(
+                f"{where}: src is {tuple(compact.shape)} {compact.dtype} on {compact.device}; for this "
+                f"index and table it must be {expected} {table.dtype} on {table.device}"
+            )
+
+
+def gather_rows_impl(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    _refuse_grad("gather_rows", src)
+    return api_rows.gather_rows(src, index)
+
+
+def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    _check_fake("gather_rows", src, index, None)
+    return src.new_empty((index.numel(), *src.shape[1:]) if src.dim() else ())
+
+
+def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    _refuse_grad("scatter_rows_", dst, src)
+    api_rows.scatter_rows_(dst, index, src)
+
+
+def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    _refuse_grad("index_add_", dst, src)
+    api_rows.index_add_(dst, index, src)
+
+
+def index_reduce__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str) -> None:
+    _refuse_grad("index_reduce_", dst, src)
+    api_rows.index_reduce_(dst, index, src, reduce)
+
+
+def in_place_fake(op: str):
+    def fake(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, *reduce: str) -> None:
+        if reduce and reduce[0] not in api_rows.TORCH_REDUCES:
+            takes = ", ".join(api_rows.TORCH_REDUCES)
+            raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op}: reduce={reduce[0]!r}; it takes {takes}")
+        _check_fake(op, dst, index, src)
+
+    return fake
+
+
+def register() -> torch.library.Library:
+    """Define the rows ops in a fragment of the `tmakit` library and register their kernels; the
+    library returned must live as long as the process."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    for schema in SCHEMAS.values():
+        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
+    for name, impl, fake in (
+        ("gather_rows", gather_rows_impl, gather_rows_fake),
+        ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
+        ("index_add_", index_add__impl, in_place_fake("index_add_")),
+        ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
+    ):
+        library.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+    return library
+
+
+LIBRARY = register()
+gather_rows = torch.ops.tmakit.gather_rows.default
+scatter_rows_ = torch.ops.tmakit.scatter_rows_.default
+index_add_ = torch.ops.tmakit.index_add_.default
+index_reduce_ = torch.ops.tmakit.index_reduce_.default
+
+__all__ = ["gather_rows", "index_add_", "index_reduce_", "scatter_rows_"]

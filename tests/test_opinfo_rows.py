@@ -1,0 +1,90 @@
+"""torch's own test inputs for the index ops through tmakit's rows ops: the OpInfo sample inputs
+of `index_select`, `index_copy`, `index_add` and `index_reduce` (every dtype listed; a dim other
+than 0 through the view with that dim first), each held to torch's output exactly (a float
+`index_add` with repeated entries: within the summation-order bound). On the CPU every sample
+takes torch's op; on a Hopper GPU each takes its route (`tmakit.rows_path`)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    from torch.testing._internal.common_methods_invocations import op_db
+except ImportError as error:  # expecttest missing, or another torch build's layout
+    pytest.skip(f"torch's OpInfo database does not import: {error}", allow_module_level=True)
+
+import tmakit  # noqa: E402
+from tmakit.check.reference import index_add_wrong_rows  # noqa: E402
+
+DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64,
+)  # fmt: skip
+NAMES = ("index_select", "index_copy", "index_add", "index_reduce")
+OPS = [op for op in op_db if op.name in NAMES]
+
+
+def first(tensor, dim):
+    """`tensor` with `dim` first (a 0-D tensor as it is)."""
+    return tensor.movedim(dim, 0) if tensor.dim() else tensor
+
+
+def through_tmakit(name, x, dim, index, rest, kwargs):
+    """The sample's result by tmakit's op on the views with `dim` first: (result, table,
+    compact), the last two as the rows op sees them."""
+    if name == "index_select":
+        got = tmakit.gather_rows(first(x, dim), index)
+        return (got.movedim(0, dim) if x.dim() else got), first(x, dim), got
+    out = x.clone()
+    table, source = first(out, dim), first(rest[0], dim)
+    if name == "index_copy":
+        tmakit.scatter_rows_(table, index, source)
+    elif name == "index_add":
+        tmakit.index_add_(table, index, source, **kwargs)
+    else:
+        tmakit.index_reduce_(table, index, source, rest[1], **kwargs)
+    return out, first(x, dim), source
+
+
+ROWS_OPS = {"index_select": "gather", "index_copy": "scatter", "index_add": "add"}
+
+
+def run_samples(device: str) -> dict[str, int]:
+    """Every sample through tmakit's op, held to torch's output; the count of each path taken."""
+    paths: dict[str, int] = {}
+    count = 0
+    for op in OPS:
+        supported = op.supported_dtypes(device)
+        for dtype in (dtype for dtype in DTYPES if dtype in supported):
+            for sample in op.sample_inputs(device, dtype):
+                x, (dim, index, *rest) = sample.input, sample.args
+                where = f"{op.name} {dtype} {tuple(x.shape)} dim {dim} {tuple(index.shape)} {sample.kwargs}"
+                expected = op(x, *sample.args, **sample.kwargs)
+                got, table, compact = through_tmakit(op.name, x, dim, index, rest, sample.kwargs)
+                rows_op = ROWS_OPS.get(op.name) or {"amax": "max", "amin": "min"}.get(rest[-1])
+                repeated_float_add = rows_op == "add" and dtype.is_floating_point and x.dim() > 0
+                if repeated_float_add and not sample.kwargs:
+                    wrong = index_add_wrong_rows(first(got, dim), table, index.reshape(-1), compact)
+                    assert not wrong.numel(), where
+                else:
+                    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True, msg=where)
+                path = "torch"
+                if rows_op is not None and x.dim() and not sample.kwargs:
+                    path = tmakit.rows_path(rows_op, table, index.reshape(-1), compact).split(" (")[0]
+                paths[path] = paths.get(path, 0) + 1
+                count += 1
+    assert count > 100  # the database still holds these ops' samples
+    return paths
+
+
+def test_opinfo_samples_of_the_index_ops_are_exact_on_the_cpu():
+    assert set(run_samples("cpu")) == {"torch"}  # CPU tensors: torch's op serves each
+
+
+@pytest.mark.gpu
+def test_gpu_opinfo_samples_of_the_index_ops_are_exact(capsys):
+    paths = run_samples("cuda")
+    torch.cuda.synchronize()
+    with capsys.disabled():
+        print(f"\nOpInfo index samples by path: {paths}")

@@ -1,0 +1,167 @@
+"""Rows by index on the CPU: when bulk row copies serve a call (`plan.rows.rows_tma_rule`), what
+the API refuses before anything launches, torch's op serving CPU tensors, the torch ops' fakes,
+and the sm_90a compiles with the instruction each op's PTX carries."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from tmakit import TmaConfigError
+from tmakit.plan.route import NOT_SM90
+from tmakit.plan.rows import ROWS_MIN_TMA_BYTES, RowsFacts, RowsPlan, rows_tma_rule
+
+FACTS = RowsFacts(
+    op="gather",
+    table_shape=(1000, 256),
+    table_strides=(256, 1),
+    compact_shape=(64, 256),
+    compact_strides=(256, 1),
+    dtype="float32",
+    nbytes=4,
+    table_address=1 << 20,
+    compact_address=2 << 20,
+    device=0,
+    index_device=0,
+    index_dtype="int64",
+)
+
+
+def test_rows_of_contiguous_16_byte_multiples_are_served():
+    assert rows_tma_rule(FACTS) is None
+    wider = replace(FACTS, table_shape=(1000, 4, 64), table_strides=(512, 64, 1), compact_shape=(64, 4, 64),
+                    compact_strides=(256, 64, 1))  # fmt: skip
+    assert rows_tma_rule(wider) is None  # table rows 2 KiB apart: a strided table is served
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"device": -1}, "not on one CUDA device"),
+        ({"device": NOT_SM90}, "not a Hopper"),
+        ({"index_device": -1}, "not on one CUDA device"),
+        ({"lazy": "conjugate"}, "conjugate"),
+        ({"recorded": True}, "requires grad"),
+        ({"table_shape": (1000,), "table_strides": (1,)}, "rank 1"),
+        ({"table_strides": (256, 2)}, "the table's rows are not contiguous"),
+        ({"compact_strides": (512, 1)}, "rows are 512 elements apart, not 256"),
+        ({"table_strides": (257, 1)}, "rows are 1028 bytes apart"),
+        ({"table_address": (1 << 20) + 4}, "base address is not 16-byte aligned"),
+        (
+            {
+                "table_shape": (1000, 3),
+                "compact_shape": (64, 3),
+                "table_strides": (3, 1),
+                "compact_strides": (3, 1),
+            },
+            "a row is 12 bytes",
+        ),  # fmt: skip
+        ({"op": "max", "dtype": "float32"}, "max of float32: the bulk reduce .* takes max on the integers"),
+        ({"op": "add", "dtype": "float64", "nbytes": 8}, "add of float64"),
+        ({"op": "min", "dtype": "bfloat16", "nbytes": 2}, "drop NaNs"),
+    ],
+)
+def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
+    assert re.search(reason, rows_tma_rule(replace(FACTS, **change)))
+
+
+def test_short_rows_are_torchs_unless_strict():
+    short = replace(FACTS, table_shape=(1000, 16), table_strides=(16, 1), compact_shape=(64, 16),
+                    compact_strides=(16, 1))  # fmt: skip
+    assert f"under {ROWS_MIN_TMA_BYTES}" in rows_tma_rule(short)
+    assert rows_tma_rule(short, strict=True) is None
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "instruction"),
+    [
+        ("gather", None, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"),
+        ("scatter", None, "cp.async.bulk.global.shared::cta.bulk_group"),
+        ("add", "bf16", "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16"),
+        ("add", "int64", "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64"),
+        ("min", "int32", "cp.reduce.async.bulk.global.shared::cta.bulk_group.min.s32"),
+        ("max", "int64", "cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s64"),
+    ],
+)
+def test_the_rows_kernel_compiles_for_sm90a_with_its_instruction(op, dtype, instruction):
+    pytest.importorskip("cutlass")
+    from tmakit.runtime.launch import compile_rows
+
+    plan = RowsPlan(op, 1, 512, 64, dtype=dtype).kernel_plan()
+    ptx = compile_rows(plan, "int64", keep_ptx=True).ptx
+    assert instruction in ptx
+    loads_by_lane = "mbarrier.expect_tx" in ptx  # a gather's lanes declare their own rows' bytes
+    assert loads_by_lane == (op == "gather")
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+def test_the_api_refuses_bad_input_before_anything_runs():
+    torch = torch_or_skip()
+    import tmakit
+
+    table = torch.zeros(10, 8)
+    with pytest.raises(TmaConfigError, match="index is torch.float32; gather_rows takes an int32 or int64"):
+        tmakit.gather_rows(table, torch.tensor([1.0]))
+    with pytest.raises(TmaConfigError, match="index has shape"):
+        tmakit.gather_rows(table, torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(TmaConfigError, match=r"src has shape \(3, 8\); .* it must be \(2, 8\)"):
+        tmakit.index_add_(table, torch.tensor([1, 2]), torch.ones(3, 8))
+    with pytest.raises(TmaConfigError, match="src is torch.float64 and the table torch.float32"):
+        tmakit.index_add_(table, torch.tensor([1, 2]), torch.ones(2, 8, dtype=torch.float64))
+    with pytest.raises(TmaConfigError, match="share memory"):
+        tmakit.gather_rows(table, torch.tensor([1, 2]), out=table[3:5])
+    with pytest.raises(TmaConfigError, match="reduce='sum': torch's index_reduce_ takes"):
+        tmakit.index_reduce_(table, torch.tensor([1]), torch.ones(1, 8), "sum")
+    with pytest.raises(TmaConfigError, match="bulk row copies cannot serve this call: the tensors"):
+        tmakit.gather_rows(table, torch.tensor([1]), strict=True)
+
+
+def test_cpu_tensors_take_torchs_op_and_match_it():
+    torch = torch_or_skip()
+    import tmakit
+
+    table = torch.arange(60.0).reshape(10, 6)
+    index = torch.tensor([9, 0, 9, 3])
+    assert torch.equal(tmakit.gather_rows(table, index), table.index_select(0, index))
+    assert tmakit.rows_path("gather", table, index, torch.empty(4, 6)).startswith("torch (")
+    added = tmakit.index_add_(table.clone(), index, torch.ones(4, 6), alpha=2)
+    assert torch.equal(added, table.clone().index_add_(0, index, torch.ones(4, 6), alpha=2))
+    reduced = tmakit.index_reduce_(table.clone(), index, torch.full((4, 6), 100.0), "amax")
+    assert torch.equal(reduced, table.clone().index_reduce_(0, index, torch.full((4, 6), 100.0), "amax"))
+    scattered = tmakit.scatter_rows_(table.clone(), torch.tensor([2, 5]), torch.zeros(2, 6))
+    assert not scattered[[2, 5]].any() and torch.equal(scattered[0], table[0])
+
+
+def test_the_ops_trace_with_their_fakes_and_pass_opcheck():
+    torch = torch_or_skip()
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    table, index = torch.arange(40.0).reshape(10, 4), torch.tensor([3, 1, 9])
+    torch.library.opcheck(torch.ops.tmakit.gather_rows.default, (table, index))
+    torch.library.opcheck(torch.ops.tmakit.index_add_.default, (torch.zeros(10, 4), index, torch.ones(3, 4)))
+    torch.library.opcheck(
+        torch.ops.tmakit.scatter_rows_.default, (torch.zeros(10, 4), index, torch.ones(3, 4))
+    )
+    torch.library.opcheck(
+        torch.ops.tmakit.index_reduce_.default, (torch.zeros(10, 4), index, torch.ones(3, 4), "amax")
+    )
+    compiled = torch.compile(
+        lambda t, i: torch.ops.tmakit.gather_rows(t, i) * 2, backend="aot_eager", fullgraph=True
+    )
+    assert torch.equal(compiled(table, index), table[index] * 2)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        out = torch.ops.tmakit.gather_rows(
+            torch.empty(10, 4, device="cuda"), torch.empty(5, dtype=torch.long, device="cuda")
+        )
+        assert out.shape == (5, 4) and out.device.type == "cuda"
+        with pytest.raises(TmaConfigError, match="it must be"):
+            torch.ops.tmakit.index_add_(
+                torch.empty(10, 4), torch.empty(5, dtype=torch.long), torch.empty(4, 4)
+            )
