@@ -228,3 +228,28 @@ def test_rows_inside_a_cuda_graph_replay():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, table[index])
+
+
+def test_a_repeated_call_is_checked_as_the_first():
+    """A call like one served before skips its planning, not its checks: the index's entries,
+    shared memory, and an index or tensor of another kind take the full path."""
+    import torch
+
+    table = positional((1000, 256), torch.float32, 2)
+    index = torch.randint(0, 1000, (64,), device="cuda")
+    out = torch.empty(64, 256, device="cuda")
+    for _ in range(2):
+        assert torch.equal(tmakit.gather_rows(table, index, out), table[index])
+    with pytest.raises(TmaConfigError, match="share memory"):
+        tmakit.gather_rows(table, index, table[10:74])
+    bad = index.clone()
+    bad[7] = 1000
+    with pytest.raises(TmaConfigError, match=r"index\[7\] is 1000"):
+        tmakit.gather_rows(table, bad, out)
+    with pytest.raises(TmaConfigError, match="index is torch.float32"):
+        tmakit.gather_rows(table, index.float(), out)
+    dst = torch.zeros(1000, 256, dtype=torch.int32, device="cuda")
+    ones = torch.ones(64, 256, dtype=torch.int32, device="cuda")
+    for _ in range(2):
+        tmakit.index_reduce_(dst, index, ones, "amax")
+    assert torch.equal(dst, torch.zeros_like(dst).index_reduce_(0, index, ones, "amax"))

@@ -14,10 +14,12 @@ it held.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import dtype_of
 from ..errors import TmaConfigError
+from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.rows import (
     DEFAULT_ROW_STAGES,
     INDEX_REDUCES,
@@ -77,7 +79,8 @@ def gather_rows(
         )
     if out is None:
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
-    _rows_call("gather", src, index, out, check_index, strict)
+    if not _known_call("gather", src, index, out, check_index, strict):
+        _rows_call("gather", src, index, out, check_index, strict)
     return out
 
 
@@ -105,8 +108,8 @@ def scatter_rows_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
-    index = _checked_index(index, dst, "scatter_rows_")
-    _rows_call("scatter", dst, index, src, check_index, strict)
+    if not _known_call("scatter", dst, index, src, check_index, strict):
+        _rows_call("scatter", dst, _checked_index(index, dst, "scatter_rows_"), src, check_index, strict)
     return dst
 
 
@@ -138,6 +141,8 @@ def index_add_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
+    if alpha == 1 and _known_call("add", dst, index, src, check_index, strict):
+        return dst
     index = _checked_index(index, dst, "index_add_")
     if alpha != 1:
         _refuse_strict(strict, "index_add_", f"alpha={alpha}: the bulk reduce adds the rows as they are")
@@ -176,6 +181,9 @@ def index_reduce_(
     Raises:
         TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
     """
+    known = reduce in INDEX_REDUCES and include_self
+    if known and _known_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict):
+        return dst
     index = _checked_index(index, dst, "index_reduce_")
     if reduce not in TORCH_REDUCES:
         raise TmaConfigError(
@@ -226,7 +234,13 @@ _TORCH_OPS = {
 
 
 def torch_module():
-    return import_torch("rows")
+    global _TENSOR_TYPE
+    torch = import_torch("rows")
+    _TENSOR_TYPE = torch.Tensor
+    return torch
+
+
+_TENSOR_TYPE = None  # torch.Tensor once torch is imported (a known call is a plain tensor's)
 
 
 def _rows_call(
@@ -244,12 +258,63 @@ def _rows_call(
         _refuse_strict(strict, f"rows op {op}", rule)
         _TORCH_OPS[op](table, index, compact)
         return
-    torch = torch_module()
-    if check_index and not torch.cuda.is_current_stream_capturing():
-        _check_entries(index, table.shape[0])
     row_bytes = table.element_size() * _row_elements(table)
     dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
     launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+    if index.dim() == 1:
+        _KNOWN[_call_key(op, table, index, compact, strict)] = launch
+    _launch(launch, op, table, index, compact, check_index)
+
+
+# Calls whose checks and route passed, by everything those read (`_call_key`): a repeated call
+# skips them. Tensors that require grad, lazily applied bits or one storage take the full path.
+_KNOWN: dict[tuple, Callable] = {}
+
+
+def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
+    return (
+        op,
+        strict,
+        table.shape,
+        table.stride(),
+        compact.shape,
+        compact.stride(),
+        index.shape,
+        table.dtype,
+        index.dtype,
+        table.device,
+        index.device,
+        compact.device,
+        table.data_ptr() % GLOBAL_BASE_ALIGN,
+        compact.data_ptr() % GLOBAL_BASE_ALIGN,
+    )
+
+
+def _known_call(op: str, table, index, compact, check_index: bool, strict: bool) -> bool:
+    """Run a call whose key was served before (True), else nothing (False)."""
+    tensor = _TENSOR_TYPE
+    if (
+        tensor is None
+        or type(table) is not tensor
+        or type(index) is not tensor
+        or type(compact) is not tensor
+    ):
+        return False
+    if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg() or table.is_conj():
+        return False
+    launch = _KNOWN.get(_call_key(op, table, index, compact, strict))
+    if launch is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
+        return False
+    _launch(launch, op, table, index, compact, check_index)
+    return True
+
+
+def _launch(launch: Callable, op: str, table, index, compact, check_index: bool) -> None:
+    """The index checked (unless not asked, or inside a capture), the kernel launched on the
+    tensors' bytes, the table's version bumped where it was written."""
+    torch = torch_module()
+    if check_index and not torch.cuda.is_current_stream_capturing():
+        _check_entries(index, table.shape[0])
     launch(_byte_rows(table), index, _byte_rows(compact))
     if op != "gather":
         torch.autograd.graph.increment_version(table)
