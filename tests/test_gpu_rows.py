@@ -162,13 +162,13 @@ def test_an_entry_out_of_range_is_refused_or_moves_nothing(op):
     and the memory around the tensors (poisoned) is left as it was."""
     import torch
 
-    rows, width, count = 100, 128, 64
+    rows, width, count = 400, 128, 300  # 512-byte rows, 64 a stage: five steps
     memory = torch.full((rows + 20, width), POISON, dtype=torch.int32, device="cuda")
     table = memory[10 : 10 + rows]
     table.copy_(positional((rows, width), torch.int32, 3))
     before = memory.clone()
     index = torch.arange(count, device="cuda")
-    index[5], index[40] = rows, -1
+    index[5], index[40], index[250] = rows, -1, rows + 7
     compact_memory = torch.full((count + 2, width), POISON, dtype=torch.int32, device="cuda")
     compact = compact_memory[1 : 1 + count]
     if op != "gather":
@@ -179,7 +179,7 @@ def test_an_entry_out_of_range_is_refused_or_moves_nothing(op):
         "add": lambda **kw: tmakit.index_add_(table, index, compact, strict=True, **kw),
     }[op]
     compact_before = compact_memory.clone()
-    with pytest.raises(TmaConfigError, match=r"index\[5\] is 100; the table has 100 rows"):
+    with pytest.raises(TmaConfigError, match=r"index\[5\] is 400; the table has 400 rows"):
         call()
     assert torch.equal(memory, before) and torch.equal(compact_memory, compact_before)
     call(check_index=False)
@@ -187,7 +187,7 @@ def test_an_entry_out_of_range_is_refused_or_moves_nothing(op):
     assert torch.equal(memory[:10], before[:10]) and torch.equal(memory[10 + rows :], before[10 + rows :])
     assert torch.equal(compact_memory[[0, -1]], compact_before[[0, -1]])
     valid = torch.ones(count, dtype=torch.bool, device="cuda")
-    valid[[5, 40]] = False
+    valid[[5, 40, 250]] = False
     if op == "gather":
         assert torch.equal(compact[valid], table[index[valid]])
         assert (compact[~valid] == POISON).all()  # the poison `torch.full` wrote
@@ -209,8 +209,10 @@ def test_what_bulk_copies_cannot_serve_takes_torchs_op():
     assert torch.equal(tmakit.gather_rows(src, index), src[index])
     with pytest.raises(TmaConfigError, match="a bulk copy moves a multiple of 16"):
         tmakit.gather_rows(src, index, strict=True)
-    table = torch.zeros(10, 64, device="cuda")
-    tmakit.index_reduce_(table, torch.tensor([1, 1], device="cuda"), torch.ones(2, 64, device="cuda"), "amax")
+    table, twice = torch.zeros(10, 64, device="cuda"), torch.tensor([1, 1], device="cuda")
+    ones = torch.ones(2, 64, device="cuda")
+    assert "drop NaNs" in tmakit.rows_path("max", table, twice, ones)  # float max: torch's
+    tmakit.index_reduce_(table, twice, ones, "amax")
     assert torch.equal(table[1], torch.ones(64, device="cuda"))
 
 
@@ -248,8 +250,30 @@ def test_a_repeated_call_is_checked_as_the_first():
         tmakit.gather_rows(table, bad, out)
     with pytest.raises(TmaConfigError, match="index is torch.float32"):
         tmakit.gather_rows(table, index.float(), out)
+    as_ints = torch.empty(64, 256, dtype=torch.int32, device="cuda")  # the same key but its dtype
+    with pytest.raises(TmaConfigError, match="out is torch.int32 and the table torch.float32"):
+        tmakit.gather_rows(table, index, as_ints)
+    strided = torch.randint(0, 1000, (128,), device="cuda")[::2]  # an index of stride 2
+    assert torch.equal(tmakit.gather_rows(table, strided, out), table[strided])
     dst = torch.zeros(1000, 256, dtype=torch.int32, device="cuda")
     ones = torch.ones(64, 256, dtype=torch.int32, device="cuda")
     for _ in range(2):
         tmakit.index_reduce_(dst, index, ones, "amax")
     assert torch.equal(dst, torch.zeros_like(dst).index_reduce_(0, index, ones, "amax"))
+
+
+@pytest.mark.parametrize("row_kib", [64, 128])
+def test_long_rows_on_shallow_rings_and_a_strided_table(row_kib):
+    """Rows of 64 KiB (3 stages) and 128 KiB (1 stage: each store read before its stage is
+    freed), from every other row of a table (rows twice their length apart)."""
+    import torch
+
+    width = row_kib * 256  # int32 elements
+    memory = positional((60, width * 2), torch.int32, 9)
+    table = memory[:, :width]  # rows 2 x row_kib KiB apart
+    index = torch.randint(0, 60, (300,), device="cuda")
+    got = tmakit.gather_rows(table, index, strict=True)
+    assert torch.equal(got, table[index])
+    dst = torch.zeros(60, width, dtype=torch.int32, device="cuda")
+    tmakit.index_add_(dst, index, got, strict=True)
+    assert torch.equal(dst, torch.zeros_like(dst).index_add_(0, index, got))

@@ -156,6 +156,32 @@ def torch_entries() -> list[Entry]:
             {"x": half(2, 8, 8, 16), "kernel": 3, "stride": 1, "padding": 1, "dilation": 1, "out": None},
         ),
     ]
+    rows = {"index": torch.arange(8), "check_index": True, "strict": False}
+    table = {"dst": half(64, 64), "src": half(8, 64)}
+    entries += [
+        Entry("gather_rows", tmakit.gather_rows, {"src": half(64, 64), "out": None, **rows}),
+        Entry("scatter_rows_", tmakit.scatter_rows_, {**table, **rows}),
+        Entry("index_add_", tmakit.index_add_, {**table, **rows, "alpha": 1}),
+        Entry(
+            "index_reduce_", tmakit.index_reduce_, {**table, **rows, "reduce": "amax", "include_self": True}
+        ),
+        Entry(
+            "index_reduce_ int32",
+            tmakit.index_reduce_,
+            {
+                **rows,
+                "dst": torch.zeros(64, 64, dtype=torch.int32),
+                "src": torch.ones(8, 64, dtype=torch.int32),
+                "reduce": "amin",
+                "include_self": True,
+            },
+        ),  # fmt: skip
+        Entry(
+            "rows_path",
+            tmakit.rows_path,
+            {"op": "gather", "table": half(64, 64), "index": torch.arange(8), "compact": half(8, 64)},
+        ),
+    ]
     # every option of copy_ and reduce_into_ is a keyword argument of its own
     for name in CopyOptions.names():
         if name not in ("tile", "stages"):
@@ -175,6 +201,14 @@ def torch_entries() -> list[Entry]:
             "torch.ops.tmakit.load_tiles",
             ops.load_tiles,
             {"tensor": half(64, 64), "tile_rows": 64, "tile_cols": 64, "swizzle": 0},
+        ),
+        Entry(
+            "torch.ops.tmakit.gather_rows", ops.gather_rows, {"src": half(64, 64), "index": torch.arange(8)}
+        ),
+        Entry(
+            "torch.ops.tmakit.index_reduce_",
+            ops.index_reduce_,
+            {"dst": half(64, 64), "index": torch.arange(8), "src": half(8, 64), "reduce": "amax"},
         ),
     ]
     for entry in entries:
@@ -197,6 +231,7 @@ def stand_ins(monkeypatch):
 
     from tmakit.api import load as api_load
     from tmakit.api import reduce as api_reduce
+    from tmakit.api import rows as api_rows
     from tmakit.api import tensors as api_tensors
     from tmakit.runtime.dispatch import CopyDispatch
 
@@ -218,6 +253,10 @@ def stand_ins(monkeypatch):
         monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
     monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_rows, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)
+    monkeypatch.setattr(api_rows, "_KNOWN", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
@@ -255,5 +294,8 @@ def test_every_public_entry_is_drawn_on():
     """The entries above cover `tmakit.__all__` but its constant and its error types."""
     drawn = {entry.name for entry in ENTRIES} | {"TmaConfigError", "TmaHangError", "SEED"}
     missing = set(tmakit.__all__) - drawn
-    torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty"
-    assert not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path"}
+    torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty gather_rows"
+    rows = {"scatter_rows_", "index_add_", "index_reduce_", "rows_path"}
+    assert (
+        not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path", *rows}
+    )

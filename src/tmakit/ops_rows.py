@@ -31,7 +31,7 @@ SCHEMAS = {
 
 
 def _refuse_grad(op: str, *tensors: torch.Tensor) -> None:
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise TmaConfigError(
             f"torch.ops.{NAMESPACE}.{op} is not differentiable; call it under torch.no_grad(), or use "
             "torch's op where a gradient is needed"

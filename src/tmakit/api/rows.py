@@ -14,6 +14,7 @@ it held.
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from ..plan.rows import (
     rows_tma_rule,
 )
 from ..runtime.launch import rows_launcher
+from ..validate import flag
 from .tensors import (
     check_torch_tensor,
     cuda_index,
@@ -72,6 +74,7 @@ def gather_rows(
             of range (with `check_index`); with `strict`, why bulk row copies cannot serve.
     """
     torch = import_torch("gather_rows")
+    check_index, strict = _flags("gather_rows", check_index, strict)
     index = _checked_index(index, src, "gather_rows")
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
         return (
@@ -108,6 +111,7 @@ def scatter_rows_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
+    check_index, strict = _flags("scatter_rows_", check_index, strict)
     if not _known_call("scatter", dst, index, src, check_index, strict):
         _rows_call("scatter", dst, _checked_index(index, dst, "scatter_rows_"), src, check_index, strict)
     return dst
@@ -141,12 +145,18 @@ def index_add_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
+    check_index, strict = _flags("index_add_", check_index, strict)
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TmaConfigError(f"index_add_'s alpha is {alpha!r} ({type(alpha).__name__}); it must be a number")
+    alpha = int(alpha) if isinstance(alpha, numbers.Integral) else float(alpha)
     if alpha == 1 and _known_call("add", dst, index, src, check_index, strict):
         return dst
     index = _checked_index(index, dst, "index_add_")
     if alpha != 1:
         _refuse_strict(strict, "index_add_", f"alpha={alpha}: the bulk reduce adds the rows as they are")
-        dst.index_add_(0, index, src, alpha=alpha)
+        _check_rows("add", dst, index, src)
+        _check_entries_unless_capturing(index, dst.shape[0], check_index)
+        _torch_op(dst.index_add_, 0, index, src, alpha=alpha)
         return dst
     _rows_call("add", dst, index, src, check_index, strict)
     return dst
@@ -181,11 +191,13 @@ def index_reduce_(
     Raises:
         TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
     """
-    known = reduce in INDEX_REDUCES and include_self
+    check_index, strict = _flags("index_reduce_", check_index, strict)
+    include_self = flag(include_self, "index_reduce_'s include_self")
+    known = type(reduce) is str and reduce in INDEX_REDUCES and include_self
     if known and _known_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict):
         return dst
     index = _checked_index(index, dst, "index_reduce_")
-    if reduce not in TORCH_REDUCES:
+    if type(reduce) is not str or reduce not in TORCH_REDUCES:
         raise TmaConfigError(
             f"index_reduce_ reduce={reduce!r}: torch's index_reduce_ takes {', '.join(TORCH_REDUCES)}"
         )
@@ -196,7 +208,10 @@ def index_reduce_(
         reason = "include_self=False: the bulk reduce always reduces into dst's rows"
     if reason is not None:
         _refuse_strict(strict, "index_reduce_", reason)
-        dst.index_reduce_(0, index, src, reduce, include_self=include_self)
+        if dst.dim():
+            _check_rows("reduce", dst, index, src)
+            _check_entries_unless_capturing(index, dst.shape[0], check_index)
+        _torch_op(dst.index_reduce_, 0, index, src, reduce, include_self=include_self)
         return dst
     _rows_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict)
     return dst
@@ -248,7 +263,7 @@ def _rows_call(
 ) -> None:
     """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
     if table.dim() == 0:
-        _TORCH_OPS[op](table, index, compact)
+        _torch_op(_TORCH_OPS[op], table, index, compact)
         return
     _check_rows(op, table, index, compact)
     if not index.numel():
@@ -256,12 +271,15 @@ def _rows_call(
     rule = rows_tma_rule(_facts(op, table, index, compact), strict)
     if rule is not None:
         _refuse_strict(strict, f"rows op {op}", rule)
-        _TORCH_OPS[op](table, index, compact)
+        _check_entries_unless_capturing(index, table.shape[0], check_index)
+        _torch_op(_TORCH_OPS[op], table, index, compact)
         return
     row_bytes = table.element_size() * _row_elements(table)
     dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
     launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
     if index.dim() == 1:
+        if len(_KNOWN) >= _KNOWN_MOST:  # index lengths vary: keep the table bounded
+            _KNOWN.clear()
         _KNOWN[_call_key(op, table, index, compact, strict)] = launch
     _launch(launch, op, table, index, compact, check_index)
 
@@ -269,6 +287,7 @@ def _rows_call(
 # Calls whose checks and route passed, by everything those read (`_call_key`): a repeated call
 # skips them. Tensors that require grad, lazily applied bits or one storage take the full path.
 _KNOWN: dict[tuple, Callable] = {}
+_KNOWN_MOST = 1024
 
 
 def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
@@ -280,7 +299,9 @@ def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
         compact.shape,
         compact.stride(),
         index.shape,
+        index.stride(),
         table.dtype,
+        compact.dtype,
         index.dtype,
         table.device,
         index.device,
@@ -300,7 +321,9 @@ def _known_call(op: str, table, index, compact, check_index: bool, strict: bool)
         or type(compact) is not tensor
     ):
         return False
-    if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg() or table.is_conj():
+    if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg():
+        return False
+    if table.is_conj() or compact.is_conj():
         return False
     launch = _KNOWN.get(_call_key(op, table, index, compact, strict))
     if launch is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
@@ -313,11 +336,9 @@ def _launch(launch: Callable, op: str, table, index, compact, check_index: bool)
     """The index checked (unless not asked, or inside a capture), the kernel launched on the
     tensors' bytes, the table's version bumped where it was written."""
     torch = torch_module()
-    if check_index and not torch.cuda.is_current_stream_capturing():
-        _check_entries(index, table.shape[0])
+    _check_entries_unless_capturing(index, table.shape[0], check_index)
     launch(_byte_rows(table), index, _byte_rows(compact))
-    if op != "gather":
-        torch.autograd.graph.increment_version(table)
+    torch.autograd.graph.increment_version(compact if op == "gather" else table)
 
 
 @functools.lru_cache(maxsize=256)
@@ -367,7 +388,7 @@ def _checked_index(index: object, table: object, what: str) -> torch.Tensor:
             f"index is on {index.device} and the table on {table.device}; move the index with "
             f".to({str(table.device)!r})"
         )
-    return index.reshape(-1)
+    return index.reshape(-1).contiguous()  # the kernel reads entries one after another
 
 
 def _check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
@@ -403,6 +424,16 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def _check_entries_unless_capturing(index: torch.Tensor, rows: int, check_index: bool) -> None:
+    """`_check_entries` where asked and possible: not inside a CUDA-graph capture (on the GPU)."""
+    if (
+        check_index
+        and index.numel()
+        and not (index.is_cuda and torch_module().cuda.is_current_stream_capturing())
+    ):
+        _check_entries(index, rows)
+
+
 def _check_entries(index: torch.Tensor, rows: int) -> None:
     """Every entry in [0, rows), or TmaConfigError naming the first that is not."""
     low, high = (int(v) for v in index.aminmax())
@@ -413,6 +444,19 @@ def _check_entries(index: torch.Tensor, rows: int) -> None:
         f"index[{bad}] is {int(index[bad])}; the table has {rows} rows, so every entry must be in "
         f"[0, {rows}) (negative entries are not counted from the end): fix the index"
     )
+
+
+def _flags(what: str, check_index: object, strict: object) -> tuple[bool, bool]:
+    return flag(check_index, f"{what}'s check_index"), flag(strict, f"{what}'s strict")
+
+
+def _torch_op(call: Callable, *args: object, **kwargs: object) -> None:
+    """torch's own op, whose refusal (a value its schema or kernel does not take) is raised as
+    TmaConfigError with torch's words."""
+    try:
+        call(*args, **kwargs)
+    except (RuntimeError, TypeError, ValueError, IndexError) as error:
+        raise TmaConfigError(f"torch's op refused the call: {error}") from None
 
 
 def _refuse_strict(strict: bool, what: str, reason: str) -> None:

@@ -150,7 +150,7 @@ class RowsPlan:
     def stores_in_flight(self) -> int:
         """Store groups a consumer lane keeps in flight before the oldest must have read its
         stage (as a copy's: `CopyOptions`)."""
-        return max(MIN_STORES_IN_FLIGHT, self.stages // 2)
+        return min(max(MIN_STORES_IN_FLIGHT, self.stages // 2), self.stages)
 
     @property
     def pipeline(self) -> PipelinePlan:
@@ -271,6 +271,7 @@ def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = No
 # Rows shorter than this go to torch's op unless a call is strict: below it torch's LSU kernels
 # kept up with one bulk copy per row (the rows study, benchmarks/results/rows.json).
 ROWS_MIN_TMA_BYTES = 256
+MAX_INDEX_ENTRIES = 2**31 - 1  # the kernel's entry count is a 32-bit integer
 # torch's index_reduce_ names, as the bulk reduce names them.
 INDEX_REDUCES = {"amax": "max", "amin": "min"}
 # The dtypes whose min/max the rows path takes: integers. f16/bf16 min/max in PTX return the
@@ -333,6 +334,10 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
             f"{row_elements}: one bulk copy moves a stage of its rows"
         )
     table_stride = facts.table_strides[0] * facts.nbytes if facts.table_shape[0] > 1 else row_bytes
+    if table_stride < row_bytes:
+        return f"the table's rows overlap ({table_stride} bytes apart, {row_bytes} long)"
+    if facts.compact_shape[0] > MAX_INDEX_ENTRIES:
+        return f"{facts.compact_shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
     rule = row_rule(row_bytes, facts.table_address, table_stride) or row_rule(
         row_bytes, facts.compact_address
     )
@@ -341,6 +346,10 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     rule = row_reduce_rule(facts.op, facts.dtype)
     if rule is not None:
         return rule
+    try:  # one stage of one row must fit a block's shared memory
+        RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.dtype))
+    except TmaConfigError as error:
+        return str(error)
     if not strict and row_bytes < ROWS_MIN_TMA_BYTES:
         return (
             f"rows of {row_bytes} bytes: under {ROWS_MIN_TMA_BYTES}, where bulk row copies overtake "
