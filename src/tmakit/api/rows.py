@@ -154,8 +154,9 @@ def index_add_(
     index = _checked_index(index, dst, "index_add_")
     if alpha != 1:
         _refuse_strict(strict, "index_add_", f"alpha={alpha}: the bulk reduce adds the rows as they are")
-        _check_rows("add", dst, index, src)
-        _check_entries_unless_capturing(index, dst.shape[0], check_index)
+        if dst.dim():
+            _check_rows("add", dst, index, src)
+            _check_entries_unless_capturing(index, dst.shape[0], check_index)
         _torch_op(dst.index_add_, 0, index, src, alpha=alpha)
         return dst
     _rows_call("add", dst, index, src, check_index, strict)
