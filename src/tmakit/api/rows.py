@@ -146,7 +146,7 @@ def index_add_(
         TmaConfigError: as `gather_rows`.
     """
     check_index, strict = _flags("index_add_", check_index, strict)
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+    if not isinstance(alpha, numbers.Real):
         raise TmaConfigError(f"index_add_'s alpha is {alpha!r} ({type(alpha).__name__}); it must be a number")
     alpha = int(alpha) if isinstance(alpha, numbers.Integral) else float(alpha)
     if alpha == 1 and _known_call("add", dst, index, src, check_index, strict):
