@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["gather_rows", "index_add_", "index_reduce_", "rows_path", "scatter_rows_"]
 
 TORCH_REDUCES = ("prod", "mean", "amax", "amin")  # what torch's index_reduce_ takes
+ZERO_D = "a 0-D table, which torch's op takes as one row of one element"
 
 
 def gather_rows(
@@ -264,6 +265,7 @@ def _rows_call(
 ) -> None:
     """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
     if table.dim() == 0:
+        _refuse_strict(strict, f"rows op {op}", ZERO_D)
         _torch_op(_TORCH_OPS[op], table, index, compact)
         return
     _check_rows(op, table, index, compact)
