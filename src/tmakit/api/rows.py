@@ -78,9 +78,11 @@ def gather_rows(
     check_index, strict = _flags("gather_rows", check_index, strict)
     index = _checked_index(index, src, "gather_rows")
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
-        return (
-            torch.index_select(src, 0, index) if out is None else torch.index_select(src, 0, index, out=out)
-        )
+        _refuse_strict(strict, "gather_rows", ZERO_D)
+        if out is None:
+            out = torch.empty((), dtype=src.dtype, device=src.device)
+        _torch_op(torch.index_select, src, 0, index, out=out)
+        return out
     if out is None:
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
     if not _known_call("gather", src, index, out, check_index, strict):
