@@ -28,6 +28,7 @@ from ..plan import (
     ReducePlan,
     copy_destination,
 )
+from ..plan.many import TABLE_WORDS, ManyPlan
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from ..plan.rows import RowsPlan
 from .compile import (
@@ -237,6 +238,45 @@ def rows_launcher(rows: RowsPlan, index_dtype: str, device: str) -> RowsLauncher
 
     def launch(table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
         function(table, index, compact, guard)
+
+    return launch
+
+
+@compiles
+def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) -> tuple:
+    """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan: called with
+    the (chunks, 3) int64 chunk table (`ManyPlan.chunk_table`), the guard words and a stream
+    (none with `tvm_ffi`)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ..kernels.many import ManyKernel
+
+    shape = (cute.sym_int64(symbol="chunks"), TABLE_WORDS)
+    table = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return ManyKernel(many), table, guard, placeholder_stream(env=tvm_ffi)
+
+
+@functools.lru_cache(maxsize=16)
+def many_launcher(many: ManyPlan, device: str) -> Callable[[torch.Tensor], None]:
+    """A callable (table) for the grouped copy on one device, through TVM-FFI where installed."""
+    guard = new_guard(device)
+    if not tvm_ffi_available():
+        import torch
+
+        plain, cute_guard = compile_many(many), to_cute_tensor(guard)
+
+        def launch(table: torch.Tensor) -> None:
+            with torch.cuda.device(table.device):
+                plain(to_cute_tensor(table), cute_guard, current_stream())
+
+        return launch
+    function = compile_many(many, tvm_ffi=True).function
+
+    def launch(table: torch.Tensor) -> None:
+        function(table, guard)
 
     return launch
 

@@ -1,0 +1,132 @@
+"""Many tensors, one launch: the plan of a grouped copy (`copy_many_`, `pack`, `unpack_`) of
+compact pairs as chunks of contiguous bytes, each a non-tensor bulk copy in and out of a ring
+stage, the chunks of every pair walked by one persistent grid.
+
+The chunks are a table encoded on the host (`chunk_table`: source address, destination address,
+bytes; int64), copied to the device once per set of tensors and kept for the next call with the
+same tensors: a table is three words a chunk, where a tensor map built on the device is 128 bytes
+written, fenced and acquired per tensor before its first use (`model.descriptors`), and bulk copies
+need no map at all. A chunk moves at most a stage's bytes; its 16-byte multiple goes by bulk copy,
+the last 1-15 bytes of an odd-sized tensor by the consumer's lanes, one byte each.
+
+`pack_offsets` lays tensors out in one flat buffer, each at an offset aligned for TMA.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import LoadConfig
+from ..errors import TmaConfigError
+from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK
+from ..validate import check_field_types
+from .copy import MIN_STORES_IN_FLIGHT
+from .load import LoadPlan
+from .ring import PipelinePlan
+from .rows import STAGE_TARGET_BYTES
+
+DEFAULT_MANY_STAGES = 6
+TABLE_WORDS = 3  # a chunk: source address, destination address, bytes
+PACK_ALIGN = GLOBAL_BASE_ALIGN  # each tensor of a packed buffer starts 16-byte aligned
+
+
+def pack_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
+    """(byte offset of each tensor in a packed buffer, the buffer's bytes): in order, each offset
+    rounded up to `PACK_ALIGN`."""
+    offsets, end = [], 0
+    for size in nbytes:
+        start = -(-end // PACK_ALIGN) * PACK_ALIGN
+        offsets.append(start)
+        end = start + int(size)
+    return offsets, end
+
+
+@dataclass(frozen=True)
+class ManyPlan:
+    """A grouped copy's ring: chunks of up to `chunk_bytes`, one per stage of a `stages`-deep
+    ring, dealt to a persistent grid of at most `sm_count` blocks."""
+
+    stages: int = DEFAULT_MANY_STAGES
+    sm_count: int = DEFAULT_SM_COUNT
+    chunk_bytes: int = STAGE_TARGET_BYTES
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.chunk_bytes < GLOBAL_BASE_ALIGN or self.chunk_bytes % 1024:
+            raise TmaConfigError(f"chunk_bytes is {self.chunk_bytes}; a chunk is a whole number of KiB")
+        if self.stages < 1 or self.sm_count < 1:
+            raise TmaConfigError(f"stages {self.stages}, sm_count {self.sm_count}: at least one of each")
+        if self.smem_bytes > SMEM_PER_BLOCK:
+            raise TmaConfigError(
+                f"{self.stages} stages of {self.chunk_bytes} bytes do not fit the {SMEM_PER_BLOCK}-byte "
+                f"shared memory of a block; {SMEM_PER_BLOCK // (self.chunk_bytes + 2 * MBARRIER_BYTES)} fit"
+            )
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.chunk_bytes + 2 * MBARRIER_BYTES)
+
+    @property
+    def stores_in_flight(self) -> int:
+        """Store groups in flight before the oldest must have read its stage (as a copy's)."""
+        return min(max(MIN_STORES_IN_FLIGHT, self.stages // 2), self.stages)
+
+    @property
+    def pipeline(self) -> PipelinePlan:
+        """The ring the kernel runs on: stages of a stand-in tile of the chunk's bytes (int32,
+        256 wide), a producer and a consumer warp, persistent."""
+        tile = (self.chunk_bytes // 1024, 256)
+        load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
+        return PipelinePlan(load, stages=self.stages, persistent=True, sm_count=self.sm_count)
+
+    def chunk_table(self, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> np.ndarray:
+        """The chunks of copying `nbytes[i]` bytes from address `src[i]` to `dst[i]`, in order, as
+        (chunks, 3) int64 rows (source, destination, bytes); a pair of no bytes has none."""
+        size = np.asarray(nbytes, dtype=np.int64)
+        if len(size) != len(src) or len(size) != len(dst):
+            raise TmaConfigError(f"{len(src)} sources, {len(dst)} destinations, {len(size)} sizes: one each")
+        if (size < 0).any():
+            raise TmaConfigError("a pair has a negative byte count")
+        counts = -(-size // self.chunk_bytes)
+        pair = np.repeat(np.arange(len(size)), counts)
+        first = np.cumsum(counts) - counts
+        offset = (np.arange(len(pair)) - np.repeat(first, counts)) * self.chunk_bytes
+        table = np.empty((len(pair), TABLE_WORDS), dtype=np.int64)
+        table[:, 0] = np.asarray(src, dtype=np.int64)[pair] + offset
+        table[:, 1] = np.asarray(dst, dtype=np.int64)[pair] + offset
+        table[:, 2] = np.minimum(size[pair] - offset, self.chunk_bytes)
+        return table
+
+    def steps(self, chunks: int) -> int:
+        return chunks
+
+    def grid(self, chunks: int) -> int:
+        return max(1, min(chunks, self.sm_count))
+
+    def summary(self, chunks: int | None = None) -> str:
+        lines = [
+            f"grouped copy      chunks of up to {self.chunk_bytes} bytes, one per stage: a bulk copy in "
+            "(cp.async.bulk, the 16-byte multiple), a bulk copy out, the last 1-15 bytes by the lanes",
+            f"stages            {self.stages} x {self.chunk_bytes} bytes; {self.smem_bytes} bytes of "
+            "shared memory",
+            "each stage        its full barrier expects the chunk's 16-byte multiple",
+            f"table             {TABLE_WORDS} int64 words a chunk (source, destination, bytes), "
+            "encoded on the host, kept on the device for the same tensors",
+        ]
+        if chunks is not None:
+            lines.append(f"grid              {self.grid(chunks)} persistent block(s), {chunks} chunk(s)")
+        return "\n".join(lines)
+
+
+def aligned_pair(src_address: int, dst_address: int) -> bool:
+    """Whether bulk copies can move a pair: both addresses 16-byte aligned."""
+    return src_address % GLOBAL_BASE_ALIGN == 0 and dst_address % GLOBAL_BASE_ALIGN == 0
+
+
+def chunks_of(nbytes: Sequence[int], chunk_bytes: int = STAGE_TARGET_BYTES) -> int:
+    """How many chunks the pairs of `nbytes` make."""
+    return sum(math.ceil(int(size) / chunk_bytes) for size in nbytes)
