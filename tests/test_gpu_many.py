@@ -1,0 +1,114 @@
+"""Many tensors, one launch on the device (`tmakit.copy_many_`, `pack`, `unpack_`): random lists
+exact against torch's copies (poisoned destinations, position-dependent sources, the bytes around
+each destination guarded), odd sizes with tails, mixed dtypes and layouts, empty tensors, the
+drop-in paths beside the grouped one, and a CUDA-graph replay."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tmakit
+from tmakit import TmaConfigError
+
+pytestmark = pytest.mark.gpu
+POISON = 0x5A
+DTYPES = ("float32", "float16", "bfloat16", "int8", "int64", "bool", "float64", "complex64")
+
+
+def guarded(shape, dtype, rng, transposed=False):
+    """A poisoned tensor inside poisoned memory: (tensor, memory, span of the tensor in bytes)."""
+    import torch
+
+    element = torch.empty(0, dtype=dtype).element_size()
+    count = 1
+    for extent in shape:
+        count *= extent
+    pad = rng.choice((0, 16, 48)) if rng.random() < 0.8 else rng.choice((1, 2, 4)) * element
+    memory = torch.full((pad + count * element + 64,), POISON, dtype=torch.uint8, device="cuda")
+    flat = memory[pad : pad + count * element].view(dtype)
+    if transposed and len(shape) == 2:
+        return flat.view(shape[::-1]).t(), memory, (pad, pad + count * element)
+    return flat.view(shape), memory, (pad, pad + count * element)
+
+
+def source(shape, dtype, seed):
+    import torch
+
+    count = 1
+    for extent in shape:
+        count *= extent
+    values = (torch.arange(count, device="cuda", dtype=torch.int64) * 2654435761 + seed) % 251
+    if dtype == torch.bool:
+        return (values % 2 == 1).reshape(shape)
+    if dtype.is_complex:
+        return torch.complex(values.float(), -values.float()).to(dtype).reshape(shape)
+    return values.to(dtype).reshape(shape)
+
+
+def check_list(rng, count, seed):
+    import torch
+
+    dsts, srcs, guards = [], [], []
+    for i in range(count):
+        dtype = getattr(torch, rng.choice(DTYPES))
+        rank = rng.choice((1, 2, 3))
+        shape = tuple(rng.choice((0, 1, 3, 7, 16, 129, 1000)) for _ in range(rank))
+        if rng.random() < 0.1:
+            shape = (rng.randrange(1, 300_000),)  # chunks of 32 KiB and a tail
+        dst, memory, span = guarded(shape, dtype, rng, transposed=rng.random() < 0.1)
+        dsts.append(dst)
+        srcs.append(source(shape, dtype, seed + i))
+        guards.append((memory, memory.clone(), span))
+    tmakit.copy_many_(dsts, srcs)
+    torch.cuda.synchronize()
+    for i, (dst, src, (memory, before, (start, end))) in enumerate(zip(dsts, srcs, guards, strict=True)):
+        assert torch.equal(dst, src), f"list of {count}, pair {i}: {tuple(dst.shape)} {dst.dtype} differs"
+        assert torch.equal(memory[:start], before[:start]) and torch.equal(memory[end:], before[end:]), (
+            f"list of {count}, pair {i}: bytes around the destination written"
+        )
+
+
+def test_two_hundred_random_lists_match_torch():
+    rng = random.Random(34)
+    for case in range(200):
+        count = rng.choice((1, 2, 5, 40, 300)) if case % 50 else 2000
+        check_list(rng, count, case * 7919)
+
+
+def test_pack_and_unpack_round_trip_and_match_cat():
+    import torch
+
+    shapes = [(4096, 64), (1000,), (3, 5), (0,), (11008, 16), (7,)]
+    tensors = [source(shape, torch.bfloat16, i) for i, shape in enumerate(shapes)]
+    flat, offsets = tmakit.pack(tensors)
+    for tensor, offset in zip(tensors, offsets, strict=True):
+        assert offset * 2 % 16 == 0
+        assert torch.equal(flat[offset : offset + tensor.numel()], tensor.reshape(-1))
+    back = [torch.full_like(t, 7) for t in tensors]
+    tmakit.unpack_(flat, back)
+    assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True))
+    dense = [source((rng_size,), torch.float32, rng_size) for rng_size in (8, 16, 1024)]  # 16-byte multiples
+    flat, _ = tmakit.pack(dense)
+    assert torch.equal(flat, torch.cat(dense))
+
+
+def test_a_captured_grouped_copy_replays_with_new_values():
+    import torch
+
+    srcs = [source((1000 + i,), torch.float32, i) for i in range(50)]
+    dsts = [torch.empty_like(s) for s in srcs]
+    tmakit.copy_many_(dsts, srcs)  # the table is kept: the capture encodes nothing
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tmakit.copy_many_(dsts, srcs)
+    for s in srcs:
+        s.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    fresh = [torch.empty_like(s) for s in srcs]
+    with pytest.raises(TmaConfigError, match="call it once eagerly"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            tmakit.copy_many_(fresh, srcs)
