@@ -17,6 +17,7 @@
 #   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
 #   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
 #   rowsbench    tmakit bench --kernel rows (the study rows.json); ARGs: bench's (e.g. --only gather)
+#   manybench    tmakit bench --kernel many (the study many.json); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another tree's src/ (ab-bench.json); ARGs: theirs
 #   mctimeline   scripts/multicast_timeline.py; ARGs: theirs (--clusters, --protocols, --stages, --walks)
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
@@ -70,6 +71,7 @@ run_step() {
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
     rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/rows.json" "$@" 2>&1 | tail -45 ;;
+    manybench) timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many.json" "$@" 2>&1 | tail -30 ;;
     abbench) timeout "$limit" python3 scripts/ab_bench.py --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tail -20 ;;
     mctimeline) timeout "$limit" python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --commit "$commit" "$@" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     ncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT" "$@" 2>&1 | tail -20 ;;

@@ -182,6 +182,13 @@ def torch_entries() -> list[Entry]:
             {"op": "gather", "table": half(64, 64), "index": torch.arange(8), "compact": half(8, 64)},
         ),
     ]
+    entries += [
+        Entry(
+            "copy_many_", tmakit.copy_many_, {"dsts": [half(4, 8), half(3)], "srcs": [half(4, 8), half(3)]}
+        ),
+        Entry("pack", tmakit.pack, {"tensors": [half(4, 8), half(3)], "out": None}),
+        Entry("unpack_", tmakit.unpack_, {"flat": half(48), "tensors": [half(4, 8), half(3)]}),
+    ]
     # every option of copy_ and reduce_into_ is a keyword argument of its own
     for name in CopyOptions.names():
         if name not in ("tile", "stages"):
@@ -295,7 +302,7 @@ def test_every_public_entry_is_drawn_on():
     drawn = {entry.name for entry in ENTRIES} | {"TmaConfigError", "TmaHangError", "SEED"}
     missing = set(tmakit.__all__) - drawn
     torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty gather_rows"
-    rows = {"scatter_rows_", "index_add_", "index_reduce_", "rows_path"}
+    rows = {"scatter_rows_", "index_add_", "index_reduce_", "rows_path", "copy_many_", "pack", "unpack_"}
     assert (
         not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path", *rows}
     )

@@ -5,7 +5,8 @@ The public API is here: `config_for`, `padded_empty`, `load_tiles`, `copy`, `cop
 stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a call takes),
 `im2col` (TMA im2col loads, torch's expression where TMA cannot serve; `im2col_path` names the
 path), `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
-row copies; `rows_path` names the path), the configuration and plan types and the errors.
+row copies; `rows_path` names the path), `copy_many_`, `pack`, `unpack_` (many tensors, one
+launch), the configuration and plan types and the errors.
 Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
 and the TMA view helpers).
 """
@@ -15,6 +16,7 @@ from .api import (
     config_for,
     copy,
     copy_,
+    copy_many_,
     copy_path,
     gather_rows,
     im2col,
@@ -22,11 +24,13 @@ from .api import (
     index_add_,
     index_reduce_,
     load_tiles,
+    pack,
     padded_empty,
     reduce_into_,
     reduce_path,
     rows_path,
     scatter_rows_,
+    unpack_,
 )
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
@@ -47,6 +51,7 @@ __all__ = [
     "config_for",
     "copy",
     "copy_",
+    "copy_many_",
     "copy_path",
     "gather_rows",
     "im2col",
@@ -54,10 +59,12 @@ __all__ = [
     "index_add_",
     "index_reduce_",
     "load_tiles",
+    "pack",
     "padded_empty",
     "reduce_into_",
     "reduce_path",
     "rows_path",
     "scatter_rows_",
+    "unpack_",
 ]
 __version__ = "0.1.0"

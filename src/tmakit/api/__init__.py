@@ -11,7 +11,8 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
   `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression);
 - `rows`: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
-  row copies), `rows_path` (which path a call takes).
+  row copies), `rows_path` (which path a call takes);
+- `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
@@ -21,6 +22,7 @@ from ..plan.copy_layout import check_copy_layout
 from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy, specialised_copy_
 from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
+from .many import copy_many_, pack, unpack_
 from .reduce import add_, reduce_into_, reduce_options, reduce_path
 from .rows import gather_rows, index_add_, index_reduce_, rows_path, scatter_rows_
 from .tensors import check_on_gpu, check_torch_tensor
@@ -34,6 +36,7 @@ __all__ = [
     "copy",
     "copy_",
     "copy_dispatch",
+    "copy_many_",
     "copy_path",
     "gather_rows",
     "im2col",
@@ -41,6 +44,7 @@ __all__ = [
     "index_add_",
     "index_reduce_",
     "load_tiles",
+    "pack",
     "padded_empty",
     "plan_copy",
     "specialised_copy_",
@@ -51,4 +55,5 @@ __all__ = [
     "scatter_rows_",
     "strided_patches",
     "torch_im2col",
+    "unpack_",
 ]

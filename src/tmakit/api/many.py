@@ -49,9 +49,7 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> No
             whose tensors' table is not kept (see the module's doc).
     """
     torch = import_torch("copy_many_")
-    if isinstance(dsts, torch.Tensor) or isinstance(srcs, torch.Tensor):
-        raise TmaConfigError("copy_many_ takes two sequences of tensors; for one pair use tmakit.copy_")
-    dsts, srcs = list(dsts), list(srcs)
+    dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
     grouped, one_by_one, rest = [], [], []
@@ -93,6 +91,7 @@ def pack(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> tu
             too short or of another dtype.
     """
     torch = import_torch("pack")
+    tensors = _tensor_list(tensors, "pack", "tensors")
     flat, views = _flat_views(torch, tensors, out, "pack")
     copy_many_(views[1], [t.reshape(-1).view(flat.dtype) for t in tensors])
     return flat, views[0]
@@ -109,6 +108,9 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
         TmaConfigError: as `pack`.
     """
     torch = import_torch("unpack_")
+    if flat is None:
+        raise TmaConfigError("unpack_ takes the buffer pack wrote as flat; got None")
+    tensors = _tensor_list(tensors, "unpack_", "tensors")
     flat, (_, views) = _flat_views(torch, tensors, flat, "unpack_")
     dsts, srcs = [], []
     for span, tensor in zip(views, tensors, strict=True):
@@ -119,6 +121,15 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
             dsts.append(tensor)
             srcs.append(span.view(tensor.dtype).view(tensor.shape))
     copy_many_(dsts, srcs)
+
+
+def _tensor_list(value: object, what: str, name: str) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise TmaConfigError(
+            f"{what}'s {name} is {type(value).__name__}; it takes a list (or tuple) of tensors"
+            + ("; for one pair use tmakit.copy_" if what == "copy_many_" else "")
+        )
+    return list(value)
 
 
 # -- the grouped copy ---------------------------------------------------------------------------------
@@ -182,7 +193,7 @@ def _plan(device: int) -> ManyPlan:
 
 def _flat_views(torch, tensors, flat, what: str):
     """(offsets in the buffer's elements, each tensor's span as a 1-D view), and the buffer."""
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, what, "tensors")
     for i, tensor in enumerate(tensors):
         check_torch_tensor(tensor, what, f"tensors[{i}]")
     if not tensors:

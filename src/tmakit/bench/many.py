@@ -1,0 +1,115 @@
+"""Many tensors, one launch, timed beside torch's copies of the same lists: `copy_many_` against
+`torch._foreach_copy_`, `pack` against `torch.cat` of the flattened tensors, `unpack_` against
+`torch.split_with_sizes_copy`; device time from interleaved CUDA-graph replays, then eager
+back-to-back calls, every tmakit result compared with torch's first; a torch copy of the list's
+bytes as one buffer in the same run is the copy rate the grouped copy is measured against."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import api
+from .report import BenchRow
+from .suites import rotation_buffers
+from .timing import eager_samples_us, interleaved_graph_samples_us
+
+EAGER = "eager"
+PEERS = {"copy_many_": "torch _foreach_copy_", "pack": "torch cat", "unpack_": "torch split_with_sizes_copy"}
+
+
+@dataclass(frozen=True)
+class ManyCase:
+    """One row of the study: `op` on a list of bf16 tensors of `shapes`."""
+
+    op: str
+    label: str
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.op} {self.label}"
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(math.prod(shape) for shape in self.shapes) * 2
+
+
+def lists(case: ManyCase, generator) -> tuple[list, list]:
+    """(sources, destinations) of the case: bf16 tensors of its shapes, seeded."""
+    import torch
+
+    srcs = [
+        torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16) for shape in case.shapes
+    ]
+    return srcs, [torch.empty_like(s) for s in srcs]
+
+
+def calls(case: ManyCase, srcs: list, dsts: list):
+    """(tmakit's call, torch's call, a check of tmakit's result against torch's): each call
+    takes nothing; they write `dsts` (copy_many_, unpack_) or a flat buffer (pack)."""
+    import torch
+
+    sizes = [s.numel() for s in srcs]
+    if case.op == "copy_many_":
+        return (
+            lambda: api.copy_many_(dsts, srcs),
+            lambda: torch._foreach_copy_(dsts, srcs),
+            lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
+        )
+    flat, offsets = api.pack(srcs)
+    if case.op == "pack":
+        cat = torch.empty(sum(sizes), dtype=torch.bfloat16, device="cuda")
+        flat_srcs = [s.reshape(-1) for s in srcs]
+        return (
+            lambda: api.pack(srcs, flat),
+            lambda: torch.cat(flat_srcs, out=cat),
+            lambda: all(
+                torch.equal(flat[o : o + s.numel()], s.reshape(-1))
+                for o, s in zip(offsets, srcs, strict=True)
+            ),
+        )
+    outs = [d.view(-1) for d in dsts]
+    return (
+        lambda: api.unpack_(flat, dsts),
+        lambda: torch.split_with_sizes_copy(flat[: sum(sizes)], sizes, out=outs),
+        lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
+    )
+
+
+def verify(case: ManyCase, ours, check) -> str:
+    import torch
+
+    ours()
+    torch.cuda.synchronize()
+    return "ok: every tensor equal to its source" if check() else "MISMATCH"
+
+
+def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
+    """tmakit, torch and a one-buffer copy of the same bytes on `case`, device time then eager;
+    enough lists rotated that a pass moves more than 4x the L2."""
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(2026)
+    count = rotation_buffers(2 * case.tensor_bytes, l2_bytes)
+    sets = [lists(case, generator) for _ in range(count)]
+    built = [calls(case, srcs, dsts) for srcs, dsts in sets]
+    verdict = verify(case, built[0][0], built[0][2])
+    flats = [torch.empty(case.tensor_bytes, dtype=torch.uint8, device="cuda") for _ in range(count)]
+    copies = [torch.empty_like(f) for f in flats]
+    launches = {
+        "tmakit": [ours for ours, _, _ in built],
+        PEERS[case.op]: [theirs for _, theirs, _ in built],
+        "torch copy_": [lambda f=f, c=c: c.copy_(f) for f, c in zip(flats, copies, strict=True)],
+    }
+    device = interleaved_graph_samples_us(launches, samples)
+    eager = eager_samples_us({name: launches[name] for name in list(launches)[:2]}, repeats=7, min_calls=4)
+    notes = {"op": case.name, "tensors": len(case.shapes), "rotated_buffers": count}
+    row = lambda name, us, verified=None: BenchRow(  # noqa: E731
+        name, "copy", (len(case.shapes),), "bf16", case.tensor_bytes, us, verified, None, notes
+    )
+    rows = [row(name, us, verdict if name == "tmakit" else None) for name, us in device.items()]
+    rows += [row(f"{name} {EAGER}", us) for name, us in eager.items()]
+    del sets, built, flats, copies, launches
+    torch.cuda.empty_cache()
+    return rows

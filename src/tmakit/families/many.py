@@ -1,0 +1,84 @@
+"""The many-tensors study (`bench.many`): `copy_many_`, `pack` and `unpack_` on a transformer
+layer's parameters (4096x4096 x4, 11008x4096 x3, 4096 x2, bf16), 1,000 tensors of random sizes
+from 1 KiB to 1 MiB and 10,000 tensors of 4 KiB, against `torch._foreach_copy_`, `torch.cat` and
+`torch.split_with_sizes_copy`. `--only` picks cases by the start of their names. Its JSON is the
+study: one row a case, with the same run's copy rate of the list's bytes as one buffer."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from ..bench.many import EAGER, PEERS, ManyCase, bench_many
+from ..bench.report import BenchRow
+from . import Family, Options, chosen_parts
+
+LAYER = ((4096, 4096),) * 4 + ((11008, 4096),) * 3 + ((4096,),) * 2
+
+
+def random_sizes(count: int = 1000, seed: int = 2026) -> tuple[tuple[int, ...], ...]:
+    """`count` bf16 tensors of 1 KiB to 1 MiB, sizes drawn log-uniformly, seeded."""
+    rng = random.Random(seed)
+    return tuple((int(2 ** rng.uniform(9, 19)),) for _ in range(count))
+
+
+def cases() -> list[ManyCase]:
+    lists = (("layer", LAYER), ("1000 random", random_sizes()), ("10000 x 4 KiB", ((2048,),) * 10000))
+    return [ManyCase(op, label, shapes) for label, shapes in lists for op in PEERS]
+
+
+def chosen_cases(options: Options) -> list[ManyCase]:
+    every = cases()
+    return [
+        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
+    ]
+
+
+def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
+    by_name = {row.kernel: row for row in rows}
+    us = {name: statistics.median(row.samples_us) for name, row in by_name.items()}
+    peer = PEERS[case.op]
+    tmakit, copy = by_name["tmakit"], by_name["torch copy_"]
+    return {
+        "case": case.name,
+        "tensors": len(case.shapes),
+        "bytes": case.tensor_bytes,
+        "verified": tmakit.verified,
+        "tmakit_graph_us": us["tmakit"],
+        "torch_graph_us": us[peer],
+        "device_vs_torch": us[peer] / us["tmakit"],
+        "tmakit_tb_per_s": tmakit.gbps / 1e3,
+        "copy_tb_per_s": copy.gbps / 1e3,
+        "of_copy_rate": tmakit.gbps / copy.gbps,
+        "tmakit_eager_us": us[f"tmakit {EAGER}"],
+        "torch_eager_us": us[f"{peer} {EAGER}"],
+        "eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"tmakit {EAGER}"],
+        "rotated_buffers": tmakit.notes["rotated_buffers"],
+    }
+
+
+def study(results: list[tuple[ManyCase, list[BenchRow]]], context: dict) -> dict:
+    return {
+        "study": "many",
+        "what": "lists of tensors in one launch against torch's _foreach_copy_ / cat / split_with_sizes_copy "
+        "in CUDA graphs (device time) and eagerly (back-to-back calls, host included), L2 cold, bytes read "
+        "plus written, beside a one-buffer torch copy of the same bytes; every tmakit result checked first",
+        "context": context,
+        "rows": [case_row(case, rows) for case, rows in results],
+    }
+
+
+FAMILIES = (
+    Family(
+        name="many",
+        summary="copy_many_, pack and unpack_ on a transformer layer, 1,000 random and 10,000 small tensors "
+        "against torch's _foreach_copy_, cat and split_with_sizes_copy (see --only)",
+        plot_title="many tensors in one launch against torch",
+        plan_type=ManyCase,
+        plans=chosen_cases,
+        bench=lambda case, options, l2_bytes: bench_many(case, l2_bytes, options.samples),
+        compared_with=lambda options: list(PEERS.values()),
+        reads=frozenset({"only"}),
+        study=study,
+    ),
+)

@@ -1,0 +1,60 @@
+"""Many tensors, one launch, on the CPU: pack offsets, the chunk table (replayed on a NumPy memory
+against each pair's bytes), the plan's checks, and the sm_90a compile of the grouped copy."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tmakit import TmaConfigError
+from tmakit.plan.many import PACK_ALIGN, ManyPlan, chunks_of, pack_offsets
+
+
+def test_pack_offsets_are_aligned_in_order():
+    offsets, total = pack_offsets([10, 0, 16, 33, 1])
+    assert offsets == [0, 16, 16, 32, 80] and total == 81
+    assert all(offset % PACK_ALIGN == 0 for offset in offsets)
+
+
+def test_the_chunk_table_copies_every_byte_once():
+    """Replayed on one byte array: each chunk's bytes from its source to its destination; the
+    destinations end up as the sources and nothing else changes."""
+    rng = np.random.default_rng(34)
+    plan = ManyPlan(chunk_bytes=1024)
+    sizes = [int(s) for s in rng.integers(0, 5000, size=40)] + [0, 1, 15, 16, 1024, 1025]
+    src_offsets, total = pack_offsets(sizes)
+    dst_offsets = [total + 64 + offset for offset in src_offsets]
+    memory = rng.integers(0, 256, size=2 * total + 128, dtype=np.uint8)
+    expected = memory.copy()
+    for size, s, d in zip(sizes, src_offsets, dst_offsets, strict=True):
+        expected[d : d + size] = memory[s : s + size]
+    table = plan.chunk_table(src_offsets, dst_offsets, sizes)
+    assert len(table) == chunks_of(sizes, 1024) and (table[:, 2] > 0).all() and (table[:, 2] <= 1024).all()
+    for source, target, nbytes in table:
+        memory[target : target + nbytes] = memory[source : source + nbytes]
+    assert np.array_equal(memory, expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        ({"chunk_bytes": 1000}, "whole number of KiB"),
+        ({"stages": 8}, "do not fit .* 7 fit"),
+        ({"stages": 0}, "at least"),
+    ],
+)
+def test_plans_that_cannot_run_are_refused(kwargs, rule):
+    with pytest.raises(TmaConfigError, match=rule):
+        ManyPlan(**kwargs)
+
+
+def test_the_grouped_copy_compiles_for_sm90a():
+    pytest.importorskip("cutlass")
+    from tmakit.runtime.launch import compile_many
+
+    ptx = compile_many(ManyPlan(), keep_ptx=True).ptx
+    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
+    assert re.search(r"st\.global\.b8", ptx)  # the tails, a byte a lane
