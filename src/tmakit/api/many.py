@@ -44,6 +44,9 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> No
         srcs: the sources, one per destination, each of its destination's shape (a dtype change
             or a broadcast takes torch's `_foreach_copy_`, which does both).
 
+    Returns:
+        None: the destinations are written.
+
     Raises:
         TmaConfigError: lists of different lengths, an entry that is not a tensor, or a capture
             whose tensors' table is not kept (see the module's doc).
@@ -103,6 +106,9 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
     Args:
         flat: the packed buffer.
         tensors: the tensors, in `pack`'s order; each gets its span, reshaped to its shape.
+
+    Returns:
+        None: the tensors are written.
 
     Raises:
         TmaConfigError: as `pack`.
