@@ -20,12 +20,13 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.many import ManyPlan
 from .ring import RingContext, RunTimeWalk, TmaRingKernel
+from .rows import LateRelease
 from .tma import shared_tile_layout
 
 __all__ = ["ManyKernel"]
 
 
-class ManyKernel(TmaRingKernel):
+class ManyKernel(LateRelease, TmaRingKernel):
     """A grouped copy: one bulk copy in and one out per chunk of the table."""
 
     def __init__(self, many: ManyPlan, hang_guard: bool = False):
@@ -95,16 +96,3 @@ class ManyKernel(TmaRingKernel):
             cute.make_tensor(target + bulk, tail)[lane] = cute.make_tensor(source + bulk, tail)[lane]
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(self.late, read=True)
-
-    @cute.jit
-    def release_stage(self, context: RingContext, stage, step, failed):
-        if step >= self.late:
-            self.ring.release(context.empty, (step - self.late) % self.pipeline.stages, failed)
-
-    @cute.jit
-    def consumer_end(self, context: RingContext, state, consumer, failed):
-        """Every store has read its stage; the stages not yet released are released."""
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
-        for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
-            if step >= 0:
-                self.ring.release(context.empty, step % self.pipeline.stages, failed)

@@ -30,10 +30,32 @@ from ..plan.rows import RowsPlan
 from .ring import RingContext, RunTimeWalk, TmaRingKernel
 from .tma import shared_tile_layout
 
-__all__ = ["RowsKernel"]
+__all__ = ["LateRelease", "RowsKernel"]
 
 
-class RowsKernel(TmaRingKernel):
+class LateRelease:
+    """The consumer's release for kernels whose lanes each commit one bulk group of stores per
+    step (`self.late`: the groups that may still be reading their stage): the stage `late` steps
+    back is freed once every lane waited for its older groups; at the end, every group has read
+    its stage and the stages not yet freed are freed."""
+
+    @cute.jit
+    def release_stage(self, context: RingContext, stage, step, failed):
+        """Free the stage whose stores every lane now knows have read it, `late` steps back."""
+        if step >= self.late:
+            self.ring.release(context.empty, (step - self.late) % self.pipeline.stages, failed)
+
+    @cute.jit
+    def consumer_end(self, context: RingContext, state, consumer, failed):
+        """Before the block exits: every store has read its stage; the stages not yet released
+        are released. The writes complete before the grid does."""
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+        for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
+            if step >= 0:
+                self.ring.release(context.empty, step % self.pipeline.stages, failed)
+
+
+class RowsKernel(LateRelease, TmaRingKernel):
     """Gather, scatter or reduce rows by index: bulk copies on the ring, one step per stage."""
 
     def __init__(self, rows: RowsPlan, hang_guard: bool = False):
@@ -177,18 +199,3 @@ class RowsKernel(TmaRingKernel):
             prims.cp_reduce_async_bulk_global_shared_cta(
                 address, staged, row_bytes, op=self.rows.op, type=reduce_type, noftz=noftz
             )
-
-    @cute.jit
-    def release_stage(self, context: RingContext, stage, step, failed):
-        """Free the stage whose stores every lane now knows have read it, `late` steps back."""
-        if step >= self.late:
-            self.ring.release(context.empty, (step - self.late) % self.pipeline.stages, failed)
-
-    @cute.jit
-    def consumer_end(self, context: RingContext, state, consumer, failed):
-        """Before the block exits: every store has read its stage; the stages not yet released
-        are released. The writes complete before the grid does."""
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
-        for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
-            if step >= 0:
-                self.ring.release(context.empty, step % self.pipeline.stages, failed)

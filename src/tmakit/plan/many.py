@@ -20,14 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK
 from ..validate import check_field_types
 from .copy import MIN_STORES_IN_FLIGHT
-from .load import LoadPlan
 from .ring import PipelinePlan
-from .rows import STAGE_TARGET_BYTES
+from .rows import STAGE_TARGET_BYTES, stand_in_ring
 
 DEFAULT_MANY_STAGES = 6
 TABLE_WORDS = 3  # a chunk: source address, destination address, bytes
@@ -79,9 +77,7 @@ class ManyPlan:
     def pipeline(self) -> PipelinePlan:
         """The ring the kernel runs on: stages of a stand-in tile of the chunk's bytes (int32,
         256 wide), a producer and a consumer warp, persistent."""
-        tile = (self.chunk_bytes // 1024, 256)
-        load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
-        return PipelinePlan(load, stages=self.stages, persistent=True, sm_count=self.sm_count)
+        return stand_in_ring(self.chunk_bytes, self.stages, self.sm_count)
 
     def chunk_table(self, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> np.ndarray:
         """The chunks of copying `nbytes[i]` bytes from address `src[i]` to `dst[i]`, in order, as

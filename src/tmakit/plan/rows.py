@@ -60,6 +60,15 @@ DEFAULT_ROW_STAGES = 4
 _STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
 
 
+def stand_in_ring(stage_bytes: int, stages: int, sm_count: int) -> PipelinePlan:
+    """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
+    persistent `PipelinePlan` over a stand-in load plan whose tile (int32, 256 wide, whole KiB)
+    sizes the stages and carries the barriers and walk; no tensor map is made from it."""
+    tile = (math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH)
+    load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
+    return PipelinePlan(load, stages=stages, persistent=True, sm_count=sm_count)
+
+
 @dataclass(frozen=True)
 class Move:
     """One bulk copy of the ring: `nbytes` from global row `row` of `tensor` ("src", "dst" or
@@ -156,9 +165,7 @@ class RowsPlan:
     def pipeline(self) -> PipelinePlan:
         """The ring the kernel runs on: stages of the stand-in tile (int32, 256 wide, the stage's
         bytes rounded up to whole KiB), a producer and a consumer warp, persistent."""
-        tile = (math.ceil(self.stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH)
-        load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
-        return PipelinePlan(load, stages=self.stages, persistent=True, sm_count=self.sm_count)
+        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
 
     @property
     def steps(self) -> int:
