@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_rows"),
+    ("tmakit.ops", "tmakit.ops_rows", "tmakit.ops_many"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),

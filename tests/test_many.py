@@ -58,3 +58,32 @@ def test_the_grouped_copy_compiles_for_sm90a():
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
     assert re.search(r"st\.global\.b8", ptx)  # the tails, a byte a lane
+
+
+def test_the_api_and_ops_on_cpu_tensors_match_torch():
+    """CPU tensors take torch's `_foreach_copy_`; pack lays them at aligned offsets; the ops
+    trace with their fakes and pass opcheck."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    tensors = [torch.randn(3, 5), torch.arange(7.0), torch.zeros(0), torch.randn(4, 4).t()]
+    flat, offsets = tmakit.pack(tensors)
+    assert offsets == [0, 16, 24, 24] and flat.dtype == torch.float32
+    back = [torch.empty_like(t) for t in tensors]
+    tmakit.unpack_(flat, back)
+    assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True))
+    mixed, _ = tmakit.pack([torch.ones(3, dtype=torch.int8), torch.ones(2)])
+    assert mixed.dtype == torch.uint8 and mixed.numel() == 24
+    with pytest.raises(TmaConfigError, match="2 destinations and 1 sources"):
+        tmakit.copy_many_([torch.empty(1), torch.empty(1)], [torch.ones(1)])
+    with pytest.raises(TmaConfigError, match="for one pair use tmakit.copy_"):
+        tmakit.copy_many_(torch.empty(1), torch.ones(1))
+    ops = torch.ops.tmakit
+    torch.library.opcheck(ops.pack.default, (tensors[:2],))
+    torch.library.opcheck(
+        ops.copy_many_.default, ([torch.empty(3), torch.empty(2)], [torch.ones(3), torch.ones(2)])
+    )
+    torch.library.opcheck(ops.unpack_.default, (ops.pack(tensors[:2]), [torch.empty(3, 5), torch.empty(7)]))
+    compiled = torch.compile(lambda ts: ops.pack(ts) * 2, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(tensors[:2]), flat[:23] * 2)

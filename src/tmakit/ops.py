@@ -7,6 +7,7 @@ registers them.
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.ops_rows`)
+    torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.ops_many`)
 
 Each op is defined in a `torch.library.Library`, not as a `custom_op` (whose Python layers cost
 several launches' host time), with a fake implementation that is also its Meta kernel, so
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
-from . import ops_rows  # registers the rows ops
+from . import ops_many, ops_rows  # register the rows and many-tensor ops
 from .api import check_copy_layout, check_on_gpu, check_torch_tensor, reduce_options
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
@@ -441,16 +442,22 @@ gather_rows = ops_rows.gather_rows
 scatter_rows_ = ops_rows.scatter_rows_
 index_add_ = ops_rows.index_add_
 index_reduce_ = ops_rows.index_reduce_
+copy_many_ = ops_many.copy_many_
+pack = ops_many.pack
+unpack_ = ops_many.unpack_
 
 __all__ = [
     "copy",
     "copy_",
     "copy_kwargs",
+    "copy_many_",
     "gather_rows",
     "im2col",
     "index_add_",
     "index_reduce_",
     "load_tiles",
+    "pack",
     "reduce_into_",
     "scatter_rows_",
+    "unpack_",
 ]

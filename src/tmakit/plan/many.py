@@ -39,7 +39,7 @@ def pack_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
     for size in nbytes:
         start = -(-end // PACK_ALIGN) * PACK_ALIGN
         offsets.append(start)
-        end = start + int(size)
+        end = start + size
     return offsets, end
 
 

@@ -1,0 +1,82 @@
+"""Many tensors, one launch, as torch operators (registered when `tmakit.ops` is imported):
+
+    torch.ops.tmakit.copy_many_(dsts, srcs) -> None
+    torch.ops.tmakit.pack(tensors) -> Tensor      (offsets: `tmakit.plan.many.pack_offsets`)
+    torch.ops.tmakit.unpack_(flat, tensors) -> None
+
+Each in a fragment of the `tmakit` library with a fake implementation (also its Meta kernel), so
+`torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function. The chunk
+table of a set of tensors is kept on the device after an eager call, so a CUDA-graph capture of
+the same tensors encodes nothing on the host (`tmakit.api.many`). Not differentiable."""
+
+from __future__ import annotations
+
+import torch
+
+from .api import many as api_many
+from .errors import TmaConfigError
+from .plan.many import pack_offsets
+
+NAMESPACE = "tmakit"
+SCHEMAS = {
+    "copy_many_": "copy_many_(Tensor(a!)[] dsts, Tensor[] srcs) -> ()",
+    "pack": "pack(Tensor[] tensors) -> Tensor",
+    "unpack_": "unpack_(Tensor flat, Tensor(a!)[] tensors) -> ()",
+}
+
+
+def copy_many__impl(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    api_many.copy_many_(dsts, srcs)
+
+
+def copy_many__fake(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    if len(dsts) != len(srcs):
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.copy_many_ got {len(dsts)} destinations and {len(srcs)} sources"
+        )
+
+
+def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return api_many.pack(tensors)[0]
+
+
+def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
+    if not tensors:
+        raise TmaConfigError(f"torch.ops.{NAMESPACE}.pack got no tensors")
+    dtypes = {t.dtype for t in tensors}
+    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
+    element = torch.empty(0, dtype=dtype).element_size()
+    _, total = pack_offsets([t.numel() * t.element_size() for t in tensors])
+    return tensors[0].new_empty(((total + element - 1) // element,), dtype=dtype)
+
+
+def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    api_many.unpack_(flat, tensors)
+
+
+def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    if flat.dim() != 1:
+        raise TmaConfigError(f"torch.ops.{NAMESPACE}.unpack_: the buffer is {tuple(flat.shape)}; it is 1-D")
+
+
+def register() -> torch.library.Library:
+    """Define the ops in a fragment of the `tmakit` library and register their kernels."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    for schema in SCHEMAS.values():
+        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
+    for name, impl, fake in (
+        ("copy_many_", copy_many__impl, copy_many__fake),
+        ("pack", pack_impl, pack_fake),
+        ("unpack_", unpack__impl, unpack__fake),
+    ):
+        library.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+    return library
+
+
+LIBRARY = register()
+copy_many_ = torch.ops.tmakit.copy_many_.default
+pack = torch.ops.tmakit.pack.default
+unpack_ = torch.ops.tmakit.unpack_.default
+
+__all__ = ["copy_many_", "pack", "unpack_"]
