@@ -86,4 +86,5 @@ def test_the_api_and_ops_on_cpu_tensors_match_torch():
     )
     torch.library.opcheck(ops.unpack_.default, (ops.pack(tensors[:2]), [torch.empty(3, 5), torch.empty(7)]))
     compiled = torch.compile(lambda ts: ops.pack(ts) * 2, backend="aot_eager", fullgraph=True)
-    assert torch.equal(compiled(tensors[:2]), flat[:23] * 2)
+    doubled = compiled(tensors[:2])  # the bytes between spans are padding, never written
+    assert torch.equal(doubled[:15], flat[:15] * 2) and torch.equal(doubled[16:23], flat[16:23] * 2)

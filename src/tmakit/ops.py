@@ -409,21 +409,20 @@ def register() -> torch.library.Library:
     """Define the ops and register their kernels; the library returned must live as long as
     the process (dropping it unregisters the ops). pt2_compliant_tag: what custom_op gives its ops
     (dynamo's check for operators it may put in a graph)."""
-    library = torch.library.Library(NAMESPACE, "DEF")
-    for schema in SCHEMAS.values():
-        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    for name, impl, fake in (
-        ("copy_", copy__impl, copy__fake),
-        ("copy_.typed", copy__impl, copy__fake),  # the same kernels: the options come as keywords
-        ("copy", copy_impl, copy_fake),
-        ("copy.typed", copy_impl, copy_fake),
-        ("reduce_into_", reduce_into__impl, reduce_into__fake),
-        ("reduce_into_.typed", reduce_into__impl, reduce_into__fake),
-        ("load_tiles", load_tiles_impl, load_tiles_fake),
-        ("im2col", im2col_impl, im2col_fake),
-    ):
-        library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
-        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)  # and the Meta kernel
+    library = ops_rows.define(
+        "DEF",
+        SCHEMAS,
+        (
+            ("copy_", copy__impl, copy__fake),
+            ("copy_.typed", copy__impl, copy__fake),  # the same kernels: the options come as keywords
+            ("copy", copy_impl, copy_fake),
+            ("copy.typed", copy_impl, copy_fake),
+            ("reduce_into_", reduce_into__impl, reduce_into__fake),
+            ("reduce_into_.typed", reduce_into__impl, reduce_into__fake),
+            ("load_tiles", load_tiles_impl, load_tiles_fake),
+            ("im2col", im2col_impl, im2col_fake),
+        ),
+    )
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
     library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
     for op, name, impl in (("load_tiles", "tensor", load_tiles_impl), ("im2col", "x", im2col_impl)):

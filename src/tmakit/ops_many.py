@@ -15,6 +15,7 @@ import torch
 
 from .api import many as api_many
 from .errors import TmaConfigError
+from .ops_rows import define
 from .plan.many import pack_offsets
 
 NAMESPACE = "tmakit"
@@ -61,17 +62,15 @@ def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 def register() -> torch.library.Library:
     """Define the ops in a fragment of the `tmakit` library and register their kernels."""
-    library = torch.library.Library(NAMESPACE, "FRAGMENT")
-    for schema in SCHEMAS.values():
-        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    for name, impl, fake in (
-        ("copy_many_", copy_many__impl, copy_many__fake),
-        ("pack", pack_impl, pack_fake),
-        ("unpack_", unpack__impl, unpack__fake),
-    ):
-        library.impl(name, impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
-    return library
+    return define(
+        "FRAGMENT",
+        SCHEMAS,
+        (
+            ("copy_many_", copy_many__impl, copy_many__fake),
+            ("pack", pack_impl, pack_fake),
+            ("unpack_", unpack__impl, unpack__fake),
+        ),
+    )
 
 
 LIBRARY = register()

@@ -92,21 +92,32 @@ def in_place_fake(op: str):
     return fake
 
 
-def register() -> torch.library.Library:
-    """Define the rows ops in a fragment of the `tmakit` library and register their kernels; the
-    library returned must live as long as the process."""
-    library = torch.library.Library(NAMESPACE, "FRAGMENT")
-    for schema in SCHEMAS.values():
+def define(kind: str, schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
+    """A `tmakit` library ("DEF" once, else "FRAGMENT") defining `schemas`, each op of `kernels`
+    ((name, implementation, fake)) registered under CompositeExplicitAutograd with its fake (also
+    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. The library returned must
+    live as long as the process (dropping it unregisters the ops)."""
+    library = torch.library.Library(NAMESPACE, kind)
+    for schema in schemas.values():
         library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    for name, impl, fake in (
-        ("gather_rows", gather_rows_impl, gather_rows_fake),
-        ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
-        ("index_add_", index_add__impl, in_place_fake("index_add_")),
-        ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
-    ):
-        library.impl(name, impl, "CompositeExplicitAutograd")
+    for name, impl, fake in kernels:
+        library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
     return library
+
+
+def register() -> torch.library.Library:
+    """Define the rows ops in a fragment of the `tmakit` library and register their kernels."""
+    return define(
+        "FRAGMENT",
+        SCHEMAS,
+        (
+            ("gather_rows", gather_rows_impl, gather_rows_fake),
+            ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
+            ("index_add_", index_add__impl, in_place_fake("index_add_")),
+            ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
+        ),
+    )
 
 
 LIBRARY = register()
