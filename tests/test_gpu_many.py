@@ -61,7 +61,7 @@ def check_list(rng, count, seed):
         dsts.append(dst)
         srcs.append(source(shape, dtype, seed + i))
         guards.append((memory, memory.clone(), span))
-    tmakit.copy_many_(dsts, srcs)
+    tmakit.copy_many_(dsts, srcs, grouped=True)
     torch.cuda.synchronize()
     for i, (dst, src, (memory, before, (start, end))) in enumerate(zip(dsts, srcs, guards, strict=True)):
         assert torch.equal(dst, src), f"list of {count}, pair {i}: {tuple(dst.shape)} {dst.dtype} differs"
@@ -82,15 +82,15 @@ def test_pack_and_unpack_round_trip_and_match_cat():
 
     shapes = [(4096, 64), (1000,), (3, 5), (0,), (11008, 16), (7,)]
     tensors = [source(shape, torch.bfloat16, i) for i, shape in enumerate(shapes)]
-    flat, offsets = tmakit.pack(tensors)
+    flat, offsets = tmakit.pack(tensors, grouped=True)
     for tensor, offset in zip(tensors, offsets, strict=True):
         assert offset * 2 % 16 == 0
         assert torch.equal(flat[offset : offset + tensor.numel()], tensor.reshape(-1))
     back = [torch.full_like(t, 7) for t in tensors]
-    tmakit.unpack_(flat, back)
+    tmakit.unpack_(flat, back, grouped=True)
     assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True))
     dense = [source((rng_size,), torch.float32, rng_size) for rng_size in (8, 16, 1024)]  # 16-byte multiples
-    flat, _ = tmakit.pack(dense)
+    flat, _ = tmakit.pack(dense, grouped=True)
     assert torch.equal(flat, torch.cat(dense))
 
 
@@ -99,10 +99,10 @@ def test_a_captured_grouped_copy_replays_with_new_values():
 
     srcs = [source((1000 + i,), torch.float32, i) for i in range(50)]
     dsts = [torch.empty_like(s) for s in srcs]
-    tmakit.copy_many_(dsts, srcs)  # the table is kept: the capture encodes nothing
+    tmakit.copy_many_(dsts, srcs, grouped=True)  # the table is kept: the capture encodes nothing
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        tmakit.copy_many_(dsts, srcs)
+        tmakit.copy_many_(dsts, srcs, grouped=True)
     for s in srcs:
         s.add_(1)
     graph.replay()
@@ -111,4 +111,4 @@ def test_a_captured_grouped_copy_replays_with_new_values():
     fresh = [torch.empty_like(s) for s in srcs]
     with pytest.raises(TmaConfigError, match="call it once eagerly"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            tmakit.copy_many_(fresh, srcs)
+            tmakit.copy_many_(fresh, srcs, grouped=True)

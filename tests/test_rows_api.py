@@ -11,7 +11,7 @@ import pytest
 
 from tmakit import TmaConfigError
 from tmakit.plan.route import NOT_SM90
-from tmakit.plan.rows import ROWS_MIN_TMA_BYTES, RowsFacts, RowsPlan, rows_tma_rule
+from tmakit.plan.rows import RowsFacts, RowsPlan, rows_tma_rule
 
 FACTS = RowsFacts(
     op="gather",
@@ -67,11 +67,18 @@ def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
     assert re.search(reason, rows_tma_rule(replace(FACTS, **change)))
 
 
-def test_short_rows_are_torchs_unless_strict():
-    short = replace(FACTS, table_shape=(1000, 16), table_strides=(16, 1), compact_shape=(64, 16),
-                    compact_strides=(16, 1))  # fmt: skip
-    assert f"under {ROWS_MIN_TMA_BYTES}" in rows_tma_rule(short)
-    assert rows_tma_rule(short, strict=True) is None
+@pytest.mark.parametrize(
+    ("op", "width", "served"),
+    [("gather", 8, False), ("gather", 16, True), ("gather", 256, True), ("gather", 512, False),
+     ("scatter", 32, False), ("scatter", 64, True), ("add", 32, False), ("add", 4096, True)],
+)  # fmt: skip
+def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op, width, served):
+    """float32 rows of `width` (4 x width bytes): gathers from 64 bytes to 2 KiB, scatters and
+    adds from 256 bytes (the rows study)."""
+    facts = replace(FACTS, op=op, table_shape=(1000, width), table_strides=(width, 1),
+                    compact_shape=(64, width), compact_strides=(width, 1))  # fmt: skip
+    assert (rows_tma_rule(facts) is None) == served
+    assert rows_tma_rule(facts, strict=True) is None
 
 
 @pytest.mark.parametrize(

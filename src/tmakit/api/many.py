@@ -2,10 +2,12 @@
 flattened tensors, each at a 16-byte-aligned offset) and `unpack_` (torch's `split_with_sizes_copy`
 back into the tensors), on the grouped copy (`kernels.many`).
 
-A pair of compact tensors of one dtype and shape on one Hopper GPU, both 16-byte aligned, is
-chunked into the table the kernel walks (`plan.many`): every such pair of a call in one launch.
-Any other pair takes the drop-in path: `tmakit.copy_` one pair at a time where TMA serves it as
-laid out or as a view (a transposing pair), else one `torch._foreach_copy_` of the rest.
+With `grouped=True`, a pair of compact tensors of one dtype and shape on one Hopper GPU, both
+16-byte aligned, is chunked into the table the kernel walks (`plan.many`): every such pair of a
+call in one launch. The grouped kernel compiles for sm_90a and its table is checked on the CPU,
+but it has not yet run on a GPU, so it is opt-in: by default those pairs take one
+`torch._foreach_copy_`. Any other pair takes the drop-in path: `tmakit.copy_` one pair at a time
+where TMA serves it as laid out or as a view (a transposing pair), else the `_foreach_copy_`.
 
 The chunk table is encoded on the host and copied to the device once per set of tensors (their
 addresses and sizes), then kept for calls with the same tensors (an optimizer's parameters, a
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..errors import TmaConfigError
 from ..plan.many import ManyPlan, aligned_pair, pack_offsets
 from ..runtime.launch import many_launcher
+from ..validate import flag
 from .copy import copy_, copy_path
 from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch
 
@@ -36,13 +39,15 @@ _TABLES: OrderedDict[tuple, object] = OrderedDict()  # (addresses, sizes, device
 _TABLES_KEPT = 64
 
 
-def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
-    """Copy each `srcs[i]` into `dsts[i]`, every compact aligned pair in one launch.
+def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
+    """Copy each `srcs[i]` into `dsts[i]`; with `grouped`, every compact aligned pair in one launch.
 
     Args:
         dsts: the destinations, torch tensors.
         srcs: the sources, one per destination, each of its destination's shape (a dtype change
             or a broadcast takes torch's `_foreach_copy_`, which does both).
+        grouped: run the compact aligned pairs on the grouped TMA kernel (not yet run on a GPU;
+            without it they take torch's `_foreach_copy_`).
 
     Returns:
         None: the destinations are written.
@@ -53,20 +58,23 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> No
     """
     torch = import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
+    grouped = flag(grouped, "copy_many_'s grouped")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
-    grouped, one_by_one, rest = [], [], []
+    together, one_by_one, rest = [], [], []
     for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
         check_torch_tensor(dst, "copy_many_", f"dsts[{i}]")
         check_torch_tensor(src, "copy_many_", f"srcs[{i}]")
         if _groupable(dst, src):
-            grouped.append((dst, src))
+            together.append((dst, src))
         elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
             one_by_one.append((dst, src))
         else:
             rest.append((dst, src))
-    if grouped:
-        _grouped_copy(grouped)
+    if together and grouped:
+        _grouped_copy(together)
+    elif together:
+        rest += together
     for dst, src in one_by_one:
         copy_(dst, src)
     if rest:
@@ -78,13 +86,16 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> No
             ) from None
 
 
-def pack(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
+def pack(
+    tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = False
+) -> tuple[torch.Tensor, list[int]]:
     """Every tensor, flattened, into one 1-D buffer, each at a 16-byte-aligned offset.
 
     Args:
         tensors: torch tensors on one device (empty ones included).
         out: the buffer, 1-D and compact, of the tensors' dtype when they share one (else uint8,
             the offsets then in bytes), at least as long as `pack_offsets` says; allocated when None.
+        grouped: as `copy_many_`'s.
 
     Returns:
         (the buffer, the offset of each tensor in it, in the buffer's elements).
@@ -96,16 +107,17 @@ def pack(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> tu
     torch = import_torch("pack")
     tensors = _tensor_list(tensors, "pack", "tensors")
     flat, views = _flat_views(torch, tensors, out, "pack")
-    copy_many_(views[1], [t.reshape(-1).view(flat.dtype) for t in tensors])
+    copy_many_(views[1], [t.reshape(-1).view(flat.dtype) for t in tensors], grouped=grouped)
     return flat, views[0]
 
 
-def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
     """Copy each tensor's span of a buffer `pack` wrote back into the tensor.
 
     Args:
         flat: the packed buffer.
         tensors: the tensors, in `pack`'s order; each gets its span, reshaped to its shape.
+        grouped: as `copy_many_`'s.
 
     Returns:
         None: the tensors are written.
@@ -126,7 +138,7 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
         else:  # the span as the tensor's shape, copied into its layout
             dsts.append(tensor)
             srcs.append(span.view(tensor.dtype).view(tensor.shape))
-    copy_many_(dsts, srcs)
+    copy_many_(dsts, srcs, grouped=grouped)
 
 
 def _tensor_list(value: object, what: str, name: str) -> list:

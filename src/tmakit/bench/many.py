@@ -53,16 +53,16 @@ def calls(case: ManyCase, srcs: list, dsts: list):
     sizes = [s.numel() for s in srcs]
     if case.op == "copy_many_":
         return (
-            lambda: api.copy_many_(dsts, srcs),
+            lambda: api.copy_many_(dsts, srcs, grouped=True),
             lambda: torch._foreach_copy_(dsts, srcs),
             lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
         )
-    flat, offsets = api.pack(srcs)
+    flat, offsets = api.pack(srcs, grouped=True)
     if case.op == "pack":
         cat = torch.empty(sum(sizes), dtype=torch.bfloat16, device="cuda")
         flat_srcs = [s.reshape(-1) for s in srcs]
         return (
-            lambda: api.pack(srcs, flat),
+            lambda: api.pack(srcs, flat, grouped=True),
             lambda: torch.cat(flat_srcs, out=cat),
             lambda: all(
                 torch.equal(flat[o : o + s.numel()], s.reshape(-1))
@@ -71,7 +71,7 @@ def calls(case: ManyCase, srcs: list, dsts: list):
         )
     outs = [d.view(-1) for d in dsts]
     return (
-        lambda: api.unpack_(flat, dsts),
+        lambda: api.unpack_(flat, dsts, grouped=True),
         lambda: torch.split_with_sizes_copy(flat[: sum(sizes)], sizes, out=outs),
         lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
     )

@@ -275,9 +275,18 @@ def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = No
     return None
 
 
-# Rows shorter than this go to torch's op unless a call is strict: below it torch's LSU kernels
-# kept up with one bulk copy per row (the rows study, benchmarks/results/rows.json).
-ROWS_MIN_TMA_BYTES = 256
+# The row lengths (bytes, [from, to)) each op's bulk row copies serve unless a call is strict;
+# torch's kernels take the others (the rows study, benchmarks/results/rows.json). Gathers: the
+# bulk copies led from 64-byte rows, and from 2 KiB rows torch's index_select ran at the same
+# rate (90% of the copy's) for less host time. Scatters and reduces: torch's kernels led below
+# 256 bytes.
+ROWS_TMA_SPANS = {
+    "gather": (64, 2048),
+    "scatter": (256, None),
+    "add": (256, None),
+    "min": (256, None),
+    "max": (256, None),
+}
 MAX_INDEX_ENTRIES = 2**31 - 1  # the kernel's entry count is a 32-bit integer
 # torch's index_reduce_ names, as the bulk reduce names them.
 INDEX_REDUCES = {"amax": "max", "amin": "min"}
@@ -314,7 +323,7 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     """Why bulk row copies cannot serve a rows call (None: they can): the device, a bit torch
     applies lazily, autograd, rows that are not contiguous runs of 16-byte multiples at 16-byte
     aligned addresses, a compact tensor whose rows are not back to back, a reduce the bulk
-    reduce has no form for, and (unless `strict`) rows under `ROWS_MIN_TMA_BYTES`."""
+    reduce has no form for, and (unless `strict`) rows outside the op's `ROWS_TMA_SPANS`."""
     if facts.device == NOT_SM90:
         return NOT_SM90_REASON
     if facts.device < 0 or facts.index_device != facts.device:
@@ -357,11 +366,11 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
         RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.dtype))
     except TmaConfigError as error:
         return str(error)
-    if not strict and row_bytes < ROWS_MIN_TMA_BYTES:
-        return (
-            f"rows of {row_bytes} bytes: under {ROWS_MIN_TMA_BYTES}, where bulk row copies overtake "
-            "torch's kernel"
-        )
+    low, high = ROWS_TMA_SPANS[facts.op]
+    if not strict and row_bytes < low:
+        return f"rows of {row_bytes} bytes: under {low}, where bulk row copies overtake torch's kernel"
+    if not strict and high is not None and row_bytes >= high:
+        return f"rows of {row_bytes} bytes: from {high} torch's kernel gathers as fast, for less host time"
     return None
 
 
