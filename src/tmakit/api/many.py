@@ -11,9 +11,10 @@ where TMA serves it as laid out or as a view (a transposing pair), else the `_fo
 
 The chunk table is encoded on the host and copied to the device once per set of tensors (their
 addresses and sizes), then kept for calls with the same tensors (an optimizer's parameters, a
-layer's flat buffer). Inside a CUDA-graph capture nothing is encoded: a capture of tensors whose
-table is not kept raises TmaConfigError (call once eagerly with the same tensors first), so a
-replay never reads a host buffer since rewritten.
+layer's flat buffer). Inside a CUDA-graph capture nothing is encoded: tensors whose table is kept
+(an eager call with them came first) are captured as the grouped kernel, whose table is then
+kept for the process; others are captured as torch's `_foreach_copy_`, so a replay never reads a
+host buffer since rewritten.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..plan.many import ManyPlan, aligned_pair, pack_offsets
 from ..runtime.launch import many_launcher
 from ..validate import flag
 from .copy import copy_, copy_path
-from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch
+from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +38,7 @@ __all__ = ["copy_many_", "pack", "unpack_"]
 
 _TABLES: OrderedDict[tuple, object] = OrderedDict()  # (addresses, sizes, device) -> device table
 _TABLES_KEPT = 64
+_CAPTURED: dict[tuple, object] = {}  # tables a captured graph reads: kept for the process
 
 
 def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
@@ -106,9 +108,10 @@ def pack(
     """
     torch = import_torch("pack")
     tensors = _tensor_list(tensors, "pack", "tensors")
-    flat, views = _flat_views(torch, tensors, out, "pack")
-    copy_many_(views[1], [t.reshape(-1).view(flat.dtype) for t in tensors], grouped=grouped)
-    return flat, views[0]
+    flat, (offsets, spans) = _flat_views(torch, tensors, out, "pack")
+    sources = [_as(t.reshape(-1), flat.dtype, "pack") for t in tensors]
+    copy_many_(spans, sources, grouped=grouped)
+    return flat, offsets
 
 
 def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
@@ -132,13 +135,36 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
     flat, (_, views) = _flat_views(torch, tensors, flat, "unpack_")
     dsts, srcs = [], []
     for span, tensor in zip(views, tensors, strict=True):
-        if tensor.is_contiguous():  # its bytes, as the buffer's elements
-            dsts.append(tensor.view(-1).view(flat.dtype))
+        if tensor.is_contiguous() and tensor.dtype == flat.dtype:
+            dsts.append(tensor.view(-1))
+            srcs.append(span)
+        elif tensor.is_contiguous():  # its bytes, as the buffer's elements
+            dsts.append(_as(tensor.view(-1), flat.dtype, "unpack_"))
             srcs.append(span)
         else:  # the span as the tensor's shape, copied into its layout
             dsts.append(tensor)
-            srcs.append(span.view(tensor.dtype).view(tensor.shape))
+            srcs.append(_as(span, tensor.dtype, "unpack_").view(tensor.shape))
     copy_many_(dsts, srcs, grouped=grouped)
+
+
+def _as(tensor: torch.Tensor, dtype: torch.dtype, what: str) -> torch.Tensor:
+    """`tensor` itself when of `dtype`, else its bytes viewed as `dtype`: what a packed buffer of
+    mixed dtypes (uint8) moves. Tensors autograd records or with a lazily applied bit have no such
+    view: they need a buffer of their own dtype."""
+    if tensor.dtype == dtype:
+        return tensor
+    if recorded_by_autograd(tensor) or tensor.is_conj() or tensor.is_neg():
+        raise TmaConfigError(
+            f"{what}: a {tensor.dtype} tensor that requires grad, or a conjugate or negative view, "
+            "cannot move as the bytes of a mixed-dtype buffer: pack tensors of one dtype (or "
+            ".detach() / .resolve_conj() / .resolve_neg() first)"
+        )
+    try:
+        return tensor.view(dtype)
+    except RuntimeError as error:
+        raise TmaConfigError(
+            f"{what}: the {tensor.dtype} tensor cannot be viewed as {dtype}: {error}"
+        ) from None
 
 
 def _tensor_list(value: object, what: str, name: str) -> list:
@@ -159,7 +185,7 @@ def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
         and dst.shape == src.shape
         and dst.is_contiguous()
         and src.is_contiguous()
-        and not (dst.requires_grad or src.requires_grad)
+        and not recorded_by_autograd(dst, src)
         and not (dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg())
         and aligned_pair(src.data_ptr(), dst.data_ptr())
         and cuda_index(dst) >= 0
@@ -181,24 +207,29 @@ def _grouped_copy(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     if not any(nbytes):
         return
     key = (tuple(src), tuple(dst), tuple(nbytes), device.index)
-    table = _TABLES.get(key)
+    capturing = torch.cuda.is_current_stream_capturing()
+    table = _CAPTURED.get(key)
     if table is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise TmaConfigError(
-                "copy_many_ inside a CUDA-graph capture met tensors whose chunk table is not on the "
-                "device (a table encoded now would be read at each replay from a host buffer since "
-                "rewritten): call it once eagerly with the same tensors before the capture"
-            )
-        plan = _plan(device.index)
-        host = plan.chunk_table(src, dst, nbytes)
+        table = _TABLES.get(key)
+    if table is None and capturing:
+        # A table encoded now would be read at each replay from a host buffer since rewritten:
+        # torch's copies are captured instead (an eager call with the same tensors first keeps
+        # the table, and the capture then records the grouped kernel).
+        torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])
+        return
+    if table is None:
+        host = _plan(device.index).chunk_table(src, dst, nbytes)
         pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
         pinned.numpy()[:] = host
-        table = pinned.to(device, non_blocking=True)
+        table = pinned.to(device)  # landed before any stream's kernel can read it
         _TABLES[key] = table
         if len(_TABLES) > _TABLES_KEPT:
             _TABLES.popitem(last=False)
-    else:
+    elif key in _TABLES:
         _TABLES.move_to_end(key)
+    if capturing:  # a graph's replays read this table: never evicted
+        _CAPTURED[key] = table
+    table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
     many_launcher(_plan(device.index), str(device))(table)
     torch.autograd.graph.increment_version([d for d, _ in pairs])
 
