@@ -55,6 +55,7 @@ VALUE = {
     "only": "hot",
     "copy": "stages=4",
     "rows": "gather:100",
+    "many": "4096x10",
     "specialised": None,
     "pipeline": "stages=4",
     "persistent_clusters": "auto",

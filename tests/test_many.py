@@ -88,3 +88,22 @@ def test_the_api_and_ops_on_cpu_tensors_match_torch():
     compiled = torch.compile(lambda ts: ops.pack(ts) * 2, backend="aot_eager", fullgraph=True)
     doubled = compiled(tensors[:2])  # the bytes between spans are padding, never written
     assert torch.equal(doubled[:15], flat[:15] * 2) and torch.equal(doubled[16:23], flat[16:23] * 2)
+
+
+def test_plan_and_explain_describe_a_grouped_copy():
+    import contextlib
+    import io
+
+    from tmakit import cli
+
+    def run(*args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(list(args))
+        return code, out.getvalue()
+
+    code, out = run("plan", "--kernel", "many", "--many", "33554432x4,90177536x3,8192x2")
+    assert code == 0 and "tensors           9, 404766720 bytes, 12354 chunk(s)" in out
+    code, out = run("explain", "--kernel", "many", "--many", "4097,10,40000x3", "--stages", "2")
+    assert code == 0 and "tensor 0 bytes 0-4096; cp.async.bulk of 4096 bytes in and out" in out
+    assert "its full barrier expects 4096 bytes; its last 1 byte(s) copied by as many lanes" in out

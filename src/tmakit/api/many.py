@@ -5,7 +5,7 @@ back into the tensors), on the grouped copy (`kernels.many`).
 With `grouped=True`, a pair of compact tensors of one dtype and shape on one Hopper GPU, both
 16-byte aligned, is chunked into the table the kernel walks (`plan.many`): every such pair of a
 call in one launch. The grouped kernel compiles for sm_90a and its table is checked on the CPU,
-but it has not yet run on a GPU, so it is opt-in: by default those pairs take one
+but its GPU tests have not completed, so it is opt-in: by default those pairs take one
 `torch._foreach_copy_`. Any other pair takes the drop-in path: `tmakit.copy_` one pair at a time
 where TMA serves it as laid out or as a view (a transposing pair), else the `_foreach_copy_`.
 
@@ -48,7 +48,7 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
         dsts: the destinations, torch tensors.
         srcs: the sources, one per destination, each of its destination's shape (a dtype change
             or a broadcast takes torch's `_foreach_copy_`, which does both).
-        grouped: run the compact aligned pairs on the grouped TMA kernel (not yet run on a GPU;
+        grouped: run the compact aligned pairs on the grouped TMA kernel (its GPU tests not yet passed;
             without it they take torch's `_foreach_copy_`).
 
     Returns:

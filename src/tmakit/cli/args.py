@@ -21,6 +21,7 @@ from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MA
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
 from ..plan.copy import fits_l2
 from ..plan.copy_layout import copy_rows_view
+from ..plan.many import ManyPlan
 from ..plan.multicast import CLUSTER_SHAPES
 from ..plan.rows import RowsPlan
 from ..runtime.device import find_hopper_gpu
@@ -263,8 +264,9 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
 
 
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows")  # what plan and explain take as --kernel
+KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows", "many")  # plan's and explain's --kernel
 ROWS_METAVAR = "gather|scatter|add|min|max:COUNT"
+MANY_METAVAR = "BYTES[xCOUNT],..."
 
 
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
@@ -274,7 +276,7 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
     swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
     kernel = args.kernel
-    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "rows")
+    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "rows", "many")
     refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
     if kernel == "reduce" and args.reduce is None:
         raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
@@ -314,7 +316,18 @@ def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
     """`--kernel rows --rows OP:COUNT`: COUNT rows of the --shape tensor (its rows the first
     extent, a row the rest) moved by index with OP, and the example index shown: entry i names
     row (i * 7919) mod rows, spread over the tensor. Its ring's depth is --stages where given."""
-    refused = ("tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps", "copy", "reduce")
+    refused = (
+        "tile",
+        "swizzle",
+        "layout",
+        "pad",
+        "highlight",
+        "cluster",
+        "consumer_warps",
+        "copy",
+        "reduce",
+        "many",
+    )
     refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
     op, _, count = (args.rows or "").partition(":")
     count = count.strip()
@@ -325,6 +338,24 @@ def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
     stages = {"stages": args.stages} if "stages" in args.given else {}
     plan = RowsPlan(op.strip(), rows, row_bytes, int(count), dtype=element.name, **stages)
     return plan, [(i * 7919) % rows for i in range(plan.count)]
+
+
+def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
+    """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
+    bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
+    refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
+               "copy", "reduce", "rows")  # fmt: skip
+    refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
+    sizes: list[int] = []
+    for part in (args.many or "").split(","):
+        size, _, count = part.strip().partition("x")
+        if not (size.isascii() and size.isdigit() and (not count or (count.isascii() and count.isdigit()))):
+            raise CommandError(
+                f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
+            )
+        sizes += [int(size)] * (int(count) if count else 1)
+    stages = {"stages": args.stages} if "stages" in args.given else {}
+    return ManyPlan(**stages), sizes
 
 
 def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
@@ -341,6 +372,7 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
         "reduce",
         "copy",
         "rows",
+        "many",
     )
     refuse_given(
         args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"

@@ -7,9 +7,11 @@ import argparse
 
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
+from ..plan.many import chunks_of
 from .args import (
     COUNT,
     KERNELS,
+    MANY_METAVAR,
     REDUCE_OP,
     ROWS_METAVAR,
     CommandError,
@@ -20,6 +22,7 @@ from .args import (
     emit,
     im2col_plan,
     load_plan,
+    many_plan,
     multicast_plan,
     refuse_given,
     rows_plan,
@@ -56,7 +59,8 @@ def add_parser(subparsers: Subparsers) -> None:
         default="load",
         help="what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        "an im2col box (with --im2col SPEC), or rows by index (with --rows OP:COUNT; no kernel runs it yet)",
+        "an im2col box (with --im2col SPEC), rows by index (with --rows OP:COUNT), or a grouped copy "
+        "(with --many SIZES)",
     )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
@@ -64,6 +68,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
     )
+    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     add_json(parser, "the explanation")
     parser.set_defaults(run=run)
 
@@ -75,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         return _explain_im2col(args)
     if args.kernel == "rows":
         return _explain_rows(args)
+    if args.kernel == "many":
+        return _explain_many(args)
     if args.kernel != "load":
         plan, head = call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
@@ -82,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
-    refuse_given(args, ("copy", "rows"), "without --kernel copy, transpose, reduce or rows")
+    refuse_given(args, ("copy", "rows", "many"), "without --kernel copy, transpose, reduce, rows or many")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -110,5 +117,18 @@ def _explain_rows(args: argparse.Namespace) -> int:
     text = "\n".join([plan.summary(), "", f"The first stage fill ({example})", *shown])
     emit(
         args, {"kernel": {"kind": "rows", "summary": plan.summary().splitlines(), "first_fill": moves}}, text
+    )
+    return 0
+
+
+def _explain_many(args: argparse.Namespace) -> int:
+    """`explain --kernel many --many SIZES`: the grouped copy's plan, then block 0's first fills:
+    the chunk each step moves, its bulk copies and the bytes its stage's full barrier expects."""
+    plan, sizes = many_plan(args)
+    fills = plan.describe_first_fills(sizes)
+    where = "block 0's first fills (the tensors packed one after another into a second buffer)"
+    text = "\n".join([plan.summary(chunks_of(sizes, plan.chunk_bytes)), "", where, *fills])
+    emit(
+        args, {"kernel": {"kind": "many", "summary": plan.summary().splitlines(), "first_fills": fills}}, text
     )
     return 0

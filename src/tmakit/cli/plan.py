@@ -6,9 +6,11 @@ import argparse
 
 from ..explain import describe_plan
 from ..plan import MulticastPlan, PipelinePlan
+from ..plan.many import chunks_of
 from .args import (
     COUNT,
     KERNELS,
+    MANY_METAVAR,
     REDUCE_OP,
     ROWS_METAVAR,
     Subparsers,
@@ -18,6 +20,7 @@ from .args import (
     call_plan,
     emit,
     im2col_plan,
+    many_plan,
     refuse_given,
     rows_plan,
     shown_load,
@@ -34,7 +37,7 @@ def add_parser(subparsers: Subparsers) -> None:
         default="load",
         help="what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
         "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        "or rows by index with --rows OP:COUNT (a plan no kernel runs yet)",
+        "or rows by index with --rows OP:COUNT, or a grouped copy of tensors with --many SIZES",
     )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
@@ -45,6 +48,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
     )
+    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     parser.add_argument(
         "--im2col",
         metavar="kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]",
@@ -58,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel != "load":
         return _plan_kernel(args)
     refuse_given(
-        args, ("copy", "reduce", "im2col", "rows"), "without --kernel copy, transpose, reduce, im2col or rows"
+        args,
+        ("copy", "reduce", "im2col", "rows", "many"),
+        "without --kernel copy, transpose, reduce, im2col, rows or many",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -87,6 +93,13 @@ def run(args: argparse.Namespace) -> int:
 def _plan_kernel(args: argparse.Namespace) -> int:
     """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
     SM count and L2), from the tensor's flags and the kernel's options."""
+    if args.kernel == "many":
+        many, sizes = many_plan(args)
+        chunks = chunks_of(sizes, many.chunk_bytes)
+        head = f"tensors           {len(sizes)}, {sum(sizes)} bytes, {chunks} chunk(s)"
+        summary = "\n".join([head, many.summary(chunks)])
+        emit(args, {"kernel": {"kind": "many", "summary": summary.splitlines()}}, summary)
+        return 0
     if args.kernel == "rows":
         rows, _ = rows_plan(args)
         emit(args, {"kernel": {"kind": "rows", "summary": rows.summary().splitlines()}}, rows.summary())

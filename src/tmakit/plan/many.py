@@ -97,8 +97,29 @@ class ManyPlan:
         table[:, 2] = np.minimum(size[pair] - offset, self.chunk_bytes)
         return table
 
-    def steps(self, chunks: int) -> int:
-        return chunks
+    def describe_first_fills(self, nbytes: Sequence[int]) -> list[str]:
+        """Block 0's first `stages` steps for tensors of `nbytes` (packed one after another, as
+        `pack` lays them out, into a second buffer): what each chunk moves, the bulk copies and the
+        bytes its stage's full barrier expects."""
+        offsets, total = pack_offsets(nbytes)
+        table = self.chunk_table(offsets, [total + offset for offset in offsets], nbytes)
+        pair = np.repeat(np.arange(len(nbytes)), -(-np.asarray(nbytes, dtype=np.int64) // self.chunk_bytes))
+        grid = self.grid(len(table))
+        lines = []
+        for step, chunk in enumerate(range(0, len(table), grid)):
+            if step == self.stages:
+                break
+            source, _, size = (int(v) for v in table[chunk])
+            tensor = int(pair[chunk])
+            first = source - offsets[tensor]
+            bulk, tail = size & ~(GLOBAL_BASE_ALIGN - 1), size % GLOBAL_BASE_ALIGN
+            moves = f"cp.async.bulk of {bulk} bytes in and out" if bulk else "no bulk copy"
+            lines.append(
+                f"  step {step}, chunk {chunk} -> stage {step % self.stages}: tensor {tensor} bytes "
+                f"{first}-{first + size - 1}; {moves}; its full barrier expects {bulk} bytes"
+                + (f"; its last {tail} byte(s) copied by as many lanes" if tail else "")
+            )
+        return lines
 
     def grid(self, chunks: int) -> int:
         return max(1, min(chunks, self.sm_count))
