@@ -107,3 +107,29 @@ def test_plan_and_explain_describe_a_grouped_copy():
     code, out = run("explain", "--kernel", "many", "--many", "4097,10,40000x3", "--stages", "2")
     assert code == 0 and "tensor 0 bytes 0-4096; cp.async.bulk of 4096 bytes in and out" in out
     assert "its full barrier expects 4096 bytes; its last 1 byte(s) copied by as many lanes" in out
+
+
+@pytest.mark.parametrize(
+    ("many", "error"),
+    [
+        ("1x99999999999", "at most 1000000 tensors"),
+        ("99999999999999999999", "at most 1000000 tensors of at most"),
+        ("1099511627776x1000000", "chunks, the kernel's count"),
+        ("4096x", "give tensor sizes in bytes"),
+    ],
+)
+def test_plan_refuses_groups_the_kernel_cannot_count(many, error, capsys):
+    from tmakit import cli
+
+    assert cli.main(["plan", "--kernel", "many", "--many", many]) == 2
+    assert error in capsys.readouterr().err
+
+
+def test_the_ops_refuse_inputs_that_need_a_gradient():
+    torch = pytest.importorskip("torch")
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    with pytest.raises(TmaConfigError, match="not differentiable"):
+        torch.ops.tmakit.pack([torch.ones(3, requires_grad=True)])
+    with torch.no_grad():
+        assert torch.ops.tmakit.pack([torch.ones(3, requires_grad=True)]).shape == (3,)

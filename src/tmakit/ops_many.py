@@ -5,9 +5,9 @@
     torch.ops.tmakit.unpack_(flat, tensors) -> None
 
 Each in a fragment of the `tmakit` library with a fake implementation (also its Meta kernel), so
-`torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function. The chunk
-table of a set of tensors is kept on the device after an eager call, so a CUDA-graph capture of
-the same tensors encodes nothing on the host (`tmakit.api.many`). Not differentiable."""
+`torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function with its
+defaults (the grouped kernel is opt-in there: `tmakit.api.many`). Not differentiable: inputs
+that require grad while grad mode is on are refused."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from .api import many as api_many
 from .errors import TmaConfigError
-from .ops_rows import define
+from .ops_rows import define, refuse_grad
 from .plan.many import pack_offsets
 
 NAMESPACE = "tmakit"
@@ -27,6 +27,7 @@ SCHEMAS = {
 
 
 def copy_many__impl(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    refuse_grad("copy_many_", *dsts, *srcs)
     api_many.copy_many_(dsts, srcs)
 
 
@@ -38,6 +39,7 @@ def copy_many__fake(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
 
 
 def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
+    refuse_grad("pack", *tensors)
     return api_many.pack(tensors)[0]
 
 
@@ -52,6 +54,7 @@ def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    refuse_grad("unpack_", flat, *tensors)
     api_many.unpack_(flat, tensors)
 
 

@@ -30,7 +30,7 @@ SCHEMAS = {
 }
 
 
-def _refuse_grad(op: str, *tensors: torch.Tensor) -> None:
+def refuse_grad(op: str, *tensors: torch.Tensor) -> None:
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise TmaConfigError(
             f"torch.ops.{NAMESPACE}.{op} is not differentiable; call it under torch.no_grad(), or use "
@@ -58,7 +58,7 @@ def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torc
 
 
 def gather_rows_impl(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    _refuse_grad("gather_rows", src)
+    refuse_grad("gather_rows", src)
     return api_rows.gather_rows(src, index)
 
 
@@ -68,17 +68,17 @@ def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
-    _refuse_grad("scatter_rows_", dst, src)
+    refuse_grad("scatter_rows_", dst, src)
     api_rows.scatter_rows_(dst, index, src)
 
 
 def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
-    _refuse_grad("index_add_", dst, src)
+    refuse_grad("index_add_", dst, src)
     api_rows.index_add_(dst, index, src)
 
 
 def index_reduce__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str) -> None:
-    _refuse_grad("index_reduce_", dst, src)
+    refuse_grad("index_reduce_", dst, src)
     api_rows.index_reduce_(dst, index, src, reduce)
 
 

@@ -55,8 +55,8 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
         None: the destinations are written.
 
     Raises:
-        TmaConfigError: lists of different lengths, an entry that is not a tensor, or a capture
-            whose tensors' table is not kept (see the module's doc).
+        TmaConfigError: lists of different lengths, an entry that is not a tensor, or a pair
+            torch's `_foreach_copy_` refuses.
     """
     torch = import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
@@ -206,6 +206,11 @@ def _grouped_copy(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     nbytes = [d.numel() * d.element_size() for d, _ in pairs]
     if not any(nbytes):
         return
+    with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
+        _grouped_launch(torch, pairs, src, dst, nbytes, device)
+
+
+def _grouped_launch(torch, pairs: list, src: list, dst: list, nbytes: list, device) -> None:
     key = (tuple(src), tuple(dst), tuple(nbytes), device.index)
     capturing = torch.cuda.is_current_stream_capturing()
     table = _CAPTURED.get(key)

@@ -21,9 +21,9 @@ from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MA
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
 from ..plan.copy import fits_l2
 from ..plan.copy_layout import copy_rows_view
-from ..plan.many import ManyPlan
+from ..plan.many import ManyPlan, chunks_of
 from ..plan.multicast import CLUSTER_SHAPES
-from ..plan.rows import RowsPlan
+from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
 
@@ -267,6 +267,7 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
 KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows", "many")  # plan's and explain's --kernel
 ROWS_METAVAR = "gather|scatter|add|min|max:COUNT"
 MANY_METAVAR = "BYTES[xCOUNT],..."
+MAX_MANY_TENSORS, MAX_TENSOR_BYTES = 1_000_000, 2**40  # what --many describes
 
 
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
@@ -344,18 +345,25 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
     """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
     bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
     refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
-               "copy", "reduce", "rows")  # fmt: skip
+               "copy", "reduce", "rows", "im2col")  # fmt: skip
     refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
     sizes: list[int] = []
     for part in (args.many or "").split(","):
-        size, _, count = part.strip().partition("x")
-        if not (size.isascii() and size.isdigit() and (not count or (count.isascii() and count.isdigit()))):
+        size, times, count = part.strip().partition("x")
+        if not (size.isascii() and size.isdigit() and (not times or (count.isascii() and count.isdigit()))):
             raise CommandError(
                 f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
             )
-        sizes += [int(size)] * (int(count) if count else 1)
+        repeat = int(count) if count else 1
+        if len(sizes) + repeat > MAX_MANY_TENSORS or int(size) > MAX_TENSOR_BYTES:
+            most = f"at most {MAX_MANY_TENSORS} tensors of at most {MAX_TENSOR_BYTES} bytes"
+            raise CommandError(f"--many {args.many!r}: {most}")
+        sizes += [int(size)] * repeat
     stages = {"stages": args.stages} if "stages" in args.given else {}
-    return ManyPlan(**stages), sizes
+    plan = ManyPlan(**stages)
+    if chunks_of(sizes, plan.chunk_bytes) > MAX_INDEX_ENTRIES:
+        raise CommandError(f"--many {args.many!r}: more than {MAX_INDEX_ENTRIES} chunks, the kernel's count")
+    return plan, sizes
 
 
 def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:

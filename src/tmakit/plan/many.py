@@ -101,10 +101,17 @@ class ManyPlan:
         """Block 0's first `stages` steps for tensors of `nbytes` (packed one after another, as
         `pack` lays them out, into a second buffer): what each chunk moves, the bulk copies and the
         bytes its stage's full barrier expects."""
+        grid = self.grid(chunks_of(nbytes, self.chunk_bytes))
+        shown, needed = [], self.stages * grid  # the tensors the first fills reach
+        for size in nbytes:
+            if needed <= 0:
+                break
+            shown.append(size)
+            needed -= math.ceil(size / self.chunk_bytes)
+        nbytes = shown
         offsets, total = pack_offsets(nbytes)
         table = self.chunk_table(offsets, [total + offset for offset in offsets], nbytes)
         pair = np.repeat(np.arange(len(nbytes)), -(-np.asarray(nbytes, dtype=np.int64) // self.chunk_bytes))
-        grid = self.grid(len(table))
         lines = []
         for step, chunk in enumerate(range(0, len(table), grid)):
             if step == self.stages:
@@ -119,7 +126,7 @@ class ManyPlan:
                 f"{first}-{first + size - 1}; {moves}; its full barrier expects {bulk} bytes"
                 + (f"; its last {tail} byte(s) copied by as many lanes" if tail else "")
             )
-        return lines
+        return lines or ["  (no bytes: nothing moves)"]
 
     def grid(self, chunks: int) -> int:
         return max(1, min(chunks, self.sm_count))
