@@ -96,7 +96,8 @@ def pack(
     Args:
         tensors: torch tensors on one device (empty ones included).
         out: the buffer, 1-D and compact, of the tensors' dtype when they share one (else uint8,
-            the offsets then in bytes), at least as long as `pack_offsets` says; allocated when None.
+            the offsets then in bytes), at least as long as `pack_offsets` says; allocated when None
+            (the bytes between spans then zeros).
         grouped: as `copy_many_`'s.
 
     Returns:
@@ -263,8 +264,10 @@ def _flat_views(torch, tensors, flat, what: str):
         raise TmaConfigError(f"{what}: {dtype} elements do not fall on 16-byte offsets")
     length = -(-total // element)
     device = next(iter(devices))
-    if flat is None:
-        flat = torch.empty(length, dtype=dtype, device=device)
+    if flat is None:  # the bytes between spans zeroed, so a packed buffer is the same each time
+        ends = [offset + t.numel() * t.element_size() for offset, t in zip(offsets, tensors, strict=True)]
+        padded = ends[:-1] != offsets[1:] or total != length * element
+        flat = (torch.zeros if padded else torch.empty)(length, dtype=dtype, device=device)
     check_torch_tensor(flat, what, "the buffer")
     if flat.dim() != 1 or not flat.is_contiguous() or flat.dtype != dtype or flat.numel() < length:
         raise TmaConfigError(
