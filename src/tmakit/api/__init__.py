@@ -11,7 +11,8 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
   `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression);
 - `rows`: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
-  row copies), `rows_path` (which path a call takes);
+  row copies), `rows_path` (which path a call takes), with `rows_call`: a call's checks, route
+  and launch;
 - `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is

@@ -1,0 +1,276 @@
+"""How a rows call runs (`api.rows` holds the ops): the checks of its tensors and index, its
+route (`plan.rows.rows_tma_rule`: bulk row copies or torch's op), the repeated-call table that
+skips them for a call like one served before, and the launch on the tensors' bytes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..config import dtype_of
+from ..errors import TmaConfigError
+from ..limits import GLOBAL_BASE_ALIGN
+from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
+from ..runtime.launch import rows_launcher
+from ..validate import flag
+from .tensors import (
+    check_torch_tensor,
+    cuda_index,
+    device_facts,
+    dtype_name,
+    import_torch,
+    lazy_bit,
+    recorded_by_autograd,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+ZERO_D = "a 0-D table, which torch's op takes as one row of one element"
+
+
+# -- the call -----------------------------------------------------------------------------------
+TORCH_OPS = {
+    "gather": lambda table, index, compact: torch_module().index_select(table, 0, index, out=compact),
+    "scatter": lambda table, index, compact: table.index_copy_(0, index, compact),
+    "add": lambda table, index, compact: table.index_add_(0, index, compact),
+    "min": lambda table, index, compact: table.index_reduce_(0, index, compact, "amin"),
+    "max": lambda table, index, compact: table.index_reduce_(0, index, compact, "amax"),
+}
+
+
+def torch_module():
+    global _TENSOR_TYPE
+    torch = import_torch("rows")
+    _TENSOR_TYPE = torch.Tensor
+    return torch
+
+
+_TENSOR_TYPE = None  # torch.Tensor once torch is imported (a known call is a plain tensor's)
+
+
+def rows_call(
+    op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor, check_index: bool, strict: bool
+) -> None:
+    """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
+    if table.dim() == 0:
+        refuse_strict(strict, f"rows op {op}", ZERO_D)
+        torch_op(TORCH_OPS[op], table, index, compact)
+        return
+    check_rows(op, table, index, compact)
+    if not index.numel():
+        return
+    rule = rows_tma_rule(facts(op, table, index, compact), strict)
+    if rule is not None:
+        refuse_strict(strict, f"rows op {op}", rule)
+        check_entries_unless_capturing(index, table.shape[0], check_index)
+        torch_op(TORCH_OPS[op], table, index, compact)
+        return
+    row_bytes = table.element_size() * _row_elements(table)
+    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
+    launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+    if index.dim() == 1:
+        if len(_KNOWN) >= _KNOWN_MOST:  # index lengths vary: keep the table bounded
+            _KNOWN.clear()
+        _KNOWN[_call_key(op, table, index, compact, strict)] = launch
+    _launch(launch, op, table, index, compact, check_index)
+
+
+# Calls whose checks and route passed, by everything those read (`_call_key`): a repeated call
+# skips them. Tensors that require grad, lazily applied bits or one storage take the full path.
+_KNOWN: dict[tuple, Callable] = {}
+_KNOWN_MOST = 1024
+
+
+def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
+    return (
+        op,
+        strict,
+        table.shape,
+        table.stride(),
+        compact.shape,
+        compact.stride(),
+        index.shape,
+        index.stride(),
+        table.dtype,
+        compact.dtype,
+        index.dtype,
+        table.device,
+        index.device,
+        compact.device,
+        table.data_ptr() % GLOBAL_BASE_ALIGN,
+        compact.data_ptr() % GLOBAL_BASE_ALIGN,
+    )
+
+
+def known_call(op: str, table, index, compact, check_index: bool, strict: bool) -> bool:
+    """Run a call whose key was served before (True), else nothing (False)."""
+    tensor = _TENSOR_TYPE
+    if (
+        tensor is None
+        or type(table) is not tensor
+        or type(index) is not tensor
+        or type(compact) is not tensor
+    ):
+        return False
+    if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg():
+        return False
+    if table.is_conj() or compact.is_conj():
+        return False
+    launch = _KNOWN.get(_call_key(op, table, index, compact, strict))
+    if launch is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
+        return False
+    _launch(launch, op, table, index, compact, check_index)
+    return True
+
+
+def _launch(launch: Callable, op: str, table, index, compact, check_index: bool) -> None:
+    """The index checked (unless not asked, or inside a capture), the kernel launched on the
+    tensors' bytes, the table's version bumped where it was written."""
+    torch = torch_module()
+    check_entries_unless_capturing(index, table.shape[0], check_index)
+    launch(_byte_rows(table), index, _byte_rows(compact))
+    torch.autograd.graph.increment_version(compact if op == "gather" else table)
+
+
+@functools.lru_cache(maxsize=256)
+def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int):
+    """The compiled rows kernel for one (op, row size, reduce dtype, index dtype) on one device:
+    the deepest ring of up to `DEFAULT_ROW_STAGES` stages that fits."""
+    sm_count, _ = device_facts(torch_module().device("cuda", device))
+    for stages in range(DEFAULT_ROW_STAGES, 0, -1):
+        try:
+            plan = RowsPlan(op, 1, row_bytes, 1 << 20, stages=stages, sm_count=sm_count, dtype=dtype)
+        except TmaConfigError:
+            if stages == 1:
+                raise
+            continue
+        return rows_launcher(
+            plan.kernel_plan(), "int64" if index_dtype == "int64" else "int32", f"cuda:{device}"
+        )
+    raise AssertionError("unreachable")
+
+
+def _byte_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`'s memory as (rows, row bytes) uint8 with its row stride (its rows contiguous)."""
+    return tensor.view(tensor.shape[0], _row_elements(tensor)).view(torch_module().uint8)
+
+
+def _row_elements(tensor: torch.Tensor) -> int:
+    count = 1
+    for extent in tensor.shape[1:]:
+        count *= extent
+    return count
+
+
+# -- checks -------------------------------------------------------------------------------------
+def checked_index(index: object, table: object, what: str) -> torch.Tensor:
+    """The index as a 1-D int32 or int64 tensor on the table's device."""
+    check_torch_tensor(table, what, "the table")
+    check_torch_tensor(index, what, "index")
+    torch = torch_module()
+    if index.dtype not in (torch.int32, torch.int64):
+        raise TmaConfigError(
+            f"index is {index.dtype}; {what} takes an int32 or int64 index (convert it with .long())"
+        )
+    if index.dim() > 1:
+        raise TmaConfigError(f"index has shape {tuple(index.shape)}; {what} takes a 1-D index (.reshape(-1))")
+    if index.device != table.device:
+        raise TmaConfigError(
+            f"index is on {index.device} and the table on {table.device}; move the index with "
+            f".to({str(table.device)!r})"
+        )
+    return index.reshape(-1).contiguous()  # the kernel reads entries one after another
+
+
+def check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
+    name = "out" if op == "gather" else "src"
+    check_torch_tensor(compact, f"rows op {op}", name)
+    expected = (index.numel(), *table.shape[1:])
+    if tuple(compact.shape) != expected:
+        raise TmaConfigError(
+            f"{name} has shape {tuple(compact.shape)}; for {index.numel()} index entries of a table "
+            f"{tuple(table.shape)} it must be {expected}"
+        )
+    if compact.dtype != table.dtype:
+        raise TmaConfigError(f"{name} is {compact.dtype} and the table {table.dtype}; both must be one dtype")
+    if compact.device != table.device:
+        raise TmaConfigError(f"{name} is on {compact.device} and the table on {table.device}; use one device")
+    if _overlap(table, compact):
+        raise TmaConfigError(
+            f"{name} and the table share memory; rows by index read one and write the other: use "
+            "separate tensors (.clone() one)"
+        )
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte spans of `a` and `b` in one storage intersect (empty tensors never do)."""
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    spans = []
+    for t in (a, b):
+        start = t.data_ptr()
+        last = sum((extent - 1) * stride for extent, stride in zip(t.shape, t.stride(), strict=True))
+        spans.append((start, start + (last + 1) * t.element_size()))
+    (a0, a1), (b0, b1) = spans
+    return a0 < b1 and b0 < a1
+
+
+def check_entries_unless_capturing(index: torch.Tensor, rows: int, check_index: bool) -> None:
+    """`_check_entries` where asked and possible: not inside a CUDA-graph capture (on the GPU)."""
+    if (
+        check_index
+        and index.numel()
+        and not (index.is_cuda and torch_module().cuda.is_current_stream_capturing())
+    ):
+        _check_entries(index, rows)
+
+
+def _check_entries(index: torch.Tensor, rows: int) -> None:
+    """Every entry in [0, rows), or TmaConfigError naming the first that is not."""
+    low, high = (int(v) for v in index.aminmax())
+    if low >= 0 and high < rows:
+        return
+    bad = ((index < 0) | (index >= rows)).nonzero()[0, 0].item()
+    raise TmaConfigError(
+        f"index[{bad}] is {int(index[bad])}; the table has {rows} rows, so every entry must be in "
+        f"[0, {rows}) (negative entries are not counted from the end): fix the index"
+    )
+
+
+def flags(what: str, check_index: object, strict: object) -> tuple[bool, bool]:
+    return flag(check_index, f"{what}'s check_index"), flag(strict, f"{what}'s strict")
+
+
+def torch_op(call: Callable, *args: object, **kwargs: object) -> None:
+    """torch's own op, whose refusal (a value its schema or kernel does not take) is raised as
+    TmaConfigError with torch's words."""
+    try:
+        call(*args, **kwargs)
+    except (RuntimeError, TypeError, ValueError, IndexError) as error:
+        raise TmaConfigError(f"torch's op refused the call: {error}") from None
+
+
+def refuse_strict(strict: bool, what: str, reason: str) -> None:
+    if strict:
+        raise TmaConfigError(f"{what}: bulk row copies cannot serve this call: {reason}")
+
+
+def facts(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> RowsFacts:
+    return RowsFacts(
+        op=op,
+        table_shape=tuple(table.shape),
+        table_strides=tuple(table.stride()),
+        compact_shape=tuple(compact.shape),
+        compact_strides=tuple(compact.stride()),
+        dtype=dtype_name(table.dtype),
+        nbytes=table.element_size(),
+        table_address=table.data_ptr(),
+        compact_address=compact.data_ptr(),
+        device=cuda_index(table),
+        index_device=cuda_index(index),
+        index_dtype=dtype_name(index.dtype),
+        lazy=lazy_bit(table, compact),
+        recorded=recorded_by_autograd(table, compact),
+    )
