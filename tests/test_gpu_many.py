@@ -114,3 +114,29 @@ def test_a_captured_grouped_copy_replays_with_new_values():
     second.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(d, s) for d, s in zip(fresh, srcs, strict=True))
+
+
+def test_a_prepared_grouped_copy_runs_eagerly_and_in_a_graph_and_refuses_moved_tensors():
+    import torch
+
+    rng = random.Random(7)
+    srcs = [source((rng.randrange(1, 70_000),), torch.bfloat16, i) for i in range(300)]
+    dsts = [torch.full_like(s, float("nan")) for s in srcs]
+    prepared = tmakit.GroupedCopy(dsts, srcs)
+    assert prepared._route.launches, "the pairs take the grouped kernel"
+    prepared()
+    torch.cuda.synchronize()
+    assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        prepared()
+        with pytest.raises(tmakit.TmaConfigError, match="inside a CUDA-graph capture"):
+            tmakit.GroupedCopy(dsts, srcs)
+    for s in srcs:
+        s.add_(3)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    srcs[17].untyped_storage().resize_(0)  # freed under it, as FSDP frees a shard
+    with pytest.raises(tmakit.TmaConfigError, match=r"srcs\[17\] moved"):
+        prepared()

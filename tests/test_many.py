@@ -133,3 +133,74 @@ def test_the_ops_refuse_inputs_that_need_a_gradient():
         torch.ops.tmakit.pack([torch.ones(3, requires_grad=True)])
     with torch.no_grad():
         assert torch.ops.tmakit.pack([torch.ones(3, requires_grad=True)]).shape == (3,)
+
+
+def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
+    """A repeated call reuses its route; the route keeps none of the caller's tensors alive, and a
+    list with the same addresses but another shape, dtype or stride gets a route of its own."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    from tmakit.api import many
+
+    many._ROUTES.clear()
+    srcs = [torch.arange(12.0).reshape(3, 4), torch.arange(5)]
+    dsts = [torch.zeros(3, 4), torch.zeros(5, dtype=torch.int64)]
+    tmakit_copy_many(dsts, srcs)
+    tmakit_copy_many(dsts, srcs)
+    assert len(many._ROUTES) == 1
+    assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    reshaped = [dsts[0].view(4, 3), dsts[1]]
+    with pytest.raises(TmaConfigError, match="_foreach_copy_ refused"):
+        tmakit_copy_many(reshaped, srcs)  # the same addresses, another shape: checked afresh
+    transposed = [dsts[0].view(4, 3).t(), dsts[1]]
+    srcs[0].add_(1)
+    tmakit_copy_many(transposed, [srcs[0], srcs[1]])
+    assert torch.equal(transposed[0], srcs[0]) and len(many._ROUTES) == 3  # each list its own
+    watched = weakref.ref(dsts[0])
+    del dsts, reshaped, transposed
+    gc.collect()
+    assert watched() is None
+
+
+def tmakit_copy_many(dsts, srcs):
+    from tmakit import copy_many_
+
+    copy_many_(dsts, srcs)
+
+
+def test_a_grouped_copy_prepared_once_copies_each_call_and_refuses_moved_tensors():
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy
+
+    srcs = [torch.arange(6.0), torch.arange(4, dtype=torch.int32).reshape(2, 2)]
+    dsts = [torch.zeros(6), torch.zeros(2, 2, dtype=torch.int32)]
+    prepared = GroupedCopy(dsts, srcs)
+    for step in range(3):
+        srcs[0].add_(step)
+        prepared()
+        assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    dsts[1].set_(torch.zeros(2, 2, dtype=torch.int32))  # its storage swapped
+    with pytest.raises(TmaConfigError, match=r"dsts\[1\] moved .* prepare a GroupedCopy"):
+        prepared()
+    with pytest.raises(TmaConfigError, match="2 destinations and 1 sources"):
+        GroupedCopy(dsts, srcs[:1])
+    with pytest.raises(TmaConfigError, match="takes a list"):
+        GroupedCopy(dsts[0], srcs[0])
+
+
+def test_prepared_pack_and_unpack_match_the_calls():
+    torch = pytest.importorskip("torch")
+    import tmakit
+    from tmakit import GroupedCopy
+
+    tensors = [torch.arange(5.0), torch.arange(12.0).reshape(3, 4).t(), torch.empty(0)]
+    packing = GroupedCopy.packing(tensors)
+    packing()
+    flat, offsets = tmakit.pack(tensors)
+    assert packing.offsets == offsets and torch.equal(packing.flat, flat)
+    back = [torch.full_like(t, -1) for t in tensors]
+    unpacking = GroupedCopy.unpacking(flat, back)
+    unpacking()
+    assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True)) and unpacking.flat is flat

@@ -6,12 +6,14 @@ stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a 
 `im2col` (TMA im2col loads, torch's expression where TMA cannot serve; `im2col_path` names the
 path), `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
 row copies; `rows_path` names the path), `copy_many_`, `pack`, `unpack_` (many tensors, one
-launch), the configuration and plan types and the errors.
+launch; `GroupedCopy` prepares them once for lists that stay put), the configuration and plan
+types and the errors.
 Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
 and the TMA view helpers).
 """
 
 from .api import (
+    GroupedCopy,
     add_,
     config_for,
     copy,
@@ -38,6 +40,7 @@ from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
 
 __all__ = [
     "SEED",
+    "GroupedCopy",
     "CopyOptions",
     "Im2colPlan",
     "LoadConfig",

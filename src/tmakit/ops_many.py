@@ -6,7 +6,7 @@
 
 Each in a fragment of the `tmakit` library with a fake implementation (also its Meta kernel), so
 `torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function with its
-defaults (the grouped kernel is opt-in there: `tmakit.api.many`). Not differentiable: inputs
+defaults (`tmakit.api.many`). Not differentiable: inputs
 that require grad while grad mode is on are refused."""
 
 from __future__ import annotations

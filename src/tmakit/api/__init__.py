@@ -13,7 +13,8 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `rows`: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
   row copies), `rows_path` (which path a call takes), with `rows_call`: a call's checks, route
   and launch;
-- `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch).
+- `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch), `GroupedCopy` (any of them
+  prepared once).
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
@@ -23,12 +24,13 @@ from ..plan.copy_layout import check_copy_layout
 from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy, specialised_copy_
 from .im2col import im2col, im2col_path, strided_patches, torch_im2col
 from .load import config_for, load_tiles, padded_empty
-from .many import copy_many_, pack, unpack_
+from .many import GroupedCopy, copy_many_, pack, unpack_
 from .reduce import add_, reduce_into_, reduce_options, reduce_path
 from .rows import gather_rows, index_add_, index_reduce_, rows_path, scatter_rows_
 from .tensors import check_on_gpu, check_torch_tensor
 
 __all__ = [
+    "GroupedCopy",
     "add_",
     "check_copy_layout",
     "check_on_gpu",

@@ -1,20 +1,23 @@
 """Many tensors, one launch: `copy_many_` (torch's `_foreach_copy_`), `pack` (torch's `cat` of the
 flattened tensors, each at a 16-byte-aligned offset) and `unpack_` (torch's `split_with_sizes_copy`
-back into the tensors), on the grouped copy (`kernels.many`).
+back into the tensors), on the grouped copy (`kernels.many`); `GroupedCopy` prepares any of the
+three once for lists that stay put.
 
-With `grouped=True`, a pair of compact tensors of one dtype and shape on one Hopper GPU, both
-16-byte aligned, is chunked into the table the kernel walks (`plan.many`): every such pair of a
-call in one launch. The grouped kernel compiles for sm_90a and its table is checked on the CPU,
-but its GPU tests have not completed, so it is opt-in: by default those pairs take one
-`torch._foreach_copy_`. Any other pair takes the drop-in path: `tmakit.copy_` one pair at a time
-where TMA serves it as laid out or as a view (a transposing pair), else the `_foreach_copy_`.
+A pair of compact tensors of one dtype and shape on one Hopper GPU, both 16-byte aligned, is
+chunked into the table the kernel walks (`plan.many`): every such pair of a call in one launch
+(`grouped=False` sends them to one `torch._foreach_copy_` instead). Any other pair takes the
+drop-in path: `tmakit.copy_` one pair at a time where TMA serves it as laid out or as a view (a
+transposing pair), else the `_foreach_copy_`.
 
-The chunk table is encoded on the host and copied to the device once per set of tensors (their
-addresses and sizes), then kept for calls with the same tensors (an optimizer's parameters, a
-layer's flat buffer). Inside a CUDA-graph capture nothing is encoded: tensors whose table is kept
-(an eager call with them came first) are captured as the grouped kernel, whose table is then
-kept for the process; others are captured as torch's `_foreach_copy_`, so a replay never reads a
-host buffer since rewritten.
+A call's route (which pairs go where) and its chunk table, encoded on the host and copied to the
+device once, are kept for calls with the same tensors (their addresses, shapes, strides, dtypes
+and devices): an optimizer's parameters, a layer's flat buffer. Inside a CUDA-graph capture
+nothing is encoded: tensors whose route is kept (an eager call with them came first) are captured
+as the grouped kernel, whose table is then kept for the process; others are captured as torch's
+`_foreach_copy_`, so a replay never reads a host buffer since rewritten.
+
+Reading those facts of every tensor costs the host about a microsecond a pair, more than torch's
+own loop in C++; a `GroupedCopy` reads only each tensor's address per call.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
@@ -34,22 +38,23 @@ from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch,
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["copy_many_", "pack", "unpack_"]
+__all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
-_TABLES: OrderedDict[tuple, object] = OrderedDict()  # (addresses, sizes, device) -> device table
-_TABLES_KEPT = 64
-_CAPTURED: dict[tuple, object] = {}  # tables a captured graph reads: kept for the process
+_ROUTES: OrderedDict[tuple, _Route] = OrderedDict()  # a call's signature -> its route
+_ROUTES_KEPT = 64
+_CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the process
+_SHAPE, _DTYPE, _DEVICE, _GRAD = (attrgetter(name) for name in ("shape", "dtype", "device", "requires_grad"))
 
 
-def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
-    """Copy each `srcs[i]` into `dsts[i]`; with `grouped`, every compact aligned pair in one launch.
+def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
+    """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch.
 
     Args:
         dsts: the destinations, torch tensors.
         srcs: the sources, one per destination, each of its destination's shape (a dtype change
             or a broadcast takes torch's `_foreach_copy_`, which does both).
-        grouped: run the compact aligned pairs on the grouped TMA kernel (its GPU tests not yet passed;
-            without it they take torch's `_foreach_copy_`).
+        grouped: run the compact aligned pairs on the grouped TMA kernel; False sends them to
+            torch's `_foreach_copy_`.
 
     Returns:
         None: the destinations are written.
@@ -63,33 +68,21 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     grouped = flag(grouped, "copy_many_'s grouped")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
-    together, one_by_one, rest = [], [], []
-    for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
-        check_torch_tensor(dst, "copy_many_", f"dsts[{i}]")
-        check_torch_tensor(src, "copy_many_", f"srcs[{i}]")
-        if _groupable(dst, src):
-            together.append((dst, src))
-        elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
-            one_by_one.append((dst, src))
-        else:
-            rest.append((dst, src))
-    if together and grouped:
-        _grouped_copy(together)
-    elif together:
-        rest += together
-    for dst, src in one_by_one:
-        copy_(dst, src)
-    if rest:
-        try:
-            torch._foreach_copy_([d for d, _ in rest], [s for _, s in rest])
-        except (RuntimeError, TypeError, ValueError) as error:
-            raise TmaConfigError(
-                f"torch's _foreach_copy_ refused the pairs no bulk copy serves: {error}"
-            ) from None
+    key = _signature(torch, dsts, srcs, grouped)
+    route = _ROUTES.get(key) if key is not None else None
+    if route is None:
+        route = _Route(torch, dsts, srcs, grouped, "copy_many_")
+        if key is not None and route.complete:
+            _ROUTES[key] = route
+            if len(_ROUTES) > _ROUTES_KEPT:
+                _ROUTES.popitem(last=False)
+    else:
+        _ROUTES.move_to_end(key)
+    route.run(torch, dsts, srcs)
 
 
 def pack(
-    tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = False
+    tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = True
 ) -> tuple[torch.Tensor, list[int]]:
     """Every tensor, flattened, into one 1-D buffer, each at a 16-byte-aligned offset.
 
@@ -108,14 +101,12 @@ def pack(
             too short or of another dtype.
     """
     torch = import_torch("pack")
-    tensors = _tensor_list(tensors, "pack", "tensors")
-    flat, (offsets, spans) = _flat_views(torch, tensors, out, "pack")
-    sources = [_as(t.reshape(-1), flat.dtype, "pack") for t in tensors]
+    flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
     copy_many_(spans, sources, grouped=grouped)
     return flat, offsets
 
 
-def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = False) -> None:
+def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
     """Copy each tensor's span of a buffer `pack` wrote back into the tensor.
 
     Args:
@@ -130,6 +121,216 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
         TmaConfigError: as `pack`.
     """
     torch = import_torch("unpack_")
+    dsts, srcs = _unpack_pairs(torch, flat, tensors)
+    copy_many_(dsts, srcs, grouped=grouped)
+
+
+class GroupedCopy:
+    """`copy_many_` of fixed lists, prepared once: each call launches it, the host reading only
+    where each tensor is (the shapes, strides and dtypes it was prepared with must stay; it keeps
+    its tensors alive). `GroupedCopy.packing` and `GroupedCopy.unpacking` prepare `pack` and
+    `unpack_` the same way.
+
+    Args:
+        dsts, srcs: as `copy_many_`'s.
+        grouped: as `copy_many_`'s.
+
+    Raises:
+        TmaConfigError: as `copy_many_`'s, or prepared inside a CUDA-graph capture (prepare it
+            before; a call inside a capture is captured as its grouped kernel).
+    """
+
+    flat: torch.Tensor | None = None
+    offsets: list[int] | None = None
+
+    def __init__(
+        self, dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True
+    ) -> None:
+        torch = import_torch("GroupedCopy")
+        dsts, srcs = _tensor_list(dsts, "GroupedCopy", "dsts"), _tensor_list(srcs, "GroupedCopy", "srcs")
+        grouped = flag(grouped, "GroupedCopy's grouped")
+        if len(dsts) != len(srcs):
+            raise TmaConfigError(
+                f"GroupedCopy got {len(dsts)} destinations and {len(srcs)} sources; one each"
+            )
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise TmaConfigError(
+                "GroupedCopy is prepared inside a CUDA-graph capture, where no table can be encoded: "
+                "prepare it before the capture and call it inside"
+            )
+        self._route = _Route(torch, dsts, srcs, grouped, "GroupedCopy")
+        self._dsts, self._srcs, self._tensors = dsts, srcs, dsts + srcs
+        self._addresses = tuple(map(torch.Tensor.data_ptr, self._tensors))
+
+    @classmethod
+    def packing(
+        cls, tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = True
+    ) -> GroupedCopy:
+        """`pack(tensors, out)` prepared: each call writes the buffer `.flat` at `.offsets`.
+
+        Args:
+            tensors, out, grouped: as `pack`'s.
+
+        Returns:
+            the prepared copy, its buffer and offsets as attributes `flat` and `offsets`.
+
+        Raises:
+            TmaConfigError: as `pack`'s.
+        """
+        flat, offsets, spans, sources = _pack_pairs(import_torch("GroupedCopy"), tensors, out)
+        prepared = cls(spans, sources, grouped=grouped)
+        prepared.flat, prepared.offsets = flat, offsets
+        return prepared
+
+    @classmethod
+    def unpacking(
+        cls, flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True
+    ) -> GroupedCopy:
+        """`unpack_(flat, tensors)` prepared.
+
+        Args:
+            flat, tensors, grouped: as `unpack_`'s.
+
+        Returns:
+            the prepared copy.
+
+        Raises:
+            TmaConfigError: as `unpack_`'s.
+        """
+        dsts, srcs = _unpack_pairs(import_torch("GroupedCopy"), flat, tensors)
+        prepared = cls(dsts, srcs, grouped=grouped)
+        prepared.flat = flat
+        return prepared
+
+    def __call__(self) -> None:
+        """Copy every pair as prepared.
+
+        Raises:
+            TmaConfigError: a tensor no longer where it was prepared (its storage resized or
+                swapped): prepare again.
+        """
+        torch = import_torch("GroupedCopy")
+        if tuple(map(torch.Tensor.data_ptr, self._tensors)) != self._addresses:
+            moved = next(
+                i
+                for i, (t, a) in enumerate(zip(self._tensors, self._addresses, strict=True))
+                if t.data_ptr() != a
+            )
+            which = f"dsts[{moved}]" if moved < len(self._dsts) else f"srcs[{moved - len(self._dsts)}]"
+            raise TmaConfigError(
+                f"GroupedCopy: {which} moved from address {self._addresses[moved]:#x} to "
+                f"{self._tensors[moved].data_ptr():#x} since it was prepared (its storage resized or "
+                "swapped); prepare a GroupedCopy of the tensors as they are now"
+            )
+        self._route.run(torch, self._dsts, self._srcs)
+
+
+# -- routes ---------------------------------------------------------------------------------------------
+class _Route:
+    """Where each pair of a list goes, by its index: each device's grouped launch (with its chunk
+    table on the device), the pairs `copy_` serves one at a time, the rest in one
+    `_foreach_copy_`. Holds no tensor, so a kept route keeps no memory of the caller's alive."""
+
+    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str) -> None:
+        together, self.one_by_one, self.rest = [], [], []
+        for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
+            check_torch_tensor(dst, what, f"dsts[{i}]")
+            check_torch_tensor(src, what, f"srcs[{i}]")
+            if _groupable(dst, src):
+                together.append(i)
+            elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
+                self.one_by_one.append(i)
+            else:
+                self.rest.append(i)
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        self.complete = not (together and grouped and capturing)  # else no table: not to be kept
+        self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
+        if not (grouped and self.complete):
+            self.rest = sorted(self.rest + together)
+            return
+        for device in dict.fromkeys(dsts[i].device for i in together):  # one launch per device
+            pairs = [i for i in together if dsts[i].device == device]
+            nbytes = [dsts[i].numel() * dsts[i].element_size() for i in pairs]
+            if any(nbytes):
+                table = _encode(torch, device, [srcs[i] for i in pairs], [dsts[i] for i in pairs], nbytes)
+                self.launches.append((device, table, pairs))
+
+    def run(self, torch, dsts: list, srcs: list) -> None:
+        capturing = bool(self.launches) and torch.cuda.is_current_stream_capturing()
+        for device, table, pairs in self.launches:
+            if capturing:  # a graph's replays read this table: never freed
+                _CAPTURED[id(table)] = table
+            with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
+                table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
+                many_launcher(_plan(device.index), str(device))(table)
+            torch.autograd.graph.increment_version([dsts[i] for i in pairs])
+        for i in self.one_by_one:
+            copy_(dsts[i], srcs[i])
+        if self.rest:
+            try:
+                torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
+            except (RuntimeError, TypeError, ValueError) as error:
+                raise TmaConfigError(
+                    f"torch's _foreach_copy_ refused the pairs no bulk copy serves: {error}"
+                ) from None
+
+
+def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
+    """What a call's route depends on, read from every tensor at once; None where a route is not
+    kept (entries that are not plain tensors, a tensor autograd records, a lazily applied bit)."""
+    tensors = dsts + srcs
+    try:
+        if (
+            any(map(_GRAD, tensors))
+            or any(map(torch.Tensor.is_neg, tensors))
+            or any(map(torch.Tensor.is_conj, tensors))
+        ):
+            return None
+        return (
+            grouped,
+            tuple(map(torch.Tensor.data_ptr, tensors)),
+            tuple(map(_SHAPE, tensors)),
+            tuple(map(torch.Tensor.stride, tensors)),
+            tuple(map(_DTYPE, tensors)),
+            tuple(map(_DEVICE, tensors)),
+        )
+    except (TypeError, RuntimeError, AttributeError, NotImplementedError):  # the checks name what
+        return None
+
+
+def _encode(torch, device, srcs: list, dsts: list, nbytes: list) -> torch.Tensor:
+    """The chunk table of the pairs on the device, landed before any stream's kernel can read it."""
+    host = _plan(device.index).chunk_table([s.data_ptr() for s in srcs], [d.data_ptr() for d in dsts], nbytes)
+    pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
+    pinned.numpy()[:] = host
+    return pinned.to(device)
+
+
+def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    return (
+        dst.is_cuda
+        and dst.device == src.device
+        and dst.dtype == src.dtype
+        and dst.shape == src.shape
+        and dst.is_contiguous()
+        and src.is_contiguous()
+        and not recorded_by_autograd(dst, src)
+        and not (dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg())
+        and aligned_pair(src.data_ptr(), dst.data_ptr())
+        and cuda_index(dst) >= 0
+    )
+
+
+def _pack_pairs(torch, tensors, out):
+    """(the buffer, the offsets, each tensor's span of it, each tensor flattened as the buffer's
+    dtype): `pack`'s pairs."""
+    tensors = _tensor_list(tensors, "pack", "tensors")
+    flat, (offsets, spans) = _flat_views(torch, tensors, out, "pack")
+    return flat, offsets, spans, [_as(t.reshape(-1), flat.dtype, "pack") for t in tensors]
+
+
+def _unpack_pairs(torch, flat, tensors) -> tuple[list, list]:
+    """(destinations, sources): `unpack_`'s pairs, each tensor and its span of the buffer."""
     if flat is None:
         raise TmaConfigError("unpack_ takes the buffer pack wrote as flat; got None")
     tensors = _tensor_list(tensors, "unpack_", "tensors")
@@ -145,7 +346,7 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
         else:  # the span as the tensor's shape, copied into its layout
             dsts.append(tensor)
             srcs.append(_as(span, tensor.dtype, "unpack_").view(tensor.shape))
-    copy_many_(dsts, srcs, grouped=grouped)
+    return dsts, srcs
 
 
 def _as(tensor: torch.Tensor, dtype: torch.dtype, what: str) -> torch.Tensor:
@@ -175,69 +376,6 @@ def _tensor_list(value: object, what: str, name: str) -> list:
             + ("; for one pair use tmakit.copy_" if what == "copy_many_" else "")
         )
     return list(value)
-
-
-# -- the grouped copy ---------------------------------------------------------------------------------
-def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    return (
-        dst.is_cuda
-        and dst.device == src.device
-        and dst.dtype == src.dtype
-        and dst.shape == src.shape
-        and dst.is_contiguous()
-        and src.is_contiguous()
-        and not recorded_by_autograd(dst, src)
-        and not (dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg())
-        and aligned_pair(src.data_ptr(), dst.data_ptr())
-        and cuda_index(dst) >= 0
-    )
-
-
-def _grouped_copy(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    torch = import_torch("copy_many_")
-    device = pairs[0][0].device
-    for dst, _ in pairs:
-        if dst.device != device:  # one launch per device
-            same = [pair for pair in pairs if pair[0].device == device]
-            _grouped_copy(same)
-            _grouped_copy([pair for pair in pairs if pair[0].device != device])
-            return
-    src = [s.data_ptr() for _, s in pairs]
-    dst = [d.data_ptr() for d, _ in pairs]
-    nbytes = [d.numel() * d.element_size() for d, _ in pairs]
-    if not any(nbytes):
-        return
-    with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
-        _grouped_launch(torch, pairs, src, dst, nbytes, device)
-
-
-def _grouped_launch(torch, pairs: list, src: list, dst: list, nbytes: list, device) -> None:
-    key = (tuple(src), tuple(dst), tuple(nbytes), device.index)
-    capturing = torch.cuda.is_current_stream_capturing()
-    table = _CAPTURED.get(key)
-    if table is None:
-        table = _TABLES.get(key)
-    if table is None and capturing:
-        # A table encoded now would be read at each replay from a host buffer since rewritten:
-        # torch's copies are captured instead (an eager call with the same tensors first keeps
-        # the table, and the capture then records the grouped kernel).
-        torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])
-        return
-    if table is None:
-        host = _plan(device.index).chunk_table(src, dst, nbytes)
-        pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
-        pinned.numpy()[:] = host
-        table = pinned.to(device)  # landed before any stream's kernel can read it
-        _TABLES[key] = table
-        if len(_TABLES) > _TABLES_KEPT:
-            _TABLES.popitem(last=False)
-    elif key in _TABLES:
-        _TABLES.move_to_end(key)
-    if capturing:  # a graph's replays read this table: never evicted
-        _CAPTURED[key] = table
-    table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
-    many_launcher(_plan(device.index), str(device))(table)
-    torch.autograd.graph.increment_version([d for d, _ in pairs])
 
 
 @functools.cache

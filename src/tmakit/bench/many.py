@@ -1,12 +1,14 @@
 """Many tensors, one launch, timed beside torch's copies of the same lists: `copy_many_` against
 `torch._foreach_copy_`, `pack` against `torch.cat` of the flattened tensors, `unpack_` against
 `torch.split_with_sizes_copy`; device time from interleaved CUDA-graph replays, then eager
-back-to-back calls, every tmakit result compared with torch's first; a torch copy of the list's
-bytes as one buffer in the same run is the copy rate the grouped copy is measured against."""
+back-to-back calls (and tmakit's `GroupedCopy` prepared once), every tmakit result checked first;
+a torch copy of the list's bytes as one buffer in the same run is the copy rate the grouped copy
+is measured against."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import api
@@ -15,6 +17,7 @@ from .suites import rotation_buffers
 from .timing import eager_samples_us, interleaved_graph_samples_us
 
 EAGER = "eager"
+PREPARED = "tmakit prepared"
 PEERS = {"copy_many_": "torch _foreach_copy_", "pack": "torch cat", "unpack_": "torch split_with_sizes_copy"}
 
 
@@ -45,44 +48,69 @@ def lists(case: ManyCase, generator) -> tuple[list, list]:
     return srcs, [torch.empty_like(s) for s in srcs]
 
 
-def calls(case: ManyCase, srcs: list, dsts: list):
-    """(tmakit's call, torch's call, a check of tmakit's result against torch's): each call
-    takes nothing; they write `dsts` (copy_many_, unpack_) or a flat buffer (pack)."""
+@dataclass(frozen=True)
+class Calls:
+    """One list's calls, each taking nothing: tmakit's, torch's, tmakit's prepared once
+    (`GroupedCopy`), a check of what tmakit wrote against the sources, and the outputs (what the
+    calls write: `dsts` for copy_many_ and unpack_, the flat buffer for pack)."""
+
+    ours: Callable[[], object]
+    theirs: Callable[[], object]
+    prepared: Callable[[], object]
+    check: Callable[[], bool]
+    outputs: list
+
+
+def calls(case: ManyCase, srcs: list, dsts: list) -> Calls:
+    """The calls of `case` on one list."""
     import torch
 
     sizes = [s.numel() for s in srcs]
+    same = lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))  # noqa: E731
     if case.op == "copy_many_":
-        return (
-            lambda: api.copy_many_(dsts, srcs, grouped=True),
+        return Calls(
+            lambda: api.copy_many_(dsts, srcs),
             lambda: torch._foreach_copy_(dsts, srcs),
-            lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
+            api.GroupedCopy(dsts, srcs),
+            same,
+            dsts,
         )
-    flat, offsets = api.pack(srcs, grouped=True)
+    flat, offsets = api.pack(srcs)
     if case.op == "pack":
         cat = torch.empty(sum(sizes), dtype=torch.bfloat16, device="cuda")
         flat_srcs = [s.reshape(-1) for s in srcs]
-        return (
-            lambda: api.pack(srcs, flat, grouped=True),
+        return Calls(
+            lambda: api.pack(srcs, flat),
             lambda: torch.cat(flat_srcs, out=cat),
+            api.GroupedCopy.packing(srcs, flat),
             lambda: all(
                 torch.equal(flat[o : o + s.numel()], s.reshape(-1))
                 for o, s in zip(offsets, srcs, strict=True)
             ),
+            [flat],
         )
     outs = [d.view(-1) for d in dsts]
-    return (
-        lambda: api.unpack_(flat, dsts, grouped=True),
+    return Calls(
+        lambda: api.unpack_(flat, dsts),
         lambda: torch.split_with_sizes_copy(flat[: sum(sizes)], sizes, out=outs),
-        lambda: all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)),
+        api.GroupedCopy.unpacking(flat, dsts),
+        same,
+        dsts,
     )
 
 
-def verify(case: ManyCase, ours, check) -> str:
+def verify(built: Calls) -> str:
+    """tmakit's call and its prepared call, each into poisoned (NaN) outputs, checked against
+    the sources."""
     import torch
 
-    ours()
-    torch.cuda.synchronize()
-    return "ok: every tensor equal to its source" if check() else "MISMATCH"
+    for name, call in (("called", built.ours), ("prepared", built.prepared)):
+        torch._foreach_fill_(built.outputs, float("nan"))
+        call()
+        torch.cuda.synchronize()
+        if not built.check():
+            return f"MISMATCH ({name})"
+    return "ok: every tensor equal to its source, called and prepared"
 
 
 def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
@@ -94,16 +122,18 @@ def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     count = rotation_buffers(2 * case.tensor_bytes, l2_bytes)
     sets = [lists(case, generator) for _ in range(count)]
     built = [calls(case, srcs, dsts) for srcs, dsts in sets]
-    verdict = verify(case, built[0][0], built[0][2])
+    verdict = verify(built[0])
     flats = [torch.empty(case.tensor_bytes, dtype=torch.uint8, device="cuda") for _ in range(count)]
     copies = [torch.empty_like(f) for f in flats]
     launches = {
-        "tmakit": [ours for ours, _, _ in built],
-        PEERS[case.op]: [theirs for _, theirs, _ in built],
+        "tmakit": [b.ours for b in built],
+        PEERS[case.op]: [b.theirs for b in built],
         "torch copy_": [lambda f=f, c=c: c.copy_(f) for f, c in zip(flats, copies, strict=True)],
     }
     device = interleaved_graph_samples_us(launches, samples)
-    eager = eager_samples_us({name: launches[name] for name in list(launches)[:2]}, repeats=7, min_calls=4)
+    eager_launches = {name: launches[name] for name in list(launches)[:2]}
+    eager_launches[PREPARED] = [b.prepared for b in built]
+    eager = eager_samples_us(eager_launches, repeats=7, min_calls=4)
     notes = {"op": case.name, "tensors": len(case.shapes), "rotated_buffers": count}
     row = lambda name, us, verified=None: BenchRow(  # noqa: E731
         name, "copy", (len(case.shapes),), "bf16", case.tensor_bytes, us, verified, None, notes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from ..bench.many import EAGER, PEERS, ManyCase, bench_many
+from ..bench.many import EAGER, PEERS, PREPARED, ManyCase, bench_many
 from ..bench.report import BenchRow
 from . import Family, Options, chosen_parts
 
@@ -53,6 +53,8 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
         "tmakit_eager_us": us[f"tmakit {EAGER}"],
         "torch_eager_us": us[f"{peer} {EAGER}"],
         "eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"tmakit {EAGER}"],
+        "prepared_eager_us": us[f"{PREPARED} {EAGER}"],
+        "prepared_eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"{PREPARED} {EAGER}"],
         "rotated_buffers": tmakit.notes["rotated_buffers"],
     }
 
@@ -61,7 +63,8 @@ def study(results: list[tuple[ManyCase, list[BenchRow]]], context: dict) -> dict
     return {
         "study": "many",
         "what": "lists of tensors in one launch against torch's _foreach_copy_ / cat / split_with_sizes_copy "
-        "in CUDA graphs (device time) and eagerly (back-to-back calls, host included), L2 cold, bytes read "
+        "in CUDA graphs (device time) and eagerly (back-to-back calls, host included; tmakit's call and "
+        "its GroupedCopy prepared once), L2 cold, bytes read "
         "plus written, beside a one-buffer torch copy of the same bytes; every tmakit result checked first",
         "context": context,
         "rows": [case_row(case, rows) for case, rows in results],
