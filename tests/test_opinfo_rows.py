@@ -2,7 +2,9 @@
 of `index_select`, `index_copy`, `index_add` and `index_reduce` (every dtype listed; a dim other
 than 0 through the view with that dim first), each held to torch's output exactly (a float
 `index_add` with repeated entries: within the summation-order bound). On the CPU every sample
-takes torch's op; on a Hopper GPU each takes its route (`tmakit.rows_path`)."""
+takes torch's op; on a Hopper GPU each takes its route (`tmakit.rows_path`). OpInfo's rows (5
+elements) are too short for bulk row copies, so each sample runs again with its rows repeated 16
+times: the same indices on rows the kernel serves (`strict`)."""
 
 from __future__ import annotations
 
@@ -57,8 +59,16 @@ def through_tmakit(name, x, dim, index, rest, kwargs):
 ROWS_OPS = {"index_select": "gather", "index_copy": "scatter", "index_add": "add"}
 
 
+def widened(tensor, dim):
+    """`tensor` with `dim` first and each of its rows repeated 16 times: rows of a 16-byte
+    multiple, which bulk row copies address (OpInfo's rows, of 5 elements, never are)."""
+    rows = first(tensor, dim)
+    return rows.reshape(rows.shape[0], -1).repeat(1, 16).contiguous()
+
+
 def run_samples(device: str) -> dict[str, int]:
-    """Every sample through tmakit's op, held to torch's output; the count of each path taken."""
+    """Every sample through tmakit's op, held to torch's output, as it is and (not 0-D) widened;
+    the count of each path taken."""
     paths: dict[str, int] = {}
     count = 0
     for op in OPS:
@@ -67,18 +77,23 @@ def run_samples(device: str) -> dict[str, int]:
             for sample in op.sample_inputs(device, dtype):
                 x, (dim, index, *rest) = sample.input, sample.args
                 where = f"{op.name} {dtype} {tuple(x.shape)} dim {dim} {tuple(index.shape)} {sample.kwargs}"
-                expected = op(x, *sample.args, **sample.kwargs)
-                got, table, compact, by_tma = through_tmakit(op.name, x, dim, index, rest, sample.kwargs)
-                rows_op = ROWS_OPS.get(op.name) or {"amax": "max", "amin": "min"}.get(rest[-1])
-                repeated_float_add = rows_op == "add" and dtype.is_floating_point and x.dim() > 0
-                if repeated_float_add and not sample.kwargs:
-                    wrong = index_add_wrong_rows(first(got, dim), table, index.reshape(-1), compact)
-                    assert not wrong.numel(), where
-                else:
-                    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True, msg=where)
-                path = "tma-rows-bulk (strict)" if by_tma else "torch"
-                paths[path] = paths.get(path, 0) + 1
-                count += 1
+                variants = [(x, dim, rest)]
+                if x.dim() and (op.name == "index_select" or rest[0].dim()):
+                    wide_rest = rest if op.name == "index_select" else [widened(rest[0], dim), *rest[1:]]
+                    variants.append((widened(x, dim), 0, wide_rest))
+                for x, dim, rest in variants:
+                    expected = op(x, dim, index, *rest, **sample.kwargs)
+                    got, table, compact, by_tma = through_tmakit(op.name, x, dim, index, rest, sample.kwargs)
+                    rows_op = ROWS_OPS.get(op.name) or {"amax": "max", "amin": "min"}.get(rest[-1])
+                    repeated_float_add = rows_op == "add" and dtype.is_floating_point and x.dim() > 0
+                    if repeated_float_add and not sample.kwargs:
+                        wrong = index_add_wrong_rows(first(got, dim), table, index.reshape(-1), compact)
+                        assert not wrong.numel(), where
+                    else:
+                        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True, msg=where)
+                    path = "tma-rows-bulk (strict)" if by_tma else "torch"
+                    paths[path] = paths.get(path, 0) + 1
+                    count += 1
     assert count > 100  # the database still holds these ops' samples
     return paths
 

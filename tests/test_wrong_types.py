@@ -188,6 +188,21 @@ def torch_entries() -> list[Entry]:
         ),
         Entry("pack", tmakit.pack, {"tensors": [half(4, 8), half(3)], "out": None}),
         Entry("unpack_", tmakit.unpack_, {"flat": half(48), "tensors": [half(4, 8), half(3)]}),
+        Entry(
+            "GroupedCopy",
+            lambda **kw: tmakit.GroupedCopy(**kw)(),
+            {"dsts": [half(4, 8), half(3)], "srcs": [half(4, 8), half(3)], "grouped": True},
+        ),
+        Entry(
+            "GroupedCopy.packing",
+            lambda **kw: tmakit.GroupedCopy.packing(**kw)(),
+            {"tensors": [half(4, 8), half(3)], "out": None, "grouped": True},
+        ),
+        Entry(
+            "GroupedCopy.unpacking",
+            lambda **kw: tmakit.GroupedCopy.unpacking(**kw)(),
+            {"flat": half(48), "tensors": [half(4, 8), half(3)], "grouped": True},
+        ),
     ]
     # every option of copy_ and reduce_into_ is a keyword argument of its own
     for name in CopyOptions.names():
@@ -302,7 +317,16 @@ def test_every_public_entry_is_drawn_on():
     drawn = {entry.name for entry in ENTRIES} | {"TmaConfigError", "TmaHangError", "SEED"}
     missing = set(tmakit.__all__) - drawn
     torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty gather_rows"
-    rows = {"scatter_rows_", "index_add_", "index_reduce_", "rows_path", "copy_many_", "pack", "unpack_"}
+    rows = {
+        "scatter_rows_",
+        "index_add_",
+        "index_reduce_",
+        "rows_path",
+        "copy_many_",
+        "pack",
+        "unpack_",
+        "GroupedCopy",
+    }
     assert (
         not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path", *rows}
     )
