@@ -23,6 +23,8 @@
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
 #   edges        scripts/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
+#   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
+#                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
 #   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
 # Everything lands in $OUT, packed into one results-COMMIT.tgz (the tool brings back few files).
 set -uo pipefail
@@ -81,6 +83,9 @@ run_step() {
     ncugeneric) timeout "$limit" python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -5 ;;
     ceiling) timeout "$limit" python3 scripts/dram_ceiling.py --out "$OUT/ceiling" "$@" 2>&1 | tail -30 ;;
     edges) timeout "$limit" python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -12 ;;
+    sanitize) for tool in racecheck memcheck synccheck; do
+        timeout "$limit" compute-sanitizer --tool "$tool" --print-limit 20 python3 scripts/sanitize_many.py "$@" 2>&1 | tail -12 | tee "$OUT/sanitize-$tool.log"
+      done ;;
     hostcost) timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     *) echo "device_run: unknown step $step" >&2; return 2 ;;
   esac
