@@ -1,8 +1,9 @@
-"""Rows by index timed beside torch's ops: a gather (`index_select`), a scatter (`index_copy_`)
-or an add (`index_add_`) of `count` rows of `row_bytes` by an index (random, Zipf-distributed,
-pages of rows, or a mixture-of-experts routing), device time from interleaved CUDA-graph
-replays, then eager back-to-back calls, every tmakit result compared with torch's first; a torch
-copy of the same bytes in the same run is the copy rate the rows are measured against."""
+"""Rows by index timed beside torch's ops: a gather (`index_select`), a scatter (`index_copy_`), an add
+(`index_add_`) or a max (`index_reduce_` amax, int32) of `count` rows of `row_bytes` by an index
+(random, Zipf-distributed, pages of rows, or a mixture-of-experts routing), device time from
+interleaved CUDA-graph replays, then eager back-to-back calls, every tmakit result compared with
+torch's first; a torch copy of the same bytes in the same run is the copy rate the rows are measured
+against."""
 
 from __future__ import annotations
 
@@ -15,8 +16,13 @@ from .report import BenchRow
 from .timing import eager_samples_us, interleaved_graph_samples_us
 
 EAGER = "eager"
-KINDS = {"gather": "copy", "scatter": "copy", "add": "reduce"}  # bytes counted: read + written
-TORCH_NAMES = {"gather": "index_select", "scatter": "index_copy_", "add": "index_add_"}
+KINDS = {"gather": "copy", "scatter": "copy", "add": "reduce", "max": "reduce"}  # bytes: read + written
+TORCH_NAMES = {
+    "gather": "index_select",
+    "scatter": "index_copy_",
+    "add": "index_add_",
+    "max": "index_reduce_",
+}
 PATTERNS = ("random", "zipf", "pages", "experts", "permutation")
 PAGE_ROWS = 16  # a paged cache's rows per page
 
@@ -79,6 +85,11 @@ def calls(case: RowsCase):
             lambda t, i, c: api.scatter_rows_(t, i, c, check_index=False, strict=True),
             lambda t, i, c: t.index_copy_(0, i, c),
         )
+    if case.op == "max":
+        return (
+            lambda t, i, c: api.index_reduce_(t, i, c, "amax", check_index=False, strict=True),
+            lambda t, i, c: t.index_reduce_(0, i, c, "amax"),
+        )
     return (
         lambda t, i, c: api.index_add_(t, i, c, check_index=False, strict=True),
         lambda t, i, c: t.index_add_(0, i, c),
@@ -131,11 +142,13 @@ def bench_rows(case: RowsCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     element = getattr(torch, case.dtype)
     generator = torch.Generator(device="cuda").manual_seed(2026)
     width = case.row_bytes // torch.empty(0, dtype=element).element_size()
-    table = torch.randn(case.rows, width, device="cuda", generator=generator).to(element)
+    scale = 1 if element.is_floating_point else 1000  # integers of many values, not -3..3
+    table = (torch.randn(case.rows, width, device="cuda", generator=generator) * scale).to(element)
     count = max(2, 4 * l2_bytes // (2 * case.tensor_bytes) + 1)
     indexes = [make_index(case, generator) for _ in range(count)]
     compacts = [
-        torch.randn(case.count, width, device="cuda", generator=generator).to(element) for _ in range(count)
+        (torch.randn(case.count, width, device="cuda", generator=generator) * scale).to(element)
+        for _ in range(count)
     ]
     flat = [c.reshape(-1) for c in compacts]
     copies = [torch.empty_like(f) for f in flat]

@@ -1,9 +1,9 @@
-"""The rows study (`bench.rows`): gathers, scatters and adds of rows by index from 64 B to 16 KiB
-rows against torch's `index_select`, `index_copy_` and `index_add_`, and the workloads the rows
-ops are for: an embedding backward (Zipf-distributed tokens into a 128K x 4096 bf16 table), a
-mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64 experts) and a
-paged gather (pages of 16 rows). `--only` picks cases by the start of their names. Its JSON is the
-rows study: one row a case, with the same run's copy rate."""
+"""The rows study (`bench.rows`): gathers, scatters, adds and (int32) maxes of rows by index from 64 B
+to 16 KiB rows against torch's `index_select`, `index_copy_`, `index_add_` and `index_reduce_`, and
+the workloads the rows ops are for: an embedding backward (Zipf-distributed tokens into a 128K x
+4096 bf16 table), a mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64
+experts) and a paged gather (pages of 16 rows). `--only` picks cases by the start of their names.
+Its JSON is the rows study: one row a case, with the same run's copy rate."""
 
 from __future__ import annotations
 
@@ -27,14 +27,13 @@ def cases() -> list[RowsCase]:
         RowsCase("add", HIDDEN_BYTES, TOKENS, 2 * TOKENS, "experts", label="moe combine"),
         RowsCase("gather", 2048, 1 << 18, TOKENS, "pages", label="paged gather"),
     ]
-    for op in ("gather", "scatter", "add"):
+    dtypes = {"add": "float32", "max": "int32"}
+    for op in ("gather", "scatter", "add", "max"):
         for row_bytes in ROW_SIZES:
             rows = TABLE_BYTES // row_bytes
             count = SWEEP_BYTES // row_bytes
             pattern = "permutation" if op == "scatter" else "random"
-            found.append(
-                RowsCase(op, row_bytes, rows, count, pattern, "float32" if op == "add" else "bfloat16")
-            )
+            found.append(RowsCase(op, row_bytes, rows, count, pattern, dtypes.get(op, "bfloat16")))
     return found
 
 
@@ -75,9 +74,9 @@ def study(results: list[tuple[RowsCase, list[BenchRow]]], context: dict) -> dict
     return {
         "study": "rows",
         "what": "rows by index, tmakit's bulk row copies (strict: every row size) against torch's "
-        "index_select / index_copy_ / index_add_ in CUDA graphs (device time) and eagerly (back-to-back "
-        "calls, host included), L2 cold, bytes read plus written, beside a torch copy of the same bytes "
-        "in the same run; every tmakit result compared with torch's first",
+        "index_select / index_copy_ / index_add_ / index_reduce_ (amax) in CUDA graphs (device time) and "
+        "eagerly (back-to-back calls, host included), L2 cold, bytes read plus written, beside a torch "
+        "copy of the same bytes in the same run; every tmakit result compared with torch's first",
         "context": context,
         "rows": [case_row(case, rows) for case, rows in results],
     }
@@ -86,13 +85,13 @@ def study(results: list[tuple[RowsCase, list[BenchRow]]], context: dict) -> dict
 FAMILIES = (
     Family(
         name="rows",
-        summary="gather, scatter and add of rows by index (64 B to 16 KiB rows; an embedding backward, "
+        summary="gather, scatter, add and max of rows by index (64 B to 16 KiB rows; an embedding backward, "
         "a mixture-of-experts dispatch and combine, a paged gather) against torch's index ops (see --only)",
         plot_title="rows by index against torch",
         plan_type=RowsCase,
         plans=chosen_cases,
         bench=lambda case, options, l2_bytes: bench_rows(case, l2_bytes, options.samples),
-        compared_with=lambda options: ["torch index_select", "torch index_copy_", "torch index_add_"],
+        compared_with=lambda options: [f"torch {name}" for name in TORCH_NAMES.values()],
         reads=frozenset({"only"}),
         study=study,
     ),
