@@ -140,3 +140,18 @@ def test_a_prepared_grouped_copy_runs_eagerly_and_in_a_graph_and_refuses_moved_t
     srcs[17].untyped_storage().resize_(0)  # freed under it, as FSDP frees a shard
     with pytest.raises(tmakit.TmaConfigError, match=r"srcs\[17\] moved"):
         prepared()
+
+
+def test_overlapping_pairs_copy_in_order_or_are_refused():
+    """Pairs that share bytes never race in one launch: a chain copies one pair at a time in the
+    list's order, a pair onto itself moves nothing, a pair overlapping its own source is refused."""
+    import torch
+
+    buf = source((3 * 4096,), torch.float32, 1)
+    a, b, c = buf[:4096], buf[4096:8192], buf[8192:]
+    old_b, old_c = b.clone(), c.clone()
+    tmakit.copy_many_([a, b, c], [b, c, c])  # a <- b, then b <- c, c onto itself
+    torch.cuda.synchronize()
+    assert torch.equal(a, old_b) and torch.equal(b, old_c) and torch.equal(c, old_c)
+    with pytest.raises(tmakit.TmaConfigError):
+        tmakit.copy_many_([buf[4:]], [buf[:-4]])

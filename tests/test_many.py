@@ -204,3 +204,53 @@ def test_prepared_pack_and_unpack_match_the_calls():
     unpacking = GroupedCopy.unpacking(flat, back)
     unpacking()
     assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True)) and unpacking.flat is flat
+
+
+@pytest.mark.parametrize(
+    ("pairs", "disjoint"),
+    [
+        ([(0, 100, 50), (200, 300, 50)], True),
+        ([(0, 100, 50), (0, 200, 50)], True),  # one source read twice
+        ([(0, 0, 50), (100, 200, 50)], True),  # a pair onto itself (kept out of the launch)
+        ([(0, 100, 50), (120, 300, 50)], False),  # a destination another pair reads
+        ([(0, 100, 50), (400, 140, 50)], False),  # two destinations share bytes
+        ([(0, 40, 50), (400, 500, 50)], False),  # a pair's destination overlaps its own source
+        ([(0, 100, 0), (100, 300, 50)], True),  # an empty pair touches nothing
+        ([(0, 100, 50), (150, 300, 50)], True),  # adjacent, not shared
+    ],
+)
+def test_pairs_overlapping_are_found_for_one_launch(pairs, disjoint):
+    from tmakit.plan.many import pairs_disjoint
+
+    src, dst, nbytes = zip(*pairs, strict=True)
+    assert pairs_disjoint(src, dst, nbytes) is disjoint
+    assert pairs_disjoint(src[::-1], dst[::-1], nbytes[::-1]) is disjoint
+
+
+def test_a_prepared_pack_reads_its_tensors_where_they_are_each_call():
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy
+
+    transposed = torch.arange(12.0).reshape(3, 4).t()
+    prepared = GroupedCopy.packing([transposed, torch.ones(2)])
+    prepared()
+    transposed.add_(100)
+    prepared()
+    assert torch.equal(prepared.flat[:12], transposed.reshape(-1))
+
+
+def test_a_prepared_copy_routes_afresh_when_autograd_would_record_it():
+    """Prepared under no_grad with a destination that requires grad; called with grad mode on,
+    it is routed as torch would take it: an in-place copy into a leaf that requires grad is
+    refused."""
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy
+
+    dst, src = torch.zeros(3, requires_grad=True), torch.arange(3.0)
+    with torch.no_grad():
+        prepared = GroupedCopy([dst], [src])
+        prepared()
+    assert torch.equal(dst.detach(), src)
+    with pytest.raises(TmaConfigError, match="_foreach_copy_ refused"):
+        prepared()
+    assert len(prepared._routes) == 2

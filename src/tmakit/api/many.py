@@ -29,7 +29,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
-from ..plan.many import ManyPlan, aligned_pair, pack_offsets
+from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 from ..runtime.launch import many_launcher
 from ..validate import flag
 from .copy import copy_, copy_path
@@ -77,7 +77,10 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
             if len(_ROUTES) > _ROUTES_KEPT:
                 _ROUTES.popitem(last=False)
     else:
-        _ROUTES.move_to_end(key)
+        try:
+            _ROUTES.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile
+            pass
     route.run(torch, dsts, srcs)
 
 
@@ -127,9 +130,11 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
 
 class GroupedCopy:
     """`copy_many_` of fixed lists, prepared once: each call launches it, the host reading only
-    where each tensor is (the shapes, strides and dtypes it was prepared with must stay; it keeps
-    its tensors alive). `GroupedCopy.packing` and `GroupedCopy.unpacking` prepare `pack` and
-    `unpack_` the same way.
+    where each tensor is and, with grad mode on, which tensors require grad. It keeps its tensors
+    alive. A tensor whose storage moves is refused; one changed in place to another shape or
+    layout at the same address (`resize_`, `t_()`, `as_strided_`) is not seen, and the call would
+    copy the bytes it was prepared with: prepare again after such a change. `GroupedCopy.packing`
+    and `GroupedCopy.unpacking` prepare `pack` and `unpack_` the same way.
 
     Args:
         dsts, srcs: as `copy_many_`'s.
@@ -158,8 +163,9 @@ class GroupedCopy:
                 "GroupedCopy is prepared inside a CUDA-graph capture, where no table can be encoded: "
                 "prepare it before the capture and call it inside"
             )
+        self._dsts, self._srcs, self._tensors, self._grouped = dsts, srcs, dsts + srcs, grouped
         self._route = _Route(torch, dsts, srcs, grouped, "GroupedCopy")
-        self._dsts, self._srcs, self._tensors = dsts, srcs, dsts + srcs
+        self._routes = {_recorded(torch, self._tensors): self._route}  # by what autograd records
         self._addresses = tuple(map(torch.Tensor.data_ptr, self._tensors))
 
     @classmethod
@@ -222,7 +228,14 @@ class GroupedCopy:
                 f"{self._tensors[moved].data_ptr():#x} since it was prepared (its storage resized or "
                 "swapped); prepare a GroupedCopy of the tensors as they are now"
             )
-        self._route.run(torch, self._dsts, self._srcs)
+        recorded = _recorded(torch, self._tensors)
+        route = self._routes.get(recorded)
+        if route is None:  # grad mode or requires_grad changed since: routed afresh
+            route = _Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")
+            if route.complete:
+                self._routes[recorded] = route
+        self._route = route
+        route.run(torch, self._dsts, self._srcs)
 
 
 # -- routes ---------------------------------------------------------------------------------------------
@@ -242,25 +255,33 @@ class _Route:
                 self.one_by_one.append(i)
             else:
                 self.rest.append(i)
-        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-        self.complete = not (together and grouped and capturing)  # else no table: not to be kept
+        self.complete = True  # False: a table could not be encoded (a capture), so not to be kept
         self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
-        if not (grouped and self.complete):
+        if not grouped:
             self.rest = sorted(self.rest + together)
             return
+        addresses = {i: (srcs[i].data_ptr(), dsts[i].data_ptr(), _nbytes(dsts[i])) for i in together}
+        itself = [i for i in together if addresses[i][0] == addresses[i][1]]  # copied onto itself
+        together = [i for i in together if addresses[i][0] != addresses[i][1]]
+        if together and not pairs_disjoint(*zip(*(addresses[i] for i in together), strict=True)):
+            # an order matters: one pair at a time, in the list's order (copy_ names a partial overlap)
+            self.one_by_one, together = sorted(self.one_by_one + together), []
+        self.rest = sorted(self.rest + itself)
         for device in dict.fromkeys(dsts[i].device for i in together):  # one launch per device
             pairs = [i for i in together if dsts[i].device == device]
-            nbytes = [dsts[i].numel() * dsts[i].element_size() for i in pairs]
+            with torch.cuda.device(device):
+                if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
+                    self.complete, self.rest = False, sorted(self.rest + pairs)
+                    continue
+            src, dst, nbytes = zip(*(addresses[i] for i in pairs), strict=True)
             if any(nbytes):
-                table = _encode(torch, device, [srcs[i] for i in pairs], [dsts[i] for i in pairs], nbytes)
-                self.launches.append((device, table, pairs))
+                self.launches.append((device, _encode(torch, device, src, dst, nbytes), pairs))
 
     def run(self, torch, dsts: list, srcs: list) -> None:
-        capturing = bool(self.launches) and torch.cuda.is_current_stream_capturing()
         for device, table, pairs in self.launches:
-            if capturing:  # a graph's replays read this table: never freed
-                _CAPTURED[id(table)] = table
             with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
+                if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
+                    _CAPTURED[id(table)] = table
                 table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
                 many_launcher(_plan(device.index), str(device))(table)
             torch.autograd.graph.increment_version([dsts[i] for i in pairs])
@@ -277,17 +298,14 @@ class _Route:
 
 def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
     """What a call's route depends on, read from every tensor at once; None where a route is not
-    kept (entries that are not plain tensors, a tensor autograd records, a lazily applied bit)."""
+    kept (entries that are not plain tensors, a lazily applied bit)."""
     tensors = dsts + srcs
     try:
-        if (
-            any(map(_GRAD, tensors))
-            or any(map(torch.Tensor.is_neg, tensors))
-            or any(map(torch.Tensor.is_conj, tensors))
-        ):
+        if any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors)):
             return None
         return (
             grouped,
+            _recorded(torch, tensors),
             tuple(map(torch.Tensor.data_ptr, tensors)),
             tuple(map(_SHAPE, tensors)),
             tuple(map(torch.Tensor.stride, tensors)),
@@ -298,12 +316,26 @@ def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
         return None
 
 
-def _encode(torch, device, srcs: list, dsts: list, nbytes: list) -> torch.Tensor:
-    """The chunk table of the pairs on the device, landed before any stream's kernel can read it."""
-    host = _plan(device.index).chunk_table([s.data_ptr() for s in srcs], [d.data_ptr() for d in dsts], nbytes)
+def _recorded(torch, tensors: list) -> tuple | bool:
+    """Which tensors autograd records a call on (grad mode on and requiring grad); False for none,
+    read from the grad mode alone under torch.no_grad()."""
+    if not torch.is_grad_enabled():
+        return False
+    grads = tuple(map(_GRAD, tensors))
+    return any(grads) and grads
+
+
+def _encode(torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> torch.Tensor:
+    """The chunk table of the pairs (addresses, bytes) on the device, landed before any stream's
+    kernel can read it."""
+    host = _plan(device.index).chunk_table(src, dst, nbytes)
     pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
     pinned.numpy()[:] = host
     return pinned.to(device)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -322,11 +354,12 @@ def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 
 def _pack_pairs(torch, tensors, out):
-    """(the buffer, the offsets, each tensor's span of it, each tensor flattened as the buffer's
-    dtype): `pack`'s pairs."""
+    """(the buffer, the offsets, each tensor's span of it viewed as the tensor, the tensors):
+    `pack`'s pairs, each tensor copied from where it is (no flattened copy made first)."""
     tensors = _tensor_list(tensors, "pack", "tensors")
     flat, (offsets, spans) = _flat_views(torch, tensors, out, "pack")
-    return flat, offsets, spans, [_as(t.reshape(-1), flat.dtype, "pack") for t in tensors]
+    views = [_as(span, t.dtype, "pack").view(t.shape) for span, t in zip(spans, tensors, strict=True)]
+    return flat, offsets, views, tensors
 
 
 def _unpack_pairs(torch, flat, tensors) -> tuple[list, list]:

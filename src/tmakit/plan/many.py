@@ -146,6 +146,28 @@ class ManyPlan:
         return "\n".join(lines)
 
 
+def pairs_disjoint(src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> bool:
+    """Whether one launch may copy the pairs in any order: no pair's destination shares a byte with
+    its own source or another pair's source or destination (a pair that is its own source, and
+    sources shared between pairs, excepted)."""
+    size = np.asarray(nbytes, dtype=np.int64)
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    moving = (size > 0) & (src != dst)
+    starts = np.concatenate([src[moving], dst[moving]])
+    if len(starts) < 2:
+        return True
+    ends = starts + np.concatenate([size[moving], size[moving]])
+    writes = np.arange(len(starts)) >= moving.sum()
+    order = np.argsort(starts, kind="stable")
+    starts, ends, writes = starts[order], ends[order], writes[order]
+    # the furthest end of the ranges (of the writes) that start at or before each range
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+    written = np.concatenate(
+        [[np.iinfo(np.int64).min], np.maximum.accumulate(np.where(writes, ends, 0))[:-1]]
+    )
+    return not np.any(np.where(writes, starts < reach, starts < written))
+
+
 def aligned_pair(src_address: int, dst_address: int) -> bool:
     """Whether bulk copies can move a pair: both addresses 16-byte aligned."""
     return src_address % GLOBAL_BASE_ALIGN == 0 and dst_address % GLOBAL_BASE_ALIGN == 0
