@@ -1,7 +1,7 @@
 """Run every GPU test (the examples included) plus `tmakit demo` on a GPU machine and write a
 summary JSON.
 
-    python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) --out DIR
+    python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) --out DIR [--workers N]
 
 The GPU machine's copy of the tree may have no .git, so the commit is passed in. It writes
 `gpu-check.json` in the one schema of benchmarks/results (the card, driver, versions, date, commit
@@ -55,6 +55,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commit", required=True, help="git commit the tree was taken from")
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="pytest-xdist processes sharing the GPU (most of a test is compiling)",
+    )
     args = parser.parse_args()
     gpu_name, why = find_hopper_gpu()
     if gpu_name is None:  # nothing to check: the GPU tests would all skip
@@ -70,6 +76,8 @@ def main() -> int:
         arguments.append("--timeout=120")
     except ImportError:
         pass
+    if args.workers > 1:
+        arguments += ["-n", str(args.workers)]  # needs pytest-xdist
     # A `timeout` around this script sends SIGTERM: pytest then stops as if interrupted, and the
     # tests run so far are still written (pytest's exit code 2 says the run was cut short).
     signal.signal(signal.SIGTERM, interrupt)
@@ -82,7 +90,12 @@ def main() -> int:
         "study": "gpu-check",
         "what": "Every GPU test (pytest -m gpu) and `tmakit demo` on the GPU (scripts/gpu_check.py); "
         "the demo's output in summary.",
-        "context": {**device_context(args.commit), "python": platform.python_version(), "step": "check"},
+        "context": {
+            **device_context(args.commit),
+            "python": platform.python_version(),
+            "step": "check",
+            "workers": args.workers,
+        },
         "rows": [
             {"test": test, "outcome": outcome, "seconds": round(outcomes.seconds.get(test, 0.0), 2)}
             for test, outcome in outcomes.tests.items()
