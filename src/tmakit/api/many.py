@@ -61,7 +61,7 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
 
     Raises:
         TmaConfigError: lists of different lengths, an entry that is not a tensor, or a pair
-            torch's `_foreach_copy_` refuses.
+            torch's `copy_` refuses.
     """
     torch = import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
@@ -290,10 +290,16 @@ class _Route:
         if self.rest:
             try:
                 torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
-            except (RuntimeError, TypeError, ValueError) as error:
-                raise TmaConfigError(
-                    f"torch's _foreach_copy_ refused the pairs no bulk copy serves: {error}"
-                ) from None
+            except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
+                for i in self.rest:
+                    try:
+                        dsts[i].copy_(srcs[i])
+                    except (RuntimeError, TypeError, ValueError) as error:
+                        raise TmaConfigError(
+                            f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] "
+                            f"{tuple(srcs[i].shape)} {srcs[i].dtype}: torch's copy_ refuses the pair no "
+                            f"bulk copy serves ({error}); pass tensors copy_ takes"
+                        ) from None
 
 
 def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
