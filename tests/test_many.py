@@ -254,3 +254,22 @@ def test_a_prepared_copy_routes_afresh_when_autograd_would_record_it():
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
         prepared()
     assert len(prepared._routes) == 2
+
+
+def test_an_unchecked_prepared_copy_reads_only_the_grad_mode():
+    """check_addresses=False: each call copies as prepared without reading any tensor; grad mode
+    turned on still routes afresh when a prepared tensor requires grad."""
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy
+
+    dst, src = torch.zeros(3, requires_grad=True), torch.arange(3.0)
+    with torch.no_grad():
+        prepared = GroupedCopy([dst], [src], check_addresses=False)
+        for step in range(3):
+            src.add_(step)
+            prepared()
+            assert torch.equal(dst.detach(), src)
+    with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
+        prepared()
+    with pytest.raises(TmaConfigError, match="check_addresses"):
+        GroupedCopy([dst], [src], check_addresses="no")

@@ -191,7 +191,12 @@ def torch_entries() -> list[Entry]:
         Entry(
             "GroupedCopy",
             lambda **kw: tmakit.GroupedCopy(**kw)(),
-            {"dsts": [half(4, 8), half(3)], "srcs": [half(4, 8), half(3)], "grouped": True},
+            {
+                "dsts": [half(4, 8), half(3)],
+                "srcs": [half(4, 8), half(3)],
+                "grouped": True,
+                "check_addresses": True,
+            },
         ),
         Entry(
             "GroupedCopy.packing",

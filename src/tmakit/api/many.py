@@ -139,6 +139,9 @@ class GroupedCopy:
     Args:
         dsts, srcs: as `copy_many_`'s.
         grouped: as `copy_many_`'s.
+        check_addresses: read each tensor's address (and, with grad mode on, `requires_grad`)
+            per call; False reads neither, a CUDA graph's contract: the tensors stay as prepared
+            (the call then costs the host the same for ten tensors or ten thousand).
 
     Raises:
         TmaConfigError: as `copy_many_`'s, or prepared inside a CUDA-graph capture (prepare it
@@ -149,9 +152,15 @@ class GroupedCopy:
     offsets: list[int] | None = None
 
     def __init__(
-        self, dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True
+        self,
+        dsts: Sequence[torch.Tensor],
+        srcs: Sequence[torch.Tensor],
+        *,
+        grouped: bool = True,
+        check_addresses: bool = True,
     ) -> None:
         torch = import_torch("GroupedCopy")
+        self._check = flag(check_addresses, "GroupedCopy's check_addresses")
         dsts, srcs = _tensor_list(dsts, "GroupedCopy", "dsts"), _tensor_list(srcs, "GroupedCopy", "srcs")
         grouped = flag(grouped, "GroupedCopy's grouped")
         if len(dsts) != len(srcs):
@@ -165,17 +174,24 @@ class GroupedCopy:
             )
         self._dsts, self._srcs, self._tensors, self._grouped = dsts, srcs, dsts + srcs, grouped
         self._route = _Route(torch, dsts, srcs, grouped, "GroupedCopy")
+        self._grads = _recorded(torch, self._tensors) if any(map(_GRAD, self._tensors)) else False
         self._routes = {_recorded(torch, self._tensors): self._route}  # by what autograd records
         self._addresses = tuple(map(torch.Tensor.data_ptr, self._tensors))
 
     @classmethod
     def packing(
-        cls, tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = True
+        cls,
+        tensors: Sequence[torch.Tensor],
+        out: torch.Tensor | None = None,
+        *,
+        grouped: bool = True,
+        check_addresses: bool = True,
     ) -> GroupedCopy:
         """`pack(tensors, out)` prepared: each call writes the buffer `.flat` at `.offsets`.
 
         Args:
             tensors, out, grouped: as `pack`'s.
+            check_addresses: as `GroupedCopy`'s.
 
         Returns:
             the prepared copy, its buffer and offsets as attributes `flat` and `offsets`.
@@ -184,18 +200,24 @@ class GroupedCopy:
             TmaConfigError: as `pack`'s.
         """
         flat, offsets, spans, sources = _pack_pairs(import_torch("GroupedCopy"), tensors, out)
-        prepared = cls(spans, sources, grouped=grouped)
+        prepared = cls(spans, sources, grouped=grouped, check_addresses=check_addresses)
         prepared.flat, prepared.offsets = flat, offsets
         return prepared
 
     @classmethod
     def unpacking(
-        cls, flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True
+        cls,
+        flat: torch.Tensor,
+        tensors: Sequence[torch.Tensor],
+        *,
+        grouped: bool = True,
+        check_addresses: bool = True,
     ) -> GroupedCopy:
         """`unpack_(flat, tensors)` prepared.
 
         Args:
             flat, tensors, grouped: as `unpack_`'s.
+            check_addresses: as `GroupedCopy`'s.
 
         Returns:
             the prepared copy.
@@ -204,7 +226,7 @@ class GroupedCopy:
             TmaConfigError: as `unpack_`'s.
         """
         dsts, srcs = _unpack_pairs(import_torch("GroupedCopy"), flat, tensors)
-        prepared = cls(dsts, srcs, grouped=grouped)
+        prepared = cls(dsts, srcs, grouped=grouped, check_addresses=check_addresses)
         prepared.flat = flat
         return prepared
 
@@ -216,7 +238,7 @@ class GroupedCopy:
                 swapped): prepare again.
         """
         torch = import_torch("GroupedCopy")
-        if tuple(map(torch.Tensor.data_ptr, self._tensors)) != self._addresses:
+        if self._check and tuple(map(torch.Tensor.data_ptr, self._tensors)) != self._addresses:
             moved = next(
                 i
                 for i, (t, a) in enumerate(zip(self._tensors, self._addresses, strict=True))
@@ -228,7 +250,10 @@ class GroupedCopy:
                 f"{self._tensors[moved].data_ptr():#x} since it was prepared (its storage resized or "
                 "swapped); prepare a GroupedCopy of the tensors as they are now"
             )
-        recorded = _recorded(torch, self._tensors)
+        if self._check:
+            recorded = _recorded(torch, self._tensors)
+        else:  # requires_grad as prepared: only the grad mode is read
+            recorded = torch.is_grad_enabled() and self._grads
         route = self._routes.get(recorded)
         if route is None:  # grad mode or requires_grad changed since: routed afresh
             route = _Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")

@@ -18,6 +18,7 @@ from .timing import eager_samples_us, interleaved_graph_samples_us
 
 EAGER = "eager"
 PREPARED = "tmakit prepared"
+UNCHECKED = "tmakit prepared unchecked"  # check_addresses=False
 PEERS = {"copy_many_": "torch _foreach_copy_", "pack": "torch cat", "unpack_": "torch split_with_sizes_copy"}
 
 
@@ -57,6 +58,7 @@ class Calls:
     ours: Callable[[], object]
     theirs: Callable[[], object]
     prepared: Callable[[], object]
+    unchecked: Callable[[], object]
     check: Callable[[], bool]
     outputs: list
 
@@ -72,6 +74,7 @@ def calls(case: ManyCase, srcs: list, dsts: list) -> Calls:
             lambda: api.copy_many_(dsts, srcs),
             lambda: torch._foreach_copy_(dsts, srcs),
             api.GroupedCopy(dsts, srcs),
+            api.GroupedCopy(dsts, srcs, check_addresses=False),
             same,
             dsts,
         )
@@ -83,6 +86,7 @@ def calls(case: ManyCase, srcs: list, dsts: list) -> Calls:
             lambda: api.pack(srcs, flat),
             lambda: torch.cat(flat_srcs, out=cat),
             api.GroupedCopy.packing(srcs, flat),
+            api.GroupedCopy.packing(srcs, flat, check_addresses=False),
             lambda: all(
                 torch.equal(flat[o : o + s.numel()], s.reshape(-1))
                 for o, s in zip(offsets, srcs, strict=True)
@@ -94,6 +98,7 @@ def calls(case: ManyCase, srcs: list, dsts: list) -> Calls:
         lambda: api.unpack_(flat, dsts),
         lambda: torch.split_with_sizes_copy(flat[: sum(sizes)], sizes, out=outs),
         api.GroupedCopy.unpacking(flat, dsts),
+        api.GroupedCopy.unpacking(flat, dsts, check_addresses=False),
         same,
         dsts,
     )
@@ -104,14 +109,14 @@ def verify(built: Calls) -> str:
     the sources."""
     import torch
 
-    for name, call in (("called", built.ours), ("prepared", built.prepared)):
+    for name, call in (("called", built.ours), ("prepared", built.prepared), ("unchecked", built.unchecked)):
         for output in built.outputs:
             output.fill_(float("nan"))
         call()
         torch.cuda.synchronize()
         if not built.check():
             return f"MISMATCH ({name})"
-    return "ok: every tensor equal to its source, called and prepared"
+    return "ok: every tensor equal to its source, called and prepared (checked and not)"
 
 
 def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
@@ -134,6 +139,7 @@ def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     device = interleaved_graph_samples_us(launches, samples)
     eager_launches = {name: launches[name] for name in list(launches)[:2]}
     eager_launches[PREPARED] = [b.prepared for b in built]
+    eager_launches[UNCHECKED] = [b.unchecked for b in built]
     eager = eager_samples_us(eager_launches, repeats=7, min_calls=4)
     notes = {"op": case.name, "tensors": len(case.shapes), "rotated_buffers": count}
     row = lambda name, us, verified=None: BenchRow(  # noqa: E731

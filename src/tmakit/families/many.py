@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from ..bench.many import EAGER, PEERS, PREPARED, ManyCase, bench_many
+from ..bench.many import EAGER, PEERS, PREPARED, UNCHECKED, ManyCase, bench_many
 from ..bench.report import BenchRow
 from . import Family, Options, chosen_parts
 
@@ -55,6 +55,8 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
         "eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"tmakit {EAGER}"],
         "prepared_eager_us": us[f"{PREPARED} {EAGER}"],
         "prepared_eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"{PREPARED} {EAGER}"],
+        "unchecked_eager_us": us[f"{UNCHECKED} {EAGER}"],
+        "unchecked_eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"{UNCHECKED} {EAGER}"],
         "rotated_buffers": tmakit.notes["rotated_buffers"],
     }
 
