@@ -193,3 +193,26 @@ def test_every_figure_of_the_readme_is_in_the_files_its_paragraph_links():
         unmatched += found
         checked += count
     assert checked > 10 and unmatched == [], "\n".join(unmatched)
+
+
+def test_the_many_tensors_figures_are_the_studys():
+    rows = {row["case"]: row for row in json.loads((RESULTS / "many.json").read_text())["rows"]}
+    reduce_rows = json.loads((RESULTS / "rows-index-reduce.json").read_text())["rows"]
+    figures = " ".join((ROOT / "benchmarks" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+
+    def x(case: str, key: str = "device_vs_torch") -> str:
+        return f"{rows[case][key]:.2f}x"
+
+    one, many = "1000 random", "10000 x 4 KiB"
+    assert (
+        f"one launch {x('copy_many_ ' + one)} `_foreach_copy_` on 1,000 random tensors and "
+        f"{x('copy_many_ ' + many)} on 10,000 of 4 KiB, `pack` {x('pack ' + one)} and {x('pack ' + many)} `cat`"
+    ) in figures
+    unchecked = (
+        f"{x('copy_many_ ' + one, 'unchecked_eager_vs_torch')} and "
+        f"{x('copy_many_ ' + many, 'unchecked_eager_vs_torch')} `_foreach_copy_`"
+    )
+    assert unchecked in figures and unchecked in readme
+    wide = [row["device_vs_torch"] for row in reduce_rows if row["row_bytes"] >= 256]
+    assert f"from 256 bytes {span(wide)} torch's" in figures
