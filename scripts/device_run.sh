@@ -83,8 +83,10 @@ run_step() {
     ncugeneric) timeout "$limit" python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -5 ;;
     ceiling) timeout "$limit" python3 scripts/dram_ceiling.py --out "$OUT/ceiling" "$@" 2>&1 | tail -30 ;;
     edges) timeout "$limit" python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -12 ;;
-    sanitize) for tool in racecheck memcheck synccheck; do
-        timeout "$limit" compute-sanitizer --tool "$tool" --print-limit 20 python3 scripts/sanitize_many.py "$@" 2>&1 | tail -12 | tee "$OUT/sanitize-$tool.log"
+    sanitize) for tool in racecheck memcheck synccheck; do  # a hazard or error exits 1, logged
+        timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+          python3 scripts/sanitize_many.py "$@" > "$OUT/sanitize-$tool.log" 2>&1
+        echo "exit status $?" >> "$OUT/sanitize-$tool.log"; tail -12 "$OUT/sanitize-$tool.log"
       done ;;
     hostcost) timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     *) echo "device_run: unknown step $step" >&2; return 2 ;;

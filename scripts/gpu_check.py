@@ -77,7 +77,12 @@ def main() -> int:
     except ImportError:
         pass
     if args.workers > 1:
-        arguments += ["-n", str(args.workers)]  # needs pytest-xdist
+        try:
+            import xdist  # noqa: F401  (pytest-xdist: the processes)
+
+            arguments += ["-n", str(args.workers)]
+        except ImportError:
+            print("gpu_check: no pytest-xdist here: one process", file=sys.stderr)
     # A `timeout` around this script sends SIGTERM: pytest then stops as if interrupted, and the
     # tests run so far are still written (pytest's exit code 2 says the run was cut short).
     signal.signal(signal.SIGTERM, interrupt)

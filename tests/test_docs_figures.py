@@ -207,7 +207,8 @@ def test_the_many_tensors_figures_are_the_studys():
     one, many = "1000 random", "10000 x 4 KiB"
     assert (
         f"one launch {x('copy_many_ ' + one)} `_foreach_copy_` on 1,000 random tensors and "
-        f"{x('copy_many_ ' + many)} on 10,000 of 4 KiB, `pack` {x('pack ' + one)} and {x('pack ' + many)} `cat`"
+        f"{x('copy_many_ ' + many)} on 10,000 of 4 KiB, `pack` {x('pack ' + one)} and "
+        f"{x('pack ' + many)} `cat`"
     ) in figures
     unchecked = (
         f"{x('copy_many_ ' + one, 'unchecked_eager_vs_torch')} and "

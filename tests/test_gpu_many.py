@@ -158,3 +158,7 @@ def test_overlapping_pairs_copy_in_order_or_are_refused():
     assert torch.equal(a, old_b) and torch.equal(b, old_c) and torch.equal(c, old_c)
     with pytest.raises(tmakit.TmaConfigError):
         tmakit.copy_many_([buf[4:]], [buf[:-4]])
+    wide = source((4096,), torch.float64, 2)  # one destination by two paths: the later pair wins
+    tmakit.copy_many_([a, a], [wide, c])
+    torch.cuda.synchronize()
+    assert torch.equal(a, c)

@@ -271,5 +271,43 @@ def test_an_unchecked_prepared_copy_reads_only_the_grad_mode():
             assert torch.equal(dst.detach(), src)
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
         prepared()
+    assert len(prepared._routes) == 2  # grad mode on: routed afresh, not the no_grad route
     with pytest.raises(TmaConfigError, match="check_addresses"):
         GroupedCopy([dst], [src], check_addresses="no")
+
+
+def test_a_prepared_unpack_watches_the_callers_tensors():
+    """The pairs are views of the caller's tensors; a tensor whose storage is swapped is refused
+    by its name, not written through a stale view."""
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy
+
+    tensors = [torch.arange(4.0), torch.arange(6, dtype=torch.int32)]
+    flat, _ = tmakit_pack(tensors)
+    back = [torch.zeros(4), torch.zeros(6, dtype=torch.int32)]
+    prepared = GroupedCopy.unpacking(flat, back)
+    prepared()
+    assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True))
+    back[1].set_(torch.zeros(6, dtype=torch.int32))
+    with pytest.raises(TmaConfigError, match=r"tensors\[1\] moved"):
+        prepared()
+
+
+def tmakit_pack(tensors):
+    from tmakit import pack
+
+    return pack(tensors)
+
+
+def test_pairs_sharing_bytes_across_paths_copy_in_the_lists_order():
+    """A destination written twice, once through a dtype change (torch's path) and once as a
+    plain copy, ends as the later pair says, as torch's in-order copies would."""
+    torch = pytest.importorskip("torch")
+    from tmakit import copy_many_
+
+    a = torch.zeros(8)
+    b, c = torch.full((8,), 1.0, dtype=torch.float64), torch.full((8,), 2.0)
+    copy_many_([a, a], [b, c])
+    assert torch.equal(a, c)
+    copy_many_([a, a], [c, b])
+    assert torch.equal(a, b.float())

@@ -172,11 +172,18 @@ class GroupedCopy:
                 "GroupedCopy is prepared inside a CUDA-graph capture, where no table can be encoded: "
                 "prepare it before the capture and call it inside"
             )
-        self._dsts, self._srcs, self._tensors, self._grouped = dsts, srcs, dsts + srcs, grouped
+        self._dsts, self._srcs, self._grouped = dsts, srcs, grouped
         self._route = _Route(torch, dsts, srcs, grouped, "GroupedCopy")
-        self._grads = _recorded(torch, self._tensors) if any(map(_GRAD, self._tensors)) else False
-        self._routes = {_recorded(torch, self._tensors): self._route}  # by what autograd records
-        self._addresses = tuple(map(torch.Tensor.data_ptr, self._tensors))
+        names = [f"dsts[{i}]" for i in range(len(dsts))] + [f"srcs[{i}]" for i in range(len(srcs))]
+        self._watch(torch, dsts + srcs, names, lambda: (dsts, srcs))
+
+    def _watch(self, torch, tensors: list, names: list[str], pairs) -> None:
+        """What each call reads: the caller's `tensors` (named `names`; the pairs may be views of
+        them), and `pairs()`, the pairs made from them again when the route must change."""
+        self._tensors, self._names, self._pairs = tensors, names, pairs
+        self._addresses = tuple(map(torch.Tensor.data_ptr, tensors))
+        self._grads = tuple(map(_GRAD, tensors)) if any(map(_GRAD, tensors)) else False
+        self._routes = {_recorded(torch, tensors): self._route}  # by what autograd records
 
     @classmethod
     def packing(
@@ -199,8 +206,11 @@ class GroupedCopy:
         Raises:
             TmaConfigError: as `pack`'s.
         """
-        flat, offsets, spans, sources = _pack_pairs(import_torch("GroupedCopy"), tensors, out)
+        torch = import_torch("GroupedCopy")
+        flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
         prepared = cls(spans, sources, grouped=grouped, check_addresses=check_addresses)
+        names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(sources))]
+        prepared._watch(torch, [flat, *sources], names, lambda: _pack_pairs(torch, sources, flat)[2:])
         prepared.flat, prepared.offsets = flat, offsets
         return prepared
 
@@ -225,8 +235,12 @@ class GroupedCopy:
         Raises:
             TmaConfigError: as `unpack_`'s.
         """
-        dsts, srcs = _unpack_pairs(import_torch("GroupedCopy"), flat, tensors)
+        torch = import_torch("GroupedCopy")
+        dsts, srcs = _unpack_pairs(torch, flat, tensors)
         prepared = cls(dsts, srcs, grouped=grouped, check_addresses=check_addresses)
+        tensors = _tensor_list(tensors, "unpack_", "tensors")
+        names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(tensors))]
+        prepared._watch(torch, [flat, *tensors], names, lambda: _unpack_pairs(torch, flat, tensors))
         prepared.flat = flat
         return prepared
 
@@ -244,9 +258,8 @@ class GroupedCopy:
                 for i, (t, a) in enumerate(zip(self._tensors, self._addresses, strict=True))
                 if t.data_ptr() != a
             )
-            which = f"dsts[{moved}]" if moved < len(self._dsts) else f"srcs[{moved - len(self._dsts)}]"
             raise TmaConfigError(
-                f"GroupedCopy: {which} moved from address {self._addresses[moved]:#x} to "
+                f"GroupedCopy: {self._names[moved]} moved from address {self._addresses[moved]:#x} to "
                 f"{self._tensors[moved].data_ptr():#x} since it was prepared (its storage resized or "
                 "swapped); prepare a GroupedCopy of the tensors as they are now"
             )
@@ -255,7 +268,8 @@ class GroupedCopy:
         else:  # requires_grad as prepared: only the grad mode is read
             recorded = torch.is_grad_enabled() and self._grads
         route = self._routes.get(recorded)
-        if route is None:  # grad mode or requires_grad changed since: routed afresh
+        if route is None:  # grad mode or requires_grad changed since: paired and routed afresh
+            self._dsts, self._srcs = self._pairs()
             route = _Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")
             if route.complete:
                 self._routes[recorded] = route
@@ -282,15 +296,16 @@ class _Route:
                 self.rest.append(i)
         self.complete = True  # False: a table could not be encoded (a capture), so not to be kept
         self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
+        self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
+        if not _apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
+            by_tma = set(together + self.one_by_one)
+            self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
+            return
         if not grouped:
             self.rest = sorted(self.rest + together)
             return
-        addresses = {i: (srcs[i].data_ptr(), dsts[i].data_ptr(), _nbytes(dsts[i])) for i in together}
-        itself = [i for i in together if addresses[i][0] == addresses[i][1]]  # copied onto itself
-        together = [i for i in together if addresses[i][0] != addresses[i][1]]
-        if together and not pairs_disjoint(*zip(*(addresses[i] for i in together), strict=True)):
-            # an order matters: one pair at a time, in the list's order (copy_ names a partial overlap)
-            self.one_by_one, together = sorted(self.one_by_one + together), []
+        itself = [i for i in together if srcs[i].data_ptr() == dsts[i].data_ptr()]  # onto itself
+        together = [i for i in together if srcs[i].data_ptr() != dsts[i].data_ptr()]
         self.rest = sorted(self.rest + itself)
         for device in dict.fromkeys(dsts[i].device for i in together):  # one launch per device
             pairs = [i for i in together if dsts[i].device == device]
@@ -298,11 +313,16 @@ class _Route:
                 if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
                     self.complete, self.rest = False, sorted(self.rest + pairs)
                     continue
-            src, dst, nbytes = zip(*(addresses[i] for i in pairs), strict=True)
+            nbytes = [_nbytes(dsts[i]) for i in pairs]
             if any(nbytes):
+                src, dst = [srcs[i].data_ptr() for i in pairs], [dsts[i].data_ptr() for i in pairs]
                 self.launches.append((device, _encode(torch, device, src, dst, nbytes), pairs))
 
     def run(self, torch, dsts: list, srcs: list) -> None:
+        if self.in_order is not None:
+            for i, by_tma in self.in_order:
+                copy_(dsts[i], srcs[i]) if by_tma else _torch_copy(dsts, srcs, i)
+            return
         for device, table, pairs in self.launches:
             with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
                 if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
@@ -316,27 +336,48 @@ class _Route:
             try:
                 torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
             except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
-                for i in self.rest:
-                    try:
-                        dsts[i].copy_(srcs[i])
-                    except (RuntimeError, TypeError, ValueError) as error:
-                        raise TmaConfigError(
-                            f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] "
-                            f"{tuple(srcs[i].shape)} {srcs[i].dtype}: torch's copy_ refuses the pair no "
-                            f"bulk copy serves ({error}); pass tensors copy_ takes"
-                        ) from None
+                for i in self.rest:  # the pairs share no bytes: copying one again changes nothing
+                    _torch_copy(dsts, srcs, i)
+
+
+def _torch_copy(dsts: list, srcs: list, i: int) -> None:
+    try:
+        dsts[i].copy_(srcs[i])
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise TmaConfigError(
+            f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] {tuple(srcs[i].shape)} "
+            f"{srcs[i].dtype}: torch's copy_ refuses the pair no bulk copy serves ({error}); pass "
+            "tensors copy_ takes"
+        ) from None
+
+
+def _apart(dsts: list, srcs: list) -> bool:
+    """Whether the pairs share no bytes but a pair's own source, so any order gives the list's."""
+    if len(dsts) < 2 and not (dsts and dsts[0].data_ptr() != srcs[0].data_ptr()):
+        return True
+    src, src_bytes = zip(*map(_span, srcs), strict=True)
+    dst, dst_bytes = zip(*map(_span, dsts), strict=True)
+    return pairs_disjoint(src, dst, src_bytes, dst_bytes)
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """(the first byte's address, the bytes) of the memory a tensor's elements lie in."""
+    if not tensor.numel():
+        return tensor.data_ptr(), 0
+    last = sum((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.stride(), strict=True))
+    return tensor.data_ptr(), (last + 1) * tensor.element_size()
 
 
 def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
-    """What a call's route depends on, read from every tensor at once; None where a route is not
-    kept (entries that are not plain tensors, a lazily applied bit)."""
+    """What a call's route depends on, read from every tensor at once; None for entries that are
+    not plain tensors (the checks then name them)."""
     tensors = dsts + srcs
     try:
-        if any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors)):
-            return None
+        lazy = any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors))
         return (
             grouped,
             _recorded(torch, tensors),
+            lazy and (tuple(map(torch.Tensor.is_neg, tensors)), tuple(map(torch.Tensor.is_conj, tensors))),
             tuple(map(torch.Tensor.data_ptr, tensors)),
             tuple(map(_SHAPE, tensors)),
             tuple(map(torch.Tensor.stride, tensors)),
@@ -419,11 +460,17 @@ def _as(tensor: torch.Tensor, dtype: torch.dtype, what: str) -> torch.Tensor:
     view: they need a buffer of their own dtype."""
     if tensor.dtype == dtype:
         return tensor
-    if recorded_by_autograd(tensor) or tensor.is_conj() or tensor.is_neg():
+    why = (
+        "requires grad (grad mode on)" if recorded_by_autograd(tensor)
+        else "is a conjugate view" if tensor.is_conj()
+        else "is a negative view" if tensor.is_neg()
+        else None
+    )  # fmt: skip
+    if why:
         raise TmaConfigError(
-            f"{what}: a {tensor.dtype} tensor that requires grad, or a conjugate or negative view, "
-            "cannot move as the bytes of a mixed-dtype buffer: pack tensors of one dtype (or "
-            ".detach() / .resolve_conj() / .resolve_neg() first)"
+            f"{what}: a {tuple(tensor.shape)} {tensor.dtype} tensor {why} and cannot move as the bytes "
+            "of a mixed-dtype buffer: pack tensors of one dtype, or .detach() / .resolve_conj() / "
+            ".resolve_neg() it first"
         )
     try:
         return tensor.view(dtype)

@@ -146,18 +146,22 @@ class ManyPlan:
         return "\n".join(lines)
 
 
-def pairs_disjoint(src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> bool:
-    """Whether one launch may copy the pairs in any order: no pair's destination shares a byte with
-    its own source or another pair's source or destination (a pair that is its own source, and
-    sources shared between pairs, excepted)."""
+def pairs_disjoint(
+    src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int], dst_nbytes: Sequence[int] | None = None
+) -> bool:
+    """Whether the pairs may be copied in any order, all at once: no pair's destination (`dst[i]`,
+    `dst_nbytes[i]` bytes, or `nbytes[i]`) shares a byte with its own source (`src[i]`, `nbytes[i]`
+    bytes) or another pair's source or destination. A pair that is its own source (the same
+    address and bytes) and sources shared between pairs are excepted."""
     size = np.asarray(nbytes, dtype=np.int64)
+    dst_size = size if dst_nbytes is None else np.asarray(dst_nbytes, dtype=np.int64)
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    moving = (size > 0) & (src != dst)
-    starts = np.concatenate([src[moving], dst[moving]])
+    moving = (dst_size > 0) & ~((src == dst) & (size == dst_size))
+    starts = np.concatenate([src[moving & (size > 0)], dst[moving]])
     if len(starts) < 2:
         return True
-    ends = starts + np.concatenate([size[moving], size[moving]])
-    writes = np.arange(len(starts)) >= moving.sum()
+    ends = starts + np.concatenate([size[moving & (size > 0)], dst_size[moving]])
+    writes = np.arange(len(starts)) >= (moving & (size > 0)).sum()
     order = np.argsort(starts, kind="stable")
     starts, ends, writes = starts[order], ends[order], writes[order]
     # the furthest end of the ranges (of the writes) that start at or before each range
