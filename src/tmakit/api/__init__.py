@@ -14,7 +14,7 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
   row copies), `rows_path` (which path a call takes), with `rows_call`: a call's checks, route
   and launch;
 - `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch), `GroupedCopy` (any of them
-  prepared once).
+  prepared once), with `many_route`: how a list of pairs is copied.
 
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).

@@ -7,7 +7,8 @@ A pair of compact tensors of one dtype and shape on one Hopper GPU, both 16-byte
 chunked into the table the kernel walks (`plan.many`): every such pair of a call in one launch
 (`grouped=False` sends them to one `torch._foreach_copy_` instead). Any other pair takes the
 drop-in path: `tmakit.copy_` one pair at a time where TMA serves it as laid out or as a view (a
-transposing pair), else the `_foreach_copy_`.
+transposing pair), else the `_foreach_copy_`. Where pairs share bytes, every pair is copied one at
+a time in the list's order (`api.many_route`).
 
 A call's route (which pairs go where) and its chunk table, encoded on the host and copied to the
 device once, are kept for calls with the same tensors (their addresses, shapes, strides, dtypes
@@ -22,28 +23,23 @@ own loop in C++; a `GroupedCopy` reads only each tensor's address per call.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Sequence
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
-from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
-from ..runtime.launch import many_launcher
+from ..plan.many import pack_offsets
 from ..validate import flag
-from .copy import copy_, copy_path
-from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
+from .many_route import GRAD, Route, recorded, signature
+from .tensors import check_torch_tensor, import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
-_ROUTES: OrderedDict[tuple, _Route] = OrderedDict()  # a call's signature -> its route
+_ROUTES: OrderedDict[tuple, Route] = OrderedDict()  # a call's signature -> its route
 _ROUTES_KEPT = 64
-_CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the process
-_SHAPE, _DTYPE, _DEVICE, _GRAD = (attrgetter(name) for name in ("shape", "dtype", "device", "requires_grad"))
 
 
 def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
@@ -68,10 +64,10 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     grouped = flag(grouped, "copy_many_'s grouped")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
-    key = _signature(torch, dsts, srcs, grouped)
+    key = signature(torch, dsts, srcs, grouped)
     route = _ROUTES.get(key) if key is not None else None
     if route is None:
-        route = _Route(torch, dsts, srcs, grouped, "copy_many_")
+        route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
             _ROUTES[key] = route
             if len(_ROUTES) > _ROUTES_KEPT:
@@ -173,7 +169,7 @@ class GroupedCopy:
                 "prepare it before the capture and call it inside"
             )
         self._dsts, self._srcs, self._grouped = dsts, srcs, grouped
-        self._route = _Route(torch, dsts, srcs, grouped, "GroupedCopy")
+        self._route = Route(torch, dsts, srcs, grouped, "GroupedCopy")
         names = [f"dsts[{i}]" for i in range(len(dsts))] + [f"srcs[{i}]" for i in range(len(srcs))]
         self._watch(torch, dsts + srcs, names, lambda: (dsts, srcs))
 
@@ -182,8 +178,8 @@ class GroupedCopy:
         them), and `pairs()`, the pairs made from them again when the route must change."""
         self._tensors, self._names, self._pairs = tensors, names, pairs
         self._addresses = tuple(map(torch.Tensor.data_ptr, tensors))
-        self._grads = tuple(map(_GRAD, tensors)) if any(map(_GRAD, tensors)) else False
-        self._routes = {_recorded(torch, tensors): self._route}  # by what autograd records
+        self._grads = tuple(map(GRAD, tensors)) if any(map(GRAD, tensors)) else False
+        self._routes = {recorded(torch, tensors): self._route}  # by what autograd records
 
     @classmethod
     def packing(
@@ -264,165 +260,17 @@ class GroupedCopy:
                 "swapped); prepare a GroupedCopy of the tensors as they are now"
             )
         if self._check:
-            recorded = _recorded(torch, self._tensors)
+            autograd = recorded(torch, self._tensors)
         else:  # requires_grad as prepared: only the grad mode is read
-            recorded = torch.is_grad_enabled() and self._grads
-        route = self._routes.get(recorded)
+            autograd = torch.is_grad_enabled() and self._grads
+        route = self._routes.get(autograd)
         if route is None:  # grad mode or requires_grad changed since: paired and routed afresh
             self._dsts, self._srcs = self._pairs()
-            route = _Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")
+            route = Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")
             if route.complete:
-                self._routes[recorded] = route
+                self._routes[autograd] = route
         self._route = route
         route.run(torch, self._dsts, self._srcs)
-
-
-# -- routes ---------------------------------------------------------------------------------------------
-class _Route:
-    """Where each pair of a list goes, by its index: each device's grouped launch (with its chunk
-    table on the device), the pairs `copy_` serves one at a time, the rest in one
-    `_foreach_copy_`. Holds no tensor, so a kept route keeps no memory of the caller's alive."""
-
-    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str) -> None:
-        together, self.one_by_one, self.rest = [], [], []
-        for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
-            check_torch_tensor(dst, what, f"dsts[{i}]")
-            check_torch_tensor(src, what, f"srcs[{i}]")
-            if _groupable(dst, src):
-                together.append(i)
-            elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
-                self.one_by_one.append(i)
-            else:
-                self.rest.append(i)
-        self.complete = True  # False: a table could not be encoded (a capture), so not to be kept
-        self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
-        self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
-        if not _apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
-            by_tma = set(together + self.one_by_one)
-            self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
-            return
-        if not grouped:
-            self.rest = sorted(self.rest + together)
-            return
-        itself = [i for i in together if srcs[i].data_ptr() == dsts[i].data_ptr()]  # onto itself
-        together = [i for i in together if srcs[i].data_ptr() != dsts[i].data_ptr()]
-        self.rest = sorted(self.rest + itself)
-        for device in dict.fromkeys(dsts[i].device for i in together):  # one launch per device
-            pairs = [i for i in together if dsts[i].device == device]
-            with torch.cuda.device(device):
-                if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
-                    self.complete, self.rest = False, sorted(self.rest + pairs)
-                    continue
-            nbytes = [_nbytes(dsts[i]) for i in pairs]
-            if any(nbytes):
-                src, dst = [srcs[i].data_ptr() for i in pairs], [dsts[i].data_ptr() for i in pairs]
-                self.launches.append((device, _encode(torch, device, src, dst, nbytes), pairs))
-
-    def run(self, torch, dsts: list, srcs: list) -> None:
-        if self.in_order is not None:
-            for i, by_tma in self.in_order:
-                copy_(dsts[i], srcs[i]) if by_tma else _torch_copy(dsts, srcs, i)
-            return
-        for device, table, pairs in self.launches:
-            with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
-                if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
-                    _CAPTURED[id(table)] = table
-                table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
-                many_launcher(_plan(device.index), str(device))(table)
-            torch.autograd.graph.increment_version([dsts[i] for i in pairs])
-        for i in self.one_by_one:
-            copy_(dsts[i], srcs[i])
-        if self.rest:
-            try:
-                torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
-            except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
-                for i in self.rest:  # the pairs share no bytes: copying one again changes nothing
-                    _torch_copy(dsts, srcs, i)
-
-
-def _torch_copy(dsts: list, srcs: list, i: int) -> None:
-    try:
-        dsts[i].copy_(srcs[i])
-    except (RuntimeError, TypeError, ValueError) as error:
-        raise TmaConfigError(
-            f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] {tuple(srcs[i].shape)} "
-            f"{srcs[i].dtype}: torch's copy_ refuses the pair no bulk copy serves ({error}); pass "
-            "tensors copy_ takes"
-        ) from None
-
-
-def _apart(dsts: list, srcs: list) -> bool:
-    """Whether the pairs share no bytes but a pair's own source, so any order gives the list's."""
-    if len(dsts) < 2 and not (dsts and dsts[0].data_ptr() != srcs[0].data_ptr()):
-        return True
-    src, src_bytes = zip(*map(_span, srcs), strict=True)
-    dst, dst_bytes = zip(*map(_span, dsts), strict=True)
-    return pairs_disjoint(src, dst, src_bytes, dst_bytes)
-
-
-def _span(tensor: torch.Tensor) -> tuple[int, int]:
-    """(the first byte's address, the bytes) of the memory a tensor's elements lie in."""
-    if not tensor.numel():
-        return tensor.data_ptr(), 0
-    last = sum((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.stride(), strict=True))
-    return tensor.data_ptr(), (last + 1) * tensor.element_size()
-
-
-def _signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
-    """What a call's route depends on, read from every tensor at once; None for entries that are
-    not plain tensors (the checks then name them)."""
-    tensors = dsts + srcs
-    try:
-        lazy = any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors))
-        return (
-            grouped,
-            _recorded(torch, tensors),
-            lazy and (tuple(map(torch.Tensor.is_neg, tensors)), tuple(map(torch.Tensor.is_conj, tensors))),
-            tuple(map(torch.Tensor.data_ptr, tensors)),
-            tuple(map(_SHAPE, tensors)),
-            tuple(map(torch.Tensor.stride, tensors)),
-            tuple(map(_DTYPE, tensors)),
-            tuple(map(_DEVICE, tensors)),
-        )
-    except (TypeError, RuntimeError, AttributeError, NotImplementedError):  # the checks name what
-        return None
-
-
-def _recorded(torch, tensors: list) -> tuple | bool:
-    """Which tensors autograd records a call on (grad mode on and requiring grad); False for none,
-    read from the grad mode alone under torch.no_grad()."""
-    if not torch.is_grad_enabled():
-        return False
-    grads = tuple(map(_GRAD, tensors))
-    return any(grads) and grads
-
-
-def _encode(torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> torch.Tensor:
-    """The chunk table of the pairs (addresses, bytes) on the device, landed before any stream's
-    kernel can read it."""
-    host = _plan(device.index).chunk_table(src, dst, nbytes)
-    pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
-    pinned.numpy()[:] = host
-    return pinned.to(device)
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
-def _groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    return (
-        dst.is_cuda
-        and dst.device == src.device
-        and dst.dtype == src.dtype
-        and dst.shape == src.shape
-        and dst.is_contiguous()
-        and src.is_contiguous()
-        and not recorded_by_autograd(dst, src)
-        and not (dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg())
-        and aligned_pair(src.data_ptr(), dst.data_ptr())
-        and cuda_index(dst) >= 0
-    )
 
 
 def _pack_pairs(torch, tensors, out):
@@ -487,12 +335,6 @@ def _tensor_list(value: object, what: str, name: str) -> list:
             + ("; for one pair use tmakit.copy_" if what == "copy_many_" else "")
         )
     return list(value)
-
-
-@functools.cache
-def _plan(device: int) -> ManyPlan:
-    sm_count, _ = device_facts(import_torch("copy_many_").device("cuda", device))
-    return ManyPlan(sm_count=sm_count)
 
 
 def _flat_views(torch, tensors, flat, what: str):

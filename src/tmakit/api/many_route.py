@@ -1,0 +1,176 @@
+"""How a list of tensor pairs is copied (`api.many`'s calls and `GroupedCopy`): its route (each
+device's grouped launch with its chunk table, the pairs `copy_` serves one at a time, the rest in
+one `_foreach_copy_`, or every pair in the list's order where pairs share bytes), the signature a
+kept route is found by, and the chunk table's encoding."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+from ..errors import TmaConfigError
+from ..plan.many import ManyPlan, aligned_pair, pairs_disjoint
+from ..runtime.launch import many_launcher
+from .copy import copy_, copy_path
+from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
+
+if TYPE_CHECKING:
+    import torch
+
+CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the process
+SHAPE, DTYPE, DEVICE, GRAD = (attrgetter(name) for name in ("shape", "dtype", "device", "requires_grad"))
+
+
+class Route:
+    """Where each pair of a list goes, by its index: each device's grouped launch (with its chunk
+    table on the device), the pairs `copy_` serves one at a time, the rest in one
+    `_foreach_copy_`. Holds no tensor, so a kept route keeps no memory of the caller's alive."""
+
+    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str) -> None:
+        together, self.one_by_one, self.rest = [], [], []
+        for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
+            check_torch_tensor(dst, what, f"dsts[{i}]")
+            check_torch_tensor(src, what, f"srcs[{i}]")
+            if groupable(dst, src):
+                together.append(i)
+            elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
+                self.one_by_one.append(i)
+            else:
+                self.rest.append(i)
+        self.complete = True  # False: a table could not be encoded (a capture), so not to be kept
+        self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
+        self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
+        if not apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
+            by_tma = set(together + self.one_by_one)
+            self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
+            return
+        if not grouped:
+            self.rest = sorted(self.rest + together)
+            return
+        itself = [i for i in together if srcs[i].data_ptr() == dsts[i].data_ptr()]  # onto itself
+        together = [i for i in together if srcs[i].data_ptr() != dsts[i].data_ptr()]
+        self.rest = sorted(self.rest + itself)
+        for device in dict.fromkeys(dsts[i].device for i in together):  # one launch per device
+            pairs = [i for i in together if dsts[i].device == device]
+            with torch.cuda.device(device):
+                if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
+                    self.complete, self.rest = False, sorted(self.rest + pairs)
+                    continue
+            nbytes = [nbytes_of(dsts[i]) for i in pairs]
+            if any(nbytes):
+                src, dst = [srcs[i].data_ptr() for i in pairs], [dsts[i].data_ptr() for i in pairs]
+                self.launches.append((device, encode(torch, device, src, dst, nbytes), pairs))
+
+    def run(self, torch, dsts: list, srcs: list) -> None:
+        if self.in_order is not None:
+            for i, by_tma in self.in_order:
+                copy_(dsts[i], srcs[i]) if by_tma else torch_copy(dsts, srcs, i)
+            return
+        for device, table, pairs in self.launches:
+            with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
+                if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
+                    CAPTURED[id(table)] = table
+                table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
+                many_launcher(plan_of(device.index), str(device))(table)
+            torch.autograd.graph.increment_version([dsts[i] for i in pairs])
+        for i in self.one_by_one:
+            copy_(dsts[i], srcs[i])
+        if self.rest:
+            try:
+                torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
+            except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
+                for i in self.rest:  # the pairs share no bytes: copying one again changes nothing
+                    torch_copy(dsts, srcs, i)
+
+
+def torch_copy(dsts: list, srcs: list, i: int) -> None:
+    try:
+        dsts[i].copy_(srcs[i])
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise TmaConfigError(
+            f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] {tuple(srcs[i].shape)} "
+            f"{srcs[i].dtype}: torch's copy_ refuses the pair no bulk copy serves ({error}); pass "
+            "tensors copy_ takes"
+        ) from None
+
+
+def apart(dsts: list, srcs: list) -> bool:
+    """Whether the pairs share no bytes but a pair's own source, so any order gives the list's."""
+    if len(dsts) < 2 and not (dsts and dsts[0].data_ptr() != srcs[0].data_ptr()):
+        return True
+    src, src_bytes = zip(*map(span, srcs), strict=True)
+    dst, dst_bytes = zip(*map(span, dsts), strict=True)
+    return pairs_disjoint(src, dst, src_bytes, dst_bytes)
+
+
+def span(tensor: torch.Tensor) -> tuple[int, int]:
+    """(the first byte's address, the bytes) of the memory a tensor's elements lie in."""
+    if not tensor.numel():
+        return tensor.data_ptr(), 0
+    last = sum((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.stride(), strict=True))
+    return tensor.data_ptr(), (last + 1) * tensor.element_size()
+
+
+def signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
+    """What a call's route depends on, read from every tensor at once; None for entries that are
+    not plain tensors (the checks then name them)."""
+    tensors = dsts + srcs
+    try:
+        lazy = any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors))
+        return (
+            grouped,
+            recorded(torch, tensors),
+            lazy and (tuple(map(torch.Tensor.is_neg, tensors)), tuple(map(torch.Tensor.is_conj, tensors))),
+            tuple(map(torch.Tensor.data_ptr, tensors)),
+            tuple(map(SHAPE, tensors)),
+            tuple(map(torch.Tensor.stride, tensors)),
+            tuple(map(DTYPE, tensors)),
+            tuple(map(DEVICE, tensors)),
+        )
+    except (TypeError, RuntimeError, AttributeError, NotImplementedError):  # the checks name what
+        return None
+
+
+def recorded(torch, tensors: list) -> tuple | bool:
+    """Which tensors autograd records a call on (grad mode on and requiring grad); False for none,
+    read from the grad mode alone under torch.no_grad()."""
+    if not torch.is_grad_enabled():
+        return False
+    grads = tuple(map(GRAD, tensors))
+    return any(grads) and grads
+
+
+def encode(torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> torch.Tensor:
+    """The chunk table of the pairs (addresses, bytes) on the device, landed before any stream's
+    kernel can read it."""
+    host = plan_of(device.index).chunk_table(src, dst, nbytes)
+    pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
+    pinned.numpy()[:] = host
+    return pinned.to(device)
+
+
+def nbytes_of(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    return (
+        dst.is_cuda
+        and dst.device == src.device
+        and dst.dtype == src.dtype
+        and dst.shape == src.shape
+        and dst.is_contiguous()
+        and src.is_contiguous()
+        and not recorded_by_autograd(dst, src)
+        and not (dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg())
+        and aligned_pair(src.data_ptr(), dst.data_ptr())
+        and cuda_index(dst) >= 0
+    )
+
+
+@functools.cache
+def plan_of(device: int) -> ManyPlan:
+    sm_count, _ = device_facts(import_torch("copy_many_").device("cuda", device))
+    return ManyPlan(sm_count=sm_count)
