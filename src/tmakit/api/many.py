@@ -205,8 +205,9 @@ class GroupedCopy:
         torch = import_torch("GroupedCopy")
         flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
         prepared = cls(spans, sources, grouped=grouped, check_addresses=check_addresses)
-        names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(sources))]
-        prepared._watch(torch, [flat, *sources], names, lambda: _pack_pairs(torch, sources, flat)[2:])
+        tensors = _tensor_list(tensors, "pack", "tensors")
+        names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(tensors))]
+        prepared._watch(torch, [flat, *tensors], names, lambda: _pack_pairs(torch, tensors, flat)[2:])
         prepared.flat, prepared.offsets = flat, offsets
         return prepared
 
@@ -274,12 +275,20 @@ class GroupedCopy:
 
 
 def _pack_pairs(torch, tensors, out):
-    """(the buffer, the offsets, each tensor's span of it viewed as the tensor, the tensors):
-    `pack`'s pairs, each tensor copied from where it is (no flattened copy made first)."""
+    """(the buffer, the offsets, destinations, sources): `pack`'s pairs, each tensor copied from
+    where it is (no flattened copy made first): a compact tensor of the buffer's dtype flattened
+    (a view) into its span, any other into its span viewed as the tensor."""
     tensors = _tensor_list(tensors, "pack", "tensors")
     flat, (offsets, spans) = _flat_views(torch, tensors, out, "pack")
-    views = [_as(span, t.dtype, "pack").view(t.shape) for span, t in zip(spans, tensors, strict=True)]
-    return flat, offsets, views, tensors
+    dsts, srcs = [], []
+    for span, t in zip(spans, tensors, strict=True):
+        if t.dtype == flat.dtype and t.is_contiguous():
+            dsts.append(span)
+            srcs.append(t.ravel())
+        else:
+            dsts.append(_as(span, t.dtype, "pack").view(t.shape))
+            srcs.append(t)
+    return flat, offsets, dsts, srcs
 
 
 def _unpack_pairs(torch, flat, tensors) -> tuple[list, list]:
