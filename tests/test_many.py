@@ -304,10 +304,46 @@ def test_pairs_sharing_bytes_across_paths_copy_in_the_lists_order():
     plain copy, ends as the later pair says, as torch's in-order copies would."""
     torch = pytest.importorskip("torch")
     from tmakit import copy_many_
+    from tmakit.api import many
 
     a = torch.zeros(8)
     b, c = torch.full((8,), 1.0, dtype=torch.float64), torch.full((8,), 2.0)
     copy_many_([a, a], [b, c])
     assert torch.equal(a, c)
+    assert next(reversed(many._ROUTES.values())).in_order is not None  # not the paths' own order
     copy_many_([a, a], [c, b])
     assert torch.equal(a, b.float())
+
+
+def test_a_pair_onto_its_own_bytes_that_rewrites_them_is_ordered_with_its_readers():
+    """`x <- x.view(int32)` (or a conjugate, or a negative view) changes x's bytes: a pair reading
+    x must not run before it in one launch; the same view onto itself changes nothing."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api.many_route import apart
+    from tmakit.plan.many import pairs_disjoint
+
+    x, y, z = torch.arange(8.0), torch.zeros(8), torch.zeros(4, dtype=torch.complex64)
+    assert not apart([x, y], [x.view(torch.int32), x])
+    assert not apart([z, y[:4].view(torch.complex64)], [z.conj(), z.view(torch.complex64)])
+    assert apart([x, y], [x, x])  # x onto itself: any order
+    assert not pairs_disjoint([0, 0], [0, 100], [32, 32], unchanged=[False, True])
+    assert pairs_disjoint([0, 0], [0, 100], [32, 32], unchanged=[True, True])
+
+
+def test_a_prepared_copy_keeps_each_routes_own_pairs():
+    """Unpacking into a tensor that is unfrozen, then frozen again: each autograd state runs with
+    the pairs made for it (a frozen tensor's call succeeds as a fresh unpack_ does)."""
+    torch = pytest.importorskip("torch")
+    from tmakit import GroupedCopy, pack
+
+    p = torch.zeros(4)
+    flat, _ = pack([torch.arange(4.0)])
+    prepared = GroupedCopy.unpacking(flat, [p])
+    prepared()
+    p.requires_grad_(True)
+    with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):  # in place into a leaf
+        prepared()
+    p.requires_grad_(False)
+    p.zero_()
+    prepared()
+    assert torch.equal(p, torch.arange(4.0))

@@ -179,7 +179,8 @@ class GroupedCopy:
         self._tensors, self._names, self._pairs = tensors, names, pairs
         self._addresses = tuple(map(torch.Tensor.data_ptr, tensors))
         self._grads = tuple(map(GRAD, tensors)) if any(map(GRAD, tensors)) else False
-        self._routes = {recorded(torch, tensors): self._route}  # by what autograd records
+        # by what autograd records: each route with the pairs it was made for
+        self._routes = {recorded(torch, tensors): (self._route, self._dsts, self._srcs)}
 
     @classmethod
     def packing(
@@ -264,14 +265,14 @@ class GroupedCopy:
             autograd = recorded(torch, self._tensors)
         else:  # requires_grad as prepared: only the grad mode is read
             autograd = torch.is_grad_enabled() and self._grads
-        route = self._routes.get(autograd)
-        if route is None:  # grad mode or requires_grad changed since: paired and routed afresh
-            self._dsts, self._srcs = self._pairs()
-            route = Route(torch, self._dsts, self._srcs, self._grouped, "GroupedCopy")
-            if route.complete:
-                self._routes[autograd] = route
-        self._route = route
-        route.run(torch, self._dsts, self._srcs)
+        kept = self._routes.get(autograd)
+        if kept is None:  # grad mode or requires_grad changed since: paired and routed afresh
+            dsts, srcs = self._pairs()
+            kept = Route(torch, dsts, srcs, self._grouped, "GroupedCopy"), dsts, srcs
+            if kept[0].complete:
+                self._routes[autograd] = kept
+        self._route, dsts, srcs = kept
+        self._route.run(torch, dsts, srcs)
 
 
 def _pack_pairs(torch, tensors, out):

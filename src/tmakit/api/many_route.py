@@ -43,7 +43,7 @@ class Route:
         self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
         self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
         if not apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
-            by_tma = set(together + self.one_by_one)
+            by_tma = set(self.one_by_one + (together if grouped else []))
             self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
             return
         if not grouped:
@@ -102,7 +102,21 @@ def apart(dsts: list, srcs: list) -> bool:
         return True
     src, src_bytes = zip(*map(span, srcs), strict=True)
     dst, dst_bytes = zip(*map(span, dsts), strict=True)
-    return pairs_disjoint(src, dst, src_bytes, dst_bytes)
+    unchanged = [
+        _same_view(d, s) if a == b else False for d, s, a, b in zip(dsts, srcs, dst, src, strict=True)
+    ]
+    return pairs_disjoint(src, dst, src_bytes, dst_bytes, unchanged)
+
+
+def _same_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether copying `src` into `dst` at the same address leaves every byte as it is."""
+    return (
+        dst.dtype == src.dtype
+        and dst.shape == src.shape
+        and dst.stride() == src.stride()
+        and dst.is_conj() == src.is_conj()
+        and dst.is_neg() == src.is_neg()
+    )
 
 
 def span(tensor: torch.Tensor) -> tuple[int, int]:

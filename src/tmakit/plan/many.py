@@ -147,16 +147,25 @@ class ManyPlan:
 
 
 def pairs_disjoint(
-    src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int], dst_nbytes: Sequence[int] | None = None
+    src: Sequence[int],
+    dst: Sequence[int],
+    nbytes: Sequence[int],
+    dst_nbytes: Sequence[int] | None = None,
+    unchanged: Sequence[bool] | None = None,
 ) -> bool:
     """Whether the pairs may be copied in any order, all at once: no pair's destination (`dst[i]`,
     `dst_nbytes[i]` bytes, or `nbytes[i]`) shares a byte with its own source (`src[i]`, `nbytes[i]`
-    bytes) or another pair's source or destination. A pair that is its own source (the same
-    address and bytes) and sources shared between pairs are excepted."""
+    bytes) or another pair's source or destination. Sources shared between pairs are excepted,
+    and so is a pair that is its own source (the same address and bytes) where `unchanged[i]` says
+    its copy leaves the bytes as they are (None: every such pair; a dtype or layout change or a
+    lazily applied bit rewrites them)."""
     size = np.asarray(nbytes, dtype=np.int64)
     dst_size = size if dst_nbytes is None else np.asarray(dst_nbytes, dtype=np.int64)
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    moving = (dst_size > 0) & ~((src == dst) & (size == dst_size))
+    itself = (src == dst) & (size == dst_size)
+    if unchanged is not None:
+        itself &= np.asarray(unchanged, dtype=bool)
+    moving = (dst_size > 0) & ~itself
     starts = np.concatenate([src[moving & (size > 0)], dst[moving]])
     if len(starts) < 2:
         return True
