@@ -52,7 +52,7 @@ def test_plans_that_cannot_run_are_refused(kwargs, rule):
 
 def test_the_grouped_copy_compiles_for_sm90a():
     pytest.importorskip("cutlass")
-    from tmakit.runtime.launch import compile_many
+    from tmakit.runtime.many import compile_many
 
     ptx = compile_many(ManyPlan(), keep_ptx=True).ptx
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx

@@ -94,7 +94,7 @@ def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op
 )
 def test_the_rows_kernel_compiles_for_sm90a_with_its_instruction(op, dtype, instruction):
     pytest.importorskip("cutlass")
-    from tmakit.runtime.launch import compile_rows
+    from tmakit.runtime.rows import compile_rows
 
     plan = RowsPlan(op, 1, 512, 64, dtype=dtype).kernel_plan()
     ptx = compile_rows(plan, "int64", keep_ptx=True).ptx

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..plan.many import ManyPlan, aligned_pair, pairs_disjoint
-from ..runtime.launch import many_launcher
+from ..runtime.many import many_launcher
 from .copy import copy_, copy_path
 from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
 

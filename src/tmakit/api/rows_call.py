@@ -12,7 +12,7 @@ from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
-from ..runtime.launch import rows_launcher
+from ..runtime.rows import rows_launcher
 from ..validate import flag
 from .tensors import (
     check_torch_tensor,

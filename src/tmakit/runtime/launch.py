@@ -1,6 +1,7 @@
 """Each kernel family compiled once per configuration (`compile.compiles`: the cache key is the
 compile function's name and its arguments), and what a launch needs beside it: the hang guard's
-words and the copy's launcher.
+words and the launcher around a compiled kernel (`guarded_launcher`). The rows and the grouped
+copy compile in `runtime.rows` and `runtime.many`.
 
 Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
 which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
 from ..errors import TmaHangError
-from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
 from ..plan import (
     DEFAULT_RELEASE,
     ClusterDotPlan,
@@ -28,9 +28,7 @@ from ..plan import (
     ReducePlan,
     copy_destination,
 )
-from ..plan.many import TABLE_WORDS, ManyPlan
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
-from ..plan.rows import RowsPlan
 from .compile import (
     CompiledKernel,
     compiles,
@@ -177,108 +175,10 @@ def compile_im2col(
 
 
 @functools.lru_cache(maxsize=256)
-def im2col_launcher(im2col: Im2colPlan, device: str) -> CopyLauncher:
+def im2col_launcher(im2col: Im2colPlan, device: str) -> Launcher:
     """A callable (x, out) for one im2col plan on one device (its guard words live there),
     compiled once for the plan's shape, through TVM-FFI where it is installed (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_im2col(im2col, tvm_ffi=tvm_ffi), device)
-
-
-@compiles
-def compile_rows(
-    rows: RowsPlan, index_dtype: str = "int64", keep_ptx: bool = False, tvm_ffi: bool = False
-) -> tuple:
-    """The rows kernel (`kernels.rows.RowsKernel`) for sm_90a, one compile per
-    `RowsPlan.kernel_plan` and index dtype ("int32" or "int64"): called with the table (rows,
-    row_bytes) uint8 whose rows are a run-time count apart by a run-time stride (a multiple of 16
-    bytes), the index (count,), the compact (count, row_bytes) uint8, the guard words and a stream
-    (none with `tvm_ffi`, as in `compile_copy`)."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
-
-    from ..kernels.rows import RowsKernel
-
-    width = rows.row_bytes
-    table = make_fake_tensor(
-        cutlass.Uint8,
-        (cute.sym_int64(symbol="rows"), width),
-        (cute.sym_int64(divisibility=GLOBAL_STRIDE_ALIGN, symbol="row_stride"), 1),
-        assumed_align=GLOBAL_BASE_ALIGN,
-    )
-    count = cute.sym_int64(symbol="count")
-    compact = make_fake_compact_tensor(cutlass.Uint8, (count, width), stride_order=(1, 0), assumed_align=16)
-    element = getattr(cutlass, DTYPES[index_dtype].cutlass_name)
-    index = make_fake_tensor(element, (count,), (1,), assumed_align=element.width // 8)
-    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    kernel = RowsKernel(rows.kernel_plan())
-    return kernel, table, index, compact, guard, placeholder_stream(env=tvm_ffi)
-
-
-RowsLauncher = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor"], None]
-
-
-@functools.lru_cache(maxsize=256)
-def rows_launcher(rows: RowsPlan, index_dtype: str, device: str) -> RowsLauncher:
-    """A callable (table, index, compact) for one rows kernel on one device (its guard words live
-    there), through TVM-FFI where it is installed, like `guarded_launcher`'s; `rows` is a
-    `RowsPlan.kernel_plan`."""
-    guard = new_guard(device)
-    if not tvm_ffi_available():
-        import torch
-
-        plain, cute_guard = compile_rows(rows, index_dtype), to_cute_tensor(guard)
-
-        def launch(table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
-            with torch.cuda.device(table.device):
-                tensors = (to_cute_tensor(table), to_cute_tensor(index), to_cute_tensor(compact))
-                plain(*tensors, cute_guard, current_stream())
-
-        return launch
-    function = compile_rows(rows, index_dtype, tvm_ffi=True).function
-
-    def launch(table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
-        function(table, index, compact, guard)
-
-    return launch
-
-
-@compiles
-def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) -> tuple:
-    """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan: called with
-    the (chunks, 3) int64 chunk table (`ManyPlan.chunk_table`), the guard words and a stream
-    (none with `tvm_ffi`)."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_compact_tensor
-
-    from ..kernels.many import ManyKernel
-
-    shape = (cute.sym_int64(symbol="chunks"), TABLE_WORDS)
-    table = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
-    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return ManyKernel(many), table, guard, placeholder_stream(env=tvm_ffi)
-
-
-@functools.lru_cache(maxsize=16)
-def many_launcher(many: ManyPlan, device: str) -> Callable[[torch.Tensor], None]:
-    """A callable (table) for the grouped copy on one device, through TVM-FFI where installed."""
-    guard = new_guard(device)
-    if not tvm_ffi_available():
-        import torch
-
-        plain, cute_guard = compile_many(many), to_cute_tensor(guard)
-
-        def launch(table: torch.Tensor) -> None:
-            with torch.cuda.device(table.device):
-                plain(to_cute_tensor(table), cute_guard, current_stream())
-
-        return launch
-    function = compile_many(many, tvm_ffi=True).function
-
-    def launch(table: torch.Tensor) -> None:
-        function(table, guard)
-
-    return launch
 
 
 def copy_arguments(
@@ -400,8 +300,8 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
         )
 
 
-# -- the copy's launcher ------------------------------------------------------------------------
-CopyLauncher = Callable[["torch.Tensor", "torch.Tensor"], None]
+# -- the launchers -------------------------------------------------------------------------------
+Launcher = Callable[..., None]  # called with the kernel's tensors: (src, dst) for a copy
 
 
 @functools.cache
@@ -417,7 +317,7 @@ def copy_launcher(
     tensor_shape: tuple[int, ...] | None,
     device: str,
     shape_generic: bool = False,
-) -> CopyLauncher:
+) -> Launcher:
     """A callable (src, dst) for one copy configuration on one device (its hang-guard words live
     there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
     the plan's rows). Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed (torch
@@ -448,29 +348,30 @@ def copy_launcher(
     return launch
 
 
-def guarded_launcher(compile_for: Callable[[bool], CompiledKernel], device: str) -> CopyLauncher:
-    """A callable (a, b) around the kernel `compile_for(tvm_ffi)` compiles, its hang-guard words
-    on `device`. Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed: torch tensors
-    passed directly, torch's current stream taken by the compiled function, which checks every
-    argument against what it was compiled for (`checks_arguments` True); otherwise the plain path
-    (each tensor converted by DLPack, the stream read from torch, on the tensors' device)."""
+def guarded_launcher(compile_for: Callable[[bool], CompiledKernel], device: str) -> Launcher:
+    """A callable (tensor, ...) around the kernel `compile_for(tvm_ffi)` compiles, its hang-guard
+    words on `device`, passed after the tensors. Through the DSL's TVM-FFI path when
+    `apache-tvm-ffi` is installed: torch tensors passed directly, torch's current stream taken by
+    the compiled function, which checks every argument against what it was compiled for
+    (`checks_arguments` True); otherwise the plain path (each tensor converted by DLPack, the
+    stream read from torch, on the first tensor's device)."""
     guard = new_guard(device)
     if not tvm_ffi_available():
         import torch
 
         plain, cute_guard = compile_for(False), to_cute_tensor(guard)
 
-        def launch(a: torch.Tensor, b: torch.Tensor) -> None:
-            with torch.cuda.device(a.device):
-                plain(to_cute_tensor(a), to_cute_tensor(b), cute_guard, current_stream())
+        def launch(*tensors: torch.Tensor) -> None:
+            with torch.cuda.device(tensors[0].device):
+                plain(*map(to_cute_tensor, tensors), cute_guard, current_stream())
 
         launch.checks_arguments = False
         return launch
     compiled = compile_for(True)
     function = compiled.function
 
-    def launch(a: torch.Tensor, b: torch.Tensor) -> None:
-        function(a, b, guard)
+    def launch(*tensors: torch.Tensor) -> None:
+        function(*tensors, guard)
 
     launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
     launch.checks_arguments = True
