@@ -16,7 +16,6 @@ import torch
 from .api import many as api_many
 from .errors import TmaConfigError
 from .ops_rows import define, refuse_grad
-from .plan.many import pack_offsets
 
 NAMESPACE = "tmakit"
 SCHEMAS = {
@@ -46,11 +45,8 @@ def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
 def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         raise TmaConfigError(f"torch.ops.{NAMESPACE}.pack got no tensors")
-    dtypes = {t.dtype for t in tensors}
-    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
-    element = torch.empty(0, dtype=dtype).element_size()
-    _, total = pack_offsets([t.numel() * t.element_size() for t in tensors])
-    return tensors[0].new_empty(((total + element - 1) // element,), dtype=dtype)
+    dtype, _, length = api_many.packed_layout(torch, tensors)
+    return tensors[0].new_empty((length,), dtype=dtype)
 
 
 def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:

@@ -204,12 +204,14 @@ class GroupedCopy:
             TmaConfigError: as `pack`'s.
         """
         torch = import_torch("GroupedCopy")
-        flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
-        prepared = cls(spans, sources, grouped=grouped, check_addresses=check_addresses)
+        flat, offsets, *pairs = _pack_pairs(torch, tensors, out)
         tensors = _tensor_list(tensors, "pack", "tensors")
-        names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(tensors))]
-        prepared._watch(torch, [flat, *tensors], names, lambda: _pack_pairs(torch, tensors, flat)[2:])
-        prepared.flat, prepared.offsets = flat, offsets
+
+        def remake() -> list:
+            return _pack_pairs(torch, tensors, flat)[2:]
+
+        prepared = cls._of_buffer(torch, flat, tensors, pairs, remake, grouped, check_addresses)
+        prepared.offsets = offsets
         return prepared
 
     @classmethod
@@ -234,11 +236,21 @@ class GroupedCopy:
             TmaConfigError: as `unpack_`'s.
         """
         torch = import_torch("GroupedCopy")
-        dsts, srcs = _unpack_pairs(torch, flat, tensors)
-        prepared = cls(dsts, srcs, grouped=grouped, check_addresses=check_addresses)
+        pairs = _unpack_pairs(torch, flat, tensors)
         tensors = _tensor_list(tensors, "unpack_", "tensors")
+
+        def remake() -> tuple[list, list]:
+            return _unpack_pairs(torch, flat, tensors)
+
+        return cls._of_buffer(torch, flat, tensors, pairs, remake, grouped, check_addresses)
+
+    @classmethod
+    def _of_buffer(cls, torch, flat, tensors: list, pairs, remake, grouped, check_addresses) -> GroupedCopy:
+        """A prepared pack or unpack: `pairs` (destinations, sources; `remake()` makes them again),
+        each call watching the buffer and the caller's `tensors` rather than the pairs' views."""
+        prepared = cls(*pairs, grouped=grouped, check_addresses=check_addresses)
         names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(tensors))]
-        prepared._watch(torch, [flat, *tensors], names, lambda: _unpack_pairs(torch, flat, tensors))
+        prepared._watch(torch, [flat, *tensors], names, remake)
         prepared.flat = flat
         return prepared
 
@@ -347,6 +359,15 @@ def _tensor_list(value: object, what: str, name: str) -> list:
     return list(value)
 
 
+def packed_layout(torch, tensors: list) -> tuple[torch.dtype, list[int], int]:
+    """How `pack` lays `tensors` out: (the buffer's dtype: theirs when they share one, else uint8;
+    each tensor's offset in bytes; the buffer's length in its elements)."""
+    dtypes = {t.dtype for t in tensors}
+    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
+    offsets, total = pack_offsets([t.numel() * t.element_size() for t in tensors])  # symbolic when traced
+    return dtype, offsets, -(-total // torch.empty(0, dtype=dtype).itemsize)
+
+
 def _flat_views(torch, tensors, flat, what: str):
     """(offsets in the buffer's elements, each tensor's span as a 1-D view), and the buffer."""
     tensors = _tensor_list(tensors, what, "tensors")
@@ -357,17 +378,14 @@ def _flat_views(torch, tensors, flat, what: str):
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise TmaConfigError(f"{what}'s tensors are on {sorted(map(str, devices))}; one device")
-    dtypes = {t.dtype for t in tensors}
-    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
-    element = torch.empty(0, dtype=dtype).element_size()
-    offsets, total = pack_offsets([t.numel() * t.element_size() for t in tensors])
+    dtype, offsets, length = packed_layout(torch, tensors)
+    element = torch.empty(0, dtype=dtype).itemsize
     if any(offset % element for offset in offsets):  # an element wider than 16 bytes
         raise TmaConfigError(f"{what}: {dtype} elements do not fall on 16-byte offsets")
-    length = -(-total // element)
     device = next(iter(devices))
     if flat is None:  # the bytes between spans zeroed, so a packed buffer is the same each time
-        ends = [offset + t.numel() * t.element_size() for offset, t in zip(offsets, tensors, strict=True)]
-        padded = ends[:-1] != offsets[1:] or total != length * element
+        ends = [offset + t.nbytes for offset, t in zip(offsets, tensors, strict=True)]
+        padded = ends[:-1] != offsets[1:] or ends[-1] != length * element
         flat = (torch.zeros if padded else torch.empty)(length, dtype=dtype, device=device)
     check_torch_tensor(flat, what, "the buffer")
     if flat.dim() != 1 or not flat.is_contiguous() or flat.dtype != dtype or flat.numel() < length:
@@ -378,5 +396,5 @@ def _flat_views(torch, tensors, flat, what: str):
     if flat.device != device:
         raise TmaConfigError(f"{what}'s buffer is on {flat.device}, the tensors on {device}")
     starts = [offset // element for offset in offsets]
-    sizes = [t.numel() * t.element_size() // element for t in tensors]
+    sizes = [t.nbytes // element for t in tensors]
     return flat, (starts, [flat[s : s + n] for s, n in zip(starts, sizes, strict=True)])

@@ -58,7 +58,7 @@ class Route:
                 if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
                     self.complete, self.rest = False, sorted(self.rest + pairs)
                     continue
-            nbytes = [nbytes_of(dsts[i]) for i in pairs]
+            nbytes = [dsts[i].nbytes for i in pairs]
             if any(nbytes):
                 src, dst = [srcs[i].data_ptr() for i in pairs], [dsts[i].data_ptr() for i in pairs]
                 self.launches.append((device, encode(torch, device, src, dst, nbytes), pairs))
@@ -163,10 +163,6 @@ def encode(torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequen
     pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
     pinned.numpy()[:] = host
     return pinned.to(device)
-
-
-def nbytes_of(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
