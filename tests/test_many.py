@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.plan.many import PACK_ALIGN, ManyPlan, chunks_of, pack_offsets
+from tmakit.plan.many import PACK_ALIGN, ManyPlan, pack_offsets
 
 
 def test_pack_offsets_are_aligned_in_order():
@@ -18,29 +18,58 @@ def test_pack_offsets_are_aligned_in_order():
     assert all(offset % PACK_ALIGN == 0 for offset in offsets)
 
 
-def test_the_chunk_table_copies_every_byte_once():
-    """Replayed on one byte array: each chunk's bytes from its source to its destination; the
-    destinations end up as the sources and nothing else changes."""
+@pytest.mark.parametrize("stage_bytes", [1024, 4096])
+def test_the_chunk_table_copies_every_byte_once(stage_bytes):
+    """Replayed on one byte array as the kernel runs it: per step, each chunk's 16-byte multiple
+    into a stage at its offset (the stage written once per byte, nothing past its end), then out
+    to its destination, the tail global to global; the destinations end up as the sources and
+    nothing else changes."""
     rng = np.random.default_rng(34)
-    plan = ManyPlan(chunk_bytes=1024)
-    sizes = [int(s) for s in rng.integers(0, 5000, size=40)] + [0, 1, 15, 16, 1024, 1025]
+    plan = ManyPlan(stage_bytes=stage_bytes)
+    sizes = [int(s) for s in rng.integers(0, 5000, size=40)] + [0, 1, 15, 16, 1024, 1025, 3]
+    sizes += [int(s) for s in rng.integers(0, 40, size=60)]  # many to a stage
     src_offsets, total = pack_offsets(sizes)
     dst_offsets = [total + 64 + offset for offset in src_offsets]
     memory = rng.integers(0, 256, size=2 * total + 128, dtype=np.uint8)
     expected = memory.copy()
     for size, s, d in zip(sizes, src_offsets, dst_offsets, strict=True):
         expected[d : d + size] = memory[s : s + size]
-    table = plan.chunk_table(src_offsets, dst_offsets, sizes)
-    assert len(table) == chunks_of(sizes, 1024) and (table[:, 2] > 0).all() and (table[:, 2] <= 1024).all()
-    for source, target, nbytes in table:
-        memory[target : target + nbytes] = memory[source : source + nbytes]
+    chunks, starts = plan.chunk_table(src_offsets, dst_offsets, sizes)
+    steps, count = plan.counts(sizes)
+    bulk_bytes = sum(size & ~15 for size in sizes)
+    assert (steps, count) == (len(starts) - 1, len(chunks)) and steps == -(-bulk_bytes // stage_bytes)
+    assert starts[0] == 0 and starts[-1] == len(chunks) and (np.diff(starts) > 0).all()
+    for step in range(steps):
+        stage, written = np.zeros(stage_bytes, dtype=np.uint8), np.zeros(stage_bytes, dtype=int)
+        rows = chunks[starts[step] : starts[step + 1]]
+        for source, _, nbytes, offset in rows:  # the producer's lanes
+            bulk = nbytes & ~15
+            assert offset % 16 == 0 and source % 16 == 0 and offset + bulk <= stage_bytes
+            stage[offset : offset + bulk] = memory[source : source + bulk]
+            written[offset : offset + bulk] += 1
+        assert written.max(initial=0) <= 1
+        # every stage but the last is full: many small tensors share a stage
+        assert step == steps - 1 or written.sum() == stage_bytes
+        for source, target, nbytes, offset in rows:  # the consumer's lanes
+            bulk = nbytes & ~15
+            memory[target : target + bulk] = stage[offset : offset + bulk]
+            memory[target + bulk : target + nbytes] = memory[source + bulk : source + nbytes]
     assert np.array_equal(memory, expected)
+
+
+def test_a_table_of_tails_only_and_of_nothing():
+    plan = ManyPlan(stage_bytes=1024)
+    chunks, starts = plan.chunk_table([0, 16], [64, 80], [3, 15])
+    assert chunks.tolist() == [[0, 64, 3, 0], [16, 80, 15, 0]] and starts.tolist() == [0, 2]
+    chunks, starts = plan.chunk_table([0, 16], [64, 80], [0, 0])
+    assert len(chunks) == 0 and starts.tolist() == [0]
+    assert plan.counts([]) == (0, 0)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "rule"),
     [
-        ({"chunk_bytes": 1000}, "whole number of KiB"),
+        ({"stage_bytes": 1000}, "whole number of KiB"),
         ({"stages": 8}, "do not fit .* 7 fit"),
         ({"stages": 0}, "at least"),
     ],
@@ -103,10 +132,13 @@ def test_plan_and_explain_describe_a_grouped_copy():
         return code, out.getvalue()
 
     code, out = run("plan", "--kernel", "many", "--many", "33554432x4,90177536x3,8192x2")
-    assert code == 0 and "tensors           9, 404766720 bytes, 12354 chunk(s)" in out
+    assert code == 0 and "tensors           9, 404766720 bytes, 12353 step(s), 12354 chunk(s)" in out
     code, out = run("explain", "--kernel", "many", "--many", "4097,10,40000x3", "--stages", "2")
-    assert code == 0 and "tensor 0 bytes 0-4096; cp.async.bulk of 4096 bytes in and out" in out
-    assert "its full barrier expects 4096 bytes; its last 1 byte(s) copied by as many lanes" in out
+    assert code == 0 and "grid              4 persistent block(s), 4 step(s), 8 chunk(s)" in out
+    assert (
+        "stage 0: 3 chunk(s) (tensor 0 bytes 0-4096; tensor 1 bytes 0-9; tensor 2 bytes 0-28671); "
+        "2 cp.async.bulk in and out; its full barrier expects 32768 bytes; 2 tail(s)"
+    ) in out
 
 
 @pytest.mark.parametrize(

@@ -72,8 +72,9 @@ class Route:
             with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
                 if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
                     CAPTURED[id(table)] = table
-                table.record_stream(torch.cuda.current_stream(device))  # freed only after this stream's use
-                many_launcher(plan_of(device.index), str(device))(table)
+                # both views are one buffer's: freed only after this stream's use
+                table[0].record_stream(torch.cuda.current_stream(device))
+                many_launcher(plan_of(device.index), str(device))(*table)
             torch.autograd.graph.increment_version([dsts[i] for i in pairs])
         for i in self.one_by_one:
             copy_(dsts[i], srcs[i])
@@ -156,13 +157,17 @@ def recorded(torch, tensors: list) -> tuple | bool:
     return any(grads) and grads
 
 
-def encode(torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> torch.Tensor:
-    """The chunk table of the pairs (addresses, bytes) on the device, landed before any stream's
-    kernel can read it."""
-    host = plan_of(device.index).chunk_table(src, dst, nbytes)
-    pinned = torch.empty(host.shape, dtype=torch.int64, pin_memory=True)
-    pinned.numpy()[:] = host
-    return pinned.to(device)
+def encode(
+    torch, device, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk table of the pairs (addresses, bytes) on the device, (chunks, starts) views of
+    one buffer copied there in one transfer, landed before any stream's kernel can read it."""
+    chunks, starts = plan_of(device.index).chunk_table(src, dst, nbytes)
+    pinned = torch.empty(chunks.size + starts.size, dtype=torch.int64, pin_memory=True)
+    pinned.numpy()[: chunks.size] = chunks.ravel()
+    pinned.numpy()[chunks.size :] = starts
+    table = pinned.to(device)
+    return table[: chunks.size].view(chunks.shape), table[chunks.size :]
 
 
 def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:

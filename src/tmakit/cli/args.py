@@ -21,7 +21,7 @@ from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MA
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
 from ..plan.copy import fits_l2
 from ..plan.copy_layout import copy_rows_view
-from ..plan.many import ManyPlan, chunks_of
+from ..plan.many import ManyPlan
 from ..plan.multicast import CLUSTER_SHAPES
 from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
 from ..runtime.device import find_hopper_gpu
@@ -361,7 +361,7 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
         sizes += [int(size)] * repeat
     stages = {"stages": args.stages} if "stages" in args.given else {}
     plan = ManyPlan(**stages)
-    if chunks_of(sizes, plan.chunk_bytes) > MAX_INDEX_ENTRIES:
+    if plan.counts(sizes)[1] > MAX_INDEX_ENTRIES:
         raise CommandError(f"--many {args.many!r}: more than {MAX_INDEX_ENTRIES} chunks, the kernel's count")
     return plan, sizes
 

@@ -7,7 +7,6 @@ import argparse
 
 from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
-from ..plan.many import chunks_of
 from .args import (
     COUNT,
     KERNELS,
@@ -123,11 +122,11 @@ def _explain_rows(args: argparse.Namespace) -> int:
 
 def _explain_many(args: argparse.Namespace) -> int:
     """`explain --kernel many --many SIZES`: the grouped copy's plan, then block 0's first fills:
-    the chunk each step moves, its bulk copies and the bytes its stage's full barrier expects."""
+    the chunks each step moves, its bulk copies and the bytes its stage's full barrier expects."""
     plan, sizes = many_plan(args)
     fills = plan.describe_first_fills(sizes)
     where = "block 0's first fills (the tensors packed one after another into a second buffer)"
-    text = "\n".join([plan.summary(chunks_of(sizes, plan.chunk_bytes)), "", where, *fills])
+    text = "\n".join([plan.summary(*plan.counts(sizes)), "", where, *fills])
     emit(
         args, {"kernel": {"kind": "many", "summary": plan.summary().splitlines(), "first_fills": fills}}, text
     )

@@ -6,7 +6,6 @@ import argparse
 
 from ..explain import describe_plan
 from ..plan import MulticastPlan, PipelinePlan
-from ..plan.many import chunks_of
 from .args import (
     COUNT,
     KERNELS,
@@ -95,9 +94,9 @@ def _plan_kernel(args: argparse.Namespace) -> int:
     SM count and L2), from the tensor's flags and the kernel's options."""
     if args.kernel == "many":
         many, sizes = many_plan(args)
-        chunks = chunks_of(sizes, many.chunk_bytes)
-        head = f"tensors           {len(sizes)}, {sum(sizes)} bytes, {chunks} chunk(s)"
-        summary = "\n".join([head, many.summary(chunks)])
+        steps, chunks = many.counts(sizes)
+        head = f"tensors           {len(sizes)}, {sum(sizes)} bytes, {steps} step(s), {chunks} chunk(s)"
+        summary = "\n".join([head, many.summary(steps, chunks)])
         emit(args, {"kernel": {"kind": "many", "summary": summary.splitlines()}}, summary)
         return 0
     if args.kernel == "rows":

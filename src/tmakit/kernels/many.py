@@ -1,13 +1,13 @@
-"""Many tensors, one launch (`plan.many`): the ring walks a table of chunks, each a source
-address, a destination address and a byte count (at most a stage), dealt to a persistent grid.
+"""Many tensors, one launch (`plan.many`): the ring walks the steps of a chunk table, a step a
+stage's worth of the tensors' bytes laid end to end, the steps dealt to a persistent grid.
 
-Per step the producer's elected thread reads its chunk's row, declares the chunk's 16-byte
-multiple on the stage's full barrier and bulk-copies it into the stage (`cp.async.bulk`, no tensor
-map); a chunk of fewer than 16 bytes declares none and only arrives. The consumer's elected thread
-bulk-stores the stage to the destination; the last 1-15 bytes of an odd-sized tensor go from
-global memory to global memory by as many lanes, one byte each. Each lane commits its stores as a
-bulk group per step and the stage `late` steps back is released once every lane's older groups
-have read theirs, as in `kernels.rows`.
+Per step each producer lane takes a chunk of the step (a lane a chunk, by 32s), declares its
+16-byte multiple on the stage's full barrier and bulk-copies it into the stage at its offset
+(`cp.async.bulk`, no tensor map); once every lane declared its bytes, one arrival. A consumer
+lane bulk-stores its chunks from the stage to their destinations; the last 1-15 bytes of an
+odd-sized tensor go from global memory to global memory by the lane of its last chunk, a byte at
+a time. Each lane commits its stores as a bulk group per step and the stage `late` steps back is
+released once every lane's older groups have read theirs, as in `kernels.rows`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
-from ..limits import GLOBAL_BASE_ALIGN
+from ..limits import GLOBAL_BASE_ALIGN, WARP_THREADS
 from ..plan.many import ManyPlan
 from .ring import RingContext, RunTimeWalk, TmaRingKernel
 from .rows import LateRelease
@@ -27,7 +27,7 @@ __all__ = ["ManyKernel"]
 
 
 class ManyKernel(LateRelease, TmaRingKernel):
-    """A grouped copy: one bulk copy in and one out per chunk of the table."""
+    """A grouped copy: per step, a bulk copy in and one out per chunk, a chunk a lane."""
 
     def __init__(self, many: ManyPlan, hang_guard: bool = False):
         super().__init__(many.pipeline, shape_generic=True, hang_guard=hang_guard)
@@ -35,33 +35,40 @@ class ManyKernel(LateRelease, TmaRingKernel):
         self.late = many.stores_in_flight - 1
 
     @cute.jit
-    def __call__(self, table: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
-        """`table`: (chunks, 3) int64, (source, destination, bytes) a chunk; `guard`: GUARD_WORDS
-        int32 zeros. The caller launches only for one chunk or more."""
+    def __call__(self, chunks: cute.Tensor, starts: cute.Tensor, guard: cute.Tensor, stream: cuda.CUstream):
+        """`chunks`: (count, 4) int64, (source, destination, bytes, offset in the stage) a chunk;
+        `starts`: (steps + 1,) int64, each step's first chunk, then the count; `guard`:
+        GUARD_WORDS int32 zeros. The caller launches only for one step or more."""
         shared_layout = shared_tile_layout(self.plan.config.tile)
-        chunks = cutlass.Int32(cute.size(table, mode=[0]))
-        grid = cutlass.min(chunks, cutlass.Int32(self.pipeline.persistent_blocks))
+        steps = cutlass.Int32(cute.size(starts, mode=[0])) - 1
+        grid = cutlass.min(steps, cutlass.Int32(self.pipeline.persistent_blocks))
         divisor = cute.fast_divmod_create_divisor_v2
-        run_time = RunTimeWalk(divisor(chunks), divisor(cutlass.Int32(1)), divisor(chunks), divisor(grid), 1)
+        run_time = RunTimeWalk(divisor(steps), divisor(cutlass.Int32(1)), divisor(steps), divisor(grid), 1)
+        table = (chunks, starts)
         self.launch(table, table, guard, shared_layout, stream, run_time)
 
     @cute.jit
-    def chunk(self, context: RingContext, table, step):
-        """The `step`-th chunk of this block: (source, destination, its 16-byte multiple, bytes)."""
+    def step_chunks(self, context: RingContext, starts, step):
+        """The chunks of this block's `step`-th step: [first, stop) rows of the table."""
         _, row, _ = context.walk.tile_of(context.block, step)
-        nbytes = cutlass.Int32(table[row, 2])
-        source = cute.make_ptr(
-            cutlass.Uint8, table[row, 0], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
-        )
-        target = cute.make_ptr(
-            cutlass.Uint8, table[row, 1], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
-        )
-        return source, target, nbytes & ~(GLOBAL_BASE_ALIGN - 1), nbytes
+        return cutlass.Int32(starts[row]), cutlass.Int32(starts[row + 1])
 
     @cute.jit
-    def staged(self, context: RingContext, stage):
+    def chunk(self, chunks, index):
+        """Chunk `index`: (source, destination, its 16-byte multiple, bytes, offset in the stage)."""
+        nbytes = cutlass.Int32(chunks[index, 2])
+        source = cute.make_ptr(
+            cutlass.Uint8, chunks[index, 0], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
+        )
+        target = cute.make_ptr(
+            cutlass.Uint8, chunks[index, 1], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
+        )
+        return source, target, nbytes & ~(GLOBAL_BASE_ALIGN - 1), nbytes, cutlass.Int32(chunks[index, 3])
+
+    @cute.jit
+    def staged(self, context: RingContext, stage, offset):
         stages = cute.recast_ptr(context.stages.iterator, dtype=cutlass.Uint8)
-        return stages + stage * self.many.chunk_bytes
+        return stages + stage * self.many.stage_bytes + offset
 
     @cute.jit
     def prefetch_descriptors(self, source):
@@ -69,30 +76,36 @@ class ManyKernel(LateRelease, TmaRingKernel):
 
     @cute.jit
     def load_stage(self, context: RingContext, table, stage, step, failed):
-        """The elected thread declares the chunk's bulk bytes and loads them (none: it arrives)."""
+        """Each lane declares and loads its chunks' bulk bytes; then one arrival."""
+        chunks, starts = table
         if not failed:
-            source, _, bulk, _ = self.chunk(context, table, step)
+            first, stop = self.step_chunks(context, starts, step)
             barrier = context.full + stage
-            with cute.arch.elect_one():
+            lane = cute.arch.lane_idx()
+            for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
+                source, _, bulk, _, offset = self.chunk(chunks, index)
                 if bulk > 0:
-                    cute.arch.mbarrier_arrive_and_expect_tx(barrier, bulk)
+                    cute.arch.mbarrier_expect_tx(barrier, bulk)
                     prims.cp_async_bulk_shared_cluster_global(
-                        self.staged(context, stage), source, barrier, bulk
+                        self.staged(context, stage, offset), source, barrier, bulk
                     )
-                else:
-                    cute.arch.mbarrier_arrive(barrier)
+            cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(barrier)
 
     @cute.jit
     def use_stage(self, context: RingContext, table, stage, step, consumer):
-        """The stage bulk-stored to the destination, the tail copied byte by byte by the lanes;
-        then this lane's bulk group and the wait that frees the stage `late` steps back."""
-        source, target, bulk, nbytes = self.chunk(context, table, step)
-        with cute.arch.elect_one():
-            if bulk > 0:
-                prims.cp_async_bulk_global_shared_cta(target, self.staged(context, stage), bulk)
+        """Each lane bulk-stores its chunks to their destinations and copies their tails byte by
+        byte; then its bulk group and the wait that frees the stage `late` steps back."""
+        chunks, starts = table
+        first, stop = self.step_chunks(context, starts, step)
         lane = cute.arch.lane_idx()
-        if lane < nbytes - bulk:  # the last 1-15 bytes: global to global, a byte a lane
-            tail = cute.make_layout(GLOBAL_BASE_ALIGN)
-            cute.make_tensor(target + bulk, tail)[lane] = cute.make_tensor(source + bulk, tail)[lane]
+        for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
+            source, target, bulk, nbytes, offset = self.chunk(chunks, index)
+            if bulk > 0:
+                prims.cp_async_bulk_global_shared_cta(target, self.staged(context, stage, offset), bulk)
+            tail = cute.make_layout(GLOBAL_BASE_ALIGN)  # the last 1-15 bytes: global to global
+            for byte in cutlass.range(nbytes - bulk, unroll=1):
+                cute.make_tensor(target + bulk, tail)[byte] = cute.make_tensor(source + bulk, tail)[byte]
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(self.late, read=True)

@@ -1,20 +1,25 @@
 """Many tensors, one launch: the plan of a grouped copy (`copy_many_`, `pack`, `unpack_`) of
 compact pairs as chunks of contiguous bytes, each a non-tensor bulk copy in and out of a ring
-stage, the chunks of every pair walked by one persistent grid.
+stage, the stages of every pair walked by one persistent grid.
 
-The chunks are a table encoded on the host (`chunk_table`: source address, destination address,
-bytes; int64), copied to the device once per set of tensors and kept for the next call with the
-same tensors: a table is three words a chunk, where a tensor map built on the device is 128 bytes
-written, fenced and acquired per tensor before its first use (`model.descriptors`), and bulk copies
-need no map at all. A chunk moves at most a stage's bytes; its 16-byte multiple goes by bulk copy,
-the last 1-15 bytes of an odd-sized tensor by the consumer's lanes, one byte each.
+The pairs' bulk bytes (each pair's 16-byte multiple) are laid end to end as one stream and the
+stream is cut into stages of `stage_bytes`: a step fills one stage, and a chunk is one pair's
+bytes inside one stage, so many small tensors share a stage (one barrier round for all of them)
+and a large one spans many. A step's chunks are loaded and stored by the lanes of a warp, a chunk
+a lane. The last 1-15 bytes of an odd-sized tensor go from global memory to global memory by the
+lane that stores its last chunk.
+
+The chunks are a table encoded on the host (`ManyPlan.chunk_table`: source address, destination
+address, bytes, offset in the stage; int64) beside the first chunk of each step, copied to the
+device once per set of tensors and kept for the next call with the same tensors: a table is four
+words a chunk, where a tensor map built on the device is 128 bytes written, fenced and acquired per
+tensor before its first use (`model.descriptors`), and bulk copies need no map at all.
 
 `pack_offsets` lays tensors out in one flat buffer, each at an offset aligned for TMA.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +33,9 @@ from .ring import PipelinePlan
 from .rows import STAGE_TARGET_BYTES, stand_in_ring
 
 DEFAULT_MANY_STAGES = 6
-TABLE_WORDS = 3  # a chunk: source address, destination address, bytes
+TABLE_WORDS = 4  # a chunk: source address, destination address, bytes, offset in its stage
 PACK_ALIGN = GLOBAL_BASE_ALIGN  # each tensor of a packed buffer starts 16-byte aligned
+_BULK = ~(GLOBAL_BASE_ALIGN - 1)  # a byte count's bulk part: its 16-byte multiple
 
 
 def pack_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
@@ -45,28 +51,28 @@ def pack_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
 
 @dataclass(frozen=True)
 class ManyPlan:
-    """A grouped copy's ring: chunks of up to `chunk_bytes`, one per stage of a `stages`-deep
-    ring, dealt to a persistent grid of at most `sm_count` blocks."""
+    """A grouped copy's ring: `stages` stages of `stage_bytes`, each filled by a step's chunks,
+    the steps dealt to a persistent grid of at most `sm_count` blocks."""
 
     stages: int = DEFAULT_MANY_STAGES
     sm_count: int = DEFAULT_SM_COUNT
-    chunk_bytes: int = STAGE_TARGET_BYTES
+    stage_bytes: int = STAGE_TARGET_BYTES
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.chunk_bytes < GLOBAL_BASE_ALIGN or self.chunk_bytes % 1024:
-            raise TmaConfigError(f"chunk_bytes is {self.chunk_bytes}; a chunk is a whole number of KiB")
+        if self.stage_bytes < GLOBAL_BASE_ALIGN or self.stage_bytes % 1024:
+            raise TmaConfigError(f"stage_bytes is {self.stage_bytes}; a stage is a whole number of KiB")
         if self.stages < 1 or self.sm_count < 1:
             raise TmaConfigError(f"stages {self.stages}, sm_count {self.sm_count}: at least one of each")
         if self.smem_bytes > SMEM_PER_BLOCK:
             raise TmaConfigError(
-                f"{self.stages} stages of {self.chunk_bytes} bytes do not fit the {SMEM_PER_BLOCK}-byte "
-                f"shared memory of a block; {SMEM_PER_BLOCK // (self.chunk_bytes + 2 * MBARRIER_BYTES)} fit"
+                f"{self.stages} stages of {self.stage_bytes} bytes do not fit the {SMEM_PER_BLOCK}-byte "
+                f"shared memory of a block; {SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)} fit"
             )
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.chunk_bytes + 2 * MBARRIER_BYTES)
+        return self.stages * (self.stage_bytes + 2 * MBARRIER_BYTES)
 
     @property
     def stores_in_flight(self) -> int:
@@ -75,74 +81,102 @@ class ManyPlan:
 
     @property
     def pipeline(self) -> PipelinePlan:
-        """The ring the kernel runs on: stages of a stand-in tile of the chunk's bytes (int32,
+        """The ring the kernel runs on: stages of a stand-in tile of the stage's bytes (int32,
         256 wide), a producer and a consumer warp, persistent."""
-        return stand_in_ring(self.chunk_bytes, self.stages, self.sm_count)
+        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
 
-    def chunk_table(self, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]) -> np.ndarray:
-        """The chunks of copying `nbytes[i]` bytes from address `src[i]` to `dst[i]`, in order, as
-        (chunks, 3) int64 rows (source, destination, bytes); a pair of no bytes has none."""
+    def chunk_table(
+        self, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The chunks of copying `nbytes[i]` bytes from address `src[i]` to `dst[i]`: (chunks,
+        starts). `chunks`: (count, 4) int64 rows (source, destination, bytes, offset in the
+        stage), in stream order; a pair's last chunk carries its 1-15 tail bytes, and a pair of
+        fewer than 16 bytes is a chunk of no bulk bytes. `starts`: (steps + 1,) int64, the first
+        chunk of each step, then the count. A pair of no bytes has no chunk."""
         size = np.asarray(nbytes, dtype=np.int64)
         if len(size) != len(src) or len(size) != len(dst):
             raise TmaConfigError(f"{len(src)} sources, {len(dst)} destinations, {len(size)} sizes: one each")
+        stage, bulk = self.stage_bytes, size & _BULK
+        start, steps, first, counts = self._stream(size)
+        pair = np.repeat(np.arange(len(size)), counts)
+        nth = np.arange(len(pair)) - np.repeat(np.cumsum(counts) - counts, counts)
+        step = first[pair] + nth
+        low = np.maximum(start[pair], step * stage)
+        high = np.maximum(np.minimum(start[pair] + bulk[pair], (step + 1) * stage), low)
+        chunks = np.empty((len(pair), TABLE_WORDS), dtype=np.int64)
+        chunks[:, 0] = np.asarray(src, dtype=np.int64)[pair] + low - start[pair]
+        chunks[:, 1] = np.asarray(dst, dtype=np.int64)[pair] + low - start[pair]
+        chunks[:, 2] = high - low + np.where(nth == counts[pair] - 1, (size - bulk)[pair], 0)
+        chunks[:, 3] = low - step * stage
+        return chunks, np.searchsorted(step, np.arange(steps + 1)).astype(np.int64)
+
+    def counts(self, nbytes: Sequence[int]) -> tuple[int, int]:
+        """(steps, chunks) of a grouped copy of pairs of `nbytes`."""
+        _, steps, _, counts = self._stream(np.asarray(nbytes, dtype=np.int64))
+        return steps, int(counts.sum())
+
+    def _stream(self, size: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """The pairs' bulk bytes end to end: (each pair's start in the stream, the steps,
+        each pair's first step, its chunks)."""
         if (size < 0).any():
             raise TmaConfigError("a pair has a negative byte count")
-        counts = -(-size // self.chunk_bytes)
-        pair = np.repeat(np.arange(len(size)), counts)
-        first = np.cumsum(counts) - counts
-        offset = (np.arange(len(pair)) - np.repeat(first, counts)) * self.chunk_bytes
-        table = np.empty((len(pair), TABLE_WORDS), dtype=np.int64)
-        table[:, 0] = np.asarray(src, dtype=np.int64)[pair] + offset
-        table[:, 1] = np.asarray(dst, dtype=np.int64)[pair] + offset
-        table[:, 2] = np.minimum(size[pair] - offset, self.chunk_bytes)
-        return table
+        stage, bulk = self.stage_bytes, size & _BULK
+        start = np.cumsum(bulk) - bulk
+        steps = max(-(-int(bulk.sum()) // stage), int((size > 0).any()))
+        first = np.minimum(start // stage, steps - 1)  # a tail-only pair at the end: the last step
+        last = np.where(bulk > 0, (start + bulk - 1) // stage, first)
+        return start, steps, first, np.where(size > 0, last - first + 1, 0)
 
     def describe_first_fills(self, nbytes: Sequence[int]) -> list[str]:
         """Block 0's first `stages` steps for tensors of `nbytes` (packed one after another, as
-        `pack` lays them out, into a second buffer): what each chunk moves, the bulk copies and the
-        bytes its stage's full barrier expects."""
-        grid = self.grid(chunks_of(nbytes, self.chunk_bytes))
-        shown, needed = [], self.stages * grid  # the tensors the first fills reach
-        for size in nbytes:
-            if needed <= 0:
-                break
-            shown.append(size)
-            needed -= math.ceil(size / self.chunk_bytes)
-        nbytes = shown
+        `pack` lays them out, into a second buffer): the chunks each step moves, its bulk copies
+        and the bytes its stage's full barrier expects."""
         offsets, total = pack_offsets(nbytes)
-        table = self.chunk_table(offsets, [total + offset for offset in offsets], nbytes)
-        pair = np.repeat(np.arange(len(nbytes)), -(-np.asarray(nbytes, dtype=np.int64) // self.chunk_bytes))
+        chunks, starts = self.chunk_table(offsets, [total + offset for offset in offsets], nbytes)
+        grid = self.grid(len(starts) - 1)
+        tensor = np.searchsorted(np.asarray(offsets), chunks[:, 0], side="right") - 1
         lines = []
-        for step, chunk in enumerate(range(0, len(table), grid)):
+        for step, row in enumerate(range(0, len(starts) - 1, grid)):
             if step == self.stages:
                 break
-            source, _, size = (int(v) for v in table[chunk])
-            tensor = int(pair[chunk])
-            first = source - offsets[tensor]
-            bulk, tail = size & ~(GLOBAL_BASE_ALIGN - 1), size % GLOBAL_BASE_ALIGN
-            moves = f"cp.async.bulk of {bulk} bytes in and out" if bulk else "no bulk copy"
+            rows = range(int(starts[row]), int(starts[row + 1]))
+            bulk = [int(chunks[i, 2]) & _BULK for i in rows]
+            moved = [
+                f"tensor {int(tensor[i])} bytes {int(chunks[i, 0]) - offsets[int(tensor[i])]}-"
+                f"{int(chunks[i, 0]) - offsets[int(tensor[i])] + int(chunks[i, 2]) - 1}"
+                for i in rows
+            ]
+            shown = moved if len(moved) <= 3 else [*moved[:2], f"... {len(moved) - 2} more"]
+            copies = sum(1 for b in bulk if b)
+            tails = sum(1 for i in rows if int(chunks[i, 2]) % GLOBAL_BASE_ALIGN)
             lines.append(
-                f"  step {step}, chunk {chunk} -> stage {step % self.stages}: tensor {tensor} bytes "
-                f"{first}-{first + size - 1}; {moves}; its full barrier expects {bulk} bytes"
-                + (f"; its last {tail} byte(s) copied by as many lanes" if tail else "")
+                f"  step {step} (the walk's step {row}) -> stage {step % self.stages}: "
+                f"{len(moved)} chunk(s) ({'; '.join(shown)}); {copies} cp.async.bulk in and out; its "
+                f"full barrier expects {sum(bulk)} bytes"
+                + (f"; {tails} tail(s) of 1-15 bytes copied by their lanes" if tails else "")
             )
         return lines or ["  (no bytes: nothing moves)"]
 
-    def grid(self, chunks: int) -> int:
-        return max(1, min(chunks, self.sm_count))
+    def grid(self, steps: int) -> int:
+        return max(1, min(steps, self.sm_count))
 
-    def summary(self, chunks: int | None = None) -> str:
+    def summary(self, steps: int | None = None, chunks: int | None = None) -> str:
         lines = [
-            f"grouped copy      chunks of up to {self.chunk_bytes} bytes, one per stage: a bulk copy in "
-            "(cp.async.bulk, the 16-byte multiple), a bulk copy out, the last 1-15 bytes by the lanes",
-            f"stages            {self.stages} x {self.chunk_bytes} bytes; {self.smem_bytes} bytes of "
+            f"grouped copy      the tensors' bytes end to end, cut into stages of {self.stage_bytes} "
+            "bytes; a chunk (one tensor's bytes in one stage) a lane: a bulk copy in (cp.async.bulk, "
+            "the 16-byte multiple), a bulk copy out, the last 1-15 bytes by the lane",
+            f"stages            {self.stages} x {self.stage_bytes} bytes; {self.smem_bytes} bytes of "
             "shared memory",
-            "each stage        its full barrier expects the chunk's 16-byte multiple",
-            f"table             {TABLE_WORDS} int64 words a chunk (source, destination, bytes), "
-            "encoded on the host, kept on the device for the same tensors",
+            "each stage        its full barrier expects its chunks' 16-byte multiples",
+            f"table             {TABLE_WORDS} int64 words a chunk (source, destination, bytes, offset in "
+            "the stage) and the first chunk of each step, encoded on the host, kept on the device "
+            "for the same tensors",
         ]
-        if chunks is not None:
-            lines.append(f"grid              {self.grid(chunks)} persistent block(s), {chunks} chunk(s)")
+        if steps is not None:
+            lines.append(
+                f"grid              {self.grid(steps)} persistent block(s), {steps} step(s)"
+                + ("" if chunks is None else f", {chunks} chunk(s)")
+            )
         return "\n".join(lines)
 
 
@@ -184,8 +218,3 @@ def pairs_disjoint(
 def aligned_pair(src_address: int, dst_address: int) -> bool:
     """Whether bulk copies can move a pair: both addresses 16-byte aligned."""
     return src_address % GLOBAL_BASE_ALIGN == 0 and dst_address % GLOBAL_BASE_ALIGN == 0
-
-
-def chunks_of(nbytes: Sequence[int], chunk_bytes: int = STAGE_TARGET_BYTES) -> int:
-    """How many chunks the pairs of `nbytes` make."""
-    return sum(math.ceil(int(size) / chunk_bytes) for size in nbytes)

@@ -13,8 +13,8 @@ from .launch import Launcher, guarded_launcher
 @compiles
 def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) -> tuple:
     """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan: called with
-    the (chunks, 3) int64 chunk table (`ManyPlan.chunk_table`), the guard words and a stream
-    (none with `tvm_ffi`)."""
+    the chunk table's two int64 tensors (`ManyPlan.chunk_table`: the (count, 4) chunks and the
+    steps' first chunks), the guard words and a stream (none with `tvm_ffi`)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
@@ -22,12 +22,13 @@ def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) 
     from ..kernels.many import ManyKernel
 
     shape = (cute.sym_int64(symbol="chunks"), TABLE_WORDS)
-    table = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
+    chunks = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
+    starts = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int64(symbol="starts"),), assumed_align=8)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return ManyKernel(many), table, guard, placeholder_stream(env=tvm_ffi)
+    return ManyKernel(many), chunks, starts, guard, placeholder_stream(env=tvm_ffi)
 
 
 @functools.lru_cache(maxsize=16)
 def many_launcher(many: ManyPlan, device: str) -> Launcher:
-    """A callable (table) for the grouped copy on one device (`guarded_launcher`)."""
+    """A callable (chunks, starts) for the grouped copy on one device (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_many(many, tvm_ffi=tvm_ffi), device)
