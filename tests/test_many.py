@@ -169,7 +169,8 @@ def test_the_ops_refuse_inputs_that_need_a_gradient():
 
 def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     """A repeated call reuses its route; the route keeps none of the caller's tensors alive, and a
-    list with the same addresses but another shape, dtype or stride gets a route of its own."""
+    list with the same addresses but another shape, dtype or stride gets a route of its own, kept
+    beside the first."""
     torch = pytest.importorskip("torch")
     import gc
     import weakref
@@ -181,7 +182,7 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     dsts = [torch.zeros(3, 4), torch.zeros(5, dtype=torch.int64)]
     tmakit_copy_many(dsts, srcs)
     tmakit_copy_many(dsts, srcs)
-    assert len(many._ROUTES) == 1
+    assert [len(kept) for kept in many._ROUTES.values()] == [1]
     assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
     reshaped = [dsts[0].view(4, 3), dsts[1]]
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
@@ -189,7 +190,10 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     transposed = [dsts[0].view(4, 3).t(), dsts[1]]
     srcs[0].add_(1)
     tmakit_copy_many(transposed, [srcs[0], srcs[1]])
-    assert torch.equal(transposed[0], srcs[0]) and len(many._ROUTES) == 3  # each list its own
+    assert torch.equal(transposed[0], srcs[0])
+    assert [len(kept) for kept in many._ROUTES.values()] == [3]  # each layout its own route
+    tmakit_copy_many(dsts, srcs)
+    assert torch.equal(dsts[0], srcs[0]) and [len(kept) for kept in many._ROUTES.values()] == [3]
     watched = weakref.ref(dsts[0])
     del dsts, reshaped, transposed
     gc.collect()
@@ -342,7 +346,8 @@ def test_pairs_sharing_bytes_across_paths_copy_in_the_lists_order():
     b, c = torch.full((8,), 1.0, dtype=torch.float64), torch.full((8,), 2.0)
     copy_many_([a, a], [b, c])
     assert torch.equal(a, c)
-    assert next(reversed(many._ROUTES.values())).in_order is not None  # not the paths' own order
+    (_, route), *_ = next(reversed(many._ROUTES.values()))
+    assert route.in_order is not None  # not the paths' own order
     copy_many_([a, a], [c, b])
     assert torch.equal(a, b.float())
 

@@ -24,13 +24,13 @@ own loop in C++; a `GroupedCopy` reads only each tensor's address per call.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..plan.many import pack_offsets
 from ..validate import flag
-from .many_route import GRAD, Route, recorded, signature
+from .many_route import GRAD, Route, addresses, layout_check, recorded
 from .tensors import check_torch_tensor, import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
-_ROUTES: OrderedDict[tuple, Route] = OrderedDict()  # a call's signature -> its route
+# a call's addresses -> the routes kept for them, newest first, each with its layout check
+_ROUTES: OrderedDict[tuple, list[tuple[Callable[[list], bool], Route]]] = OrderedDict()
 _ROUTES_KEPT = 64
+_LAYOUTS_KEPT = 4  # routes kept for one set of addresses (views of other dtypes or shapes)
 
 
 def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
@@ -64,12 +66,14 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     grouped = flag(grouped, "copy_many_'s grouped")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
-    key = signature(torch, dsts, srcs, grouped)
-    route = _ROUTES.get(key) if key is not None else None
+    key = addresses(torch, dsts, srcs, grouped)
+    tensors = dsts + srcs
+    kept = _ROUTES.get(key, ()) if key is not None else ()
+    route = next((route for same, route in kept if same(tensors)), None)
     if route is None:
         route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
-            _ROUTES[key] = route
+            _ROUTES[key] = [(layout_check(torch, tensors), route), *kept][:_LAYOUTS_KEPT]
             if len(_ROUTES) > _ROUTES_KEPT:
                 _ROUTES.popitem(last=False)
     else:

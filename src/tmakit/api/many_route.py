@@ -1,12 +1,12 @@
 """How a list of tensor pairs is copied (`api.many`'s calls and `GroupedCopy`): its route (each
 device's grouped launch with its chunk table, the pairs `copy_` serves one at a time, the rest in
-one `_foreach_copy_`, or every pair in the list's order where pairs share bytes), the signature a
-kept route is found by, and the chunk table's encoding."""
+one `_foreach_copy_`, or every pair in the list's order where pairs share bytes), what a kept
+route is found and checked by, and the chunk table's encoding."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the process
-SHAPE, DTYPE, DEVICE, GRAD = (attrgetter(name) for name in ("shape", "dtype", "device", "requires_grad"))
+GRAD = attrgetter("requires_grad")
 
 
 class Route:
@@ -128,24 +128,50 @@ def span(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), (last + 1) * tensor.element_size()
 
 
-def signature(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
-    """What a call's route depends on, read from every tensor at once; None for entries that are
-    not plain tensors (the checks then name them)."""
-    tensors = dsts + srcs
+def addresses(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
+    """What a kept route is found by: `grouped`, the grad mode and every tensor's address; None
+    for entries that are not plain tensors (the checks then name them)."""
     try:
-        lazy = any(map(torch.Tensor.is_neg, tensors)) or any(map(torch.Tensor.is_conj, tensors))
-        return (
-            grouped,
-            recorded(torch, tensors),
-            lazy and (tuple(map(torch.Tensor.is_neg, tensors)), tuple(map(torch.Tensor.is_conj, tensors))),
-            tuple(map(torch.Tensor.data_ptr, tensors)),
-            tuple(map(SHAPE, tensors)),
-            tuple(map(torch.Tensor.stride, tensors)),
-            tuple(map(DTYPE, tensors)),
-            tuple(map(DEVICE, tensors)),
-        )
-    except (TypeError, RuntimeError, AttributeError, NotImplementedError):  # the checks name what
+        address = torch.Tensor.data_ptr
+        return (grouped, torch.is_grad_enabled(), *map(address, dsts), *map(address, srcs))
+    except (TypeError, RuntimeError, AttributeError, NotImplementedError):
         return None
+
+
+def layout_check(torch, tensors: list) -> Callable[[list], bool]:
+    """A check that tensors are as `tensors` are (type, dtype, device, shape, strides,
+    requires_grad, the conjugate and negative bits; the rest of what a route depends on), holding
+    none of them: torch's own tensor guard, which reads them in C++ (tens of nanoseconds a tensor
+    where Python's reads cost hundreds), or, where this torch has none, the same reads compared."""
+    guards = _tensor_guards(torch)
+    if guards is not None:
+        try:
+            guard = guards(
+                *tensors,
+                dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                dynamic_dims_strides=[list(t.stride()) for t in tensors],
+            )
+            return lambda now: guard.check(*now)
+        except (TypeError, RuntimeError, SystemError, ValueError):
+            pass
+    kept = _layouts(tensors)
+    return lambda now: _layouts(now) == kept
+
+
+@functools.cache
+def _tensor_guards(torch) -> Callable | None:
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:
+        return None
+    return TensorGuards
+
+
+def _layouts(tensors: list) -> tuple:
+    return tuple(
+        (type(t), t.dtype, t.device, t.shape, t.stride(), t.requires_grad, t.is_conj(), t.is_neg())
+        for t in tensors
+    )
 
 
 def recorded(torch, tensors: list) -> tuple | bool:

@@ -3,7 +3,7 @@
 `torch.split_with_sizes_copy`; device time from interleaved CUDA-graph replays, then eager
 back-to-back calls (and tmakit's `GroupedCopy` prepared once), every tmakit result checked first;
 a torch copy of the list's bytes as one buffer in the same run is the copy rate the grouped copy
-is measured against."""
+is measured against, and tmakit's `copy_` of that buffer its own single-tensor rate."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from .timing import eager_samples_us, interleaved_graph_samples_us
 EAGER = "eager"
 PREPARED = "tmakit prepared"
 UNCHECKED = "tmakit prepared unchecked"  # check_addresses=False
+SINGLE = "tmakit copy_"  # the list's bytes as one buffer, by tmakit's own single-tensor copy
 PEERS = {"copy_many_": "torch _foreach_copy_", "pack": "torch cat", "unpack_": "torch split_with_sizes_copy"}
 
 
@@ -129,12 +130,13 @@ def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     sets = [lists(case, generator) for _ in range(count)]
     built = [calls(case, srcs, dsts) for srcs, dsts in sets]
     verdict = verify(built[0])
-    flats = [torch.empty(case.tensor_bytes, dtype=torch.uint8, device="cuda") for _ in range(count)]
+    flats = [torch.empty(case.tensor_bytes // 2, dtype=torch.bfloat16, device="cuda") for _ in range(count)]
     copies = [torch.empty_like(f) for f in flats]
     launches = {
         "tmakit": [b.ours for b in built],
         PEERS[case.op]: [b.theirs for b in built],
         "torch copy_": [lambda f=f, c=c: c.copy_(f) for f, c in zip(flats, copies, strict=True)],
+        SINGLE: [lambda f=f, c=c: api.copy_(c, f) for f, c in zip(flats, copies, strict=True)],
     }
     device = interleaved_graph_samples_us(launches, samples)
     eager_launches = {name: launches[name] for name in list(launches)[:2]}

@@ -2,14 +2,15 @@
 layer's parameters (4096x4096 x4, 11008x4096 x3, 4096 x2, bf16), 1,000 tensors of random sizes
 from 1 KiB to 1 MiB and 10,000 tensors of 4 KiB, against `torch._foreach_copy_`, `torch.cat` and
 `torch.split_with_sizes_copy`. `--only` picks cases by the start of their names. Its JSON is the
-study: one row a case, with the same run's copy rate of the list's bytes as one buffer."""
+study: one row a case, with the same run's copy rate of the list's bytes as one buffer (torch's
+and tmakit's `copy_`)."""
 
 from __future__ import annotations
 
 import random
 import statistics
 
-from ..bench.many import EAGER, PEERS, PREPARED, UNCHECKED, ManyCase, bench_many
+from ..bench.many import EAGER, PEERS, PREPARED, SINGLE, UNCHECKED, ManyCase, bench_many
 from ..bench.report import BenchRow
 from . import Family, Options, chosen_parts
 
@@ -38,7 +39,7 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
     by_name = {row.kernel: row for row in rows}
     us = {name: statistics.median(row.samples_us) for name, row in by_name.items()}
     peer = PEERS[case.op]
-    tmakit, copy = by_name["tmakit"], by_name["torch copy_"]
+    tmakit, copy, single = by_name["tmakit"], by_name["torch copy_"], by_name[SINGLE]
     return {
         "case": case.name,
         "tensors": len(case.shapes),
@@ -50,6 +51,8 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
         "tmakit_tb_per_s": tmakit.gbps / 1e3,
         "copy_tb_per_s": copy.gbps / 1e3,
         "of_copy_rate": tmakit.gbps / copy.gbps,
+        "single_copy_tb_per_s": single.gbps / 1e3,
+        "of_single_copy_rate": tmakit.gbps / single.gbps,
         "tmakit_eager_us": us[f"tmakit {EAGER}"],
         "torch_eager_us": us[f"{peer} {EAGER}"],
         "eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"tmakit {EAGER}"],
