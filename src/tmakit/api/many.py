@@ -74,6 +74,7 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
         route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
             _ROUTES[key] = [(layout_check(torch, tensors), route), *kept][:_LAYOUTS_KEPT]
+            _ROUTES.move_to_end(key)
             if len(_ROUTES) > _ROUTES_KEPT:
                 _ROUTES.popitem(last=False)
     else:

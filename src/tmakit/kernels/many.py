@@ -78,9 +78,9 @@ class ManyKernel(LateRelease, TmaRingKernel):
     def load_stage(self, context: RingContext, table, stage, step, failed):
         """Each lane declares and loads its chunks' bulk bytes; then one arrival."""
         chunks, starts = table
+        barrier = context.full + stage
         if not failed:
             first, stop = self.step_chunks(context, starts, step)
-            barrier = context.full + stage
             lane = cute.arch.lane_idx()
             for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
                 source, _, bulk, _, offset = self.chunk(chunks, index)
@@ -89,7 +89,8 @@ class ManyKernel(LateRelease, TmaRingKernel):
                     prims.cp_async_bulk_shared_cluster_global(
                         self.staged(context, stage, offset), source, barrier, bulk
                     )
-            cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
+        cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
+        if not failed:  # (lanes a hang guard timed out may differ: the whole warp syncs above)
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(barrier)
 

@@ -5,7 +5,8 @@ stage, the stages of every pair walked by one persistent grid.
 The pairs' bulk bytes (each pair's 16-byte multiple) are laid end to end as one stream and the
 stream is cut into stages of `stage_bytes`: a step fills one stage, and a chunk is one pair's
 bytes inside one stage, so many small tensors share a stage (one barrier round for all of them)
-and a large one spans many. A step's chunks are loaded and stored by the lanes of a warp, a chunk
+and a large one spans many. A pair takes at least a 31st of a stage of the stream, so a stage
+holds at most 32 chunks, one a lane. A step's chunks are loaded and stored by the lanes of a warp, a chunk
 a lane. The last 1-15 bytes of an odd-sized tensor go from global memory to global memory by the
 lane that stores its last chunk.
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK
+from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK, WARP_THREADS
 from ..validate import check_field_types
 from .copy import MIN_STORES_IN_FLIGHT
 from .ring import PipelinePlan
@@ -115,17 +116,25 @@ class ManyPlan:
         _, steps, _, counts = self._stream(np.asarray(nbytes, dtype=np.int64))
         return steps, int(counts.sum())
 
+    @property
+    def least_stream_bytes(self) -> int:
+        """The stream bytes a tensor takes at least (its bulk bytes, padded): so that at most 31
+        tensors start in a stage and a stage holds at most a warp's 32 chunks, one a lane."""
+        return -(-self.stage_bytes // (WARP_THREADS - 1) // GLOBAL_BASE_ALIGN) * GLOBAL_BASE_ALIGN
+
     def _stream(self, size: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-        """The pairs' bulk bytes end to end: (each pair's start in the stream, the steps,
-        each pair's first step, its chunks)."""
+        """The pairs' bulk bytes end to end, each pair taking at least `least_stream_bytes`:
+        (each pair's start in the stream, the steps, each pair's first step, its chunks)."""
         if (size < 0).any():
             raise TmaConfigError("a pair has a negative byte count")
         stage, bulk = self.stage_bytes, size & _BULK
-        start = np.cumsum(bulk) - bulk
-        steps = max(-(-int(bulk.sum()) // stage), int((size > 0).any()))
-        first = np.minimum(start // stage, steps - 1)  # a tail-only pair at the end: the last step
+        taken = np.where(size > 0, np.maximum(bulk, self.least_stream_bytes), 0)
+        start = np.cumsum(taken) - taken
+        first = start // stage
         last = np.where(bulk > 0, (start + bulk - 1) // stage, first)
-        return start, steps, first, np.where(size > 0, last - first + 1, 0)
+        counts = np.where(size > 0, last - first + 1, 0)
+        steps = int(last[size > 0].max()) + 1 if (size > 0).any() else 0
+        return start, steps, first, counts
 
     def describe_first_fills(self, nbytes: Sequence[int]) -> list[str]:
         """Block 0's first `stages` steps for tensors of `nbytes` (packed one after another, as
