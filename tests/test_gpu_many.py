@@ -96,6 +96,56 @@ def test_pack_and_unpack_round_trip_and_match_cat():
     assert torch.equal(flat, torch.cat(dense))
 
 
+def test_a_list_packed_again_takes_its_kept_table_on_every_buffer():
+    """The second `pack` of a list launches its kept table on a new buffer, on an `out` given,
+    and (an `out` sharing bytes with a tensor) falls back; `unpack_` likewise into poisoned
+    tensors from two buffers; random odd sizes with tails, in graphs too."""
+    import torch
+
+    from tmakit.api import many_kept
+
+    rng = random.Random(35)
+    for case in range(20):
+        dtype = getattr(torch, rng.choice(("bfloat16", "float32", "int8", "float64")))
+        shapes = [(rng.choice((0, 1, 3, 17, 1000, 40_000)),) for _ in range(rng.choice((1, 7, 300)))]
+        tensors = [source(shape, dtype, case * 101 + i) for i, shape in enumerate(shapes)]
+        first, offsets = tmakit.pack(tensors)
+        kept = many_kept.kept_packing(torch, tensors, "destination", True)
+        assert kept is not None and kept.offsets == offsets, f"case {case}: the list's table was not kept"
+        out = torch.full_like(first, 5)
+        again, again_offsets = tmakit.pack(tensors, out=out)
+        fresh, _ = tmakit.pack(tensors)
+        assert again is out and again_offsets == offsets and torch.equal(fresh, first)
+        for tensor, offset in zip(tensors, offsets, strict=True):
+            span = slice(offset, offset + tensor.numel())
+            assert torch.equal(out[span], tensor.reshape(-1)), f"case {case}: a span of `out` differs"
+        back = [torch.full_like(t, 7) for t in tensors]
+        tmakit.unpack_(first, back)
+        for poisoned in back:
+            poisoned.fill_(3)
+        tmakit.unpack_(out, back)  # the kept table, another buffer
+        assert all(torch.equal(a, b) for a, b in zip(back, tensors, strict=True)), f"case {case}"
+    # an `out` that holds a tensor: the kept table refuses it, the pairs are copied in order
+    flat = torch.zeros(1 << 16, dtype=torch.float32, device="cuda")
+    inside = [flat[:4096], flat[8192:8200]]
+    inside[0].copy_(torch.arange(4096.0, device="cuda"))
+    inside[1].copy_(torch.arange(8.0, device="cuda") + 1)
+    expected = torch.cat(inside)
+    tmakit.pack(inside)  # kept
+    packed, _ = tmakit.pack(inside, out=flat)
+    assert torch.equal(packed[: 4096 + 8], expected), "an out holding its own tensors"
+    graph, static = torch.cuda.CUDAGraph(), [source((5000,), torch.bfloat16, 9)]
+    out = torch.empty(5000, dtype=torch.bfloat16, device="cuda")
+    tmakit.pack(static, out=out)  # kept before the capture
+    with torch.cuda.graph(graph):
+        tmakit.pack(static, out=out)
+    out.zero_()
+    static[0].copy_(source((5000,), torch.bfloat16, 10))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, static[0])
+
+
 def test_a_captured_grouped_copy_replays_with_new_values():
     import torch
 

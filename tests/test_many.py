@@ -399,3 +399,45 @@ def test_a_prepared_copy_keeps_each_routes_own_pairs():
     p.zero_()
     prepared()
     assert torch.equal(p, torch.arange(4.0))
+
+
+def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serve(monkeypatch):
+    """`pack` and `unpack_` of a list seen before take its kept table (here on CPU tensors,
+    the launch recorded): a new buffer, or a given one of the right dtype, length and place;
+    a buffer holding a tensor's bytes, another dtype or too short takes the pairs instead."""
+    torch = pytest.importorskip("torch")
+    from tmakit import pack, unpack_
+    from tmakit.api import many_kept
+
+    launches = []
+    monkeypatch.setattr(many_kept, "groupable", lambda dst, src: True)
+    monkeypatch.setattr(many_kept, "encode", lambda torch, device, src, dst, nbytes: (src, dst, nbytes))
+    monkeypatch.setattr(
+        many_kept, "launch_table", lambda torch, device, table, side, flat: launches.append((table, side))
+    )
+    many_kept._KEPT.clear()
+    tensors = [torch.arange(12.0), torch.arange(3.0), torch.zeros(0), torch.arange(8.0)]
+    flat, offsets = pack(tensors)
+    assert offsets == [0, 12, 16, 16] and len(flat) == 24
+    (src, dst, nbytes), relative = launches[-1]
+    assert relative == "destination" and dst == [0, 48, 64, 64] and nbytes == [48, 12, 0, 32]
+    assert src == [t.data_ptr() for t in tensors]
+    assert pack(tensors)[1] == offsets and len(launches) == 2 and len(many_kept._KEPT) == 1
+    out = torch.empty(30)
+    assert pack(tensors, out=out)[0] is out and len(launches) == 3
+    for wrong in (torch.empty(23), torch.empty(24, dtype=torch.float64), torch.empty(4, 6)):
+        with pytest.raises(TmaConfigError, match="compact 1-D"):
+            pack(tensors, out=wrong)
+    assert len(launches) == 3
+    holding = torch.zeros(40)
+    inside = [holding[:12], holding[20:23]]
+    pack(inside)
+    count = len(launches)
+    pack(inside, out=holding)  # shares bytes with its tensors: the pairs, in order
+    assert len(launches) == count
+    unpack_(flat, tensors)
+    (src, dst, _), relative = launches[-1]
+    assert relative == "source" and src == [0, 48, 64, 64] and dst == [t.data_ptr() for t in tensors]
+    reshaped = [tensors[0].view(3, 4), *tensors[1:]]  # the same addresses, another layout
+    unpack_(flat, reshaped)
+    assert len(many_kept._KEPT[next(reversed(many_kept._KEPT))]) == 2

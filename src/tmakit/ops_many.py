@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .api import many as api_many
+from .api import many_route as api_many_route
 from .errors import TmaConfigError
 from .ops_rows import define, refuse_grad
 
@@ -45,7 +46,7 @@ def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
 def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         raise TmaConfigError(f"torch.ops.{NAMESPACE}.pack got no tensors")
-    dtype, _, length = api_many.packed_layout(torch, tensors)
+    dtype, _, length = api_many_route.packed_layout(torch, tensors)
     return tensors[0].new_empty((length,), dtype=dtype)
 
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
-from ..plan.many import pack_offsets
 from ..validate import flag
-from .many_route import GRAD, Route, addresses, layout_check, recorded
+from .many_kept import kept_packing
+from .many_route import GRAD, Route, addresses, layout_check, packed_layout, recorded
 from .tensors import check_torch_tensor, import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
@@ -105,6 +105,11 @@ def pack(
             too short or of another dtype.
     """
     torch = import_torch("pack")
+    kept = kept_packing(torch, tensors, "destination", flag(grouped, "pack's grouped"))
+    if kept is not None and (out is None or kept.fits(torch, out)):  # its kept table, on this buffer
+        flat = kept.allocate(torch) if out is None else out
+        kept.run(torch, flat, tensors)
+        return flat, list(kept.offsets)
     flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
     copy_many_(spans, sources, grouped=grouped)
     return flat, offsets
@@ -125,6 +130,10 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
         TmaConfigError: as `pack`.
     """
     torch = import_torch("unpack_")
+    kept = kept_packing(torch, tensors, "source", flag(grouped, "unpack_'s grouped"))
+    if kept is not None and kept.fits(torch, flat):  # its kept table, on this buffer
+        kept.run(torch, flat, list(tensors))
+        return
     dsts, srcs = _unpack_pairs(torch, flat, tensors)
     copy_many_(dsts, srcs, grouped=grouped)
 
@@ -362,15 +371,6 @@ def _tensor_list(value: object, what: str, name: str) -> list:
             + ("; for one pair use tmakit.copy_" if what == "copy_many_" else "")
         )
     return list(value)
-
-
-def packed_layout(torch, tensors: list) -> tuple[torch.dtype, list[int], int]:
-    """How `pack` lays `tensors` out: (the buffer's dtype: theirs when they share one, else uint8;
-    each tensor's offset in bytes; the buffer's length in its elements)."""
-    dtypes = {t.dtype for t in tensors}
-    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
-    offsets, total = pack_offsets([t.numel() * t.element_size() for t in tensors])  # symbolic when traced
-    return dtype, offsets, -(-total // torch.empty(0, dtype=dtype).itemsize)
 
 
 def _flat_views(torch, tensors, flat, what: str):

@@ -11,7 +11,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
-from ..plan.many import ManyPlan, aligned_pair, pairs_disjoint
+from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 from ..runtime.many import many_launcher
 from .copy import copy_, copy_path
 from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
@@ -69,12 +69,7 @@ class Route:
                 copy_(dsts[i], srcs[i]) if by_tma else torch_copy(dsts, srcs, i)
             return
         for device, table, pairs in self.launches:
-            with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
-                if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
-                    CAPTURED[id(table)] = table
-                # both views are one buffer's: freed only after this stream's use
-                table[0].record_stream(torch.cuda.current_stream(device))
-                many_launcher(plan_of(device.index), str(device))(*table)
+            launch_table(torch, device, table)
             torch.autograd.graph.increment_version([dsts[i] for i in pairs])
         for i in self.one_by_one:
             copy_(dsts[i], srcs[i])
@@ -84,6 +79,18 @@ class Route:
             except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
                 for i in self.rest:  # the pairs share no bytes: copying one again changes nothing
                     torch_copy(dsts, srcs, i)
+
+
+def launch_table(torch, device, table: tuple, relative: str | None = None, buffer=None) -> None:
+    """The grouped copy of an encoded `table` on `device`'s current stream (with `relative`, its
+    offsets into `buffer`)."""
+    with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
+        if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
+            CAPTURED[id(table)] = table
+        # both views are one buffer's: freed only after this stream's use
+        table[0].record_stream(torch.cuda.current_stream(device))
+        launcher = many_launcher(plan_of(device.index), str(device), relative)
+        launcher(*table) if relative is None else launcher(*table, buffer.view(torch.uint8))
 
 
 def torch_copy(dsts: list, srcs: list, i: int) -> None:
@@ -215,3 +222,12 @@ def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
 def plan_of(device: int) -> ManyPlan:
     sm_count, _ = device_facts(import_torch("copy_many_").device("cuda", device))
     return ManyPlan(sm_count=sm_count)
+
+
+def packed_layout(torch, tensors: list) -> tuple[torch.dtype, list[int], int]:
+    """How `pack` lays `tensors` out: (the buffer's dtype: theirs when they share one, else uint8;
+    each tensor's offset in bytes; the buffer's length in its elements)."""
+    dtypes = {t.dtype for t in tensors}
+    dtype = dtypes.pop() if len(dtypes) == 1 else torch.uint8
+    offsets, total = pack_offsets([t.numel() * t.element_size() for t in tensors])  # symbolic when traced
+    return dtype, offsets, -(-total // torch.empty(0, dtype=dtype).itemsize)

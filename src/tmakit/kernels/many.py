@@ -23,15 +23,24 @@ from .ring import RingContext, RunTimeWalk, TmaRingKernel
 from .rows import LateRelease
 from .tma import shared_tile_layout
 
-__all__ = ["ManyKernel"]
+__all__ = ["RELATIVE_SIDES", "ManyKernel"]
+
+RELATIVE_SIDES = (None, "source", "destination")
 
 
 class ManyKernel(LateRelease, TmaRingKernel):
-    """A grouped copy: per step, a bulk copy in and one out per chunk, a chunk a lane."""
+    """A grouped copy: per step, a bulk copy in and one out per chunk, a chunk a lane.
 
-    def __init__(self, many: ManyPlan, hang_guard: bool = False):
+    `relative` ("source" or "destination"; None: neither) says which side of every chunk is an
+    offset into a buffer passed per launch (`in_buffer`) rather than an address: a packed
+    buffer, so that one table serves every buffer `pack` allocates or `unpack_` reads."""
+
+    def __init__(self, many: ManyPlan, relative: str | None = None, hang_guard: bool = False):
         super().__init__(many.pipeline, shape_generic=True, hang_guard=hang_guard)
+        if relative not in RELATIVE_SIDES:
+            raise ValueError(f"relative is {relative!r}; one of {RELATIVE_SIDES}")
         self.many = many
+        self.relative = relative
         self.late = many.stores_in_flight - 1
 
     @cute.jit
@@ -39,12 +48,27 @@ class ManyKernel(LateRelease, TmaRingKernel):
         """`chunks`: (count, 4) int64, (source, destination, bytes, offset in the stage) a chunk;
         `starts`: (steps + 1,) int64, each step's first chunk, then the count; `guard`:
         GUARD_WORDS int32 zeros. The caller launches only for one step or more."""
+        self.walk_table((chunks, starts), guard, stream)
+
+    @cute.jit
+    def in_buffer(
+        self,
+        chunks: cute.Tensor,
+        starts: cute.Tensor,
+        buffer: cute.Tensor,
+        guard: cute.Tensor,
+        stream: cuda.CUstream,
+    ):
+        """As `__call__`, each chunk's `relative` side an offset into `buffer` (uint8, 1-D)."""
+        self.walk_table((chunks, starts, buffer), guard, stream)
+
+    @cute.jit
+    def walk_table(self, table, guard: cute.Tensor, stream: cuda.CUstream):
         shared_layout = shared_tile_layout(self.plan.config.tile)
-        steps = cutlass.Int32(cute.size(starts, mode=[0])) - 1
+        steps = cutlass.Int32(cute.size(table[1], mode=[0])) - 1
         grid = cutlass.min(steps, cutlass.Int32(self.pipeline.persistent_blocks))
         divisor = cute.fast_divmod_create_divisor_v2
         run_time = RunTimeWalk(divisor(steps), divisor(cutlass.Int32(1)), divisor(steps), divisor(grid), 1)
-        table = (chunks, starts)
         self.launch(table, table, guard, shared_layout, stream, run_time)
 
     @cute.jit
@@ -54,16 +78,20 @@ class ManyKernel(LateRelease, TmaRingKernel):
         return cutlass.Int32(starts[row]), cutlass.Int32(starts[row + 1])
 
     @cute.jit
-    def chunk(self, chunks, index):
+    def chunk(self, table, index):
         """Chunk `index`: (source, destination, its 16-byte multiple, bytes, offset in the stage)."""
+        chunks = table[0]
         nbytes = cutlass.Int32(chunks[index, 2])
-        source = cute.make_ptr(
-            cutlass.Uint8, chunks[index, 0], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
-        )
-        target = cute.make_ptr(
-            cutlass.Uint8, chunks[index, 1], cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN
-        )
+        source = self.address(table, chunks[index, 0], "source")
+        target = self.address(table, chunks[index, 1], "destination")
         return source, target, nbytes & ~(GLOBAL_BASE_ALIGN - 1), nbytes, cutlass.Int32(chunks[index, 3])
+
+    @cute.jit
+    def address(self, table, word, side: cutlass.Constexpr):
+        """A chunk's `side`: the address `word`, or the offset `word` into the launch's buffer."""
+        if cutlass.const_expr(self.relative == side):
+            return table[2].iterator + word
+        return cute.make_ptr(cutlass.Uint8, word, cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN)
 
     @cute.jit
     def staged(self, context: RingContext, stage, offset):
@@ -77,13 +105,12 @@ class ManyKernel(LateRelease, TmaRingKernel):
     @cute.jit
     def load_stage(self, context: RingContext, table, stage, step, failed):
         """Each lane declares and loads its chunks' bulk bytes; then one arrival."""
-        chunks, starts = table
         barrier = context.full + stage
         if not failed:
-            first, stop = self.step_chunks(context, starts, step)
+            first, stop = self.step_chunks(context, table[1], step)
             lane = cute.arch.lane_idx()
             for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
-                source, _, bulk, _, offset = self.chunk(chunks, index)
+                source, _, bulk, _, offset = self.chunk(table, index)
                 if bulk > 0:
                     cute.arch.mbarrier_expect_tx(barrier, bulk)
                     prims.cp_async_bulk_shared_cluster_global(
@@ -98,11 +125,10 @@ class ManyKernel(LateRelease, TmaRingKernel):
     def use_stage(self, context: RingContext, table, stage, step, consumer):
         """Each lane bulk-stores its chunks to their destinations and copies their tails byte by
         byte; then its bulk group and the wait that frees the stage `late` steps back."""
-        chunks, starts = table
-        first, stop = self.step_chunks(context, starts, step)
+        first, stop = self.step_chunks(context, table[1], step)
         lane = cute.arch.lane_idx()
         for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
-            source, target, bulk, nbytes, offset = self.chunk(chunks, index)
+            source, target, bulk, nbytes, offset = self.chunk(table, index)
             if bulk > 0:
                 prims.cp_async_bulk_global_shared_cta(target, self.staged(context, stage, offset), bulk)
             tail = cute.make_layout(GLOBAL_BASE_ALIGN)  # the last 1-15 bytes: global to global

@@ -11,10 +11,13 @@ from .launch import Launcher, guarded_launcher
 
 
 @compiles
-def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) -> tuple:
-    """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan: called with
-    the chunk table's two int64 tensors (`ManyPlan.chunk_table`: the (count, 4) chunks and the
-    steps' first chunks), the guard words and a stream (none with `tvm_ffi`)."""
+def compile_many(
+    many: ManyPlan, relative: str | None = None, keep_ptx: bool = False, tvm_ffi: bool = False
+) -> tuple:
+    """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan and
+    `relative` side: called with the chunk table's two int64 tensors (`ManyPlan.chunk_table`:
+    the (count, 4) chunks and the steps' first chunks), with `relative`, the uint8 buffer that
+    side's offsets point into, then the guard words and a stream (none with `tvm_ffi`)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
@@ -25,10 +28,14 @@ def compile_many(many: ManyPlan, keep_ptx: bool = False, tvm_ffi: bool = False) 
     chunks = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
     starts = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int64(symbol="starts"),), assumed_align=8)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return ManyKernel(many), chunks, starts, guard, placeholder_stream(env=tvm_ffi)
+    kernel = ManyKernel(many, relative)
+    if relative is None:
+        return kernel, chunks, starts, guard, placeholder_stream(env=tvm_ffi)
+    buffer = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int64(symbol="buffer"),), assumed_align=16)
+    return kernel.in_buffer, chunks, starts, buffer, guard, placeholder_stream(env=tvm_ffi)
 
 
 @functools.lru_cache(maxsize=16)
-def many_launcher(many: ManyPlan, device: str) -> Launcher:
-    """A callable (chunks, starts) for the grouped copy on one device (`guarded_launcher`)."""
-    return guarded_launcher(lambda tvm_ffi: compile_many(many, tvm_ffi=tvm_ffi), device)
+def many_launcher(many: ManyPlan, device: str, relative: str | None = None) -> Launcher:
+    """A callable (chunks, starts[, buffer]) for the grouped copy on one device (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_many(many, relative, tvm_ffi=tvm_ffi), device)
