@@ -441,3 +441,17 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     reshaped = [tensors[0].view(3, 4), *tensors[1:]]  # the same addresses, another layout
     unpack_(flat, reshaped)
     assert len(many_kept._KEPT[next(reversed(many_kept._KEPT))]) == 2
+    quantized = torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.quint8)
+    with pytest.raises(TmaConfigError, match="quantized"):
+        pack([quantized])  # checked before any table is kept
+    one = [torch.full((1,), 3.0)]
+    pack(one)
+    count = len(launches)
+    strided = torch.zeros(64)[::4][:1]  # one element, a stride of 4: compact to torch, not to the kernel
+    assert pack(one, out=strided)[0] is strided and strided.item() == 3.0 and len(launches) == count
+    many_kept._KEPT.clear()
+    lists = [[torch.ones(4)] for _ in range(many_kept._KEPT_LISTS + 1)]
+    for listed in lists:
+        pack(listed)
+        pack(lists[0])  # used every other call: never the one evicted
+    assert ("destination", True, lists[0][0].data_ptr()) in many_kept._KEPT

@@ -13,10 +13,10 @@ a time in the list's order (`api.many_route`).
 A call's route (which pairs go where) and its chunk table, encoded on the host and copied to the
 device once, are kept for calls with the same tensors (found by their addresses, checked by their
 layouts): an optimizer's parameters, a layer's flat buffer. `pack` and `unpack_` keep a list's
-table relative to the buffer (`api.many_kept`), so a new buffer needs no new table. Inside a CUDA-graph capture
-nothing is encoded: tensors whose route is kept (an eager call with them came first) are captured
-as the grouped kernel, whose table is then kept for the process; others are captured as torch's
-`_foreach_copy_`, so a replay never reads a host buffer since rewritten.
+table relative to the buffer (`api.many_kept`), so a new buffer needs no new table. Inside a
+CUDA-graph capture nothing is encoded: tensors whose route is kept (an eager call with them came
+first) are captured as the grouped kernel, whose table is then kept for the process; others are
+captured as torch's `_foreach_copy_`, so a replay never reads a host buffer since rewritten.
 
 Finding the kept route costs the host about half a microsecond a pair, a little more than
 torch's own loop in C++; a `GroupedCopy` reads only each tensor's address per call, or nothing.
@@ -74,8 +74,8 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     if route is None:
         route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
+            _ROUTES.pop(key, None)  # then kept as the newest
             _ROUTES[key] = [(layout_check(torch, tensors), route), *kept][:_LAYOUTS_KEPT]
-            _ROUTES.move_to_end(key)
             if len(_ROUTES) > _ROUTES_KEPT:
                 _ROUTES.popitem(last=False)
     else:

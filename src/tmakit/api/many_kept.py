@@ -14,10 +14,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.many import pairs_disjoint
 from .many_route import encode, groupable, launch_table, layout_check, packed_layout, span
-from .tensors import recorded_by_autograd
+from .tensors import check_torch_tensor, recorded_by_autograd
 
 if TYPE_CHECKING:
     import torch
@@ -59,7 +60,7 @@ class Packed:
             and flat.device == self.device
             and flat.dtype == self.dtype
             and flat.dim() == 1
-            and flat.is_contiguous()
+            and flat.stride(0) == 1
             and flat.numel() >= self.length
             and flat.data_ptr() % GLOBAL_BASE_ALIGN == 0
             and not (flat.is_conj() or flat.is_neg() or recorded_by_autograd(flat))
@@ -89,23 +90,32 @@ def kept_packing(torch, tensors: object, relative: str, grouped: bool) -> Packed
     kept = _KEPT.get(key, ())
     for same, packed in kept:
         if same(tensors):
+            try:
+                _KEPT.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile
+                pass
             return packed
     packed = _packed(torch, tensors, relative)
-    if packed is None and _capturing(torch):
+    if packed is None and _capturing(torch, tensors[0]):
         return None  # not kept: an eager call may serve it
+    _KEPT.pop(key, None)  # then kept as the newest
     _KEPT[key] = [(layout_check(torch, tensors), packed), *kept][:_LAYOUTS_KEPT]
-    _KEPT.move_to_end(key)
     if len(_KEPT) > _KEPT_LISTS:
         _KEPT.popitem(last=False)
     return packed
 
 
 def _packed(torch, tensors: list, relative: str) -> Packed | None:
+    try:  # a quantized, nested or sparse tensor: the pairs' path names it
+        for i, tensor in enumerate(tensors):
+            check_torch_tensor(tensor, "pack", f"tensors[{i}]")
+    except TmaConfigError:
+        return None
     if not all(groupable(t, t) for t in tensors):
         return None
     if len({t.dtype for t in tensors}) > 1 or len({t.device for t in tensors}) > 1:
         return None
-    if _capturing(torch):  # no table can be encoded inside a capture
+    if _capturing(torch, tensors[0]):  # no table can be encoded inside a capture
         return None
     layout = packed_layout(torch, tensors)
     if any(offset % torch.empty(0, dtype=layout[0]).itemsize for offset in layout[1]):
@@ -117,5 +127,9 @@ def _packed(torch, tensors: list, relative: str) -> Packed | None:
     return Packed(torch, tensors, relative, layout)
 
 
-def _capturing(torch) -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _capturing(torch, tensor) -> bool:
+    """Whether the stream of `tensor`'s GPU is being captured."""
+    if not (tensor.is_cuda and torch.cuda.is_available()):
+        return False
+    with torch.cuda.device(tensor.device):
+        return torch.cuda.is_current_stream_capturing()

@@ -35,7 +35,7 @@ def compile_many(
     return kernel.in_buffer, chunks, starts, buffer, guard, placeholder_stream(env=tvm_ffi)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=64)  # three variants a device
 def many_launcher(many: ManyPlan, device: str, relative: str | None = None) -> Launcher:
     """A callable (chunks, starts[, buffer]) for the grouped copy on one device (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_many(many, relative, tvm_ffi=tvm_ffi), device)
