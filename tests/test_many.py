@@ -197,7 +197,7 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     dsts = [torch.zeros(3, 4), torch.zeros(5, dtype=torch.int64)]
     tmakit_copy_many(dsts, srcs)
     tmakit_copy_many(dsts, srcs)
-    assert [len(kept) for kept in many._ROUTES.values()] == [1]
+    assert many._ROUTES.counts() == [1]
     assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
     reshaped = [dsts[0].view(4, 3), dsts[1]]
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
@@ -206,9 +206,9 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     srcs[0].add_(1)
     tmakit_copy_many(transposed, [srcs[0], srcs[1]])
     assert torch.equal(transposed[0], srcs[0])
-    assert [len(kept) for kept in many._ROUTES.values()] == [3]  # each layout its own route
+    assert many._ROUTES.counts() == [3]  # each layout its own route
     tmakit_copy_many(dsts, srcs)
-    assert torch.equal(dsts[0], srcs[0]) and [len(kept) for kept in many._ROUTES.values()] == [3]
+    assert torch.equal(dsts[0], srcs[0]) and many._ROUTES.counts() == [3]
     watched = weakref.ref(dsts[0])
     del dsts, reshaped, transposed
     gc.collect()
@@ -361,7 +361,7 @@ def test_pairs_sharing_bytes_across_paths_copy_in_the_lists_order():
     b, c = torch.full((8,), 1.0, dtype=torch.float64), torch.full((8,), 2.0)
     copy_many_([a, a], [b, c])
     assert torch.equal(a, c)
-    (_, route), *_ = next(reversed(many._ROUTES.values()))
+    route, *_ = many._ROUTES.newest()
     assert route.in_order is not None  # not the paths' own order
     copy_many_([a, a], [c, b])
     assert torch.equal(a, b.float())
@@ -422,7 +422,7 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     (src, dst, nbytes), relative = launches[-1]
     assert relative == "destination" and dst == [0, 48, 64, 64] and nbytes == [48, 12, 0, 32]
     assert src == [t.data_ptr() for t in tensors]
-    assert pack(tensors)[1] == offsets and len(launches) == 2 and len(many_kept._KEPT) == 1
+    assert pack(tensors)[1] == offsets and len(launches) == 2 and many_kept._KEPT.counts() == [1]
     out = torch.empty(30)
     assert pack(tensors, out=out)[0] is out and len(launches) == 3
     for wrong in (torch.empty(23), torch.empty(24, dtype=torch.float64), torch.empty(4, 6)):
@@ -440,7 +440,7 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     assert relative == "source" and src == [0, 48, 64, 64] and dst == [t.data_ptr() for t in tensors]
     reshaped = [tensors[0].view(3, 4), *tensors[1:]]  # the same addresses, another layout
     unpack_(flat, reshaped)
-    assert len(many_kept._KEPT[next(reversed(many_kept._KEPT))]) == 2
+    assert len(many_kept._KEPT.newest()) == 2
     quantized = torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.quint8)
     with pytest.raises(TmaConfigError, match="quantized"):
         pack([quantized])  # checked before any table is kept
@@ -450,7 +450,7 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     strided = torch.zeros(64)[::4][:1]  # one element, a stride of 4: compact to torch, not to the kernel
     assert pack(one, out=strided)[0] is strided and strided.item() == 3.0 and len(launches) == count
     many_kept._KEPT.clear()
-    lists = [[torch.ones(4)] for _ in range(many_kept._KEPT_LISTS + 1)]
+    lists = [[torch.ones(4)] for _ in range(many_kept._KEPT.lists + 1)]
     for listed in lists:
         pack(listed)
         pack(lists[0])  # used every other call: never the one evicted

@@ -24,14 +24,13 @@ torch's own loop in C++; a `GroupedCopy` reads only each tensor's address per ca
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..validate import flag
 from .many_kept import kept_packing
-from .many_route import GRAD, Route, addresses, layout_check, packed_layout, recorded
+from .many_route import GRAD, KeptRoutes, Route, addresses, packed_layout, recorded
 from .tensors import check_torch_tensor, import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
@@ -39,10 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
-# a call's addresses -> the routes kept for them, newest first, each with its layout check
-_ROUTES: OrderedDict[tuple, list[tuple[Callable[[list], bool], Route]]] = OrderedDict()
-_ROUTES_KEPT = 64
-_LAYOUTS_KEPT = 4  # routes kept for one set of addresses (views of other dtypes or shapes)
+_ROUTES = KeptRoutes()  # by a call's addresses, each route with its layout check
 
 
 def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
@@ -68,21 +64,11 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
     key = addresses(torch, dsts, srcs, grouped)
-    tensors = dsts + srcs
-    kept = _ROUTES.get(key, ()) if key is not None else ()
-    route = next((route for same, route in kept if same(tensors)), None)
-    if route is None:
+    route = _ROUTES.find(key, dsts + srcs)
+    if route is KeptRoutes.MISSING:
         route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
-            _ROUTES.pop(key, None)  # then kept as the newest
-            _ROUTES[key] = [(layout_check(torch, tensors), route), *kept][:_LAYOUTS_KEPT]
-            if len(_ROUTES) > _ROUTES_KEPT:
-                _ROUTES.popitem(last=False)
-    else:
-        try:
-            _ROUTES.move_to_end(key)
-        except KeyError:  # evicted by another thread meanwhile
-            pass
+            _ROUTES.keep(torch, key, dsts + srcs, route)
     route.run(torch, dsts, srcs)
 
 

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.many import pairs_disjoint
-from .many_route import encode, groupable, launch_table, layout_check, packed_layout, span
+from .many_route import KeptRoutes, encode, groupable, launch_table, packed_layout, span
 from .tensors import check_torch_tensor, recorded_by_autograd
 
 if TYPE_CHECKING:
     import torch
 
-_KEPT: OrderedDict[tuple, list[tuple[Callable[[list], bool], Packed | None]]] = OrderedDict()
-_KEPT_LISTS = 64
-_LAYOUTS_KEPT = 4
+_KEPT = KeptRoutes()  # by the tensors' addresses: each list's Packed (None: not served)
 
 
 class Packed:
@@ -87,21 +83,13 @@ def kept_packing(torch, tensors: object, relative: str, grouped: bool) -> Packed
         key = (relative, torch.is_grad_enabled(), *map(torch.Tensor.data_ptr, tensors))
     except (TypeError, RuntimeError, AttributeError, NotImplementedError):
         return None
-    kept = _KEPT.get(key, ())
-    for same, packed in kept:
-        if same(tensors):
-            try:
-                _KEPT.move_to_end(key)
-            except KeyError:  # evicted by another thread meanwhile
-                pass
-            return packed
+    packed = _KEPT.find(key, tensors)
+    if packed is not KeptRoutes.MISSING:
+        return packed
     packed = _packed(torch, tensors, relative)
     if packed is None and _capturing(torch, tensors[0]):
         return None  # not kept: an eager call may serve it
-    _KEPT.pop(key, None)  # then kept as the newest
-    _KEPT[key] = [(layout_check(torch, tensors), packed), *kept][:_LAYOUTS_KEPT]
-    if len(_KEPT) > _KEPT_LISTS:
-        _KEPT.popitem(last=False)
+    _KEPT.keep(torch, key, tensors, packed)
     return packed
 
 
