@@ -454,4 +454,4 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     for listed in lists:
         pack(listed)
         pack(lists[0])  # used every other call: never the one evicted
-    assert ("destination", True, lists[0][0].data_ptr()) in many_kept._KEPT
+    assert ("destination", True, (lists[0][0].data_ptr(),)) in many_kept._KEPT

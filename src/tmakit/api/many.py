@@ -63,12 +63,13 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
     grouped = flag(grouped, "copy_many_'s grouped")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
-    key = addresses(torch, dsts, srcs, grouped)
-    route = _ROUTES.find(key, dsts + srcs)
+    tensors = dsts + srcs
+    key = addresses(torch, tensors, grouped)
+    route = _ROUTES.find(key, tensors)
     if route is KeptRoutes.MISSING:
         route = Route(torch, dsts, srcs, grouped, "copy_many_")
         if key is not None and route.complete:
-            _ROUTES.keep(torch, key, dsts + srcs, route)
+            _ROUTES.keep(torch, key, tensors, route)
     route.run(torch, dsts, srcs)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.many import pairs_disjoint
-from .many_route import KeptRoutes, encode, groupable, launch_table, packed_layout, span
+from .many_route import KeptRoutes, addresses, encode, groupable, launch_table, packed_layout, span
 from .tensors import check_torch_tensor, recorded_by_autograd
 
 if TYPE_CHECKING:
@@ -79,9 +79,8 @@ def kept_packing(torch, tensors: object, relative: str, grouped: bool) -> Packed
     if not grouped or not isinstance(tensors, (list, tuple)) or not tensors:
         return None
     tensors = list(tensors)
-    try:
-        key = (relative, torch.is_grad_enabled(), *map(torch.Tensor.data_ptr, tensors))
-    except (TypeError, RuntimeError, AttributeError, NotImplementedError):
+    key = addresses(torch, tensors, relative)
+    if key is None:
         return None
     packed = _KEPT.find(key, tensors)
     if packed is not KeptRoutes.MISSING:

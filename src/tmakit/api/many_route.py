@@ -152,13 +152,14 @@ class KeptRoutes:
 
     def find(self, key: tuple | None, tensors: list) -> object:
         """The route kept for `key` whose layout check `tensors` pass, else `MISSING`."""
-        entry = None if key is None else self._entries.get(hash(key))
+        slot = None if key is None else hash(key)
+        entry = None if slot is None else self._entries.get(slot)
         if entry is None or entry[0] != key:
             return self.MISSING
         for same, route in entry[1]:
             if same(tensors):
                 try:
-                    self._entries.move_to_end(hash(key))
+                    self._entries.move_to_end(slot)
                 except KeyError:  # dropped by another thread meanwhile
                     pass
                 return route
@@ -189,12 +190,12 @@ class KeptRoutes:
         return entry is not None and entry[0] == key
 
 
-def addresses(torch, dsts: list, srcs: list, grouped: bool) -> tuple | None:
-    """What a kept route is found by: `grouped`, the grad mode and every tensor's address; None
-    for entries that are not plain tensors (the checks then name them)."""
+def addresses(torch, tensors: list, kind: object) -> tuple | None:
+    """What a kept route is found by: its `kind` (`grouped`, or a kept pack's side), the grad mode
+    and every tensor's address; None for entries that are not plain tensors (the checks then name
+    them)."""
     try:
-        address = torch.Tensor.data_ptr
-        return (grouped, torch.is_grad_enabled(), *map(address, dsts), *map(address, srcs))
+        return (kind, torch.is_grad_enabled(), tuple(map(torch.Tensor.data_ptr, tensors)))
     except (TypeError, RuntimeError, AttributeError, NotImplementedError):
         return None
 
