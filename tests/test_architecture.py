@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_rows", "tmakit.ops_many"),
+    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles", "tmakit.ops_rows", "tmakit.ops_many"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),

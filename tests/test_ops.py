@@ -31,6 +31,7 @@ import tmakit.ops  # noqa: E402
 from tmakit import TmaConfigError  # noqa: E402
 
 ops = tmakit.ops
+ops_tiles = tmakit.ops_tiles
 
 
 @pytest.fixture(autouse=True)
@@ -325,7 +326,7 @@ def cpu_kernels(monkeypatch):
 
     def load_tiles(tensor, tile, swizzle):
         calls.append(("load_tiles", tile, swizzle))
-        out = torch.zeros(ops.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
+        out = torch.zeros(ops_tiles.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
         out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor.data
         return out
 
@@ -344,9 +345,10 @@ def cpu_kernels(monkeypatch):
         calls.append(("im2col", kernel, stride, padding, dilation))
         return tmakit.api.torch_im2col(x.data, kernel, stride, padding, dilation)
 
-    monkeypatch.setattr(ops, "tma_load_tiles", load_tiles)
-    monkeypatch.setattr(ops, "tma_im2col", im2col)
+    monkeypatch.setattr(ops_tiles, "tma_load_tiles", load_tiles)
+    monkeypatch.setattr(ops_tiles, "tma_im2col", im2col)
     monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(ops_tiles, "check_traced", lambda op, **tensors: None)
     return calls
 
 
@@ -577,7 +579,7 @@ def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
         ops.copy__impl(x, x)
     with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
-        ops.load_tiles_impl(x)
+        ops_tiles.load_tiles_impl(x)
 
 
 def test_a_meta_tensor_in_the_real_implementation_is_refused():
@@ -587,7 +589,7 @@ def test_a_meta_tensor_in_the_real_implementation_is_refused():
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
         ops.copy__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="tensor is on the meta device"):
-        ops.load_tiles_impl(meta)
+        ops_tiles.load_tiles_impl(meta)
 
 
 def test_a_cpu_tensor_while_tracing_is_refused(fake):
@@ -632,13 +634,15 @@ class OnDevice:
 
 
 def test_a_tensor_off_the_current_gpu_is_launched_under_its_guard(monkeypatch):
-    monkeypatch.setattr(ops, "gpu_count", lambda: 2)
+    from tmakit import ops_base
+
+    monkeypatch.setattr(ops_base, "gpu_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    assert ops.foreign_device(OnDevice(1)) == 1
-    assert ops.foreign_device(OnDevice(0)) is None
-    assert ops.foreign_device(OnDevice(-1)) is None  # a CPU tensor: tmakit.api's to refuse
-    monkeypatch.setattr(ops, "gpu_count", lambda: 1)
-    assert ops.foreign_device(OnDevice(1)) is None  # one GPU: never a guard
+    assert ops_base.foreign_device(OnDevice(1)) == 1
+    assert ops_base.foreign_device(OnDevice(0)) is None
+    assert ops_base.foreign_device(OnDevice(-1)) is None  # a CPU tensor: tmakit.api's to refuse
+    monkeypatch.setattr(ops_base, "gpu_count", lambda: 1)
+    assert ops_base.foreign_device(OnDevice(1)) is None  # one GPU: never a guard
 
 
 # -- reduce_into_ ---------------------------------------------------------------------------------

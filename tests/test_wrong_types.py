@@ -273,6 +273,7 @@ def stand_ins(monkeypatch):
     properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     for module in (api_copy, api_reduce):

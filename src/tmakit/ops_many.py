@@ -16,9 +16,8 @@ import torch
 from .api import many as api_many
 from .api import many_route as api_many_route
 from .errors import TmaConfigError
-from .ops_rows import define, refuse_grad
+from .ops_base import NAMESPACE, define, refuse_grad
 
-NAMESPACE = "tmakit"
 SCHEMAS = {
     "copy_many_": "copy_many_(Tensor(a!)[] dsts, Tensor[] srcs) -> ()",
     "pack": "pack(Tensor[] tensors) -> Tensor",

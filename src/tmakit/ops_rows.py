@@ -20,22 +20,14 @@ import torch
 
 from .api import rows as api_rows
 from .errors import TmaConfigError
+from .ops_base import NAMESPACE, define, refuse_grad
 
-NAMESPACE = "tmakit"
 SCHEMAS = {
     "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
     "scatter_rows_": "scatter_rows_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
     "index_add_": "index_add_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
     "index_reduce_": "index_reduce_(Tensor(a0!) dst, Tensor index, Tensor src, str reduce) -> ()",
 }
-
-
-def refuse_grad(op: str, *tensors: torch.Tensor) -> None:
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
-        raise TmaConfigError(
-            f"torch.ops.{NAMESPACE}.{op} is not differentiable; call it under torch.no_grad(), or use "
-            "torch's op where a gradient is needed"
-        )
 
 
 def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None) -> None:
@@ -90,20 +82,6 @@ def in_place_fake(op: str):
         _check_fake(op, dst, index, src)
 
     return fake
-
-
-def define(kind: str, schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
-    """A `tmakit` library ("DEF" once, else "FRAGMENT") defining `schemas`, each op of `kernels`
-    ((name, implementation, fake)) registered under CompositeExplicitAutograd with its fake (also
-    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. The library returned must
-    live as long as the process (dropping it unregisters the ops)."""
-    library = torch.library.Library(NAMESPACE, kind)
-    for schema in schemas.values():
-        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    for name, impl, fake in kernels:
-        library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
-        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
-    return library
 
 
 def register() -> torch.library.Library:

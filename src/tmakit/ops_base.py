@@ -1,0 +1,111 @@
+"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles`, `ops_rows`, `ops_many`): the
+namespace, the library each defines its ops in, the checks of tensors without memory or off the
+GPU, the device guard, and the keysets an Autograd kernel reads."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, is_fake
+
+from .api import check_on_gpu, check_torch_tensor
+from .errors import TmaConfigError
+
+NAMESPACE = "tmakit"
+TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
+increment_version = torch.autograd.graph.increment_version
+BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+BelowAutograd = torch._C._AutoDispatchBelowAutograd
+# An Autograd kernel's keysets (as raw bits) under which the next kernel would be the real
+# implementation (CompositeExplicitAutograd): a dense tensor on a GPU, or on the CPU (refused there
+# by tmakit.api), and no other key below autograd (no trace's mode, no functionalization, no
+# conjugate or negative view). Compared whole: reading the keyset's keys one by one costs far more.
+PLAIN = frozenset(
+    (torch._C.DispatchKeySet(backend) | torch._C.DispatchKeySet(autograd)).raw_repr()
+    for backend, autograd in (
+        (torch._C.DispatchKey.CUDA, torch._C.DispatchKey.AutogradCUDA),
+        (torch._C.DispatchKey.CPU, torch._C.DispatchKey.AutogradCPU),
+    )
+)
+
+
+def define(kind: str, schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
+    """A `tmakit` library ("DEF" once, else "FRAGMENT") defining `schemas`, each op of `kernels`
+    ((name, implementation, fake)) registered under CompositeExplicitAutograd with its fake (also
+    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. The library returned must
+    live as long as the process (dropping it unregisters the ops)."""
+    library = torch.library.Library(NAMESPACE, kind)
+    for schema in schemas.values():
+        library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
+    for name, impl, fake in kernels:
+        library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+    return library
+
+
+def refuse_grad(op: str, *tensors: torch.Tensor) -> None:
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op} is not differentiable; call it under torch.no_grad(), or use "
+            "torch's op where a gradient is needed"
+        )
+
+
+# -- tensors without memory, tensors off the GPU while tracing ---------------------------------------
+def refuse_memoryless(op: str, **tensors: torch.Tensor) -> None:
+    """A real implementation's check: a fake tensor (a trace's: a device, no memory) or a meta
+    tensor raises TmaConfigError. Through torch's dispatcher neither arrives here (a fake
+    tensor goes to its FakeTensorMode, a meta tensor to the Meta kernel), but a direct call of
+    the implementation can pass one. The callers test `.is_meta` and the exact type first, which
+    costs nanoseconds on the eager path."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, FakeTensor):
+            raise TmaConfigError(
+                f"torch.ops.{NAMESPACE}.{op}: {name} is a fake tensor (a shape on {tensor.device}, no "
+                "memory) in the eager path; a fake tensor belongs in a trace (torch.compile, make_fx), "
+                "whose fake implementation computes the output: call the op eagerly on real CUDA tensors"
+            )
+        check_torch_tensor(tensor, f"torch.ops.{NAMESPACE}.{op}", name)  # meta: tmakit.api's message
+
+
+def check_traced(op: str, **tensors: torch.Tensor) -> None:
+    """A fake implementation's check: every tensor is on a CUDA device. A CPU tensor in a trace, or a
+    meta tensor (passed to the op eagerly, or traced), raises TmaConfigError. The error gives
+    `tmakit.api`'s message and says what called it."""
+    for name, tensor in tensors.items():
+        if tensor.device.type == "cuda":
+            continue
+        where = TRACING if is_fake(tensor) else "called eagerly"
+        try:
+            check_torch_tensor(tensor, f"torch.ops.{NAMESPACE}.{op}", name)  # meta
+            check_on_gpu(tensor, name)  # cpu and any other device
+        except TmaConfigError as error:
+            raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op} {where}: {error}") from None
+
+
+@functools.cache
+def gpu_count() -> int:
+    """CUDA devices torch sees; fixed for the process once CUDA is initialised."""
+    return torch.cuda.device_count()
+
+
+def foreign_device(tensor: torch.Tensor) -> int | None:
+    """The index of `tensor`'s GPU when it is not the current device (its launch then needs that
+    device's guard), else None. On a one-GPU machine this is always None, at the cost of a
+    cached call."""
+    if gpu_count() < 2:
+        return None
+    index = tensor.get_device()
+    return index if index >= 0 and index != torch.cuda.current_device() else None
+
+
+def on_its_device(tensor: torch.Tensor, launch: Any, *args: Any, **kwargs: Any) -> Any:
+    """`launch(*args, **kwargs)`, under the guard of `tensor`'s GPU where it is not the current
+    device (`foreign_device`)."""
+    device = foreign_device(tensor)
+    if device is None:
+        return launch(*args, **kwargs)
+    with torch.cuda.device(device):
+        return launch(*args, **kwargs)
