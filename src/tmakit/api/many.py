@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
+from ..plan.many import has_gaps
 from ..validate import flag
 from .many_kept import kept_packing
 from .many_route import GRAD, KeptRoutes, Route, addresses, packed_layout, recorded
@@ -377,8 +378,7 @@ def _flat_views(torch, tensors, flat, what: str):
         raise TmaConfigError(f"{what}: {dtype} elements do not fall on 16-byte offsets")
     device = next(iter(devices))
     if flat is None:  # the bytes between spans zeroed, so a packed buffer is the same each time
-        ends = [offset + t.nbytes for offset, t in zip(offsets, tensors, strict=True)]
-        padded = ends[:-1] != offsets[1:] or ends[-1] != length * element
+        padded = has_gaps(offsets, [t.nbytes for t in tensors], length * element)
         flat = (torch.zeros if padded else torch.empty)(length, dtype=dtype, device=device)
     check_torch_tensor(flat, what, "the buffer")
     if flat.dim() != 1 or not flat.is_contiguous() or flat.dtype != dtype or flat.numel() < length:

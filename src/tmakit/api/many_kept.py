@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..plan.many import pairs_disjoint
+from ..plan.many import has_gaps, pairs_disjoint
 from .many_route import KeptRoutes, addresses, encode, groupable, launch_table, packed_layout, span
 from .tensors import check_torch_tensor, recorded_by_autograd
 
@@ -33,9 +33,8 @@ class Packed:
         self.device, self.relative = tensors[0].device, relative
         self.element = torch.empty(0, dtype=self.dtype).itemsize
         self.offsets = [offset // self.element for offset in offsets]
-        ends = [offset + t.nbytes for offset, t in zip(offsets, tensors, strict=True)]
-        self.padded = ends[:-1] != offsets[1:] or ends[-1] != self.length * self.element
         addresses, nbytes = [t.data_ptr() for t in tensors], [t.nbytes for t in tensors]
+        self.padded = has_gaps(offsets, nbytes, self.length * self.element)
         src, dst = (addresses, offsets) if relative == "destination" else (offsets, addresses)
         self.table = encode(torch, self.device, src, dst, nbytes) if any(nbytes) else None
         spans = sorted(span(t) for t in tensors if t.nbytes)

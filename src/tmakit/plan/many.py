@@ -50,6 +50,13 @@ def pack_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
     return offsets, end
 
 
+def has_gaps(offsets: Sequence[int], nbytes: Sequence[int], buffer_bytes: int) -> bool:
+    """Whether spans of `nbytes` at `offsets` (in order, as `pack_offsets` lays them) leave bytes
+    of a `buffer_bytes` buffer uncovered: bytes a new packed buffer must zero."""
+    ends = [offset + size for offset, size in zip(offsets, nbytes, strict=True)]
+    return ends[:-1] != list(offsets[1:]) or ends[-1] != buffer_bytes
+
+
 @dataclass(frozen=True)
 class ManyPlan:
     """A grouped copy's ring: `stages` stages of `stage_bytes`, each filled by a step's chunks,
