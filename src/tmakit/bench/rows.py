@@ -39,6 +39,7 @@ class RowsCase:
     pattern: str = "random"
     dtype: str = "bfloat16"
     label: str = ""
+    strict: bool = True  # False: the call as a user makes it, the rule choosing the path
 
     @property
     def name(self) -> str:
@@ -78,20 +79,21 @@ def make_index(case: RowsCase, generator) -> object:
 
 def calls(case: RowsCase):
     """(tmakit's call, torch's call), each taking (table, index, compact)."""
+    strict = case.strict
     if case.op == "gather":
-        return (lambda t, i, c: api.gather_rows(t, i, c, check_index=False, strict=True), _index_select)
+        return (lambda t, i, c: api.gather_rows(t, i, c, check_index=False, strict=strict), _index_select)
     if case.op == "scatter":
         return (
-            lambda t, i, c: api.scatter_rows_(t, i, c, check_index=False, strict=True),
+            lambda t, i, c: api.scatter_rows_(t, i, c, check_index=False, strict=strict),
             lambda t, i, c: t.index_copy_(0, i, c),
         )
     if case.op == "max":
         return (
-            lambda t, i, c: api.index_reduce_(t, i, c, "amax", check_index=False, strict=True),
+            lambda t, i, c: api.index_reduce_(t, i, c, "amax", check_index=False, strict=strict),
             lambda t, i, c: t.index_reduce_(0, i, c, "amax"),
         )
     return (
-        lambda t, i, c: api.index_add_(t, i, c, check_index=False, strict=True),
+        lambda t, i, c: api.index_add_(t, i, c, check_index=False, strict=strict),
         lambda t, i, c: t.index_add_(0, i, c),
     )
 
@@ -165,7 +167,9 @@ def bench_rows(case: RowsCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     eager = eager_samples_us({name: launches[name] for name in list(launches)[:2]})
     notes = {
         "op": case.name,
-        "path": api.rows_path(case.op, table, indexes[0], compacts[0]),
+        "path": api.rows_path(case.op, table, indexes[0], compacts[0])
+        if not case.strict
+        else "tma-rows-bulk (strict)",
         "rotated_buffers": count,
     }
     kind = KINDS[case.op]

@@ -2,8 +2,10 @@
 to 16 KiB rows against torch's `index_select`, `index_copy_`, `index_add_` and `index_reduce_`, and
 the workloads the rows ops are for: an embedding backward (Zipf-distributed tokens into a 128K x
 4096 bf16 table), a mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64
-experts) and a paged gather (pages of 16 rows). `--only` picks cases by the start of their names.
-Its JSON is the rows study: one row a case, with the same run's copy rate."""
+experts) and a paged gather (pages of 16 rows). The sweep runs the kernel at every row size
+(strict), then again from 16 B as a user calls each op, the rule choosing the kernel or torch's op
+(the cases named "rule: ..."). `--only` picks cases by the start of their names. Its JSON is the
+rows study: one row a case, with the same run's copy rate."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from ..bench.rows import EAGER, TORCH_NAMES, RowsCase, bench_rows
 from . import Family, Options, chosen_parts
 
 ROW_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+RULE_ROW_SIZES = (16, 32, *ROW_SIZES)  # the rule's own choices, torch's op included below 64 B
+RULE = "rule"  # the label of the cases called as a user calls them (not strict)
 SWEEP_BYTES = 64 * 2**20  # rows moved per call in the sweep
 TABLE_BYTES = 512 * 2**20  # the sweep's table: far beyond the L2
 TOKENS, HIDDEN_BYTES = 16384, 4096 * 2  # 16K tokens of 4096 bf16
@@ -28,12 +32,15 @@ def cases() -> list[RowsCase]:
         RowsCase("gather", 2048, 1 << 18, TOKENS, "pages", label="paged gather"),
     ]
     dtypes = {"add": "float32", "max": "int32"}
-    for op in ("gather", "scatter", "add", "max"):
-        for row_bytes in ROW_SIZES:
-            rows = TABLE_BYTES // row_bytes
-            count = SWEEP_BYTES // row_bytes
-            pattern = "permutation" if op == "scatter" else "random"
-            found.append(RowsCase(op, row_bytes, rows, count, pattern, dtypes.get(op, "bfloat16")))
+    for strict, sizes in ((True, ROW_SIZES), (False, RULE_ROW_SIZES)):
+        for op in ("gather", "scatter", "add", "max"):
+            for row_bytes in sizes:
+                rows = TABLE_BYTES // row_bytes
+                count = SWEEP_BYTES // row_bytes
+                pattern = "permutation" if op == "scatter" else "random"
+                dtype = dtypes.get(op, "bfloat16")
+                label = "" if strict else RULE
+                found.append(RowsCase(op, row_bytes, rows, count, pattern, dtype, label, strict))
     return found
 
 
@@ -73,7 +80,8 @@ def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
 def study(results: list[tuple[RowsCase, list[BenchRow]]], context: dict) -> dict:
     return {
         "study": "rows",
-        "what": "rows by index, tmakit's bulk row copies (strict: every row size) against torch's "
+        "what": "rows by index, tmakit's bulk row copies (strict: every row size; the 'rule' cases as a "
+        "user calls each op, the rule choosing the kernel or torch's op) against torch's "
         "index_select / index_copy_ / index_add_ / index_reduce_ (amax) in CUDA graphs (device time) and "
         "eagerly (back-to-back calls, host included), L2 cold, bytes read plus written, beside a torch "
         "copy of the same bytes in the same run; every tmakit result compared with torch's first",
