@@ -32,19 +32,24 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 
 from ..limits import WARP_THREADS
 from ..plan import CopyPlan
-from .ring import RingContext, TmaRingKernel
+from .ring import LateRelease, RingContext, TmaRingKernel
 from .tma import matrix_first_view, shared_tile_layout
 
 __all__ = ["BulkCopyKernel", "CopyKernel"]
 
 
-class _CopyCommon:
+class _CopyCommon(LateRelease):
     """What both copies share: the plan's shared memory, the rows view of compact tensors, and
     the end of the stores."""
 
     @property
     def smem_bytes(self) -> int:
         return self.copy.smem_bytes
+
+    @property
+    def late(self) -> int:
+        """Stores that may still be reading their stage beside the newest (`LateRelease`)."""
+        return self.copy.stores_in_flight - 1
 
     def rows_views(self, src: cute.Tensor, dst: cute.Tensor):
         """With `as_rows`, the tensors' memory viewed as the plan's compact matrix (shape-generic:
@@ -73,9 +78,7 @@ class _CopyCommon:
         if cutlass.const_expr(self.copy.transpose):
             self.ring.release(context.empty, stage, failed)
         else:
-            late = self.copy.stores_in_flight - 1  # stores that may still be reading their stage
-            if step >= late:
-                self.ring.release(context.empty, (step - late) % self.pipeline.stages, failed)
+            LateRelease.release_stage(self, context, stage, step, failed)
 
     @cute.jit
     def consumer_end(self, context: RingContext, state, consumer, failed):
@@ -86,11 +89,7 @@ class _CopyCommon:
             if consumer == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # stores read their staging tile
         else:
-            late = self.copy.stores_in_flight - 1
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-            for step in cutlass.range(context.steps - late, context.steps, unroll=1):  # not yet released
-                if step >= 0:
-                    self.ring.release(context.empty, step % self.pipeline.stages, failed)
+            LateRelease.consumer_end(self, context, state, consumer, failed)
 
 
 class CopyKernel(_CopyCommon, TmaRingKernel):

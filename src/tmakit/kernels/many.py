@@ -19,8 +19,7 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 
 from ..limits import GLOBAL_BASE_ALIGN, WARP_THREADS
 from ..plan.many import ManyPlan
-from .ring import RingContext, RunTimeWalk, TmaRingKernel
-from .rows import LateRelease
+from .ring import LateRelease, RingContext, RunTimeWalk, TmaRingKernel
 from .tma import shared_tile_layout
 
 __all__ = ["RELATIVE_SIDES", "ManyKernel"]

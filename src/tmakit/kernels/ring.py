@@ -281,3 +281,26 @@ class TmaRingKernel:
         batch, row_block, column_tile = tile
         coordinate = tile_coordinate(row_block, column_tile, batch, len(plan.config.shape))
         return tma_load_views(atom, tensor_view, shared_tile, plan.config.tile, coordinate)
+
+
+class LateRelease:
+    """The consumer's release for kernels that store each stage by bulk copies, committed as one
+    bulk group a step per storing thread (`self.late`: the groups that may still be reading their
+    stage beside the newest): the stage `late` steps back is freed once every storing thread
+    waited for its older groups; at the end, every group has read its stage and the stages not
+    yet freed are freed."""
+
+    @cute.jit
+    def release_stage(self, context: RingContext, stage, step, failed):
+        """Free the stage whose stores every lane now knows have read it, `late` steps back."""
+        if step >= self.late:
+            self.ring.release(context.empty, (step - self.late) % self.pipeline.stages, failed)
+
+    @cute.jit
+    def consumer_end(self, context: RingContext, state, consumer, failed):
+        """Before the block exits: every store has read its stage; the stages not yet released
+        are released. The writes complete before the grid does."""
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+        for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
+            if step >= 0:
+                self.ring.release(context.empty, step % self.pipeline.stages, failed)

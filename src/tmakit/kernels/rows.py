@@ -27,32 +27,10 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 from ..limits import WARP_THREADS
 from ..plan.reduce import PTX_TYPES
 from ..plan.rows import RowsPlan
-from .ring import RingContext, RunTimeWalk, TmaRingKernel
+from .ring import LateRelease, RingContext, RunTimeWalk, TmaRingKernel
 from .tma import shared_tile_layout
 
-__all__ = ["LateRelease", "RowsKernel"]
-
-
-class LateRelease:
-    """The consumer's release for kernels whose lanes each commit one bulk group of stores per
-    step (`self.late`: the groups that may still be reading their stage): the stage `late` steps
-    back is freed once every lane waited for its older groups; at the end, every group has read
-    its stage and the stages not yet freed are freed."""
-
-    @cute.jit
-    def release_stage(self, context: RingContext, stage, step, failed):
-        """Free the stage whose stores every lane now knows have read it, `late` steps back."""
-        if step >= self.late:
-            self.ring.release(context.empty, (step - self.late) % self.pipeline.stages, failed)
-
-    @cute.jit
-    def consumer_end(self, context: RingContext, state, consumer, failed):
-        """Before the block exits: every store has read its stage; the stages not yet released
-        are released. The writes complete before the grid does."""
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
-        for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
-            if step >= 0:
-                self.ring.release(context.empty, step % self.pipeline.stages, failed)
+__all__ = ["RowsKernel"]
 
 
 class RowsKernel(LateRelease, TmaRingKernel):
@@ -128,9 +106,9 @@ class RowsKernel(LateRelease, TmaRingKernel):
         table, index, compact = source
         barrier = context.full + stage
         row_bytes = self.rows.row_bytes
-        if not failed:
-            first, moved = self.step_rows(context, index, step)
-            if cutlass.const_expr(self.gather):
+        if cutlass.const_expr(self.gather):
+            if not failed:
+                first, moved = self.step_rows(context, index, step)
                 lane = cute.arch.lane_idx()
                 for slot in cutlass.range(lane, moved, WARP_THREADS, unroll=1):
                     inside, address = self.table_row(table, index, first + slot)
@@ -139,10 +117,13 @@ class RowsKernel(LateRelease, TmaRingKernel):
                         prims.cp_async_bulk_shared_cluster_global(
                             self.staged(context, stage, slot), address, barrier, row_bytes
                         )
-                cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
+            cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
+            if not failed:  # (lanes a hang guard timed out may differ: the whole warp syncs above)
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive(barrier)
-            else:
+        else:
+            if not failed:
+                first, moved = self.step_rows(context, index, step)
                 with cute.arch.elect_one():
                     size = moved * row_bytes
                     cute.arch.mbarrier_arrive_and_expect_tx(barrier, size)
