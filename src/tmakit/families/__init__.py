@@ -12,12 +12,14 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from ..bench.report import BenchRow
 from ..runtime.compile import CompiledKernel
 
 Options = argparse.Namespace  # the bench command's options, as parsed
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,20 @@ def bench_shapes(options: Options, itemsize: int) -> list[tuple[int, ...]]:
     return [*([options.shape] if options.shape else []), *sizes]
 
 
-def chosen_parts(options: Options, names: Sequence[str]) -> list[bool]:
-    """Whether each of a study's parts is chosen by --only's prefixes (all without)."""
+def chosen(options: Options, parts: Sequence[T], name: Callable[[T], str] = attrgetter("name")) -> list[T]:
+    """The parts of a study that --only's prefixes choose, by `name` (all without)."""
     prefixes = [p for p in (options.only or "").split(",") if p]
-    return [not prefixes or any(name.startswith(p) for p in prefixes) for name in names]
+    return [part for part in parts if not prefixes or any(name(part).startswith(p) for p in prefixes)]
+
+
+def tabled_study(
+    name: str, what: str, row: Callable[[Any, list[BenchRow]], dict], **fields: Any
+) -> Callable[[list[tuple[Any, list[BenchRow]]], dict], dict]:
+    """A family's `study`: the JSON of study `name` (`what` it times, its other `fields`, the
+    run's context), one row a part (`row(part, its bench rows)`)."""
+
+    def study(results: list[tuple[Any, list[BenchRow]]], context: dict) -> dict:
+        rows = [row(part, part_rows) for part, part_rows in results]
+        return {"study": name, "what": what, **fields, "context": context, "rows": rows}
+
+    return study

@@ -6,6 +6,7 @@ the JSON it writes is the cluster-dot study (each part's speedups over the faste
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import NamedTuple
 
 from ..bench.baselines import TORCH_DOTS
@@ -14,7 +15,7 @@ from ..bench.report import BenchRow
 from ..check.run import verify_cluster_dot
 from ..plan import ClusterDotPlan
 from ..runtime.launch import compile_cluster_dot, max_active_clusters
-from . import Family, Options, chosen_parts
+from . import Family, Options, chosen
 
 SEED_COLS = 1792  # the seed's K
 STAGES = 4
@@ -41,11 +42,9 @@ PARTS = (
 
 def dot_parts(options: Options) -> list[DotPart]:
     """The study's parts --only chooses, each planned now."""
-    chosen = chosen_parts(options, [name for name, *_ in PARTS])
     return [
         DotPart(name, ClusterDotPlan(shape, cluster=cluster, stages=STAGES), hot_l2)
-        for (name, shape, cluster, hot_l2), keep in zip(PARTS, chosen, strict=True)
-        if keep
+        for name, shape, cluster, hot_l2 in chosen(options, PARTS, itemgetter(0))
     ]
 
 

@@ -10,7 +10,7 @@ import statistics
 
 from ..bench.dropin import EAGER, DropinCase, bench_dropin
 from ..bench.report import BenchRow
-from . import Family, Options, chosen_parts
+from . import Family, Options, chosen, tabled_study
 from .im2col import BATCH, LAYERS
 
 SIZES_MIB = (1, 16, 256, 1024)
@@ -33,10 +33,7 @@ def cases() -> list[DropinCase]:
 
 
 def chosen_cases(options: Options) -> list[DropinCase]:
-    every = cases()
-    return [
-        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
-    ]
+    return chosen(options, cases())
 
 
 def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
@@ -61,16 +58,14 @@ def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
     }
 
 
-def study(results: list[tuple[DropinCase, list[BenchRow]]], context: dict) -> dict:
-    return {
-        "study": "dropin",
-        "what": "each op as a user swaps it in: tmakit against the fastest torch expression eagerly "
-        "(back-to-back calls, host included) and against the faster of it and torch.compile in CUDA "
-        "graphs (device time), L2 cold, every tmakit result bit-compared with torch's first",
-        "targets": {"device_vs_faster_peer": DEVICE_TARGET, "eager_vs_torch": EAGER_TARGET},
-        "context": context,
-        "rows": [case_row(case, rows) for case, rows in results],
-    }
+study = tabled_study(
+    "dropin",
+    "each op as a user swaps it in: tmakit against the fastest torch expression eagerly "
+    "(back-to-back calls, host included) and against the faster of it and torch.compile in CUDA "
+    "graphs (device time), L2 cold, every tmakit result bit-compared with torch's first",
+    case_row,
+    targets={"device_vs_faster_peer": DEVICE_TARGET, "eager_vs_torch": EAGER_TARGET},
+)
 
 
 FAMILIES = (

@@ -10,7 +10,7 @@ from ..bench.im2col import bench_im2col, layer_name, patch_bytes
 from ..bench.report import BenchRow
 from ..plan import Im2colPlan
 from ..runtime.launch import compile_im2col
-from . import Family, Options, chosen_parts
+from . import Family, Options, chosen, tabled_study
 
 # (H, W, C, stride) of ResNet-50's 3x3 convolutions; N = 32.
 LAYERS = (
@@ -28,8 +28,7 @@ BATCH = 32
 def layer_plans(options: Options) -> list[Im2colPlan]:
     """The study's layers --only chooses (by `bench.im2col.layer_name`), each planned now."""
     plans = [Im2colPlan((BATCH, h, w, c), "fp16", 3, stride, 1) for h, w, c, stride in LAYERS]
-    chosen = chosen_parts(options, [layer_name(plan) for plan in plans])
-    return [plan for plan, keep in zip(plans, chosen, strict=True) if keep]
+    return chosen(options, plans, layer_name)
 
 
 def bench_layer(plan: Im2colPlan, options: Options, l2_bytes: int) -> list[BenchRow]:
@@ -54,14 +53,12 @@ def layer_row(plan: Im2colPlan, rows: list[BenchRow]) -> dict:
     }
 
 
-def study(results: list[tuple[Im2colPlan, list[BenchRow]]], context: dict) -> dict:
-    return {
-        "study": "im2col",
-        "what": "tmakit.im2col vs F.unfold + permute to (N*P*Q, R*S*C), ResNet-50 3x3 layers, batch 32, "
-        "fp16, L2 cold (rotated), CUDA-graph replay medians, GB/s of the patch matrix written",
-        "context": context,
-        "rows": [layer_row(plan, rows) for plan, rows in results],
-    }
+study = tabled_study(
+    "im2col",
+    "tmakit.im2col vs F.unfold + permute to (N*P*Q, R*S*C), ResNet-50 3x3 layers, batch 32, "
+    "fp16, L2 cold (rotated), CUDA-graph replay medians, GB/s of the patch matrix written",
+    layer_row,
+)
 
 
 FAMILIES = (

@@ -12,7 +12,7 @@ import statistics
 
 from ..bench.many import EAGER, PEERS, PREPARED, SINGLE, UNCHECKED, ManyCase, bench_many
 from ..bench.report import BenchRow
-from . import Family, Options, chosen_parts
+from . import Family, Options, chosen, tabled_study
 
 LAYER = ((4096, 4096),) * 4 + ((11008, 4096),) * 3 + ((4096,),) * 2
 
@@ -29,10 +29,7 @@ def cases() -> list[ManyCase]:
 
 
 def chosen_cases(options: Options) -> list[ManyCase]:
-    every = cases()
-    return [
-        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
-    ]
+    return chosen(options, cases())
 
 
 def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
@@ -64,16 +61,14 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
     }
 
 
-def study(results: list[tuple[ManyCase, list[BenchRow]]], context: dict) -> dict:
-    return {
-        "study": "many",
-        "what": "lists of tensors in one launch against torch's _foreach_copy_ / cat / split_with_sizes_copy "
-        "in CUDA graphs (device time) and eagerly (back-to-back calls, host included; tmakit's call and "
-        "its GroupedCopy prepared once), L2 cold, bytes read "
-        "plus written, beside a one-buffer torch copy of the same bytes; every tmakit result checked first",
-        "context": context,
-        "rows": [case_row(case, rows) for case, rows in results],
-    }
+study = tabled_study(
+    "many",
+    "lists of tensors in one launch against torch's _foreach_copy_ / cat / split_with_sizes_copy "
+    "in CUDA graphs (device time) and eagerly (back-to-back calls, host included; tmakit's call and "
+    "its GroupedCopy prepared once), L2 cold, bytes read "
+    "plus written, beside a one-buffer torch copy of the same bytes; every tmakit result checked first",
+    case_row,
+)
 
 
 FAMILIES = (

@@ -13,7 +13,7 @@ import statistics
 
 from ..bench.report import BenchRow
 from ..bench.rows import EAGER, TORCH_NAMES, RowsCase, bench_rows
-from . import Family, Options, chosen_parts
+from . import Family, Options, chosen, tabled_study
 
 ROW_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RULE_ROW_SIZES = (16, 32, *ROW_SIZES)  # the rule's own choices, torch's op included below 64 B
@@ -45,10 +45,7 @@ def cases() -> list[RowsCase]:
 
 
 def chosen_cases(options: Options) -> list[RowsCase]:
-    every = cases()
-    return [
-        case for case, keep in zip(every, chosen_parts(options, [c.name for c in every]), strict=True) if keep
-    ]
+    return chosen(options, cases())
 
 
 def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
@@ -77,17 +74,15 @@ def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
     }
 
 
-def study(results: list[tuple[RowsCase, list[BenchRow]]], context: dict) -> dict:
-    return {
-        "study": "rows",
-        "what": "rows by index, tmakit's bulk row copies (strict: every row size; the 'rule' cases as a "
-        "user calls each op, the rule choosing the kernel or torch's op) against torch's "
-        "index_select / index_copy_ / index_add_ / index_reduce_ (amax) in CUDA graphs (device time) and "
-        "eagerly (back-to-back calls, host included), L2 cold, bytes read plus written, beside a torch "
-        "copy of the same bytes in the same run; every tmakit result compared with torch's first",
-        "context": context,
-        "rows": [case_row(case, rows) for case, rows in results],
-    }
+study = tabled_study(
+    "rows",
+    "rows by index, tmakit's bulk row copies (strict: every row size; the 'rule' cases as a "
+    "user calls each op, the rule choosing the kernel or torch's op) against torch's "
+    "index_select / index_copy_ / index_add_ / index_reduce_ (amax) in CUDA graphs (device time) and "
+    "eagerly (back-to-back calls, host included), L2 cold, bytes read plus written, beside a torch "
+    "copy of the same bytes in the same run; every tmakit result compared with torch's first",
+    case_row,
+)
 
 
 FAMILIES = (
