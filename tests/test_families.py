@@ -12,7 +12,7 @@ import pytest
 
 import tmakit.families
 from tmakit.cli import build_parser
-from tmakit.families import Family, families
+from tmakit.families import Family, chosen, families, tabled_study
 
 FIXTURES = Path(__file__).parent / "fixtures" / "toy_ring"
 BUILT_IN = {"load", "copy", "transpose", "reduce", "im2col", "multicast", "cluster-dot"}
@@ -49,3 +49,18 @@ def test_a_new_family_is_three_files(toy_ring):
     assert "toy-ring" in kernel_choices()
     ptx = toy_ring.compile(toy_ring.example(), keep_ptx=True).ptx
     assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)  # a TMA load
+
+
+def test_only_chooses_parts_by_the_start_of_their_names():
+    parts = ["copy 1 MiB", "copy 16 MiB", "add 1 MiB", "im2col"]
+    assert chosen(argparse.Namespace(only=None), parts, str) == parts
+    assert chosen(argparse.Namespace(only="copy 1,im2col"), parts, str) == ["copy 1 MiB", "im2col"]
+    assert chosen(argparse.Namespace(only="nothing"), parts, str) == []
+
+
+def test_a_tabled_study_is_one_row_a_part_under_its_context():
+    row = lambda part, rows: {"part": part, "rows": len(rows)}  # noqa: E731
+    study = tabled_study("toy", "what it times", row, extra=1)
+    document = study([("a", [1, 2]), ("b", [])], {"device": "x"})
+    assert list(document) == ["study", "what", "extra", "context", "rows"]
+    assert document["rows"] == [{"part": "a", "rows": 2}, {"part": "b", "rows": 0}]
