@@ -54,7 +54,8 @@ def test_a_new_family_is_three_files(toy_ring):
 def test_only_chooses_parts_by_the_start_of_their_names():
     parts = ["copy 1 MiB", "copy 16 MiB", "add 1 MiB", "im2col"]
     assert chosen(argparse.Namespace(only=None), parts, str) == parts
-    assert chosen(argparse.Namespace(only="copy 1,im2col"), parts, str) == ["copy 1 MiB", "im2col"]
+    assert chosen(argparse.Namespace(only="copy 1 ,im2col"), parts, str) == ["copy 1 MiB", "im2col"]
+    assert chosen(argparse.Namespace(only="copy 1"), parts, str) == ["copy 1 MiB", "copy 16 MiB"]
     assert chosen(argparse.Namespace(only="nothing"), parts, str) == []
 
 
