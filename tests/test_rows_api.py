@@ -26,6 +26,7 @@ FACTS = RowsFacts(
     device=0,
     index_device=0,
     index_dtype="int64",
+    gpu="NVIDIA H200",  # where bulk copies gather 1 KiB rows
 )
 
 
@@ -68,15 +69,17 @@ def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
 
 
 @pytest.mark.parametrize(
-    ("op", "width", "served"),
-    [("gather", 8, False), ("gather", 16, True), ("gather", 256, True), ("gather", 512, False),
-     ("scatter", 32, False), ("scatter", 64, True), ("add", 32, False), ("add", 4096, True)],
+    ("op", "width", "gpu", "served"),
+    [("gather", 8, "", False), ("gather", 16, "", True), ("gather", 128, "", True),
+     ("gather", 256, "NVIDIA H100 80GB HBM3", False), ("gather", 256, "NVIDIA H200", True),
+     ("gather", 512, "NVIDIA H200", False), ("scatter", 32, "NVIDIA H200", False), ("scatter", 64, "", True),
+     ("add", 32, "", False), ("add", 4096, "NVIDIA H200", True)],
 )  # fmt: skip
-def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op, width, served):
-    """float32 rows of `width` (4 x width bytes): gathers from 64 bytes to 2 KiB, scatters and
-    adds from 256 bytes (the rows study)."""
+def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op, width, gpu, served):
+    """float32 rows of `width` (4 x width bytes): gathers from 64 bytes to 1 KiB (to 2 KiB on the
+    H200), scatters and adds from 256 bytes (the rows study)."""
     facts = replace(FACTS, op=op, table_shape=(1000, width), table_strides=(width, 1),
-                    compact_shape=(64, width), compact_strides=(width, 1))  # fmt: skip
+                    compact_shape=(64, width), compact_strides=(width, 1), gpu=gpu)  # fmt: skip
     assert (rows_tma_rule(facts) is None) == served
     assert rows_tma_rule(facts, strict=True) is None
 
@@ -172,3 +175,24 @@ def test_the_ops_trace_with_their_fakes_and_pass_opcheck():
             torch.ops.tmakit.index_add_(
                 torch.empty(10, 4), torch.empty(5, dtype=torch.long), torch.empty(4, 4)
             )
+
+
+def test_a_repeated_call_on_torchs_path_skips_the_route_and_still_checks_its_index(monkeypatch):
+    torch = torch_or_skip()
+    import tmakit
+    from tmakit.api import rows_call
+
+    table, index = torch.arange(60.0).reshape(10, 6), torch.tensor([9, 0, 9, 3])
+    routed = []
+    rule = rows_call.rows_tma_rule
+    monkeypatch.setattr(rows_call, "rows_tma_rule", lambda *args: routed.append(args) or rule(*args))
+    for _ in range(3):
+        assert torch.equal(tmakit.gather_rows(table, index), table.index_select(0, index))
+    assert len(routed) == 1  # the first call routed (CPU tensors: torch's op), the others found it
+    with pytest.raises(TmaConfigError, match=r"index\[1\] is 10; the table has 10 rows"):
+        tmakit.gather_rows(table, torch.tensor([9, 10, 0, 1]))
+    added = tmakit.index_add_(table.clone(), index, torch.ones(4, 6))
+    again = tmakit.index_add_(table.clone(), index, torch.ones(4, 6))
+    assert torch.equal(added, again)
+    assert torch.equal(added, table.clone().index_add_(0, index, torch.ones(4, 6)))
+    assert len(routed) == 2

@@ -68,6 +68,10 @@ def gather_rows(
     """
     torch = import_torch("gather_rows")
     check_index, strict = flags("gather_rows", check_index, strict)
+    if out is None and type(src) is torch.Tensor and type(index) is torch.Tensor and src.dim():
+        out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
+    if out is not None and known_call("gather", src, index, out, check_index, strict):
+        return out  # a call like one served before: its checks and route passed then
     index = checked_index(index, src, "gather_rows")
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
         refuse_strict(strict, "gather_rows", ZERO_D)

@@ -14,10 +14,12 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
 from ..runtime.rows import rows_launcher
 from ..validate import flag
+from .known import MAX_KNOWN_CALLS, calls_table
 from .tensors import (
     check_torch_tensor,
     cuda_index,
     device_facts,
+    device_name,
     dtype_name,
     import_torch,
     lazy_bit,
@@ -64,23 +66,22 @@ def rows_call(
     rule = rows_tma_rule(facts(op, table, index, compact), strict)
     if rule is not None:
         refuse_strict(strict, f"rows op {op}", rule)
-        check_entries_unless_capturing(index, table.shape[0], check_index)
-        torch_op(TORCH_OPS[op], table, index, compact)
-        return
-    row_bytes = table.element_size() * _row_elements(table)
-    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
-    launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
-    if index.dim() == 1:
-        if len(_KNOWN) >= _KNOWN_MOST:  # index lengths vary: keep the table bounded
-            _KNOWN.clear()
-        _KNOWN[_call_key(op, table, index, compact, strict)] = launch
-    _launch(launch, op, table, index, compact, check_index)
+        run = functools.partial(_by_torch, op)
+    else:
+        row_bytes = table.element_size() * _row_elements(table)
+        dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
+        launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+        run = functools.partial(_launch, launch, op)
+    if len(_KNOWN) >= MAX_KNOWN_CALLS:  # index lengths vary: keep the table bounded
+        _KNOWN.clear()
+    _KNOWN[_call_key(op, table, index, compact, strict)] = run
+    run(table, index, compact, check_index)
 
 
-# Calls whose checks and route passed, by everything those read (`_call_key`): a repeated call
-# skips them. Tensors that require grad, lazily applied bits or one storage take the full path.
-_KNOWN: dict[tuple, Callable] = {}
-_KNOWN_MOST = 1024
+# Calls whose checks and route passed, by everything those read (`_call_key`), with how each
+# runs (the kernel or torch's op): a repeated call skips them. Tensors that require grad, lazily
+# applied bits or one storage take the full path.
+_KNOWN: dict[tuple, Callable] = calls_table()
 
 
 def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
@@ -118,11 +119,18 @@ def known_call(op: str, table, index, compact, check_index: bool, strict: bool) 
         return False
     if table.is_conj() or compact.is_conj():
         return False
-    launch = _KNOWN.get(_call_key(op, table, index, compact, strict))
-    if launch is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
+    run = _KNOWN.get(_call_key(op, table, index, compact, strict))
+    if run is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
         return False
-    _launch(launch, op, table, index, compact, check_index)
+    run(table, index, compact, check_index)
     return True
+
+
+def _by_torch(op: str, table, index, compact, check_index: bool) -> None:
+    """torch's op, the index checked first (unless not asked, or inside a capture): torch's own
+    check is a device assert, which ends the process."""
+    check_entries_unless_capturing(index, table.shape[0], check_index)
+    torch_op(TORCH_OPS[op], table, index, compact)
 
 
 def _launch(launch: Callable, op: str, table, index, compact, check_index: bool) -> None:
@@ -258,6 +266,7 @@ def refuse_strict(strict: bool, what: str, reason: str) -> None:
 
 
 def facts(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> RowsFacts:
+    device = cuda_index(table)
     return RowsFacts(
         op=op,
         table_shape=tuple(table.shape),
@@ -268,9 +277,10 @@ def facts(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tens
         nbytes=table.element_size(),
         table_address=table.data_ptr(),
         compact_address=compact.data_ptr(),
-        device=cuda_index(table),
+        device=device,
         index_device=cuda_index(index),
         index_dtype=dtype_name(index.dtype),
         lazy=lazy_bit(table, compact),
         recorded=recorded_by_autograd(table, compact),
+        gpu=device_name(device) if device >= 0 else "",
     )

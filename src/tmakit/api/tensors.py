@@ -194,6 +194,13 @@ def cuda_index(tensor: torch.Tensor) -> int:
 
 
 @functools.cache
+def device_name(index: int) -> str:
+    """The name torch gives CUDA device `index` (what a rule measured per GPU is found by); read
+    once per device."""
+    return import_torch("tmakit").cuda.get_device_name(index)
+
+
+@functools.cache
 def is_sm90(index: int) -> bool:
     """Whether CUDA device `index` is a Hopper (compute capability 9.0), the GPU tmakit's sm_90a
     kernels run on; read once per device."""

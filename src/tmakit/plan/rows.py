@@ -276,17 +276,25 @@ def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = No
 
 
 # The row lengths (bytes, [from, to)) each op's bulk row copies serve unless a call is strict;
-# torch's kernels take the others (the rows study, benchmarks/results/rows.json). Gathers: the
-# bulk copies led from 64-byte rows, and from 2 KiB rows torch's index_select ran at the same
-# rate (90% of the copy's) for less host time. Scatters and reduces: torch's kernels led below
-# 256 bytes.
+# torch's kernels take the others (the rows study, benchmarks/results/rows.json). Scatters and
+# reduces: torch's kernels led below 256 bytes on the H100 and the H200. Gathers: the bulk copies
+# led from 64-byte rows; on the H100 torch's index_select led from 1 KiB rows (0.91x), on the H200
+# from 2 KiB (1 KiB: 1.11x). A GPU not named below takes the default.
 ROWS_TMA_SPANS = {
-    "gather": (64, 2048),
+    "gather": (64, 1024),
     "scatter": (256, None),
     "add": (256, None),
     "min": (256, None),
     "max": (256, None),
 }
+ROWS_TMA_SPANS_BY_GPU = {"NVIDIA H200": {"gather": (64, 2048)}}  # by torch's device name
+
+
+def rows_tma_spans(gpu: str) -> dict[str, tuple[int, int | None]]:
+    """Each op's row lengths (bytes, [from, to)) served by bulk row copies on the GPU named `gpu`."""
+    return {**ROWS_TMA_SPANS, **ROWS_TMA_SPANS_BY_GPU.get(gpu, {})}
+
+
 MAX_INDEX_ENTRIES = 2**31 - 1  # the kernel's entry count is a 32-bit integer
 # torch's index_reduce_ names, as the bulk reduce names them.
 INDEX_REDUCES = {"amax": "max", "amin": "min"}
@@ -317,13 +325,15 @@ class RowsFacts:
     index_dtype: str
     lazy: str | None = None
     recorded: bool = False  # autograd records the call
+    gpu: str = ""  # the device's name, as torch gives it (the row lengths served depend on it)
 
 
 def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     """Why bulk row copies cannot serve a rows call (None: they can): the device, a bit torch
     applies lazily, autograd, rows that are not contiguous runs of 16-byte multiples at 16-byte
     aligned addresses, a compact tensor whose rows are not back to back, a reduce the bulk
-    reduce has no form for, and (unless `strict`) rows outside the op's `ROWS_TMA_SPANS`."""
+    reduce has no form for, and (unless `strict`) rows outside the op's span on this GPU
+    (`rows_tma_spans`)."""
     if facts.device == NOT_SM90:
         return NOT_SM90_REASON
     if facts.device < 0 or facts.index_device != facts.device:
@@ -366,7 +376,7 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
         RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.dtype))
     except TmaConfigError as error:
         return str(error)
-    low, high = ROWS_TMA_SPANS[facts.op]
+    low, high = rows_tma_spans(facts.gpu)[facts.op]
     if not strict and row_bytes < low:
         return f"rows of {row_bytes} bytes: under {low}, where bulk row copies overtake torch's kernel"
     if not strict and high is not None and row_bytes >= high:
