@@ -23,6 +23,7 @@
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
 #   edges        scripts/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
+#   manystages   scripts/many_stages.py: the grouped copy's ring shapes on a layer (many-stages.json); ARGs: theirs
 #   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
 #                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
 #   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
@@ -73,6 +74,7 @@ run_step() {
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
     rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/rows.json" "$@" 2>&1 | tail -45 ;;
+    manystages) timeout "$limit" python3 scripts/many_stages.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     manybench) timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many.json" "$@" 2>&1 | tail -30 ;;
     abbench) timeout "$limit" python3 scripts/ab_bench.py --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tail -20 ;;
     mctimeline) timeout "$limit" python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --commit "$commit" "$@" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
