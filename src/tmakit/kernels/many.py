@@ -19,7 +19,7 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 
 from ..limits import GLOBAL_BASE_ALIGN, WARP_THREADS
 from ..plan.many import ManyPlan
-from .ring import LateRelease, RingContext, RunTimeWalk, TmaRingKernel
+from .ring import BulkRingKernel, RingContext, RunTimeWalk
 from .tma import shared_tile_layout
 
 __all__ = ["RELATIVE_SIDES", "ManyKernel"]
@@ -27,7 +27,7 @@ __all__ = ["RELATIVE_SIDES", "ManyKernel"]
 RELATIVE_SIDES = (None, "source", "destination")
 
 
-class ManyKernel(LateRelease, TmaRingKernel):
+class ManyKernel(BulkRingKernel):
     """A grouped copy: per step, a bulk copy in and one out per chunk, a chunk a lane.
 
     `relative` ("source" or "destination"; None: neither) says which side of every chunk is an
@@ -93,15 +93,6 @@ class ManyKernel(LateRelease, TmaRingKernel):
         return cute.make_ptr(cutlass.Uint8, word, cute.AddressSpace.gmem, assumed_align=GLOBAL_BASE_ALIGN)
 
     @cute.jit
-    def staged(self, context: RingContext, stage, offset):
-        stages = cute.recast_ptr(context.stages.iterator, dtype=cutlass.Uint8)
-        return stages + stage * self.many.stage_bytes + offset
-
-    @cute.jit
-    def prefetch_descriptors(self, source):
-        """Bulk copies have no tensor map to prefetch."""
-
-    @cute.jit
     def load_stage(self, context: RingContext, table, stage, step, failed):
         """Each lane declares and loads its chunks' bulk bytes; then one arrival."""
         barrier = context.full + stage
@@ -111,14 +102,8 @@ class ManyKernel(LateRelease, TmaRingKernel):
             for index in cutlass.range(first + lane, stop, WARP_THREADS, unroll=1):
                 source, _, bulk, _, offset = self.chunk(table, index)
                 if bulk > 0:
-                    cute.arch.mbarrier_expect_tx(barrier, bulk)
-                    prims.cp_async_bulk_shared_cluster_global(
-                        self.staged(context, stage, offset), source, barrier, bulk
-                    )
-        cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
-        if not failed:  # (lanes a hang guard timed out may differ: the whole warp syncs above)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(barrier)
+                    self.lane_load(barrier, self.staged(context, stage, offset), source, bulk)
+        self.lanes_arrive(barrier, failed)
 
     @cute.jit
     def use_stage(self, context: RingContext, table, stage, step, consumer):
@@ -133,5 +118,4 @@ class ManyKernel(LateRelease, TmaRingKernel):
             tail = cute.make_layout(GLOBAL_BASE_ALIGN)  # the last 1-15 bytes: global to global
             for byte in cutlass.range(nbytes - bulk, unroll=1):
                 cute.make_tensor(target + bulk, tail)[byte] = cute.make_tensor(source + bulk, tail)[byte]
-        cute.arch.cp_async_bulk_commit_group()
-        cute.arch.cp_async_bulk_wait_group(self.late, read=True)
+        self.commit_stores()

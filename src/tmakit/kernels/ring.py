@@ -14,6 +14,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
+from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
 from ..plan import PipelinePlan, TileWalk
 from .tile_ring import TileRing
@@ -304,3 +305,45 @@ class LateRelease:
         for step in cutlass.range(context.steps - self.late, context.steps, unroll=1):
             if step >= 0:
                 self.ring.release(context.empty, step % self.pipeline.stages, failed)
+
+
+class BulkRingKernel(LateRelease, TmaRingKernel):
+    """A ring filled and emptied by non-tensor bulk copies (`cp.async.bulk`: an address and a
+    byte count, no tensor map), a lane per copy: each lane declares its own bytes on the stage's
+    full barrier, then the warp meets and one lane arrives; each lane commits its stores of a step
+    as one bulk group, and a stage is freed `late` steps on (`LateRelease`)."""
+
+    @cute.jit
+    def prefetch_descriptors(self, source):
+        """Bulk copies have no tensor map to prefetch."""
+
+    @cute.jit
+    def staged(self, context: RingContext, stage, offset):
+        """The shared address `offset` bytes into `stage`."""
+        stages = cute.recast_ptr(context.stages.iterator, dtype=cutlass.Uint8)
+        return stages + stage * self.pipeline.stage_bytes + offset
+
+    @cute.jit
+    def lane_load(self, barrier, shared, source, nbytes):
+        """This lane's bulk copy of `nbytes` from `source` into `shared`, its bytes declared on
+        `barrier` first."""
+        cute.arch.mbarrier_expect_tx(barrier, nbytes)
+        prims.cp_async_bulk_shared_cluster_global(shared, source, barrier, nbytes)
+
+    @cute.jit
+    def lanes_arrive(self, barrier, failed):
+        """After the lanes' loads: the warp meets, so that every lane's bytes are declared before
+        the phase may complete, then one lane arrives (none after a guard timeout; lanes a hang
+        guard timed out may differ, so the whole warp meets first)."""
+        cute.arch.sync_warp()
+        if not failed:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(barrier)
+
+    @cute.jit
+    def commit_stores(self):
+        """This lane's stores of the step as one bulk group; then the wait until all its groups
+        but the newest `late` have read their stage, so that the stage `late` steps back may be
+        freed."""
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(self.late, read=True)

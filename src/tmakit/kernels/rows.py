@@ -27,13 +27,13 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 from ..limits import WARP_THREADS
 from ..plan.reduce import PTX_TYPES
 from ..plan.rows import RowsPlan
-from .ring import LateRelease, RingContext, RunTimeWalk, TmaRingKernel
+from .ring import BulkRingKernel, RingContext, RunTimeWalk
 from .tma import shared_tile_layout
 
 __all__ = ["RowsKernel"]
 
 
-class RowsKernel(LateRelease, TmaRingKernel):
+class RowsKernel(BulkRingKernel):
     """Gather, scatter or reduce rows by index: bulk copies on the ring, one step per stage."""
 
     def __init__(self, rows: RowsPlan, hang_guard: bool = False):
@@ -76,11 +76,9 @@ class RowsKernel(LateRelease, TmaRingKernel):
         return first, cutlass.min(left, cutlass.Int32(per_stage))
 
     @cute.jit
-    def staged(self, context: RingContext, stage, slot):
+    def row_staged(self, context: RingContext, stage, slot):
         """The shared address of row `slot` of `stage`."""
-        stages = cute.recast_ptr(context.stages.iterator, dtype=cutlass.Uint8)
-        ring_stage = self.pipeline.stage_elements * 4  # the stand-in's int32 elements, as bytes
-        return stages + stage * ring_stage + slot * self.rows.row_bytes
+        return self.staged(context, stage, slot * self.rows.row_bytes)
 
     @cute.jit
     def table_row(self, table, index, entry):
@@ -96,10 +94,6 @@ class RowsKernel(LateRelease, TmaRingKernel):
 
     # -- producer ------------------------------------------------------------------------------
     @cute.jit
-    def prefetch_descriptors(self, source):
-        """Bulk copies have no tensor map to prefetch."""
-
-    @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):
         """Gather: each lane declares and loads its entries' rows; then one arrival. Otherwise
         one thread declares and loads the step's compact rows. After a guard timeout, nothing."""
@@ -113,14 +107,8 @@ class RowsKernel(LateRelease, TmaRingKernel):
                 for slot in cutlass.range(lane, moved, WARP_THREADS, unroll=1):
                     inside, address = self.table_row(table, index, first + slot)
                     if inside:
-                        cute.arch.mbarrier_expect_tx(barrier, row_bytes)
-                        prims.cp_async_bulk_shared_cluster_global(
-                            self.staged(context, stage, slot), address, barrier, row_bytes
-                        )
-            cute.arch.sync_warp()  # every lane's bytes declared before the phase may complete
-            if not failed:  # (lanes a hang guard timed out may differ: the whole warp syncs above)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(barrier)
+                        self.lane_load(barrier, self.row_staged(context, stage, slot), address, row_bytes)
+            self.lanes_arrive(barrier, failed)
         else:
             if not failed:
                 first, moved = self.step_rows(context, index, step)
@@ -157,16 +145,15 @@ class RowsKernel(LateRelease, TmaRingKernel):
                     if inside:
                         prims.cp_async_bulk_global_shared_cta(
                             self.compact_row(compact, first + slot),
-                            self.staged(context, stage, slot),
+                            self.row_staged(context, stage, slot),
                             row_bytes,
                         )
         else:
             for slot in cutlass.range(lane, moved, WARP_THREADS, unroll=1):
                 inside, address = self.table_row(table, index, first + slot)
                 if inside:
-                    self.store_row(address, self.staged(context, stage, slot))
-        cute.arch.cp_async_bulk_commit_group()
-        cute.arch.cp_async_bulk_wait_group(self.late, read=True)
+                    self.store_row(address, self.row_staged(context, stage, slot))
+        self.commit_stores()
 
     @cute.jit
     def store_row(self, address, staged):
