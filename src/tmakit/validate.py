@@ -355,26 +355,14 @@ def span_bytes(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) ->
     ) * nbytes
 
 
-def partial_overlap(
-    shape: tuple[int, ...],
-    first: tuple[tuple[int, ...], int],
-    second: tuple[tuple[int, ...], int],
-    nbytes: int,
-) -> bool:
-    """Whether two views of `shape` (each (element strides, base address in bytes)) share an
-    element's memory without being the very same view: exact when both have the same strides
-    and those strides never overlap themselves (two slices of one tensor), otherwise whenever
-    their spans meet (a layout change into its own memory, a view overlapping itself)."""
-    return overlap_verdict(shape, first, second, nbytes) != "disjoint"
-
-
 def overlap_verdict(
     shape: tuple[int, ...],
     first: tuple[tuple[int, ...], int],
     second: tuple[tuple[int, ...], int],
     nbytes: int,
 ) -> str:
-    """`partial_overlap`'s answer with its certainty: "disjoint" (no element's memory shared, or
+    """Whether two views of `shape` (each (element strides, base address in bytes)) share an
+    element's memory without being the very same view: "disjoint" (no element's memory shared, or
     the very same view), "shared" (proven: two slices of one layout that meet), or "unknown"
     (the spans meet, but the layouts differ, one is shifted by part of an element, walks
     backwards or overlaps itself: only an element-by-element check could tell)."""

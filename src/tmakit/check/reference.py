@@ -92,16 +92,20 @@ class TileMismatch:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Of `tiles_total` tiles, how many are right (`what` they were checked for), and the first
+    that is not."""
+
     tiles_total: int
     tiles_correct: int
-    first_mismatch: TileMismatch | None
+    first_mismatch: TileMismatch | str | None
+    what: str = "tiles correct"
 
     @property
     def ok(self) -> bool:
         return self.first_mismatch is None
 
     def __str__(self) -> str:
-        text = f"{self.tiles_correct}/{self.tiles_total} tiles correct"
+        text = f"{self.tiles_correct}/{self.tiles_total} {self.what}"
         return text if self.ok else f"{text}; {self.first_mismatch}"
 
 
@@ -158,22 +162,7 @@ def expected_shared_bytes(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
     return logical[:, swizzled_offset(np.arange(plan.expected_tx_bytes), plan.config.swizzle)]
 
 
-@dataclass(frozen=True)
-class BytesVerdict:
-    tiles_total: int
-    tiles_correct: int
-    first_wrong: str | None
-
-    @property
-    def ok(self) -> bool:
-        return self.first_wrong is None
-
-    def __str__(self) -> str:
-        text = f"{self.tiles_correct}/{self.tiles_total} tiles' shared-memory bytes match the model"
-        return text if self.ok else f"{text}; {self.first_wrong}"
-
-
-def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> BytesVerdict:
+def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> Verdict:
     """Compare a raw shared-memory dump (`run.dump_shared_bytes`) with the model, byte for byte."""
     expected = expected_shared_bytes(plan, make_input_bits(plan))
     wrong = expected != found
@@ -190,7 +179,8 @@ def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> BytesVerdict:
             f"byte {offset} expected {int(expected[load, offset]):#04x}, "
             f"found {int(found[load, offset]):#04x} ({int(wrong[load].sum())} wrong bytes)"
         )
-    return BytesVerdict(plan.total_tile_loads, plan.total_tile_loads - len(bad), first)
+    what = "tiles' shared-memory bytes match the model"
+    return Verdict(plan.total_tile_loads, plan.total_tile_loads - len(bad), first, what)
 
 
 def index_add_wrong_rows(got, start, index, src):

@@ -36,7 +36,7 @@ new configuration is the planner's, on the miss path: a call whose launcher is t
 What the signature cannot fix is where the tensors lie: each call compares the two base
 addresses with the spans its signature covers (two reads, no exception), and a destination that
 may overlap its source other than as the very same view goes through the lookup, which refuses a
-partial overlap (`validate.partial_overlap`) as torch's `copy_` does; where only an
+partial overlap (`validate.overlap_verdict`) as torch's `copy_` does; where only an
 element-wise check could tell (layouts that differ), the fallback serves the call and torch decides.
 """
 
@@ -291,7 +291,7 @@ def check_no_partial_overlap(
     dst: Any, src: Any, shape: tuple, src_strides: tuple, dst_strides: tuple
 ) -> None:
     """Refuse a destination that shares memory with its source other than as the very same view
-    (`validate.partial_overlap`): a tile's store could land on elements another tile has yet to
+    (`validate.overlap_verdict`): a tile's store could land on elements another tile has yet to
     load. Disjoint slices of one tensor pass."""
     if overlap_of(dst, src, shape, src_strides, dst_strides) != "disjoint":
         raise TmaConfigError(
