@@ -14,19 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-try:
-    from torch.testing._internal.common_methods_invocations import op_db
-except ImportError as error:  # expecttest missing, or another torch build's layout
-    pytest.skip(f"torch's OpInfo database does not import: {error}", allow_module_level=True)
+import tmakit
+from opinfo_db import DTYPES, on_the_gpu, op_db, torch
+from tmakit import TmaConfigError
 
-import tmakit  # noqa: E402
-from tmakit import TmaConfigError  # noqa: E402
-
-DTYPES = (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
-    torch.int32, torch.int64, torch.bool, torch.complex64,
-)  # fmt: skip
 # op name -> the view of the sample's input whose copy is the op's output
 VIEWS = {
     "clone": lambda x, *args, **kwargs: x,
@@ -90,10 +81,7 @@ def test_opinfo_samples_of_the_copying_ops_copy_exactly_on_the_cpu():
 
 @pytest.mark.gpu
 def test_gpu_opinfo_samples_of_the_copying_ops_copy_exactly(capsys):
-    paths = run_samples("cuda")
-    torch.cuda.synchronize()
-    with capsys.disabled():
-        print(f"\nOpInfo copy samples by path: {paths}")
+    paths = on_the_gpu(run_samples, capsys, "copy")
     assert paths.get("tma", 0) + paths.get("tma-view", 0) + paths.get("tma-rows", 0) > 0
 
 
@@ -145,10 +133,7 @@ def test_opinfo_samples_of_add_through_add__are_exact_on_the_cpu():
 
 @pytest.mark.gpu
 def test_gpu_opinfo_samples_of_add_through_add__are_exact(capsys):
-    paths = run_add_samples("cuda")
-    torch.cuda.synchronize()
-    with capsys.disabled():
-        print(f"\nOpInfo add samples by path: {paths}")
+    on_the_gpu(run_add_samples, capsys, "add")
 
 
 # -- nn.functional.unfold's samples through im2col -------------------------------------------------
@@ -196,6 +181,4 @@ def test_opinfo_samples_of_unfold_through_im2col_are_exact_on_the_cpu():
 
 @pytest.mark.gpu
 def test_gpu_opinfo_samples_of_unfold_through_im2col_are_exact(capsys):
-    paths = run_unfold_samples("cuda")
-    with capsys.disabled():
-        print(f"\nOpInfo unfold samples by path: {paths}")
+    on_the_gpu(run_unfold_samples, capsys, "unfold")

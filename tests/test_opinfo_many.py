@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-try:
-    from torch.testing._internal.common_methods_invocations import op_db
-except ImportError as error:  # expecttest missing, or another torch build's layout
-    pytest.skip(f"torch's OpInfo database does not import: {error}", allow_module_level=True)
-
-import tmakit  # noqa: E402
+import tmakit
+from opinfo_db import on_the_gpu, op_db, torch
 
 OPS = {
     op.name: op for op in op_db if op.name in ("cat", "split_with_sizes_copy") and not op.variant_test_name
@@ -80,8 +75,5 @@ def test_opinfo_samples_of_cat_and_split_pack_and_unpack_exactly_on_the_cpu():
 
 @pytest.mark.gpu
 def test_gpu_opinfo_samples_of_cat_and_split_pack_and_unpack_exactly(capsys):
-    paths = run_samples("cuda")
-    torch.cuda.synchronize()
-    with capsys.disabled():
-        print(f"\nOpInfo cat / split_with_sizes_copy samples by path: {paths}")
+    paths = on_the_gpu(run_samples, capsys, "cat / split_with_sizes_copy")
     assert paths["grouped"] > 0  # the kernel served some

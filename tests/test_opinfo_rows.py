@@ -10,19 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-try:
-    from torch.testing._internal.common_methods_invocations import op_db
-except ImportError as error:  # expecttest missing, or another torch build's layout
-    pytest.skip(f"torch's OpInfo database does not import: {error}", allow_module_level=True)
+import tmakit
+from opinfo_db import DTYPES, on_the_gpu, op_db, torch
+from tmakit.check.reference import index_add_wrong_rows
 
-import tmakit  # noqa: E402
-from tmakit.check.reference import index_add_wrong_rows  # noqa: E402
-
-DTYPES = (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
-    torch.int32, torch.int64, torch.bool, torch.complex64,
-)  # fmt: skip
 NAMES = ("index_select", "index_copy", "index_add", "index_reduce")
 OPS = [op for op in op_db if op.name in NAMES]
 
@@ -104,8 +95,5 @@ def test_opinfo_samples_of_the_index_ops_are_exact_on_the_cpu():
 
 @pytest.mark.gpu
 def test_gpu_opinfo_samples_of_the_index_ops_are_exact(capsys):
-    paths = run_samples("cuda")
-    torch.cuda.synchronize()
-    with capsys.disabled():
-        print(f"\nOpInfo index samples by path: {paths}")
+    paths = on_the_gpu(run_samples, capsys, "index")
     assert paths.get("tma-rows-bulk (strict)", 0) > 0  # the kernel ran on some
