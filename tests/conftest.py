@@ -42,3 +42,21 @@ def forget_known_calls():
     from tmakit.api.known import forget_calls
 
     forget_calls()
+
+
+@pytest.fixture
+def redispatched(monkeypatch):
+    """The names of tmakit's `copy` and `load_tiles` ops each time their Autograd kernel
+    redispatches below autograd (a second Python kernel), recorded by a spy around it."""
+    torch = pytest.importorskip("torch")
+    import tmakit.ops  # noqa: F401  # registers torch.ops.tmakit
+
+    seen = []
+    for op in (torch.ops.tmakit.copy.default, torch.ops.tmakit.load_tiles.default):
+
+        def spy(keyset, *args, _redispatch=op.redispatch, _name=op._opname):
+            seen.append(_name)
+            return _redispatch(keyset, *args)
+
+        monkeypatch.setattr(op, "redispatch", spy)
+    return seen

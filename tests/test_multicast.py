@@ -280,27 +280,36 @@ def test_release_protocols(cluster):
         assert sum(count in holding_size for count in counts) == plan.stages
 
 
-def test_timeline_summary_of_synthetic_stamps():
+def synthetic_stamps(layout, steps, skew: int):
+    """Stamps of `layout`'s CTAs, 100 ns between CTA events and 50 between step events, CTA i
+    running `steps[i]` steps and starting `skew` ns later when it is the second of its cluster."""
     import numpy as np
 
-    from tmakit.bench.timeline import summarise
-    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout
+    from tmakit.plan.timeline import STEP_EVENTS
 
-    layout = TimelineLayout(ctas=4, steps=5)
     stamps = np.zeros(layout.shape, np.int64)
-    for cta in range(4):
-        now = 1000 + 10 * (cta % 2)  # the second CTA of each cluster starts 10 ns later
+    for cta, count in enumerate(steps):
+        now = 1000 + skew * (cta % 2)
         stamps[:, cta, layout.identity_word("smid")] = cta
         for event in ("start", "ready"):
             stamps[:, cta, layout.cta_word(event)] = now
             now += 100
-        for step in range(5):
+        for step in range(count):
             for event in STEP_EVENTS:
                 stamps[:, cta, layout.step_word(event, step)] = now
                 now += 50
         for event in ("done", "exit"):
             stamps[:, cta, layout.cta_word(event)] = now
             now += 100
+    return stamps
+
+
+def test_timeline_summary_of_synthetic_stamps():
+    from tmakit.bench.timeline import summarise
+    from tmakit.plan.timeline import TimelineLayout
+
+    layout = TimelineLayout(ctas=4, steps=5)
+    stamps = synthetic_stamps(layout, [5] * 4, skew=10)  # the second CTA of each cluster 10 ns later
     summary = summarise(layout, stamps, cluster_size=2, stages=2)
     assert summary["start_skew_in_cluster_ns"]["median"] == 10
     assert summary["per_step"][0]["producer_wait_ns"]["median"] == 50
@@ -316,24 +325,11 @@ def test_timeline_summary_leaves_out_steps_a_persistent_cta_never_ran():
     import numpy as np
 
     from tmakit.bench.timeline import summarise
-    from tmakit.plan.timeline import STEP_EVENTS, TimelineLayout
+    from tmakit.plan.timeline import TimelineLayout
 
     layout = TimelineLayout(ctas=4, steps=5)
     steps = np.array([5, 5, 3, 3])
-    stamps = np.zeros(layout.shape, np.int64)
-    for cta in range(4):
-        now = 1000
-        stamps[:, cta, layout.identity_word("smid")] = cta
-        for event in ("start", "ready"):
-            stamps[:, cta, layout.cta_word(event)] = now
-            now += 100
-        for step in range(steps[cta]):
-            for event in STEP_EVENTS:
-                stamps[:, cta, layout.step_word(event, step)] = now
-                now += 50
-        for event in ("done", "exit"):
-            stamps[:, cta, layout.cta_word(event)] = now
-            now += 100
+    stamps = synthetic_stamps(layout, steps, skew=0)
     summary = summarise(layout, stamps, cluster_size=2, stages=2, steps=steps)
     # Unmasked, cluster 1's zero words would give waits of 0 ns and a negative reuse time.
     assert summary["per_step"][4]["producer_wait_ns"]["p10"] == 50  # cluster 0 only
