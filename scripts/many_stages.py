@@ -75,6 +75,9 @@ def main() -> None:
         )
         ok = all(torch.equal(g, s.view(torch.uint8).reshape(-1)) for g, s in zip(got, srcs, strict=True))
         verdicts[name] = "ok: every byte" if ok else "MISMATCH"
+    wrong = [name for name, verdict in verdicts.items() if verdict != "ok: every byte"]
+    if wrong:
+        raise SystemExit(f"wrong bytes from {', '.join(wrong)}: nothing timed")
     samples = interleaved_graph_samples_us(launches, args.samples)
     moved = 2 * sum(nbytes)
     rows = [

@@ -272,7 +272,13 @@ def test_copy_takes_torch_tensors(torch):
 )
 def test_tensors_without_dense_memory_are_refused(torch, make, message):
     bad, good = make(half(torch, 64, 64)), half(torch, 64, 64)
+    index = torch.tensor([0, 1])
+    tmakit.gather_rows(good, index)  # a plain call first: the repeated-call lookup is armed
     for call in (
+        lambda: tmakit.gather_rows(bad, index),
+        lambda: tmakit.gather_rows(good, index, bad),
+        lambda: tmakit.scatter_rows_(bad, index, good[:2]),
+        lambda: tmakit.index_add_(bad, index, good[:2]),
         lambda: tmakit.copy_(good, bad),
         lambda: tmakit.copy_(bad, good),
         lambda: tmakit.copy_(bad, bad),

@@ -219,6 +219,8 @@ def test_nested_and_quantized_tensors_are_refused_by_every_entry():
 
     nested = torch.nested.nested_tensor([torch.zeros(2, 16), torch.zeros(3, 16)])
     quantized = torch.quantize_per_tensor(torch.zeros(16, 16), 0.1, 0, torch.qint8)
+    index = torch.tensor([0])
+    tmakit.gather_rows(torch.eye(4), index)  # a plain call first: the repeated-call lookup is armed
     for tensor, rule in (
         (nested, r"nested tensor .*\.unbind\(\)"),
         (quantized, r"quantized tensor .*int_repr"),
@@ -230,6 +232,9 @@ def test_nested_and_quantized_tensors_are_refused_by_every_entry():
             lambda t: tmakit.load_tiles(t),
             lambda t: tmakit.add_(t, t),
             lambda t: tmakit.im2col(t, 1),
+            lambda t: tmakit.gather_rows(t, index),
+            lambda t: tmakit.gather_rows(torch.eye(4), index, t),
+            lambda t: tmakit.index_add_(t, index, t),
         ):
             with pytest.raises(TmaConfigError, match=rule):
                 call(tensor)

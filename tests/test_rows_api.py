@@ -72,6 +72,7 @@ def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
     ("op", "width", "gpu", "served"),
     [("gather", 8, "", False), ("gather", 16, "", True), ("gather", 128, "", True),
      ("gather", 256, "NVIDIA H100 80GB HBM3", False), ("gather", 256, "NVIDIA H200", True),
+     ("gather", 256, "NVIDIA H200 NVL", True),
      ("gather", 512, "NVIDIA H200", False), ("scatter", 32, "NVIDIA H200", False), ("scatter", 64, "", True),
      ("add", 32, "", False), ("add", 4096, "NVIDIA H200", True)],
 )  # fmt: skip
@@ -196,3 +197,41 @@ def test_a_repeated_call_on_torchs_path_skips_the_route_and_still_checks_its_ind
     assert torch.equal(added, again)
     assert torch.equal(added, table.clone().index_add_(0, index, torch.ones(4, 6)))
     assert len(routed) == 2
+
+
+def test_a_call_torch_serves_for_autograd_or_a_lazy_bit_is_not_kept_for_plain_calls(monkeypatch):
+    """Whether autograd records a call and a conjugate or negative bit are not in the repeated
+    call's key: a call torch's op served for them must not send a plain call of the same key
+    there too."""
+    torch = torch_or_skip()
+    import tmakit
+    from tmakit.api import rows_call
+
+    launched = []
+    monkeypatch.setattr(rows_call, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(rows_call, "device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(rows_call, "_launcher", lambda *args: lambda *tensors: launched.append(args[0]))
+    table, index = torch.randn(16, 64), torch.tensor([3, 1])  # rows of 256 bytes: the kernel's
+    tmakit.gather_rows(torch._neg_view(table), index)  # a negative view: torch's op
+    assert launched == []
+    tmakit.gather_rows(table, index)
+    assert launched == ["gather"]
+    weights = torch.zeros(16, 64, requires_grad=True)
+    tmakit.index_add_(weights * 1, index, torch.ones(2, 64))  # autograd records it: torch's op
+    assert launched == ["gather"]
+    tmakit.index_add_(torch.zeros(16, 64), index, torch.ones(2, 64))
+    assert launched == ["gather", "add"]
+
+
+def test_a_gather_autograd_records_returns_torchs_differentiable_result():
+    torch = torch_or_skip()
+    import tmakit
+
+    table = torch.randn(10, 6, requires_grad=True)
+    index = torch.tensor([9, 0, 9])
+    rows = tmakit.gather_rows(table, index)
+    assert rows.grad_fn is not None and torch.equal(rows, table.index_select(0, index))
+    rows.sum().backward()
+    assert torch.equal(table.grad[9], torch.full((6,), 2.0)) and not table.grad[1].any()
+    with pytest.raises(TmaConfigError, match="requires grad"):
+        tmakit.gather_rows(table, index, strict=True)

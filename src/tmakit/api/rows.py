@@ -17,6 +17,7 @@ import numbers
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
+from ..plan.route import RECORDED_BY_AUTOGRAD
 from ..plan.rows import INDEX_REDUCES, rows_tma_rule
 from ..validate import flag
 from .rows_call import (
@@ -27,11 +28,12 @@ from .rows_call import (
     facts,
     flags,
     known_call,
+    plain_tensors,
     refuse_strict,
     rows_call,
     torch_op,
 )
-from .tensors import import_torch
+from .tensors import import_torch, recorded_by_autograd
 
 if TYPE_CHECKING:
     import torch
@@ -68,11 +70,19 @@ def gather_rows(
     """
     torch = import_torch("gather_rows")
     check_index, strict = flags("gather_rows", check_index, strict)
-    if out is None and type(src) is torch.Tensor and type(index) is torch.Tensor and src.dim():
+    given = out is not None
+    if not given and plain_tensors(src, index) and src.dim():
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
     if out is not None and known_call("gather", src, index, out, check_index, strict):
         return out  # a call like one served before: its checks and route passed then
     index = checked_index(index, src, "gather_rows")
+    if not given and recorded_by_autograd(src):  # index_select's out= records no gradient
+        refuse_strict(strict, "gather_rows", RECORDED_BY_AUTOGRAD)
+        check_entries_unless_capturing(index, src.shape[0] if src.dim() else 1, check_index)
+        try:
+            return torch.index_select(src, 0, index)
+        except (RuntimeError, TypeError, ValueError, IndexError) as error:
+            raise TmaConfigError(f"torch's op refused the call: {error}") from None
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
         refuse_strict(strict, "gather_rows", ZERO_D)
         if out is None:

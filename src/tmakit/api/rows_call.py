@@ -14,7 +14,7 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
 from ..runtime.rows import rows_launcher
 from ..validate import flag
-from .known import MAX_KNOWN_CALLS, calls_table
+from .known import KEY_ERRORS, MAX_KNOWN_CALLS, calls_table
 from .tensors import (
     check_torch_tensor,
     cuda_index,
@@ -43,13 +43,13 @@ TORCH_OPS = {
 
 
 def torch_module():
-    global _TENSOR_TYPE
+    global _TENSOR_TYPE, _STRIDED
     torch = import_torch("rows")
-    _TENSOR_TYPE = torch.Tensor
+    _TENSOR_TYPE, _STRIDED = torch.Tensor, torch.strided
     return torch
 
 
-_TENSOR_TYPE = None  # torch.Tensor once torch is imported (a known call is a plain tensor's)
+_TENSOR_TYPE = _STRIDED = None  # torch.Tensor and torch.strided once torch is imported
 
 
 def rows_call(
@@ -63,7 +63,8 @@ def rows_call(
     check_rows(op, table, index, compact)
     if not index.numel():
         return
-    rule = rows_tma_rule(facts(op, table, index, compact), strict)
+    read = facts(op, table, index, compact)
+    rule = rows_tma_rule(read, strict)
     if rule is not None:
         refuse_strict(strict, f"rows op {op}", rule)
         run = functools.partial(_by_torch, op)
@@ -72,9 +73,10 @@ def rows_call(
         dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
         launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
         run = functools.partial(_launch, launch, op)
-    if len(_KNOWN) >= MAX_KNOWN_CALLS:  # index lengths vary: keep the table bounded
-        _KNOWN.clear()
-    _KNOWN[_call_key(op, table, index, compact, strict)] = run
+    if read.lazy is None and not read.recorded:  # what the key holds is all the route read
+        if len(_KNOWN) >= MAX_KNOWN_CALLS:  # index lengths vary: keep the table bounded
+            _KNOWN.clear()
+        _KNOWN[_call_key(op, table, index, compact, strict)] = run
     run(table, index, compact, check_index)
 
 
@@ -105,22 +107,27 @@ def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
     )
 
 
+def plain_tensors(*values: object) -> bool:
+    """Whether every value is a dense, strided torch tensor (no subclass, nested or sparse one)."""
+    tensor = _TENSOR_TYPE
+    return tensor is not None and all(
+        type(value) is tensor and value.layout is _STRIDED and not value.is_nested for value in values
+    )
+
+
 def known_call(op: str, table, index, compact, check_index: bool, strict: bool) -> bool:
     """Run a call whose key was served before (True), else nothing (False)."""
-    tensor = _TENSOR_TYPE
-    if (
-        tensor is None
-        or type(table) is not tensor
-        or type(index) is not tensor
-        or type(compact) is not tensor
-    ):
+    if not plain_tensors(table, index, compact):
         return False
     if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg():
         return False
     if table.is_conj() or compact.is_conj():
         return False
-    run = _KNOWN.get(_call_key(op, table, index, compact, strict))
-    if run is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
+    try:
+        run = _KNOWN.get(_call_key(op, table, index, compact, strict))
+        if run is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
+            return False
+    except KEY_ERRORS:  # a tensor whose strides or memory cannot be read: the full path names it
         return False
     run(table, index, compact, check_index)
     return True

@@ -287,12 +287,16 @@ ROWS_TMA_SPANS = {
     "min": (256, None),
     "max": (256, None),
 }
-ROWS_TMA_SPANS_BY_GPU = {"NVIDIA H200": {"gather": (64, 2048)}}  # by torch's device name
+# By the start of torch's device name ("NVIDIA H200 NVL" is an H200 too).
+ROWS_TMA_SPANS_BY_GPU = {"NVIDIA H200": {"gather": (64, 2048)}}
 
 
 def rows_tma_spans(gpu: str) -> dict[str, tuple[int, int | None]]:
     """Each op's row lengths (bytes, [from, to)) served by bulk row copies on the GPU named `gpu`."""
-    return {**ROWS_TMA_SPANS, **ROWS_TMA_SPANS_BY_GPU.get(gpu, {})}
+    for name, spans in ROWS_TMA_SPANS_BY_GPU.items():
+        if gpu.startswith(name):
+            return {**ROWS_TMA_SPANS, **spans}
+    return ROWS_TMA_SPANS
 
 
 MAX_INDEX_ENTRIES = 2**31 - 1  # the kernel's entry count is a 32-bit integer
