@@ -6,10 +6,10 @@ import pytest
 
 from tmakit import api
 from tmakit.bench.rows import calls
-from tmakit.families.rows import ROW_SIZES, RULE, RULE_ROW_SIZES, cases, chosen_cases
+from tmakit.families.rows import ROW_SIZES, RULE, cases, chosen_cases
 
 
-def test_the_sweep_runs_strict_then_as_a_user_calls_from_16_bytes():
+def test_the_sweep_runs_strict_then_as_a_user_calls_both_from_16_bytes():
     every = cases()
     names = [case.name for case in every]
     assert len(set(names)) == len(names)
@@ -18,8 +18,8 @@ def test_the_sweep_runs_strict_then_as_a_user_calls_from_16_bytes():
     assert {c.row_bytes for c in strict} == set(ROW_SIZES)
     assert all(c.label == RULE and c.name.startswith(f"{RULE}: ") for c in rule)
     for op in ("gather", "scatter", "add", "max"):
-        assert [c.row_bytes for c in rule if c.op == op] == list(RULE_ROW_SIZES)
-    assert min(RULE_ROW_SIZES) == 16
+        assert [c.row_bytes for c in rule if c.op == op] == list(ROW_SIZES)
+    assert min(ROW_SIZES) == 16
 
 
 def test_only_rule_picks_the_rules_cases():
@@ -27,7 +27,7 @@ def test_only_rule_picks_the_rules_cases():
         only = "rule: gather"
 
     chosen = chosen_cases(Options())
-    assert [c.row_bytes for c in chosen] == list(RULE_ROW_SIZES)
+    assert [c.row_bytes for c in chosen] == list(ROW_SIZES)
     assert all(c.op == "gather" and not c.strict for c in chosen)
 
 

@@ -3,9 +3,9 @@ to 16 KiB rows against torch's `index_select`, `index_copy_`, `index_add_` and `
 the workloads the rows ops are for: an embedding backward (Zipf-distributed tokens into a 128K x
 4096 bf16 table), a mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64
 experts) and a paged gather (pages of 16 rows). The sweep runs the kernel at every row size
-(strict), then again from 16 B as a user calls each op, the rule choosing the kernel or torch's op
-(the cases named "rule: ..."). `--only` picks cases by the start of their names. Its JSON is the
-rows study: one row a case, with the same run's copy rate."""
+(strict), then again as a user calls each op, the rule choosing the kernel or torch's op (the cases
+named "rule: ..."). `--only` picks cases by the start of their names. Its JSON is the rows study:
+one row a case, with the same run's copy rate."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from ..bench.report import BenchRow
 from ..bench.rows import EAGER, TORCH_NAMES, RowsCase, bench_rows
 from . import Family, Options, chosen, tabled_study
 
-ROW_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-RULE_ROW_SIZES = (16, 32, *ROW_SIZES)  # the rule's own choices, torch's op included below 64 B
+ROW_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RULE = "rule"  # the label of the cases called as a user calls them (not strict)
 SWEEP_BYTES = 64 * 2**20  # rows moved per call in the sweep
 TABLE_BYTES = 512 * 2**20  # the sweep's table: far beyond the L2
@@ -32,9 +31,9 @@ def cases() -> list[RowsCase]:
         RowsCase("gather", 2048, 1 << 18, TOKENS, "pages", label="paged gather"),
     ]
     dtypes = {"add": "float32", "max": "int32"}
-    for strict, sizes in ((True, ROW_SIZES), (False, RULE_ROW_SIZES)):
+    for strict in (True, False):
         for op in ("gather", "scatter", "add", "max"):
-            for row_bytes in sizes:
+            for row_bytes in ROW_SIZES:
                 rows = TABLE_BYTES // row_bytes
                 count = SWEEP_BYTES // row_bytes
                 pattern = "permutation" if op == "scatter" else "random"
