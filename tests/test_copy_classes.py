@@ -83,8 +83,12 @@ def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
     assert len(classes.launched) == 100
     assert 1 <= len(classes.compiled) <= 4, names
     assert all(generic for _, _, generic in classes.compiled)
-    # The classes differ only where the defaults depend on size: evict-first when both tensors fit L2.
-    assert len({copy.ring.evict_first for copy, _, _ in classes.compiled}) == len(classes.compiled)
+    # The classes differ only where the defaults depend on size: evict-first when both tensors fit
+    # the L2; beyond it, compact tensors whose elements fill 256-wide rows copied as those rows.
+    kinds = {(copy.ring.evict_first, copy.load.config.tile) for copy, _, _ in classes.compiled}
+    assert len(kinds) == len(classes.compiled)
+    rows_classes = [copy for copy, _, _ in classes.compiled if copy.load.config.tile == (64, 256)]
+    assert len(rows_classes) == 1 and not rows_classes[0].ring.evict_first
 
 
 def test_a_new_shape_breaking_a_rule_in_a_warm_class_raises_before_launch(classes, torch):

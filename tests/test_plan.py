@@ -90,3 +90,15 @@ def test_the_copy_keywords_type_is_copy_options_but_tile_and_stages():
     for function in (tmakit.copy_, tmakit.copy, tmakit.copy_path, tmakit.reduce_into_, tmakit.add_):
         (options,) = [p for p in inspect.signature(function).parameters.values() if p.kind is p.VAR_KEYWORD]
         assert options.annotation == "Unpack[CopyKeywords]", function.__name__
+
+
+def test_compact_copies_beyond_the_l2_take_the_rows_view_by_default():
+    from tmakit.plan.copy import CopyOptions, default_as_rows
+
+    big = 64 * 2**20 // 2  # fp16 elements of 64 MiB: 256 divides them
+    assert default_as_rows(CopyOptions(), False, True, False, big, 2)
+    assert not default_as_rows(CopyOptions(), False, True, True, big, 2)  # fits the L2
+    assert not default_as_rows(CopyOptions(), True, True, False, big, 2)  # changes the layout
+    assert not default_as_rows(CopyOptions(), False, False, False, big, 2)  # a strided tensor
+    assert not default_as_rows(CopyOptions(stages=4), False, True, False, big, 2)  # options given
+    assert not default_as_rows(CopyOptions(), False, True, False, big + 128, 2)  # 128-wide rows only

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..plan.copy import default_as_rows, small_transpose
 from ..plan.copy import fits_l2 as copy_fits_l2
-from ..plan.copy import small_transpose
 from ..plan.copy_layout import copy_rows_view
 from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
@@ -186,11 +186,14 @@ def plan_copy(
     shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
     src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     transpose = src_major != dst_major
+    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
+    contiguous = src.is_contiguous() and dst.is_contiguous()
+    if default_as_rows(options, transpose, contiguous, fits_l2, src.numel(), nbytes):
+        options = CopyOptions(as_rows=True)
     wants_rows = options.as_rows or options.bulk
-    compact = wants_rows and not transpose and src.is_contiguous() and dst.is_contiguous()
+    compact = wants_rows and not transpose and contiguous
     view = copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact)
     tile = options.default_tile(dtype, transpose, view, sm_count, src.numel() * nbytes)
-    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
     if not shape_generic:
         return specialised_copy_launcher(
             src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2, compiled

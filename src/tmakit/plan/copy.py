@@ -16,9 +16,11 @@ from typing import TypedDict
 
 from ..config import (
     DTYPES,
+    ROW_VIEW_WIDTHS,
     changed_fields,
     describe_fields,
     parse_fields,
+    rows_view,
 )
 from ..errors import TmaConfigError
 from ..limits import (
@@ -60,10 +62,28 @@ ROWS_VIEW_MIN_TILE_BYTES = 4 * 1024
 ROWS_VIEW_TILES_PER_SM = 4
 
 
+# Compact tensors of one layout that do not fit the L2 are copied as rows of their memory by
+# default (`as_rows`): 2.0-2.4% faster than the tensors' own tiles from 64 MiB to 1 GiB on the H100
+# in graphs and eagerly, the same at 16 MiB (copy-rows.json).
+ROWS_BEYOND_L2 = True
+
+
 def fits_l2(tensor_bytes: int, l2_bytes: int) -> bool:
     """Whether a copy's source and destination together fit in the L2 (its evict-first default
     and its class follow it)."""
     return 2 * tensor_bytes <= l2_bytes
+
+
+def default_as_rows(
+    options: CopyOptions, transpose: bool, compact: bool, fits_l2: bool, numel: int, nbytes: int
+) -> bool:
+    """Whether a copy given no options takes the rows view (`ROWS_BEYOND_L2`): compact tensors of
+    one layout that do not fit the L2, whose elements fill rows of the widest view (one class a
+    dtype, not one a width)."""
+    if not (ROWS_BEYOND_L2 and options == CopyOptions() and compact and not transpose and not fits_l2):
+        return False
+    view = rows_view(numel, nbytes)
+    return view is not None and view[1] == ROW_VIEW_WIDTHS[0]
 
 
 def small_transpose(nbytes: int, transpose: bool, tensor_bytes: int | None, sm_count: int) -> bool:
