@@ -279,6 +279,8 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> 
     src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
     nbytes = src.element_size()
     fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
+    if not fits_l2 and src_major == dst_major and options == _DEFAULT_OPTIONS:
+        return None  # perhaps a rows view (`plan.copy.default_as_rows`): the full path decides
     small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)
     return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2, small))
 
