@@ -351,3 +351,7 @@ def test_a_kernel_plan_is_the_plan_copy_makes():
         assert f"pipeline          {copy.ring.stages} stages" in text, text
     rows = tmakit("plan", "--kernel", "copy", "--copy", "bulk=true").stdout
     assert "as 59136 rows of 256 (bulk=true)" in rows and "bulk copies       runs of" in rows
+    beyond = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192").stdout  # 128 MiB, past the L2
+    assert "as 262144 rows of 256 (as_rows=true)" in beyond and "tile              64 x 256" in beyond, beyond
+    strided = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192", "--tile", "16x256").stdout
+    assert "rows of" not in strided  # a tile given: the tensor's own tiles, as copy_ with one

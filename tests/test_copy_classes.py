@@ -246,3 +246,20 @@ def test_a_small_transposing_copy_takes_its_own_tile_and_class(classes, torch):
     limit = 132 * TRANSPOSE_TILE_BYTES  # one 32 KiB tile per SM
     assert small_transpose(2, True, limit - 2, 132) and not small_transpose(2, True, limit, 132)
     assert not small_transpose(2, False, 1024, 132) and not small_transpose(2, True, None, 132)
+
+
+def test_compact_copies_beyond_the_l2_are_copied_as_rows_whatever_came_first(classes, torch, monkeypatch):
+    """A padded pair beyond the L2 compiles the tensors' own class; a compact pair of the same
+    rank, dtype and size after it is not found as that class but copied as rows of its memory."""
+    rows, cols = 8192, 4096  # 64 MiB of fp16: beyond the stand-in's 60 MiB L2 for two tensors
+    src = padded(torch, rows, cols - 4)  # rows of 4092 elements 4096 apart
+    api_copy.copy_(padded(torch, rows, cols - 4), src)
+    compact = torch.empty(rows, cols, dtype=torch.float16)
+    api_copy.copy_(torch.empty_like(compact), compact)
+    (own, _, _), (as_rows, _, _) = classes.compiled
+    assert own.load.config.tile == (16, 256) and as_rows.load.config.tile == (64, 256)
+    assert as_rows.load.config.shape[-1] == 256 and len(classes.launched) == 2
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's stand-in GPU
+    reason = api_copy.copy_path(torch.empty_like(compact), compact).reason
+    assert reason.endswith("as rows of its memory: beyond the L2"), reason
+    assert "rows" not in api_copy.copy_path(padded(torch, rows, cols - 4), src).reason

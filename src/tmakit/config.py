@@ -219,6 +219,19 @@ def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") ->
 ROW_VIEW_WIDTHS = (256, 128, 64, 32, 16)  # a compact tensor's memory viewed as rows, widest first
 
 
+def is_compact(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Row-major without gaps, as torch's `is_contiguous` reads it: an extent-1 dim's stride is
+    never used, and an empty tensor is compact."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
 def rows_view(numel: int, nbytes: int) -> tuple[int, int] | None:
     """(rows, width): a compact tensor's memory as rows of the widest `ROW_VIEW_WIDTHS` that
     divides its elements and is a whole number of 16-byte chunks; None if none does."""

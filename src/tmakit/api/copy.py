@@ -3,11 +3,12 @@ dispatch (`runtime.dispatch`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
 from ..plan.copy import default_as_rows, small_transpose
@@ -279,8 +280,9 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> 
     src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
     nbytes = src.element_size()
     fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
-    if not fits_l2 and src_major == dst_major and options == _DEFAULT_OPTIONS:
-        return None  # perhaps a rows view (`plan.copy.default_as_rows`): the full path decides
+    compact = is_compact(shape, facts[1]) and is_compact(shape, facts[3])
+    if default_as_rows(options, src_major != dst_major, compact, fits_l2, numel, nbytes):
+        return None  # a rows view, which `plan_copy` plans
     small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)
     return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2, small))
 
@@ -382,7 +384,13 @@ def copy_path(
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    return routed(dst, src, chosen, route, compiled=False)[0]
+    route = routed(dst, src, chosen, route, compiled=False)[0]
+    if route.path == "tma" and route.view is None and src.is_contiguous() and dst.is_contiguous():
+        nbytes = src.element_size()
+        in_l2 = copy_fits_l2(src.numel() * nbytes, device_facts(src.device)[1])
+        if default_as_rows(chosen, False, True, in_l2, src.numel(), nbytes):
+            route = dataclasses.replace(route, reason=f"{route.reason}, as rows of its memory: beyond the L2")
+    return route
 
 
 def routed_copy_launcher(

@@ -19,7 +19,7 @@ from ..errors import TmaConfigError
 from ..explain import highlight_tile
 from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
-from ..plan.copy import fits_l2
+from ..plan.copy import default_as_rows, fits_l2
 from ..plan.copy_layout import copy_rows_view
 from ..plan.many import ManyPlan
 from ..plan.multicast import CLUSTER_SHAPES
@@ -293,8 +293,13 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
     config = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
     compact = not args.pad and not transpose
-    view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
     tensor_bytes = element.nbytes * math.prod(args.shape)
+    in_l2 = fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
+    numel = math.prod(args.shape)
+    rows_default = default_as_rows(options, transpose, compact, in_l2, numel, element.nbytes)
+    if kernel != "reduce" and "tile" not in args.given and rows_default:
+        options = CopyOptions(as_rows=True)  # beyond the L2, as copy_ plans it
+    view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
     tile = args.tile if "tile" in args.given else None
     if tile is None:
         tile = options.default_tile(element.name, transpose, view, DEFAULT_SM_COUNT, tensor_bytes)

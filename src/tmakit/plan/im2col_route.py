@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DTYPES
+from ..config import DTYPES, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from ..validate import check_base_address
@@ -161,16 +161,3 @@ def im2col_route(facts: Im2colFacts) -> Route:
     route, placed where `facts` says the tensors lie. Raises TmaConfigError for the convolution's
     own arguments (`im2col_conv`), which no path serves."""
     return im2col_call(facts).placed(facts.address, facts.out, facts.records_grad, facts.lazy)
-
-
-def is_compact(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Row-major without gaps, as torch's `is_contiguous` reads it: an extent-1 dim's stride is
-    never used, and an empty tensor is compact."""
-    if 0 in shape:
-        return True
-    expected = 1
-    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
-        if extent != 1 and stride != expected:
-            return False
-        expected *= extent
-    return True
