@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
-from ..plan import CopyOptions, CopyPlan, LoadPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
 from ..plan.copy import default_as_rows, small_transpose
 from ..plan.copy import fits_l2 as copy_fits_l2
 from ..plan.copy_layout import copy_rows_view
@@ -18,15 +18,13 @@ from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag
-from .copy_views import copy_nothing, torch_copy, viewed, viewed_launcher
+from .copy_views import copy_nothing, specialised_copy_launcher, torch_copy, viewed, viewed_launcher
 from .known import KEY_ERRORS
-from .load import config_for
 from .tensors import (
     bump_version,
     check_gpu_tensor,
     check_tensor_pair,
     check_torch_tensor,
-    checked_tensor,
     detached,
     device_facts,
     import_torch,
@@ -312,36 +310,6 @@ def restrided(
     launch.checks_arguments = launcher.checks_arguments
     launch.shape_generic = True
     return launch
-
-
-def specialised_copy_launcher(
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    options: CopyOptions,
-    dtype: str,
-    view: tuple[int, int] | None,
-    tile: tuple[int, int],
-    transpose: bool,
-    sm_count: int,
-    fits_l2: bool,
-    compiled: bool = True,
-) -> Launcher | None:
-    """The launcher of a kernel compiled for this exact shape and these strides (`compiled=False`:
-    None, once everything is checked)."""
-    if view is not None:
-        checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
-        checked_tensor(dst, any_rank=True)
-        source, destination = LoadConfig(view, dtype, tile), None
-    else:
-        source = config_for(src, tile)
-        destination = config_for(dst, tile)
-        if source.element_strides == destination.element_strides:
-            destination = None  # the default destination: the source's own layout
-    copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
-    if not compiled:
-        return None
-    tensor_shape = tuple(src.shape) if view is not None else None
-    return copy_launcher(copy, destination, tensor_shape, str(src.device))
 
 
 def check_copy_tensors(dst: object, src: object) -> None:

@@ -1,16 +1,21 @@
 """The launchers around a copy's route: the TMA launch on the views the route moves (a dtype as a
-same-size one, a canonical view, a compact run's tail), torch's `copy_` (the fallback) and the
-empty copy's. What `api.copy` hands the dispatch, beside its planned kernels."""
+same-size one, a canonical view, a compact run's tail), torch's `copy_` (the fallback), the
+empty copy's, and a kernel compiled for one exact shape (the benchmarks' comparison). What
+`api.copy` hands the dispatch, beside its planned kernels."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
+from ..config import LoadConfig
 from ..errors import TmaConfigError
+from ..plan import CopyOptions, LoadPlan
 from ..plan.route import lazy_reason
 from ..runtime.dispatch import Launcher
-from .tensors import lazy_bit
+from ..runtime.launch import copy_launcher
+from .load import config_for
+from .tensors import checked_tensor, lazy_bit
 
 if TYPE_CHECKING:
     import torch
@@ -71,3 +76,33 @@ def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
 
 
 torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
+
+
+def specialised_copy_launcher(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    options: CopyOptions,
+    dtype: str,
+    view: tuple[int, int] | None,
+    tile: tuple[int, int],
+    transpose: bool,
+    sm_count: int,
+    fits_l2: bool,
+    compiled: bool = True,
+) -> Launcher | None:
+    """The launcher of a kernel compiled for this exact shape and these strides (`compiled=False`:
+    None, once everything is checked)."""
+    if view is not None:
+        checked_tensor(src, any_rank=True)  # device, dtype, alignment (the view's tile comes next)
+        checked_tensor(dst, any_rank=True)
+        source, destination = LoadConfig(view, dtype, tile), None
+    else:
+        source = config_for(src, tile)
+        destination = config_for(dst, tile)
+        if source.element_strides == destination.element_strides:
+            destination = None  # the default destination: the source's own layout
+    copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+    if not compiled:
+        return None
+    tensor_shape = tuple(src.shape) if view is not None else None
+    return copy_launcher(copy, destination, tensor_shape, str(src.device))
