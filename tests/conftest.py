@@ -60,3 +60,37 @@ def redispatched(monkeypatch):
 
         monkeypatch.setattr(op, "redispatch", spy)
     return seen
+
+
+@pytest.fixture
+def reduces_as_gpu(monkeypatch):
+    """CPU tensors pass as tensors on CUDA device 0 of an H200 with TVM-FFI for the reduce ops:
+    (compiled, launched), each compile's (plan, destination, shape-generic) and each launch's (op,
+    shape, strides the kernel was given), recorded, nothing run."""
+    pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
+    import importlib
+
+    from tmakit.api import reduce as api_reduce
+    from tmakit.api import tensors as api_tensors
+
+    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
+    compiled, launched = [], []
+
+    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
+        compiled.append((reduce, destination, shape_generic))
+
+        def launch(src, dst):
+            launched.append((reduce.op, tuple(src.shape), src.stride(), dst.stride()))
+
+        launch.checks_arguments = True
+        return launch
+
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's device: CUDA 0
+    monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: True)
+    for module in (api_copy, api_reduce):  # the class's compile (copy's class_launcher) and a shape's
+        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
+    api_copy.class_launcher.cache_clear()
+    yield compiled, launched
+    api_copy.class_launcher.cache_clear()

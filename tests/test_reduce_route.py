@@ -6,8 +6,6 @@ repeated call's lookup. The GPU tests at the end compare both paths with torch o
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
@@ -330,33 +328,10 @@ def test_strict_must_be_a_flag(torch):
 
 # -- TMA routes, CPU tensors standing in for GPU ones ------------------------------------------------
 @pytest.fixture
-def as_gpu(torch, monkeypatch):
+def as_gpu(reduces_as_gpu, torch):
     """CPU tensors route as tensors on CUDA device 0 of an H200 with TVM-FFI; compiles and launches
     are recorded (each launch: the op, and the shape and strides the kernel was given)."""
-    from tmakit.api import reduce as api_reduce
-    from tmakit.api import tensors as api_tensors
-
-    api_copy = importlib.import_module("tmakit.api.copy")
-    compiled, launched = [], []
-
-    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
-        compiled.append(reduce)
-
-        def launch(src, dst):
-            launched.append((reduce.op, tuple(src.shape), src.stride(), dst.stride()))
-
-        launch.checks_arguments = True
-        return launch
-
-    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
-    monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: True)
-    for module in (api_copy, api_reduce):
-        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
-    api_copy.class_launcher.cache_clear()
-    yield compiled, launched
-    api_copy.class_launcher.cache_clear()
+    return reduces_as_gpu
 
 
 def test_a_tma_view_reduce_launches_on_views_of_the_same_memory(as_gpu, torch):
@@ -368,7 +343,7 @@ def test_a_tma_view_reduce_launches_on_views_of_the_same_memory(as_gpu, torch):
     tmakit.add_(dst, src)
     shape, src_strides, dst_strides = route.view
     assert launched == [("add", shape, src_strides, dst_strides)]
-    assert compiled[0].copy.transpose  # the view is column-major into row-major
+    assert compiled[0][0].copy.transpose  # the view is column-major into row-major
 
     tmakit.reduce_into_(torch.zeros(1024, dtype=torch.float16), torch.zeros(1024, dtype=torch.float16), "min")
     assert launched[-1] == ("min", (4, 256), (256, 1), (256, 1))  # a compact run as rows
