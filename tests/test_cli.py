@@ -59,9 +59,16 @@ def test_the_default_highlight_is_never_an_error(command):
         (["plan", "--shape", "5"], "tensor has 1 dimensions"),
         (["explain", "--stages", "0"], "'0' is not an integer >= 1"),
         (["explain", "--consumer-warps", "4"], "--consumer-warps sets the consumers of a ring"),
+        ([], "the following arguments are required: COMMAND"),
+        (["plot"], "invalid choice: 'plot'"),
+        (["plan", "--nope"], "unrecognized arguments: --nope"),
+        (["plan", "--swizzle", "16"], "argument --swizzle: invalid choice: 16"),
+        (["check", "--mistake", "typo"], "argument --mistake: invalid choice: 'typo'"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_prints(args, error):
+    """Usage errors and values a command refuses: exit 2, one line naming what is wrong, nothing
+    on stdout."""
     run = tmakit(*args)
     assert run.returncode == 2 and run.stdout == ""
     assert error in one_error_line(run)

@@ -41,22 +41,6 @@ def test_version_names_tmakit_and_the_dsl():
     assert run.stdout.startswith(f"tmakit {package.__version__} (nvidia-cutlass-dsl ")
 
 
-@pytest.mark.parametrize(
-    ("args", "error"),
-    [
-        ([], "the following arguments are required: COMMAND"),
-        (["plot"], "invalid choice: 'plot'"),
-        (["plan", "--nope"], "unrecognized arguments: --nope"),
-        (["plan", "--swizzle", "16"], "argument --swizzle: invalid choice: 16"),
-        (["check", "--mistake", "typo"], "argument --mistake: invalid choice: 'typo'"),
-    ],
-)
-def test_usage_errors_are_one_line_with_exit_2(args, error):
-    run = tmakit(*args)
-    assert run.returncode == 2 and run.stdout == ""
-    assert error in one_error_line(run)
-
-
 @pytest.mark.parametrize("command", ["plan", "check", "explain"])
 def test_a_closed_pipe_ends_the_command_quietly(command):
     """`tmakit plan | head -1`: the reader is gone before the output is flushed."""
