@@ -79,10 +79,7 @@ def gather_rows(
     if not given and recorded_by_autograd(src):  # index_select's out= records no gradient
         refuse_strict(strict, "gather_rows", RECORDED_BY_AUTOGRAD)
         check_entries_unless_capturing(index, src.shape[0] if src.dim() else 1, check_index)
-        try:
-            return torch.index_select(src, 0, index)
-        except (RuntimeError, TypeError, ValueError, IndexError) as error:
-            raise TmaConfigError(f"torch's op refused the call: {error}") from None
+        return torch_op(torch.index_select, src, 0, index)
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
         refuse_strict(strict, "gather_rows", ZERO_D)
         if out is None:

@@ -258,11 +258,11 @@ def flags(what: str, check_index: object, strict: object) -> tuple[bool, bool]:
     return flag(check_index, f"{what}'s check_index"), flag(strict, f"{what}'s strict")
 
 
-def torch_op(call: Callable, *args: object, **kwargs: object) -> None:
-    """torch's own op, whose refusal (a value its schema or kernel does not take) is raised as
-    TmaConfigError with torch's words."""
+def torch_op(call: Callable, *args: object, **kwargs: object) -> object:
+    """torch's own op (its result returned), whose refusal (a value its schema or kernel does not
+    take) is raised as TmaConfigError with torch's words."""
     try:
-        call(*args, **kwargs)
+        return call(*args, **kwargs)
     except (RuntimeError, TypeError, ValueError, IndexError) as error:
         raise TmaConfigError(f"torch's op refused the call: {error}") from None
 
