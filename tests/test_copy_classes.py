@@ -229,8 +229,14 @@ def test_run_time_tile_counts_fit_32_bit_integers():
 
 def test_a_small_transposing_copy_takes_its_own_tile_and_class(classes, torch):
     """A layout-changing fp16 copy smaller than one default tile per SM takes 64 x 64 tiles
-    (`plan.copy.SMALL_TRANSPOSE_TILES`), a class of its own; a larger one, and fp32, the default."""
-    from tmakit.plan.copy import SMALL_TRANSPOSE_TILES, TRANSPOSE_TILE_BYTES, copy_tile, small_transpose
+    (`plan.copy_defaults.SMALL_TRANSPOSE_TILES`), a class of its own; a larger one, and fp32, the
+    default."""
+    from tmakit.plan.copy_defaults import (
+        SMALL_TRANSPOSE_TILES,
+        TRANSPOSE_TILE_BYTES,
+        copy_tile,
+        small_transpose,
+    )
 
     def transposing(rows, cols, dtype=torch.float16):
         src = torch.empty(cols, rows, dtype=dtype).t()  # column-major (rows, cols)

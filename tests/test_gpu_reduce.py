@@ -27,7 +27,7 @@ from tmakit.config import DTYPES
 from tmakit.model import reduce_reference
 from tmakit.model.reduce import STORAGE, bf16_to_float, float_to_bf16
 from tmakit.plan import reduce_pairs
-from tmakit.plan.copy import copy_tile
+from tmakit.plan.copy_defaults import copy_tile
 
 pytestmark = pytest.mark.gpu
 

@@ -24,7 +24,7 @@ from tmakit.plan import (
     reduce_op,
     reduce_pairs,
 )
-from tmakit.plan.copy import copy_tile
+from tmakit.plan.copy_defaults import copy_tile
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.launch import compile_copy
 

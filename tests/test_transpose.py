@@ -196,7 +196,7 @@ def test_a_damaged_cache_file_is_a_miss_not_an_error(tmp_path, monkeypatch):
 
 def test_compact_copies_run_over_rows_of_their_memory():
     from tmakit.config import rows_view
-    from tmakit.plan.copy import copy_stages, rows_view_tile
+    from tmakit.plan.copy_defaults import copy_stages, rows_view_tile
 
     assert rows_view(3 * 1000 * 512, 2) == (6000, 256)  # any shape: the memory as 512-byte rows
     assert rows_view(1000 * 776, 2) == (12125, 64)  # the widest width that divides

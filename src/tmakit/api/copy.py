@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
-from ..plan.copy import default_as_rows, small_transpose
-from ..plan.copy import fits_l2 as copy_fits_l2
+from ..plan.copy import default_as_rows
+from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan.copy_defaults import small_transpose
 from ..plan.copy_layout import copy_rows_view
 from ..plan.route import Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts

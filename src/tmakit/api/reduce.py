@@ -27,7 +27,7 @@ from ..plan import (
     reduce_op,
     reduce_route,
 )
-from ..plan.copy import fits_l2 as copy_fits_l2
+from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check

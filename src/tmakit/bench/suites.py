@@ -15,7 +15,7 @@ from ..config import dtype_from_text
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
 from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce, reduce_op
-from ..plan.copy import copy_tile
+from ..plan.copy_defaults import copy_tile
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import compile_tile_load

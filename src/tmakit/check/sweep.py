@@ -15,7 +15,7 @@ from ..config import DTYPES, LoadConfig, padded_strides
 from ..errors import TmaConfigError
 from ..limits import BANK_ROW_BYTES, INNER_BOX_ALIGN, MAX_BOX_EXTENT, SWIZZLE_MODES
 from ..plan import LoadPlan
-from ..plan.copy import TRANSPOSE_TILE_BYTES
+from ..plan.copy_defaults import TRANSPOSE_TILE_BYTES
 
 LAYOUTS = ("row", "col")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 769, 1021, 1531, 2039)

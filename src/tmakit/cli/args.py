@@ -19,7 +19,8 @@ from ..errors import TmaConfigError
 from ..explain import highlight_tile
 from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
-from ..plan.copy import default_as_rows, fits_l2
+from ..plan.copy import default_as_rows
+from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import copy_rows_view
 from ..plan.many import ManyPlan
 from ..plan.multicast import CLUSTER_SHAPES

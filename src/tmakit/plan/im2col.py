@@ -26,7 +26,8 @@ from ..limits import (
     SWIZZLE_MODES,
 )
 from ..validate import optional_whole_number, type_name, whole_number, whole_numbers
-from .copy import CopyPlan, copy_stages
+from .copy import CopyPlan
+from .copy_defaults import copy_stages
 from .im2col_rules import (
     check_activation,
     check_dtype,

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK, WARP_THREADS
 from ..validate import check_field_types
-from .copy import MIN_STORES_IN_FLIGHT
+from .copy_defaults import MIN_STORES_IN_FLIGHT
 from .ring import PipelinePlan
 from .rows import STAGE_TARGET_BYTES, stand_in_ring
 

@@ -35,7 +35,7 @@ from ..config import DTYPES, LoadConfig
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_TX_BYTES, MBARRIER_BYTES, SMEM_PER_BLOCK
 from ..validate import check_field_types, one_of
-from .copy import MIN_STORES_IN_FLIGHT
+from .copy_defaults import MIN_STORES_IN_FLIGHT
 from .load import LoadPlan
 from .reduce import PTX_TYPES
 from .ring import PipelinePlan
