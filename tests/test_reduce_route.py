@@ -507,7 +507,7 @@ def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, m
         tmakit.add_(dst, src)
     assert len(launched) == 4
     # The copy's dispatch: a launcher that checks its arguments is tried first, nothing read.
-    assert list(api_reduce._DISPATCHES[("add", False)].tried_first()) == [(None, None)]
+    assert list(api_reduce._DISPATCHES[("add", False, None)].tried_first()) == [(None, None)]
 
 
 # -- on a Hopper GPU: both paths against torch --------------------------------------------------------

@@ -28,6 +28,7 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan.reduce import chosen_kernel, reduce_kernel, reduce_plan
 from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
@@ -64,6 +65,7 @@ def reduce_into_(
     stages: int | None = None,
     *,
     strict: bool = False,
+    reduce_by: str | None = None,
     **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """Reduce `src` into `dst` element by element, dst = dst op src, with TMA reduce stores: the
@@ -75,7 +77,10 @@ def reduce_into_(
     Everything else torch's in-place op takes runs torch's op (`TORCH_OPS`; inc and dec are PTX's
     unsigned `red.inc`/`red.dec`), and so does an fp32/bf16 add past half the L2, measured faster
     there; `reduce_path` names the path and why. Tensors that require grad take torch's op where
-    grad mode is on, and TMA on detached views under torch.no_grad().
+    grad mode is on, and TMA on detached views under torch.no_grad(). `reduce_by="ring"` runs
+    the load-add-store ring instead of reduce stores (`plan.REDUCE_KERNELS`): the destination's
+    tiles loaded beside the source's and added in registers, for adds on fp32, fp16, bf16 and
+    int32 of one layout; left out, `plan.reduce.RING_BEYOND_L2` chooses.
 
     Args:
         dst: the tensor reduced into.
@@ -84,6 +89,8 @@ def reduce_into_(
             torch's name for one ("sum", "amax", "amin").
         tile, stages: as `copy_`'s.
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's op.
+        reduce_by: "store" (TMA reduce stores) or "ring" (the load-add-store ring); None:
+            tmakit's rule.
         **options: the copy's (`CopyOptions`) but `as_rows` and `bulk`.
 
     Returns:
@@ -95,7 +102,7 @@ def reduce_into_(
             `dst` partly overlapping `src` on a TMA path: the very same view is allowed), for an
             error of torch's op (named); with `strict=True` for anything TMA does not serve,
             before anything compiles or launches."""
-    return reduced(dst, src, op, tile, stages, strict, options)
+    return reduced(dst, src, op, tile, stages, strict, options, reduce_by)
 
 
 def add_(
@@ -105,19 +112,20 @@ def add_(
     stages: int | None = None,
     *,
     strict: bool = False,
+    reduce_by: str | None = None,
     **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
     """dst += src: `reduce_into_(dst, src, "add", ...)`.
 
     Args:
-        dst, src, tile, stages, strict, **options: as `reduce_into_`'s.
+        dst, src, tile, stages, strict, reduce_by, **options: as `reduce_into_`'s.
 
     Returns:
         `dst`.
 
     Raises:
         TmaConfigError: as `reduce_into_`."""
-    return reduced(dst, src, "add", tile, stages, strict, options)
+    return reduced(dst, src, "add", tile, stages, strict, options, reduce_by)
 
 
 def reduced(
@@ -128,12 +136,13 @@ def reduced(
     stages: int | None,
     strict: bool,
     options: dict[str, Any],
+    reduce_by: str | None = None,
 ) -> torch.Tensor:
     """`reduce_into_`'s call: its (op, strict) dispatch on the tensors; out of the plain path
     (`tensors.out_of_the_plain_path`), torch's op for a negative view and where autograd records
     the call (strict: TmaConfigError), else the dispatch on detached views of the same memory
     (under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
-    dispatch = reduce_dispatch(op, strict, options)
+    dispatch = reduce_dispatch(op, strict, options, reduce_by)
     if not out_of_the_plain_path(dst, src):
         dispatch.copy_(dst, src, tile, stages, options)
         return dst
@@ -150,27 +159,29 @@ def reduced(
     return dst
 
 
-def reduce_dispatch(op: object, strict: object, options: dict[str, Any]) -> CopyDispatch:
-    """The dispatch of `op`'s calls, strict or not (made at its first call): TmaConfigError for an
-    op not in `plan.REDUCE_OPS`, a `strict` that is no flag, and the copy options a reduce does
-    not take (`reduce_options`)."""
+def reduce_dispatch(
+    op: object, strict: object, options: dict[str, Any], reduce_by: object = None
+) -> CopyDispatch:
+    """The dispatch of `op`'s calls, strict or not, by the kernel chosen (made at its first call):
+    TmaConfigError for an op not in `plan.REDUCE_OPS`, a `strict` that is no flag, a `reduce_by`
+    not in `plan.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
     if options and ("as_rows" in options or "bulk" in options):
         reduce_options(None, None, options)
-    if type(op) is str and type(strict) is bool:
-        found = _DISPATCHES.get((op, strict))
+    if type(op) is str and type(strict) is bool and (reduce_by is None or type(reduce_by) is str):
+        found = _DISPATCHES.get((op, strict, reduce_by))
         if found is not None:
             return found
     strict = flag(strict, "strict")
-    name = reduce_op(op)
-    dispatch = _DISPATCHES.get((name, strict))
+    name, kernel = reduce_op(op), chosen_kernel(reduce_by)
+    dispatch = _DISPATCHES.get((name, strict, kernel))
     if dispatch is None:
         fallback = functools.partial(strict_fallback if strict else torch_fallback, name)
-        planner = functools.partial(routed_reduce_launcher, op=name, strict=strict)
+        planner = functools.partial(routed_reduce_launcher, op=name, strict=strict, reduce_by=kernel)
         dispatch = _DISPATCHES.setdefault(
-            (name, strict), CopyDispatch(planner, check_reduce_arguments, fallback)
+            (name, strict, kernel), CopyDispatch(planner, check_reduce_arguments, fallback)
         )
     if type(op) is str:  # torch's name: its next call finds the dispatch at once
-        _DISPATCHES[(op, strict)] = dispatch
+        _DISPATCHES[(op, strict, kernel)] = dispatch
     return dispatch
 
 
@@ -197,6 +208,7 @@ def reduce_path(
         not serve)."""
     tile, stages = options.pop("tile", None), options.pop("stages", None)
     strict = flag(options.pop("strict", False), "strict")
+    reduce_by = chosen_kernel(options.pop("reduce_by", None))
     op = reduce_op(op)
     copy_options = reduce_options(tile, stages, options)
     if out_of_the_plain_path(dst, src):
@@ -204,9 +216,9 @@ def reduce_path(
         if reason is not None:
             return torch_route(op, reason)
         dst, src = detached(dst), detached(src)
-    route, _ = plan_reduce_call(dst, src, op, copy_options, strict)
+    route, _ = plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)
     if route.path in TMA_KERNEL_PATHS:  # planned for aligned bases: the route of these addresses
-        placed = reduce_route(pair_facts(dst, src), op)
+        placed = reduce_route(pair_facts(dst, src), op, reduce_by=reduce_by)
         if not placed.by_tma:
             if strict:
                 raise strict_refusal(placed)
@@ -259,12 +271,18 @@ class ReduceKernel:
 
 
 def routed_reduce_launcher(
-    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: TensorFacts, op: str, strict: bool
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: CopyOptions,
+    facts: TensorFacts,
+    op: str,
+    strict: bool,
+    reduce_by: str | None = None,
 ) -> Launcher:
     """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
     kernel compiled here, at its first launch; `reduce_path` plans and never compiles). The
     options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
-    route, kernel = plan_reduce_call(dst, src, op, options, strict)
+    route, kernel = plan_reduce_call(dst, src, op, options, strict, reduce_by)
     if route.path == "empty":
         return copy_nothing
     if kernel is None:
@@ -304,27 +322,36 @@ def check_reduce_arguments(dst: object, src: object) -> None:
 
 
 # Each (op, strict) pair's calls (`reduce_dispatch`); `known.forget_calls` empties it too.
-_DISPATCHES: dict[tuple[str, bool], CopyDispatch] = calls_table()
+_DISPATCHES: dict[tuple[str, bool, str | None], CopyDispatch] = calls_table()
 
 
 def plan_reduce_call(
-    dst: torch.Tensor, src: torch.Tensor, op: str, copy_options: CopyOptions, strict: bool
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    copy_options: CopyOptions,
+    strict: bool,
+    reduce_by: str | None = None,
 ) -> tuple[Route, ReduceKernel | None]:
     """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
-    checks its own) and a TMA route's kernel (None on torch's and the empty path). A TMA route
-    the planner refuses becomes torch's, with the planner's reason, unless the refusal is of
-    options the caller chose."""
+    checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
+    `reduce_by` chose or the rule gives (`plan.reduce.reduce_kernel`). A TMA route the planner
+    refuses becomes torch's, with the planner's reason, unless the refusal is of options the
+    caller chose."""
     import_torch("reduce_into_")
     check_torch_tensor(dst, "reduce_into_", "dst")
     check_torch_tensor(src, "reduce_into_", "src")
     if strict:
         check_reduce_tensors(dst, src, op)
     facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
-    route = reduce_route(facts, op, None if strict or facts.src_device < 0 else device_facts(dst.device)[1])
+    l2_bytes = None if strict or facts.src_device < 0 else device_facts(dst.device)[1]
+    route = reduce_route(facts, op, l2_bytes, reduce_by)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
+        moved = 3 * src.numel() * facts.nbytes
+        by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved, l2_bytes)
         try:
-            kernel = plan_reduce(dst, src, route, op, copy_options)
+            kernel = plan_reduce(dst, src, route, op, copy_options, by)
         except TmaConfigError as error:
             if strict:
                 raise
@@ -399,11 +426,12 @@ def plan_reduce(
     route: Route,
     op: str,
     options: CopyOptions = _DEFAULT_REDUCE_OPTIONS,
+    kernel: str = "store",
 ) -> ReduceKernel:
     """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
     plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
     this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
-    nothing. `options`: `reduce_options`."""
+    nothing. `options`: `reduce_options`; `kernel`: one of `plan.REDUCE_KERNELS`."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     sm_count, l2_bytes = device_facts(src.device)
@@ -423,12 +451,14 @@ def plan_reduce(
         destination = LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides)
         LoadPlan(destination)  # its strides and the tile, checked as the source's are
         copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
-        reduce = ReducePlan(copy, op)
+        reduce = reduce_plan(copy, op, kernel, options.stages is not None)
         same_layout = source.element_strides == destination.element_strides
         views = (src_strides, dst_strides) if as_view else (None, None)
         return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
     rank = len(shape)
-    reduce = reduce_class(options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2)
+    reduce = reduce_class(
+        options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2, kernel=kernel
+    )
     contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
     fixed_src, fixed_dst = check_copy_shape(
         reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes

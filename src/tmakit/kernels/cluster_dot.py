@@ -1,7 +1,7 @@
 """The cluster row dot, out[b, m] = sum_k A[b, m, k] * X[m, k] (`plan.ClusterDotPlan`): the CTAs
 of a cluster reuse a shared tile.
 
-Each CTA runs a ring (`TileRing`) whose stage holds two tiles of one layout: its own A tile and
+Each CTA runs a ring (`PairRing`) whose stage holds two tiles of one layout: its own A tile and
 the X tile the whole cluster shares. Warp 0 produces: it waits until the stage is free in every
 CTA the X tile lands in, declares A's bytes and the whole X tile's on the stage's full barrier
 (one arrival), multicasts its slice of X into every CTA of the cluster (or, the baseline, loads
@@ -23,34 +23,8 @@ from ..limits import WARP_THREADS
 from ..plan import ClusterDotPlan
 from .multicast import cluster_slice_views, make_cluster_load_atom
 from .ring import RingContext, TmaRingKernel
-from .tile_ring import TileRing
+from .tile_ring import PairRing
 from .tma import combine_row_shares, matrix_first_view, tma_load_views
-
-
-class PairRing(TileRing):
-    """A `TileRing` whose stage holds an A tile beside the X tile: both rings have the plan's
-    tile layout, so the same offset of a stage is the same (row, column) in both, whatever the
-    swizzle. The full barrier's bytes are both tiles' (`ClusterDotPlan.expected_tx_bytes`); the
-    parities, waits, releases and the drain are `TileRing`'s."""
-
-    def __init__(self, dot: ClusterDotPlan):
-        super().__init__(dot.pipeline, multicast_peers=dot.x_multicast.num_multicast)
-        self.dot = dot
-
-    @property
-    def declared_bytes(self) -> int:
-        return self.dot.expected_tx_bytes
-
-    def allocate(self, shared_layout: cute.ComposedLayout):
-        """((X tiles, A tiles), full, empty): the X ring, the A ring, then the barriers, in the
-        order `ClusterDotPlan.smem_bytes` counts them."""
-        stages = self.pipeline.stages
-        smem = cutlass.memory.SmemAllocator()
-        x_tiles = self.allocate_stages(smem, shared_layout)
-        a_tiles = self.allocate_stages(smem, shared_layout)
-        full = smem.allocate_array(cutlass.Int64, stages)
-        empty = smem.allocate_array(cutlass.Int64, stages)
-        return (x_tiles, a_tiles), full, empty
 
 
 class ClusterDotKernel(TmaRingKernel):
@@ -61,7 +35,9 @@ class ClusterDotKernel(TmaRingKernel):
     consumers and nothing is remote."""
 
     def __init__(self, plan: ClusterDotPlan):
-        super().__init__(plan.pipeline, ring=PairRing(plan))
+        # X's ring first, then A's: the order `ClusterDotPlan.smem_bytes` counts them.
+        ring = PairRing(plan.pipeline, plan.expected_tx_bytes, multicast_peers=plan.x_multicast.num_multicast)
+        super().__init__(plan.pipeline, ring=ring)
         self.dot = self.cluster_launch = plan
         self.multicast = plan.x_multicast
 

@@ -258,3 +258,29 @@ class TileRing:
                             cute.arch.mbarrier_arrive(empty + stage, peer, scope=scope[self.remote_release])
                     else:
                         cute.arch.mbarrier_arrive(empty + stage)
+
+
+class PairRing(TileRing):
+    """A `TileRing` whose stage holds two tiles of the plan's layout (so the same offset of a stage
+    is the same (row, column) in both, whatever the swizzle): `allocate` returns both rings'
+    stages, and the one arrival on the full barrier declares `pair_bytes` (both tiles' loads).
+    The parities, waits, releases and the drain are `TileRing`'s."""
+
+    def __init__(self, pipeline: PipelinePlan, pair_bytes: int, **ring_options):
+        super().__init__(pipeline, **ring_options)
+        self.pair_bytes = pair_bytes
+
+    @property
+    def declared_bytes(self) -> int:
+        return self.pair_bytes + self.expect_extra_bytes
+
+    def allocate(self, shared_layout: cute.ComposedLayout):
+        """((first tiles, second tiles), full, empty): the two rings, then the barriers, in the
+        order the plans count their shared memory."""
+        stages = self.pipeline.stages
+        smem = cutlass.memory.SmemAllocator()
+        first = self.allocate_stages(smem, shared_layout)
+        second = self.allocate_stages(smem, shared_layout)
+        full = smem.allocate_array(cutlass.Int64, stages)
+        empty = smem.allocate_array(cutlass.Int64, stages)
+        return (first, second), full, empty

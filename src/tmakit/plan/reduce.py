@@ -2,6 +2,11 @@
 plan of a reduce, a copy whose stores combine each element with the destination's, and the route a
 reduce's tensors take (`reduce_route`). Pure Python.
 
+A reduce runs on one of two kernels (`REDUCE_KERNELS`): "store", TMA reduce stores (the L2
+combines each element as the store lands), or "ring", a load-add-store ring (the destination's tile
+loaded beside the source's, the consumer warps combining them in registers, one plain TMA store
+writing the result back); `reduce_kernel` picks one per call from `RING_BEYOND_L2`.
+
 `cp.reduce.async.bulk.tensor` carries no element type: the tensor map's decides, and neither
 PTX nor CuTe DSL 4.8.1 checks the pair (f32 max, fp8 add and int8 min all compile). The table
 here, the PTX ISA's for that instruction, is the only guard; every other pair is refused before
@@ -24,6 +29,7 @@ a reduce does arithmetic, so a dtype the table lacks for the op is torch's, neve
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -34,7 +40,17 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
 from .copy_class import copy_class
-from .route import PairFacts, Route, canonical_pair, strided_rule, torch_faster, torch_pair_rule, torch_route
+from .ring import check_stages, stages_fitting
+from .route import (
+    BeyondL2,
+    PairFacts,
+    Route,
+    canonical_pair,
+    strided_rule,
+    torch_faster,
+    torch_pair_rule,
+    torch_route,
+)
 
 # The PTX ISA's element types of cp.reduce.async.bulk.tensor, per reduction, as tmakit's dtypes:
 # add u32 s32 u64 f32 f16 bf16 (no s64); min/max u32 s32 u64 s64 f16 bf16 (no f32); inc/dec u32;
@@ -78,6 +94,58 @@ def reduce_op(op: object) -> str:
         return str(one_of(op, "reduce op", REDUCE_OPS))
     except TmaConfigError as error:
         raise TmaConfigError(f"{error}, or torch's {', '.join(aliases)}") from None
+
+
+# How a reduce combines (`ReducePlan.kernel`): TMA reduce stores, or the load-add-store ring.
+REDUCE_KERNELS = ("store", "ring")
+# The ops and dtypes the ring computes in registers: adds, fp16 and bf16 in fp32 and rounded once
+# (as torch's add_ computes them), fp32 and int32 (wrapping) as they are.
+RING_DTYPES: dict[str, tuple[str, ...]] = {"add": ("fp32", "fp16", "bf16", "int32")}
+# The ring's consumer warps: they add every element of a stage, 16 bytes a thread at a time.
+RING_CONSUMER_WARPS = 4
+
+
+# op -> where the ring serves a reduce a call leaves to tmakit (`route.BeyondL2`: the call's three
+# streams, src read and dst read and written, past that share of the L2, on those torch dtypes),
+# as measured (docs/results.md, "The load-add-store ring").
+RING_BEYOND_L2: dict[str, BeyondL2] = {}
+
+
+def reduce_kernel(chosen: str | None, op: str, dtype: str, moved_bytes: int, l2_bytes: int | None) -> str:
+    """The kernel a reduce on `dtype` (torch's name) runs on, one of `REDUCE_KERNELS`: the one
+    `chosen` (the call's `reduce_by`), else the ring where `RING_BEYOND_L2` gives it the call
+    (never without an L2 size: a pure plan, a strict call), else reduce stores."""
+    if chosen is not None:
+        return chosen
+    rule = RING_BEYOND_L2.get(op)
+    return "ring" if rule is not None and rule.covers(dtype, moved_bytes, l2_bytes) else "store"
+
+
+def chosen_kernel(reduce_by: object) -> str | None:
+    """A call's `reduce_by`: None (the rule's choice, `reduce_kernel`) or one of `REDUCE_KERNELS`;
+    TmaConfigError naming them otherwise."""
+    return None if reduce_by is None else str(one_of(reduce_by, "reduce_by", REDUCE_KERNELS))
+
+
+def check_ring(op: str, dtype: str) -> None:
+    """Refuse an (op, dtype) the load-add-store ring does not compute (TmaConfigError naming both
+    and what it takes)."""
+    op = reduce_op(op)
+    if dtype not in RING_DTYPES.get(op, ()):
+        takes = "; ".join(f"{name} on {', '.join(types)}" for name, types in RING_DTYPES.items())
+        raise TmaConfigError(
+            f"reduce op {op!r} with dtype {dtype} on the load-add-store ring (reduce_by='ring'): it "
+            f"computes {takes} only; reduce_by='store' (TMA reduce stores) or torch's op serves the rest"
+        )
+
+
+def ring_copy(copy: CopyPlan, stages_given: bool) -> CopyPlan:
+    """`copy` as the load-add-store ring runs it: `RING_CONSUMER_WARPS` consumer warps, and (when
+    the call chose no depth) as many of its stages as fit with two tiles a stage."""
+    ring = copy.ring
+    stages = ring.stages if stages_given else min(ring.stages, stages_fitting(2 * ring.stage_bytes))
+    ring = dataclasses.replace(ring, consumer_warps=RING_CONSUMER_WARPS, stages=stages)
+    return dataclasses.replace(copy, ring=ring)
 
 
 BITWISE_OPS = ("and", "or", "xor")
@@ -132,24 +200,66 @@ class ReducePlan:
     """A copy whose TMA stores reduce into the destination (`op`, one of `REDUCE_OPS`): the ring,
     the stores in flight, the transposing staging tiles and the store hint are the copy's
     (`CopyPlan`); each element of the destination receives exactly one reduction, from the tile
-    that holds it. Bulk copies (non-tensor `cp.async.bulk`) have no reduce form here."""
+    that holds it. Bulk copies (non-tensor `cp.async.bulk`) have no reduce form here.
+
+    `kernel` "ring" (`REDUCE_KERNELS`): the load-add-store ring instead. Each stage holds the
+    source's tile and the destination's (the full barrier expects both), the consumer warps
+    combine them into the destination's and one thread stores it with a plain TMA store; the
+    tensors share one layout (no transposing copy)."""
 
     copy: CopyPlan
     op: str = "add"
+    kernel: str = "store"
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        check_reduce(self.op, self.copy.load.config.dtype)
+        one_of(self.kernel, "reduce kernel", REDUCE_KERNELS)
+        dtype = self.copy.load.config.dtype
         if self.copy.bulk:
             raise TmaConfigError(
                 "a reduce stores through tensor maps; bulk=True (contiguous runs) is a copy's"
             )
+        if self.kernel == "store":
+            check_reduce(self.op, dtype)
+            return
+        check_ring(self.op, dtype)
+        if self.copy.transpose:
+            raise TmaConfigError(
+                "the load-add-store ring (reduce_by='ring') combines tiles of one layout; source and "
+                "destination are laid out differently: reduce_by='store' takes them"
+            )
+        ring = self.copy.ring
+        pair = 2 * ring.stage_bytes
+        check_stages(ring.stages, stages_fitting(pair), pair, " (the source's tile and the destination's)")
 
     @property
     def load(self):
         return self.copy.load
 
+    @property
+    def by_ring(self) -> bool:
+        return self.kernel == "ring"
+
+    @property
+    def smem_bytes(self) -> int:
+        """The copy's shared memory; the ring's holds a second tile a stage (the destination's)."""
+        if self.by_ring:
+            return self.copy.smem_bytes + self.copy.ring.ring_bytes
+        return self.copy.smem_bytes
+
+    @property
+    def expected_tx_bytes(self) -> int:
+        """What each stage's full barrier expects: the source's tile (and the ring's destination tile)."""
+        return (2 if self.by_ring else 1) * self.load.expected_tx_bytes
+
     def summary(self) -> str:
+        if self.by_ring:
+            return (
+                f"{self.copy.summary()}\nreduce            load-add-store ring: each stage the source's "
+                f"and the destination's tile ({self.expected_tx_bytes} bytes expected), {self.op} by "
+                f"{self.copy.ring.consumer_warps} consumer warps, one TMA store; {self.smem_bytes} bytes of "
+                "shared memory in all"
+            )
         return f"{self.copy.summary()}\nreduce            each store .{self.op} into the destination"
 
 
@@ -164,27 +274,38 @@ def reduce_class(
     sm_count: int,
     fits_l2: bool,
     rows_width: int | None = None,
+    kernel: str = "store",
 ) -> ReducePlan:
-    """The plan of a shape-generic reduce: `plan.copy_class`'s copy with a reduce store, the pair
-    checked first (nothing is planned for a refused one). The shape's own checks are the copy's
-    (`plan.check_copy_shape` on `ReducePlan.copy`)."""
-    check_reduce(op, dtype)
+    """The plan of a shape-generic reduce: `plan.copy_class`'s copy with a reduce store (`kernel`
+    "ring": run as the load-add-store ring, `ring_copy`), the pair checked first (nothing is
+    planned for a refused one). The shape's own checks are the copy's (`plan.check_copy_shape` on
+    `ReducePlan.copy`)."""
+    if kernel == "ring":
+        check_ring(op, dtype)
+    else:
+        check_reduce(op, dtype)
     copy = copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
-    return _reduce_plan(copy, op)
+    return reduce_plan(copy, op, kernel, options.stages is not None)
 
 
 @functools.lru_cache(maxsize=1024)
-def _reduce_plan(copy: CopyPlan, op: str) -> ReducePlan:
-    """One `ReducePlan` per (copy class, op): planned once, like the copy's class."""
-    return ReducePlan(copy, op)
+def reduce_plan(copy: CopyPlan, op: str, kernel: str = "store", stages_given: bool = False) -> ReducePlan:
+    """One `ReducePlan` per (copy class, op, kernel): planned once, like the copy's class; the
+    ring's copy as `ring_copy` makes it."""
+    if kernel == "ring":
+        copy = ring_copy(copy, stages_given)
+    return ReducePlan(copy, op, kernel)
 
 
-def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Route:
+def reduce_route(
+    facts: PairFacts, op: str, l2_bytes: int | None = None, reduce_by: str | None = None
+) -> Route:
     """The route of `dst = dst op src` on `facts`' tensors (the module's docstring gives the
     order); TmaConfigError for an op that is not one of `REDUCE_OPS`, whatever the tensors. The
     reduce's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
-    device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` (None: TMA wherever it can)."""
+    device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` and `RING_BEYOND_L2` (None: TMA wherever
+    it can, by reduce stores); `reduce_by`: the kernel the call chose (`reduce_kernel`)."""
     op = reduce_op(op)
     shared = torch_pair_rule(
         facts, op, "a reduce combines elements of one shape", "a TMA reduce combines one dtype"
@@ -203,12 +324,15 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
                 f"{name}'s base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned (TMA needs it; "
                 "a .clone() is)",
             )
-    if torch_faster(op, facts.src_dtype, 3 * math.prod(facts.shape) * facts.nbytes, l2_bytes):
+    moved = 3 * math.prod(facts.shape) * facts.nbytes
+    ring = reduce_kernel(reduce_by, op, facts.src_dtype, moved, l2_bytes) == "ring"
+    if not ring and torch_faster(op, facts.src_dtype, moved, l2_bytes):
         return torch_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA reduce stores"
         )
+    by = "; the load-add-store ring" if ring else ""
     if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
-        return Route(op, "tma", "the tensors as laid out")
+        return Route(op, "tma", f"the tensors as laid out{by}")
     shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
     reason = "a view of the same memory (dims permuted together, runs merged)"
     if len(shape) == 1 and src_strides == dst_strides == (1,):
@@ -222,7 +346,7 @@ def reduce_route(facts: PairFacts, op: str, l2_bytes: int | None = None) -> Rout
     broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
     if broken is not None:
         return torch_route(op, broken)
-    return Route(op, "tma-view", reason, None, (shape, src_strides, dst_strides))
+    return Route(op, "tma-view", f"{reason}{by}", None, (shape, src_strides, dst_strides))
 
 
 def pair_rule(op: str, torch_dtype: str) -> str | None:

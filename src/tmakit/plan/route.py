@@ -44,12 +44,19 @@ _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()
 
 
 @dataclass(frozen=True)
-class TorchFaster:
-    """Where torch's own kernel measured faster than TMA's for a call: past `share_of_l2` of the
-    L2 in bytes the call moves, for the torch dtypes measured (`dtypes`; None: every dtype)."""
+class BeyondL2:
+    """A row of the measured rule tables: calls that move more than `share_of_l2` of the L2 in
+    bytes, for the torch dtypes measured (`dtypes`; None: every dtype)."""
 
     share_of_l2: float
     dtypes: tuple[str, ...] | None = None
+
+    def covers(self, dtype: str, moved_bytes: int, l2_bytes: int | None) -> bool:
+        """Whether a call on `dtype` (torch's name) moving `moved_bytes` falls under the row (never
+        without an L2 size: a pure plan, a strict call)."""
+        if l2_bytes is None or (self.dtypes is not None and dtype not in self.dtypes):
+            return False
+        return moved_bytes > self.share_of_l2 * l2_bytes
 
 
 # Past half the L2 torch's add_ outruns TMA reduce stores, which the L2 applies, eagerly and in
@@ -58,7 +65,7 @@ class TorchFaster:
 # for a copy: torch's copy_ (the driver's memcpy) led TMA's copy ring by a few percent from
 # 256 MiB eagerly but trailed it far in CUDA graphs from 512 MiB (copy.json). Non-strict calls
 # only: strict asks for TMA.
-TORCH_FASTER_BEYOND_L2: dict[str, TorchFaster] = {"add": TorchFaster(0.5, ("float32", "bfloat16"))}
+TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = {"add": BeyondL2(0.5, ("float32", "bfloat16"))}
 
 
 @dataclass(frozen=True)
@@ -181,9 +188,7 @@ def torch_faster(call: str, dtype: str, moved_bytes: int, l2_bytes: int | None) 
     """Whether `TORCH_FASTER_BEYOND_L2` gives a call on `dtype` (torch's name) moving
     `moved_bytes` to torch's kernel (never without an L2 size: a pure plan, a strict call)."""
     rule = TORCH_FASTER_BEYOND_L2.get(call)
-    if l2_bytes is None or rule is None or (rule.dtypes is not None and dtype not in rule.dtypes):
-        return False
-    return moved_bytes > rule.share_of_l2 * l2_bytes
+    return rule is not None and rule.covers(dtype, moved_bytes, l2_bytes)
 
 
 def copy_route(facts: PairFacts, op: str = "copy_") -> Route:

@@ -136,16 +136,18 @@ def compile_copy(
     strides at each call. The destination has the source's shape and the contiguous dim of
     `destination` (default: the source's).
 
-    A `ReducePlan` compiles `kernels.reduce.ReduceKernel` (the copy with TMA reduce stores) with
-    the same arguments; its (op, dtype) pair was checked when the plan was made."""
+    A `ReducePlan` compiles `kernels.reduce.ReduceKernel` (the copy with TMA reduce stores), or
+    with `kernel` "ring" `LoadReduceKernel` (the load-add-store ring), with the same arguments;
+    its (op, dtype) pair was checked when the plan was made."""
     if not shape_generic:
         copy.load.check_specialised()
     from ..kernels.copy import BulkCopyKernel, CopyKernel
-    from ..kernels.reduce import ReduceKernel
+    from ..kernels.reduce import LoadReduceKernel, ReduceKernel
 
     as_rows = tensor_shape is not None
     if isinstance(copy, ReducePlan):
-        kernel = ReduceKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
+        kind = LoadReduceKernel if copy.by_ring else ReduceKernel
+        kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
         return kernel, *copy_arguments(copy.copy, destination, tensor_shape, shape_generic, tvm_ffi)
     if copy.bulk:
         kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
