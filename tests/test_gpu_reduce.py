@@ -28,6 +28,7 @@ from tmakit.model import reduce_reference
 from tmakit.model.reduce import STORAGE, bf16_to_float, float_to_bf16
 from tmakit.plan import reduce_pairs
 from tmakit.plan.copy_defaults import copy_tile
+from tmakit.plan.reduce import RING_DTYPES
 
 pytestmark = pytest.mark.gpu
 
@@ -267,3 +268,50 @@ def test_nans_infinities_signed_zeros_and_subnormals_reduce_as_the_model_states(
         f"{op} {dtype}: {int(wrong.sum())} of {wrong.size} elements ({pairs} pairs) wrong: "
         f"{listed}{other_rule}"
     )
+
+
+RING_CASES = [(dtype, shape, major) for dtype in RING_DTYPES["add"] for shape, major in SHAPES]
+
+
+@pytest.mark.parametrize(
+    "dtype, shape, major", RING_CASES, ids=[f"{d}-{'x'.join(map(str, s))}-{m}" for d, s, m in RING_CASES]
+)
+def test_the_load_add_store_ring_adds_every_element_as_the_model_and_torch_say(dtype, shape, major):
+    """`reduce_by="ring"`: the destination loaded beside the source and added in registers, every
+    element's bits against the model and torch."""
+    import torch
+
+    dst_values, src_values = position_values("add", dtype, shape, 1), position_values("add", dtype, shape, 2)
+    dst, src = upload(torch, dst_values, dtype, major), upload(torch, src_values, dtype, major)
+    by_torch = download(torch, torch_reference(torch, "add", dst, src), dtype)
+    assert tmakit.add_(dst, src, strict=True, reduce_by="ring") is dst
+    assert tmakit.reduce_path(dst, src, strict=True, reduce_by="ring").reason.endswith("load-add-store ring")
+    torch.cuda.synchronize()
+    found, tile = download(torch, dst, dtype), copy_tile(dtype)
+    wrong = first_wrong(found, reduce_reference("add", dtype, dst_values, src_values), dtype, tile)
+    assert wrong is None, f"ring {dtype} {shape} {major}-major against the model: {wrong}"
+    wrong = first_wrong(found, by_torch, dtype, tile)
+    assert wrong is None, f"ring {dtype} {shape} {major}-major against torch: {wrong}"
+
+
+def test_the_ring_adds_a_window_and_leaves_its_neighbours_and_many_trips_round_it_agree():
+    """A window of a poisoned tensor: only the window changes; a tensor of many tiles a block
+    (every stage reused many times) is bit-exact against torch, fp32 and bf16."""
+    import torch
+
+    base = torch.full((1100, 900), -7.0, device="cuda")
+    window = base[37:1037, 64:840]  # 16-byte aligned rows, partial tiles both ways
+    src = torch.randn(1000, 776, device="cuda")
+    want = base.clone()
+    want[37:1037, 64:840] += src
+    tmakit.add_(window, src, strict=True, reduce_by="ring")
+    torch.cuda.synchronize()
+    assert torch.equal(base.view(torch.int32), want.view(torch.int32))
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(8192, 4096, device="cuda").to(dtype)
+        y = torch.randn(8192, 4096, device="cuda").to(dtype)
+        want = x.clone().add_(y)
+        tmakit.add_(x, y, strict=True, reduce_by="ring")
+        torch.cuda.synchronize()
+        assert torch.equal(x.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                           want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))  # fmt: skip

@@ -230,7 +230,8 @@ class ReducePlan:
             )
         ring = self.copy.ring
         pair = 2 * ring.stage_bytes
-        check_stages(ring.stages, stages_fitting(pair), pair, " (the source's tile and the destination's)")
+        beside = ", each the source's tile and the destination's,"
+        check_stages(ring.stages, stages_fitting(pair), pair, beside)
 
     @property
     def load(self):

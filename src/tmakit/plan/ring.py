@@ -320,6 +320,6 @@ def check_stages(stages: int, fitting: int, stage_bytes: int, beside: str = "", 
     if stages > fitting:
         raise TmaConfigError(
             f"{stages} stages of {stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
-            f"each) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
+            f"each){beside} do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
             f"1..{fitting} stages fit this tile"
         )

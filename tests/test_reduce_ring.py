@@ -1,0 +1,183 @@
+"""The load-add-store ring (`reduce_by="ring"`): its plan (two tiles a stage, four consumer warps,
+what it refuses), its sm_90a PTX (both tiles loaded on one barrier, the add, the fence before the
+consumer warps meet, one plain TMA store), the rule table that chooses it, and the API's route to
+it. The device run is tests/test_gpu_reduce.py's."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tmakit import TmaConfigError
+from tmakit.config import LoadConfig
+from tmakit.limits import SMEM_PER_BLOCK
+from tmakit.plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan, ReducePlan, reduce_class
+from tmakit.plan import reduce as plan_reduce
+from tmakit.plan.copy_defaults import copy_tile
+from tmakit.plan.reduce import RING_CONSUMER_WARPS, RING_DTYPES, chosen_kernel, reduce_kernel
+from tmakit.plan.route import BeyondL2, PairFacts
+from tmakit.ptx import expect_tx_byte_counts
+from tmakit.runtime.launch import compile_copy
+
+RING_PAIRS = [("add", dtype) for dtype in RING_DTYPES["add"]]
+
+
+def ring_class(dtype: str, **options) -> ReducePlan:
+    tile = options.get("tile") or copy_tile(dtype)
+    return reduce_class(
+        CopyOptions(**options), "add", dtype, 2, "row", False, tile, 132, False, kernel="ring"
+    )
+
+
+# -- the plan ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", RING_DTYPES["add"])
+def test_a_ring_stage_holds_both_tiles_and_four_warps_add_them(dtype):
+    ring = ring_class(dtype)
+    tile_bytes = ring.load.expected_tx_bytes
+    assert ring.by_ring and ring.copy.ring.consumer_warps == RING_CONSUMER_WARPS
+    assert ring.expected_tx_bytes == 2 * tile_bytes
+    assert ring.smem_bytes == ring.copy.ring.barrier_bytes + 2 * ring.copy.ring.ring_bytes <= SMEM_PER_BLOCK
+    assert not ring.copy.transpose
+    assert "load-add-store ring" in ring.summary()
+    store = reduce_class(CopyOptions(), "add", dtype, 2, "row", False, copy_tile(dtype), 132, False)
+    assert store.kernel == "store" and store.copy.ring.consumer_warps == 1  # the copy's, unchanged
+
+
+def test_a_deep_ring_of_large_tiles_keeps_the_stages_that_fit_two_tiles_unless_asked():
+    ring = ring_class("fp32", tile=(64, 128))  # 32 KiB tiles: the copy's default depth does not fit twice
+    stage = ring.copy.ring.stage_bytes
+    assert (
+        ring.copy.ring.stages * (2 * stage + 16)
+        <= SMEM_PER_BLOCK
+        < (ring.copy.ring.stages + 1) * (2 * stage + 16)
+    )
+    with pytest.raises(TmaConfigError, match="the source's tile and the destination's"):
+        ring_class("fp32", tile=(64, 128), stages=6)  # asked for: refused, not shortened
+
+
+def test_the_ring_refuses_what_it_does_not_compute():
+    copy = CopyPlan(PipelinePlan(LoadPlan(LoadConfig((64, 64), "fp32", (16, 64))), persistent=True))
+    assert ReducePlan(copy, "add", "ring").by_ring
+    with pytest.raises(TmaConfigError, match="load-add-store ring.*computes add on fp32"):
+        ReducePlan(copy, "max", "ring")
+    int64 = CopyPlan(PipelinePlan(LoadPlan(LoadConfig((64, 64), "int64", (16, 32))), persistent=True))
+    with pytest.raises(TmaConfigError, match="dtype int64 on the load-add-store ring"):
+        ReducePlan(int64, "add", "ring")
+    transposing = reduce_class(
+        CopyOptions(), "add", "fp32", 2, "row", True, copy_tile("fp32", True), 132, False
+    )
+    with pytest.raises(TmaConfigError, match="combines tiles of one layout"):
+        ReducePlan(transposing.copy, "add", "ring")
+    with pytest.raises(TmaConfigError, match="reduce kernel 'fast' is not one of"):
+        ReducePlan(copy, "add", "fast")
+    with pytest.raises(TmaConfigError, match="reduce_by 'fast' is not one of"):
+        chosen_kernel("fast")
+    assert chosen_kernel(None) is None and chosen_kernel("ring") == "ring"
+
+
+def test_the_rule_table_chooses_the_ring_past_its_share_of_the_l2_and_a_choice_overrides_it(monkeypatch):
+    l2 = 50 << 20
+    monkeypatch.setattr(plan_reduce, "RING_BEYOND_L2", {"add": BeyondL2(0.5, ("float32",))})
+    assert reduce_kernel(None, "add", "float32", l2, l2) == "ring"
+    assert reduce_kernel(None, "add", "float32", l2 // 4, l2) == "store"  # within its share
+    assert reduce_kernel(None, "add", "float16", l2, l2) == "store"  # a dtype not measured
+    assert reduce_kernel(None, "add", "float32", l2, None) == "store"  # no L2 size: a strict call
+    assert reduce_kernel("store", "add", "float32", l2, l2) == "store"
+    assert reduce_kernel("ring", "max", "uint32", 0, None) == "ring"  # chosen: checked by the plan
+    monkeypatch.setattr(plan_reduce, "RING_BEYOND_L2", {})
+    assert reduce_kernel(None, "add", "float32", l2, l2) == "store"
+
+
+def test_a_route_on_the_ring_says_so_and_skips_the_torch_faster_rule():
+    shape = (8192, 8192)  # 768 MiB moved: past every L2's share
+    facts = PairFacts(shape, shape, (8192, 1), (8192, 1), "float32", "float32", 4, 0, 0, 0, 0)
+    assert plan_reduce.reduce_route(facts, "add", 50 << 20).path == "torch"  # TORCH_FASTER_BEYOND_L2
+    route = plan_reduce.reduce_route(facts, "add", 50 << 20, "ring")
+    assert route.path == "tma" and route.reason.endswith("the load-add-store ring")
+
+
+# -- the kernel, compiled for sm_90a -------------------------------------------------------------
+# fp16 and bf16: in fp32 and rounded once, or (where the compiler folds the conversions) the
+# 16-bit add, which rounds the exact sum once: the same bits (24 >= 2 x 11 + 2).
+ADDS = {
+    "fp32": r"add\.f32",
+    "fp16": r"add(\.rn)?\.f32|add\.f16x2",
+    "bf16": r"add(\.rn)?\.f32|add\.bf16x2",
+    "int32": r"add\.s32",
+}
+
+
+@pytest.mark.parametrize("op, dtype", RING_PAIRS, ids=[dtype for _, dtype in RING_PAIRS])
+def test_the_ring_loads_both_tiles_on_one_barrier_adds_fences_meets_and_stores_once(op, dtype):
+    ring = ring_class(dtype)
+    ptx = compile_copy(ring, keep_ptx=True, shape_generic=True).ptx
+    lines = [line.strip() for line in ptx.splitlines() if not line.strip().startswith("$L__")]
+    loads = [line for line in lines if line.startswith("cp.async.bulk.tensor.2d.shared::cta.global.tile")]
+    assert len(loads) == 2  # the source's tile and the destination's
+    assert len({re.search(r"\],\s*\[(%r\d+)\]", line).group(1) for line in loads}) == 1  # one barrier
+    assert set(expect_tx_byte_counts(ptx)) == {2 * ring.load.expected_tx_bytes}
+    assert not any("cp.reduce" in line for line in lines)  # the sum is made in registers
+    stores = [
+        i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor.2d.global.shared::cta")
+    ]
+    assert len(stores) == 1
+    fence = lines.index("fence.proxy.async.shared::cta;")
+    threads = 32 * RING_CONSUMER_WARPS
+    meet = next(i for i, line in enumerate(lines) if re.fullmatch(rf"bar\.sync\s+1, {threads};", line))
+    assert fence < meet < stores[0]  # the adds are visible to the store's proxy before it is issued
+    assert lines[stores[0] + 1] == "cp.async.bulk.commit_group;"
+    assert lines[stores[0] + 2].startswith("cp.async.bulk.wait_group.read")  # read before the release
+    assert any(re.match(ADDS[dtype], line) for line in lines)
+    passes = -(-ring.load.expected_tx_bytes // (16 * 32 * RING_CONSUMER_WARPS))  # 16 bytes a thread each
+    assert sum(line.startswith("ld.shared.v4") for line in lines) == 2 * passes  # a vector of each tile
+
+
+# -- the API's route -----------------------------------------------------------------------------
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
+
+
+def test_reduce_by_ring_launches_the_ring_and_reduce_path_names_it(reduces_as_gpu, torch):
+    import tmakit
+
+    compiled, launched = reduces_as_gpu
+    dst, src = torch.empty(1000, 776), torch.empty(1000, 776)
+    assert tmakit.add_(dst, src, reduce_by="ring") is dst
+    tmakit.add_(dst, src, reduce_by="ring")
+    tmakit.add_(dst, src)  # the rule's choice: reduce stores within the L2
+    kernels = [reduce.kernel for reduce, _, _ in compiled]
+    assert kernels == ["ring", "store"] and len(launched) == 3
+    assert tmakit.reduce_path(dst, src, reduce_by="ring").reason.endswith("the load-add-store ring")
+    with pytest.raises(TmaConfigError, match="reduce_by 'fast' is not one of"):
+        tmakit.add_(dst, src, reduce_by="fast")
+
+
+def test_reduce_by_ring_where_the_ring_cannot_is_refused_when_strict_and_torchs_op_otherwise(
+    reduces_as_gpu, torch
+):
+    import tmakit
+
+    compiled, launched = reduces_as_gpu
+    dst, src = torch.ones(64, 64, dtype=torch.float16), torch.ones(64, 64, dtype=torch.float16)
+    with pytest.raises(TmaConfigError, match="computes add on"):
+        tmakit.reduce_into_(dst, src, "max", strict=True, reduce_by="ring")
+    column_major = torch.ones(64, 32).t()
+    with pytest.raises(TmaConfigError, match="combines tiles of one layout"):
+        tmakit.add_(column_major, torch.ones(32, 64), strict=True, reduce_by="ring")
+    tmakit.reduce_into_(dst, src, "max", reduce_by="ring")  # torch's maximum serves it
+    assert torch.equal(dst, torch.ones(64, 64, dtype=torch.float16))
+    assert compiled == [] and launched == []
+
+
+def test_the_rule_sends_a_large_add_to_the_ring(reduces_as_gpu, torch, monkeypatch):
+    import tmakit
+
+    compiled, launched = reduces_as_gpu
+    monkeypatch.setattr(plan_reduce, "RING_BEYOND_L2", {"add": BeyondL2(0.5, ("float32",))})
+    big = (4096, 4096)  # 192 MiB moved, past half of 60 MiB
+    dst, src = torch.empty(big), torch.empty(big)
+    tmakit.add_(dst, src)
+    assert [reduce.kernel for reduce, _, _ in compiled] == ["ring"]
+    assert tmakit.reduce_path(dst, src).reason.endswith("the load-add-store ring")
