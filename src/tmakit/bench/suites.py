@@ -3,6 +3,7 @@ the same configuration, same run, same timer, every tmakit row verified in that 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, POISON
 from ..plan import CopyOptions, LoadPlan, ReducePlan, check_reduce, reduce_op
 from ..plan.copy_defaults import copy_tile
+from ..plan.reduce import REDUCE_KERNELS, RING_DTYPES, reduce_plan
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import compile_tile_load
@@ -220,7 +222,10 @@ def check_reduce_plan(case: ReduceCase, plan: LoadPlan, options: CopyOptions) ->
     check_reduce_options(options)
     tile = options.default_tile(case.dtype, False, None, DEFAULT_SM_COUNT)
     load = LoadPlan(replace(plan.config, tile=tile))
-    ReducePlan(options.plan(load, False, DEFAULT_SM_COUNT, fits_l2=False), case.op)
+    copy = options.plan(load, False, DEFAULT_SM_COUNT, fits_l2=False)
+    ReducePlan(copy, case.op)
+    if case.dtype in RING_DTYPES.get(case.op, ()):  # its ring row too
+        reduce_plan(copy, case.op, "ring", options.stages is not None)
 
 
 def reduce_operands(plan: LoadPlan, l2_bytes: int, hot_l2: bool) -> tuple[list, list]:
@@ -247,11 +252,12 @@ def bench_reduce(
     plan: LoadPlan, op: str, options: list[CopyOptions], l2_bytes: int, hot_l2: bool, samples: int
 ) -> list:
     """`tmakit.reduce_into_(dst, src, op)` as a user calls it (TVM-FFI launch, torch's stream),
-    each option first verified bit for bit in the same run against torch's in-place op on the
-    same operands (`baselines.TORCH_IN_PLACE`: one rounding either way for float adds), then
-    timed beside that op, by graph replay and, from `STREAM_TIMED_BYTES`, eagerly on a stream.
-    Bytes counted: 3x the tensor (src read, dst read and written). The timed passes keep
-    reducing into the destinations (an add grows them; the values do not change the traffic)."""
+    each option on reduce stores and, where it computes the pair, on the load-add-store ring,
+    first verified bit for bit in the same run against torch's in-place op on the same operands
+    (`baselines.TORCH_IN_PLACE`: one rounding either way for float adds), then timed beside that
+    op, by graph replay and, from `STREAM_TIMED_BYTES`, eagerly on a stream. Bytes counted: 3x
+    the tensor (src read, dst read and written). The timed passes keep reducing into the
+    destinations (an add grows them; the values do not change the traffic)."""
     import torch
 
     config = plan.config
@@ -263,11 +269,12 @@ def bench_reduce(
     torch_op(expected, sources[0])
     shape = tuple(sources[0].shape)
     rows, eager = [], []  # eager: (graph-timed row, its launches), timed on a stream after the graphs
-    for option in options:
+    kernels = REDUCE_KERNELS if config.dtype in RING_DTYPES.get(op, ()) else ("store",)
+    for option, kernel in itertools.product(options, kernels):
         bits(destinations[0]).copy_(bits(initial))
-        knobs = option.changed()
+        knobs = {**option.changed(), "reduce_by": kernel}
         start = time.perf_counter()
-        # strict: a row named tmakit.reduce_into_ times TMA reduce stores, never torch's op
+        # strict: a row named tmakit.reduce_into_ times TMA (reduce stores or the ring), never torch's op
         api.reduce_into_(destinations[0], sources[0], op, strict=True, **knobs)  # compiles once
         torch.cuda.synchronize()
         first_call = time.perf_counter() - start
@@ -279,7 +286,7 @@ def bench_reduce(
         ]
         rows.append(
             BenchRow(
-                f"tmakit.reduce_into_ {op} ({option.describe()})",
+                f"tmakit.reduce_into_ {op} ({option.describe()}{', ring' if kernel == 'ring' else ''})",
                 "reduce",
                 shape,
                 config.dtype,
@@ -289,6 +296,7 @@ def bench_reduce(
                 first_call,
                 {
                     "op": op,
+                    "kernel": kernel,
                     "options": option.describe(),
                     "tile": list(option.tile) if option.tile else "default",
                     "stages": option.stages,
