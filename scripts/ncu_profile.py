@@ -8,7 +8,8 @@ achieved occupancy, warp stall reasons), the multicast kernel per cluster shape 
 no-multicast baseline (L2-to-SM traffic; with --sections also stall reasons and scheduler
 statistics; each ring also with the other consumer-release protocols and as CUTLASS's
 PipelineTmaAsync writes it: `--only multicast-1x2` takes them all), and `tmakit.copy_` beside
-torch's `copy_` (DRAM throughput of a copy: how close each comes to the card's limit). Raw ncu
+torch's `copy_` (DRAM throughput of a copy: how close each comes to the card's limit), and an
+fp32 `add_` on the load-add-store ring, on reduce stores and by torch (DRAM and L2 traffic). Raw ncu
 CSV per case lands in DIR, with a summary JSON.
 """
 
@@ -45,6 +46,14 @@ COPY_METRICS = [
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "lts__t_sectors_srcunit_tex_op_read.sum",
     "lts__t_sectors_srcunit_tex_op_write.sum",
+]
+# An add's: the copy's, and the L2's reads, writes and reductions (TMA reduce stores apply there).
+ADD_METRICS = [
+    *COPY_METRICS,
+    "lts__t_sectors_op_read.sum",
+    "lts__t_sectors_op_write.sum",
+    "lts__t_sectors_op_red.sum",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
 ]
 # Why warps wait (cycles per issued instruction, by reason) and how busy DRAM and the SMs were.
 STALL_METRICS = [
@@ -91,6 +100,8 @@ def cases() -> dict[str, dict]:
     for mib, shape in ((1, (128, 4096)), (256, (8192, 16384))):  # fp16, as `tmakit bench --kernel copy`
         for who in ("tmakit", "torch"):
             out[f"copy-{mib}MiB-{who}"] = {"kind": "copy", "shape": shape, "who": who}
+    for who in ("ring", "store", "torch"):  # fp32 add_ of 256 MiB: the ring, reduce stores, torch's
+        out[f"add-256MiB-{who}"] = {"kind": "add", "shape": (16384, 4096), "who": who}
     for cluster in ((1, 2), (2, 1), (2, 2), (1, 4)):
         for multicast in (True, False):
             name = f"multicast-{cluster[0]}x{cluster[1]}-{'mc' if multicast else 'baseline'}"
@@ -130,13 +141,17 @@ def run_target(case: dict, launches: int) -> None:
         src = torch.arange(case["shape"][0] * case["shape"][1], device="cuda").view(case["shape"]).half()
         dst = torch.empty_like(src)
         copy = (lambda: tmakit.copy_(dst, src)) if case["who"] == "tmakit" else (lambda: dst.copy_(src))
-        copy()  # compiled (tmakit) before profiling starts
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        for _ in range(launches):
-            copy()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        profile_between(copy, launches)
+        return
+    if case["kind"] == "add":
+        import tmakit
+
+        src, dst = (torch.randn(case["shape"], device="cuda") for _ in range(2))
+        who = case["who"]
+        if who == "torch":
+            profile_between(lambda: dst.add_(src), launches)
+        else:
+            profile_between(lambda: tmakit.add_(dst, src, strict=True, reduce_by=who), launches)
         return
     if case["kind"] == "tile_load":  # what `tmakit bench --ncu` profiles
         profiled_program(config_to_json(SEED), launches)
@@ -162,6 +177,20 @@ def run_target(case: dict, launches: int) -> None:
     torch.cuda.synchronize()
 
 
+def profile_between(call, launches: int) -> None:
+    """`call` once (compiled before profiling starts), then `launches` times between profiler
+    start and stop."""
+    import torch
+
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _ in range(launches):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 # ncu flushes the caches before each profiled launch (L2 cold); --hot-l2 keeps them
 # (`--cache-control none`: the warm-up launch leaves the tensor in the L2).
 CACHE_CONTROL: list[str] = []
@@ -174,7 +203,7 @@ def ncu(arguments: list[str], name: str) -> subprocess.CompletedProcess:
 
     kernels = "regex:kernel_cutlass"
     arguments = [*CACHE_CONTROL, *arguments]
-    if cases()[name]["kind"] == "copy":
+    if cases()[name]["kind"] in ("copy", "add"):
         arguments, kernels = ["--profile-from-start", "off", *arguments], "regex:."
     command = ncu_command(
         arguments,
@@ -232,8 +261,9 @@ def main() -> int:
         if prefixes and not any(name == p[:-1] if p.endswith("$") else name.startswith(p) for p in prefixes):
             continue
         entry: dict = {"case": case}
-        if case["kind"] == "copy":
-            collect_metrics(entry, "metrics", COPY_METRICS, name, out)
+        if case["kind"] in ("copy", "add"):
+            metrics = COPY_METRICS if case["kind"] == "copy" else ADD_METRICS
+            collect_metrics(entry, "metrics", metrics, name, out)
             summary[name] = entry
             print(name, json.dumps(entry.get("metrics", entry))[:400], flush=True)
             continue
