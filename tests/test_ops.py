@@ -86,8 +86,9 @@ def test_the_ops_are_registered_with_typed_schemas():
     )
     assert str(torch.ops.tmakit.copy.typed._schema) == f"tmakit::copy.typed(Tensor src, {OPTIONS}) -> Tensor"
     assert str(torch.ops.tmakit.reduce_into_.typed._schema) == (
-        f'tmakit::reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}) -> ()'
-    )
+        f'tmakit::reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}, '
+        "str? reduce_by=None) -> ()"
+    )  # and the reduce's kernel, `plan.REDUCE_KERNELS`
     assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
     assert copy_.arguments[1].alias_info is None  # ... and only dst
     assert str(torch.ops.tmakit.copy.default._schema) == 'tmakit::copy(Tensor src, str options="") -> Tensor'
@@ -372,6 +373,8 @@ def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
     assert torch.equal(dst, src)
     torch.ops.tmakit.reduce_into_(dst, src, "add", stages=4)
     assert cpu_kernels[-1] == ("reduce_into_", "add", {"stages": 4})
+    torch.ops.tmakit.reduce_into_(dst, src, "add", reduce_by="ring")  # the reduce's kernel, typed too
+    assert cpu_kernels[-1] == ("reduce_into_", "add", {"reduce_by": "ring"})
 
 
 @pytest.mark.parametrize(
@@ -380,8 +383,10 @@ def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
         (lambda d, s: torch.ops.tmakit.copy(s, tile_order="sideways"), "tile_order 'sideways'"),
         (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "add", bulk=True), "bulk"),
         (lambda d, s: torch.ops.tmakit.copy_(d, s, tile=[16, 0]), "tile"),
+        (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "max", reduce_by="ring"), "computes add on"),
+        (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "add", reduce_by="fast"), "reduce_by 'fast'"),
     ],
-    ids=["name", "reduce-bulk", "tile"],
+    ids=["name", "reduce-bulk", "tile", "ring-max", "reduce-by"],
 )
 def test_a_wrong_typed_option_is_refused_while_tracing(fake, call, rule):
     with pytest.raises(TmaConfigError, match=rule):

@@ -171,13 +171,21 @@ def test_reduce_by_ring_where_the_ring_cannot_is_refused_when_strict_and_torchs_
     assert compiled == [] and launched == []
 
 
-def test_the_rule_sends_a_large_add_to_the_ring(reduces_as_gpu, torch, monkeypatch):
+def test_past_its_share_of_the_l2_a_strict_add_runs_the_ring_and_a_plain_one_torchs_add(
+    reduces_as_gpu, torch
+):
     import tmakit
 
-    compiled, launched = reduces_as_gpu
-    monkeypatch.setattr(plan_reduce, "RING_BEYOND_L2", {"add": BeyondL2(0.5, ("float32",))})
-    big = (4096, 4096)  # 192 MiB moved, past half of 60 MiB
-    dst, src = torch.empty(big), torch.empty(big)
-    tmakit.add_(dst, src)
-    assert [reduce.kernel for reduce, _, _ in compiled] == ["ring"]
-    assert tmakit.reduce_path(dst, src).reason.endswith("the load-add-store ring")
+    compiled, launched = reduces_as_gpu  # an L2 of 60 MiB: the rules' 40% is 24 MiB moved
+    big = (2048, 1280)  # 10 MiB a tensor, 30 MiB moved
+    dst, src = torch.zeros(big), torch.ones(big)
+    tmakit.add_(dst, src)  # torch's add_ (TORCH_FASTER_BEYOND_L2), on these CPU stand-ins
+    assert compiled == [] and torch.equal(dst, src)
+    assert "measured faster than TMA's kernels" in tmakit.reduce_path(dst, src).reason
+    tmakit.add_(dst, src, strict=True)  # TMA asked for: its faster kernel there, the ring
+    tmakit.add_(dst[:512], src[:512], strict=True)  # 7.5 MiB moved: reduce stores
+    assert [reduce.kernel for reduce, _, _ in compiled] == ["ring", "store"]
+    assert tmakit.reduce_path(dst, src, strict=True).reason.endswith("the load-add-store ring")
+    tmakit.add_(dst, src, reduce_by="store")  # a kernel chosen: TMA runs it (the class compiled above)
+    assert len(compiled) == 2 and len(launched) == 3
+    assert tmakit.reduce_path(dst, src, reduce_by="store").reason == "the tensors as laid out"

@@ -3,7 +3,8 @@ registers them.
 
     torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
     torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
-    torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(dst, src, op, *, tile=None, ...)
+    torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(dst, src, op, *, tile=None, ...,
+        reduce_by=None)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.ops_rows`)
@@ -55,6 +56,7 @@ from .ops_base import (
 )
 from .ops_tiles import im2col_fake, im2col_impl, load_tiles_fake, load_tiles_impl, not_differentiable
 from .plan import CopyOptions, check_reduce
+from .plan.reduce import check_ring, chosen_kernel
 
 OPTIONS = CopyOptions.schema_arguments()
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
@@ -66,7 +68,8 @@ SCHEMAS = {
     "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}) -> Tensor",
     "reduce_into_": 'reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()',
     "reduce_into_.typed": (
-        f'reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", *, {OPTIONS}) -> ()'
+        f'reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", *, {OPTIONS}, '
+        "str? reduce_by=None) -> ()"
     ),
     # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
     "load_tiles": (
@@ -146,10 +149,12 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
-    """A trace's check: both tensors on a CUDA device, a pair TMA reduces (`plan.check_reduce`)
-    and options a reduce takes (`api.reduce_options`)."""
-    check_reduce(op, dtype_of(src.dtype))
+    """A trace's check: both tensors on a CUDA device, a pair TMA reduces (`plan.check_reduce`, or
+    with `reduce_by="ring"` `plan.reduce.check_ring`) and options a reduce takes
+    (`api.reduce_options`)."""
     kwargs = dict(op_kwargs("", typed))
+    kernel = chosen_kernel(kwargs.pop("reduce_by", None))
+    (check_ring if kernel == "ring" else check_reduce)(op, dtype_of(src.dtype))
     reduce_options(kwargs.pop("tile", None), kwargs.pop("stages", None), kwargs)
     check_traced_pair("reduce_into_", dst, src, {})
 

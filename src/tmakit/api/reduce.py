@@ -344,8 +344,8 @@ def plan_reduce_call(
     if strict:
         check_reduce_tensors(dst, src, op)
     facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
-    l2_bytes = None if strict or facts.src_device < 0 else device_facts(dst.device)[1]
-    route = reduce_route(facts, op, l2_bytes, reduce_by)
+    l2_bytes = None if facts.src_device < 0 else device_facts(dst.device)[1]
+    route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
         moved = 3 * src.numel() * facts.nbytes

@@ -294,7 +294,7 @@ def bench_reduce(
                 first_call,
                 {
                     "op": op,
-                    "kernel": kernel,
+                    "reduce_by": kernel,
                     "options": option.describe(),
                     "tile": list(option.tile) if option.tile else "default",
                     "stages": option.stages,

@@ -105,16 +105,21 @@ RING_DTYPES: dict[str, tuple[str, ...]] = {"add": ("fp32", "fp16", "bf16", "int3
 RING_CONSUMER_WARPS = 4
 
 
-# op -> where the ring serves a reduce a call leaves to tmakit (`route.BeyondL2`: the call's three
-# streams, src read and dst read and written, past that share of the L2, on those torch dtypes),
-# as measured (docs/results.md, "The load-add-store ring").
-RING_BEYOND_L2: dict[str, BeyondL2] = {}
+# op -> where TMA runs a reduce on the ring instead of reduce stores (`route.BeyondL2`: the call's
+# three streams, src read and dst read and written, past that share of the L2, on those torch
+# dtypes): on the H100 the ring took 0.94-0.95x the stores' time for fp32, fp16 and int32 adds of
+# 8 MiB and 0.90x from 256 MiB; the stores led from 4 MiB down (reduce-ring.json). Where
+# `route.TORCH_FASTER_BEYOND_L2` gives torch the call, the ring serves strict calls and calls that
+# choose it.
+RING_BEYOND_L2: dict[str, BeyondL2] = {
+    "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
+}
 
 
 def reduce_kernel(chosen: str | None, op: str, dtype: str, moved_bytes: int, l2_bytes: int | None) -> str:
     """The kernel a reduce on `dtype` (torch's name) runs on, one of `REDUCE_KERNELS`: the one
     `chosen` (the call's `reduce_by`), else the ring where `RING_BEYOND_L2` gives it the call
-    (never without an L2 size: a pure plan, a strict call), else reduce stores."""
+    (never without an L2 size: a pure plan), else reduce stores."""
     if chosen is not None:
         return chosen
     rule = RING_BEYOND_L2.get(op)
@@ -299,14 +304,20 @@ def reduce_plan(copy: CopyPlan, op: str, kernel: str = "store", stages_given: bo
 
 
 def reduce_route(
-    facts: PairFacts, op: str, l2_bytes: int | None = None, reduce_by: str | None = None
+    facts: PairFacts,
+    op: str,
+    l2_bytes: int | None = None,
+    reduce_by: str | None = None,
+    strict: bool = False,
 ) -> Route:
     """The route of `dst = dst op src` on `facts`' tensors (the module's docstring gives the
     order); TmaConfigError for an op that is not one of `REDUCE_OPS`, whatever the tensors. The
     reduce's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
-    device's L2, for `plan.route.TORCH_FASTER_BEYOND_L2` and `RING_BEYOND_L2` (None: TMA wherever
-    it can, by reduce stores); `reduce_by`: the kernel the call chose (`reduce_kernel`)."""
+    device's L2, for the rule tables (None: TMA wherever it can, by reduce stores);
+    `reduce_by`: the kernel the call chose, if any (`reduce_kernel`). `plan.route.
+    TORCH_FASTER_BEYOND_L2` sends a call to torch only where it chose no kernel and is not
+    `strict` (which asks for TMA); `RING_BEYOND_L2` picks the kernel TMA runs."""
     op = reduce_op(op)
     shared = torch_pair_rule(
         facts, op, "a reduce combines elements of one shape", "a TMA reduce combines one dtype"
@@ -326,11 +337,11 @@ def reduce_route(
                 "a .clone() is)",
             )
     moved = 3 * math.prod(facts.shape) * facts.nbytes
-    ring = reduce_kernel(reduce_by, op, facts.src_dtype, moved, l2_bytes) == "ring"
-    if not ring and torch_faster(op, facts.src_dtype, moved, l2_bytes):
+    if reduce_by is None and not strict and torch_faster(op, facts.src_dtype, moved, l2_bytes):
         return torch_route(
-            op, f"an {op} beyond L2: torch's in-place op measured faster than TMA reduce stores"
+            op, f"an {op} beyond L2: torch's in-place op measured faster than TMA's kernels there"
         )
+    ring = reduce_kernel(reduce_by, op, facts.src_dtype, moved, l2_bytes) == "ring"
     by = "; the load-add-store ring" if ring else ""
     if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
         return Route(op, "tma", f"the tensors as laid out{by}")
