@@ -75,10 +75,10 @@ def reduce_into_(
     `plan.REDUCE_DTYPES` (the PTX ISA's table: add takes fp32, fp16, bf16, int32, uint32, uint64),
     16-byte aligned bases and strides it addresses as laid out or on a view of the same memory.
     Everything else torch's in-place op takes runs torch's op (`TORCH_OPS`; inc and dec are PTX's
-    unsigned `red.inc`/`red.dec`), and so does an fp32/bf16 add past half the L2, measured faster
+    unsigned `red.inc`/`red.dec`), and so does an add past 40% of the L2, measured faster
     there; `reduce_path` names the path and why. Tensors that require grad take torch's op where
     grad mode is on, and TMA on detached views under torch.no_grad(). `reduce_by="ring"` runs
-    the load-add-store ring instead of reduce stores (`plan.REDUCE_KERNELS`): the destination's
+    the load-add-store ring instead of reduce stores (`plan.reduce.REDUCE_KERNELS`): the destination's
     tiles loaded beside the source's and added in registers, for adds on fp32, fp16, bf16 and
     int32 of one layout; left out, `plan.reduce.RING_BEYOND_L2` chooses.
 
@@ -164,7 +164,7 @@ def reduce_dispatch(
 ) -> CopyDispatch:
     """The dispatch of `op`'s calls, strict or not, by the kernel chosen (made at its first call):
     TmaConfigError for an op not in `plan.REDUCE_OPS`, a `strict` that is no flag, a `reduce_by`
-    not in `plan.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
+    not in `plan.reduce.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
     if options and ("as_rows" in options or "bulk" in options):
         reduce_options(None, None, options)
     if type(op) is str and type(strict) is bool and (reduce_by is None or type(reduce_by) is str):
@@ -431,7 +431,7 @@ def plan_reduce(
     """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
     plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
     this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
-    nothing. `options`: `reduce_options`; `kernel`: one of `plan.REDUCE_KERNELS`."""
+    nothing. `options`: `reduce_options`; `kernel`: one of `plan.reduce.REDUCE_KERNELS`."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
     sm_count, l2_bytes = device_facts(src.device)

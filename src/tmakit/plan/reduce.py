@@ -20,7 +20,8 @@ a reduce does arithmetic, so a dtype the table lacks for the op is torch's, neve
    applied bit, a destination that may overlap itself), an (op, dtype) pair the table lacks;
 2. nothing to reduce: an empty destination;
 3. torch's op for a base address TMA cannot take (not 16-byte aligned), and for a call
-   `route.TORCH_FASTER_BEYOND_L2` gives torch (an fp32/bf16 add past half the L2);
+   `route.TORCH_FASTER_BEYOND_L2` gives torch (an add past 40% of the L2, a call that chose no
+   kernel and is not strict);
 4. TMA as the tensors are laid out (`route.strided_rule`);
 5. TMA on the canonical view of the same memory (`route.canonical_pair`; a compact run as
    rows, `config.rows_view`, a rank-2 row-major view);
