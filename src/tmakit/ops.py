@@ -50,7 +50,8 @@ from .ops_base import (
     BelowAutograd,
     check_traced,
     define,
-    increment_version,
+    gpu_count,
+    increment_versions,
     on_its_device,
     refuse_memoryless,
 )
@@ -109,12 +110,19 @@ def run_in_place(
     if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
         refuse_memoryless(op, dst=dst, src=src)
     on_its_device(dst, launch, dst, src, *args, **kwargs)
-    increment_version(dst)
+    increment_versions((dst,))
 
 
 def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
-    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options` and the typed options)."""
-    run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs(options, typed))
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options` and the typed options).
+    The call without options, on one GPU, takes the fewest steps: it is the op's repeated call."""
+    if typed or options or gpu_count() > 1:
+        run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs(options, typed))
+        return
+    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
+        refuse_memoryless("copy_", dst=dst, src=src)
+    tma_copy_(dst, src, strict=True)
+    increment_versions((dst,))
 
 
 def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:

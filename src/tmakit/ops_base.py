@@ -15,7 +15,8 @@ from .errors import TmaConfigError
 
 NAMESPACE = "tmakit"
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
-increment_version = torch.autograd.graph.increment_version
+# torch.autograd.graph.increment_version's C call, without its isinstance: called with a tuple.
+increment_versions = torch._C._increment_version
 BELOW_AUTOGRAD = torch._C._after_autograd_keyset
 BelowAutograd = torch._C._AutoDispatchBelowAutograd
 # An Autograd kernel's keysets (as raw bits) under which the next kernel would be the real
@@ -104,6 +105,8 @@ def foreign_device(tensor: torch.Tensor) -> int | None:
 def on_its_device(tensor: torch.Tensor, launch: Any, *args: Any, **kwargs: Any) -> Any:
     """`launch(*args, **kwargs)`, under the guard of `tensor`'s GPU where it is not the current
     device (`foreign_device`)."""
+    if gpu_count() < 2:  # no other device: no call through foreign_device
+        return launch(*args, **kwargs)
     device = foreign_device(tensor)
     if device is None:
         return launch(*args, **kwargs)

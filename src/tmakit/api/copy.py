@@ -80,6 +80,8 @@ def copy_(
         return copy_special(dst, src, tile, stages, strict, options)
     if strict is False:
         return _COPIES.copy_(dst, src, tile, stages, options)
+    if strict is True:
+        return _STRICT_COPIES.copy_(dst, src, tile, stages, options)
     return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
         dst, src, tile, stages, options
     )
