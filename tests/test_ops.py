@@ -385,8 +385,12 @@ def test_typed_options_reach_the_copy_as_its_keyword_arguments(cpu_kernels):
         (lambda d, s: torch.ops.tmakit.copy_(d, s, tile=[16, 0]), "tile"),
         (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "max", reduce_by="ring"), "computes add on"),
         (lambda d, s: torch.ops.tmakit.reduce_into_(d, s, "add", reduce_by="fast"), "reduce_by 'fast'"),
+        (
+            lambda d, s: torch.ops.tmakit.reduce_into_(cuda(128, 64).t(), s, "add", reduce_by="ring"),
+            "combines tiles of one layout",
+        ),
     ],
-    ids=["name", "reduce-bulk", "tile", "ring-max", "reduce-by"],
+    ids=["name", "reduce-bulk", "tile", "ring-max", "reduce-by", "ring-layouts"],
 )
 def test_a_wrong_typed_option_is_refused_while_tracing(fake, call, rule):
     with pytest.raises(TmaConfigError, match=rule):

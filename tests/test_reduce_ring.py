@@ -154,21 +154,52 @@ def test_reduce_by_ring_launches_the_ring_and_reduce_path_names_it(reduces_as_gp
         tmakit.add_(dst, src, reduce_by="fast")
 
 
-def test_reduce_by_ring_where_the_ring_cannot_is_refused_when_strict_and_torchs_op_otherwise(
-    reduces_as_gpu, torch
-):
+def test_reduce_by_ring_where_the_ring_cannot_is_refused_strict_or_not(reduces_as_gpu, torch):
+    """A kernel the call chose is what it gets, or a TmaConfigError naming why not: never torch's op
+    in its place (nor, for uint32, torch's refusal)."""
     import tmakit
 
     compiled, launched = reduces_as_gpu
     dst, src = torch.ones(64, 64, dtype=torch.float16), torch.ones(64, 64, dtype=torch.float16)
-    with pytest.raises(TmaConfigError, match="computes add on"):
-        tmakit.reduce_into_(dst, src, "max", strict=True, reduce_by="ring")
     column_major = torch.ones(64, 32).t()
-    with pytest.raises(TmaConfigError, match="combines tiles of one layout"):
-        tmakit.add_(column_major, torch.ones(32, 64), strict=True, reduce_by="ring")
-    tmakit.reduce_into_(dst, src, "max", reduce_by="ring")  # torch's maximum serves it
-    assert torch.equal(dst, torch.ones(64, 64, dtype=torch.float16))
+    counters = torch.zeros(64, 64, dtype=torch.uint32)
+    for strict in (True, False):
+        with pytest.raises(TmaConfigError, match="computes add on"):
+            tmakit.reduce_into_(dst, src, "max", strict=strict, reduce_by="ring")
+        with pytest.raises(TmaConfigError, match="combines tiles of one layout"):
+            tmakit.add_(column_major, torch.ones(32, 64), strict=strict, reduce_by="ring")
+        with pytest.raises(TmaConfigError, match="dtype uint32 on the load-add-store ring"):
+            tmakit.add_(counters, counters.clone(), strict=strict, reduce_by="ring")
     assert compiled == [] and launched == []
+    tmakit.add_(counters, counters.clone())  # without the choice: reduce stores serve uint32
+    assert [reduce.kernel for reduce, _, _ in compiled] == ["store"]
+
+
+def test_where_the_rules_ring_cannot_take_a_strict_call_reduce_stores_do(reduces_as_gpu, torch):
+    import tmakit
+
+    compiled, launched = reduces_as_gpu  # an L2 of 60 MiB: past 24 MiB moved the rule says ring
+    big = (2048, 1280)
+    src = torch.ones(big)
+    dst = torch.zeros(big[::-1]).t()  # column-major: layouts that differ
+    tmakit.add_(dst, src, strict=True)
+    route = tmakit.reduce_path(dst, src, strict=True)
+    assert route.path == "tma" and "ring" not in route.reason
+    row_major = torch.zeros(big)
+    tmakit.add_(row_major, src, strict=True, tile=(64, 128), stages=6)  # a depth for one tile a stage
+    tmakit.add_(row_major, src, strict=True)  # the ring
+    assert [(reduce.kernel, reduce.copy.transpose) for reduce, _, _ in compiled] == [
+        ("store", True),
+        ("store", False),
+        ("ring", False),
+    ]
+    with pytest.raises(TmaConfigError, match="6 stages of 65536 bytes"):  # chosen: refused, named
+        tmakit.add_(row_major, src, strict=True, tile=(64, 128), stages=6, reduce_by="ring")
+
+
+def test_a_tile_two_of_which_no_stage_holds_is_refused_as_such():
+    with pytest.raises(TmaConfigError, match="one stage of 262144 bytes .* does not fit"):
+        ring_class("fp32", tile=(256, 128))  # 128 KiB tiles
 
 
 def test_past_its_share_of_the_l2_a_strict_add_runs_the_ring_and_a_plain_one_torchs_add(

@@ -57,7 +57,7 @@ from .ops_base import (
 )
 from .ops_tiles import im2col_fake, im2col_impl, load_tiles_fake, load_tiles_impl, not_differentiable
 from .plan import CopyOptions, check_reduce
-from .plan.reduce import check_ring, chosen_kernel
+from .plan.reduce import check_ring, check_ring_layouts, chosen_kernel
 
 OPTIONS = CopyOptions.schema_arguments()
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
@@ -158,13 +158,16 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
     """A trace's check: both tensors on a CUDA device, a pair TMA reduces (`plan.check_reduce`, or
-    with `reduce_by="ring"` `plan.reduce.check_ring`) and options a reduce takes
-    (`api.reduce_options`)."""
+    with `reduce_by="ring"` `plan.reduce.check_ring` and, where the strides are static, one
+    layout) and options a reduce takes (`api.reduce_options`)."""
     kwargs = dict(op_kwargs("", typed))
     kernel = chosen_kernel(kwargs.pop("reduce_by", None))
     (check_ring if kernel == "ring" else check_reduce)(op, dtype_of(src.dtype))
     reduce_options(kwargs.pop("tile", None), kwargs.pop("stages", None), kwargs)
     check_traced_pair("reduce_into_", dst, src, {})
+    shape, strides = tuple(src.shape), (tuple(src.stride()), tuple(dst.stride()))
+    if kernel == "ring" and all(type(value) is int for value in (*shape, *strides[0], *strides[1])):
+        check_ring_layouts(major_of(strides[0], shape) != major_of(strides[1], shape))
 
 
 # -- copy ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
-from ..plan.reduce import chosen_kernel, reduce_kernel, reduce_plan
+from ..plan.reduce import RING_REASON, chosen_kernel, reduce_kernel, reduce_plan
 from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
@@ -90,7 +90,7 @@ def reduce_into_(
         tile, stages: as `copy_`'s.
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's op.
         reduce_by: "store" (TMA reduce stores) or "ring" (the load-add-store ring); None:
-            tmakit's rule.
+            tmakit's rule. A kernel chosen that cannot serve the call raises, strict or not.
         **options: the copy's (`CopyOptions`) but `as_rows` and `bulk`.
 
     Returns:
@@ -337,7 +337,8 @@ def plan_reduce_call(
     checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
     `reduce_by` chose or the rule gives (`plan.reduce.reduce_kernel`). A TMA route the planner
     refuses becomes torch's, with the planner's reason, unless the refusal is of options the
-    caller chose."""
+    caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
+    stores do."""
     import_torch("reduce_into_")
     check_torch_tensor(dst, "reduce_into_", "dst")
     check_torch_tensor(src, "reduce_into_", "src")
@@ -350,12 +351,16 @@ def plan_reduce_call(
     if route.path in TMA_KERNEL_PATHS:
         moved = 3 * src.numel() * facts.nbytes
         by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved, l2_bytes)
-        try:
-            kernel = plan_reduce(dst, src, route, op, copy_options, by)
-        except TmaConfigError as error:
-            if strict:
-                raise
-            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op):
+        kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+        if kernel is None and reduce_by is None and by == "ring":
+            # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
+            # stage): reduce stores serve it
+            route, by = replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
+            kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+        if kernel is None:
+            if strict or reduce_by is not None:  # what the call asked for is refused, naming why
+                raise error
+            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op, by):
                 raise TmaConfigError(
                     f"{error} (with the default options TMA serves these tensors: leave the options out)"
                 ) from error
@@ -365,10 +370,22 @@ def plan_reduce_call(
     return route, kernel
 
 
-def serves_by_default(dst: torch.Tensor, src: torch.Tensor, route: Route, op: str) -> bool:
-    """Whether the planner takes this TMA route with the default options."""
+def planned_or_refused(
+    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, options: CopyOptions, kernel: str
+) -> tuple[ReduceKernel | None, TmaConfigError | None]:
+    """(the planned kernel, None), or (None, the planner's refusal)."""
     try:
-        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS)
+        return plan_reduce(dst, src, route, op, options, kernel), None
+    except TmaConfigError as error:
+        return None, error
+
+
+def serves_by_default(
+    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, kernel: str = "store"
+) -> bool:
+    """Whether the planner takes this TMA route with the default options, on `kernel`."""
+    try:
+        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS, kernel)
     except TmaConfigError:
         return False
     return True

@@ -99,6 +99,7 @@ def reduce_op(op: object) -> str:
 
 # How a reduce combines (`ReducePlan.kernel`): TMA reduce stores, or the load-add-store ring.
 REDUCE_KERNELS = ("store", "ring")
+RING_REASON = "; the load-add-store ring"  # a route's reason ends so where the ring serves it
 # The ops and dtypes the ring computes in registers: adds, fp16 and bf16 in fp32 and rounded once
 # (as torch's add_ computes them), fp32 and int32 (wrapping) as they are.
 RING_DTYPES: dict[str, tuple[str, ...]] = {"add": ("fp32", "fp16", "bf16", "int32")}
@@ -145,11 +146,21 @@ def check_ring(op: str, dtype: str) -> None:
         )
 
 
+def check_ring_layouts(transpose: bool) -> None:
+    """Refuse a layout-changing pair on the ring, which combines tiles of one layout."""
+    if transpose:
+        raise TmaConfigError(
+            "the load-add-store ring (reduce_by='ring') combines tiles of one layout; source and "
+            "destination are laid out differently: reduce_by='store' takes them"
+        )
+
+
 def ring_copy(copy: CopyPlan, stages_given: bool) -> CopyPlan:
     """`copy` as the load-add-store ring runs it: `RING_CONSUMER_WARPS` consumer warps, and (when
     the call chose no depth) as many of its stages as fit with two tiles a stage."""
     ring = copy.ring
-    stages = ring.stages if stages_given else min(ring.stages, stages_fitting(2 * ring.stage_bytes))
+    fitting = max(1, stages_fitting(2 * ring.stage_bytes))  # none: `ReducePlan` says one does not fit
+    stages = ring.stages if stages_given else min(ring.stages, fitting)
     ring = dataclasses.replace(ring, consumer_warps=RING_CONSUMER_WARPS, stages=stages)
     return dataclasses.replace(copy, ring=ring)
 
@@ -229,11 +240,7 @@ class ReducePlan:
             check_reduce(self.op, dtype)
             return
         check_ring(self.op, dtype)
-        if self.copy.transpose:
-            raise TmaConfigError(
-                "the load-add-store ring (reduce_by='ring') combines tiles of one layout; source and "
-                "destination are laid out differently: reduce_by='store' takes them"
-            )
+        check_ring_layouts(self.copy.transpose)
         ring = self.copy.ring
         pair = 2 * ring.stage_bytes
         beside = ", each the source's tile and the destination's,"
@@ -343,7 +350,7 @@ def reduce_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA's kernels there"
         )
     ring = reduce_kernel(reduce_by, op, facts.src_dtype, moved, l2_bytes) == "ring"
-    by = "; the load-add-store ring" if ring else ""
+    by = RING_REASON if ring else ""
     if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
         return Route(op, "tma", f"the tensors as laid out{by}")
     shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
