@@ -111,15 +111,21 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         store_layout = shared_layout  # the tile a store reads: the stage, or a transposed staging tile
         if cutlass.const_expr(self.copy.transpose):
             store_layout = shared_tile_layout(plan.config.tile, not plan.rows_contiguous)
-        store_atom, out_view = cpasync.make_tiled_tma_atom(
+        store_atom, out_view = self.make_store_atom(dst, store_layout)
+        run_time = self.run_time_walk(coordinate_view)
+        sink = (store_atom, out_view, store_layout)
+        self.launch((load_atom, coordinate_view), sink, guard, shared_layout, stream, run_time)
+
+    def make_store_atom(self, dst: cute.Tensor, store_layout):
+        """(store atom, destination view) of the TMA stores of tiles laid out as `store_layout`
+        into `dst` (`store_operation`'s: plain or reducing), inside a @cute.jit."""
+        plan = self.plan
+        return cpasync.make_tiled_tma_atom(
             self.store_operation(),
             matrix_first_view(dst, len(plan.config.shape)),
             store_layout,
             plan.config.tile,
         )
-        run_time = self.run_time_walk(coordinate_view)
-        sink = (store_atom, out_view, store_layout)
-        self.launch((load_atom, coordinate_view), sink, guard, shared_layout, stream, run_time)
 
     def store_operation(self) -> cpasync.TmaCopyOp:
         """The TMA store's operation: a plain store (shared to global); `kernels.reduce` stores

@@ -28,7 +28,6 @@ from ..limits import VECTOR_BYTES, WARP_THREADS
 from ..plan import ReducePlan
 from .copy import CopyKernel
 from .tile_ring import PairRing
-from .tma import matrix_first_view
 
 __all__ = ["LoadReduceKernel", "ReduceKernel"]
 
@@ -79,16 +78,10 @@ class LoadReduceKernel(CopyKernel):
     @cute.jit
     def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream):
         """`dst`: the destination, `src`'s shape and layout; `guard`: GUARD_WORDS int32 zeros."""
-        plan = self.plan
         src, dst = self.rows_views(src, dst)
         load_atom, src_view, shared_layout = self.ring.make_load_atom(src)
         dst_load_atom, dst_view, _ = self.ring.make_load_atom(dst)
-        store_atom, out_view = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(),
-            matrix_first_view(dst, len(plan.config.shape)),
-            shared_layout,
-            plan.config.tile,
-        )
+        store_atom, out_view = self.make_store_atom(dst, shared_layout)  # a plain store: the sum is made
         run_time = self.run_time_walk(src_view)
         source = (load_atom, src_view, dst_load_atom, dst_view)
         self.launch(source, (store_atom, out_view), guard, shared_layout, stream, run_time)
