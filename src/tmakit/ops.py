@@ -153,7 +153,13 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
     """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_` with the typed options),
     as copy_ runs. Strict: the fake refuses what TMA does not serve, so the eager op does not fall
     back to torch's either."""
-    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
+    if typed or gpu_count() > 1:
+        run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
+        return
+    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
+        refuse_memoryless("reduce_into_", dst=dst, src=src)
+    tma_reduce_into_(dst, src, op, strict=True)  # the repeated call without options, on one GPU
+    increment_versions((dst,))
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
