@@ -70,7 +70,7 @@ def reduces_as_gpu(monkeypatch):
     pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
     import importlib
 
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function

@@ -17,7 +17,7 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.api import load as api_load
-from tmakit.api import reduce as api_reduce
+from tmakit.api import reduce_call as api_reduce
 from tmakit.api import tensors as api_tensors
 from tmakit.runtime.dispatch import CopyDispatch
 

@@ -398,7 +398,7 @@ def gpu_copies(monkeypatch):
     pytest.importorskip("torch")
     import importlib
 
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
     from tmakit.runtime.dispatch import CopyDispatch
 

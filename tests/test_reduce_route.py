@@ -434,12 +434,12 @@ def test_options_tma_refuses_for_tensors_it_serves_by_default_are_raised(as_gpu,
 def test_a_shape_the_planner_refuses_with_its_defaults_goes_to_torch_with_its_reason(
     as_gpu, torch, monkeypatch
 ):
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call
 
     def refuse(*args, **kwargs):
         raise TmaConfigError("dim 0 has 2^33 elements; TMA coordinates reach 2^32")
 
-    monkeypatch.setattr(api_reduce, "check_copy_shape", refuse)
+    monkeypatch.setattr(reduce_call, "check_copy_shape", refuse)
     dst, src = torch.zeros(64, 64), positions(torch, (64, 64), torch.float32)
     route = tmakit.reduce_path(dst, src)
     assert (route.path, route.reason) == ("torch", "dim 0 has 2^33 elements; TMA coordinates reach 2^32")
@@ -463,16 +463,16 @@ def test_an_empty_reduce_launches_nothing_wherever_it_lies(as_gpu, torch):
 
 # -- a repeated call: its plan looked up ---------------------------------------------------------------
 def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypatch):
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call
 
     planned = []
-    plan = api_reduce.plan_reduce_call
+    plan = reduce_call.plan_reduce_call
 
     def counted(*args):
         planned.append(args[2:])
         return plan(*args)
 
-    monkeypatch.setattr(api_reduce, "plan_reduce_call", counted)
+    monkeypatch.setattr(reduce_call, "plan_reduce_call", counted)
     dst, src = torch.zeros(8, 8), torch.ones(8, 8)
     for _ in range(3):
         tmakit.add_(dst, src)
@@ -493,6 +493,7 @@ def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypa
 def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, monkeypatch):
     """The host cost of a call seen before: its key, two address reads, the launch."""
     from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call
 
     _, launched = as_gpu
     dst, src = torch.zeros(64, 64), torch.zeros(64, 64)
@@ -501,8 +502,9 @@ def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, m
     def not_again(*args, **kwargs):
         raise AssertionError("a repeated call planned again")
 
-    for name in ("reduce_route", "pair_facts", "device_facts", "plan_reduce", "class_launcher"):
-        monkeypatch.setattr(api_reduce, name, not_again)
+    for module in (api_reduce, reduce_call):
+        for name in ("reduce_route", "pair_facts", "device_facts", "plan_reduce", "class_launcher"):
+            monkeypatch.setattr(module, name, not_again, raising=False)
     for _ in range(3):
         tmakit.add_(dst, src)
     assert len(launched) == 4
@@ -592,7 +594,7 @@ def test_gpu_inc_and_dec_on_both_paths_are_the_models(op):
 
 
 def test_every_op_has_a_torch_op():
-    from tmakit.api.reduce import TORCH_OPS
+    from tmakit.api.reduce_torch import TORCH_OPS
 
     assert tuple(TORCH_OPS) == REDUCE_OPS
 
@@ -619,7 +621,7 @@ def test_a_reduce_autograd_records_is_torchs_under_no_grad_tmas_on_detached_view
 def plain_gpu(torch, monkeypatch):
     """CPU tensors as CUDA device 0 without TVM-FFI: the plain launcher, which checks nothing of
     its arguments. Each launch records the dtype planned and the tensors' dtype and alignment."""
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
 
     launched = []

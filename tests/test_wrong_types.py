@@ -257,7 +257,7 @@ def stand_ins(monkeypatch):
     import torch
 
     from tmakit.api import load as api_load
-    from tmakit.api import reduce as api_reduce
+    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import rows_call as api_rows
     from tmakit.api import tensors as api_tensors
     from tmakit.runtime.dispatch import CopyDispatch

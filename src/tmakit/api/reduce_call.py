@@ -1,0 +1,293 @@
+"""How a reduce call is planned (`tmakit.reduce_into_`'s planner, `api.reduce`): its tensors' checks,
+its route (`plan.reduce_route`), the kernel that serves it (reduce stores or the load-add-store
+ring, `plan.reduce.reduce_kernel`) planned for its class, and the launchers of torch's op where
+TMA does not serve it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
+from ..errors import TmaConfigError
+from ..plan import (
+    CopyOptions,
+    LoadPlan,
+    ReducePlan,
+    check_copy_shape,
+    check_reduce,
+    copy_destination,
+    reduce_class,
+    reduce_op,
+    reduce_route,
+)
+from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan.reduce import RING_REASON, reduce_kernel, reduce_plan
+from ..plan.route import Route, torch_route
+from ..runtime.dispatch import Launcher, TensorFacts
+from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
+from ..runtime.launch import copy_launcher, tvm_ffi_available
+from ..validate import check_rank
+from .copy import class_launcher
+from .copy_views import copy_nothing
+from .reduce_torch import TORCH_OPS, torch_reduce
+from .tensors import check_tensor_pair, check_torch_tensor, device_facts, import_torch, pair_facts
+
+if TYPE_CHECKING:
+    import torch
+
+
+TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
+FALLBACK_REASON = (
+    "TMA cannot take a base address, or dst and src meet in memory in layouts only an element-wise "
+    "check tells apart"
+)
+
+
+@dataclass(frozen=True)
+class ReduceKernel:
+    """A planned TMA reduce, not yet compiled: its plan, the destination's layout where it is not
+    the source's, and the view each tensor is launched as (element strides on `shape`; None:
+    the tensor as it is)."""
+
+    plan: ReducePlan
+    destination: LoadConfig | None
+    shape_generic: bool
+    device: str
+    shape: tuple[int, ...]
+    src_strides: tuple[int, ...] | None
+    dst_strides: tuple[int, ...] | None
+
+    def launcher(self) -> Launcher:
+        """The compiled launcher (src, dst), on the views TMA takes."""
+        if self.shape_generic:
+            compiled = class_launcher(self.plan, self.destination, None, self.device)
+        else:
+            compiled = copy_launcher(self.plan, self.destination, None, self.device)
+        shape, src_strides, dst_strides = self.shape, self.src_strides, self.dst_strides
+        if src_strides is None and dst_strides is None:
+            return compiled
+
+        def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+            compiled(
+                src if src_strides is None else src.as_strided(shape, src_strides),
+                dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+            )
+
+        # Views of fixed strides: pinned to the shape and strides they were planned for, and only
+        # where the compiled function checks the rest (dtype, device, alignment) itself.
+        launch.checks_arguments = getattr(compiled, "checks_arguments", False)
+        launch.shape_generic = launch.checks_arguments
+        return launch
+
+
+def routed_reduce_launcher(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: CopyOptions,
+    facts: TensorFacts,
+    op: str,
+    strict: bool,
+    reduce_by: str | None = None,
+) -> Launcher:
+    """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
+    kernel compiled here, at its first launch; `reduce_path` plans and never compiles). The
+    options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
+    route, kernel = plan_reduce_call(dst, src, op, options, strict, reduce_by)
+    if route.path == "empty":
+        return copy_nothing
+    if kernel is None:
+        return torch_launcher(op, route.reason)
+    return kernel.launcher()
+
+
+def torch_launcher(op: str, reason: str) -> Launcher:
+    """A launcher (src, dst) of torch's op, for any address."""
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        torch_reduce(dst, src, op, reason)
+
+    launch.any_address = True
+    return launch
+
+
+def torch_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """torch's op on a call whose addresses TMA cannot take (`CopyDispatch`'s fallback)."""
+    torch_reduce(dst, src, op, FALLBACK_REASON)
+
+
+def strict_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """A strict call's `CopyDispatch` fallback: TmaConfigError naming the base TMA cannot take,
+    or the overlap only an element-wise check could decide."""
+    route = reduce_route(pair_facts(dst, src), op)
+    if not route.by_tma:
+        raise strict_refusal(route)
+    check_no_partial_overlap(dst, src)
+    raise strict_refusal(torch_route(op, FALLBACK_REASON))
+
+
+def check_reduce_arguments(dst: object, src: object) -> None:
+    """What a call whose shapes and strides cannot be read is: TmaConfigError naming it."""
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+
+
+def plan_reduce_call(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    copy_options: CopyOptions,
+    strict: bool,
+    reduce_by: str | None = None,
+) -> tuple[Route, ReduceKernel | None]:
+    """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
+    checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
+    `reduce_by` chose or the rule gives (`plan.reduce.reduce_kernel`). A TMA route the planner
+    refuses becomes torch's, with the planner's reason, unless the refusal is of options the
+    caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
+    stores do."""
+    import_torch("reduce_into_")
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+    if strict:
+        check_reduce_tensors(dst, src, op)
+    facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
+    l2_bytes = None if facts.src_device < 0 else device_facts(dst.device)[1]
+    route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
+    kernel = None
+    if route.path in TMA_KERNEL_PATHS:
+        moved = 3 * src.numel() * facts.nbytes
+        by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved, l2_bytes)
+        kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+        if kernel is None and reduce_by is None and by == "ring":
+            # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
+            # stage): reduce stores serve it
+            route, by = replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
+            kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+        if kernel is None:
+            if strict or reduce_by is not None:  # what the call asked for is refused, naming why
+                raise error
+            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op, by):
+                raise TmaConfigError(
+                    f"{error} (with the default options TMA serves these tensors: leave the options out)"
+                ) from error
+            route = torch_route(op, str(error))
+    if route.path == "torch" and strict:
+        raise strict_refusal(route)
+    return route, kernel
+
+
+def planned_or_refused(
+    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, options: CopyOptions, kernel: str
+) -> tuple[ReduceKernel | None, TmaConfigError | None]:
+    """(the planned kernel, None), or (None, the planner's refusal)."""
+    try:
+        return plan_reduce(dst, src, route, op, options, kernel), None
+    except TmaConfigError as error:
+        return None, error
+
+
+def serves_by_default(
+    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, kernel: str = "store"
+) -> bool:
+    """Whether the planner takes this TMA route with the default options, on `kernel`."""
+    try:
+        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS, kernel)
+    except TmaConfigError:
+        return False
+    return True
+
+
+def strict_refusal(route: Route) -> TmaConfigError:
+    """The error of a `strict=True` call whose route is torch's: the rule, and the way out."""
+    return TmaConfigError(
+        f"reduce_into_ {route.op} with strict=True: TMA cannot serve these tensors: {route.reason}; "
+        f"without strict=True torch's {TORCH_OPS[route.op]} serves them"
+    )
+
+
+_DEFAULT_REDUCE_OPTIONS = CopyOptions()
+
+
+def reduce_options(tile: tuple[int, int] | None, stages: int | None, options: dict[str, Any]) -> CopyOptions:
+    """A reduce's `CopyOptions` (the defaults, built once, when none is given). TmaConfigError for
+    an unknown name, and for `as_rows`/`bulk`: a reduce stores through the tensors' own tensor
+    maps (`ReducePlan`), not a rows view's or plain bulk copies."""
+    if tile is None and stages is None and not options:
+        return _DEFAULT_REDUCE_OPTIONS
+    chosen = CopyOptions.of(**{"tile": tile, "stages": stages, **options})
+    if chosen.as_rows or chosen.bulk:
+        raise TmaConfigError(
+            "reduce_into_ takes the copy's options but as_rows and bulk: a reduce stores through "
+            "the tensors' own tensor maps"
+        )
+    return chosen
+
+
+def check_reduce_tensors(dst: object, src: object, op: str) -> None:
+    """What a strict reduce's tensors must be before their layouts are read: torch tensors with
+    memory, of one shape and a dtype `op` reduces, on one CUDA device, not partly overlapping."""
+    check_tensor_pair(
+        dst,
+        src,
+        "reduce_into_",
+        "a reduce combines elements of one shape and dtype",
+        lambda dtype: check_reduce(op, dtype_of(dtype)),
+    )
+    check_no_partial_overlap(dst, src)
+
+
+def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Refuse a `dst` that shares memory with `src` other than as the very same view
+    (`runtime.dispatch.check_no_partial_overlap`); disjoint slices of one tensor pass."""
+    if dst.numel():
+        dispatch_overlap_check(dst, src, tuple(src.shape), src.stride(), dst.stride())
+
+
+def plan_reduce(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    route: Route,
+    op: str,
+    options: CopyOptions = _DEFAULT_REDUCE_OPTIONS,
+    kernel: str = "store",
+) -> ReduceKernel:
+    """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
+    plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
+    this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
+    nothing. `options`: `reduce_options`; `kernel`: one of `plan.reduce.REDUCE_KERNELS`."""
+    dtype = dtype_of(src.dtype)
+    nbytes = DTYPES[dtype].nbytes
+    sm_count, l2_bytes = device_facts(src.device)
+    if route.view is None:
+        shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    else:
+        shape, src_strides, dst_strides = route.view
+    check_rank(len(shape))
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    tile = options.default_tile(dtype, transpose, None, sm_count)
+    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
+    device = str(src.device)
+    as_view = route.view is not None  # launched on views of these strides
+    if not tvm_ffi_available():
+        source = LoadConfig(shape, dtype, tile, 0, src_major, src_strides)
+        destination = LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides)
+        LoadPlan(destination)  # its strides and the tile, checked as the source's are
+        copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
+        reduce = reduce_plan(copy, op, kernel, options.stages is not None)
+        same_layout = source.element_strides == destination.element_strides
+        views = (src_strides, dst_strides) if as_view else (None, None)
+        return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
+    rank = len(shape)
+    reduce = reduce_class(
+        options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2, kernel=kernel
+    )
+    contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
+    fixed_src, fixed_dst = check_copy_shape(
+        reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
+    )
+    if as_view:
+        fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
+    destination = copy_destination(reduce.copy) if transpose else None
+    return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
