@@ -130,7 +130,7 @@ def reduced(
     options: dict[str, Any],
     reduce_by: str | None = None,
 ) -> torch.Tensor:
-    """`reduce_into_`'s call: its (op, strict) dispatch on the tensors; out of the plain path
+    """`reduce_into_`'s call: its (op, strict, reduce_by) dispatch on the tensors; out of the plain path
     (`tensors.out_of_the_plain_path`), torch's op for a negative view and where autograd records
     the call (strict: TmaConfigError), else the dispatch on detached views of the same memory
     (under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
@@ -218,5 +218,5 @@ def reduce_path(
     return route
 
 
-# Each (op, strict) pair's calls (`reduce_dispatch`); `known.forget_calls` empties it too.
+# Each (op, strict, reduce_by)'s calls (`reduce_dispatch`); `known.forget_calls` empties it too.
 _DISPATCHES: dict[tuple[str, bool, str | None], CopyDispatch] = calls_table()
