@@ -579,6 +579,8 @@ def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
         ops.copy_impl(x)
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
         ops.copy__impl(x, x)
+    with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
+        ops.reduce_into__impl(x, x)
     with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
         ops_tiles.load_tiles_impl(x)
 
@@ -589,6 +591,8 @@ def test_a_meta_tensor_in_the_real_implementation_is_refused():
     meta = torch.empty(64, 64, device="meta")
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
         ops.copy__impl(torch.empty(64, 64), meta)
+    with pytest.raises(TmaConfigError, match="src is on the meta device"):
+        ops.reduce_into__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="tensor is on the meta device"):
         ops_tiles.load_tiles_impl(meta)
 
