@@ -27,6 +27,9 @@
 #   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
 #                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
 #   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
+#   allgather    scripts/allgather_pack.py under torchrun (NCCL): pack/unpack as an all-gather's and a
+#                reduce-scatter's copy-in and copy-out; ARGs: the processes (one a GPU), then the script's
+#                (e.g. 2 --samples 20): allgather-pack.json
 # Everything lands in $OUT, packed into one results-COMMIT.tgz (the tool brings back few files).
 set -uo pipefail
 commit=$1; shift
@@ -74,6 +77,8 @@ run_step() {
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
     rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/rows.json" "$@" 2>&1 | tail -45 ;;
+    allgather) local nproc=$1; shift
+      timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" scripts/allgather_pack.py --json "$OUT/allgather-pack.json" "$@" 2>&1 | tail -8 ;;
     manystages) timeout "$limit" python3 scripts/many_stages.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     manybench) timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many.json" "$@" 2>&1 | tail -30 ;;
     abbench) timeout "$limit" python3 scripts/ab_bench.py --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tail -20 ;;
@@ -110,6 +115,7 @@ defaults() {
     mctimeline) echo --clusters 1x2,2x2 --stages 4,7 --walks strip ;;
     mcncu) echo --only multicast-1x2,multicast-1x4 --extra --sections ;;
     copyncu) echo --only copy- ;;
+    allgather) echo 2 ;;
   esac
 }
 
