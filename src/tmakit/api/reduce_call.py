@@ -22,7 +22,7 @@ from ..plan import (
     reduce_route,
 )
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
-from ..plan.reduce import RING_REASON, reduce_kernel, reduce_plan
+from ..plan.reduce import RING_REASON, moved_bytes, reduce_kernel, reduce_plan
 from ..plan.route import Route, torch_route
 from ..runtime.dispatch import Launcher, TensorFacts
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
@@ -156,8 +156,7 @@ def plan_reduce_call(
     route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
-        moved = 3 * src.numel() * facts.nbytes
-        by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved, l2_bytes)
+        by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved_bytes(facts), l2_bytes)
         kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
         if kernel is None and reduce_by is None and by == "ring":
             # the rule's ring cannot take the call (layouts that differ, a depth for one tile a

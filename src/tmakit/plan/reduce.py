@@ -118,14 +118,21 @@ RING_BEYOND_L2: dict[str, BeyondL2] = {
 }
 
 
-def reduce_kernel(chosen: str | None, op: str, dtype: str, moved_bytes: int, l2_bytes: int | None) -> str:
-    """The kernel a reduce on `dtype` (torch's name) runs on, one of `REDUCE_KERNELS`: the one
-    `chosen` (the call's `reduce_by`), else the ring where `RING_BEYOND_L2` gives it the call
-    (never without an L2 size: a pure plan), else reduce stores."""
+def moved_bytes(facts: PairFacts) -> int:
+    """What a reduce moves, the measure the rule tables compare with the L2: its three streams
+    (src read, dst read and written)."""
+    return 3 * math.prod(facts.shape) * facts.nbytes
+
+
+def reduce_kernel(chosen: str | None, op: str, dtype: str, moved: int, l2_bytes: int | None) -> str:
+    """The kernel a reduce on `dtype` (torch's name) moving `moved` bytes (`moved_bytes`) runs on,
+    one of `REDUCE_KERNELS`: the one `chosen` (the call's `reduce_by`), else the ring where
+    `RING_BEYOND_L2` gives it the call (never without an L2 size: a pure plan), else reduce
+    stores."""
     if chosen is not None:
         return chosen
     rule = RING_BEYOND_L2.get(op)
-    return "ring" if rule is not None and rule.covers(dtype, moved_bytes, l2_bytes) else "store"
+    return "ring" if rule is not None and rule.covers(dtype, moved, l2_bytes) else "store"
 
 
 def chosen_kernel(reduce_by: object) -> str | None:
@@ -344,7 +351,7 @@ def reduce_route(
                 f"{name}'s base address {address:#x} is not {GLOBAL_BASE_ALIGN}-byte aligned (TMA needs it; "
                 "a .clone() is)",
             )
-    moved = 3 * math.prod(facts.shape) * facts.nbytes
+    moved = moved_bytes(facts)
     if reduce_by is None and not strict and torch_faster(op, facts.src_dtype, moved, l2_bytes):
         return torch_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA's kernels there"
