@@ -125,10 +125,13 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed:
     increment_versions((dst,))
 
 
-def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any]) -> None:
+def check_traced_pair(
+    op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dict[str, Any], ring: bool = False
+) -> None:
     """A fake implementation's check of a copy's or reduce's pair: both on a CUDA device, one
     shape and dtype, a dtype TMA moves and, where the strides are static, their layout rules
-    (`api.check_copy_layout`; a rows view's or bulk copy's compact tensors are planned apart)."""
+    (`api.check_copy_layout`; a rows view's or bulk copy's compact tensors are planned apart) and,
+    for the load-add-store `ring`, one layout (`plan.reduce.check_ring_layouts`)."""
     check_traced(op, dst=dst, src=src)
     if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
         raise TmaConfigError(
@@ -138,9 +141,10 @@ def check_traced_pair(op: str, dst: torch.Tensor, src: torch.Tensor, kwargs: dic
     dtype = dtype_of(src.dtype)
     shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
     if all(type(value) is int for value in (*shape, *src_strides, *dst_strides)):  # static
-        compact = major_of(src_strides, shape) == major_of(dst_strides, shape) and (
-            src.is_contiguous() and dst.is_contiguous()
-        )
+        same_major = major_of(src_strides, shape) == major_of(dst_strides, shape)
+        if ring:
+            check_ring_layouts(not same_major)
+        compact = same_major and src.is_contiguous() and dst.is_contiguous()
         check_copy_layout(shape, src_strides, dst_strides, dtype, CopyOptions.of(**kwargs), compact)
 
 
@@ -170,10 +174,7 @@ def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
     kernel = chosen_kernel(kwargs.pop("reduce_by", None))
     (check_ring if kernel == "ring" else check_reduce)(op, dtype_of(src.dtype))
     reduce_options(kwargs.pop("tile", None), kwargs.pop("stages", None), kwargs)
-    check_traced_pair("reduce_into_", dst, src, {})
-    shape, strides = tuple(src.shape), (tuple(src.stride()), tuple(dst.stride()))
-    if kernel == "ring" and all(type(value) is int for value in (*shape, *strides[0], *strides[1])):
-        check_ring_layouts(major_of(strides[0], shape) != major_of(strides[1], shape))
+    check_traced_pair("reduce_into_", dst, src, {}, ring=kernel == "ring")
 
 
 # -- copy ---------------------------------------------------------------------------------------

@@ -75,6 +75,11 @@ class LoadReduceKernel(CopyKernel):
     def smem_bytes(self) -> int:
         return self.reduce.smem_bytes
 
+    @property
+    def tile_vectors(self) -> int:
+        """16-byte vectors in a tile (a TMA box is a whole number of them)."""
+        return self.plan.expected_tx_bytes // VECTOR_BYTES
+
     @cute.jit
     def __call__(self, src: cute.Tensor, dst: cute.Tensor, guard: cute.Tensor, stream):
         """`dst`: the destination, `src`'s shape and layout; `guard`: GUARD_WORDS int32 zeros."""
@@ -112,10 +117,11 @@ class LoadReduceKernel(CopyKernel):
         rings share it, so the same position holds the same element of each."""
         pipeline = self.pipeline
         vector = VECTOR_BYTES // self.plan.config.element.nbytes
-        count = self.plan.expected_tx_bytes // VECTOR_BYTES
         return cute.make_tensor(
             cute.recast_ptr(tiles.iterator, dtype=self.ring.element_type),
-            cute.make_layout((vector, count, pipeline.stages), stride=(1, vector, pipeline.stage_elements)),
+            cute.make_layout(
+                (vector, self.tile_vectors, pipeline.stages), stride=(1, vector, pipeline.stage_elements)
+            ),
         )
 
     @cute.jit
@@ -125,7 +131,7 @@ class LoadReduceKernel(CopyKernel):
         and warp 0 stores the tile (one thread)."""
         store_atom, out_view, sources, destinations, thread = state
         threads = WARP_THREADS * self.pipeline.consumer_warps
-        count = self.plan.expected_tx_bytes // VECTOR_BYTES
+        count = self.tile_vectors
         for k in cutlass.range_constexpr((count + threads - 1) // threads):
             index = thread + k * threads
             if index < count:
