@@ -9,8 +9,9 @@ expected values and against the same step done with torch's copies (`_foreach_co
     torchrun --nproc-per-node 2 scripts/allgather_pack.py [--json OUT] [--small] [--check-only]
     python scripts/allgather_pack.py [--device cpu]          (a world of one)
 
-On CUDA the collectives are NCCL's and the copy-in and copy-out are timed beside torch's (CUDA
-events, medians of `--samples`), with the whole step; on the CPU they are gloo's and only checked.
+On CUDA the collectives are NCCL's and the copy-in and copy-out are timed beside torch's with
+`tmakit.bench.timing` (CUDA-graph replay and the eager call, medians), with the whole step; on the
+CPU they are gloo's and only checked.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--small", action="store_true", help="small odd-sized parameters instead of a layer")
     parser.add_argument("--check-only", action="store_true", help="check every element, time nothing")
-    parser.add_argument("--samples", type=int, default=20, help="timed repetitions (CUDA)")
+    parser.add_argument("--samples", type=int, default=20, help="device-time samples (CUDA)")
     parser.add_argument("--json", help="where rank 0 writes the study")
     return parser.parse_args(argv)
 
@@ -176,39 +177,41 @@ def check(layer: Layer) -> list[str]:
     return [message for message in wrong if message]
 
 
-def timed_ms(call, samples: int) -> float:
-    """Median milliseconds of `call` between CUDA events, after one warm-up."""
-    call()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def measure(layer: Layer, samples: int) -> dict:
-    """Copy-in, copy-out and the whole all-gather step, tmakit's beside torch's, in one run."""
+    """Copy-in, copy-out and the whole all-gather step, tmakit's beside torch's, in one run
+    (`tmakit.bench.timing`): device time by CUDA-graph replay (the copies; the step, whose
+    collective is NCCL's, on a stream), and the eager call, host included, interleaved."""
+    from tmakit.bench.timing import eager_samples_us, graph_samples_us, stream_samples_us
+
     shards = [tensor[layer.rank].clone() for tensor in layer.full(salt=1)]
     flat, gathered, full = layer.buffer(), layer.buffer(layer.world), layer.empty_full()
-    moved_in = 2 * sum(shard.numel() for shard in shards) * 2  # bytes read and written
-    moved_out = 2 * sum(tensor.numel() for tensor in full) * 2
+    calls = {
+        "tmakit": {
+            "copy_in": lambda: tmakit.pack(shards, out=flat),
+            "copy_out": lambda: copy_out(layer, gathered, full, "tmakit"),
+            "step": lambda: all_gather_step(layer, shards, gathered, flat, full, "tmakit"),
+        },
+        "torch": {
+            "copy_in": lambda: torch._foreach_copy_(layer.torch_views(flat), shards),
+            "copy_out": lambda: copy_out(layer, gathered, full, "torch"),
+            "step": lambda: all_gather_step(layer, shards, gathered, flat, full, "torch"),
+        },
+    }
+    moved = {  # bytes read and written
+        "copy_in": 2 * sum(shard.numel() for shard in shards) * flat.element_size(),
+        "copy_out": 2 * sum(tensor.numel() for tensor in full) * flat.element_size(),
+    }
+    named = {f"{by} {part}": [call] for by, parts in calls.items() for part, call in parts.items()}
+    eager = eager_samples_us(named)
     rows = {}
-    for by in ("tmakit", "torch"):
-        copy_in = (lambda: tmakit.pack(shards, out=flat)) if by == "tmakit" else (
-            lambda: torch._foreach_copy_(layer.torch_views(flat), shards))  # fmt: skip
-        rows[by] = {
-            "copy_in_ms": timed_ms(copy_in, samples),
-            "copy_out_ms": timed_ms(lambda by=by: copy_out(layer, gathered, full, by), samples),
-            "step_ms": timed_ms(
-                lambda by=by: all_gather_step(layer, shards, gathered, flat, full, by), samples
-            ),
-        }
-        rows[by]["copy_in_gb_per_s"] = moved_in / rows[by]["copy_in_ms"] / 1e6
-        rows[by]["copy_out_gb_per_s"] = moved_out / rows[by]["copy_out_ms"] / 1e6
+    for by, parts in calls.items():
+        row = {"step_stream_us": statistics.median(stream_samples_us([parts["step"]], samples))}
+        for part in ("copy_in", "copy_out"):
+            graph_us = statistics.median(graph_samples_us([parts[part]], samples))
+            row[f"{part}_graph_us"] = graph_us
+            row[f"{part}_eager_us"] = statistics.median(eager[f"{by} {part}"])
+            row[f"{part}_gb_per_s"] = moved[part] / graph_us / 1e3
+        rows[by] = row
     return rows
 
 

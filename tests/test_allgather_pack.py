@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "allgather_pack.py"
 
 
-def run(tmp_path: Path, world: int, device: str) -> dict:
+def run(tmp_path: Path, world: int, device: str, timed: bool = False) -> dict:
     """The program on `world` processes (torchrun's launcher for two), its study as rank 0 wrote it."""
     out = tmp_path / f"study-{device}-{world}.json"
-    arguments = [str(SCRIPT), "--device", device, "--small", "--check-only", "--json", str(out)]
+    arguments = [str(SCRIPT), "--device", device, "--small", "--json", str(out)]
+    arguments += ["--samples", "3"] if timed else ["--check-only"]
     if world > 1:
         arguments = ["-m", "torch.distributed.run", "--nproc-per-node", str(world), *arguments]
     done = subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=300)
@@ -61,8 +62,13 @@ def test_a_world_of_one_on_the_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    study = run(tmp_path, 1, "cuda")
+    study = run(tmp_path, 1, "cuda", timed=True)
     assert study["ranks"][0]["wrong"] == []
+    timings = study["ranks"][0]["timings"]
+    for by in ("tmakit", "torch"):
+        assert all(
+            timings[by][f"copy_{part}_{kind}_us"] > 0 for part in ("in", "out") for kind in ("graph", "eager")
+        )
 
 
 @pytest.mark.gpu
