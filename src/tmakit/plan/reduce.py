@@ -110,7 +110,7 @@ RING_CONSUMER_WARPS = 4
 # op -> where TMA runs a reduce on the ring instead of reduce stores (`route.BeyondL2`: the call's
 # three streams, src read and dst read and written, past that share of the L2, on those torch
 # dtypes): on the H100 the ring took 0.94-0.96x the stores' time for fp32, fp16 and int32 adds of
-# 8 MiB and 0.88-0.91x from 256 MiB; the stores led from 4 MiB down (reduce-ring.json). Where
+# 8 MiB and 0.88-0.91x from 256 MiB; the stores led from 4 MiB down (reduce.json). Where
 # `route.TORCH_FASTER_BEYOND_L2` gives torch the call, the ring serves strict calls and calls that
 # choose it.
 RING_BEYOND_L2: dict[str, BeyondL2] = {

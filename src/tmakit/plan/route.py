@@ -61,8 +61,8 @@ class BeyondL2:
 
 # Past 40% of the L2 (the call's three streams) torch's add_ outruns TMA's reduce stores, which
 # the L2 applies, and the load-add-store ring (4-6% behind from 16 MiB, at its time at 8 MiB),
-# eagerly and in graphs, on the H100 for fp32, fp16, bf16 and int32 (reduce-ring.json; reduce.json
-# for the H200's stores; docs/results.md has the figures). Within it TMA keeps the call; so does
+# eagerly and in graphs, on the H100 for fp32, fp16, bf16 and int32 (reduce.json, whose parts hold
+# the H200's stores; docs/results.md has the figures). Within it TMA keeps the call; so does
 # every dtype not measured (torch has no add for uint32/uint64 at all). No row for a copy: torch's
 # copy_ (the driver's memcpy) led TMA's copy ring by a few percent from 256 MiB eagerly but
 # trailed it far in CUDA graphs from 512 MiB (copy.json). Non-strict calls that choose no kernel
