@@ -337,8 +337,24 @@ def cpu_kernels(monkeypatch):
         assert op == "add"  # the stand-in adds only
         return dst.data.add_(src.data)
 
+    class Dispatch:
+        """The strict dispatch's stand-in, where an op's repeated call reaches it (no options)."""
+
+        def __init__(self, call):
+            self.call = call
+
+        def copy_(self, dst, src, tile, stages, options):
+            assert tile is None and stages is None and not options
+            return self.call(dst, src)
+
+    def reduce_dispatch(op, strict, options):
+        assert strict is True and not options
+        return Dispatch(lambda dst, src: reduce_into_(dst, src, op, strict=True))
+
     monkeypatch.setattr(ops, "tma_reduce_into_", reduce_into_)
+    monkeypatch.setattr(ops, "reduce_dispatch", reduce_dispatch)
     monkeypatch.setattr(ops, "tma_copy_", copy_)
+    monkeypatch.setattr(ops, "STRICT_COPIES", Dispatch(copy_))
     monkeypatch.setattr(ops, "tma_copy", copy)
 
     def im2col(x, kernel, stride, padding, dilation, strict=False):

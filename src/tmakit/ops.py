@@ -37,10 +37,11 @@ from typing import Any
 import torch
 
 from . import ops_many, ops_rows  # register the rows and many-tensor ops
-from .api import check_copy_layout, reduce_options
+from .api import check_copy_layout, copy_dispatch, reduce_options
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import reduce_into_ as tma_reduce_into_
+from .api.reduce import reduce_dispatch
 from .config import SEED, dtype_of, major_of
 from .errors import TmaConfigError
 from .ops_base import (
@@ -113,16 +114,41 @@ def run_in_place(
     increment_versions((dst,))
 
 
-def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
-    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options` and the typed options).
-    The call without options, on one GPU, takes the fewest steps: it is the op's repeated call."""
-    if typed or options or gpu_count() > 1:
-        run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs(options, typed))
+Tensor = torch.Tensor
+STRICT_COPIES = copy_dispatch(strict=True)
+NO_OPTIONS: dict[str, Any] = {}  # read, never written, by the dispatch
+
+
+def plain_pair(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether an in-place op's call needs none of its API function's steps around the dispatch:
+    one GPU (no device guard), real dense tensors (not fake, meta or a subclass: those are
+    refused there) that autograd does not see. A negative or conjugate view never reaches an
+    op's kernel: the dispatcher's fallbacks resolve it first."""
+    return not (
+        type(dst) is not Tensor
+        or type(src) is not Tensor
+        or dst.requires_grad
+        or src.requires_grad
+        or dst.is_meta
+        or src.is_meta
+        or gpu_count() > 1
+    )
+
+
+def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`, strict). The call without
+    options, on one GPU, of tensors that need no autograd check (`plain_pair`), goes straight to
+    the strict copy's dispatch: it is the op's repeated call."""
+    if options or not plain_pair(dst, src):
+        run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
         return
-    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
-        refuse_memoryless("copy_", dst=dst, src=src)
-    tma_copy_(dst, src, strict=True)
+    STRICT_COPIES.copy_(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
+
+
+def copy__typed_impl(dst: torch.Tensor, src: torch.Tensor, **typed: Any) -> None:
+    """The typed overload's kernel: `tmakit.copy_` with the typed options given, strict."""
+    run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs("", typed))
 
 
 def check_traced_pair(
@@ -153,17 +179,19 @@ def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed:
 
 
 # -- reduce_into_ -------------------------------------------------------------------------------
-def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
-    """dst = dst op src through TMA reduce stores (`tmakit.reduce_into_` with the typed options),
-    as copy_ runs. Strict: the fake refuses what TMA does not serve, so the eager op does not fall
-    back to torch's either."""
-    if typed or gpu_count() > 1:
-        run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
+def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
+    """dst = dst op src through TMA (`tmakit.reduce_into_`, strict: the fake refuses what TMA does
+    not serve, so the eager op does not fall back to torch's either), as copy_'s kernel runs."""
+    if not plain_pair(dst, src):
+        run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True)
         return
-    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
-        refuse_memoryless("reduce_into_", dst=dst, src=src)
-    tma_reduce_into_(dst, src, op, strict=True)  # the repeated call without options, on one GPU
+    reduce_dispatch(op, True, NO_OPTIONS).copy_(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
+
+
+def reduce_into__typed_impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
+    """The typed overload's kernel: `tmakit.reduce_into_` with the typed options given, strict."""
+    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
@@ -242,11 +270,11 @@ def register() -> torch.library.Library:
         SCHEMAS,
         (
             ("copy_", copy__impl, copy__fake),
-            ("copy_.typed", copy__impl, copy__fake),  # the same kernels: the options come as keywords
+            ("copy_.typed", copy__typed_impl, copy__fake),
             ("copy", copy_impl, copy_fake),
             ("copy.typed", copy_impl, copy_fake),
             ("reduce_into_", reduce_into__impl, reduce_into__fake),
-            ("reduce_into_.typed", reduce_into__impl, reduce_into__fake),
+            ("reduce_into_.typed", reduce_into__typed_impl, reduce_into__fake),
             ("load_tiles", load_tiles_impl, load_tiles_fake),
             ("im2col", im2col_impl, im2col_fake),
         ),

@@ -99,8 +99,11 @@ def measure_ops_host_cost() -> dict:
     """Host microseconds per repeated call of the other public ops on tiny tensors (TMA's paths),
     each beside torch's equivalent, all timed interleaved: `add_` and `dst.add_(src)`; `im2col`
     into an `out` and torch's expression of it (`api.strided_patches`: `F.pad` + `as_strided`
-    into the same `out`), and `im2col` allocating; `load_tiles` and torch's `clone`."""
+    into the same `out`), and `im2col` allocating; `load_tiles` and torch's `clone`; each op
+    through torch.ops.tmakit too (`reduce_into_`, `im2col`, `load_tiles`), beside its direct call."""
     import torch
+
+    from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
 
     dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
     x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
@@ -115,6 +118,9 @@ def measure_ops_host_cost() -> dict:
         "tmakit_im2col_new_tensor_call_us": lambda: api.im2col(x, 3, 1, 1),
         "tmakit_load_tiles_call_us": lambda: api.load_tiles(tiles),
         "torch_clone_call_us": lambda: tiles.clone(),
+        "tmakit_add_op_call_us": lambda: torch.ops.tmakit.reduce_into_.default(dst, src),
+        "tmakit_im2col_op_call_us": lambda: torch.ops.tmakit.im2col.default(x, [3, 3], [1, 1], [1, 1]),
+        "tmakit_load_tiles_op_call_us": lambda: torch.ops.tmakit.load_tiles.default(tiles),
     }
     for launch in launches.values():
         launch()  # compiled now
@@ -132,8 +138,8 @@ HOST_COST_WHAT = (
     "TVM-FFI calling path) apart; op_*: the same calls through torch.ops.tmakit. "
     "(op_typed: copy_'s typed overload with stages=4; noop_op: an op of copy_'s schema whose Python "
     "kernel does nothing, the dispatcher's floor); group 'ops': add_, im2col and load_tiles "
-    "beside torch's add_, its "
-    "im2col expression (F.pad + as_strided) and clone."
+    "beside torch's add_, its im2col expression (F.pad + as_strided) and clone, and each through "
+    "torch.ops.tmakit (op_call: reduce_into_, im2col allocating, load_tiles)."
 )
 
 
