@@ -36,27 +36,30 @@ def import_as_base(base_src: Path) -> object:
     return importlib.import_module("tmakit_base")
 
 
-def tma_only(function, **keywords):
-    """`function` held to TMA's own kernel: `strict=True` and `keywords` where its tree takes them
-    (a base tree that served TMA only has neither), so both trees time the same kernel where the
-    final tree's rules would route a call elsewhere (torch's op, another kernel)."""
+def tma_only(function, named: dict | None = None, **options):
+    """`function` held to TMA's own kernel: `strict=True` and the `named` keywords where its tree
+    takes them by name (a base tree that served TMA only has neither), and copy `options` (which
+    both trees take), so both trees time the same kernel where the final tree's rules would route
+    a call elsewhere (torch's op, another kernel)."""
     taken = inspect.signature(function).parameters
-    return functools.partial(
-        function, **{k: v for k, v in {"strict": True, **keywords}.items() if k in taken}
-    )
+    wanted = {"strict": True, **(named or {})}
+    return functools.partial(function, **{k: v for k, v in wanted.items() if k in taken}, **options)
 
 
 def cases(torch):
     """(name, make) pairs: `make(pkg)` returns (launch, check) for one tree's package."""
 
-    def copy_case(transpose: bool):
-        rows, cols = 16384, 8192  # 256 MiB of fp16
-        src = torch.randn(cols, rows, device="cuda").half().t() if transpose else None
-        if src is None:
-            src = torch.randn(rows, cols, device="cuda").half()
+    def copy_case(transpose: bool, padded: bool = False, **options):
+        """256 MiB of fp16; `padded`: rows 128 bytes apart from the next (not one compact run, so no
+        rows view); `options`: passed to both trees' copy_."""
+        rows, cols = 16384, 8192
+        if transpose:
+            src = torch.randn(cols, rows, device="cuda").half().t()
+        else:
+            src = torch.randn(rows, cols + (64 if padded else 0), device="cuda").half()[:, :cols]
 
         def make(pkg):
-            copy_ = tma_only(pkg.copy_)
+            copy_ = tma_only(pkg.copy_, **options)
             dst = torch.full((rows, cols), float("nan"), dtype=torch.float16, device="cuda")
             copy_(dst, src)
             ok = torch.equal(dst, src)
@@ -65,7 +68,7 @@ def cases(torch):
         return make
 
     def reduce_case(pkg):
-        reduce_into_ = tma_only(pkg.reduce_into_, reduce_by="store")  # the base's reduce stores
+        reduce_into_ = tma_only(pkg.reduce_into_, {"reduce_by": "store"})  # the base's reduce stores
         src = torch.randn(8192, 8192, device="cuda")  # 256 MiB of fp32
         dst = torch.randn(8192, 8192, device="cuda")
         start = dst.clone()
@@ -103,6 +106,8 @@ def cases(torch):
         return make
 
     yield "copy 256 MiB fp16", copy_case(False)
+    yield "copy 256 MiB fp16, rows 128 B apart", copy_case(False, padded=True)
+    yield "copy 256 MiB fp16 as_rows=True", copy_case(False, as_rows=True)
     yield "transposing copy 256 MiB fp16", copy_case(True)
     yield "reduce add 256 MiB fp32", reduce_case
     yield "im2col 32x56x56x64 fp16 3x3 pad 1", im2col_case
