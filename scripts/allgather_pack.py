@@ -22,11 +22,13 @@ import os
 import socket
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 import tmakit
+from tmakit.bench.report import device_context
 from tmakit.plan.many import PACK_ALIGN, pack_offsets
 
 # A transformer layer's parameters (a Llama-7B block's): 4 attention projections, 3 MLP ones, 2 norms.
@@ -215,6 +217,15 @@ def measure(layer: Layer, samples: int) -> dict:
     return rows
 
 
+def study_context(device: str) -> dict:
+    """The results file's context: the card, driver and versions on CUDA (`device_context`), the
+    torch version and date on the CPU; the commit from TMAKIT_COMMIT (set by device_run.sh)."""
+    commit = os.environ.get("TMAKIT_COMMIT")
+    if device == "cuda":
+        return device_context(commit)
+    return {"device": "cpu", "torch": torch.__version__, "commit": commit, "date": time.strftime("%FT%TZ")}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = start_world(args.device)
@@ -232,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "what": __doc__.split("\n\n")[0],
             "shapes": layer.shapes,
             "ranks": reports,
+            "context": study_context(args.device),
         }
         if args.json:
             with open(args.json, "w") as out:
