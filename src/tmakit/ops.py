@@ -208,9 +208,11 @@ def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
 # -- copy ---------------------------------------------------------------------------------------
 def copy_impl(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
     """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with the options)."""
-    if type(src) is not torch.Tensor or src.is_meta:
+    if type(src) is not Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
-    return on_its_device(src, tma_copy, src, strict=True, **op_kwargs(options, typed))
+    if typed or options or gpu_count() > 1:
+        return on_its_device(src, tma_copy, src, strict=True, **op_kwargs(options, typed))
+    return tma_copy(src, strict=True)  # the repeated call without options, on one GPU
 
 
 def copy_fake(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
