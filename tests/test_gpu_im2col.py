@@ -86,8 +86,10 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda")
     out = out.view(x.dtype)  # all-ones bits: NaN
-    assert tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out).path == "tma"  # not the fallback
-    result = tmakit.im2col(x, kernel, stride, padding, dilation, out=out, strict=True)
+    # The im2col loads' kernel on every case (the rule gives narrow channels to the windows copy)
+    route = tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out, im2col_by="loads")
+    assert route.path == "tma" and "windows" not in route.reason, route  # not the fallback
+    result = tmakit.im2col(x, kernel, stride, padding, dilation, out=out, strict=True, im2col_by="loads")
     torch.cuda.synchronize()
     assert result.data_ptr() == out.data_ptr()
 
@@ -115,6 +117,38 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     assert not wrong.any(), f"against F.unfold: {first_wrong_box(plan, wrong)}"
     zeros = int((reference == 0).sum())
     assert zeros == int((model == 0).sum())  # the padding, and only it, reads as zero
+
+
+WINDOWS = [case for case in CASES if case[5] == 1 and DTYPES[case[1]].nbytes * case[0][3] <= 32]
+
+
+@pytest.mark.parametrize("shape, dtype, kernel, stride, padding, dilation", WINDOWS)
+@pytest.mark.parametrize("im2col_by", [None, "windows"])
+def test_the_windows_copy_matches_the_model_on_every_element(
+    shape, dtype, kernel, stride, padding, dilation, im2col_by
+):
+    """Narrow channels: the zero-padded input's overlapping windows copied by TMA, the rule's
+    choice, against the model on every element, into a poisoned `out` and into a new tensor."""
+    torch = pytest.importorskip("torch")
+    element = DTYPES[dtype]
+    bits = position_bits(shape, dtype)
+    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
+        signed(torch, element.nbytes)
+    )
+    x = x.view(getattr(torch, element.torch_name)).cuda()
+    plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
+    out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda").view(x.dtype)
+    route = tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out, im2col_by=im2col_by)
+    assert route.path == "tma" and "windows copied" in route.reason, route
+    conv = (kernel, stride, padding, dilation)
+    assert tmakit.im2col(x, *conv, out=out, strict=True, im2col_by=im2col_by) is out
+    fresh = tmakit.im2col(x, kernel, stride, padding, dilation, im2col_by=im2col_by)
+    torch.cuda.synchronize()
+    model = patch_matrix(plan, bits)
+    for got in (out, fresh):
+        got_bits = got.view(signed(torch, element.nbytes)).cpu().numpy().view(BITS[element.nbytes])
+        wrong = got_bits != model
+        assert not wrong.any(), f"{route.reason}: {int(wrong.sum())} wrong, first at {np.argwhere(wrong)[0]}"
 
 
 def test_repeated_calls_and_a_second_shape_reuse_nothing_stale():

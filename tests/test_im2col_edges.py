@@ -217,6 +217,7 @@ def cpu_im2col(monkeypatch):
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "copy_", copy_)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(api_im2col, "copy_windows", lambda *a: pytest.fail("launched"))
     return api_im2col.im2col, copies
 
 
@@ -416,6 +417,7 @@ def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_
     planned = api_im2col.im2col_call
     monkeypatch.setattr(api_im2col, "im2col_call", lambda facts: plans.append(facts) or planned(facts))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launches.append(x))
+    monkeypatch.setattr(api_im2col, "copy_windows", lambda conv, x, out: launches.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     im2col = api_im2col.im2col
     x = torch.zeros((2, 8, 8, 16), dtype=torch.float16)

@@ -18,7 +18,7 @@ import pytest
 
 import tmakit
 from tmakit import TmaConfigError
-from tmakit.api.im2col import gathered
+from tmakit.api.im2col import copy_windows, gathered
 from tmakit.plan import Im2colFacts, Im2colPlan, PatchFacts, im2col_call, im2col_conv, im2col_route
 from tmakit.plan.route import PATHS
 
@@ -39,7 +39,13 @@ def facts(shape=(2, 8, 8, 16), kernel=3, strides=None, dtype="float16", nbytes=2
 
 # (facts, path, the start or a piece of the reason)
 ROUTES = [
-    (facts(), "tma", "im2col loads of 128 pixels x 16 channels"),
+    (facts(im2col_by="loads"), "tma", "im2col loads of 128 pixels x 16 channels"),
+    (facts(), "tma", "the zero-padded input's overlapping windows copied, 64 runs of 48 elements a tile"),
+    (facts((2, 8, 8, 32)), "tma", "im2col loads of 128 pixels x 32 channels"),  # 64-byte channels
+    (facts(dtype="float32", nbytes=4), "tma", "im2col loads"),  # 64-byte channels
+    (facts((2, 8, 8, 8), dtype="float32", nbytes=4), "tma", "windows copied, 64 runs of 24 elements"),
+    (facts(dilation=2, padding=2), "tma", "im2col loads"),  # windows are runs of undilated taps
+    (facts((2, 8, 8, 24)), "tma", "im2col loads"),  # 48-byte channels
     (facts(device=-2), "torch", "x is on a GPU that is not a Hopper (compute capability 9.0)"),
     (facts(padding=1, stride=2, dilation=(1, 2)), "tma", "im2col loads"),
     (facts((1, 1, 2, 8), 1), "tma", "a 1x1 patch matrix: x copied as 2 x 8 rows"),
@@ -56,7 +62,7 @@ ROUTES = [
     (facts(address=ALIGNED + 2), "torch", "x's tensor base address 0x100002 is not 16-byte aligned"),
     (facts(out=PatchFacts((1, 128), ALIGNED)), "torch", "out has strides (1, 128)"),
     (facts(out=PatchFacts((144, 1), ALIGNED + 8)), "torch", "out's tensor base address"),
-    (facts(out=PatchFacts((144, 1), ALIGNED)), "tma", "im2col loads"),
+    (facts(out=PatchFacts((144, 1), ALIGNED)), "tma", "windows copied"),
     (facts((1, 40, 40, 16), stride=9), "torch", "stride 9 along height"),
     (facts((1, 300, 300, 16), padding=200), "torch", "im2col lower corner along height is -200"),
     (facts((1, 3, 3, 16)), "torch", "x[:, 0:3, 0:3].reshape(1, 144)"),  # one window
@@ -241,6 +247,7 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
     monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(api_im2col, "copy_windows", lambda *a: pytest.fail("launched"))
     half = torch.float16
     for x, arguments, message in [
         (
@@ -292,6 +299,7 @@ def gpu_stood_in(monkeypatch):
     monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launched.append(x))
+    monkeypatch.setattr(api_im2col, "copy_windows", lambda conv, x, out: launched.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     return api_im2col, launched
 
@@ -441,3 +449,82 @@ def test_on_the_gpu_each_route_is_unfolds_patch_matrix(shape, dtype, layout, ker
     else:
         with pytest.raises(TmaConfigError, match=re.escape(route.reason)):
             tmakit.im2col(x, kernel, stride, padding, strict=True)
+
+
+# -- the windows copy (narrow channels) ------------------------------------------------------------
+WINDOWS_CASES = [
+    ((2, 9, 11, 16), torch.float16, 3, 1, 1),
+    ((1, 20, 20, 16), torch.float16, 7, 2, 3),  # a stem-like 7x7, stride 2, padding 3
+    ((2, 7, 10, 8), torch.float32, (3, 2), (2, 1), (1, 0)),  # non-square, uneven
+    ((1, 6, 6, 16), torch.bfloat16, 3, 1, 0),  # no padding: x's own windows
+    ((2, 5, 9, 8), torch.float16, (2, 5), (1, 3), (0, 2)),  # 16-byte channels
+]
+
+
+@pytest.mark.parametrize("shape, dtype, kernel, stride, padding", WINDOWS_CASES)
+def test_the_windows_view_is_the_patch_matrix(shape, dtype, kernel, stride, padding):
+    """`plan.im2col.Im2colWindows`' arithmetic, copied by torch on the CPU: the padded input's
+    overlapping windows land on every element of the patch matrix (position-dependent values,
+    the padding's zeros told from the data)."""
+    from tmakit.plan.im2col import im2col_windows
+
+    x = positions(shape, dtype)
+    conv = im2col_conv(shape, kernel, stride, padding)
+    windows = im2col_windows(conv)
+    pad_h, pad_w = conv.padding
+    padded = F.pad(x, (0, 0, pad_w, pad_w, pad_h, pad_h))
+    assert tuple(padded.shape) == windows.padded_shape
+    out = torch.full(conv.patch_shape, -1, dtype=dtype)
+    view = padded.as_strided(windows.shape, windows.src_strides)
+    out.as_strided(windows.shape, windows.dst_strides).copy_(view)
+    expected = unfold_reference(x, kernel, stride, padding)
+    assert torch.equal(out, expected), first_wrong(out, expected)
+
+
+@pytest.mark.parametrize("shape, dtype, kernel, stride, padding", WINDOWS_CASES)
+def test_the_windows_route_copies_the_padded_input_as_tmakit_copy_would(
+    gpu_stood_in, monkeypatch, shape, dtype, kernel, stride, padding
+):
+    """`im2col` on the windows route, its two TMA copies stood in by torch's copy_ with the same
+    arguments: the patch matrix, into a new tensor and into `out`; the copies are strict, the
+    windows copy's tile a run of taps wide."""
+    api_im2col, _ = gpu_stood_in
+    monkeypatch.setattr(api_im2col, "copy_windows", copy_windows)  # the fixture's stand-in undone
+    copies = []
+
+    def copy_(dst, src, tile=None, stages=None, *, strict=False):
+        copies.append((tile, strict))
+        return dst.copy_(src)
+
+    monkeypatch.setattr(api_im2col, "copy_", copy_)
+    x = positions(shape, dtype)
+    route = api_im2col.im2col_path(x, kernel, stride, padding)
+    assert route.by_tma and "windows copied" in route.reason, route
+    expected = unfold_reference(x, kernel, stride, padding)
+    got = api_im2col.im2col(x, kernel, stride, padding)
+    assert torch.equal(got, expected), first_wrong(got, expected)
+    out = torch.full_like(expected, -1)
+    assert api_im2col.im2col(x, kernel, stride, padding, out=out, strict=True) is out
+    assert torch.equal(out, expected), first_wrong(out, expected)
+    run = (kernel if isinstance(kernel, int) else kernel[1]) * shape[3]
+    assert all(strict for _, strict in copies) and copies[-1][0] == (64, run)
+    assert len(copies) == (2 if padding == 0 else 4)  # x into the padded input, then the windows
+
+
+def test_im2col_by_chooses_the_kernel_and_a_kernel_that_cannot_serve_is_named():
+    stem = facts((1, 20, 20, 16), 7, stride=2, padding=3)
+    assert "windows copied" in im2col_route(stem).reason
+    assert "im2col loads" in im2col_route(dataclasses.replace(stem, im2col_by="loads")).reason
+    assert "windows copied" in im2col_route(dataclasses.replace(stem, im2col_by="windows")).reason
+    wide = facts((1, 20, 20, 32), 3)  # 64-byte channels: the rule's loads
+    assert "im2col loads" in im2col_route(wide).reason
+    with pytest.raises(TmaConfigError, match=r"im2col_by='windows' cannot serve .* at most 32 bytes"):
+        im2col_route(dataclasses.replace(wide, im2col_by="windows"))
+    with pytest.raises(TmaConfigError, match=r"im2col_by='windows' cannot serve .*no dilation"):
+        im2col_route(facts((1, 20, 20, 16), 3, dilation=2, im2col_by="windows"))
+    with pytest.raises(TmaConfigError, match=r"im2col_by='loads': TMA does not serve this call: x is not on"):
+        im2col_route(dataclasses.replace(stem, device=-1, im2col_by="loads"))
+    with pytest.raises(TmaConfigError, match=r"im2col_by='gather'; im2col's kernels are 'loads', 'windows'"):
+        im2col_route(dataclasses.replace(stem, im2col_by="gather"))
+    with pytest.raises(TmaConfigError, match=r"im2col_by='loads': .* x is not on a CUDA device"):
+        tmakit.im2col(positions((1, 8, 8, 16), torch.float64), 3, im2col_by="loads")

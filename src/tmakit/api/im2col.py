@@ -1,15 +1,19 @@
-"""`im2col`: the patch matrix of a 2-D convolution gathered by TMA im2col loads (the small 1x1
-ones that are a reshape of the activation: its TMA copy), or, where TMA cannot serve the call,
-by torch's expression of the same matrix (`torch_im2col`); `im2col_path` names which and why."""
+"""`im2col`: the patch matrix of a 2-D convolution gathered by TMA im2col loads (narrow channels:
+the padded input's overlapping windows copied by TMA; the small 1x1 ones that are a reshape of
+the activation: its TMA copy), or, where TMA cannot serve the call, by torch's expression of the
+same matrix (`torch_im2col`); `im2col_path` names which and why."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
+from ..plan.im2col import im2col_windows
+from ..plan.im2col_route import WINDOWS_TILE_ROWS
 from ..plan.route import Route
 from ..runtime.launch import im2col_launcher
 from ..validate import flag, span_bytes, typed
@@ -40,6 +44,7 @@ def im2col(
     *,
     out: torch.Tensor | None = None,
     strict: bool = False,
+    im2col_by: str | None = None,
 ) -> torch.Tensor:
     """The patch matrix of a 2-D convolution over the NHWC activation `x`, gathered by TMA im2col
     loads: a new (N*P*Q, R*S*C) tensor of `x`'s dtype whose row n*P*Q + p*Q + q holds output
@@ -51,7 +56,8 @@ def im2col(
     tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes, that
     `plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
     of one row or one box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one
-    that small is x.reshape(N*H*W, C), copied by TMA (`copy_`). Any other 4-D tensor torch can
+    that small is x.reshape(N*H*W, C), copied by TMA (`copy_`); channels of at most 32 bytes are
+    the zero-padded input's overlapping windows copied by TMA (`im2col_by`). Any other 4-D tensor torch can
     pad and view - on the CPU, of another dtype, strided, misaligned - takes torch's expression
     of the same matrix (`torch_im2col`); `im2col_path` names the path a call takes and why.
     `strict=True` raises TmaConfigError instead, before anything compiles, naming the rule TMA's
@@ -70,6 +76,9 @@ def im2col(
             one (contiguous and 16-byte aligned for TMA).
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's
             expression.
+        im2col_by: "loads" (TMA im2col loads) or "windows" (the padded input's overlapping
+            windows copied by TMA); None: tmakit's rule (`plan.im2col_route`: windows for
+            channels of at most 32 bytes). A kernel chosen that cannot serve the call raises.
 
     Returns:
         The (N*P*Q, R*S*C) patch matrix (`out` if given).
@@ -82,8 +91,14 @@ def im2col(
         strict = flag(strict, "strict")  # a string such as 'false' would read as true
     call, launch = known_call(
         _CALLS,
-        lambda: (x.shape, x.stride(), x.dtype, x.device, typed((kernel, stride, padding, dilation))),
-        lambda: plan_im2col(x, kernel, stride, padding, dilation),
+        lambda: (
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.device,
+            typed((kernel, stride, padding, dilation, im2col_by)),
+        ),
+        lambda: plan_im2col(x, kernel, stride, padding, dilation, im2col_by),
     )
     patch_shape = call.conv.patch_shape
     if out is not None:
@@ -115,6 +130,7 @@ def im2col_path(
     dilation: int | tuple[int, int] = 1,
     *,
     out: torch.Tensor | None = None,
+    im2col_by: str | None = None,
 ) -> Route:
     """The path `im2col` takes for these arguments, and why; nothing compiles or launches.
 
@@ -122,17 +138,18 @@ def im2col_path(
         x: the NHWC activation, as `im2col` takes it.
         kernel, stride, padding, dilation: the convolution, each an int or a (height, width) pair.
         out: the patch matrix `im2col` would write into, where one is given.
+        im2col_by: the kernel chosen, as `im2col` takes it.
 
     Returns:
-        A `plan.route.Route` of op "im2col": path "tma" (TMA im2col loads, or a 1x1 patch
-        matrix as x's rows copied by TMA) or "torch" (torch's expression, `torch_im2col`), with
-        the rule that failed as its reason.
+        A `plan.route.Route` of op "im2col": path "tma" (TMA im2col loads, the padded input's
+        windows copied by TMA, or a 1x1 patch matrix as x's rows copied by TMA) or "torch"
+        (torch's expression, `torch_im2col`), with the rule that failed as its reason.
 
     Raises:
         TmaConfigError: for arguments no path serves (`im2col`'s docstring lists them).
     """
     import_torch("im2col_path")
-    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
     tensors = (x,) if out is None else (x, out)
@@ -204,7 +221,9 @@ def strided_patches(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None 
 _CALLS: dict[tuple, tuple[Im2colCall, Launch | None]] = calls_table()
 
 
-def im2col_facts(x: object, kernel: object, stride: object, padding: object, dilation: object) -> Im2colFacts:
+def im2col_facts(
+    x: object, kernel: object, stride: object, padding: object, dilation: object, im2col_by: object = None
+) -> Im2colFacts:
     """What `plan.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
     check_torch_tensor(x, "im2col", "x")
@@ -221,19 +240,27 @@ def im2col_facts(x: object, kernel: object, stride: object, padding: object, dil
         padding,
         dilation,
         sm_count=device_facts(x.device)[0] if device >= 0 else DEFAULT_SM_COUNT,
+        im2col_by=im2col_by,  # type: ignore[arg-type]  # checked by the route
     )
 
 
 def plan_im2col(
-    x: torch.Tensor, kernel: object, stride: object, padding: object, dilation: object
+    x: torch.Tensor,
+    kernel: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    im2col_by: object = None,
 ) -> tuple[Im2colCall, Launch | None]:
     """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA's im2col
     loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
     path serves."""
     import_torch("im2col")
-    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation))
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by))
     if not call.route.by_tma or call.as_rows:
         return call, None  # torch's expression, or x's rows copied by `copy_`
+    if call.windows:
+        return call, functools.partial(copy_windows, call.conv)
     plan, device, launchers = call.plan, str(x.device), []
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
@@ -242,6 +269,25 @@ def plan_im2col(
         launchers[0](x, out)
 
     return call, launch
+
+
+def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
+    """The patch matrix as TMA copies (`plan.im2col.Im2colWindows`): x into the interior of a
+    zero-filled padded input (x itself without padding), then the padded input's overlapping
+    windows into `out`'s rows, a run of taps a tile row."""
+    torch = import_torch("im2col")
+    windows = im2col_windows(conv)
+    (pad_h, pad_w), (_, height, width, _) = conv.padding, conv.shape
+    padded = x
+    if pad_h or pad_w:
+        padded = torch.zeros(windows.padded_shape, dtype=x.dtype, device=x.device)
+        copy_(padded[:, pad_h : pad_h + height, pad_w : pad_w + width], x, strict=True)
+    copy_(
+        out.as_strided(windows.shape, windows.dst_strides),
+        padded.as_strided(windows.shape, windows.src_strides),
+        (WINDOWS_TILE_ROWS, windows.shape[-1]),
+        strict=True,
+    )
 
 
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:

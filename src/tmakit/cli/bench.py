@@ -81,7 +81,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--only",
         metavar="PREFIX,...",
-        help="--kernel cluster-dot or im2col: time only the study's parts whose names start so",
+        help="a study of named parts (cluster-dot, im2col, dropin, ...): time only the parts whose names "
+        "start so",
     )
     parser.add_argument(
         "--reduce",

@@ -86,6 +86,37 @@ class Im2colConv:
         return batch * math.prod(self.output_shape), self.filter[0] * self.filter[1] * channels
 
 
+@dataclass(frozen=True)
+class Im2colWindows:
+    """The patch matrix as a copy of overlapping windows (dilation 1): with the zero-padded input
+    of `padded_shape`, output row (n, p, q)'s taps of filter row r are one run of S*C elements
+    (the filter's columns and the channels, contiguous in NHWC), so the matrix viewed as
+    (N, P, R, Q, S*C) is a strided view of the padded input whose windows overlap (`src_strides`)
+    copied into the patch matrix's rows (`dst_strides`), the runs innermost. Element strides."""
+
+    padded_shape: tuple[int, int, int, int]
+    shape: tuple[int, int, int, int, int]
+    src_strides: tuple[int, int, int, int, int]
+    dst_strides: tuple[int, int, int, int, int]
+
+
+def im2col_windows(conv: Im2colConv) -> Im2colWindows:
+    """`conv`'s windows view (`Im2colWindows`); its dilation must be 1 each way."""
+    if conv.dilation != (1, 1):
+        raise ValueError(f"windows are runs of taps only without dilation, not {conv.dilation}")
+    n, h, w, c = conv.shape
+    (r, s), (p, q) = conv.filter, conv.output_shape
+    (stride_h, stride_w), (pad_h, pad_w) = conv.stride, conv.padding
+    height, width = h + 2 * pad_h, w + 2 * pad_w
+    row = width * c  # one padded image row
+    return Im2colWindows(
+        (n, height, width, c),
+        (n, p, r, q, s * c),
+        (height * row, stride_h * row, row, stride_w * c, 1),
+        (p * q * r * s * c, q * r * s * c, s * c, r * s * c, 1),
+    )
+
+
 def im2col_conv(
     shape: tuple[int, ...], kernel: object, stride: object = 1, padding: object = 0, dilation: object = 1
 ) -> Im2colConv:

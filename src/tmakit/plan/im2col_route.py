@@ -13,13 +13,22 @@ from dataclasses import dataclass
 
 from ..config import DTYPES, is_compact
 from ..errors import TmaConfigError
-from ..limits import DEFAULT_SM_COUNT
+from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
 from ..validate import check_base_address
-from .im2col import Im2colConv, Im2colPlan, im2col_conv
+from .copy_layout import check_copy_layout
+from .im2col import Im2colConv, Im2colPlan, im2col_conv, im2col_windows
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
 IM2COL_OP = "im2col"
+# Im2col loads of pixels whose channels span at most this many bytes move 32-byte columns, slower
+# than copying the padded input's overlapping windows (`plan.im2col.Im2colWindows`); wider channels
+# are the loads' (`benchmarks/results/im2col-windows.json`: a 7x7 stem of 16 fp16 channels against a
+# 3x3 layer of 64).
+WINDOWS_MAX_CHANNEL_BYTES = 32
+WINDOWS_TILE_ROWS = 64  # the windows copy's tile: this many windows' runs of taps, each whole
+# The kernels a call may choose (`im2col_by`); None: the rule above.
+IM2COL_KERNELS = ("loads", "windows")
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}
 
 
@@ -39,7 +48,7 @@ class Im2colFacts:
     not on a CUDA device); the convolution's arguments as the caller passed them; `out`'s facts
     where one is given; the device's SM count (the plan's stages); whether autograd records the
     call (x or out requires grad, with grad mode on); a bit torch applies lazily to x or out
-    ("conjugate", "negative")."""
+    ("conjugate", "negative"); the kernel the caller chose (`IM2COL_KERNELS`), None for the rule."""
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -55,6 +64,7 @@ class Im2colFacts:
     sm_count: int = DEFAULT_SM_COUNT
     records_grad: bool = False
     lazy: str | None = None
+    im2col_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,11 +76,12 @@ class Im2colCall:
     conv: Im2colConv
     route: Route
     plan: Im2colPlan | None = None
+    windows: bool = False  # TMA serves it as the copy of the padded input's windows
 
     @property
     def as_rows(self) -> bool:
         """TMA serves the call as the copy of x as (N*H*W, C) rows."""
-        return self.route.by_tma and self.plan is None
+        return self.route.by_tma and self.plan is None and not self.windows
 
     def placed(
         self, address: int, out: PatchFacts | None = None, records_grad: bool = False, lazy: str | None = None
@@ -96,11 +107,17 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
     2. torch's expression for x not on a CUDA device, a dtype TMA im2col lacks (`IM2COL_DTYPES`),
        what `Im2colPlan` refuses (its reason: channel alignment, corners, strides, sizes, the
        small patch matrices CuTe's atom cannot build), a non-contiguous x;
-    3. else TMA: im2col loads, or a 1x1 stride-1 unpadded patch matrix too small for the im2col
-       atom as the copy of x's rows (`copy_` has the last word on that copy)."""
+    3. else TMA: im2col loads; the copy of the padded input's overlapping windows for channels of
+       at most `WINDOWS_MAX_CHANNEL_BYTES` (`windows_serve`); or a 1x1 stride-1 unpadded patch
+       matrix too small for the im2col atom as the copy of x's rows (`copy_` has the last word on
+       that copy). A kernel the caller chose (`facts.im2col_by`) that cannot serve the call raises
+       TmaConfigError naming why, instead of taking torch's expression."""
     conv = im2col_conv(facts.shape, facts.kernel, facts.stride, facts.padding, facts.dilation)
+    check_im2col_by(facts.im2col_by)
 
     def by_torch(reason: str) -> Im2colCall:
+        if facts.im2col_by is not None:  # a kernel chosen that cannot serve the call: named
+            raise TmaConfigError(f"im2col_by={facts.im2col_by!r}: TMA does not serve this call: {reason}")
         return Im2colCall(conv, torch_route(IM2COL_OP, reason))
 
     if facts.device == NOT_SM90:
@@ -132,9 +149,49 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         return Im2colCall(
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
+    windows = windows_serve(conv, dtype) if facts.im2col_by != "loads" else False
+    if facts.im2col_by == "windows" and not windows:
+        raise TmaConfigError(
+            f"im2col_by='windows' cannot serve this call: the windows copy takes channels of at most "
+            f"{WINDOWS_MAX_CHANNEL_BYTES} bytes, no dilation and runs of at most {MAX_BOX_EXTENT} "
+            "elements (a filter row's taps by the channels): pass im2col_by='loads' or None"
+        )
+    if windows:
+        run = conv.filter[1] * conv.shape[3]
+        reason = (
+            f"the zero-padded input's overlapping windows copied, {WINDOWS_TILE_ROWS} runs of {run} "
+            f"elements a tile (channels of {conv.shape[3] * facts.nbytes} bytes: im2col loads move them "
+            "slower)"
+        )
+        return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), windows=True)
     pixels, channels = plan.tile
     reason = f"im2col loads of {pixels} pixels x {channels} channels, {plan.stages} stages"
     return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), plan)
+
+
+def check_im2col_by(im2col_by: object) -> None:
+    """A caller's kernel choice: None or one of `IM2COL_KERNELS`, else TmaConfigError."""
+    if im2col_by is not None and im2col_by not in IM2COL_KERNELS:
+        raise TmaConfigError(
+            f"im2col_by={im2col_by!r}; im2col's kernels are {', '.join(map(repr, IM2COL_KERNELS))} "
+            "(None: tmakit's rule)"
+        )
+
+
+def windows_serve(conv: Im2colConv, dtype: str) -> bool:
+    """Whether the windows copy serves `conv` on `dtype` (tmakit's name): channels of at most
+    `WINDOWS_MAX_CHANNEL_BYTES`, no dilation, a run of taps one box wide, and strides the copy
+    takes (`check_copy_layout`)."""
+    if conv.shape[3] * DTYPES[dtype].nbytes > WINDOWS_MAX_CHANNEL_BYTES or conv.dilation != (1, 1):
+        return False
+    windows = im2col_windows(conv)
+    if windows.shape[-1] > MAX_BOX_EXTENT:
+        return False
+    try:
+        check_copy_layout(windows.shape, windows.src_strides, windows.dst_strides, dtype)
+    except TmaConfigError:
+        return False
+    return True
 
 
 def placement_rule(address: int, out: PatchFacts | None, patch_shape: tuple[int, int]) -> str | None:
