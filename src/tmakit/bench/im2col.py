@@ -9,7 +9,9 @@ import math
 
 from .. import api
 from ..check.run import signed_bits
+from ..errors import TmaConfigError
 from ..plan import Im2colPlan
+from ..plan.im2col_route import IM2COL_KERNELS
 from .baselines import TORCH_IM2COL
 from .report import BenchRow
 from .suites import rotation_buffers
@@ -29,7 +31,9 @@ def patch_bytes(plan: Im2colPlan) -> int:
 
 def bench_im2col(plan: Im2colPlan, l2_bytes: int, hot_l2: bool, samples: int) -> list[BenchRow]:
     """`tmakit.im2col(x, ..., out=)` and each torch expression on `plan`'s activations (seeded
-    randn), tmakit's row verified bit for bit against the first torch expression's result."""
+    randn), tmakit's row verified bit for bit against the first torch expression's result; then
+    each kernel `im2col_by` may choose where it serves the call (`plan.im2col_route`'s rule
+    compares them), each verified the same way."""
     import torch
 
     activation_bytes = math.prod(plan.shape) * plan.element.nbytes
@@ -62,6 +66,17 @@ def bench_im2col(plan: Im2colPlan, l2_bytes: int, hot_l2: bool, samples: int) ->
         rows.append(row(name, graph_samples_us(launches, samples)))
     launches = [lambda x=x, o=o: ours(x, o) for x, o in zip(xs, outs, strict=True)]
     rows.insert(0, row("tmakit.im2col", graph_samples_us(launches, samples), verdict))
+    for kernel in IM2COL_KERNELS:  # each kernel the call may choose, where it serves: the rule's data
+        try:
+            api.im2col_path(xs[0], plan.filter, **knobs, out=outs[0], im2col_by=kernel)
+        except TmaConfigError:
+            continue
+        chosen = [lambda x=x, o=o, k=kernel: api.im2col(x, plan.filter, **knobs, out=o, im2col_by=k)
+                  for x, o in zip(xs, outs, strict=True)]  # fmt: skip
+        outs[0].fill_(float("nan"))
+        chosen[0]()
+        verdict = "ok" if torch.equal(bits(outs[0]), bits(theirs[0])) else "MISMATCH"
+        rows.append(row(f"im2col_by={kernel}", graph_samples_us(chosen, samples), verdict))
     del xs, outs, theirs, launches
     torch.cuda.empty_cache()
     return rows

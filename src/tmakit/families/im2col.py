@@ -23,11 +23,15 @@ LAYERS = (
     (7, 7, 512, 1),
 )
 BATCH = 32
+# (H, W, C, filter, stride, padding) of narrow channels, where the windows copy and the im2col loads
+# are both timed: ResNet-50's 7x7 stem (3 channels padded to 16) and a 3x3 layer of 16 channels.
+NARROW = ((224, 224, 16, 7, 2, 3), (56, 56, 16, 3, 1, 1))
 
 
 def layer_plans(options: Options) -> list[Im2colPlan]:
     """The study's layers --only chooses (by `bench.im2col.layer_name`), each planned now."""
     plans = [Im2colPlan((BATCH, h, w, c), "fp16", 3, stride, 1) for h, w, c, stride in LAYERS]
+    plans += [Im2colPlan((BATCH, h, w, c), "fp16", r, stride, pad) for h, w, c, r, stride, pad in NARROW]
     return chosen(options, plans, layer_name)
 
 
@@ -36,10 +40,14 @@ def bench_layer(plan: Im2colPlan, options: Options, l2_bytes: int) -> list[Bench
 
 
 def layer_row(plan: Im2colPlan, rows: list[BenchRow]) -> dict:
-    """tmakit's time beside the first torch expression's, as GB/s of the patch matrix written."""
+    """tmakit's time beside the first torch expression's, as GB/s of the patch matrix written,
+    and each kernel's time where the call could choose it (`im2col_by=...` rows)."""
     ours, theirs = rows[0], rows[1]
     written = patch_bytes(plan)
+    kernels = {r.kernel.removeprefix("im2col_by="): r for r in rows if r.kernel.startswith("im2col_by=")}
     return {
+        **{f"{kernel}_us": r.median_us for kernel, r in kernels.items()},
+        **{f"{kernel}_exact": r.verified == "ok" for kernel, r in kernels.items()},
         "layer": layer_name(plan),
         "patch_matrix": list(plan.patch_shape),
         "patch_mib": written / 2**20,
@@ -55,8 +63,10 @@ def layer_row(plan: Im2colPlan, rows: list[BenchRow]) -> dict:
 
 study = tabled_study(
     "im2col",
-    "tmakit.im2col vs F.unfold + permute to (N*P*Q, R*S*C), ResNet-50 3x3 layers, batch 32, "
-    "fp16, L2 cold (rotated), CUDA-graph replay medians, GB/s of the patch matrix written",
+    "tmakit.im2col vs F.unfold + permute to (N*P*Q, R*S*C), ResNet-50 3x3 layers and two layers of "
+    "16 channels (the 7x7 stem, a 3x3), batch 32, fp16, L2 cold (rotated), CUDA-graph replay medians, "
+    "GB/s of the patch matrix written; loads_us / windows_us: each kernel im2col_by may choose, where it "
+    "serves the layer",
     layer_row,
 )
 

@@ -21,10 +21,10 @@ from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
 IM2COL_OP = "im2col"
-# Im2col loads of pixels whose channels span at most this many bytes move 32-byte columns, slower
+# Im2col loads of pixels whose channels span at most this many bytes move narrow columns, slower
 # than copying the padded input's overlapping windows (`plan.im2col.Im2colWindows`); wider channels
-# are the loads' (`benchmarks/results/im2col-windows.json`: a 7x7 stem of 16 fp16 channels against a
-# 3x3 layer of 64).
+# are the loads' (`benchmarks/results/im2col.json`: both kernels on a 7x7 stem and a 3x3 layer of
+# 16 fp16 channels; the loads alone on ResNet-50's 3x3 layers of 64 and more).
 WINDOWS_MAX_CHANNEL_BYTES = 32
 WINDOWS_TILE_ROWS = 64  # the windows copy's tile: this many windows' runs of taps, each whole
 # The kernels a call may choose (`im2col_by`); None: the rule above.
