@@ -168,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         study = {
             "study": "ab-bench",
-            "context": device_context(None),
-            "samples": args.samples,
-            "cases": results,
+            "what": __doc__.split("\n\n")[0].replace("\n", " "),
+            "context": {**device_context(args.commit), "base_commit": args.base_commit},
+            "rows": results,
+            "summary": {"samples": args.samples, "agree_within": AGREE},
         }
         args.json.write_text(json.dumps(study, indent=1))
     return 0 if all(r["agrees"] and all(r["exact"].values()) for r in results) else 1

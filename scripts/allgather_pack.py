@@ -241,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         study = {
             "study": "allgather-pack",
             "what": __doc__.split("\n\n")[0],
-            "shapes": layer.shapes,
-            "ranks": reports,
             "context": study_context(args.device),
+            "rows": reports,  # one a rank
+            "summary": {"shapes": layer.shapes},
         }
         if args.json:
             with open(args.json, "w") as out:

@@ -32,8 +32,8 @@ def run(tmp_path: Path, world: int, device: str, timed: bool = False) -> dict:
 def test_every_element_of_both_collectives_on_the_cpu(tmp_path, world):
     pytest.importorskip("torch", reason="the program needs torch")
     study = run(tmp_path, world, "cpu")
-    assert [entry["rank"] for entry in study["ranks"]] == list(range(world))
-    assert all(entry["world"] == world and entry["wrong"] == [] for entry in study["ranks"])
+    assert [entry["rank"] for entry in study["rows"]] == list(range(world))
+    assert all(entry["world"] == world and entry["wrong"] == [] for entry in study["rows"])
 
 
 def test_the_worlds_blocks_end_to_end_are_the_packing_of_every_ranks_shards():
@@ -63,8 +63,8 @@ def test_a_world_of_one_on_the_gpu(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     study = run(tmp_path, 1, "cuda", timed=True)
-    assert study["ranks"][0]["wrong"] == []
-    timings = study["ranks"][0]["timings"]
+    assert study["rows"][0]["wrong"] == []
+    timings = study["rows"][0]["timings"]
     for by in ("tmakit", "torch"):
         assert all(
             timings[by][f"copy_{part}_{kind}_us"] > 0 for part in ("in", "out") for kind in ("graph", "eager")
@@ -77,4 +77,4 @@ def test_two_gpus_as_torchrun_runs_it(tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
     study = run(tmp_path, 2, "cuda")
-    assert all(entry["wrong"] == [] for entry in study["ranks"])
+    assert all(entry["wrong"] == [] for entry in study["rows"])
