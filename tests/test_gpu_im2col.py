@@ -59,6 +59,14 @@ def position_bits(shape, dtype: str) -> np.ndarray:
     return ((h.astype(bits) & bits(keep)) | bits(set_bits)).reshape(shape)
 
 
+def activation(torch, shape, dtype: str):
+    """(`position_bits`, the CUDA tensor of `dtype` holding them)."""
+    bits = position_bits(shape, dtype)
+    nbytes = DTYPES[dtype].nbytes
+    x = torch.from_numpy(bits.view(BITS[nbytes]).astype(bits.dtype)).view(signed(torch, nbytes))
+    return bits, x.view(getattr(torch, DTYPES[dtype].torch_name)).cuda()
+
+
 def signed(torch, nbytes):
     return {2: torch.int16, 4: torch.int32}[nbytes]
 
@@ -78,11 +86,7 @@ def test_im2col_matches_unfold_on_every_element(shape, dtype, kernel, stride, pa
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     element = DTYPES[dtype]
-    bits = position_bits(shape, dtype)
-    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
-        signed(torch, element.nbytes)
-    )
-    x = x.view(getattr(torch, element.torch_name)).cuda()
+    bits, x = activation(torch, shape, dtype)
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda")
     out = out.view(x.dtype)  # all-ones bits: NaN
@@ -131,11 +135,7 @@ def test_the_windows_copy_matches_the_model_on_every_element(
     choice, against the model on every element, into a poisoned `out` and into a new tensor."""
     torch = pytest.importorskip("torch")
     element = DTYPES[dtype]
-    bits = position_bits(shape, dtype)
-    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
-        signed(torch, element.nbytes)
-    )
-    x = x.view(getattr(torch, element.torch_name)).cuda()
+    bits, x = activation(torch, shape, dtype)
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda").view(x.dtype)
     route = tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out, im2col_by=im2col_by)
@@ -182,11 +182,7 @@ def test_a_1x1_too_small_for_the_im2col_atom_is_x_as_rows(shape, dtype, kernel, 
     C): copied by TMA (`tmakit.copy_`), into a new tensor or `out`."""
     torch = pytest.importorskip("torch")
     element = DTYPES[dtype]
-    bits = position_bits(shape, dtype)
-    x = torch.from_numpy(bits.view(BITS[element.nbytes]).astype(bits.dtype)).view(
-        signed(torch, element.nbytes)
-    )
-    x = x.view(getattr(torch, element.torch_name)).cuda()
+    bits, x = activation(torch, shape, dtype)
     rows = math.prod(shape[:3])
     out = tmakit.im2col(x, kernel, dilation=dilation)
     torch.cuda.synchronize()
