@@ -19,6 +19,7 @@ import tmakit
 from tmakit.config import DTYPES
 from tmakit.model.im2col import patch_matrix
 from tmakit.plan import Im2colPlan
+from tmakit.plan.im2col_route import WINDOWS_MIN_RUN_BYTES
 
 pytestmark = pytest.mark.gpu
 
@@ -131,15 +132,18 @@ WINDOWS = [case for case in CASES if case[5] == 1 and DTYPES[case[1]].nbytes * c
 def test_the_windows_copy_matches_the_model_on_every_element(
     shape, dtype, kernel, stride, padding, dilation, im2col_by
 ):
-    """Narrow channels: the zero-padded input's overlapping windows copied by TMA, the rule's
-    choice, against the model on every element, into a poisoned `out` and into a new tensor."""
+    """Narrow channels: the zero-padded input's overlapping windows copied by TMA (chosen, or the
+    rule's choice for long runs, else its im2col loads), against the model on every element, into
+    a poisoned `out` and into a new tensor."""
     torch = pytest.importorskip("torch")
     element = DTYPES[dtype]
     bits, x = activation(torch, shape, dtype)
     plan = Im2colPlan(shape, dtype, kernel, stride, padding, dilation)
     out = torch.full(plan.patch_shape, -1, dtype=signed(torch, element.nbytes), device="cuda").view(x.dtype)
     route = tmakit.im2col_path(x, kernel, stride, padding, dilation, out=out, im2col_by=im2col_by)
-    assert route.path == "tma" and "windows copied" in route.reason, route
+    run_bytes = (kernel if isinstance(kernel, int) else kernel[1]) * shape[3] * element.nbytes
+    by_rule = "windows copied" if run_bytes >= WINDOWS_MIN_RUN_BYTES else "im2col loads"
+    assert route.path == "tma" and (by_rule if im2col_by is None else "windows copied") in route.reason, route
     conv = (kernel, stride, padding, dilation)
     assert tmakit.im2col(x, *conv, out=out, strict=True, im2col_by=im2col_by) is out
     fresh = tmakit.im2col(x, kernel, stride, padding, dilation, im2col_by=im2col_by)

@@ -40,10 +40,12 @@ def facts(shape=(2, 8, 8, 16), kernel=3, strides=None, dtype="float16", nbytes=2
 # (facts, path, the start or a piece of the reason)
 ROUTES = [
     (facts(im2col_by="loads"), "tma", "im2col loads of 128 pixels x 16 channels"),
-    (facts(), "tma", "the zero-padded input's overlapping windows copied, 64 runs of 48 elements a tile"),
+    (facts(), "tma", "im2col loads of 128 pixels x 16 channels"),  # 96-byte runs: the loads
+    (facts(im2col_by="windows"), "tma", "the zero-padded input's overlapping windows copied, 64 runs of 48"),
+    (facts((1, 20, 20, 16), 7, stride=2, padding=3), "tma", "windows copied, 64 runs of 112 elements"),
     (facts((2, 8, 8, 32)), "tma", "im2col loads of 128 pixels x 32 channels"),  # 64-byte channels
     (facts(dtype="float32", nbytes=4), "tma", "im2col loads"),  # 64-byte channels
-    (facts((2, 8, 8, 8), dtype="float32", nbytes=4), "tma", "windows copied, 64 runs of 24 elements"),
+    (facts((2, 8, 8, 8), 7, dtype="float32", nbytes=4, padding=3), "tma", "windows copied, 64 runs of 56"),
     (facts(dilation=2, padding=2), "tma", "im2col loads"),  # windows are runs of undilated taps
     (facts((2, 8, 8, 24)), "tma", "im2col loads"),  # 48-byte channels
     (facts(device=-2), "torch", "x is on a GPU that is not a Hopper (compute capability 9.0)"),
@@ -62,7 +64,7 @@ ROUTES = [
     (facts(address=ALIGNED + 2), "torch", "x's tensor base address 0x100002 is not 16-byte aligned"),
     (facts(out=PatchFacts((1, 128), ALIGNED)), "torch", "out has strides (1, 128)"),
     (facts(out=PatchFacts((144, 1), ALIGNED + 8)), "torch", "out's tensor base address"),
-    (facts(out=PatchFacts((144, 1), ALIGNED)), "tma", "windows copied"),
+    (facts(out=PatchFacts((144, 1), ALIGNED)), "tma", "im2col loads"),
     (facts((1, 40, 40, 16), stride=9), "torch", "stride 9 along height"),
     (facts((1, 300, 300, 16), padding=200), "torch", "im2col lower corner along height is -200"),
     (facts((1, 3, 3, 16)), "torch", "x[:, 0:3, 0:3].reshape(1, 144)"),  # one window
@@ -498,13 +500,13 @@ def test_the_windows_route_copies_the_padded_input_as_tmakit_copy_would(
 
     monkeypatch.setattr(api_im2col, "copy_", copy_)
     x = positions(shape, dtype)
-    route = api_im2col.im2col_path(x, kernel, stride, padding)
+    route = api_im2col.im2col_path(x, kernel, stride, padding, im2col_by="windows")
     assert route.by_tma and "windows copied" in route.reason, route
     expected = unfold_reference(x, kernel, stride, padding)
-    got = api_im2col.im2col(x, kernel, stride, padding)
+    got = api_im2col.im2col(x, kernel, stride, padding, im2col_by="windows")
     assert torch.equal(got, expected), first_wrong(got, expected)
     out = torch.full_like(expected, -1)
-    assert api_im2col.im2col(x, kernel, stride, padding, out=out, strict=True) is out
+    assert api_im2col.im2col(x, kernel, stride, padding, out=out, strict=True, im2col_by="windows") is out
     assert torch.equal(out, expected), first_wrong(out, expected)
     run = (kernel if isinstance(kernel, int) else kernel[1]) * shape[3]
     assert all(strict for _, strict in copies) and copies[-1][0] == (64, run)
@@ -516,6 +518,7 @@ def test_im2col_by_chooses_the_kernel_and_a_kernel_that_cannot_serve_is_named():
     assert "windows copied" in im2col_route(stem).reason
     assert "im2col loads" in im2col_route(dataclasses.replace(stem, im2col_by="loads")).reason
     assert "windows copied" in im2col_route(dataclasses.replace(stem, im2col_by="windows")).reason
+    assert "im2col loads" in im2col_route(facts((1, 20, 20, 16), 3)).reason  # 96-byte runs
     wide = facts((1, 20, 20, 32), 3)  # 64-byte channels: the rule's loads
     assert "im2col loads" in im2col_route(wide).reason
     with pytest.raises(TmaConfigError, match=r"im2col_by='windows' cannot serve .* at most 32 bytes"):

@@ -277,11 +277,19 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
     windows into `out`'s rows, a run of taps a tile row."""
     torch = import_torch("im2col")
     windows = im2col_windows(conv)
-    (pad_h, pad_w), (_, height, width, _) = conv.padding, conv.shape
+    (pad_h, pad_w), (batch, height, width, channels) = conv.padding, conv.shape
     padded = x
     if pad_h or pad_w:
         padded = torch.zeros(windows.padded_shape, dtype=x.dtype, device=x.device)
-        copy_(padded[:, pad_h : pad_h + height, pad_w : pad_w + width], x, strict=True)
+        # Each image row of x is one run of W*C elements, in x and in the padded input alike: copied
+        # as rows of runs (a box per pixel's C channels would move 16- or 32-byte columns).
+        _, padded_height, padded_width, _ = windows.padded_shape
+        interior = padded.as_strided(
+            (batch, height, width * channels),
+            (padded_height * padded_width * channels, padded_width * channels, 1),
+            (pad_h * padded_width + pad_w) * channels,
+        )
+        copy_(interior, x.view(batch, height, width * channels), strict=True)
     copy_(
         out.as_strided(windows.shape, windows.dst_strides),
         padded.as_strided(windows.shape, windows.src_strides),

@@ -21,11 +21,14 @@ from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
 IM2COL_OP = "im2col"
-# Im2col loads of pixels whose channels span at most this many bytes move narrow columns, slower
-# than copying the padded input's overlapping windows (`plan.im2col.Im2colWindows`); wider channels
-# are the loads' (`benchmarks/results/im2col.json`: both kernels on a 7x7 stem and a 3x3 layer of
-# 16 fp16 channels; the loads alone on ResNet-50's 3x3 layers of 64 and more).
+# Im2col loads of pixels whose channels span at most WINDOWS_MAX_CHANNEL_BYTES move narrow columns;
+# copying the padded input's overlapping windows (`plan.im2col.Im2colWindows`) instead moves runs
+# of a filter row's taps by the channels, which pays where a run is at least WINDOWS_MIN_RUN_BYTES
+# (`benchmarks/results/im2col.json`: both kernels on the 7x7 stem's 224-byte runs and a 3x3
+# layer's 96-byte runs, 16 fp16 channels each; the loads alone on ResNet-50's 3x3 layers of 64
+# channels and more).
 WINDOWS_MAX_CHANNEL_BYTES = 32
+WINDOWS_MIN_RUN_BYTES = 224
 WINDOWS_TILE_ROWS = 64  # the windows copy's tile: this many windows' runs of taps, each whole
 # The kernels a call may choose (`im2col_by`); None: the rule above.
 IM2COL_KERNELS = ("loads", "windows")
@@ -108,7 +111,8 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
        what `Im2colPlan` refuses (its reason: channel alignment, corners, strides, sizes, the
        small patch matrices CuTe's atom cannot build), a non-contiguous x;
     3. else TMA: im2col loads; the copy of the padded input's overlapping windows for channels of
-       at most `WINDOWS_MAX_CHANNEL_BYTES` (`windows_serve`); or a 1x1 stride-1 unpadded patch
+       at most `WINDOWS_MAX_CHANNEL_BYTES` in runs of at least `WINDOWS_MIN_RUN_BYTES`
+       (`windows_serve`); or a 1x1 stride-1 unpadded patch
        matrix too small for the im2col atom as the copy of x's rows (`copy_` has the last word on
        that copy). A kernel the caller chose (`facts.im2col_by`) that cannot serve the call raises
        TmaConfigError naming why, instead of taking torch's expression."""
@@ -149,7 +153,9 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         return Im2colCall(
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
-    windows = windows_serve(conv, dtype) if facts.im2col_by != "loads" else False
+    run_bytes = conv.filter[1] * conv.shape[3] * facts.nbytes
+    chosen = facts.im2col_by == "windows" or (facts.im2col_by is None and run_bytes >= WINDOWS_MIN_RUN_BYTES)
+    windows = windows_serve(conv, dtype) if chosen else False
     if facts.im2col_by == "windows" and not windows:
         raise TmaConfigError(
             f"im2col_by='windows' cannot serve this call: the windows copy takes channels of at most "
