@@ -531,3 +531,28 @@ def test_im2col_by_chooses_the_kernel_and_a_kernel_that_cannot_serve_is_named():
         im2col_route(dataclasses.replace(stem, im2col_by="gather"))
     with pytest.raises(TmaConfigError, match=r"im2col_by='loads': .* x is not on a CUDA device"):
         tmakit.im2col(positions((1, 8, 8, 16), torch.float64), 3, im2col_by="loads")
+
+
+def test_a_chosen_kernel_never_falls_back_where_the_tensors_lie(gpu_stood_in):
+    """`im2col_by` refuses torch's path for the per-call rules too (x's address, out's strides,
+    autograd) and for a 1x1 patch matrix that is x's own rows; None falls back as before."""
+    import numpy as np
+
+    api_im2col, _ = gpu_stood_in
+    storage = positions((1 * 20 * 20 * 16 + 1,), torch.float16)
+    misaligned = storage[1:].view(1, 20, 20, 16)
+    stem = dict(kernel=7, stride=2, padding=3)
+    assert api_im2col.im2col_path(misaligned, **stem).path == "torch"
+    for kernel in ("windows", "loads"):
+        with pytest.raises(TmaConfigError, match=rf"im2col_by='{kernel}': TMA does not serve .* not 16-byte"):
+            api_im2col.im2col(misaligned, **stem, im2col_by=kernel)
+        tracked = positions((1, 20, 20, 16), torch.float16).requires_grad_()
+        with pytest.raises(TmaConfigError, match=rf"im2col_by='{kernel}': .* requires grad"):
+            api_im2col.im2col_path(tracked, **stem, im2col_by=kernel)
+    with pytest.raises(TmaConfigError, match=r"im2col_by='loads': this 1x1 patch matrix is too small"):
+        api_im2col.im2col(positions((1, 1, 2, 8), torch.float16), 1, im2col_by="loads")
+    x = positions((1, 20, 20, 16), torch.float16)
+    for wrong in (np.array(["windows", "loads"]), np.array(["windows"]), ["windows"], 1, b"windows"):
+        with pytest.raises(TmaConfigError, match="im2col's kernels are 'loads', 'windows'"):
+            api_im2col.im2col_path(x, **stem, im2col_by=wrong)
+    assert "windows" in api_im2col.im2col_path(x, **stem, im2col_by=np.str_("windows")).reason

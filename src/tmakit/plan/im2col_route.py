@@ -80,6 +80,7 @@ class Im2colCall:
     route: Route
     plan: Im2colPlan | None = None
     windows: bool = False  # TMA serves it as the copy of the padded input's windows
+    im2col_by: str | None = None  # the kernel the caller chose: `placed` refuses to fall back
 
     @property
     def as_rows(self) -> bool:
@@ -96,11 +97,16 @@ class Im2colCall:
         if not self.route.by_tma:
             return self.route
         if lazy is not None:  # a bit torch applies as it reads (`route.lazy_reason`)
-            return torch_route(IM2COL_OP, lazy_reason(lazy))
-        if records_grad:
-            return torch_route(IM2COL_OP, RECORDED_BY_AUTOGRAD)
-        broken = placement_rule(address, out, self.conv.patch_shape)
-        return self.route if broken is None else torch_route(IM2COL_OP, broken)
+            broken: str | None = lazy_reason(lazy)
+        elif records_grad:
+            broken = RECORDED_BY_AUTOGRAD
+        else:
+            broken = placement_rule(address, out, self.conv.patch_shape)
+        if broken is None:
+            return self.route
+        if self.im2col_by is not None:  # a kernel chosen that cannot serve the call: named
+            raise TmaConfigError(f"im2col_by={self.im2col_by!r}: TMA does not serve this call: {broken}")
+        return torch_route(IM2COL_OP, broken)
 
 
 def im2col_call(facts: Im2colFacts) -> Im2colCall:
@@ -115,7 +121,8 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
        (`windows_serve`); or a 1x1 stride-1 unpadded patch
        matrix too small for the im2col atom as the copy of x's rows (`copy_` has the last word on
        that copy). A kernel the caller chose (`facts.im2col_by`) that cannot serve the call raises
-       TmaConfigError naming why, instead of taking torch's expression."""
+       TmaConfigError naming why, instead of taking torch's expression (here, and where the
+       tensors lie: `Im2colCall.placed`)."""
     conv = im2col_conv(facts.shape, facts.kernel, facts.stride, facts.padding, facts.dilation)
     check_im2col_by(facts.im2col_by)
 
@@ -150,6 +157,11 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         )
     if plan is None:
         rows, channels = conv.patch_shape
+        if facts.im2col_by is not None:
+            raise TmaConfigError(
+                f"im2col_by={facts.im2col_by!r}: this 1x1 patch matrix is too small for either kernel; "
+                f"it is x's own memory as {rows} x {channels} rows, which im2col_by=None copies by TMA"
+            )
         return Im2colCall(
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
@@ -169,15 +181,15 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             f"elements a tile (channels of {conv.shape[3] * facts.nbytes} bytes: im2col loads move them "
             "slower)"
         )
-        return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), windows=True)
+        return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), windows=True, im2col_by=facts.im2col_by)
     pixels, channels = plan.tile
     reason = f"im2col loads of {pixels} pixels x {channels} channels, {plan.stages} stages"
-    return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), plan)
+    return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), plan, im2col_by=facts.im2col_by)
 
 
 def check_im2col_by(im2col_by: object) -> None:
     """A caller's kernel choice: None or one of `IM2COL_KERNELS`, else TmaConfigError."""
-    if im2col_by is not None and im2col_by not in IM2COL_KERNELS:
+    if im2col_by is not None and (not isinstance(im2col_by, str) or im2col_by not in IM2COL_KERNELS):
         raise TmaConfigError(
             f"im2col_by={im2col_by!r}; im2col's kernels are {', '.join(map(repr, IM2COL_KERNELS))} "
             "(None: tmakit's rule)"
