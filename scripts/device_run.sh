@@ -6,7 +6,7 @@
 # Each STEP runs its command with the step's default arguments, or with the ARGs given after it
 # instead (up to the next `--`). A first ARG `--limit S` bounds the step to S seconds. Steps:
 #   check        every GPU test + the demo: gpu-check.json (scripts/gpu_check.py)
-#   tests        every GPU test (pytest -m gpu); ARGs: pytest's
+#   tests        every GPU test (pytest -m gpu); ARGs: pytest's (test files given: those alone)
 #   copytests / generic / mctests   a GPU test file (or files); ARGs: pytest's (e.g. -k NAME)
 #   sweep        the 200-configuration verification (tmakit verify --sweep)
 #   bench pipebench seedbench floor prefetchbench rowbench   tmakit bench studies
@@ -48,7 +48,7 @@ run_step() {
   local step=$1 limit=$2; shift 2
   case $step in
     check) timeout "$limit" python3 scripts/gpu_check.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -5 ;;
-    tests) timeout "$limit" python3 -m pytest -q -m gpu tests "$@" 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
+    tests) timeout "$limit" python3 -m pytest -q -m gpu "$@" 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;  # no file given: testpaths (tests/)
     copytests) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_copy.py "$@" 2>&1 | tail -30 | tee "$OUT/gpu-copy-tests.log" ;;
     generic) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_generic.py tests/test_gpu_copy.py "$@" 2>&1 | tail -40 | tee "$OUT/gpu-generic-tests.log" ;;
     mctests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/test_gpu_multicast.py "$@" 2>&1 | tail -15 | tee "$OUT/gpu-multicast-tests.log" ;;
