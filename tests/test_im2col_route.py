@@ -476,6 +476,10 @@ def test_the_windows_view_is_the_patch_matrix(shape, dtype, kernel, stride, padd
     pad_h, pad_w = conv.padding
     padded = F.pad(x, (0, 0, pad_w, pad_w, pad_h, pad_h))
     assert tuple(padded.shape) == windows.padded_shape
+    entered = torch.zeros(windows.padded_shape, dtype=dtype)  # x as whole image rows, the interior
+    rows = windows.interior_shape
+    entered.as_strided(rows, windows.interior_strides, windows.interior_offset).copy_(x.view(rows))
+    assert torch.equal(entered, padded)
     out = torch.full(conv.patch_shape, -1, dtype=dtype)
     view = padded.as_strided(windows.shape, windows.src_strides)
     out.as_strided(windows.shape, windows.dst_strides).copy_(view)

@@ -56,8 +56,9 @@ def im2col(
     tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes, that
     `plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
     of one row or one box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one
-    that small is x.reshape(N*H*W, C), copied by TMA (`copy_`); channels of at most 32 bytes are
-    the zero-padded input's overlapping windows copied by TMA (`im2col_by`). Any other 4-D tensor torch can
+    that small is x.reshape(N*H*W, C), copied by TMA (`copy_`); narrow channels in long filter
+    rows (`plan.im2col_route`'s rule) are the zero-padded input's overlapping windows copied by
+    TMA (`im2col_by`). Any other 4-D tensor torch can
     pad and view - on the CPU, of another dtype, strided, misaligned - takes torch's expression
     of the same matrix (`torch_im2col`); `im2col_path` names the path a call takes and why.
     `strict=True` raises TmaConfigError instead, before anything compiles, naming the rule TMA's
@@ -78,7 +79,7 @@ def im2col(
             expression.
         im2col_by: "loads" (TMA im2col loads) or "windows" (the padded input's overlapping
             windows copied by TMA); None: tmakit's rule (`plan.im2col_route`: windows for
-            channels of at most 32 bytes). A kernel chosen that cannot serve the call raises.
+            narrow channels in long filter rows). A kernel chosen that cannot serve the call raises.
 
     Returns:
         The (N*P*Q, R*S*C) patch matrix (`out` if given).
@@ -277,19 +278,13 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
     windows into `out`'s rows, a run of taps a tile row."""
     torch = import_torch("im2col")
     windows = im2col_windows(conv)
-    (pad_h, pad_w), (batch, height, width, channels) = conv.padding, conv.shape
     padded = x
-    if pad_h or pad_w:
+    if conv.padding != (0, 0):
         padded = torch.zeros(windows.padded_shape, dtype=x.dtype, device=x.device)
-        # Each image row of x is one run of W*C elements, in x and in the padded input alike: copied
-        # as rows of runs (a box per pixel's C channels would move 16- or 32-byte columns).
-        _, padded_height, padded_width, _ = windows.padded_shape
-        interior = padded.as_strided(
-            (batch, height, width * channels),
-            (padded_height * padded_width * channels, padded_width * channels, 1),
-            (pad_h * padded_width + pad_w) * channels,
-        )
-        copy_(interior, x.view(batch, height, width * channels), strict=True)
+        # Whole image rows a run (a box per pixel's C channels would move 16- or 32-byte columns).
+        rows = windows.interior_shape
+        interior = padded.as_strided(rows, windows.interior_strides, windows.interior_offset)
+        copy_(interior, x.view(rows), strict=True)
     copy_(
         out.as_strided(windows.shape, windows.dst_strides),
         padded.as_strided(windows.shape, windows.src_strides),

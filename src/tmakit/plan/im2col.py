@@ -92,12 +92,17 @@ class Im2colWindows:
     of `padded_shape`, output row (n, p, q)'s taps of filter row r are one run of S*C elements
     (the filter's columns and the channels, contiguous in NHWC), so the matrix viewed as
     (N, P, R, Q, S*C) is a strided view of the padded input whose windows overlap (`src_strides`)
-    copied into the patch matrix's rows (`dst_strides`), the runs innermost. Element strides."""
+    copied into the patch matrix's rows (`dst_strides`), the runs innermost. x enters the padded
+    input as (N, H, W*C) rows, each image row one run in both (`interior_*`, the offset in
+    elements). Element strides."""
 
     padded_shape: tuple[int, int, int, int]
     shape: tuple[int, int, int, int, int]
     src_strides: tuple[int, int, int, int, int]
     dst_strides: tuple[int, int, int, int, int]
+    interior_shape: tuple[int, int, int]
+    interior_strides: tuple[int, int, int]
+    interior_offset: int
 
 
 def im2col_windows(conv: Im2colConv) -> Im2colWindows:
@@ -114,6 +119,9 @@ def im2col_windows(conv: Im2colConv) -> Im2colWindows:
         (n, p, r, q, s * c),
         (height * row, stride_h * row, row, stride_w * c, 1),
         (p * q * r * s * c, q * r * s * c, s * c, r * s * c, 1),
+        (n, h, w * c),
+        (height * row, row, 1),
+        pad_h * row + pad_w * c,
     )
 
 

@@ -165,8 +165,9 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         return Im2colCall(
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
-    run_bytes = conv.filter[1] * conv.shape[3] * facts.nbytes
-    chosen = facts.im2col_by == "windows" or (facts.im2col_by is None and run_bytes >= WINDOWS_MIN_RUN_BYTES)
+    run = conv.filter[1] * conv.shape[3]  # elements of a filter row's taps by the channels
+    long_run = run * facts.nbytes >= WINDOWS_MIN_RUN_BYTES
+    chosen = facts.im2col_by == "windows" or (facts.im2col_by is None and long_run)
     windows = windows_serve(conv, dtype) if chosen else False
     if facts.im2col_by == "windows" and not windows:
         raise TmaConfigError(
@@ -175,7 +176,6 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             "elements (a filter row's taps by the channels): pass im2col_by='loads' or None"
         )
     if windows:
-        run = conv.filter[1] * conv.shape[3]
         reason = (
             f"the zero-padded input's overlapping windows copied, {WINDOWS_TILE_ROWS} runs of {run} "
             f"elements a tile (channels of {conv.shape[3] * facts.nbytes} bytes: im2col loads move them "
