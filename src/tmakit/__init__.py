@@ -12,35 +12,14 @@ Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kerne
 and the TMA view helpers).
 """
 
-from .api import (
-    GroupedCopy,
-    add_,
-    config_for,
-    copy,
-    copy_,
-    copy_many_,
-    copy_path,
-    gather_rows,
-    im2col,
-    im2col_path,
-    index_add_,
-    index_reduce_,
-    load_tiles,
-    pack,
-    padded_empty,
-    reduce_into_,
-    reduce_path,
-    rows_path,
-    scatter_rows_,
-    unpack_,
-)
+from . import api
+from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError
 from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
 
 __all__ = [
     "SEED",
-    "GroupedCopy",
     "CopyOptions",
     "Im2colPlan",
     "LoadConfig",
@@ -50,24 +29,6 @@ __all__ = [
     "ReducePlan",
     "TmaConfigError",
     "TmaHangError",
-    "add_",
-    "config_for",
-    "copy",
-    "copy_",
-    "copy_many_",
-    "copy_path",
-    "gather_rows",
-    "im2col",
-    "im2col_path",
-    "index_add_",
-    "index_reduce_",
-    "load_tiles",
-    "pack",
-    "padded_empty",
-    "reduce_into_",
-    "reduce_path",
-    "rows_path",
-    "scatter_rows_",
-    "unpack_",
 ]
+__all__ += api.__all__
 __version__ = "0.1.0"

@@ -20,25 +20,30 @@ The functions `copy` and `im2col` shadow their modules' names on this package: a
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
 
-from ..plan.copy_layout import check_copy_layout
-from .copy import copy, copy_, copy_dispatch, copy_path, plan_copy, specialised_copy_
-from .im2col import im2col, im2col_path, strided_patches, torch_im2col
+from ..plan.copy_layout import check_copy_layout as check_copy_layout
+from .copy import copy, copy_, copy_path
+from .copy import copy_dispatch as copy_dispatch
+from .copy import plan_copy as plan_copy
+from .copy import specialised_copy_ as specialised_copy_
+from .im2col import im2col, im2col_path
+from .im2col import strided_patches as strided_patches
+from .im2col import torch_im2col as torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .many import GroupedCopy, copy_many_, pack, unpack_
-from .reduce import add_, reduce_into_, reduce_options, reduce_path
+from .reduce import add_, reduce_into_, reduce_path
+from .reduce import reduce_options as reduce_options
 from .rows import gather_rows, index_add_, index_reduce_, rows_path, scatter_rows_
-from .tensors import check_on_gpu, check_torch_tensor
+from .tensors import check_on_gpu as check_on_gpu
+from .tensors import check_torch_tensor as check_torch_tensor
 
+# The ops a user calls: `tmakit` re-exports exactly these. The names imported `as` themselves are
+# building blocks that `tmakit.ops`, the bench and the tests reach as `api.NAME`.
 __all__ = [
     "GroupedCopy",
     "add_",
-    "check_copy_layout",
-    "check_on_gpu",
-    "check_torch_tensor",
     "config_for",
     "copy",
     "copy_",
-    "copy_dispatch",
     "copy_many_",
     "copy_path",
     "gather_rows",
@@ -49,14 +54,9 @@ __all__ = [
     "load_tiles",
     "pack",
     "padded_empty",
-    "plan_copy",
-    "specialised_copy_",
     "reduce_into_",
-    "reduce_options",
     "reduce_path",
     "rows_path",
     "scatter_rows_",
-    "strided_patches",
-    "torch_im2col",
     "unpack_",
 ]
