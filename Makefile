@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 # has none (an installed torch, a CUDA build above all, is never replaced). `make test TORCH=`
 # runs without torch: those tests then skip.
 TORCH ?= torch==2.13.0
+# pytest-xdist processes: one a core, at most four (the GPU tests share one GPU's memory).
+WORKERS ?= auto
 HAS_TORCH = $(VENV)/bin/python -c "import torch" 2>/dev/null
 HAS_GPU = command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU
 
@@ -33,7 +35,7 @@ test: $(STAMP)
 		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
 		$(VENV)/bin/python -m pip install -q '$(TORCH)'; fi
 	$(VENV)/bin/ruff check src tests scripts examples
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(WORKERS) --maxprocesses 4
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts examples
