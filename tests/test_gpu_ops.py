@@ -342,6 +342,30 @@ def test_the_ops_raise_tmakit_apis_errors(torch):
         torch.ops.tmakit.load_tiles(torch.empty(1000, 777, dtype=torch.bfloat16, device="cuda"), 64, 64, 0)
 
 
+def test_a_lazily_negated_source_is_resolved_and_a_negated_destination_refused(torch):
+    """torch's fallback resolves a negative view into a new tensor: right for a source (the op
+    copies -x), but a destination resolved so would be written in a copy: refused before any
+    launch, the destination's memory untouched, for every op that writes a tensor."""
+    x = hashed((128, 256), torch.float16, salt=16)
+    out = poisoned((128, 256), torch.float16)
+    torch.ops.tmakit.copy_(out, x._neg_view())
+    assert same_bits(out, -x)
+    before = out.clone()
+    calls = {
+        "copy_": lambda: torch.ops.tmakit.copy_(out._neg_view(), x),
+        "reduce_into_": lambda: torch.ops.tmakit.reduce_into_(out._neg_view(), x),
+        "copy_many_": lambda: torch.ops.tmakit.copy_many_([out, out._neg_view()], [x, x]),
+        "index_add_": lambda: torch.ops.tmakit.index_add_(
+            out._neg_view(), torch.arange(128, device="cuda"), x
+        ),
+    }
+    for op, call in calls.items():
+        with pytest.raises(TmaConfigError, match=rf"tmakit\.{op}: dsts?(\[1\])? is a negative view"):
+            call()
+        torch.cuda.synchronize()
+        assert same_bits(out, before), op
+
+
 def test_reduce_into__adds_every_element_and_compiles(torch):
     """torch.ops.tmakit.reduce_into_ eagerly and under torch.compile(fullgraph=True): dst + src,
     each element rounded once, bit for bit against torch's fp32 add (one rounding too); version

@@ -465,6 +465,84 @@ def test_copy__bumps_the_destinations_version_counter(cpu_kernels):
     assert not dst.requires_grad and torch.equal(dst, source.detach())
 
 
+# -- lazily negated or conjugated views ------------------------------------------------------------
+def written_arguments(overload):
+    return [a.name for a in overload._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def tmakit_overloads():
+    import tmakit.ops_many  # noqa: F401
+    import tmakit.ops_rows  # noqa: F401
+
+    for name in torch.ops.tmakit:
+        packet = getattr(torch.ops.tmakit, name)
+        yield from (getattr(packet, overload) for overload in packet.overloads())
+
+
+def test_every_op_that_writes_a_tensor_has_kernels_for_lazy_bits_and_no_other_op_has():
+    """torch's fallback for a negative or conjugate view resolves it into a new tensor, which for
+    a written argument means the op writes a copy (and, returning nothing, fails after its launch
+    with "Expected Tensor but got None"): the ops that write a tensor have their own kernels."""
+    writers = set()
+    for overload in tmakit_overloads():
+        schema = overload._schema
+        name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        writes = bool(written_arguments(overload))
+        for key in ("Negative", "Conjugate"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key) == writes, (name, key)
+        if writes:
+            writers.add(name.removeprefix("tmakit::"))
+    assert writers == {
+        "copy_", "copy_.typed", "reduce_into_", "reduce_into_.typed", "copy_many_", "unpack_",
+        "scatter_rows_", "index_add_", "index_reduce_",
+    }  # fmt: skip
+
+
+LAZY_DESTINATIONS = {
+    "copy_": lambda d, s: torch.ops.tmakit.copy_(d, s),
+    "copy_.typed": lambda d, s: torch.ops.tmakit.copy_(d, s, tile=[16, 64]),
+    "reduce_into_": lambda d, s: torch.ops.tmakit.reduce_into_(d, s),
+    "copy_many_": lambda d, s: torch.ops.tmakit.copy_many_([s, d], [s, s]),
+    "unpack_": lambda d, s: torch.ops.tmakit.unpack_(torch.zeros(64, dtype=d.dtype), [s, d]),
+    "scatter_rows_": lambda d, s: torch.ops.tmakit.scatter_rows_(d, torch.tensor([0]), s[:1]),
+    "index_add_": lambda d, s: torch.ops.tmakit.index_add_(d, torch.tensor([0]), s[:1]),
+    "index_reduce_": lambda d, s: torch.ops.tmakit.index_reduce_(d, torch.tensor([0]), s[:1], "amax"),
+}
+
+
+@pytest.mark.parametrize("bit", ["negative", "conjugate"])
+@pytest.mark.parametrize("op", LAZY_DESTINATIONS)
+def test_a_written_tensor_with_a_lazy_bit_is_refused_before_anything_runs(op, bit):
+    import tmakit.ops_many  # noqa: F401
+    import tmakit.ops_rows  # noqa: F401
+
+    dtype = torch.complex64 if bit == "conjugate" else torch.float32
+    src = torch.randn(4, 8, dtype=dtype)
+    base = torch.randn(4, 8, dtype=dtype)
+    dst = base.conj() if bit == "conjugate" else base._neg_view()
+    before = base.clone()
+    where = r"\[1\]" if op in ("copy_many_", "unpack_") else ""
+    fix = "resolve_conj" if bit == "conjugate" else "resolve_neg"
+    op_name = op.split(".")[0]
+    with pytest.raises(TmaConfigError, match=rf"tmakit\.{op_name}: \w+{where} is a {bit} view .*{fix}\(\)"):
+        LAZY_DESTINATIONS[op](dst, src)
+    assert torch.equal(base, before)
+
+
+def test_a_source_with_a_lazy_bit_reaches_the_kernel_resolved(cpu_kernels):
+    dst, src = torch.zeros(4, 8), torch.randn(4, 8)
+    torch.ops.tmakit.copy_(dst, src._neg_view())
+    assert torch.equal(dst, -src)
+    torch.ops.tmakit.reduce_into_(dst, src._neg_view())
+    assert torch.equal(dst, -2 * src)
+    complex_dst, complex_src = (
+        torch.zeros(4, 8, dtype=torch.complex64),
+        torch.randn(4, 8, dtype=torch.complex64),
+    )
+    torch.ops.tmakit.copy_(complex_dst, complex_src.conj())
+    assert torch.equal(complex_dst, complex_src.conj().resolve_conj())
+
+
 def test_the_eager_path_calls_the_real_implementation_from_the_autograd_kernel(cpu_kernels, redispatched):
     """copy and load_tiles on a plain tensor: the Autograd kernel calls the real implementation
     itself, with no redispatch below autograd (a second Python kernel). A conjugate view, a meta

@@ -5,6 +5,7 @@ GPU, the device guard, and the keysets an Autograd kernel reads."""
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,15 +49,80 @@ PLAIN = frozenset(
 def define(kind: str, schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
     """A `tmakit` library ("DEF" once, else "FRAGMENT") defining `schemas`, each op of `kernels`
     ((name, implementation, fake)) registered under CompositeExplicitAutograd with its fake (also
-    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. The library returned must
-    live as long as the process (dropping it unregisters the ops)."""
+    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. An op that writes a tensor
+    also gets its kernels for tensors with a lazily applied bit (`lazy_bit_kernel`). The library
+    returned must live as long as the process (dropping it unregisters the ops)."""
     library = torch.library.Library(NAMESPACE, kind)
     for schema in schemas.values():
         library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
     for name, impl, fake in kernels:
         library.impl(name, impl, "CompositeExplicitAutograd")  # every device: tmakit.api's errors
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+        op, _, overload = name.partition(".")
+        packet = getattr(torch.ops.tmakit, op)
+        for bit in LAZY_BITS:
+            kernel = lazy_bit_kernel(getattr(packet, overload or "default"), bit)
+            if kernel is not None:
+                library.impl(name, kernel, bit.key)
     return library
+
+
+@dataclass(frozen=True)
+class LazyBit:
+    """A bit torch applies to a view as it reads and writes it (its dispatch key, its name, the
+    test and the call that makes a tensor without it)."""
+
+    key: str
+    name: str
+    test: str
+    resolve: str
+
+
+LAZY_BITS = (
+    LazyBit("Conjugate", "conjugate", "is_conj", "resolve_conj"),
+    LazyBit("Negative", "negative", "is_neg", "resolve_neg"),
+)
+
+
+def lazy_bit_kernel(overload: Any, bit: LazyBit) -> Any:
+    """The kernel of an op that writes a tensor, for arguments with `bit`; None for an op that
+    writes none. torch's fallback for the bit resolves each argument into a new tensor, so a
+    written one would be written in that copy (and, the op returning nothing, the fallback fails
+    after the launch): a written tensor with the bit is refused before anything runs. The others
+    are resolved and the op called again on them."""
+    schema = overload._schema
+    written = [
+        (i, argument.name)
+        for i, argument in enumerate(schema.arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    ]
+    if not written:
+        return None
+    op = schema.name.split("::")[-1]
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return getattr(value, bit.resolve)()
+        if isinstance(value, (list, tuple)):
+            return [resolved(v) for v in value]
+        return value
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        for i, name in written:
+            value = args[i] if i < len(args) else kwargs.get(name)
+            listed = isinstance(value, (list, tuple))
+            for k, tensor in enumerate(value if listed else (value,)):
+                if isinstance(tensor, torch.Tensor) and getattr(tensor, bit.test)():
+                    where = f"{name}[{k}]" if listed else name
+                    raise TmaConfigError(
+                        f"torch.ops.{NAMESPACE}.{op}: {where} is a {bit.name} view (torch applies the bit "
+                        "as it reads and writes; TMA writes the stored memory and cannot): write into a "
+                        f"tensor without the bit ({where}.{bit.resolve}() makes a new one), or call "
+                        f"tmakit.{op}, which hands such a view to torch's op"
+                    )
+        return overload(*map(resolved, args), **{k: resolved(v) for k, v in kwargs.items()})
+
+    return kernel
 
 
 def refuse_grad(op: str, *tensors: torch.Tensor) -> None:
