@@ -265,10 +265,43 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
         ),
         (
             ["--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1"],
-            ["patch matrix      6272 x 576"],
+            ["route             im2col loads of", "(the rule)", "patch matrix      6272 x 576"],
+        ),
+        (
+            ["--kernel", "im2col", "--shape", "2x224x224x16", "--im2col", "kernel=7,stride=2,padding=3"],
+            [
+                "overlapping windows copied",
+                "(the rule)",
+                "padded input      2 x 230 x 230 x 16",
+                "64 runs x 112",
+            ],
+        ),
+        (
+            [
+                "--kernel",
+                "im2col",
+                "--shape",
+                "2x224x224x16",
+                "--im2col",
+                "kernel=7,stride=2,padding=3,by=loads",
+            ],
+            ["route             im2col loads of", "(by=loads)", "box               128 pixels x 16"],
+        ),
+        (
+            ["--kernel", "im2col", "--shape", "2x56x56x16", "--im2col", "kernel=3,padding=1,by=windows"],
+            ["(by=windows)", "run of S*C = 48 elements (96 bytes)"],
         ),
     ],
-    ids=["copy", "transpose", "reduce", "options", "im2col"],
+    ids=[
+        "copy",
+        "transpose",
+        "reduce",
+        "options",
+        "im2col",
+        "im2col-stem",
+        "im2col-by-loads",
+        "im2col-by-windows",
+    ],
 )
 def test_plan_describes_each_kernel_a_call_plans(args, shown):
     run = tmakit("plan", *args)
@@ -287,6 +320,15 @@ def test_plan_describes_each_kernel_a_call_plans(args, shown):
         (
             ["--kernel", "im2col", "--shape", "2x8x8x64", "--im2col", "kernel=3", "--tile", "8x8"],
             "--tile does not",
+        ),
+        (["--kernel", "im2col", "--shape", "2x8x8x64", "--im2col", "kernel=3,by=fast"], "give one of loads"),
+        (
+            ["--kernel", "im2col", "--shape", "2x8x8x16", "--im2col", "kernel=3,by=windows,tile=16x16"],
+            "tile= and stages= are the loads' box",
+        ),
+        (
+            ["--kernel", "im2col", "--shape", "2x8x8x64", "--im2col", "kernel=3,by=windows"],
+            "im2col_by='windows' cannot serve this call",
         ),
     ],
 )
@@ -311,6 +353,22 @@ def test_explain_takes_the_kernel_plan_takes():
         "explain", "--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1"
     )
     assert im2col.returncode == 0 and im2col.stdout.startswith("im2col: 2x56x56x64 (NHWC)")
+    stem = [
+        "explain",
+        "--kernel",
+        "im2col",
+        "--shape",
+        "2x224x224x16",
+        "--im2col",
+        "kernel=7,stride=2,padding=3",
+    ]
+    windows = tmakit(*stem)
+    assert windows.returncode == 0 and windows.stdout.startswith("route: the zero-padded input's overlapping")
+    assert "64 of its 7168 elements are the padding's zeros" in windows.stdout
+    refused = tmakit(*stem, "--highlight", "0,0")
+    assert refused.returncode == 2 and "add by=loads" in one_error_line(refused)
+    loads = tmakit(*stem[:-1], "kernel=7,stride=2,padding=3,by=loads", "--highlight", "0,0")
+    assert loads.returncode == 0 and loads.stdout.startswith("im2col: 2x224x224x16 (NHWC)")
     assert "--copy does not apply" in one_error_line(tmakit("explain", "--copy", "stages=4"))
 
 

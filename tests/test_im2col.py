@@ -366,3 +366,42 @@ def test_the_kernel_compiles_for_tvm_ffi_and_its_launcher_passes_torch_tensors(m
     (args,) = calls
     assert args[0] is x and args[1] is out and args[2].dtype == torch.int32 and len(args) == 3
     assert launcher.checks_arguments and launcher.compiled is stand_in
+
+
+# -- the windows copy's plan and explanation --------------------------------------------------------
+@pytest.mark.parametrize(
+    "shape, spec",
+    [
+        ((2, 224, 224, 16), "kernel=7,stride=2,padding=3"),
+        ((1, 9, 11, 8), "kernel=3x2,stride=2x1,padding=2x1"),
+    ],
+)
+def test_explain_windows_counts_the_tiles_zeros_on_the_padded_input(shape, spec):
+    """The explained tile (n, p, r) = (0, 1, 1), its runs read from a padded input built in numpy:
+    the source origin, the rows and columns it names and the zeros it counts are the padding's."""
+    from tmakit.explain import explain_windows
+    from tmakit.plan.im2col import im2col_windows
+    from tmakit.plan.im2col_route import planned_route
+
+    plan = Im2colPlan.parse(shape, "fp16", spec)
+    call = planned_route(plan, "windows")
+    assert call.windows
+    conv, windows = call.conv, im2col_windows(call.conv)
+    tile = explain_windows(conv, "fp16")["tile"]
+    padded = np.zeros(windows.padded_shape, dtype=np.int64)
+    n, h, w, c = shape
+    (pad_h, pad_w) = conv.padding
+    padded[:, pad_h : pad_h + h, pad_w : pad_w + w, :] = 1  # x's elements; the rest is padding
+    view = np.lib.stride_tricks.as_strided(
+        padded, windows.shape, [stride * padded.itemsize for stride in windows.src_strides]
+    )
+    _, p, r = tile["npr"]
+    q0, q1 = tile["output_pixels_q"]
+    runs = view[0, p, r, q0 : q1 + 1]
+    assert tile["elements"] == runs.size and tile["zero_elements"] == int((runs == 0).sum())
+    assert tile["source_element_origin"] == p * windows.src_strides[1] + r * windows.src_strides[2]
+    assert tile["padded_row"] == p * conv.stride[0] + r
+    first_row = np.arange(padded.size).reshape(padded.shape)[0, tile["padded_row"]]
+    assert first_row.flat[0] <= tile["source_element_origin"] < first_row.flat[-1]
+    p_extent, q_extent = conv.output_shape
+    assert tile["patch_rows"] == [p * q_extent + q0, p * q_extent + q1]

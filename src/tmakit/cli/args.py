@@ -22,6 +22,7 @@ from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, R
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import copy_rows_view
+from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, planned_route
 from ..plan.many import ManyPlan
 from ..plan.multicast import CLUSTER_SHAPES
 from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
@@ -372,9 +373,17 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
     return plan, sizes
 
 
-def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
-    """`--im2col SPEC`'s plan: --shape is the NHWC activation and the box SPEC's tile, so the
-    load's, ring's, cluster's, copy's and reduce's flags are refused if given (`why`: where)."""
+IM2COL_SPEC = (
+    "kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N][,by=loads|windows]"
+)
+
+
+def im2col_plan(args: argparse.Namespace, why: str) -> tuple[Im2colPlan, Im2colCall, str | None]:
+    """`--im2col SPEC`'s plan, the route `tmakit.im2col` takes for it (by SPEC's kernel `by=`,
+    else by the rule) and that choice: --shape is the NHWC activation and the box SPEC's tile, so
+    the load's, ring's, cluster's, copy's and reduce's flags are refused if given (`why`: where).
+    A tile or a stage count given is the im2col loads' box: the loads, unless `by=windows`, which
+    refuses them."""
     given = (
         "tile",
         "swizzle",
@@ -393,7 +402,17 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colPlan:
     )
     if args.im2col is None:
         raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
-    return Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, args.im2col)
+    items = [item.strip() for item in args.im2col.split(",")]
+    chosen = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "by"]
+    spec = ",".join(item for item in items if item.partition("=")[0].strip() != "by")
+    if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):
+        raise CommandError(f"--im2col by={','.join(chosen)}: give one of {', '.join(IM2COL_KERNELS)}, once")
+    by = chosen[0] if chosen else None
+    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, spec)
+    box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
+    if box_given and by == "windows":
+        raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
+    return plan, planned_route(plan, "loads" if box_given else by), by
 
 
 def hopper_gpu(command: str) -> str:

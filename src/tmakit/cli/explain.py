@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from ..explain import explain, explain_im2col, highlight_tile, im2col_to_text, to_text
+from ..explain import (
+    explain,
+    explain_im2col,
+    explain_windows,
+    highlight_tile,
+    im2col_to_text,
+    to_text,
+    windows_to_text,
+)
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
 from .args import (
     COUNT,
+    IM2COL_SPEC,
     KERNELS,
     MANY_METAVAR,
     REDUCE_OP,
@@ -48,7 +57,7 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--im2col",
-        metavar="kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]",
+        metavar=IM2COL_SPEC,
         help="explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
         "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
     )
@@ -101,7 +110,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain_im2col(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
-    result = explain_im2col(im2col_plan(args, "with --im2col"), args.highlight)
+    plan, call, _ = im2col_plan(args, "with --im2col")
+    if call.windows:
+        if args.highlight is not None:
+            raise CommandError(
+                "--highlight marks a box of the im2col loads; this call takes the windows copy "
+                "(add by=loads to the --im2col spec to explain the loads)"
+            )
+        result = explain_windows(call.conv, plan.dtype)
+        emit(args, result, f"route: {call.route.reason}\n{windows_to_text(result)}")
+        return 0
+    result = explain_im2col(plan, args.highlight)
     emit(args, result, im2col_to_text(result))
     return 0
 

@@ -6,8 +6,10 @@ import argparse
 
 from ..explain import describe_plan
 from ..plan import MulticastPlan, PipelinePlan
+from ..plan.im2col_route import windows_summary
 from .args import (
     COUNT,
+    IM2COL_SPEC,
     KERNELS,
     MANY_METAVAR,
     REDUCE_OP,
@@ -50,7 +52,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     parser.add_argument(
         "--im2col",
-        metavar="kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]",
+        metavar=IM2COL_SPEC,
         help="--kernel im2col: the convolution; --shape is the NHWC activation",
     )
     add_json(parser, "the plan's numbers")
@@ -105,8 +107,12 @@ def _plan_kernel(args: argparse.Namespace) -> int:
         return 0
     if args.kernel == "im2col":
         refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
-        plan = im2col_plan(args, "to --kernel im2col")
-        emit(args, {"kernel": {"kind": "im2col", "summary": plan.summary().splitlines()}}, plan.summary())
+        plan, call, by = im2col_plan(args, "to --kernel im2col")
+        summary = windows_summary(call.conv, plan.dtype) if call.windows else plan.summary()
+        route = f"route             {call.route.reason} ({f'by={by}' if by else 'the rule'})"
+        lines = [route, *summary.splitlines()]
+        kernel = "windows" if call.windows else "loads"
+        emit(args, {"kernel": {"kind": "im2col", "by": kernel, "summary": lines}}, "\n".join(lines))
         return 0
     plan, head = call_plan(args)
     summary = [head, *plan.summary().splitlines()]

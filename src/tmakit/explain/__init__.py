@@ -11,7 +11,7 @@ CuTe objects, one module per mode:
 
 from .cluster import trace_cluster_slices
 from .common import SEED_HIGHLIGHT, highlight_tile
-from .im2col import explain_im2col, im2col_to_text, trace_im2col_views
+from .im2col import explain_im2col, explain_windows, im2col_to_text, trace_im2col_views, windows_to_text
 from .load import describe_plan, explain, to_text, trace_views
 from .measured import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
 
@@ -22,10 +22,12 @@ __all__ = [
     "describe_plan",
     "explain",
     "explain_im2col",
+    "explain_windows",
     "highlight_tile",
     "im2col_to_text",
     "to_text",
     "trace_cluster_slices",
     "trace_im2col_views",
     "trace_views",
+    "windows_to_text",
 ]

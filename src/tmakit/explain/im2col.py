@@ -8,6 +8,8 @@ from typing import Any
 
 from ..model.im2col import im2col_box
 from ..plan import Im2colPlan
+from ..plan.im2col import Im2colConv, im2col_windows
+from ..plan.im2col_route import WINDOWS_TILE_ROWS, windows_summary
 from ..runtime.compile import compile_kernel, fake_tensor
 from .common import seed_tile
 
@@ -154,5 +156,65 @@ def im2col_to_text(report: dict[str, Any]) -> str:
             f"  {store['instruction']}: the {pixels}x{channels} box to patch element "
             f"{tuple(store['destination_element_origin'])}, {store['rows_stored']} rows written "
             "(the store clips past the last row)",
+        ]
+    )
+
+
+def explain_windows(conv: Im2colConv, dtype: str) -> dict[str, Any]:
+    """`tmakit explain --im2col` where the windows copy serves the call, as a dict: its plan
+    (`plan.im2col_route.windows_summary`) and its first tile of output row p = 1 and filter row
+    r = 1 (0 where there is one): the runs it moves, the padded input they read and the patch
+    elements they write, and how many of those elements are the padding's zeros."""
+    windows = im2col_windows(conv)
+    _, height, width, channels = conv.shape
+    (rows_p, cols_q), (taps_r, taps_s) = conv.output_shape, conv.filter
+    (stride_h, stride_w), (pad_h, pad_w) = conv.stride, conv.padding
+    p, r = min(1, rows_p - 1), min(1, taps_r - 1)
+    runs = min(WINDOWS_TILE_ROWS, cols_q)
+    padded_row = p * stride_h + r
+    inside_row = pad_h <= padded_row < pad_h + height
+    zero_taps = sum(
+        not (inside_row and pad_w <= q * stride_w + s < pad_w + width)
+        for q in range(runs)
+        for s in range(taps_s)
+    )
+    run = windows.shape[-1]
+    return {
+        "kernel": "windows",
+        "summary": windows_summary(conv, dtype).splitlines(),
+        "tile": {
+            "npr": [0, p, r],
+            "output_pixels_q": [0, runs - 1],
+            "patch_rows": [p * cols_q, p * cols_q + runs - 1],
+            "patch_columns": [r * run, (r + 1) * run - 1],
+            "padded_row": padded_row,
+            "input_row": padded_row - pad_h if inside_row else None,
+            "padded_columns": [0, (runs - 1) * stride_w + taps_s - 1],
+            "source_element_origin": p * windows.src_strides[1] + r * windows.src_strides[2],
+            "elements": runs * run,
+            "zero_elements": zero_taps * channels,
+        },
+    }
+
+
+def windows_to_text(report: dict[str, Any]) -> str:
+    """The plain-text explanation of the windows copy's plan and one of its tiles."""
+    tile = report["tile"]
+    n, p, r = tile["npr"]
+    q0, q1 = tile["output_pixels_q"]
+    row = tile["input_row"]
+    read = f"input row {row}" if row is not None else "a padding row (all zeros)"
+    return "\n".join(
+        [
+            *report["summary"],
+            "",
+            f"Tile (n, p, r) = ({n}, {p}, {r}), output pixels q = {q0}-{q1}: one run of filter row {r}'s "
+            "taps a pixel",
+            f"  reads padded row {tile['padded_row']} ({read}), padded columns {tile['padded_columns'][0]}-"
+            f"{tile['padded_columns'][1]}, from padded element {tile['source_element_origin']}",
+            f"  writes patch rows {tile['patch_rows'][0]}-{tile['patch_rows'][1]}, columns "
+            f"{tile['patch_columns'][0]}-{tile['patch_columns'][1]}",
+            f"  {tile['zero_elements']} of its {tile['elements']} elements are the padding's zeros (the "
+            "padded input's, written once before the copy)",
         ]
     )

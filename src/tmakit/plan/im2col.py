@@ -85,6 +85,17 @@ class Im2colConv:
         batch, _, _, channels = self.shape
         return batch * math.prod(self.output_shape), self.filter[0] * self.filter[1] * channels
 
+    def head(self, dtype: str) -> list[str]:
+        """The summary lines every kernel's plan of this convolution starts with."""
+        batch, height, width, channels = self.shape
+        (p, q), (m, k) = self.output_shape, self.patch_shape
+        return [
+            f"activation        {batch} x {height} x {width} x {channels} (NHWC) {dtype}",
+            f"filter            {self.filter[0]} x {self.filter[1]}, stride {self.stride}, padding "
+            f"{self.padding}, dilation {self.dilation} -> {p} x {q} output pixels per image",
+            f"patch matrix      {m} x {k} (N*P*Q, R*S*C; channels fastest, then s, then r)",
+        ]
+
 
 @dataclass(frozen=True)
 class Im2colWindows:
@@ -376,15 +387,10 @@ class Im2colPlan:
         return self.copy.smem_bytes
 
     def summary(self) -> str:
-        batch, height, width, channels = self.shape
-        (p, q), (m, k) = self.output_shape, self.patch_shape
         pixels, tile_channels = self.tile
         return "\n".join(
             [
-                f"activation        {batch} x {height} x {width} x {channels} (NHWC) {self.dtype}",
-                f"filter            {self.filter[0]} x {self.filter[1]}, stride {self.stride}, padding "
-                f"{self.padding}, dilation {self.dilation} -> {p} x {q} output pixels per image",
-                f"patch matrix      {m} x {k} (N*P*Q, R*S*C; channels fastest, then s, then r)",
+                *self.conv.head(self.dtype),
                 f"box               {pixels} pixels x {tile_channels} channels ({self.expected_tx_bytes} "
                 f"bytes), " + (f"{self.swizzle}B swizzle" if self.swizzle else "no swizzle"),
                 f"boxes             {self.row_blocks} row blocks x {self.column_tiles} column tiles "

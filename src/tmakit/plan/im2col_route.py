@@ -187,6 +187,46 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
     return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), plan, im2col_by=facts.im2col_by)
 
 
+def planned_route(plan: Im2colPlan, im2col_by: str | None = None) -> Im2colCall:
+    """The route `tmakit.im2col` takes for `plan`'s convolution and dtype, x contiguous and
+    aligned on a GPU of `plan.sm_count` SMs, with the kernel `im2col_by` chosen (None: the
+    rule): what `tmakit plan` and `explain` show. TmaConfigError as `im2col_call`'s."""
+    n, h, w, c = plan.shape
+    element = DTYPES[plan.dtype]
+    facts = Im2colFacts(
+        plan.shape, (h * w * c, w * c, c, 1), element.torch_name, element.nbytes, 0, 0, plan.filter,
+        plan.stride, plan.padding, plan.dilation, sm_count=plan.sm_count, im2col_by=im2col_by,
+    )  # fmt: skip
+    return im2col_call(facts)
+
+
+def windows_summary(conv: Im2colConv, dtype: str) -> str:
+    """The plan of the windows copy of `conv` on `dtype` (tmakit's name), as `Im2colPlan.summary`
+    gives the loads': the runs, the padded input and x's way into it, the two views copied."""
+    windows = im2col_windows(conv)
+    nbytes = DTYPES[dtype].nbytes
+    run = windows.shape[-1]
+    padded = " x ".join(map(str, windows.padded_shape))
+    entry = (
+        f"zero-filled; x copied into it as {windows.interior_shape} rows (strides "
+        f"{windows.interior_strides}, from element {windows.interior_offset}): whole image rows a run"
+        if conv.padding != (0, 0)
+        else "x itself (no padding)"
+    )
+    return "\n".join(
+        [
+            *conv.head(dtype),
+            f"kernel            the windows copy: output pixel (n, p, q)'s taps of filter row r are one "
+            f"run of S*C = {run} elements ({run * nbytes} bytes) of the zero-padded input",
+            f"padded input      {padded}, {entry}",
+            f"windows           {windows.shape} (N, P, R, Q, S*C) of the padded input, element strides "
+            f"{windows.src_strides} (neighbouring windows overlap)",
+            f"into              the patch matrix as {windows.shape}, element strides {windows.dst_strides}",
+            f"tile              {WINDOWS_TILE_ROWS} runs x {run} elements, tmakit.copy_'s ring (strict)",
+        ]
+    )
+
+
 def check_im2col_by(im2col_by: object) -> None:
     """A caller's kernel choice: None or one of `IM2COL_KERNELS`, else TmaConfigError."""
     if im2col_by is not None and (not isinstance(im2col_by, str) or im2col_by not in IM2COL_KERNELS):
