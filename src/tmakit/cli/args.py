@@ -378,6 +378,22 @@ IM2COL_SPEC = (
 )
 
 
+def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str, im2col: str) -> None:
+    """The options of a command that shows what one of tmakit's calls plans (`plan`, `explain`):
+    `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
+    `im2col` say what the command does with those."""
+    parser.add_argument("--kernel", choices=KERNELS, default="load", help=kernel)
+    parser.add_argument(
+        "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
+    )
+    parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
+    parser.add_argument(
+        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
+    )
+    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
+    parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
+
+
 def im2col_plan(args: argparse.Namespace, why: str) -> tuple[Im2colPlan, Im2colCall, str | None]:
     """`--im2col SPEC`'s plan, the route `tmakit.im2col` takes for it (by SPEC's kernel `by=`,
     else by the rule) and that choice: --shape is the NHWC activation and the box SPEC's tile, so

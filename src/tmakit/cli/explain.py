@@ -17,14 +17,10 @@ from ..explain import (
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
 from .args import (
     COUNT,
-    IM2COL_SPEC,
-    KERNELS,
-    MANY_METAVAR,
-    REDUCE_OP,
-    ROWS_METAVAR,
     CommandError,
     Subparsers,
     add_json,
+    add_kernel_arguments,
     add_load_arguments,
     call_plan,
     emit,
@@ -48,35 +44,17 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--consumer-warps", type=COUNT, default=1, metavar="N", help="warps consuming each stage (default 1)"
     )
-    parser.add_argument(
-        "--reduce",
-        type=REDUCE_OP,
-        metavar="OP",
-        help=f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
-        f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
-    )
-    parser.add_argument(
-        "--im2col",
-        metavar=IM2COL_SPEC,
-        help="explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
-        "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
-    )
-    parser.add_argument(
-        "--kernel",
-        choices=KERNELS,
-        default="load",
-        help="what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
+    add_kernel_arguments(
+        parser,
+        "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
         "an im2col box (with --im2col SPEC), rows by index (with --rows OP:COUNT), or a grouped copy "
         "(with --many SIZES)",
+        f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
+        f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
+        "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
+        "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
     )
-    parser.add_argument(
-        "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
-    )
-    parser.add_argument(
-        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
-    )
-    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     add_json(parser, "the explanation")
     parser.set_defaults(run=run)
 

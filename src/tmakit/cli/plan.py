@@ -9,14 +9,10 @@ from ..plan import MulticastPlan, PipelinePlan
 from ..plan.im2col_route import windows_summary
 from .args import (
     COUNT,
-    IM2COL_SPEC,
-    KERNELS,
-    MANY_METAVAR,
-    REDUCE_OP,
-    ROWS_METAVAR,
     Subparsers,
     add_count,
     add_json,
+    add_kernel_arguments,
     add_load_arguments,
     call_plan,
     emit,
@@ -32,28 +28,13 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("plan", help="the seed's arithmetic for a configuration (no GPU)")
     add_load_arguments(parser, "also show each CTA's slice in a cluster sharing every tile by multicast")
     add_count(parser, "--stages", COUNT, "ring stages (default 1: the seed's one-stage kernel)", default=1)
-    parser.add_argument(
-        "--kernel",
-        choices=KERNELS,
-        default="load",
-        help="what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
+    add_kernel_arguments(
+        parser,
+        "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
         "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
         "or rows by index with --rows OP:COUNT, or a grouped copy of tensors with --many SIZES",
-    )
-    parser.add_argument(
-        "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
-    )
-    parser.add_argument(
-        "--reduce", type=REDUCE_OP, metavar="OP", help="--kernel reduce: the op (add, max, ...)"
-    )
-    parser.add_argument(
-        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
-    )
-    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
-    parser.add_argument(
-        "--im2col",
-        metavar=IM2COL_SPEC,
-        help="--kernel im2col: the convolution; --shape is the NHWC activation",
+        "--kernel reduce: the op (add, max, ...)",
+        "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
     add_json(parser, "the plan's numbers")
     parser.set_defaults(run=run)
