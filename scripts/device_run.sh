@@ -27,6 +27,7 @@
 #   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
 #                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
 #   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
+#   oppath       scripts/op_path_probe.py: the ops' host time against their direct calls and the dispatcher's floor (op-path.json)
 #   allgather    scripts/allgather_pack.py under torchrun (NCCL): pack/unpack as an all-gather's and a
 #                reduce-scatter's copy-in and copy-out; ARGs: the processes (one a GPU), then the script's
 #                (e.g. 2 --samples 20): allgather-pack.json
@@ -95,6 +96,7 @@ run_step() {
           python3 scripts/sanitize_many.py "$@" > "$OUT/sanitize-$tool.log" 2>&1
         echo "exit status $?" >> "$OUT/sanitize-$tool.log"; tail -12 "$OUT/sanitize-$tool.log"
       done ;;
+    oppath) timeout "$limit" python3 scripts/op_path_probe.py --commit "$commit" --json "$OUT/op-path.json" "$@" 2>&1 | tail -40 ;;
     hostcost) timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     *) echo "device_run: unknown step $step" >&2; return 2 ;;
   esac
