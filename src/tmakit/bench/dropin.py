@@ -22,11 +22,10 @@ from ..config import DTYPES
 from ..plan import im2col_conv
 from .report import BenchRow
 from .suites import rotation_buffers
-from .timing import eager_samples_us, interleaved_graph_samples_us
+from .timing import EAGER, eager_samples_us, interleaved_graph_samples_us
 
 OPS = ("copy", "transpose", "add", "im2col")
 KINDS = {"copy": "copy", "transpose": "copy", "add": "reduce", "im2col": "load"}  # bytes counted
-EAGER = "eager"  # the suffix of an eager row's name
 # The kernel each op runs where tmakit has no planner that names its path.
 FAMILY_PATHS = {"copy": "tma-ring", "transpose": "tma-transpose", "add": "tma-reduce"}
 

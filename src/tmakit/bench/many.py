@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from .. import api
 from .report import BenchRow
 from .suites import rotation_buffers
-from .timing import eager_samples_us, interleaved_graph_samples_us
+from .timing import EAGER, eager_samples_us, interleaved_graph_samples_us
 
-EAGER = "eager"
 PREPARED = "tmakit prepared"
 UNCHECKED = "tmakit prepared unchecked"  # check_addresses=False
 SINGLE = "tmakit copy_"  # the list's bytes as one buffer, by tmakit's own single-tensor copy

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from .. import api
 from ..check.reference import index_add_wrong_rows
 from .report import BenchRow
-from .timing import eager_samples_us, interleaved_graph_samples_us
+from .timing import EAGER, eager_samples_us, interleaved_graph_samples_us
 
-EAGER = "eager"
 KINDS = {"gather": "copy", "scatter": "copy", "add": "reduce", "max": "reduce"}  # bytes: read + written
 TORCH_NAMES = {
     "gather": "index_select",

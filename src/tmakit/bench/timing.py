@@ -148,6 +148,9 @@ def host_costs_us(
     return {name: statistics.median(samples[1:]) for name, samples in rounds.items()}
 
 
+EAGER = "eager"  # the suffix of an eager row's name: "tmakit eager" beside the graph row "tmakit"
+
+
 def eager_samples_us(
     launches: dict[str, list[Callable[[], Any]]], repeats: int = 15, min_calls: int = 20
 ) -> dict[str, list[float]]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
 from ..bench.report import BenchRow
+from ..bench.timing import EAGER
 from ..runtime.compile import CompiledKernel
 
 Options = argparse.Namespace  # the bench command's options, as parsed
@@ -87,6 +89,19 @@ def chosen(options: Options, parts: Sequence[T], name: Callable[[T], str] = attr
     """The parts of a study that --only's prefixes choose, by `name` (all without)."""
     prefixes = [p for p in (options.only or "").split(",") if p]
     return [part for part in parts if not prefixes or any(name(part).startswith(p) for p in prefixes)]
+
+
+def medians(rows: list[BenchRow]) -> tuple[dict[str, BenchRow], dict[str, float]]:
+    """A case's rows by name, and each row's median microseconds by name."""
+    by_name = {row.kernel: row for row in rows}
+    return by_name, {name: statistics.median(row.samples_us) for name, row in by_name.items()}
+
+
+def eager_columns(us: dict[str, float], peer: str) -> dict[str, float]:
+    """The eager calls' columns of a study row: tmakit's and `peer`'s median call (`EAGER` rows)
+    and their ratio (above 1: tmakit faster)."""
+    ours, theirs = us[f"tmakit {EAGER}"], us[f"{peer} {EAGER}"]
+    return {"tmakit_eager_us": ours, "torch_eager_us": theirs, "eager_vs_torch": theirs / ours}
 
 
 def tabled_study(

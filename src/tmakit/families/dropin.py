@@ -6,11 +6,9 @@ against the fastest torch expression eagerly and against the faster of it and it
 
 from __future__ import annotations
 
-import statistics
-
 from ..bench.dropin import EAGER, DropinCase, bench_dropin
 from ..bench.report import BenchRow
-from . import Family, Options, chosen, tabled_study
+from . import Family, Options, chosen, eager_columns, medians, tabled_study
 from .im2col import BATCH, LAYERS
 
 SIZES_MIB = (1, 16, 256, 1024)
@@ -38,9 +36,9 @@ def chosen_cases(options: Options) -> list[DropinCase]:
 
 def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
     """One case's medians, its ratios (above 1: tmakit faster) and verdict."""
-    us = {row.kernel: statistics.median(row.samples_us) for row in rows}
+    by_name, us = medians(rows)
     peer = min(us["torch"], us["inductor"])
-    tmakit = next(row for row in rows if row.kernel == "tmakit")
+    tmakit = by_name["tmakit"]
     return {
         "case": case.name,
         "path": tmakit.notes["path"],
@@ -50,9 +48,7 @@ def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
         "inductor_graph_us": us["inductor"],
         "device_vs_faster_peer": peer / us["tmakit"],
         "faster_peer": "torch" if us["torch"] <= us["inductor"] else "inductor",
-        "tmakit_eager_us": us[f"tmakit {EAGER}"],
-        "torch_eager_us": us[f"torch {EAGER}"],
-        "eager_vs_torch": us[f"torch {EAGER}"] / us[f"tmakit {EAGER}"],
+        **eager_columns(us, "torch"),
         "gb_per_s": tmakit.gbps,
         "rotated_buffers": tmakit.notes["rotated_buffers"],
     }

@@ -8,11 +8,10 @@ and tmakit's `copy_`)."""
 from __future__ import annotations
 
 import random
-import statistics
 
 from ..bench.many import EAGER, PEERS, PREPARED, SINGLE, UNCHECKED, ManyCase, bench_many
 from ..bench.report import BenchRow
-from . import Family, Options, chosen, tabled_study
+from . import Family, Options, chosen, eager_columns, medians, tabled_study
 
 LAYER = ((4096, 4096),) * 4 + ((11008, 4096),) * 3 + ((4096,),) * 2
 
@@ -33,8 +32,7 @@ def chosen_cases(options: Options) -> list[ManyCase]:
 
 
 def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
-    by_name = {row.kernel: row for row in rows}
-    us = {name: statistics.median(row.samples_us) for name, row in by_name.items()}
+    by_name, us = medians(rows)
     peer = PEERS[case.op]
     tmakit, copy, single = by_name["tmakit"], by_name["torch copy_"], by_name[SINGLE]
     return {
@@ -50,9 +48,7 @@ def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
         "of_copy_rate": tmakit.gbps / copy.gbps,
         "single_copy_tb_per_s": single.gbps / 1e3,
         "of_single_copy_rate": tmakit.gbps / single.gbps,
-        "tmakit_eager_us": us[f"tmakit {EAGER}"],
-        "torch_eager_us": us[f"{peer} {EAGER}"],
-        "eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"tmakit {EAGER}"],
+        **eager_columns(us, peer),
         "prepared_eager_us": us[f"{PREPARED} {EAGER}"],
         "prepared_eager_vs_torch": us[f"{peer} {EAGER}"] / us[f"{PREPARED} {EAGER}"],
         "unchecked_eager_us": us[f"{UNCHECKED} {EAGER}"],

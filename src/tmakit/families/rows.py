@@ -9,11 +9,9 @@ one row a case, with the same run's copy rate."""
 
 from __future__ import annotations
 
-import statistics
-
 from ..bench.report import BenchRow
-from ..bench.rows import EAGER, TORCH_NAMES, RowsCase, bench_rows
-from . import Family, Options, chosen, tabled_study
+from ..bench.rows import TORCH_NAMES, RowsCase, bench_rows
+from . import Family, Options, chosen, eager_columns, medians, tabled_study
 
 ROW_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RULE = "rule"  # the label of the cases called as a user calls them (not strict)
@@ -49,8 +47,7 @@ def chosen_cases(options: Options) -> list[RowsCase]:
 
 def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
     """One case's medians, rates and ratios (above 1: tmakit faster)."""
-    by_name = {row.kernel: row for row in rows}
-    us = {name: statistics.median(row.samples_us) for name, row in by_name.items()}
+    by_name, us = medians(rows)
     torch_name = f"torch {TORCH_NAMES[case.op]}"
     tmakit, copy = by_name["tmakit"], by_name["torch copy_"]
     return {
@@ -66,9 +63,7 @@ def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
         "torch_tb_per_s": by_name[torch_name].gbps / 1e3,
         "copy_tb_per_s": copy.gbps / 1e3,
         "of_copy_rate": tmakit.gbps / copy.gbps,
-        "tmakit_eager_us": us[f"tmakit {EAGER}"],
-        "torch_eager_us": us[f"{torch_name} {EAGER}"],
-        "eager_vs_torch": us[f"{torch_name} {EAGER}"] / us[f"tmakit {EAGER}"],
+        **eager_columns(us, torch_name),
         "rotated_buffers": tmakit.notes["rotated_buffers"],
     }
 
