@@ -288,6 +288,21 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
             ["route             im2col loads of", "(by=loads)", "box               128 pixels x 16"],
         ),
         (
+            [
+                "--kernel",
+                "im2col",
+                "--shape",
+                "2x224x224x16",
+                "--im2col",
+                "kernel=7,stride=2,padding=3,stages=2",
+            ],
+            ["route             im2col loads of 128 pixels x 16 channels, 2 stages (tile=/stages= given"],
+        ),
+        (
+            ["--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1,tile=64x32"],
+            ["im2col loads of 64 pixels x 32 channels", "box               64 pixels x 32 channels"],
+        ),
+        (
             ["--kernel", "im2col", "--shape", "2x56x56x16", "--im2col", "kernel=3,padding=1,by=windows"],
             ["(by=windows)", "run of S*C = 48 elements (96 bytes)"],
         ),
@@ -300,6 +315,8 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
         "im2col",
         "im2col-stem",
         "im2col-by-loads",
+        "im2col-stages",
+        "im2col-tile",
         "im2col-by-windows",
     ],
 )

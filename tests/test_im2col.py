@@ -388,20 +388,27 @@ def test_explain_windows_counts_the_tiles_zeros_on_the_padded_input(shape, spec)
     assert call.windows
     conv, windows = call.conv, im2col_windows(call.conv)
     tile = explain_windows(conv, "fp16")["tile"]
-    padded = np.zeros(windows.padded_shape, dtype=np.int64)
     n, h, w, c = shape
-    (pad_h, pad_w) = conv.padding
-    padded[:, pad_h : pad_h + h, pad_w : pad_w + w, :] = 1  # x's elements; the rest is padding
+    (pad_h, pad_w), (stride_h, stride_w), (_, taps_s) = conv.padding, conv.stride, conv.filter
+    padded = np.zeros(windows.padded_shape, dtype=np.int64)  # 0: the padding's zeros
+    padded[:, pad_h : pad_h + h, pad_w : pad_w + w, :] = 1 + np.arange(n * h * w * c).reshape(shape)
+    _, p, r = tile["npr"]
+    q0, q1 = tile["output_pixels_q"]
+    # The tile's runs by the definition: output pixel (0, p, q)'s taps of filter row r are the
+    # padded input's row p*stride_h + r, columns q*stride_w .. q*stride_w + S - 1, all channels.
+    row = tile["padded_row"]
+    assert row == p * stride_h + r
+    runs = np.stack([padded[0, row, q * stride_w : q * stride_w + taps_s].ravel() for q in range(q0, q1 + 1)])
+    assert tile["elements"] == runs.size and tile["zero_elements"] == int((runs == 0).sum())
+    assert tile["padded_columns"] == [q0 * stride_w, q1 * stride_w + taps_s - 1]
+    # The plan's windows view reads the same runs from where the tile says it starts.
     view = np.lib.stride_tricks.as_strided(
         padded, windows.shape, [stride * padded.itemsize for stride in windows.src_strides]
     )
-    _, p, r = tile["npr"]
-    q0, q1 = tile["output_pixels_q"]
-    runs = view[0, p, r, q0 : q1 + 1]
-    assert tile["elements"] == runs.size and tile["zero_elements"] == int((runs == 0).sum())
-    assert tile["source_element_origin"] == p * windows.src_strides[1] + r * windows.src_strides[2]
-    assert tile["padded_row"] == p * conv.stride[0] + r
-    first_row = np.arange(padded.size).reshape(padded.shape)[0, tile["padded_row"]]
-    assert first_row.flat[0] <= tile["source_element_origin"] < first_row.flat[-1]
+    assert np.array_equal(view[0, p, r, q0 : q1 + 1], runs)
+    assert (
+        padded.ravel()[tile["source_element_origin"] : tile["source_element_origin"] + runs.shape[1]].tolist()
+        == runs[0].tolist()
+    )
     p_extent, q_extent = conv.output_shape
     assert tile["patch_rows"] == [p * q_extent + q0, p * q_extent + q1]

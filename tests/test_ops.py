@@ -529,6 +529,19 @@ def test_a_written_tensor_with_a_lazy_bit_is_refused_before_anything_runs(op, bi
     assert torch.equal(base, before)
 
 
+def test_the_lazy_bit_kernel_calls_the_overload_again_with_its_typed_options(cpu_kernels, monkeypatch):
+    """A negated source in a `typed` call: the op's Negative kernel (not torch's fallback, which
+    resolves in C++) resolves it through `Tensor.resolve_neg` and calls the typed overload again,
+    keyword-only options intact."""
+    resolved = []
+    original = torch.Tensor.resolve_neg
+    monkeypatch.setattr(torch.Tensor, "resolve_neg", lambda t: resolved.append(t.is_neg()) or original(t))
+    dst, src = torch.zeros(4, 8), torch.randn(4, 8)
+    torch.ops.tmakit.copy_(dst, src._neg_view(), tile=[16, 128], stages=8)
+    assert resolved.count(True) == 1 and torch.equal(dst, -src)
+    assert cpu_kernels[-1] == ("copy_", {"strict": True, "tile": (16, 128), "stages": 8})
+
+
 def test_a_source_with_a_lazy_bit_reaches_the_kernel_resolved(cpu_kernels):
     dst, src = torch.zeros(4, 8), torch.randn(4, 8)
     torch.ops.tmakit.copy_(dst, src._neg_view())

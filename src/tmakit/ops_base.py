@@ -118,7 +118,7 @@ def lazy_bit_kernel(overload: Any, bit: LazyBit) -> Any:
                         f"torch.ops.{NAMESPACE}.{op}: {where} is a {bit.name} view (torch applies the bit "
                         "as it reads and writes; TMA writes the stored memory and cannot): write into a "
                         f"tensor without the bit ({where}.{bit.resolve}() makes a new one), or call "
-                        f"tmakit.{op}, which hands such a view to torch's op"
+                        f"tmakit.{op}, which hands such a view to torch's op where one serves it"
                     )
         return overload(*map(resolved, args), **{k: resolved(v) for k, v in kwargs.items()})
 

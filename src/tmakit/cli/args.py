@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -394,12 +395,30 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
     parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
 
 
-def im2col_plan(args: argparse.Namespace, why: str) -> tuple[Im2colPlan, Im2colCall, str | None]:
-    """`--im2col SPEC`'s plan, the route `tmakit.im2col` takes for it (by SPEC's kernel `by=`,
-    else by the rule) and that choice: --shape is the NHWC activation and the box SPEC's tile, so
-    the load's, ring's, cluster's, copy's and reduce's flags are refused if given (`why`: where).
-    A tile or a stage count given is the im2col loads' box: the loads, unless `by=windows`, which
-    refuses them."""
+@dataclass(frozen=True)
+class Im2colChoice:
+    """What `--im2col SPEC` plans: the loads' `plan` (SPEC's box), the `call` `tmakit.im2col`
+    makes of it (its route; `windows`: the windows copy serves it) and `how` that kernel was
+    chosen (the rule, SPEC's `by=`, or a box given)."""
+
+    plan: Im2colPlan
+    call: Im2colCall
+    how: str
+
+    @property
+    def reason(self) -> str:
+        """The route's reason, the loads' with SPEC's own box and stages."""
+        if self.call.windows or self.call.plan is None:
+            return self.call.route.reason
+        pixels, channels = self.plan.tile
+        return f"im2col loads of {pixels} pixels x {channels} channels, {self.plan.stages} stages"
+
+
+def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
+    """`--im2col SPEC`'s plan and the kernel `tmakit.im2col` takes for it (by SPEC's `by=`, else
+    by the rule): --shape is the NHWC activation and the box SPEC's tile, so the load's, ring's,
+    cluster's, copy's and reduce's flags are refused if given (`why`: where). A tile or a stage
+    count given is the im2col loads' box: the loads, unless `by=windows`, which refuses them."""
     given = (
         "tile",
         "swizzle",
@@ -428,7 +447,8 @@ def im2col_plan(args: argparse.Namespace, why: str) -> tuple[Im2colPlan, Im2colC
     box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
     if box_given and by == "windows":
         raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
-    return plan, planned_route(plan, "loads" if box_given else by), by
+    how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
+    return Im2colChoice(plan, planned_route(plan, "loads" if box_given else by), how)
 
 
 def hopper_gpu(command: str) -> str:

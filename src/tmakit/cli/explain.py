@@ -88,17 +88,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain_im2col(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
-    plan, call, _ = im2col_plan(args, "with --im2col")
-    if call.windows:
+    choice = im2col_plan(args, "with --im2col")
+    if choice.call.windows:
         if args.highlight is not None:
             raise CommandError(
                 "--highlight marks a box of the im2col loads; this call takes the windows copy "
                 "(add by=loads to the --im2col spec to explain the loads)"
             )
-        result = explain_windows(call.conv, plan.dtype)
-        emit(args, result, f"route: {call.route.reason}\n{windows_to_text(result)}")
+        result = {
+            "route": choice.reason,
+            "chosen": choice.how,
+            **explain_windows(choice.call.conv, choice.plan.dtype),
+        }
+        emit(args, result, f"route: {choice.reason} ({choice.how})\n{windows_to_text(result)}")
         return 0
-    result = explain_im2col(plan, args.highlight)
+    result = explain_im2col(choice.plan, args.highlight)
     emit(args, result, im2col_to_text(result))
     return 0
 

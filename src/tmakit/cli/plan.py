@@ -88,12 +88,12 @@ def _plan_kernel(args: argparse.Namespace) -> int:
         return 0
     if args.kernel == "im2col":
         refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
-        plan, call, by = im2col_plan(args, "to --kernel im2col")
-        summary = windows_summary(call.conv, plan.dtype) if call.windows else plan.summary()
-        route = f"route             {call.route.reason} ({f'by={by}' if by else 'the rule'})"
-        lines = [route, *summary.splitlines()]
-        kernel = "windows" if call.windows else "loads"
-        emit(args, {"kernel": {"kind": "im2col", "by": kernel, "summary": lines}}, "\n".join(lines))
+        choice = im2col_plan(args, "to --kernel im2col")
+        windows = choice.call.windows
+        summary = windows_summary(choice.call.conv, choice.plan.dtype) if windows else choice.plan.summary()
+        lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
+        kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
+        emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
         return 0
     plan, head = call_plan(args)
     summary = [head, *plan.summary().splitlines()]
