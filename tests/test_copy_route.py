@@ -410,7 +410,8 @@ def gpu_copies(monkeypatch):
 
         def launch(src, dst):
             launched.append((op or "copy", src.dtype))
-            dst.copy_(src) if op is None else dst.add_(src)
+            # as the kernel, behind autograd's back: .data has a version counter of its own
+            dst.data.copy_(src.data) if op is None else dst.data.add_(src.data)
 
         launch.checks_arguments = True
         return launch
@@ -428,6 +429,25 @@ def gpu_copies(monkeypatch):
     api_copy.class_launcher.cache_clear()
     yield launched, api_copy
     api_copy.class_launcher.cache_clear()
+
+
+@pytest.mark.parametrize("call", ["copy_", "add_"])
+def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward(gpu_copies, call):
+    """As after torch's in-place ops: the plain path bumps dst's version counter, so a backward
+    that needs dst's old value raises instead of using the new one."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    weight = torch.ones(64, 64, requires_grad=True)
+    dst, src = torch.randn(64, 64), torch.randn(64, 64)
+    saved = (dst * weight).sum()  # saves dst for weight's gradient
+    for _ in range(3):  # planned, then found, then tried first: every path bumps once a call
+        version = dst._version
+        getattr(tmakit, call)(dst, src)
+        assert dst._version == version + 1
+    assert gpu_copies[0]  # the kernel's stand-in ran
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
 
 
 def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(gpu_copies):

@@ -12,25 +12,14 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
 from .api import check_on_gpu, check_torch_tensor
+from .api.tensors import bump_versions
 from .errors import TmaConfigError
 
 NAMESPACE = "tmakit"
+increment_versions = bump_versions  # an op's write of its tensors, counted as torch's in-place ops count it
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
 
 
-def _version_bump() -> Any:
-    """`increment_versions(tensors)`: torch.autograd.graph.increment_version's C call, taking a
-    tuple of tensors, where this torch's takes one (without the Python function's isinstance);
-    else a loop over the one-tensor form of older torch builds."""
-    bump = torch._C._increment_version
-    try:
-        bump((torch.empty(0),))
-    except (TypeError, RuntimeError):
-        return lambda tensors: [bump(tensor) for tensor in tensors]
-    return bump
-
-
-increment_versions = _version_bump()
 BELOW_AUTOGRAD = torch._C._after_autograd_keyset
 BelowAutograd = torch._C._AutoDispatchBelowAutograd
 # An Autograd kernel's keysets (as raw bits) under which the next kernel would be the real

@@ -23,6 +23,7 @@ from .copy_views import copy_nothing, specialised_copy_launcher, torch_copy, vie
 from .known import KEY_ERRORS
 from .tensors import (
     bump_version,
+    bump_versions,
     check_gpu_tensor,
     check_tensor_pair,
     check_torch_tensor,
@@ -79,12 +80,13 @@ def copy_(
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
     if strict is False:
-        return _COPIES.copy_(dst, src, tile, stages, options)
-    if strict is True:
-        return _STRICT_COPIES.copy_(dst, src, tile, stages, options)
-    return (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(
-        dst, src, tile, stages, options
-    )
+        _COPIES.copy_(dst, src, tile, stages, options)
+    elif strict is True:
+        _STRICT_COPIES.copy_(dst, src, tile, stages, options)
+    else:
+        (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(dst, src, tile, stages, options)
+    bump_versions((dst,))  # as torch's in-place ops: a dst saved for backward is caught there
+    return dst
 
 
 def specialised_copy_(

@@ -20,6 +20,7 @@ from ..validate import flag, span_bytes, typed
 from .copy import copy_
 from .known import calls_table, known_call
 from .tensors import (
+    bump_versions,
     check_torch_tensor,
     cuda_index,
     detached,
@@ -114,12 +115,15 @@ def im2col(
         if strict:
             raise TmaConfigError(f"{route.reason} (strict=False computes it with torch's expression instead)")
         return gathered(x, call.conv, out)
+    given = out is not None
     if out is None:
         out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
     if launch is None:  # a 1x1 patch matrix: x's own memory as (N*H*W, C) rows
         copy_(out.view(call.conv.shape), x, strict=strict)
     else:
         launch(detached(x), detached(out))  # under torch.no_grad(): the same memory, no autograd
+        if given:  # a caller's out, written as an out= op writes it (its views share the count)
+            bump_versions((out,))
     return out
 
 

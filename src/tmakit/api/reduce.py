@@ -36,6 +36,7 @@ from .reduce_call import (
 from .reduce_torch import torch_reduce
 from .tensors import (
     bump_version,
+    bump_versions,
     detached,
     out_of_the_plain_path,
     pair_facts,
@@ -137,6 +138,7 @@ def reduced(
     dispatch = reduce_dispatch(op, strict, options, reduce_by)
     if not out_of_the_plain_path(dst, src):
         dispatch.copy_(dst, src, tile, stages, options)
+        bump_versions((dst,))  # as torch's in-place ops: a dst saved for backward is caught there
         return dst
     reduce_options(tile, stages, options)  # named if wrong, on every path
     op = reduce_op(op)

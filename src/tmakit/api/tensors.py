@@ -261,8 +261,27 @@ def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None
 
 def bump_version(tensor: torch.Tensor) -> None:
     """Count a write autograd did not see in `tensor`'s version, as torch's in-place ops do, so a
-    tensor saved for backward and written under torch.no_grad() is caught at backward."""
-    import_torch("tmakit").autograd.graph.increment_version(tensor)
+    tensor saved for backward and then written is caught at backward."""
+    version_bump()((tensor,))
+
+
+def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:
+    """`bump_version` of each of `tensors`, in one call."""
+    version_bump()(tensors)
+
+
+@functools.cache
+def version_bump() -> Callable[[tuple[Any, ...]], Any]:
+    """torch.autograd.graph.increment_version's C call, taking a tuple of tensors where this
+    torch's does (without the Python function's isinstance), else a loop over the one-tensor form
+    of older torch builds."""
+    torch = import_torch("tmakit")
+    bump = torch._C._increment_version
+    try:
+        bump((torch.empty(0),))
+    except (TypeError, RuntimeError):
+        return lambda tensors: [bump(tensor) for tensor in tensors]
+    return bump
 
 
 def lazy_bit(*tensors: torch.Tensor) -> str | None:
