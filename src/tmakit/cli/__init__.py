@@ -7,7 +7,8 @@ built, before a GPU is looked for or a line is printed. `--json [PATH]` writes a
 as JSON to PATH, or prints it instead of the text.
 
 Each command is a module of this package that registers its own subparser (`add_parser`) and
-runs it (`run`); what they share is in `args`.
+runs it (`run`); what they share is in `args`, and what `plan` and `explain` share (`--kernel`
+and the plans it makes) in `kernels`.
 """
 
 from __future__ import annotations

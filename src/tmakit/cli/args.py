@@ -1,5 +1,5 @@
 """What the commands share: argument types that check each value as it is parsed, the options
-several commands take (written once here), the plans built from them, and how a command writes
+several commands take (written once here), the load plans built from them, and how a command writes
 its JSON or gives up."""
 
 from __future__ import annotations
@@ -11,22 +11,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import SEED, LoadConfig, dtype_from_text, dtype_named, padded_strides, parse_extents
 from ..errors import TmaConfigError
 from ..explain import highlight_tile
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, MulticastPlan, ReducePlan, reduce_op
-from ..plan.copy import default_as_rows
-from ..plan.copy_defaults import fits_l2
-from ..plan.copy_layout import copy_rows_view
-from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, planned_route
-from ..plan.many import ManyPlan
+from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
+from ..plan import LoadPlan, MulticastPlan, reduce_op
 from ..plan.multicast import CLUSTER_SHAPES
-from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
 
@@ -265,190 +258,6 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
     if named:
         verb = "does" if len(named) == 1 else "do"
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
-
-
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows", "many")  # plan's and explain's --kernel
-ROWS_METAVAR = "gather|scatter|add|min|max:COUNT"
-MANY_METAVAR = "BYTES[xCOUNT],..."
-MAX_MANY_TENSORS, MAX_TENSOR_BYTES = 1_000_000, 2**40  # what --many describes
-
-
-def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
-    """The plan tmakit's `copy_` (`--kernel copy`: into the tensor's layout; `transpose`: into the
-    other) or `reduce_into_` (`--kernel reduce`, `--reduce OP`) makes on an H200 (its SM count and
-    L2), with `--copy`'s options, as `api.copy.plan_copy` makes it: the tile the call's default
-    (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
-    swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
-    kernel = args.kernel
-    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "rows", "many")
-    refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
-    if kernel == "reduce" and args.reduce is None:
-        raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
-    if kernel != "reduce":
-        refuse_given(args, ("reduce",), f"to --kernel {kernel}")
-    options = CopyOptions.parse(args.copy or "")
-    if options.tile is not None and "tile" in args.given:
-        raise CommandError("give the tile once: --tile or --copy tile=..., not both")
-    if kernel == "reduce" and (options.as_rows or options.bulk):
-        raise CommandError("--kernel reduce: a reduce takes the copy's options but as_rows and bulk")
-    element = dtype_named(args.dtype)
-    transpose = kernel == "transpose"
-    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
-    config = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
-    compact = not args.pad and not transpose
-    tensor_bytes = element.nbytes * math.prod(args.shape)
-    in_l2 = fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
-    numel = math.prod(args.shape)
-    rows_default = default_as_rows(options, transpose, compact, in_l2, numel, element.nbytes)
-    if kernel != "reduce" and "tile" not in args.given and rows_default:
-        options = CopyOptions(as_rows=True)  # beyond the L2, as copy_ plans it
-    view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
-    tile = args.tile if "tile" in args.given else None
-    if tile is None:
-        tile = options.default_tile(element.name, transpose, view, DEFAULT_SM_COUNT, tensor_bytes)
-    if view is not None:  # planned as the rows of its memory, as copy_ plans it
-        config = LoadConfig(view, element.name, tile, 0, "row")
-    else:
-        config = LoadConfig(args.shape, element.name, tile, 0, args.layout, strides)
-    check_load_config(config, stride_fix=PAD_FIX)
-    copy = options.plan(
-        LoadPlan(config), transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
-    )
-    other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
-    rows = f", as {view[0]} rows of {view[1]}" if view is not None else ""
-    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination{rows}"
-    head += f" ({options.describe()})"
-    return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
-
-
-def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
-    """`--kernel rows --rows OP:COUNT`: COUNT rows of the --shape tensor (its rows the first
-    extent, a row the rest) moved by index with OP, and the example index shown: entry i names
-    row (i * 7919) mod rows, spread over the tensor. Its ring's depth is --stages where given."""
-    refused = (
-        "tile",
-        "swizzle",
-        "layout",
-        "pad",
-        "highlight",
-        "cluster",
-        "consumer_warps",
-        "copy",
-        "reduce",
-        "many",
-    )
-    refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
-    op, _, count = (args.rows or "").partition(":")
-    count = count.strip()
-    if not (count.isascii() and count.isdigit()):
-        raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({ROWS_METAVAR})")
-    element = dtype_named(args.dtype)
-    rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
-    stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = RowsPlan(op.strip(), rows, row_bytes, int(count), dtype=element.name, **stages)
-    return plan, [(i * 7919) % rows for i in range(plan.count)]
-
-
-def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
-    """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
-    bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
-    refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
-               "copy", "reduce", "rows", "im2col")  # fmt: skip
-    refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
-    sizes: list[int] = []
-    for part in (args.many or "").split(","):
-        size, times, count = part.strip().partition("x")
-        if not (size.isascii() and size.isdigit() and (not times or (count.isascii() and count.isdigit()))):
-            raise CommandError(
-                f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
-            )
-        repeat = int(count) if count else 1
-        if len(sizes) + repeat > MAX_MANY_TENSORS or int(size) > MAX_TENSOR_BYTES:
-            most = f"at most {MAX_MANY_TENSORS} tensors of at most {MAX_TENSOR_BYTES} bytes"
-            raise CommandError(f"--many {args.many!r}: {most}")
-        sizes += [int(size)] * repeat
-    stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = ManyPlan(**stages)
-    if plan.counts(sizes)[1] > MAX_INDEX_ENTRIES:
-        raise CommandError(f"--many {args.many!r}: more than {MAX_INDEX_ENTRIES} chunks, the kernel's count")
-    return plan, sizes
-
-
-IM2COL_SPEC = (
-    "kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N][,by=loads|windows]"
-)
-
-
-def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str, im2col: str) -> None:
-    """The options of a command that shows what one of tmakit's calls plans (`plan`, `explain`):
-    `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
-    `im2col` say what the command does with those."""
-    parser.add_argument("--kernel", choices=KERNELS, default="load", help=kernel)
-    parser.add_argument(
-        "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
-    )
-    parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
-    parser.add_argument(
-        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
-    )
-    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
-    parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
-
-
-@dataclass(frozen=True)
-class Im2colChoice:
-    """What `--im2col SPEC` plans: the loads' `plan` (SPEC's box), the `call` `tmakit.im2col`
-    makes of it (its route; `windows`: the windows copy serves it) and `how` that kernel was
-    chosen (the rule, SPEC's `by=`, or a box given)."""
-
-    plan: Im2colPlan
-    call: Im2colCall
-    how: str
-
-    @property
-    def reason(self) -> str:
-        """The route's reason, the loads' with SPEC's own box and stages."""
-        if self.call.windows or self.call.plan is None:
-            return self.call.route.reason
-        pixels, channels = self.plan.tile
-        return f"im2col loads of {pixels} pixels x {channels} channels, {self.plan.stages} stages"
-
-
-def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
-    """`--im2col SPEC`'s plan and the kernel `tmakit.im2col` takes for it (by SPEC's `by=`, else
-    by the rule): --shape is the NHWC activation and the box SPEC's tile, so the load's, ring's,
-    cluster's, copy's and reduce's flags are refused if given (`why`: where). A tile or a stage
-    count given is the im2col loads' box: the loads, unless `by=windows`, which refuses them."""
-    given = (
-        "tile",
-        "swizzle",
-        "layout",
-        "pad",
-        "stages",
-        "consumer_warps",
-        "cluster",
-        "reduce",
-        "copy",
-        "rows",
-        "many",
-    )
-    refuse_given(
-        args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
-    )
-    if args.im2col is None:
-        raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
-    items = [item.strip() for item in args.im2col.split(",")]
-    chosen = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "by"]
-    spec = ",".join(item for item in items if item.partition("=")[0].strip() != "by")
-    if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):
-        raise CommandError(f"--im2col by={','.join(chosen)}: give one of {', '.join(IM2COL_KERNELS)}, once")
-    by = chosen[0] if chosen else None
-    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, spec)
-    box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
-    if box_given and by == "windows":
-        raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
-    how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
-    return Im2colChoice(plan, planned_route(plan, "loads" if box_given else by), how)
 
 
 def hopper_gpu(command: str) -> str:

@@ -20,17 +20,13 @@ from .args import (
     CommandError,
     Subparsers,
     add_json,
-    add_kernel_arguments,
     add_load_arguments,
-    call_plan,
     emit,
-    im2col_plan,
     load_plan,
-    many_plan,
     multicast_plan,
     refuse_given,
-    rows_plan,
 )
+from .kernels import add_kernel_arguments, call_plan, im2col_plan, many_plan, rows_plan
 
 
 def add_parser(subparsers: Subparsers) -> None:

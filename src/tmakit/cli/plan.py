@@ -12,16 +12,12 @@ from .args import (
     Subparsers,
     add_count,
     add_json,
-    add_kernel_arguments,
     add_load_arguments,
-    call_plan,
     emit,
-    im2col_plan,
-    many_plan,
     refuse_given,
-    rows_plan,
     shown_load,
 )
+from .kernels import add_kernel_arguments, call_plan, im2col_plan, many_plan, rows_plan
 
 
 def add_parser(subparsers: Subparsers) -> None:
