@@ -314,7 +314,8 @@ def cpu_kernels(monkeypatch):
     """CPU stand-ins for tmakit's kernels behind the ops (each does what its kernel does) and
     the fake implementations' device check waived: the registration can then be exercised end
     to end on a CPU. As the kernels, they write memory behind autograd's back (`.data`: no
-    version counter bumped, no gradient recorded). Returns the calls made."""
+    version counter bumped, no gradient recorded); the in-place API functions' stand-ins bump dst's
+    version as the API does. Returns the calls made."""
     calls = []
 
     def copy_(dst, src, **options):
@@ -351,9 +352,19 @@ def cpu_kernels(monkeypatch):
         assert strict is True and not options
         return Dispatch(lambda dst, src: reduce_into_(dst, src, op, strict=True))
 
-    monkeypatch.setattr(ops, "tma_reduce_into_", reduce_into_)
+    def api_call(kernel):
+        """The API function around a kernel: it also bumps dst's version, as torch's in-place ops."""
+
+        def call(dst, *args, **options):
+            result = kernel(dst, *args, **options)
+            tmakit.api.tensors.bump_versions((dst,))
+            return result
+
+        return call
+
+    monkeypatch.setattr(ops, "tma_reduce_into_", api_call(reduce_into_))
     monkeypatch.setattr(ops, "reduce_dispatch", reduce_dispatch)
-    monkeypatch.setattr(ops, "tma_copy_", copy_)
+    monkeypatch.setattr(ops, "tma_copy_", api_call(copy_))
     monkeypatch.setattr(ops, "STRICT_COPIES", Dispatch(copy_))
     monkeypatch.setattr(ops, "tma_copy", copy)
 
@@ -777,6 +788,20 @@ def test_reduce_into__traces_as_one_mutating_op_and_refuses_a_bad_pair_while_tra
         torch.ops.tmakit.reduce_into_(cuda(8, 8, dtype=torch.float32), cuda(8, 8, dtype=torch.float32), "max")
     with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype int32: .*as unsigned"):
         torch.ops.tmakit.reduce_into_(cuda(8, 8, dtype=torch.int32), cuda(8, 8, dtype=torch.int32), "min")
+
+
+def test_an_op_with_options_bumps_the_version_once(cpu_kernels):
+    """The options' path hands the call to tmakit's API function, which bumps dst's version: the
+    op adds no second bump."""
+    dst = torch.zeros(64, 128)
+    for call in (
+        lambda: torch.ops.tmakit.copy_(dst, torch.ones(64, 128), stages=8),
+        lambda: torch.ops.tmakit.copy_(dst, torch.ones(64, 128), "stages=8"),
+        lambda: torch.ops.tmakit.reduce_into_(dst, torch.ones(64, 128), "add", stages=8),
+    ):
+        version = dst._version
+        call()
+        assert dst._version == version + 1
 
 
 def test_reduce_into__adds_and_bumps_the_destinations_version(cpu_kernels):

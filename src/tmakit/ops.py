@@ -106,12 +106,12 @@ def op_kwargs(options: str, typed: dict[str, Any]) -> dict[str, Any]:
 def run_in_place(
     op: str, dst: torch.Tensor, src: torch.Tensor, launch: Any, *args: Any, **kwargs: Any
 ) -> None:
-    """`launch(dst, src, ...)` under dst's GPU's guard, then bump dst's version counter (what an
-    in-place torch op's ADInplaceOrView kernel does). A tensor without memory is refused first."""
+    """`launch(dst, src, ...)`, one of tmakit's API functions, under dst's GPU's guard; the API
+    bumps dst's version counter (what an in-place torch op's ADInplaceOrView kernel does). A
+    tensor without memory is refused first."""
     if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
         refuse_memoryless(op, dst=dst, src=src)
     on_its_device(dst, launch, dst, src, *args, **kwargs)
-    increment_versions((dst,))
 
 
 Tensor = torch.Tensor

@@ -22,7 +22,6 @@ from ..validate import check_rank, flag
 from .copy_views import copy_nothing, specialised_copy_launcher, torch_copy, viewed, viewed_launcher
 from .known import KEY_ERRORS
 from .tensors import (
-    bump_version,
     bump_versions,
     check_gpu_tensor,
     check_tensor_pair,
@@ -122,7 +121,7 @@ def copy_special(
         torch_copy(src, dst)
         return dst
     (_STRICT_COPIES if strict else _COPIES).copy_(detached(dst), detached(src), tile, stages, options)
-    bump_version(dst)
+    bump_versions((dst,))
     return dst
 
 

@@ -122,8 +122,8 @@ def im2col(
         copy_(out.view(call.conv.shape), x, strict=strict)
     else:
         launch(detached(x), detached(out))  # under torch.no_grad(): the same memory, no autograd
-        if given:  # a caller's out, written as an out= op writes it (its views share the count)
-            bump_versions((out,))
+        if given and not call.windows:  # a caller's out, counted as an out= op counts it (the
+            bump_versions((out,))  # windows copy's `copy_` calls count it through out's views)
     return out
 
 

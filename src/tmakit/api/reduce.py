@@ -35,7 +35,6 @@ from .reduce_call import (
 )
 from .reduce_torch import torch_reduce
 from .tensors import (
-    bump_version,
     bump_versions,
     detached,
     out_of_the_plain_path,
@@ -145,7 +144,7 @@ def reduced(
     reason = special_route(dst, src, "reduce_into_")
     if reason is None:
         dispatch.copy_(detached(dst), detached(src), tile, stages, options)
-        bump_version(dst)
+        bump_versions((dst,))
     elif flag(strict, "strict"):
         raise strict_refusal(torch_route(op, reason))
     else:

@@ -259,14 +259,9 @@ def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None
     return RECORDED_BY_AUTOGRAD if recorded_by_autograd(dst, src) else None
 
 
-def bump_version(tensor: torch.Tensor) -> None:
-    """Count a write autograd did not see in `tensor`'s version, as torch's in-place ops do, so a
-    tensor saved for backward and then written is caught at backward."""
-    version_bump()((tensor,))
-
-
 def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:
-    """`bump_version` of each of `tensors`, in one call."""
+    """Count a write autograd did not see in each of `tensors`' versions, as torch's in-place ops
+    do, so a tensor saved for backward and then written is caught at backward."""
     version_bump()(tensors)
 
 
