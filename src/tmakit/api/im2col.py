@@ -13,7 +13,6 @@ from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
 from ..plan.im2col import im2col_windows
-from ..plan.im2col_route import WINDOWS_TILE_ROWS
 from ..plan.route import Route
 from ..runtime.launch import im2col_launcher
 from ..validate import flag, span_bytes, typed
@@ -292,7 +291,7 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
     copy_(
         out.as_strided(windows.shape, windows.dst_strides),
         padded.as_strided(windows.shape, windows.src_strides),
-        (WINDOWS_TILE_ROWS, windows.shape[-1]),
+        windows.tile,
         strict=True,
     )
 

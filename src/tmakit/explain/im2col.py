@@ -9,7 +9,7 @@ from typing import Any
 from ..model.im2col import im2col_box
 from ..plan import Im2colPlan
 from ..plan.im2col import Im2colConv, im2col_windows
-from ..plan.im2col_route import WINDOWS_TILE_ROWS, windows_summary
+from ..plan.im2col_route import windows_summary
 from ..runtime.compile import compile_kernel, fake_tensor
 from .common import seed_tile
 
@@ -170,7 +170,7 @@ def explain_windows(conv: Im2colConv, dtype: str) -> dict[str, Any]:
     (rows_p, cols_q), (taps_r, taps_s) = conv.output_shape, conv.filter
     (stride_h, stride_w), (pad_h, pad_w) = conv.stride, conv.padding
     p, r = min(1, rows_p - 1), min(1, taps_r - 1)
-    runs = min(WINDOWS_TILE_ROWS, cols_q)
+    runs = min(windows.tile[0], cols_q)
     padded_row = p * stride_h + r
     inside_row = pad_h <= padded_row < pad_h + height
     zero_taps = sum(

@@ -85,6 +85,11 @@ class Im2colConv:
         batch, _, _, channels = self.shape
         return batch * math.prod(self.output_shape), self.filter[0] * self.filter[1] * channels
 
+    @property
+    def run(self) -> int:
+        """S*C: elements of a filter row's taps by the channels, contiguous in NHWC."""
+        return self.filter[1] * self.shape[3]
+
     def head(self, dtype: str) -> list[str]:
         """The summary lines every kernel's plan of this convolution starts with."""
         batch, height, width, channels = self.shape
@@ -95,6 +100,9 @@ class Im2colConv:
             f"{self.padding}, dilation {self.dilation} -> {p} x {q} output pixels per image",
             f"patch matrix      {m} x {k} (N*P*Q, R*S*C; channels fastest, then s, then r)",
         ]
+
+
+WINDOWS_TILE_ROWS = 64  # the windows copy's tile: this many windows' runs of taps, each whole
 
 
 @dataclass(frozen=True)
@@ -115,21 +123,26 @@ class Im2colWindows:
     interior_strides: tuple[int, int, int]
     interior_offset: int
 
+    @property
+    def tile(self) -> tuple[int, int]:
+        """The copy's tile: `WINDOWS_TILE_ROWS` runs, each whole."""
+        return WINDOWS_TILE_ROWS, self.shape[-1]
+
 
 def im2col_windows(conv: Im2colConv) -> Im2colWindows:
     """`conv`'s windows view (`Im2colWindows`); its dilation must be 1 each way."""
     if conv.dilation != (1, 1):
         raise ValueError(f"windows are runs of taps only without dilation, not {conv.dilation}")
     n, h, w, c = conv.shape
-    (r, s), (p, q) = conv.filter, conv.output_shape
+    r, (p, q), run = conv.filter[0], conv.output_shape, conv.run
     (stride_h, stride_w), (pad_h, pad_w) = conv.stride, conv.padding
     height, width = h + 2 * pad_h, w + 2 * pad_w
     row = width * c  # one padded image row
     return Im2colWindows(
         (n, height, width, c),
-        (n, p, r, q, s * c),
+        (n, p, r, q, run),
         (height * row, stride_h * row, row, stride_w * c, 1),
-        (p * q * r * s * c, q * r * s * c, s * c, r * s * c, 1),
+        (p * q * r * run, q * r * run, run, r * run, 1),
         (n, h, w * c),
         (height * row, row, 1),
         pad_h * row + pad_w * c,

@@ -16,7 +16,7 @@ from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
 from ..validate import check_base_address
 from .copy_layout import check_copy_layout
-from .im2col import Im2colConv, Im2colPlan, im2col_conv, im2col_windows
+from .im2col import WINDOWS_TILE_ROWS, Im2colConv, Im2colPlan, im2col_conv, im2col_windows
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
 
@@ -29,7 +29,6 @@ IM2COL_OP = "im2col"
 # channels and more).
 WINDOWS_MAX_CHANNEL_BYTES = 32
 WINDOWS_MIN_RUN_BYTES = 224
-WINDOWS_TILE_ROWS = 64  # the windows copy's tile: this many windows' runs of taps, each whole
 # The kernels a call may choose (`im2col_by`); None: the rule above.
 IM2COL_KERNELS = ("loads", "windows")
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}
@@ -165,7 +164,7 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         return Im2colCall(
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
-    run = conv.filter[1] * conv.shape[3]  # elements of a filter row's taps by the channels
+    run = conv.run
     long_run = run * facts.nbytes >= WINDOWS_MIN_RUN_BYTES
     chosen = facts.im2col_by == "windows" or (facts.im2col_by is None and long_run)
     windows = windows_serve(conv, dtype) if chosen else False
@@ -222,7 +221,8 @@ def windows_summary(conv: Im2colConv, dtype: str) -> str:
             f"windows           {windows.shape} (N, P, R, Q, S*C) of the padded input, element strides "
             f"{windows.src_strides} (neighbouring windows overlap)",
             f"into              the patch matrix as {windows.shape}, element strides {windows.dst_strides}",
-            f"tile              {WINDOWS_TILE_ROWS} runs x {run} elements, tmakit.copy_'s ring (strict)",
+            f"tile              {windows.tile[0]} runs x {windows.tile[1]} elements, tmakit.copy_'s ring "
+            "(strict)",
         ]
     )
 
