@@ -14,7 +14,7 @@ from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, ReducePlan
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import copy_rows_view
-from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, planned_route
+from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
 from ..plan.many import ManyPlan
 from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
 from ..validate import check_load_config
@@ -163,8 +163,7 @@ class Im2colChoice:
         """The route's reason, the loads' with SPEC's own box and stages."""
         if self.call.windows or self.call.plan is None:
             return self.call.route.reason
-        pixels, channels = self.plan.tile
-        return f"im2col loads of {pixels} pixels x {channels} channels, {self.plan.stages} stages"
+        return loads_reason(self.plan)
 
 
 def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:

@@ -181,9 +181,13 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             "slower)"
         )
         return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), windows=True, im2col_by=facts.im2col_by)
+    return Im2colCall(conv, Route(IM2COL_OP, "tma", loads_reason(plan)), plan, im2col_by=facts.im2col_by)
+
+
+def loads_reason(plan: Im2colPlan) -> str:
+    """A route's reason where TMA im2col loads serve the call: `plan`'s box and ring."""
     pixels, channels = plan.tile
-    reason = f"im2col loads of {pixels} pixels x {channels} channels, {plan.stages} stages"
-    return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), plan, im2col_by=facts.im2col_by)
+    return f"im2col loads of {pixels} pixels x {channels} channels, {plan.stages} stages"
 
 
 def planned_route(plan: Im2colPlan, im2col_by: str | None = None) -> Im2colCall:
