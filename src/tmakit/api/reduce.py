@@ -117,6 +117,8 @@ def add_(
 
     Raises:
         TmaConfigError: as `reduce_into_`."""
+    if strict is False and reduce_by is None and not options:  # the plain call: its dispatch, once made
+        return reduced(dst, src, "add", tile, stages, False, options, None, _DISPATCHES.get(_PLAIN_ADD))
     return reduced(dst, src, "add", tile, stages, strict, options, reduce_by)
 
 
@@ -129,12 +131,15 @@ def reduced(
     strict: bool,
     options: dict[str, Any],
     reduce_by: str | None = None,
+    dispatch: CopyDispatch | None = None,
 ) -> torch.Tensor:
-    """`reduce_into_`'s call: its (op, strict, reduce_by) dispatch on the tensors; out of the plain path
+    """`reduce_into_`'s call: its (op, strict, reduce_by) dispatch (`dispatch`, where the caller
+    knows it) on the tensors; out of the plain path
     (`tensors.out_of_the_plain_path`), torch's op for a negative view and where autograd records
     the call (strict: TmaConfigError), else the dispatch on detached views of the same memory
     (under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
-    dispatch = reduce_dispatch(op, strict, options, reduce_by)
+    if dispatch is None:
+        dispatch = reduce_dispatch(op, strict, options, reduce_by)
     if not out_of_the_plain_path(dst, src):
         dispatch.copy_(dst, src, tile, stages, options)
         bump_versions((dst,))  # as torch's in-place ops: a dst saved for backward is caught there
@@ -221,3 +226,4 @@ def reduce_path(
 
 # Each (op, strict, reduce_by)'s calls (`reduce_dispatch`); `known.forget_calls` empties it too.
 _DISPATCHES: dict[tuple[str, bool, str | None], CopyDispatch] = calls_table()
+_PLAIN_ADD = ("add", False, None)  # add_'s key with every option left out

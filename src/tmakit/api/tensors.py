@@ -262,21 +262,26 @@ def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None
 def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:
     """Count a write autograd did not see in each of `tensors`' versions, as torch's in-place ops
     do, so a tensor saved for backward and then written is caught at backward."""
-    version_bump()(tensors)
+    (_BUMP or version_bump())(tensors)  # a global read: the repeated call's cheapest way to it
 
 
-@functools.cache
+_BUMP: Callable[[tuple[Any, ...]], Any] | None = None  # version_bump()'s, once found
+
+
 def version_bump() -> Callable[[tuple[Any, ...]], Any]:
     """torch.autograd.graph.increment_version's C call, taking a tuple of tensors where this
     torch's does (without the Python function's isinstance), else a loop over the one-tensor form
     of older torch builds."""
+    global _BUMP
     torch = import_torch("tmakit")
     bump = torch._C._increment_version
     try:
         bump((torch.empty(0),))
     except (TypeError, RuntimeError):
-        return lambda tensors: [bump(tensor) for tensor in tensors]
-    return bump
+        _BUMP = lambda tensors: [bump(tensor) for tensor in tensors]  # noqa: E731
+    else:
+        _BUMP = bump
+    return _BUMP
 
 
 def lazy_bit(*tensors: torch.Tensor) -> str | None:
