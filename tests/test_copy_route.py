@@ -18,7 +18,14 @@ from tmakit.config import contiguous_index, major_of
 from tmakit.errors import TmaConfigError
 from tmakit.limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from tmakit.plan import CopyOptions, check_copy_shape, copy_class
-from tmakit.plan.route import TORCH_FASTER_BEYOND_L2, PairFacts, canonical_pair, copy_route, moved_dtype
+from tmakit.plan.route import (
+    BY_THE_DRIVER,
+    TORCH_FASTER_BEYOND_L2,
+    PairFacts,
+    canonical_pair,
+    copy_route,
+    moved_dtype,
+)
 
 # torch dtype name -> element bytes: every dtype torch's copy_ takes that a user is likely to pass
 DTYPE_BYTES = {
@@ -367,15 +374,56 @@ def test_gpu_drawn_pairs_copy_exactly_as_torch_does():
     assert min(by_path.get(path, 0) for path in ("tma", "tma-view", "tma-rows")) > 0, by_path
 
 
-# -- the rule table: no row for a copy -------------------------------------------------------------
-def test_a_large_same_layout_copy_stays_tmas():
-    """torch's copy_ led TMA's ring eagerly from 256 MiB but trailed it far in CUDA graphs from
-    512 MiB (copy.json): the rule table has no row for a copy, and every size routes to TMA."""
-    assert set(TORCH_FASTER_BEYOND_L2) == {"add"}
-    for rows in (256, 65536):  # 4 MiB and 1 GiB of fp32
+# -- the rule table: a large row-major copy of one layout is the driver's -----------------------
+def test_a_large_same_layout_copy_takes_the_drivers_memcpy_past_the_l2():
+    """Past the L2 (both streams) a row-major copy of one layout is torch's copy_ (the driver's
+    memcpy, measured faster there); within it, transposing, of other strides, strict (no L2 given)
+    or a pure plan: TMA."""
+    l2 = 50 * 2**20
+    rule = TORCH_FASTER_BEYOND_L2["copy"]
+    fits = int(rule.share_of_l2 * l2) // (2 * 4 * 4096)  # rows of fp32 whose two streams fit
+    for rows, path in ((fits, "tma"), (fits + 1, "torch"), (65536, "torch")):
         facts = PairFacts((rows, 4096), (rows, 4096), (4096, 1), (4096, 1), "float32", "float32", 4,
                           BASE, 1 << 44, 0, 0)  # fmt: skip
-        assert copy_route(facts).path == "tma"
+        route = copy_route(facts, l2_bytes=l2)
+        assert route.path == path, (rows, route)
+        assert (route.reason == BY_THE_DRIVER) == (path == "torch")
+        assert copy_route(facts).path == "tma"  # no L2 given: strict, or a pure plan
+    rows = 65536
+    transposed = PairFacts((rows, 4096), (rows, 4096), (1, rows), (4096, 1), "float32", "float32", 4,
+                           BASE, 1 << 44, 0, 0)  # fmt: skip
+    assert copy_route(transposed, l2_bytes=l2).path == "tma"  # transposed as laid out
+    padded = PairFacts((rows, 4096), (rows, 4096), (4104, 1), (4104, 1), "float32", "float32", 4,
+                       BASE, 1 << 44, 0, 0)  # fmt: skip
+    assert copy_route(padded, l2_bytes=l2).path == "tma"
+
+
+def test_the_drivers_launcher_moves_the_same_bits_in_a_capture(monkeypatch):
+    """Eagerly torch's copy_; inside a CUDA-graph capture (stood in) torch's element-wise kernel on
+    the widest integer view that divides the bytes: every bit as the source's (NaN payloads and
+    negative zeros included), for any element size and length."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api import copy_views
+
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    calls, bitwise_or = [], torch.bitwise_or
+    monkeypatch.setattr(
+        torch, "bitwise_or", lambda *a, **k: calls.append(k["out"].dtype) or bitwise_or(*a, **k)
+    )
+    generator = torch.Generator().manual_seed(7)
+    for dtype, numel, bits in ((torch.float16, 4096, torch.int64), (torch.float32, 6, torch.int64),
+                               (torch.bfloat16, 3, torch.int16), (torch.uint8, 7, torch.uint8),
+                               (torch.float64, 5, torch.int64)):  # fmt: skip
+        raw = torch.randint(0, 256, (numel * torch.empty(0, dtype=dtype).element_size(),), dtype=torch.uint8,
+                            generator=generator)  # fmt: skip
+        src = raw.view(dtype).reshape(numel)
+        for capturing[0] in (False, True):
+            calls.clear()
+            dst = torch.full_like(src.view(torch.uint8), 0xA5).view(dtype)
+            copy_views.driver_copy(src, dst)
+            assert torch.equal(dst.view(torch.uint8), src.view(torch.uint8)), (dtype, capturing[0])
+            assert calls == ([bits] if capturing[0] else []), (dtype, calls)
 
 
 # -- a bit torch applies lazily (a conjugate view): torch's copy_, on every call -------------------

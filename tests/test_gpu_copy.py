@@ -198,6 +198,39 @@ def test_layout_changing_copies_through_the_api():
         assert torch.equal(found.view(torch.uint8), source.contiguous().view(torch.uint8)), dtype
 
 
+def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph():
+    """A row-major copy of one layout past the L2 takes torch's copy_ eagerly and torch's
+    element-wise kernel on integer views when captured (`plan.route.BY_THE_DRIVER`): bit-exact
+    both ways into a poisoned destination, for lengths of 8-, 2- and 1-byte multiples; strict
+    stays TMA's."""
+    import torch
+
+    from tmakit.plan.route import BY_THE_DRIVER
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for numel, dtype in (
+        (l2 // 2 + 4096, torch.float16),
+        (l2 // 2 + 3, torch.bfloat16),
+        (l2 + 7, torch.uint8),
+    ):
+        source = (torch.arange(numel, device="cuda") % 251 - 125).to(dtype)
+        found = torch.empty_like(source)
+        route = tmakit.copy_path(found, source)
+        assert route.path == "torch" and route.reason == BY_THE_DRIVER, (numel, route)
+        for strict in (False, True) if dtype is torch.float16 else (False,):  # strict: no tail by torch
+            found.view(torch.uint8).fill_(0xFF)
+            tmakit.copy_(found, source, strict=strict)
+            assert torch.equal(found.view(torch.uint8), source.view(torch.uint8)), (numel, dtype, strict)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tmakit.copy_(found, source)
+        source.add_(1)
+        found.view(torch.uint8).fill_(0xFF)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(found.view(torch.uint8), source.view(torch.uint8)), (numel, dtype, "graph")
+
+
 def test_copy_runs_on_the_callers_stream_and_in_cuda_graphs():
     """The TVM-FFI launch takes torch's current stream: a copy queued behind other work on a side
     stream waits for it, and a captured copy replays (with the source changed in between)."""

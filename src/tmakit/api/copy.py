@@ -15,11 +15,18 @@ from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
 from ..plan.copy_layout import copy_rows_view
-from ..plan.route import Route, copy_route
+from ..plan.route import BY_THE_DRIVER, Route, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag
-from .copy_views import copy_nothing, specialised_copy_launcher, torch_copy, viewed, viewed_launcher
+from .copy_views import (
+    copy_nothing,
+    driver_copy,
+    specialised_copy_launcher,
+    torch_copy,
+    viewed,
+    viewed_launcher,
+)
 from .known import KEY_ERRORS
 from .tensors import (
     bump_versions,
@@ -352,7 +359,7 @@ def copy_path(
             return Route("copy_", "torch", reason)
     dst, src = detached(dst), detached(src)
     try:
-        route = copy_route(pair_facts(dst, src))
+        route = copy_route(pair_facts(dst, src), l2_bytes=l2_of(src))
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
@@ -375,7 +382,8 @@ def routed_copy_launcher(
     except KEY_ERRORS:  # a sparse tensor's signature reads, its address does not
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    route, launcher = routed(dst, src, options, copy_route(facts_read), strict)
+    l2_bytes = None if strict else l2_of(src)  # strict asks for TMA: no measured rule
+    route, launcher = routed(dst, src, options, copy_route(facts_read, l2_bytes=l2_bytes), strict)
     if strict and route.tail:
         raise TmaConfigError(
             f"copy_ with strict=True: TMA moves all but the last {route.tail} elements ({route.reason}); "
@@ -403,7 +411,7 @@ def routed(
     launcher refuses what it would otherwise hand torch (`viewed_launcher`); `compiled=False`:
     the route alone, every check made and nothing compiled (the launcher None on a TMA route)."""
     if route.path == "torch":
-        return route, torch_copy
+        return route, driver_copy if route.reason == BY_THE_DRIVER else torch_copy
     if route.path == "empty":
         return route, copy_nothing
     torch = import_torch("copy_")
@@ -419,6 +427,11 @@ def routed(
     if launcher is None or (dtype is None and shape is None):
         return route, launcher
     return route, viewed_launcher(launcher, dtype, route.view, route.tail, strict)
+
+
+def l2_of(src: torch.Tensor) -> int | None:
+    """The L2 bytes of `src`'s GPU, for the route's measured rule; None off a CUDA device."""
+    return device_facts(src.device)[1] if src.get_device() >= 0 else None
 
 
 _DEFAULT_OPTIONS = CopyOptions()

@@ -15,7 +15,7 @@ from ..plan.route import lazy_reason
 from ..runtime.dispatch import Launcher
 from ..runtime.launch import copy_launcher
 from .load import config_for
-from .tensors import checked_tensor, lazy_bit
+from .tensors import checked_tensor, import_torch, lazy_bit
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +76,24 @@ def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
 
 
 torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
+
+
+def driver_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """`plan.route.BY_THE_DRIVER`'s launcher: torch's copy_ (the driver's memcpy); inside a
+    CUDA-graph capture, where that would be a memcpy node, torch's element-wise kernel moving the
+    same bits (`bitwise_or` with 0 on integer views of the row-major tensors)."""
+    torch = import_torch("copy_")
+    if not torch.cuda.is_current_stream_capturing() or lazy_bit(dst, src) is not None:
+        torch_copy(src, dst)
+        return
+    nbytes = src.numel() * src.element_size()
+    width = next(width for width in _INTEGERS if nbytes % width == 0)
+    bits = getattr(torch, _INTEGERS[width])
+    torch.bitwise_or(src.view(-1).view(bits), 0, out=dst.view(-1).view(bits))
+
+
+driver_copy.any_address = True  # type: ignore[attr-defined]
+_INTEGERS = {8: "int64", 4: "int32", 2: "int16", 1: "uint8"}  # the widest first: fewer, wider loads
 
 
 def specialised_copy_launcher(

@@ -8,7 +8,9 @@ A copy's route, in order (`copy_route`):
    on one CUDA device, a dtype change, a broadcast source, a bit torch applies lazily (a
    conjugate or negative view), a destination that may overlap itself; then a dtype with no
    same-size type TMA moves, and a base address that is not 16-byte aligned;
-2. nothing to move: an empty copy;
+2. nothing to move: an empty copy; then torch's `copy_` for a row-major copy of one layout past
+   `TORCH_FASTER_BEYOND_L2["copy"]` of the L2 (`BY_THE_DRIVER`: the driver's memcpy, measured
+   faster there; never for a strict call, which asks for TMA);
 3. TMA as the tensors are laid out: rank 2 to 5, a stride-1 dim among the last two, outer strides
    multiples of 16 bytes (the copy's own planner has the last word on these);
 4. TMA on the canonical view of the same memory (`canonical_pair`): dims permuted together so the
@@ -23,9 +25,10 @@ bits, so bool moves as uint8 and float64 as int64.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from ..config import DTYPES, MOVED_AS, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
+from ..config import DTYPES, MOVED_AS, ROW_VIEW_WIDTHS, contiguous_index, is_compact, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from ..validate import check_outer_strides, overlaps_itself
@@ -36,7 +39,7 @@ PATHS: dict[str, str] = {
     "tma-view": "TMA tensor maps on a view of the same memory (dims permuted together, runs merged)",
     "tma-rows": "TMA tensor maps on a compact tensor's memory viewed as rows (config.rows_view)",
     "empty": "nothing to move: no kernel launches",
-    "torch": "torch's own op (no TMA path addresses these tensors)",
+    "torch": "torch's own op: no TMA path addresses these tensors, or a rule measured torch's faster",
 }
 TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "empty"})
 
@@ -63,13 +66,21 @@ class BeyondL2:
 # the L2 applies, and the load-add-store ring (4-6% behind from 16 MiB, at its time at 8 MiB),
 # eagerly and in graphs, on the H100 for fp32, fp16, bf16 and int32 (reduce.json, whose parts hold
 # the H200's stores; docs/results.md has the figures). Within it TMA keeps the call; so does
-# every dtype not measured (torch has no add for uint32/uint64 at all). No row for a copy: torch's
-# copy_ (the driver's memcpy) led TMA's copy ring by a few percent from 256 MiB eagerly but
-# trailed it far in CUDA graphs from 512 MiB (copy.json). Non-strict calls that choose no kernel
-# only: strict asks for TMA.
+# every dtype not measured (torch has no add for uint32/uint64 at all). A row-major copy of one
+# layout past the L2 (both streams) is the driver's memcpy's: a few percent ahead of TMA's ring
+# eagerly; in a CUDA graph, where torch's copy_ becomes a memcpy node (far behind from 512 MiB),
+# `BY_THE_DRIVER`'s launcher runs torch's element-wise kernel on the same bits instead
+# (copy-route.json). Non-strict calls that choose no kernel only: strict asks for TMA.
 TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = {
     "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
+    "copy": BeyondL2(1.0),
 }
+# The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch: its launcher (`api.copy_views`) is
+# torch's copy_ eagerly and its element-wise kernel inside a CUDA-graph capture.
+BY_THE_DRIVER = (
+    "a row-major copy of one layout past the L2: the driver's memcpy (torch's copy_), measured faster "
+    "there; inside a CUDA graph, torch's element-wise kernel on the same bits"
+)
 
 
 @dataclass(frozen=True)
@@ -195,10 +206,11 @@ def torch_faster(call: str, dtype: str, moved_bytes: int, l2_bytes: int | None) 
     return rule is not None and rule.covers(dtype, moved_bytes, l2_bytes)
 
 
-def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
+def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
     """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
-    tile against the shape); the API then takes torch's path with that reason."""
+    tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
+    device's L2, for the measured rule (None: a pure plan, a strict call)."""
     shared = torch_pair_rule(
         facts, op, "they must match (tmakit.copy(src) allocates a matching one)", "TMA moves bits"
     )
@@ -213,6 +225,8 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
+    if by_the_driver(facts, l2_bytes):
+        return torch_route(op, BY_THE_DRIVER)
     as_laid_out = strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes)
     if as_laid_out is None:
         return Route(op, "tma", "the tensors as laid out", moved_as)
@@ -226,6 +240,17 @@ def copy_route(facts: PairFacts, op: str = "copy_") -> Route:
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
+
+
+def by_the_driver(facts: PairFacts, l2_bytes: int | None) -> bool:
+    """Whether `TORCH_FASTER_BEYOND_L2` gives a copy to the driver's memcpy: row-major, one
+    layout, both streams past its share of the L2."""
+    if l2_bytes is None or facts.src_strides != facts.dst_strides:
+        return False
+    moved = 2 * math.prod(facts.shape) * facts.nbytes
+    return is_compact(facts.shape, facts.src_strides) and torch_faster(
+        "copy", facts.src_dtype, moved, l2_bytes
+    )
 
 
 def compact_route(op: str, numel: int, nbytes: int, moved_as: str | None) -> Route:
