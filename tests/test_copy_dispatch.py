@@ -198,3 +198,75 @@ def test_a_shape_generic_launcher_is_tried_first_only_for_the_shape_it_was_check
     assert copies.checked == [(256, 512), (512, 512)]
     assert len(copies.launcher.launches) == 6
     assert copies.dispatch.tried_first()[(None, None)] is copies.launcher
+
+
+# -- the guarded default call: one C++ check of both tensors instead of Python's reads -------------
+def test_a_guarded_call_launches_only_for_tensors_as_the_checked_ones():
+    """Once the default call's checking launcher is tried first, `guarded` launches it for tensors
+    that pass torch's tensor guard (dtype, device, shape, strides, requires_grad, lazily applied
+    bits) and whose addresses meet no more than before; anything else is left to the full path
+    (False, nothing launched), and a launcher that refuses its tensors is guarded no more."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api.tensors import pair_guard
+
+    planned = []
+
+    def plan(dst, src, options, facts):
+        def launch(s, d):
+            if s.data_ptr() % 16 or d.data_ptr() % 16:
+                raise ValueError("Misaligned Tensor data, expected data alignment=16 bytes")
+            launches.append((s, d))
+
+        launch.checks_arguments = launch.shape_generic = True
+        planned.append(launch)
+        return launch
+
+    launches: list = []
+    dispatch = CopyDispatch(plan, guard_of=pair_guard)
+    src, dst = torch.arange(64.0).view(8, 8), torch.zeros(8, 8)
+    assert not dispatch.guarded(dst, src)  # nothing checked yet
+    dispatch.copy_(dst, src, None, None, {})
+    assert len(planned) == 1 and len(launches) == 1
+    assert dispatch.guarded(dst, src) and len(launches) == 2 and len(planned) == 1
+    assert dispatch.guarded(torch.zeros(8, 8), torch.ones(8, 8))  # other tensors of the same layout
+    unlike = {
+        "another shape": (torch.zeros(4, 16), torch.ones(4, 16)),
+        "another dtype": (torch.zeros(8, 8, dtype=torch.float64), torch.ones(8, 8, dtype=torch.float64)),
+        "transposed": (torch.zeros(8, 8).t(), torch.ones(8, 8)),
+        "requires grad": (torch.zeros(8, 8), torch.ones(8, 8, requires_grad=True)),
+        "a negative view": (torch.zeros(8, 8), torch.ones(8, 8)._neg_view()),
+        "not a tensor": (torch.zeros(8, 8), [[1.0] * 8] * 8),
+    }
+    for what, (d, s) in unlike.items():
+        count = len(launches)
+        assert not dispatch.guarded(d, s) and len(launches) == count, what
+    memory = torch.zeros(80)
+    assert not dispatch.guarded(memory[:64].view(8, 8), memory[8:72].view(8, 8))  # partly the same bytes
+    unaligned = torch.zeros(65)[1:].view(8, 8)
+    assert not dispatch.guarded(unaligned, src) and dispatch._guarded is None  # refused: guarded no more
+    assert not dispatch.guarded(dst, src)
+
+
+def test_only_the_default_call_with_a_checking_launcher_is_guarded():
+    """A call with options, a launcher that does not check its own arguments (its addresses are
+    checked on every call) and a dispatch without guard_of never take the guarded path."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api.tensors import pair_guard
+
+    def plan_with(checks: bool):
+        def plan(dst, src, options, facts):
+            launch = lambda s, d: None  # noqa: E731
+            launch.checks_arguments = launch.shape_generic = checks
+            return launch
+
+        return plan
+
+    src, dst = torch.ones(8, 8), torch.zeros(8, 8)
+    for dispatch, options in (
+        (CopyDispatch(plan_with(True), guard_of=pair_guard), {"store_depth": 2}),
+        (CopyDispatch(plan_with(False), guard_of=pair_guard), {}),
+        (CopyDispatch(plan_with(True)), {}),
+    ):
+        for _ in range(3):
+            dispatch.copy_(dst, src, None, None, options)
+        assert not dispatch.guarded(dst, src)

@@ -15,7 +15,14 @@ from ..errors import TmaConfigError
 from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 from ..runtime.many import many_launcher
 from .copy import copy_, copy_path
-from .tensors import check_torch_tensor, cuda_index, device_facts, import_torch, recorded_by_autograd
+from .tensors import (
+    check_torch_tensor,
+    cuda_index,
+    device_facts,
+    import_torch,
+    recorded_by_autograd,
+    tensor_guard,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -203,30 +210,13 @@ def addresses(torch, tensors: list, kind: object) -> tuple | None:
 def layout_check(torch, tensors: list) -> Callable[[list], bool]:
     """A check that tensors are as `tensors` are (type, dtype, device, shape, strides,
     requires_grad, the conjugate and negative bits; the rest of what a route depends on), holding
-    none of them: torch's own tensor guard, which reads them in C++ (tens of nanoseconds a tensor
-    where Python's reads cost hundreds), or, where this torch has none, the same reads compared."""
-    guards = _tensor_guards(torch)
-    if guards is not None:
-        try:
-            guard = guards(
-                *tensors,
-                dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                dynamic_dims_strides=[list(t.stride()) for t in tensors],
-            )
-            return lambda now: guard.check(*now)
-        except (TypeError, RuntimeError, SystemError, ValueError):
-            pass
+    none of them: torch's own tensor guard (`tensors.tensor_guard`), or, where this torch has
+    none, the same reads compared."""
+    guard = tensor_guard(torch, tensors)
+    if guard is not None:
+        return lambda now: guard(*now)
     kept = _layouts(tensors)
     return lambda now: _layouts(now) == kept
-
-
-@functools.cache
-def _tensor_guards(torch) -> Callable | None:
-    try:
-        from torch._C._dynamo.guards import TensorGuards
-    except ImportError:
-        return None
-    return TensorGuards
 
 
 def _layouts(tensors: list) -> tuple:

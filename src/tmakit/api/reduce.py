@@ -39,6 +39,7 @@ from .tensors import (
     detached,
     out_of_the_plain_path,
     pair_facts,
+    pair_guard,
     special_route,
 )
 
@@ -118,7 +119,11 @@ def add_(
     Raises:
         TmaConfigError: as `reduce_into_`."""
     if strict is False and reduce_by is None and not options:  # the plain call: its dispatch, once made
-        return reduced(dst, src, "add", tile, stages, False, options, None, _DISPATCHES.get(_PLAIN_ADD))
+        dispatch = _DISPATCHES.get(_PLAIN_ADD)
+        if tile is None and stages is None and dispatch is not None and dispatch.guarded(dst, src):
+            bump_versions((dst,))  # the repeated default call: its guard stands for every read
+            return dst
+        return reduced(dst, src, "add", tile, stages, False, options, None, dispatch)
     return reduced(dst, src, "add", tile, stages, strict, options, reduce_by)
 
 
@@ -176,7 +181,8 @@ def reduce_dispatch(
         fallback = functools.partial(strict_fallback if strict else torch_fallback, name)
         planner = functools.partial(routed_reduce_launcher, op=name, strict=strict, reduce_by=kernel)
         dispatch = _DISPATCHES.setdefault(
-            (name, strict, kernel), CopyDispatch(planner, check_reduce_arguments, fallback)
+            (name, strict, kernel),
+            CopyDispatch(planner, check_reduce_arguments, fallback, None if strict else pair_guard),
         )
     if type(op) is str:  # torch's name: its next call finds the dispatch at once
         _DISPATCHES[(op, strict, kernel)] = dispatch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config import dtype_of
@@ -257,6 +257,40 @@ def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None
     if lazy is not None:
         return lazy_reason(lazy)
     return RECORDED_BY_AUTOGRAD if recorded_by_autograd(dst, src) else None
+
+
+def tensor_guard(torch: Any, tensors: Sequence[Any]) -> Callable[..., bool] | None:
+    """A check that tensors are as `tensors` are (Python type, dtype, device, shape, strides,
+    requires_grad, dispatch keys: the conjugate and negative bits among them), holding none of
+    them: torch's own tensor guard (dynamo's), which reads them in C++ (tens of nanoseconds a
+    tensor where Python's reads cost hundreds); None where this torch has none or it cannot
+    guard these."""
+    guards = _tensor_guards(torch)
+    if guards is None:
+        return None
+    try:
+        guard = guards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+    except (TypeError, RuntimeError, SystemError, ValueError, AttributeError):
+        return None
+    return guard.check
+
+
+@functools.cache
+def _tensor_guards(torch: Any) -> Callable | None:
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:
+        return None
+    return TensorGuards
+
+
+def pair_guard(src: Any, dst: Any) -> Callable[[Any, Any], bool] | None:
+    """`tensor_guard` of a call's two tensors (`runtime.dispatch.CopyDispatch`'s guard_of)."""
+    return tensor_guard(import_torch("copy_"), (src, dst))
 
 
 def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:

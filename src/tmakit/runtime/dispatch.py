@@ -96,8 +96,11 @@ class CopyDispatch:
     copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
     is wrong with arguments whose signature cannot be read (None: that read's own error).
     `fallback(src, dst)` serves a call whose base addresses are not 16-byte aligned (None: the
-    alignment's TmaConfigError); a launcher whose `any_address` is True takes any. Shared by
-    threads: a race costs a rejection at most."""
+    alignment's TmaConfigError); a launcher whose `any_address` is True takes any.
+    `guard_of(src, dst)` (None: no guarded call) returns a check, run in C++, that two tensors
+    are as these are (dtype, device, shape, strides, requires_grad, lazily applied bits), or None
+    where it cannot: the default call's launcher in the FAST state, with its guard, serves
+    `guarded` without a read of its own. Shared by threads: a race costs a rejection at most."""
 
     MOST_SIGNATURES = 4096  # signatures remembered before the table starts again
 
@@ -106,16 +109,41 @@ class CopyDispatch:
         plan_launcher: PlanLauncher,
         check_tensors: CheckTensors | None = None,
         fallback: Launcher | None = None,
+        guard_of: Callable[[Any, Any], Callable[[Any, Any], bool] | None] | None = None,
     ) -> None:
         self.plan_launcher = plan_launcher
         self.check_tensors = check_tensors
         self.fallback = fallback  # (src, dst): serves a call whose base addresses TMA cannot take
+        self.guard_of = guard_of
+        self._guarded: tuple | None = None  # the default call's (launcher, guard, spans) (FAST)
         self._launchers: dict[tuple, tuple[Launcher, Spans]] = {}  # signature -> launcher, spans
         self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
         self._tried_first: dict[Hashable, tuple[Launcher, Spans]] = {}  # call key -> launcher (FAST)
         # call key -> (shape-generic launcher, the shape and strides it was checked for, spans) (FAST)
         self._pinned: dict[Hashable, tuple] = {}
         self._options: dict[Hashable, CopyOptions] = {}  # call key -> its options, built once
+
+    def guarded(self, dst: torch.Tensor, src: torch.Tensor) -> bool:
+        """A default call (no option given) through the launcher the last ones took, where both
+        tensors pass its guard (one C++ check for what the signature holds, requires_grad and the
+        lazily applied bits: a call out of the plain path never passes) and the addresses meet
+        no more than they did: launched, True. False: nothing done, the caller's full path
+        decides (a launcher that refused the tensors is guarded no more)."""
+        found = self._guarded
+        if found is None:
+            return False
+        launcher, guard, spans = found
+        try:
+            if not guard(src, dst) or may_overlap(src, dst, spans):
+                return False
+        except TypeError:  # not tensors: the full path names what is wrong
+            return False
+        try:
+            launcher(src, dst)
+        except (TypeError, ValueError):  # alignment: the full path decides
+            self._guarded = None
+            return False
+        return True
 
     def copy_(
         self,
@@ -202,12 +230,26 @@ class CopyDispatch:
         launcher(src, dst)
         if getattr(launcher, "shape_generic", False):
             self._pinned[key] = (launcher, read, spans)
+            self.guard(key, launcher, src, dst, spans)
         elif getattr(launcher, "checks_arguments", False):
             self._pinned.pop(key, None)
             streak = self._streaks.setdefault(key, Streak())
             if streak.count(launcher):
                 self._tried_first[key] = (launcher, spans)
+                self.guard(key, launcher, src, dst, spans)
         return dst
+
+    def guard(self, key: Hashable, launcher: Launcher, src: Any, dst: Any, spans: Spans) -> None:
+        """The default call's launcher now tried first: guarded too (`guarded`), where it checks
+        its own arguments' addresses (a launcher that does not is never called unchecked)."""
+        if (
+            key is not _DEFAULT_KEY
+            or self.guard_of is None
+            or not getattr(launcher, "checks_arguments", False)
+        ):
+            return
+        guard = self.guard_of(src, dst)
+        self._guarded = None if guard is None else (launcher, guard, spans)
 
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
