@@ -471,8 +471,10 @@ def gpu_copies(monkeypatch):
         monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
         monkeypatch.setattr(module, "copy_launcher", copy_launcher)
     monkeypatch.setattr(api_copy, "_CLASSES", {})
+    monkeypatch.setattr(api_copy, "l2_of", lambda src: 60 << 20)
     plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(plan, check, fallback=api_copy.torch_copy))
+    copies = CopyDispatch(plan, check, fallback=api_copy.torch_copy, guard_of=api_copy.pair_guard)
+    monkeypatch.setattr(api_copy, "_COPIES", copies)
     monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
     api_copy.class_launcher.cache_clear()
     yield launched, api_copy
@@ -489,13 +491,48 @@ def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward
     weight = torch.ones(64, 64, requires_grad=True)
     dst, src = torch.randn(64, 64), torch.randn(64, 64)
     saved = (dst * weight).sum()  # saves dst for weight's gradient
-    for _ in range(3):  # planned, then found, then tried first: every path bumps once a call
+    for _ in range(4):  # planned, then found, tried first, then guarded: every path bumps once a call
         version = dst._version
         getattr(tmakit, call)(dst, src)
         assert dst._version == version + 1
-    assert gpu_copies[0]  # the kernel's stand-in ran
+    assert len(gpu_copies[0]) == 4  # the kernel's stand-in ran each time
+    dispatch = (
+        gpu_copies[1]._COPIES if call == "copy_" else tmakit.api.reduce.reduce_dispatch("add", False, {})
+    )
+    assert dispatch._guarded is not None  # the last call took the guarded path
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.backward()
+
+
+def test_a_copy_past_the_l2_runs_the_drivers_launcher(gpu_copies, monkeypatch):
+    """The route's BY_THE_DRIVER reason takes `driver_copy`: torch's copy_ eagerly (no TMA launch)
+    and torch's element-wise kernel in a capture (stood in), on integer views as wide as the bytes
+    and both addresses allow (a source one element past an aligned base: int16 views), exact."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+
+    launched, api_copy = gpu_copies
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    widths, bitwise_or = [], torch.bitwise_or
+    recorded = lambda *a, **k: widths.append(k["out"].dtype) or bitwise_or(*a, **k)  # noqa: E731
+    monkeypatch.setattr(torch, "bitwise_or", recorded)
+    memory = torch.randn(4097 * 4096).half()  # 32 MiB of fp16: two streams past the stood-in 60 MiB L2
+    src, dst = memory[: 4096 * 4096].view(4096, 4096), torch.empty(4096, 4096).half()
+    assert tmakit.copy_path(dst, src).reason == BY_THE_DRIVER
+    for capturing[0] in (False, True, True):
+        widths.clear()
+        dst.fill_(0)
+        tmakit.copy_(dst, src)
+        assert torch.equal(dst.view(torch.int16), src.view(torch.int16)) and not launched
+        assert widths == ([torch.int64] if capturing[0] else []), widths
+    shifted = memory[1 : 1 + 4096 * 4096].view(4096, 4096)  # the same signature, another address
+    widths.clear()
+    tmakit.copy_(dst, shifted)
+    assert torch.equal(dst.view(torch.int16), shifted.view(torch.int16)) and widths == [torch.int16]
+    capturing[0] = True
+    with pytest.raises(TmaConfigError, match="refused"):  # meeting tensors: torch's copy_ decides
+        tmakit.copy_(memory[: 4096 * 4096].view(4096, 4096), memory[64 : 64 + 4096 * 4096].view(4096, 4096))
 
 
 def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(gpu_copies):

@@ -435,7 +435,7 @@ def routed(
 
 def l2_of(src: torch.Tensor) -> int | None:
     """The L2 bytes of `src`'s GPU, for the route's measured rule; None off a CUDA device."""
-    return device_facts(src.device)[1] if src.get_device() >= 0 else None
+    return device_facts(src.device)[1] if src.is_cuda else None
 
 
 _DEFAULT_OPTIONS = CopyOptions()

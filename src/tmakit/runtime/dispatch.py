@@ -177,6 +177,8 @@ class CopyDispatch:
             if read == checked and not may_overlap(src, dst, spans):
                 try:
                     launcher(src, dst)
+                    if self._guarded is None and key is _DEFAULT_KEY and self.guard_of is not None:
+                        self.guard(key, launcher, src, dst, spans)  # unguarded since a refusal
                     return dst
                 except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
                     self._pinned.pop(key, None)
