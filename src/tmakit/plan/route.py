@@ -70,7 +70,7 @@ class BeyondL2:
 # layout past the L2 (both streams) is the driver's memcpy's: a few percent ahead of TMA's ring
 # eagerly; in a CUDA graph, where torch's copy_ becomes a memcpy node (far behind from 512 MiB),
 # `BY_THE_DRIVER`'s launcher runs torch's element-wise kernel on the same bits instead
-# (copy-route.json). Non-strict calls that choose no kernel only: strict asks for TMA.
+# (dropin.json). Non-strict calls that choose no kernel only: strict asks for TMA.
 TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = {
     "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
     "copy": BeyondL2(1.0),
