@@ -270,3 +270,27 @@ def test_only_the_default_call_with_a_checking_launcher_is_guarded():
         for _ in range(3):
             dispatch.copy_(dst, src, None, None, options)
         assert not dispatch.guarded(dst, src)
+
+
+def test_the_guarded_launcher_is_tried_first_after_its_pin_is_dropped():
+    """A pinned launcher that refuses a destination of another dtype loses its pin, yet keeps
+    serving the default call guarded: `tried_first` names it (what tools and tests read)."""
+    torch = pytest.importorskip("torch")
+    from tmakit.api.tensors import pair_guard
+
+    def plan(dst, src, options, facts):
+        same = src.dtype == dst.dtype  # else a fallback's launcher, which takes anything
+
+        def launch(s, d):
+            if same and s.dtype != d.dtype:
+                raise TypeError("Mismatched Tensor: dtype")
+
+        launch.checks_arguments = launch.shape_generic = same
+        return launch
+
+    dispatch = CopyDispatch(plan, guard_of=pair_guard)
+    src, dst = torch.ones(8, 8), torch.zeros(8, 8)
+    dispatch.copy_(dst, src, None, None, {})
+    first = dispatch.tried_first()[(None, None)]
+    dispatch.copy_(torch.zeros(8, 8, dtype=torch.float64), src, None, None, {})  # drops the pin
+    assert dispatch.guarded(dst, src) and dispatch.tried_first()[(None, None)] is first

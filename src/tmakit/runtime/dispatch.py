@@ -256,9 +256,10 @@ class CopyDispatch:
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
         """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
-        pinned to a shape included."""
+        pinned to a shape and the default call's guarded one included."""
         tried = {key: found[0] for key, found in self._tried_first.items()}
-        return {**tried, **{key: pin[0] for key, pin in self._pinned.items()}}
+        guarded = {} if self._guarded is None else {_DEFAULT_KEY: self._guarded[0]}
+        return {**tried, **{key: pin[0] for key, pin in self._pinned.items()}, **guarded}
 
     def streak(self, key: Hashable) -> Streak | None:
         """The streak of a call key, None before its first checked launch."""
