@@ -398,32 +398,25 @@ def test_a_large_same_layout_copy_takes_the_drivers_memcpy_past_the_l2():
     assert copy_route(padded, l2_bytes=l2).path == "tma"
 
 
-def test_the_drivers_launcher_moves_the_same_bits_in_a_capture(monkeypatch):
-    """Eagerly torch's copy_; inside a CUDA-graph capture (stood in) torch's element-wise kernel on
-    the widest integer view that divides the bytes: every bit as the source's (NaN payloads and
-    negative zeros included), for any element size and length."""
+def test_the_drivers_launcher_is_torchs_copy_but_tmas_in_a_large_capture(monkeypatch):
+    """Up to GRAPH_MEMCPY_MOST_BYTES torch's copy_ serves eagerly and captured (a memcpy node);
+    past it, torch's copy_ eagerly and TMA's launcher inside a capture (stood in)."""
     torch = pytest.importorskip("torch")
     from tmakit.api import copy_views
+    from tmakit.plan.route import GRAPH_MEMCPY_MOST_BYTES
 
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    calls, bitwise_or = [], torch.bitwise_or
-    monkeypatch.setattr(
-        torch, "bitwise_or", lambda *a, **k: calls.append(k["out"].dtype) or bitwise_or(*a, **k)
-    )
-    generator = torch.Generator().manual_seed(7)
-    for dtype, numel, bits in ((torch.float16, 4096, torch.int64), (torch.float32, 6, torch.int64),
-                               (torch.bfloat16, 3, torch.int16), (torch.uint8, 7, torch.uint8),
-                               (torch.float64, 5, torch.int64)):  # fmt: skip
-        raw = torch.randint(0, 256, (numel * torch.empty(0, dtype=dtype).element_size(),), dtype=torch.uint8,
-                            generator=generator)  # fmt: skip
-        src = raw.view(dtype).reshape(numel)
-        for capturing[0] in (False, True):
-            calls.clear()
-            dst = torch.full_like(src.view(torch.uint8), 0xA5).view(dtype)
-            copy_views.driver_copy(src, dst)
-            assert torch.equal(dst.view(torch.uint8), src.view(torch.uint8)), (dtype, capturing[0])
-            assert calls == ([bits] if capturing[0] else []), (dtype, calls)
+    tma_launches = []
+    tma = lambda s, d: tma_launches.append(s) or d.copy_(s)  # noqa: E731
+    assert copy_views.driver_launcher(tma, GRAPH_MEMCPY_MOST_BYTES) is copy_views.torch_copy
+    launch = copy_views.driver_launcher(tma, GRAPH_MEMCPY_MOST_BYTES + 16)
+    src = torch.arange(64.0).view(8, 8)
+    for capturing[0] in (False, True):
+        tma_launches.clear()
+        dst = torch.zeros(8, 8)
+        launch(src, dst)
+        assert torch.equal(dst, src) and len(tma_launches) == capturing[0]
 
 
 # -- a bit torch applies lazily (a conjugate view): torch's copy_, on every call -------------------
@@ -505,34 +498,33 @@ def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward
 
 
 def test_a_copy_past_the_l2_runs_the_drivers_launcher(gpu_copies, monkeypatch):
-    """The route's BY_THE_DRIVER reason takes `driver_copy`: torch's copy_ eagerly (no TMA launch)
-    and torch's element-wise kernel in a capture (stood in), on integer views as wide as the bytes
-    and both addresses allow (a source one element past an aligned base: int16 views), exact."""
+    """The route's BY_THE_DRIVER reason takes the driver's launcher: torch's copy_ eagerly (no TMA
+    launch), and inside a capture of a copy past GRAPH_MEMCPY_MOST_BYTES (here lowered) TMA's;
+    strict is TMA's always."""
     torch = pytest.importorskip("torch")
     import tmakit
+    from tmakit.api import copy_views
 
-    launched, api_copy = gpu_copies
+    launched, _ = gpu_copies
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    widths, bitwise_or = [], torch.bitwise_or
-    recorded = lambda *a, **k: widths.append(k["out"].dtype) or bitwise_or(*a, **k)  # noqa: E731
-    monkeypatch.setattr(torch, "bitwise_or", recorded)
+    monkeypatch.setattr(copy_views, "GRAPH_MEMCPY_MOST_BYTES", 16 << 20)
     memory = torch.randn(4097 * 4096).half()  # 32 MiB of fp16: two streams past the stood-in 60 MiB L2
     src, dst = memory[: 4096 * 4096].view(4096, 4096), torch.empty(4096, 4096).half()
     assert tmakit.copy_path(dst, src).reason == BY_THE_DRIVER
-    for capturing[0] in (False, True, True):
-        widths.clear()
+    for capturing[0], by_tma in ((False, 0), (True, 1), (True, 1), (False, 0)):
+        launched.clear()
         dst.fill_(0)
         tmakit.copy_(dst, src)
-        assert torch.equal(dst.view(torch.int16), src.view(torch.int16)) and not launched
-        assert widths == ([torch.int64] if capturing[0] else []), widths
-    shifted = memory[1 : 1 + 4096 * 4096].view(4096, 4096)  # the same signature, another address
-    widths.clear()
-    tmakit.copy_(dst, shifted)
-    assert torch.equal(dst.view(torch.int16), shifted.view(torch.int16)) and widths == [torch.int16]
+        assert torch.equal(dst, src) and len(launched) == by_tma, (capturing[0], launched)
+    launched.clear()
+    tmakit.copy_(dst, src, strict=True)
+    assert torch.equal(dst, src) and len(launched) == 1
     capturing[0] = True
-    with pytest.raises(TmaConfigError, match="refused"):  # meeting tensors: torch's copy_ decides
-        tmakit.copy_(memory[: 4096 * 4096].view(4096, 4096), memory[64 : 64 + 4096 * 4096].view(4096, 4096))
+    shifted = memory[1 : 1 + 4096 * 4096].view(4096, 4096)  # the same signature, an unaligned base
+    launched.clear()
+    tmakit.copy_(dst, shifted)  # TMA cannot take it: torch's copy_ (the dispatch's fallback)
+    assert torch.equal(dst, shifted) and not launched
 
 
 def test_a_conjugate_view_is_copied_by_torch_even_where_its_plain_pair_was_tmas(gpu_copies):

@@ -198,21 +198,26 @@ def test_layout_changing_copies_through_the_api():
         assert torch.equal(found.view(torch.uint8), source.contiguous().view(torch.uint8)), dtype
 
 
-def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph():
-    """A row-major copy of one layout past the L2 takes torch's copy_ eagerly and torch's
-    element-wise kernel on integer views when captured (`plan.route.BY_THE_DRIVER`): bit-exact
-    both ways into a poisoned destination, for lengths of 8-, 2- and 1-byte multiples; strict
-    stays TMA's."""
+@pytest.mark.parametrize("graph_memcpy_most", [None, 0], ids=["memcpy-node", "tma-in-graphs"])
+def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph(monkeypatch, graph_memcpy_most):
+    """A row-major copy of one layout past the L2 takes torch's copy_ eagerly and, captured in a
+    CUDA graph, a memcpy node up to `GRAPH_MEMCPY_MOST_BYTES` and TMA's ring past it (here the
+    limit is also lowered to 0, so TMA's ring serves the captured copies):
+    bit-exact both ways into a poisoned destination; strict stays TMA's."""
     import torch
 
+    from tmakit.api import copy_views
     from tmakit.plan.route import BY_THE_DRIVER
 
+    api_copy = importlib.import_module("tmakit.api.copy")
+    if graph_memcpy_most is not None:  # launchers made from now on, by a dispatch of their own
+        monkeypatch.setattr(copy_views, "GRAPH_MEMCPY_MOST_BYTES", graph_memcpy_most)
+        fresh = api_copy.CopyDispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors,
+                                      fallback=api_copy.torch_copy, guard_of=api_copy.pair_guard)  # fmt: skip
+        monkeypatch.setattr(api_copy, "_COPIES", fresh)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    for numel, dtype in (
-        (l2 // 2 + 4096, torch.float16),
-        (l2 // 2 + 3, torch.bfloat16),
-        (l2 + 7, torch.uint8),
-    ):
+    cases = ((l2 // 2 + 4096, torch.float16), (l2 // 2 + 8, torch.bfloat16), (l2 + 16, torch.uint8))
+    for numel, dtype in cases:
         source = (torch.arange(numel, device="cuda") % 251 - 125).to(dtype)
         found = torch.empty_like(source)
         route = tmakit.copy_path(found, source)

@@ -21,7 +21,7 @@ from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag
 from .copy_views import (
     copy_nothing,
-    driver_copy,
+    driver_launcher,
     specialised_copy_launcher,
     torch_copy,
     viewed,
@@ -414,8 +414,11 @@ def routed(
     the tensors (torch's then, with its reason) or the options given (raised). `strict`: the
     launcher refuses what it would otherwise hand torch (`viewed_launcher`); `compiled=False`:
     the route alone, every check made and nothing compiled (the launcher None on a TMA route)."""
+    if route.path == "torch" and route.reason == BY_THE_DRIVER and compiled:
+        tma = routed(dst, src, options, copy_route(pair_facts(dst, src)), strict)[1]
+        return route, driver_launcher(tma, src.numel() * src.element_size())
     if route.path == "torch":
-        return route, driver_copy if route.reason == BY_THE_DRIVER else torch_copy
+        return route, torch_copy
     if route.path == "empty":
         return route, copy_nothing
     torch = import_torch("copy_")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, LoadPlan
-from ..plan.route import lazy_reason
+from ..plan.route import GRAPH_MEMCPY_MOST_BYTES, lazy_reason
 from ..runtime.dispatch import Launcher
 from ..runtime.launch import copy_launcher
 from .load import config_for
@@ -78,27 +78,22 @@ def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
 torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
 
 
-def driver_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """`plan.route.BY_THE_DRIVER`'s launcher: torch's copy_ (the driver's memcpy); inside a
-    CUDA-graph capture, where that would be a memcpy node, torch's element-wise kernel moving the
-    same bits (`bitwise_or` with 0 on integer views of the row-major tensors)."""
+def driver_launcher(tma: Launcher, nbytes: int) -> Launcher:
+    """`plan.route.BY_THE_DRIVER`'s launcher of a copy of `nbytes`: torch's copy_ (the driver's
+    memcpy), but inside a CUDA-graph capture of a copy past `GRAPH_MEMCPY_MOST_BYTES`, where
+    torch's would be a memcpy node, TMA's launcher `tma` (whose tensors' addresses the dispatch
+    checks, as any TMA launcher's)."""
+    if nbytes <= GRAPH_MEMCPY_MOST_BYTES:
+        return torch_copy
     torch = import_torch("copy_")
-    if not torch.cuda.is_current_stream_capturing() or lazy_bit(dst, src) is not None:
-        torch_copy(src, dst)
-        return
-    # The widest integer that divides the bytes and both addresses (a later call of the same
-    # signature may start anywhere: the signature holds no address).
-    spread = src.numel() * src.element_size() | src.data_ptr() | dst.data_ptr()
-    width = next(width for width in _INTEGERS if spread % width == 0)
-    bits = getattr(torch, _INTEGERS[width])
-    try:
-        torch.bitwise_or(src.view(-1).view(bits), 0, out=dst.view(-1).view(bits))
-    except RuntimeError:  # tensors that meet: torch's copy_ decides (TmaConfigError where it refuses)
-        torch_copy(src, dst)
 
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        if torch.cuda.is_current_stream_capturing():
+            tma(src, dst)
+        else:
+            torch_copy(src, dst)
 
-driver_copy.any_address = True  # type: ignore[attr-defined]
-_INTEGERS = {8: "int64", 4: "int32", 2: "int16", 1: "uint8"}  # the widest first: fewer, wider loads
+    return launch
 
 
 def specialised_copy_launcher(

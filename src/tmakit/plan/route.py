@@ -67,19 +67,20 @@ class BeyondL2:
 # eagerly and in graphs, on the H100 for fp32, fp16, bf16 and int32 (reduce.json, whose parts hold
 # the H200's stores; docs/results.md has the figures). Within it TMA keeps the call; so does
 # every dtype not measured (torch has no add for uint32/uint64 at all). A row-major copy of one
-# layout past the L2 (both streams) is the driver's memcpy's: a few percent ahead of TMA's ring
-# eagerly; in a CUDA graph, where torch's copy_ becomes a memcpy node (far behind from 512 MiB),
-# `BY_THE_DRIVER`'s launcher runs torch's element-wise kernel on the same bits instead
-# (dropin.json). Non-strict calls that choose no kernel only: strict asks for TMA.
+# layout past the L2 (both streams) is the driver's memcpy's: 2-4% ahead of TMA's ring eagerly
+# from 64 MiB (16 MiB: TMA 10% ahead), on the H100 and the H200 (copy-rows.json, copy.json).
+# Inside a CUDA graph torch's copy_ is a memcpy node, ahead of the ring up to 256 MiB and 1.5x
+# behind it from 512 MiB (`GRAPH_MEMCPY_MOST_BYTES`). Non-strict calls that choose no kernel
+# only: strict asks for TMA.
 TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = {
     "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
     "copy": BeyondL2(1.0),
 }
-# The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch: its launcher (`api.copy_views`) is
-# torch's copy_ eagerly and its element-wise kernel inside a CUDA-graph capture.
+GRAPH_MEMCPY_MOST_BYTES = 256 * 2**20  # a captured copy past it takes TMA's ring, not the node
+# The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch (`api.copy_views.driver_launcher`).
 BY_THE_DRIVER = (
     "a row-major copy of one layout past the L2: the driver's memcpy (torch's copy_), measured faster "
-    "there; inside a CUDA graph, torch's element-wise kernel on the same bits"
+    "there; inside a CUDA graph past 256 MiB, TMA's ring (a graph's memcpy node is slower there)"
 )
 
 
