@@ -17,7 +17,9 @@ The states, per call key (the options exactly as the caller passed them):
   launcher or plans one (for a new shape of a known class: that shape's checks, no compile),
   checks both base addresses are 16-byte aligned, launches, and counts the streak of calls in a
   row served by that launcher.
-- FAST: the launcher is called first and nothing is read off the tensors.
+- FAST: the launcher is called first and nothing is read off the tensors; for the default call
+  (no option given) of a launcher that checks its arguments, one C++ tensor guard of both
+  tensors (`guarded`) stands in for the plain-path checks and the shape reads.
 - `needed` starts at 2 and doubles with each rejection, up to 64: raising costs many calls' time, so a
   caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
 A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
