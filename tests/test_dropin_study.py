@@ -8,7 +8,7 @@ from tmakit.api import torch_im2col
 from tmakit.bench.dropin import EAGER, DropinCase
 from tmakit.bench.report import BenchRow
 from tmakit.families import family_named
-from tmakit.families.dropin import case_row, cases, chosen_cases
+from tmakit.families.dropin import case_row, cases
 
 
 def test_the_cases_cover_each_op_at_each_size_and_the_resnet_layers():
@@ -26,7 +26,7 @@ def test_only_picks_cases_by_the_start_of_their_names():
     class Options:
         only = "add 256,im2col 32x7"
 
-    assert [c.name for c in chosen_cases(Options())] == [
+    assert [c.name for c in family_named("dropin").plans(Options())] == [
         "add 256 MiB fp32",
         "im2col 32x7x7x512 3x3 stride 1 pad 1",
     ]

@@ -6,7 +6,8 @@ import pytest
 
 from tmakit import api
 from tmakit.bench.rows import calls
-from tmakit.families.rows import ROW_SIZES, RULE, cases, chosen_cases
+from tmakit.families import family_named
+from tmakit.families.rows import ROW_SIZES, RULE, cases
 
 
 def test_the_sweep_runs_strict_then_as_a_user_calls_both_from_16_bytes():
@@ -26,7 +27,7 @@ def test_only_rule_picks_the_rules_cases():
     class Options:
         only = "rule: gather"
 
-    chosen = chosen_cases(Options())
+    chosen = family_named("rows").plans(Options())
     assert [c.row_bytes for c in chosen] == list(ROW_SIZES)
     assert all(c.op == "gather" and not c.strict for c in chosen)
 

@@ -104,6 +104,32 @@ def eager_columns(us: dict[str, float], peer: str) -> dict[str, float]:
     return {"tmakit_eager_us": ours, "torch_eager_us": theirs, "eager_vs_torch": theirs / ours}
 
 
+def case_study(
+    name: str,
+    summary: str,
+    plot_title: str,
+    case_type: type,
+    cases: Callable[[], Sequence[Any]],
+    bench_case: Callable[[Any, int, int], list[BenchRow]],
+    peers: Sequence[str],
+    study: Callable[[list[tuple[Any, list[BenchRow]]], dict], dict],
+) -> Family:
+    """The family of a study of named cases (no kernel of its own to compile): `--only` picks
+    `cases()` by the start of their names, `bench_case(case, l2_bytes, samples)` times one beside
+    `peers` (the rows the table divides by), and `study` writes its JSON."""
+    return Family(
+        name=name,
+        summary=summary,
+        plot_title=plot_title,
+        plan_type=case_type,
+        plans=lambda options: chosen(options, cases()),
+        bench=lambda case, options, l2_bytes: bench_case(case, l2_bytes, options.samples),
+        compared_with=lambda options: list(peers),
+        reads=frozenset({"only"}),
+        study=study,
+    )
+
+
 def tabled_study(
     name: str, what: str, row: Callable[[Any, list[BenchRow]], dict], **fields: Any
 ) -> Callable[[list[tuple[Any, list[BenchRow]]], dict], dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..bench.dropin import EAGER, DropinCase, bench_dropin
 from ..bench.report import BenchRow
-from . import Family, Options, chosen, eager_columns, medians, tabled_study
+from . import case_study, eager_columns, medians, tabled_study
 from .im2col import BATCH, LAYERS
 
 SIZES_MIB = (1, 16, 256, 1024)
@@ -28,10 +28,6 @@ def cases() -> list[DropinCase]:
     found.append(DropinCase("im2col", (n, h, w, c), "fp16", (r, stride, padding)))
     found += [DropinCase("im2col", (BATCH, h, w, c), "fp16", (3, s, 1)) for h, w, c, s in LAYERS]
     return found
-
-
-def chosen_cases(options: Options) -> list[DropinCase]:
-    return chosen(options, cases())
 
 
 def case_row(case: DropinCase, rows: list[BenchRow]) -> dict:
@@ -65,16 +61,15 @@ study = tabled_study(
 
 
 FAMILIES = (
-    Family(
-        name="dropin",
-        summary="copy_, the transposing copy_, add_ and im2col as a user swaps them in, against torch "
+    case_study(
+        "dropin",
+        "copy_, the transposing copy_, add_ and im2col as a user swaps them in, against torch "
         "eagerly and the faster of torch and torch.compile in graphs (see --only)",
-        plot_title="tmakit ops against torch and inductor",
-        plan_type=DropinCase,
-        plans=chosen_cases,
-        bench=lambda case, options, l2_bytes: bench_dropin(case, l2_bytes, options.samples),
-        compared_with=lambda options: ["torch", "inductor", f"torch {EAGER}"],
-        reads=frozenset({"only"}),
-        study=study,
+        "tmakit ops against torch and inductor",
+        DropinCase,
+        cases,
+        bench_dropin,
+        ["torch", "inductor", f"torch {EAGER}"],
+        study,
     ),
 )

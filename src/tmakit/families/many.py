@@ -11,7 +11,7 @@ import random
 
 from ..bench.many import EAGER, PEERS, PREPARED, SINGLE, UNCHECKED, ManyCase, bench_many
 from ..bench.report import BenchRow
-from . import Family, Options, chosen, eager_columns, medians, tabled_study
+from . import case_study, eager_columns, medians, tabled_study
 
 LAYER = ((4096, 4096),) * 4 + ((11008, 4096),) * 3 + ((4096,),) * 2
 
@@ -25,10 +25,6 @@ def random_sizes(count: int = 1000, seed: int = 2026) -> tuple[tuple[int, ...], 
 def cases() -> list[ManyCase]:
     lists = (("layer", LAYER), ("1000 random", random_sizes()), ("10000 x 4 KiB", ((2048,),) * 10000))
     return [ManyCase(op, label, shapes) for label, shapes in lists for op in PEERS]
-
-
-def chosen_cases(options: Options) -> list[ManyCase]:
-    return chosen(options, cases())
 
 
 def case_row(case: ManyCase, rows: list[BenchRow]) -> dict:
@@ -68,16 +64,15 @@ study = tabled_study(
 
 
 FAMILIES = (
-    Family(
-        name="many",
-        summary="copy_many_, pack and unpack_ on a transformer layer, 1,000 random and 10,000 small tensors "
+    case_study(
+        "many",
+        "copy_many_, pack and unpack_ on a transformer layer, 1,000 random and 10,000 small tensors "
         "against torch's _foreach_copy_, cat and split_with_sizes_copy (see --only)",
-        plot_title="many tensors in one launch against torch",
-        plan_type=ManyCase,
-        plans=chosen_cases,
-        bench=lambda case, options, l2_bytes: bench_many(case, l2_bytes, options.samples),
-        compared_with=lambda options: list(PEERS.values()),
-        reads=frozenset({"only"}),
-        study=study,
+        "many tensors in one launch against torch",
+        ManyCase,
+        cases,
+        bench_many,
+        list(PEERS.values()),
+        study,
     ),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..bench.report import BenchRow
 from ..bench.rows import TORCH_NAMES, RowsCase, bench_rows
-from . import Family, Options, chosen, eager_columns, medians, tabled_study
+from . import case_study, eager_columns, medians, tabled_study
 
 ROW_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RULE = "rule"  # the label of the cases called as a user calls them (not strict)
@@ -39,10 +39,6 @@ def cases() -> list[RowsCase]:
                 label = "" if strict else RULE
                 found.append(RowsCase(op, row_bytes, rows, count, pattern, dtype, label, strict))
     return found
-
-
-def chosen_cases(options: Options) -> list[RowsCase]:
-    return chosen(options, cases())
 
 
 def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
@@ -80,16 +76,15 @@ study = tabled_study(
 
 
 FAMILIES = (
-    Family(
-        name="rows",
-        summary="gather, scatter, add and max of rows by index (64 B to 16 KiB rows; an embedding backward, "
+    case_study(
+        "rows",
+        "gather, scatter, add and max of rows by index (64 B to 16 KiB rows; an embedding backward, "
         "a mixture-of-experts dispatch and combine, a paged gather) against torch's index ops (see --only)",
-        plot_title="rows by index against torch",
-        plan_type=RowsCase,
-        plans=chosen_cases,
-        bench=lambda case, options, l2_bytes: bench_rows(case, l2_bytes, options.samples),
-        compared_with=lambda options: [f"torch {name}" for name in TORCH_NAMES.values()],
-        reads=frozenset({"only"}),
-        study=study,
+        "rows by index against torch",
+        RowsCase,
+        cases,
+        bench_rows,
+        [f"torch {name}" for name in TORCH_NAMES.values()],
+        study,
     ),
 )
