@@ -22,6 +22,7 @@ from ..validate import check_rank, flag
 from .copy_views import (
     copy_nothing,
     driver_launcher,
+    restrided,
     specialised_copy_launcher,
     torch_copy,
     viewed,
@@ -310,23 +311,6 @@ def class_launcher(
     return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)
 
 
-def restrided(
-    launcher: Launcher, shape: tuple[int, ...], src_strides: tuple | None, dst_strides: tuple | None
-) -> Launcher:
-    """`launcher` called with views whose extent-1 dims have the strides TMA accepts
-    (`validate.check_outer_strides`): the same memory, addressed the same way."""
-
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        launcher(
-            src if src_strides is None else src.as_strided(shape, src_strides),
-            dst if dst_strides is None else dst.as_strided(shape, dst_strides),
-        )
-
-    launch.checks_arguments = launcher.checks_arguments
-    launch.shape_generic = True
-    return launch
-
-
 def check_copy_tensors(dst: object, src: object) -> None:
     """TmaConfigError naming the first thing a copy's tensors are not, before anything else is read
     off them: torch tensors with memory, of one shape and dtype, on one CUDA device, of a dtype TMA
@@ -386,8 +370,11 @@ def routed_copy_launcher(
     except KEY_ERRORS:  # a sparse tensor's signature reads, its address does not
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    l2_bytes = None if strict else l2_of(src)  # strict asks for TMA: no measured rule
-    route, launcher = routed(dst, src, options, copy_route(facts_read, l2_bytes=l2_bytes), strict)
+    route = copy_route(facts_read, l2_bytes=None if strict else l2_of(src))  # strict: TMA, no rule
+    if route.reason == BY_THE_DRIVER:  # torch's copy_, but TMA's inside a large capture: both
+        tma = routed(dst, src, options, copy_route(facts_read), strict)[1]
+        return driver_launcher(tma, src.numel() * src.element_size())
+    route, launcher = routed(dst, src, options, route, strict)
     if strict and route.tail:
         raise TmaConfigError(
             f"copy_ with strict=True: TMA moves all but the last {route.tail} elements ({route.reason}); "
@@ -414,9 +401,6 @@ def routed(
     the tensors (torch's then, with its reason) or the options given (raised). `strict`: the
     launcher refuses what it would otherwise hand torch (`viewed_launcher`); `compiled=False`:
     the route alone, every check made and nothing compiled (the launcher None on a TMA route)."""
-    if route.path == "torch" and route.reason == BY_THE_DRIVER and compiled:
-        tma = routed(dst, src, options, copy_route(pair_facts(dst, src)), strict)[1]
-        return route, driver_launcher(tma, src.numel() * src.element_size())
     if route.path == "torch":
         return route, torch_copy
     if route.path == "empty":

@@ -1,7 +1,8 @@
-"""The launchers around a copy's route: the TMA launch on the views the route moves (a dtype as a
-same-size one, a canonical view, a compact run's tail), torch's `copy_` (the fallback), the
-empty copy's, and a kernel compiled for one exact shape (the benchmarks' comparison). What
-`api.copy` hands the dispatch, beside its planned kernels."""
+"""The launchers around a copy's route: the TMA launch on the views the route moves (extent-1
+strides TMA takes, a dtype as a same-size one, a canonical view, a compact run's tail), torch's
+`copy_` (the fallback) and the driver's rule's launcher, the empty copy's, and a kernel compiled
+for one exact shape (the benchmarks' comparison). What `api.copy` hands the dispatch, beside its
+planned kernels."""
 
 from __future__ import annotations
 
@@ -64,6 +65,23 @@ def viewed_launcher(
                 src.as_strided(*end, src.storage_offset() + body)
             )
 
+    return launch
+
+
+def restrided(
+    launcher: Launcher, shape: tuple[int, ...], src_strides: tuple | None, dst_strides: tuple | None
+) -> Launcher:
+    """`launcher` called with views whose extent-1 dims have the strides TMA accepts
+    (`validate.check_outer_strides`): the same memory, addressed the same way."""
+
+    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+        launcher(
+            src if src_strides is None else src.as_strided(shape, src_strides),
+            dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+        )
+
+    launch.checks_arguments = launcher.checks_arguments
+    launch.shape_generic = True
     return launch
 
 

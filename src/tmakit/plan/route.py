@@ -80,7 +80,8 @@ GRAPH_MEMCPY_MOST_BYTES = 256 * 2**20  # a captured copy past it takes TMA's rin
 # The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch (`api.copy_views.driver_launcher`).
 BY_THE_DRIVER = (
     "a row-major copy of one layout past the L2: the driver's memcpy (torch's copy_), measured faster "
-    "there; inside a CUDA graph past 256 MiB, TMA's ring (a graph's memcpy node is slower there)"
+    f"there; inside a CUDA graph past {GRAPH_MEMCPY_MOST_BYTES >> 20} MiB, TMA's ring (a graph's memcpy "
+    "node is slower there)"
 )
 
 
