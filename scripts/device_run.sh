@@ -28,6 +28,7 @@
 #                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
 #   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
 #   oppath       scripts/op_path_probe.py: the ops' host time against their direct calls and the dispatcher's floor (op-path.json)
+#   copyroute    scripts/copy_route_probe.py: large copies (same layout and transposing) by TMA with its options, the grouped copy, memcpy, torch's element-wise kernel and inductor, eager and in graphs (copy-route.json)
 #   allgather    scripts/allgather_pack.py under torchrun (NCCL): pack/unpack as an all-gather's and a
 #                reduce-scatter's copy-in and copy-out; ARGs: the processes (one a GPU), then the script's
 #                (e.g. 2 --samples 20): allgather-pack.json
@@ -97,6 +98,7 @@ run_step() {
         echo "exit status $?" >> "$OUT/sanitize-$tool.log"; tail -12 "$OUT/sanitize-$tool.log"
       done ;;
     oppath) timeout "$limit" python3 scripts/op_path_probe.py --commit "$commit" --json "$OUT/op-path.json" "$@" 2>&1 | tail -40 ;;
+    copyroute) timeout "$limit" python3 scripts/copy_route_probe.py --commit "$commit" --json "$OUT/copy-route.json" "$@" 2>&1 | tail -12 ;;
     hostcost) timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
     *) echo "device_run: unknown step $step" >&2; return 2 ;;
   esac
