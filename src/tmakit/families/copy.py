@@ -3,6 +3,8 @@ row-major (copy) and from a column-major source into a row-major destination (tr
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..bench import suites
 from ..bench.baselines import torch_copy_launches
 from ..bench.report import BenchRow
@@ -40,30 +42,42 @@ def torch_rows(name: str) -> list[str]:
     return [name, f"{name} {suites.STREAM_TIMED}"]
 
 
-FAMILIES = (
-    Family(
-        name="copy",
-        summary="tmakit.copy_ against torch's copy_",
-        plot_title="tmakit.copy_ vs torch copy_",
+def copy_family(
+    name: str, summary: str, plot_title: str, *, transpose: bool, baseline: str, **kernel: Any
+) -> Family:
+    """A family of `tmakit.copy_` on --copy's configurations (and the ring's variants) against
+    torch's copy_ of the same pair, its row `baseline` (`transpose`: from a column-major source);
+    `kernel`: the family's compile, example and verify, where it has them."""
+    return Family(
+        name=name,
+        summary=summary,
+        plot_title=plot_title,
         plan_type=LoadPlan,
         plans=copy_plans,
-        bench=copy_bench(transpose=False),
-        compared_with=lambda options: torch_rows("torch copy_"),
+        bench=copy_bench(transpose),
+        compared_with=lambda options: torch_rows(baseline),
         reads=RING_OPTIONS | {"copy", "specialised"},
+        baselines={baseline: torch_copy_launches},
+        **kernel,
+    )
+
+
+FAMILIES = (
+    copy_family(
+        "copy",
+        "tmakit.copy_ against torch's copy_",
+        "tmakit.copy_ vs torch copy_",
+        transpose=False,
+        baseline="torch copy_",
         compile=lambda plan, keep_ptx=False: compile_copy(CopyPlan(PipelinePlan(plan)), keep_ptx=keep_ptx),
         example=lambda: LoadPlan(SEED),
         verify=lambda plan: verify_copy(CopyPlan(PipelinePlan(plan))),
-        baselines={"torch copy_": torch_copy_launches},
     ),
-    Family(
-        name="transpose",
-        summary="the same from a column-major source (x.t()) into a row-major destination",
-        plot_title="transposing tmakit.copy_ vs torch copy_",
-        plan_type=LoadPlan,
-        plans=copy_plans,
-        bench=copy_bench(transpose=True),
-        compared_with=lambda options: torch_rows("torch copy_ (transpose)"),
-        reads=RING_OPTIONS | {"copy", "specialised"},
-        baselines={"torch copy_ (transpose)": torch_copy_launches},
+    copy_family(
+        "transpose",
+        "the same from a column-major source (x.t()) into a row-major destination",
+        "transposing tmakit.copy_ vs torch copy_",
+        transpose=True,
+        baseline="torch copy_ (transpose)",
     ),
 )
