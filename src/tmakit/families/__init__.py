@@ -42,7 +42,6 @@ class Family:
     name: str
     summary: str
     plot_title: str
-    plan_type: type
     plans: Callable[[Options], Sequence[Any]]
     bench: Callable[[Any, Options, int], list[BenchRow]]
     compared_with: Callable[[Options], list[str]]
@@ -108,7 +107,6 @@ def case_study(
     name: str,
     summary: str,
     plot_title: str,
-    case_type: type,
     cases: Callable[[], Sequence[Any]],
     bench_case: Callable[[Any, int, int], list[BenchRow]],
     peers: Sequence[str],
@@ -121,7 +119,6 @@ def case_study(
         name=name,
         summary=summary,
         plot_title=plot_title,
-        plan_type=case_type,
         plans=lambda options: chosen(options, cases()),
         bench=lambda case, options, l2_bytes: bench_case(case, l2_bytes, options.samples),
         compared_with=lambda options: list(peers),

@@ -106,7 +106,6 @@ FAMILIES = (
         summary="the cluster row dot (X multicast to the cluster) against torch's dot expressions, "
         "on its study's parts (see --only)",
         plot_title="tmakit's cluster dot vs torch",
-        plan_type=ClusterDotPlan,
         plans=dot_parts,
         bench=bench_part,
         compared_with=lambda options: list(TORCH_DOTS),

@@ -52,7 +52,6 @@ def copy_family(
         name=name,
         summary=summary,
         plot_title=plot_title,
-        plan_type=LoadPlan,
         plans=copy_plans,
         bench=copy_bench(transpose),
         compared_with=lambda options: torch_rows(baseline),

@@ -66,7 +66,6 @@ FAMILIES = (
         "copy_, the transposing copy_, add_ and im2col as a user swaps them in, against torch "
         "eagerly and the faster of torch and torch.compile in graphs (see --only)",
         "tmakit ops against torch and inductor",
-        DropinCase,
         cases,
         bench_dropin,
         ["torch", "inductor", f"torch {EAGER}"],

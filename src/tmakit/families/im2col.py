@@ -76,7 +76,6 @@ FAMILIES = (
         name="im2col",
         summary="tmakit.im2col against torch's unfold + permute, on ResNet-50's 3x3 layers (see --only)",
         plot_title="tmakit.im2col vs torch's unfold + permute",
-        plan_type=Im2colPlan,
         plans=layer_plans,
         bench=bench_layer,
         compared_with=lambda options: list(TORCH_IM2COL),

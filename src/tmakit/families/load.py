@@ -80,7 +80,6 @@ FAMILIES = (
         name="load",
         summary="tile loads against torch's sum and copy_ (with --pipeline, the ring's variants)",
         plot_title="tmakit loads vs torch",
-        plan_type=LoadPlan,
         plans=load_plans,
         bench=bench_load,
         compared_with=lambda options: ["torch copy_", "torch sum"],

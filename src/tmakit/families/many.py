@@ -69,7 +69,6 @@ FAMILIES = (
         "copy_many_, pack and unpack_ on a transformer layer, 1,000 random and 10,000 small tensors "
         "against torch's _foreach_copy_, cat and split_with_sizes_copy (see --only)",
         "many tensors in one launch against torch",
-        ManyCase,
         cases,
         bench_many,
         list(PEERS.values()),

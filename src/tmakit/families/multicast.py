@@ -39,7 +39,6 @@ FAMILIES = (
         summary=f"a cluster's loads (--cluster, default {DEFAULT_CLUSTER[0]}x{DEFAULT_CLUSTER[1]}) with "
         "multicast against the same cluster without",
         plot_title="tmakit multicast loads vs the same cluster without",
-        plan_type=LoadPlan,
         plans=lambda options: load_plans(with_cluster(options)),
         bench=bench_multicast,
         compared_with=compared_with,

@@ -45,7 +45,6 @@ FAMILIES = (
         name="reduce",
         summary="tmakit.reduce_into_ against torch's in-place op (see --reduce)",
         plot_title="tmakit.reduce_into_ vs torch's in-place ops",
-        plan_type=LoadPlan,
         plans=reduce_plans,
         bench=bench_reduce,
         compared_with=compared_with,

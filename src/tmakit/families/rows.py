@@ -81,7 +81,6 @@ FAMILIES = (
         "gather, scatter, add and max of rows by index (64 B to 16 KiB rows; an embedding backward, "
         "a mixture-of-experts dispatch and combine, a paged gather) against torch's index ops (see --only)",
         "rows by index against torch",
-        RowsCase,
         cases,
         bench_rows,
         [f"torch {name}" for name in TORCH_NAMES.values()],
