@@ -39,23 +39,22 @@ class Arrive:
 
 
 @dataclass(frozen=True)
-class ExpectTx:
+class _Expecting:
+    """What an expect-tx names: `nbytes` for the current phase of `cta`'s barrier `barrier`. Its
+    kinds add no field: they are this dataclass under their own names (equal only to their kind)."""
+
+    barrier: str
+    nbytes: int
+    cta: int = 0
+    tile: int | None = None
+
+
+class ExpectTx(_Expecting):
     """expect-tx without an arrival."""
 
-    barrier: str
-    nbytes: int
-    cta: int = 0
-    tile: int | None = None
 
-
-@dataclass(frozen=True)
-class ArriveExpectTx:
+class ArriveExpectTx(_Expecting):
     """mbarrier.arrive.expect_tx: declare `nbytes` for the current phase, then arrive."""
-
-    barrier: str
-    nbytes: int
-    cta: int = 0
-    tile: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,21 +87,21 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class Consume:
+class _OfStage:
+    """What a reader's event names: `stage` of `cta`'s shared memory. Its kinds add no field, as
+    `_Expecting`'s."""
+
+    stage: int
+    cta: int = 0
+    tile: int | None = None
+
+
+class Consume(_OfStage):
     """Threads of `cta` read `stage` (must come after a wait that saw its bytes land)."""
 
-    stage: int
-    cta: int = 0
-    tile: int | None = None
 
-
-@dataclass(frozen=True)
-class Release:
+class Release(_OfStage):
     """`cta` is done reading `stage`: a later copy may overwrite it."""
-
-    stage: int
-    cta: int = 0
-    tile: int | None = None
 
 
 Event = Init | Arrive | ExpectTx | ArriveExpectTx | TmaCopy | Wait | Consume | Release
