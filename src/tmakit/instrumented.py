@@ -65,13 +65,32 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
                     stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
     @cute.jit
+    def stamped_wait(self, stamps, cta, lane, event: cutlass.Constexpr, step, wait, *args):
+        """`wait(*args)`, a wait for the `step`-th stage, between its stamps `<event>_begin` and
+        `<event>_end` (`plan.timeline`); its result returned."""
+        self.stamp(stamps, cta, self.layout.step_word(f"{event}_begin", step), lane)
+        result = wait(*args)
+        self.stamp(stamps, cta, self.layout.step_word(f"{event}_end", step), lane)
+        return result
+
+    @cute.jit
     def step_stamp(self, context: RingContext, event: cutlass.Constexpr, step):
         self.cta_stamp(context, self.layout.step_word(event, step))
 
     @cute.jit
     def cta_stamp(self, context: RingContext, word):
-        cta = context.block * self.multicast.cluster_size + context.rank
-        self.stamp(context.probe, cta, word, cute.arch.lane_idx())
+        self.stamp(context.probe, self.cta_of(context), word, cute.arch.lane_idx())
+
+    @cute.jit
+    def cta_of(self, context: RingContext):
+        """The CTA's index in the stamps: its cluster's first, plus its rank in the cluster."""
+        return context.block * self.multicast.cluster_size + context.rank
+
+    @cute.jit
+    def ring_wait(self, context: RingContext, event: cutlass.Constexpr, wait, step, failed):
+        """A ring hook's wait (`acquire_stage`, `wait_stage`: (stage, failed)), stamped."""
+        stamps, cta, lane = context.probe, self.cta_of(context), cute.arch.lane_idx()
+        return self.stamped_wait(stamps, cta, lane, event, step, wait, self, context, step, failed)
 
     @cute.jit
     def begin(self, shared_layout, walk, guard, probe) -> RingContext:
@@ -90,10 +109,7 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
 
     @cute.jit
     def acquire_stage(self, context: RingContext, step, failed):
-        self.step_stamp(context, "acquire_begin", step)
-        stage, failed = PipelinedMulticastKernel.acquire_stage(self, context, step, failed)
-        self.step_stamp(context, "acquire_end", step)
-        return stage, failed
+        return self.ring_wait(context, "acquire", PipelinedMulticastKernel.acquire_stage, step, failed)
 
     @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):
@@ -102,10 +118,7 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
 
     @cute.jit
     def wait_stage(self, context: RingContext, step, failed):
-        self.step_stamp(context, "wait_begin", step)
-        stage, failed = PipelinedMulticastKernel.wait_stage(self, context, step, failed)
-        self.step_stamp(context, "wait_end", step)
-        return stage, failed
+        return self.ring_wait(context, "wait", PipelinedMulticastKernel.wait_stage, step, failed)
 
     @cute.jit
     def release_stage(self, context: RingContext, stage, step, failed):
@@ -180,9 +193,7 @@ class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
         if warp == 0:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Producer, stages)
             for step in cutlass.range(steps, unroll=1):
-                self.stamp(stamps, cta, layout.step_word("acquire_begin", step), lane)
-                tma_pipeline.producer_acquire(state)
-                self.stamp(stamps, cta, layout.step_word("acquire_end", step), lane)
+                self.stamped_wait(stamps, cta, lane, "acquire", step, tma_pipeline.producer_acquire, state)
                 tile_coord = self.tile_of(cluster, step)
                 global_part, shared_part = cluster_slice_views(
                     multicast, load_atom, coordinate_view, ring[None, None, state.index], tile_coord, rank
@@ -201,9 +212,7 @@ class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
         else:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Consumer, stages)
             for step in cutlass.range(steps, unroll=1):
-                self.stamp(stamps, cta, layout.step_word("wait_begin", step), lane)
-                tma_pipeline.consumer_wait(state)
-                self.stamp(stamps, cta, layout.step_word("wait_end", step), lane)
+                self.stamped_wait(stamps, cta, lane, "wait", step, tma_pipeline.consumer_wait, state)
                 tile_coord = self.tile_of(cluster, step)
                 self.store_tile(ring[None, None, state.index], copies, tile_coord, rank, lane)
                 if cutlass.const_expr(self.store):
