@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import DTYPES, dtype_of, rows_view
 from ..errors import TmaConfigError
@@ -285,27 +286,18 @@ class ReducePlan:
 
 
 def reduce_class(
-    options: CopyOptions,
-    op: str,
-    dtype: str,
-    rank: int,
-    major: str,
-    transpose: bool,
-    tile: tuple[int, int],
-    sm_count: int,
-    fits_l2: bool,
-    rows_width: int | None = None,
-    kernel: str = "store",
+    options: CopyOptions, op: str, dtype: str, *class_arguments: Any, kernel: str = "store"
 ) -> ReducePlan:
-    """The plan of a shape-generic reduce: `plan.copy_class`'s copy with a reduce store (`kernel`
-    "ring": run as the load-add-store ring, `ring_copy`), the pair checked first (nothing is
-    planned for a refused one). The shape's own checks are the copy's (`plan.check_copy_shape` on
-    `ReducePlan.copy`)."""
+    """The plan of a shape-generic reduce: `plan.copy_class`'s copy (`options`, `dtype` and its
+    `class_arguments`, rank to rows_width, as `copy_class` takes them) with a reduce store
+    (`kernel` "ring": run as the load-add-store ring, `ring_copy`), the pair checked first
+    (nothing is planned for a refused one). The shape's own checks are the copy's
+    (`plan.check_copy_shape` on `ReducePlan.copy`)."""
     if kernel == "ring":
         check_ring(op, dtype)
     else:
         check_reduce(op, dtype)
-    copy = copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
+    copy = copy_class(options, dtype, *class_arguments)
     return reduce_plan(copy, op, kernel, options.stages is not None)
 
 
