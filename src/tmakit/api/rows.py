@@ -13,7 +13,9 @@ it held.
 
 from __future__ import annotations
 
+import functools
 import numbers
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
@@ -149,7 +151,7 @@ def index_add_(
         `dst`.
 
     Raises:
-        TmaConfigError: as `gather_rows`.
+        TmaConfigError: as `gather_rows`; an `alpha` that is not a number.
     """
     check_index, strict = flags("index_add_", check_index, strict)
     if not isinstance(alpha, numbers.Real):
@@ -158,15 +160,9 @@ def index_add_(
     if alpha == 1 and known_call("add", dst, index, src, check_index, strict):
         return dst
     index = checked_index(index, dst, "index_add_")
-    if alpha != 1:
-        refuse_strict(strict, "index_add_", f"alpha={alpha}: the bulk reduce adds the rows as they are")
-        if dst.dim():
-            check_rows("add", dst, index, src)
-            check_entries_unless_capturing(index, dst.shape[0], check_index)
-        torch_op(dst.index_add_, 0, index, src, alpha=alpha)
-        return dst
-    rows_call("add", dst, index, src, check_index, strict)
-    return dst
+    reason = None if alpha == 1 else f"alpha={alpha}: the bulk reduce adds the rows as they are"
+    by_torch = functools.partial(dst.index_add_, 0, index, src, alpha=alpha)
+    return reduced_rows("index_add_", "add", reason, (dst, index, src), check_index, strict, by_torch)
 
 
 def index_reduce_(
@@ -208,19 +204,38 @@ def index_reduce_(
         raise TmaConfigError(
             f"index_reduce_ reduce={reduce!r}: torch's index_reduce_ takes {', '.join(TORCH_REDUCES)}"
         )
-    reason = None
-    if reduce not in INDEX_REDUCES:
-        reason = f"reduce={reduce!r}: the bulk reduce has no {reduce}"
+    if reduce not in INDEX_REDUCES:  # torch's op, which the checks name "reduce"
+        op, reason = "reduce", f"reduce={reduce!r}: the bulk reduce has no {reduce}"
     elif not include_self:
-        reason = "include_self=False: the bulk reduce always reduces into dst's rows"
-    if reason is not None:
-        refuse_strict(strict, "index_reduce_", reason)
-        if dst.dim():
-            check_rows("reduce", dst, index, src)
-            check_entries_unless_capturing(index, dst.shape[0], check_index)
-        torch_op(dst.index_reduce_, 0, index, src, reduce, include_self=include_self)
+        op, reason = "reduce", "include_self=False: the bulk reduce always reduces into dst's rows"
+    else:
+        op, reason = INDEX_REDUCES[reduce], None
+    by_torch = functools.partial(dst.index_reduce_, 0, index, src, reduce, include_self=include_self)
+    return reduced_rows("index_reduce_", op, reason, (dst, index, src), check_index, strict, by_torch)
+
+
+def reduced_rows(
+    what: str,
+    op: str,
+    reason: str | None,
+    rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    check_index: bool,
+    strict: bool,
+    by_torch: Callable[[], object],
+) -> torch.Tensor:
+    """`what`'s call on `rows` (dst, its checked index, src): the bulk reduce's `op` of src's rows
+    into dst's, or where `reason` says why that cannot serve (TmaConfigError with `strict`),
+    torch's op `by_torch()` after the checks the bulk path makes of the rows and the index (a 0-D
+    dst has no rows to check). Returns dst."""
+    dst, index, src = rows
+    if reason is None:
+        rows_call(op, dst, index, src, check_index, strict)
         return dst
-    rows_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict)
+    refuse_strict(strict, what, reason)
+    if dst.dim():
+        check_rows(op, dst, index, src)
+        check_entries_unless_capturing(index, dst.shape[0], check_index)
+    torch_op(by_torch)
     return dst
 
 
