@@ -30,10 +30,16 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
+def matrix_tile_counts(shape: tuple, tile: tuple[int, int]) -> tuple:
+    """(row blocks, column tiles) of each matrix of `shape` (its last two dims) cut into `tile`s:
+    ceilings, so a partial strip or tile counts whole (plain or symbolic extents)."""
+    return ceil_div(shape[-2], tile[0]), ceil_div(shape[-1], tile[1])
+
+
 def padded_extents(shape: tuple, tile: tuple[int, int]) -> tuple:
     """`shape` with its rows and columns rounded up to whole tiles (plain or symbolic extents)."""
-    rows, cols = tile
-    return (*shape[:-2], ceil_div(shape[-2], rows) * rows, ceil_div(shape[-1], cols) * cols)
+    row_blocks, column_tiles = matrix_tile_counts(shape, tile)
+    return (*shape[:-2], row_blocks * tile[0], column_tiles * tile[1])
 
 
 def check_tile_count(tiles: int) -> None:
@@ -107,9 +113,14 @@ class LoadPlan:
         return math.prod(self.config.shape) * self.config.element.nbytes
 
     @property
+    def tile_counts(self) -> tuple[int, int]:
+        """(row blocks, column tiles) of each matrix (`matrix_tile_counts`)."""
+        return matrix_tile_counts(self.config.shape, self.config.tile)
+
+    @property
     def row_blocks(self) -> int:
         """Strips of rows per matrix (ceiling: a partial strip still gets a block)."""
-        return ceil_div(self.matrix_shape[0], self.config.tile[0])
+        return self.tile_counts[0]
 
     @property
     def grid(self) -> int:
@@ -119,11 +130,12 @@ class LoadPlan:
     @property
     def tiles_per_block(self) -> int:
         """Column tiles each block loads in sequence."""
-        return ceil_div(self.matrix_shape[1], self.config.tile[1])
+        return self.tile_counts[1]
 
     @property
     def total_tile_loads(self) -> int:
-        return self.grid * self.tiles_per_block
+        """Every tile of every matrix (as `TileWalk.total_tiles` counts them)."""
+        return math.prod(self.tile_counts) * self.batch_count
 
     @property
     def has_partial_tiles(self) -> bool:
