@@ -398,25 +398,42 @@ def test_a_large_same_layout_copy_takes_the_drivers_memcpy_past_the_l2():
     assert copy_route(padded, l2_bytes=l2).path == "tma"
 
 
-def test_the_drivers_launcher_is_torchs_copy_but_tmas_in_a_large_capture(monkeypatch):
+def test_the_drivers_launcher_is_torchs_copy_but_its_element_wise_kernel_in_a_large_capture(monkeypatch):
     """Up to GRAPH_MEMCPY_MOST_BYTES torch's copy_ serves eagerly and captured (a memcpy node);
-    past it, torch's copy_ eagerly and TMA's launcher inside a capture (stood in)."""
+    past it, torch's copy_ eagerly and its element-wise kernel on the same bits inside a capture,
+    as the widest integer the bytes and both addresses allow; a conjugate view, torch's copy_."""
     torch = pytest.importorskip("torch")
     from tmakit.api import copy_views
     from tmakit.plan.route import GRAPH_MEMCPY_MOST_BYTES
 
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    tma_launches = []
-    tma = lambda s, d: tma_launches.append(s) or d.copy_(s)  # noqa: E731
-    assert copy_views.driver_launcher(tma, GRAPH_MEMCPY_MOST_BYTES) is copy_views.torch_copy
-    launch = copy_views.driver_launcher(tma, GRAPH_MEMCPY_MOST_BYTES + 16)
-    src = torch.arange(64.0).view(8, 8)
-    for capturing[0] in (False, True):
-        tma_launches.clear()
-        dst = torch.zeros(8, 8)
-        launch(src, dst)
-        assert torch.equal(dst, src) and len(tma_launches) == capturing[0]
+    widths = []
+    bitwise_or = torch.bitwise_or
+    monkeypatch.setattr(
+        torch, "bitwise_or", lambda a, b, out: widths.append(a.dtype) or bitwise_or(a, b, out=out)
+    )
+    assert copy_views.driver_launcher(GRAPH_MEMCPY_MOST_BYTES) is copy_views.torch_copy
+    launch = copy_views.driver_launcher(GRAPH_MEMCPY_MOST_BYTES + 16)
+    assert launch.any_address
+    memory = torch.arange(-40.0, 40.0).half()
+    for src, dst, width in (
+        (memory[:64].view(8, 8), torch.zeros(8, 8).half(), torch.int64),
+        (memory[1:65].view(8, 8), torch.zeros(8, 8).half(), torch.int16),  # a 2-byte base
+        (memory[4:60].view(8, 7), torch.zeros(8, 7).half(), torch.int64),  # 112 bytes, an 8-byte base
+        (memory[4:39].view(5, 7), torch.zeros(5, 7).half(), torch.int16),  # 70 bytes
+    ):
+        for capturing[0] in (False, True):
+            widths.clear()
+            dst.fill_(0)
+            launch(src, dst)
+            assert torch.equal(dst.view(torch.int16), src.view(torch.int16))
+            assert widths == ([width] if capturing[0] else [])
+    z = torch.arange(16.0).view(4, 4) * (1 + 1j)
+    out = torch.zeros_like(z)
+    widths.clear()
+    launch(z.conj(), out)  # capturing: a lazily applied bit is torch's copy_'s
+    assert torch.equal(out, z.conj().resolve_conj()) and not widths
 
 
 # -- a bit torch applies lazily (a conjugate view): torch's copy_, on every call -------------------
@@ -498,9 +515,9 @@ def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward
 
 
 def test_a_copy_past_the_l2_runs_the_drivers_launcher(gpu_copies, monkeypatch):
-    """The route's BY_THE_DRIVER reason takes the driver's launcher: torch's copy_ eagerly (no TMA
-    launch), and inside a capture of a copy past GRAPH_MEMCPY_MOST_BYTES (here lowered) TMA's;
-    strict is TMA's always."""
+    """The route's BY_THE_DRIVER reason takes the driver's launcher: torch's copy_ eagerly and, in
+    a capture of a copy past GRAPH_MEMCPY_MOST_BYTES (here lowered), its element-wise kernel; no
+    TMA launch either way, any base address taken; strict is TMA's always."""
     torch = pytest.importorskip("torch")
     import tmakit
     from tmakit.api import copy_views
@@ -512,18 +529,18 @@ def test_a_copy_past_the_l2_runs_the_drivers_launcher(gpu_copies, monkeypatch):
     memory = torch.randn(4097 * 4096).half()  # 32 MiB of fp16: two streams past the stood-in 60 MiB L2
     src, dst = memory[: 4096 * 4096].view(4096, 4096), torch.empty(4096, 4096).half()
     assert tmakit.copy_path(dst, src).reason == BY_THE_DRIVER
-    for capturing[0], by_tma in ((False, 0), (True, 1), (True, 1), (False, 0)):
+    for capturing[0] in (False, True, True, False):
         launched.clear()
         dst.fill_(0)
         tmakit.copy_(dst, src)
-        assert torch.equal(dst, src) and len(launched) == by_tma, (capturing[0], launched)
+        assert torch.equal(dst, src) and not launched, (capturing[0], launched)
     launched.clear()
     tmakit.copy_(dst, src, strict=True)
     assert torch.equal(dst, src) and len(launched) == 1
     capturing[0] = True
     shifted = memory[1 : 1 + 4096 * 4096].view(4096, 4096)  # the same signature, an unaligned base
     launched.clear()
-    tmakit.copy_(dst, shifted)  # TMA cannot take it: torch's copy_ (the dispatch's fallback)
+    tmakit.copy_(dst, shifted)  # the same launcher: the element-wise kernel takes any base
     assert torch.equal(dst, shifted) and not launched
 
 

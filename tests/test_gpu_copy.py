@@ -198,11 +198,12 @@ def test_layout_changing_copies_through_the_api():
         assert torch.equal(found.view(torch.uint8), source.contiguous().view(torch.uint8)), dtype
 
 
-@pytest.mark.parametrize("graph_memcpy_most", [None, 0], ids=["memcpy-node", "tma-in-graphs"])
+@pytest.mark.parametrize("graph_memcpy_most", [None, 0], ids=["memcpy-node", "element-wise-in-graphs"])
 def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph(monkeypatch, graph_memcpy_most):
     """A row-major copy of one layout past the L2 takes torch's copy_ eagerly and, captured in a
-    CUDA graph, a memcpy node up to `GRAPH_MEMCPY_MOST_BYTES` and TMA's ring past it (here the
-    limit is also lowered to 0, so TMA's ring serves the captured copies):
+    CUDA graph, a memcpy node up to `GRAPH_MEMCPY_MOST_BYTES` and torch's element-wise kernel on
+    the same bits past it (here the limit is also lowered to 0, so that kernel serves the captured
+    copies, an odd byte count among them):
     bit-exact both ways into a poisoned destination; strict stays TMA's."""
     import torch
 
@@ -216,7 +217,7 @@ def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph(monkeypa
                                       fallback=api_copy.torch_copy, guard_of=api_copy.pair_guard)  # fmt: skip
         monkeypatch.setattr(api_copy, "_COPIES", fresh)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    cases = ((l2 // 2 + 4096, torch.float16), (l2 // 2 + 8, torch.bfloat16), (l2 + 16, torch.uint8))
+    cases = ((l2 // 2 + 4096, torch.float16), (l2 // 2 + 8, torch.bfloat16), (l2 + 17, torch.uint8))
     for numel, dtype in cases:
         source = (torch.arange(numel, device="cuda") % 251 - 125).to(dtype)
         found = torch.empty_like(source)

@@ -371,9 +371,8 @@ def routed_copy_launcher(
         check_copy_tensors(dst, src)  # names what is wrong
         raise
     route = copy_route(facts_read, l2_bytes=None if strict else l2_of(src))  # strict: TMA, no rule
-    if route.reason == BY_THE_DRIVER:  # torch's copy_, but TMA's inside a large capture: both
-        tma = routed(dst, src, options, copy_route(facts_read), strict)[1]
-        return driver_launcher(tma, src.numel() * src.element_size())
+    if route.reason == BY_THE_DRIVER:  # torch's copy_, or its element-wise kernel in a large capture
+        return driver_launcher(src.numel() * src.element_size())
     route, launcher = routed(dst, src, options, route, strict)
     if strict and route.tail:
         raise TmaConfigError(

@@ -96,22 +96,40 @@ def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
 torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
 
 
-def driver_launcher(tma: Launcher, nbytes: int) -> Launcher:
+def driver_launcher(nbytes: int) -> Launcher:
     """`plan.route.BY_THE_DRIVER`'s launcher of a copy of `nbytes`: torch's copy_ (the driver's
     memcpy), but inside a CUDA-graph capture of a copy past `GRAPH_MEMCPY_MOST_BYTES`, where
-    torch's would be a memcpy node, TMA's launcher `tma` (whose tensors' addresses the dispatch
-    checks, as any TMA launcher's)."""
+    torch's would be a memcpy node, torch's element-wise kernel moving the same bits (a view
+    whose bits torch applies lazily, conjugate or negative, takes torch's copy_ either way)."""
     if nbytes <= GRAPH_MEMCPY_MOST_BYTES:
         return torch_copy
     torch = import_torch("copy_")
 
     def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        if torch.cuda.is_current_stream_capturing():
-            tma(src, dst)
+        if torch.cuda.is_current_stream_capturing() and lazy_bit(dst, src) is None:
+            same_bits(src, dst)
         else:
             torch_copy(src, dst)
 
+    launch.any_address = True  # type: ignore[attr-defined]  # both ways take any base address
     return launch
+
+
+def same_bits(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """`dst` = `src` bit for bit through torch's element-wise kernel, not the memcpy: `bitwise_or`
+    with 0 on row-major views of both as the widest integer that divides the bytes and both
+    addresses (a later call of the same signature may start anywhere); a pair it cannot view so
+    (tensors that meet) takes torch's copy_, which decides."""
+    torch = import_torch("copy_")
+    spread = src.numel() * src.element_size() | src.data_ptr() | dst.data_ptr()
+    bits = getattr(torch, next(name for width, name in _INTEGERS.items() if spread % width == 0))
+    try:
+        torch.bitwise_or(src.view(-1).view(bits), 0, out=dst.view(-1).view(bits))
+    except RuntimeError:
+        torch_copy(src, dst)
+
+
+_INTEGERS = {8: "int64", 4: "int32", 2: "int16", 1: "uint8"}  # the widest first: fewer, wider loads
 
 
 def specialised_copy_launcher(
