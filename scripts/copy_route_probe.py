@@ -1,9 +1,9 @@
 """Which kernel a large copy should take inside a CUDA graph and eagerly (GPU): TMA's copy
 (`tmakit.copy_`, strict) with its default plan and with other options, the grouped copy of one
 pair (`tmakit.copy_many_`), torch's `copy_` (the driver's memcpy eagerly, a memcpy node in a
-graph), torch's element-wise kernel moving the same bits (`bitwise_or` with 0 on an integer view
-of both tensors) and inductor's compiled `copy_`; same-layout fp16 copies and transposing ones
-(a column-major source), past the L2.
+graph), torch's element-wise kernel moving the same bits (`copy_views.same_bits`, the driver's
+rule's kernel inside a large capture) and inductor's compiled `copy_`; same-layout fp16 copies
+and transposing ones (a column-major source), past the L2.
 
     python scripts/copy_route_probe.py --commit SHA --json OUT
 
@@ -21,6 +21,7 @@ import statistics
 import torch
 
 from tmakit import api
+from tmakit.api.copy_views import same_bits
 from tmakit.bench.report import device_context
 from tmakit.bench.suites import rotation_buffers
 from tmakit.bench.timing import eager_samples_us, interleaved_graph_samples_us
@@ -37,11 +38,6 @@ TMA_OPTIONS = {  # name: copy_'s keywords, each beside the default plan
         "tma_tile_128x128": {"tile": (128, 128)},
     },
 }
-
-
-def same_bits(x: torch.Tensor, o: torch.Tensor) -> None:
-    """o = x bit for bit through torch's element-wise kernel (not the memcpy)."""
-    torch.bitwise_or(x.view(torch.int64), 0, out=o.view(torch.int64))
 
 
 def calls_of(op: str) -> dict:
