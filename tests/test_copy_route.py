@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from route_facts import flat_pair
 from tmakit.config import contiguous_index, major_of
 from tmakit.errors import TmaConfigError
 from tmakit.limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
@@ -115,7 +116,7 @@ def draw_pairs(count: int, seed: int = 2026) -> list[tuple[str, ViewSpec, ViewSp
 def facts_of(dtype: str, src: ViewSpec, dst: ViewSpec, device: int = 0) -> PairFacts:
     nbytes = DTYPE_BYTES[dtype]
     addresses = BASE + src.offset() * nbytes, 2 * BASE + dst.offset() * nbytes
-    return PairFacts(
+    return flat_pair(
         src.shape, src.shape, src.strides(), dst.strides(), dtype, dtype, nbytes, *addresses, device, device
     )
 
@@ -126,21 +127,21 @@ def meets_tma_rules(facts: PairFacts) -> bool:
     row), or - with the dims taken in a suitable order and runs merged - rank 2 to 5 with a
     stride-1 dim among the last two of each tensor and every other stepped stride a positive
     multiple of 16 bytes."""
-    if facts.src_device < 0 or moved_dtype(facts.src_dtype) is None:
+    if facts.src.device < 0 or moved_dtype(facts.src.dtype) is None:
         return False
-    if 0 in facts.shape:
+    if 0 in facts.dst.shape:
         return True
-    if facts.src_address % GLOBAL_BASE_ALIGN or facts.dst_address % GLOBAL_BASE_ALIGN:
+    if facts.src.address % GLOBAL_BASE_ALIGN or facts.dst.address % GLOBAL_BASE_ALIGN:
         return False
     for shape, src_strides, dst_strides in (
-        (facts.shape, facts.src_strides, facts.dst_strides),
-        canonical_pair(facts.shape, facts.src_strides, facts.dst_strides),
+        (facts.dst.shape, facts.src.strides, facts.dst.strides),
+        canonical_pair(facts.dst.shape, facts.src.strides, facts.dst.strides),
     ):
         if len(shape) == 1 and src_strides == dst_strides == (1,):
             if shape[0] >= 16:  # rows of 16 elements or more, any tail after them
                 return True
         elif 2 <= len(shape) <= MAX_RANK and all(
-            fine_strides(shape, strides, facts.nbytes) for strides in (src_strides, dst_strides)
+            fine_strides(shape, strides, facts.src.nbytes) for strides in (src_strides, dst_strides)
         ):
             return True
     return False
@@ -161,15 +162,15 @@ def fine_strides(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) 
 
 def planner_takes(facts: PairFacts, route) -> None:
     """The copy class planner's checks of a TMA route (what `api.plan_copy` runs on its views)."""
-    shape, src_strides, dst_strides = route.view or (facts.shape, facts.src_strides, facts.dst_strides)
-    dtype = route.moved_as or moved_dtype(facts.src_dtype)
+    shape, src_strides, dst_strides = route.view or (facts.dst.shape, facts.src.strides, facts.dst.strides)
+    dtype = route.moved_as or moved_dtype(facts.src.dtype)
     options = CopyOptions()
     src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     transpose = src_major != dst_major
     tile = options.default_tile(dtype, transpose, None, 132)
     copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, 132, False)
     contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
-    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, facts.nbytes)
+    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, facts.src.nbytes)
 
 
 PAIRS = draw_pairs(2000)
@@ -233,7 +234,7 @@ def offsets(shape, src_strides, dst_strides):
     ],
 )  # fmt: skip
 def test_routes_name_their_path_and_reason(shape, src_strides, dst_strides, dtype, nbytes, path, why):
-    facts = PairFacts(shape, shape, src_strides, dst_strides, dtype, dtype, nbytes, BASE, BASE * 2, 0, 0)
+    facts = flat_pair(shape, shape, src_strides, dst_strides, dtype, dtype, nbytes, BASE, BASE * 2, 0, 0)
     route = copy_route(facts)
     assert route.path == path and why in str(route), route
 
@@ -254,7 +255,7 @@ def test_what_no_tma_path_takes_goes_to_torch_with_its_reason(change, why):
     values = dict(shape=(64, 64), src_shape=(64, 64), src_strides=(64, 1), dst_strides=(64, 1),
                   src_dtype="float16", dst_dtype="float16", nbytes=2, src_address=BASE,
                   dst_address=2 * BASE, src_device=0, dst_device=0)  # fmt: skip
-    route = copy_route(PairFacts(**{**values, **change}))
+    route = copy_route(flat_pair(**{**values, **change}))
     assert route.path == "torch" and why in route.reason and not route.by_tma
 
 
@@ -383,17 +384,17 @@ def test_a_large_same_layout_copy_takes_the_drivers_memcpy_past_the_l2():
     rule = TORCH_FASTER_BEYOND_L2["copy"]
     fits = int(rule.share_of_l2 * l2) // (2 * 4 * 4096)  # rows of fp32 whose two streams fit
     for rows, path in ((fits, "tma"), (fits + 1, "torch"), (65536, "torch")):
-        facts = PairFacts((rows, 4096), (rows, 4096), (4096, 1), (4096, 1), "float32", "float32", 4,
+        facts = flat_pair((rows, 4096), (rows, 4096), (4096, 1), (4096, 1), "float32", "float32", 4,
                           BASE, 1 << 44, 0, 0)  # fmt: skip
         route = copy_route(facts, l2_bytes=l2)
         assert route.path == path, (rows, route)
         assert (route.reason == BY_THE_DRIVER) == (path == "torch")
         assert copy_route(facts).path == "tma"  # no L2 given: strict, or a pure plan
     rows = 65536
-    transposed = PairFacts((rows, 4096), (rows, 4096), (1, rows), (4096, 1), "float32", "float32", 4,
+    transposed = flat_pair((rows, 4096), (rows, 4096), (1, rows), (4096, 1), "float32", "float32", 4,
                            BASE, 1 << 44, 0, 0)  # fmt: skip
     assert copy_route(transposed, l2_bytes=l2).path == "tma"  # transposed as laid out
-    padded = PairFacts((rows, 4096), (rows, 4096), (4104, 1), (4104, 1), "float32", "float32", 4,
+    padded = flat_pair((rows, 4096), (rows, 4096), (4104, 1), (4104, 1), "float32", "float32", 4,
                        BASE, 1 << 44, 0, 0)  # fmt: skip
     assert copy_route(padded, l2_bytes=l2).path == "tma"
 
@@ -441,9 +442,9 @@ def test_route_of_a_conjugate_or_negative_view_is_torchs():
     values = dict(shape=(64, 64), src_shape=(64, 64), src_strides=(64, 1), dst_strides=(64, 1),
                   src_dtype="complex64", dst_dtype="complex64", nbytes=8, src_address=BASE,
                   dst_address=2 * BASE, src_device=0, dst_device=0)  # fmt: skip
-    assert copy_route(PairFacts(**values)).path == "tma"  # moved as int64
+    assert copy_route(flat_pair(**values)).path == "tma"  # moved as int64
     for lazy in ("conjugate", "negative"):
-        route = copy_route(PairFacts(**values, lazy=lazy))
+        route = copy_route(flat_pair(**values, lazy=lazy))
         assert route.path == "torch" and f"a {lazy} view" in route.reason and "resolve_conj()" in route.reason
 
 
@@ -613,7 +614,7 @@ def test_tensors_that_require_grad_take_torchs_op_where_autograd_records_it():
 
 @pytest.mark.parametrize("dst_strides", [(4, 1), (0, 1), (64, 0)])
 def test_a_destination_that_may_overlap_itself_is_torchs_to_check(dst_strides):
-    facts = PairFacts((64, 64), (64, 64), (64, 1), dst_strides, "float32", "float32", 4, BASE, 1 << 40, 0, 0)
+    facts = flat_pair((64, 64), (64, 64), (64, 1), dst_strides, "float32", "float32", 4, BASE, 1 << 40, 0, 0)
     route = copy_route(facts)
     assert route.path == "torch" and "may map several of its elements to one address" in route.reason
     from tmakit.plan import reduce_route

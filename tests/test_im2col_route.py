@@ -20,7 +20,7 @@ import tmakit
 from tmakit import TmaConfigError
 from tmakit.api.im2col import copy_windows, gathered
 from tmakit.plan import Im2colFacts, Im2colPlan, PatchFacts, im2col_call, im2col_conv, im2col_route
-from tmakit.plan.route import PATHS
+from tmakit.plan.route import PATHS, TensorFacts
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -33,8 +33,13 @@ def facts(shape=(2, 8, 8, 16), kernel=3, strides=None, dtype="float16", nbytes=2
     """The facts of a contiguous CUDA tensor of `shape` (element strides from it unless given)."""
     if strides is None:
         strides = tuple(math.prod(shape[d + 1 :]) for d in range(len(shape)))
-    fields = dict(shape=shape, strides=strides, dtype=dtype, nbytes=nbytes, address=ALIGNED, device=0)
-    return Im2colFacts(kernel=kernel, **{**fields, **changes})
+    x = dict(shape=shape, strides=strides, dtype=dtype, nbytes=nbytes, address=ALIGNED, device=0)
+    x.update({name: value for name, value in changes.items() if name in X_FIELDS})
+    rest = {name: value for name, value in changes.items() if name not in X_FIELDS}
+    return Im2colFacts(TensorFacts(**x), kernel=kernel, **rest)
+
+
+X_FIELDS = {field.name for field in dataclasses.fields(TensorFacts)}
 
 
 # (facts, path, the start or a piece of the reason)
@@ -120,7 +125,7 @@ def test_the_route_is_tma_exactly_where_the_planner_accepts_a_contiguous_aligned
 def test_the_convolutions_own_arguments_are_refused_on_every_route(changes, message):
     for device in (0, -1):
         with pytest.raises(TmaConfigError, match=message):
-            im2col_route(dataclasses.replace(facts(), device=device, **changes))
+            im2col_route(facts(device=device, **changes))
 
 
 # -- the fallback against F.unfold ----------------------------------------------------------------
@@ -246,7 +251,7 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
     import importlib
 
     api_im2col = importlib.import_module("tmakit.api.im2col")
-    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(importlib.import_module("tmakit.api.tensors"), "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
     monkeypatch.setattr(api_im2col, "copy_windows", lambda *a: pytest.fail("launched"))
@@ -298,7 +303,7 @@ def gpu_stood_in(monkeypatch):
 
     api_im2col = importlib.import_module("tmakit.api.im2col")
     launched = []
-    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(importlib.import_module("tmakit.api.tensors"), "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launched.append(x))
     monkeypatch.setattr(api_im2col, "copy_windows", lambda conv, x, out: launched.append(x))
@@ -530,7 +535,7 @@ def test_im2col_by_chooses_the_kernel_and_a_kernel_that_cannot_serve_is_named():
     with pytest.raises(TmaConfigError, match=r"im2col_by='windows' cannot serve .*no dilation"):
         im2col_route(facts((1, 20, 20, 16), 3, dilation=2, im2col_by="windows"))
     with pytest.raises(TmaConfigError, match=r"im2col_by='loads': TMA does not serve this call: x is not on"):
-        im2col_route(dataclasses.replace(stem, device=-1, im2col_by="loads"))
+        im2col_route(facts((1, 20, 20, 16), 7, stride=2, padding=3, device=-1, im2col_by="loads"))
     with pytest.raises(TmaConfigError, match=r"im2col_by='gather'; im2col's kernels are 'loads', 'windows'"):
         im2col_route(dataclasses.replace(stem, im2col_by="gather"))
     with pytest.raises(TmaConfigError, match=r"im2col_by='loads': .* x is not on a CUDA device"):

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from route_facts import flat_pair
 from tmakit import TmaConfigError
 from tmakit.config import LoadConfig
 from tmakit.limits import SMEM_PER_BLOCK
@@ -16,7 +17,7 @@ from tmakit.plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan, ReducePla
 from tmakit.plan import reduce as plan_reduce
 from tmakit.plan.copy_defaults import copy_tile
 from tmakit.plan.reduce import RING_CONSUMER_WARPS, RING_DTYPES, chosen_kernel, reduce_kernel
-from tmakit.plan.route import BeyondL2, PairFacts
+from tmakit.plan.route import BeyondL2
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.launch import compile_copy
 
@@ -91,7 +92,7 @@ def test_the_rule_table_chooses_the_ring_past_its_share_of_the_l2_and_a_choice_o
 
 def test_a_route_on_the_ring_says_so_and_skips_the_torch_faster_rule():
     shape = (8192, 8192)  # 768 MiB moved: past every L2's share
-    facts = PairFacts(shape, shape, (8192, 1), (8192, 1), "float32", "float32", 4, 0, 0, 0, 0)
+    facts = flat_pair(shape, shape, (8192, 1), (8192, 1), "float32", "float32", 4, 0, 0, 0, 0)
     assert plan_reduce.reduce_route(facts, "add", 50 << 20).path == "torch"  # TORCH_FASTER_BEYOND_L2
     route = plan_reduce.reduce_route(facts, "add", 50 << 20, "ring")
     assert route.path == "tma" and route.reason.endswith("the load-add-store ring")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tmakit
+from route_facts import flat_pair
 from tmakit import TmaConfigError
 from tmakit.plan import REDUCE_OPS, reduce_route
 from tmakit.plan.route import PATHS, TORCH_FASTER_BEYOND_L2, PairFacts
@@ -41,7 +42,7 @@ def facts(
         src_device=0,
         dst_device=0,
     )
-    return PairFacts(**{**fields, **changed})
+    return flat_pair(**{**fields, **changed})
 
 
 # -- routes, pure Python -----------------------------------------------------------------------------

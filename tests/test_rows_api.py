@@ -10,29 +10,37 @@ from dataclasses import replace
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.plan.route import NOT_SM90
+from tmakit.plan.route import NOT_SM90, TensorFacts
 from tmakit.plan.rows import RowsFacts, RowsPlan, rows_tma_rule
 
-FACTS = RowsFacts(
-    op="gather",
-    table_shape=(1000, 256),
-    table_strides=(256, 1),
-    compact_shape=(64, 256),
-    compact_strides=(256, 1),
-    dtype="float32",
-    nbytes=4,
-    table_address=1 << 20,
-    compact_address=2 << 20,
-    device=0,
-    index_device=0,
-    index_dtype="int64",
-    gpu="NVIDIA H200",  # where bulk copies gather 1 KiB rows
-)
+
+def rows_facts(
+    op: str = "gather",
+    table_shape: tuple[int, ...] = (1000, 256),
+    table_strides: tuple[int, ...] = (256, 1),
+    compact_shape: tuple[int, ...] = (64, 256),
+    compact_strides: tuple[int, ...] = (256, 1),
+    dtype: str = "float32",
+    nbytes: int = 4,
+    table_address: int = 1 << 20,
+    compact_address: int = 2 << 20,
+    device: int = 0,
+    **rest: object,
+) -> RowsFacts:
+    """A rows call's facts by flat fields: `dtype`, `nbytes` and `device` both tensors'. By
+    default a gather of float32 rows of 1 KiB, where bulk copies gather them on the H200."""
+    table = TensorFacts(table_shape, table_strides, dtype, nbytes, table_address, device)
+    compact = TensorFacts(compact_shape, compact_strides, dtype, nbytes, compact_address, device)
+    fields = {"index_device": 0, "index_dtype": "int64", "gpu": "NVIDIA H200", **rest}
+    return RowsFacts(op, table, compact, **fields)  # type: ignore[arg-type]
+
+
+FACTS = rows_facts()
 
 
 def test_rows_of_contiguous_16_byte_multiples_are_served():
     assert rows_tma_rule(FACTS) is None
-    wider = replace(FACTS, table_shape=(1000, 4, 64), table_strides=(512, 64, 1), compact_shape=(64, 4, 64),
+    wider = rows_facts(table_shape=(1000, 4, 64), table_strides=(512, 64, 1), compact_shape=(64, 4, 64),
                     compact_strides=(256, 64, 1))  # fmt: skip
     assert rows_tma_rule(wider) is None  # table rows 2 KiB apart: a strided table is served
 
@@ -65,7 +73,7 @@ def test_rows_of_contiguous_16_byte_multiples_are_served():
     ],
 )
 def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
-    assert re.search(reason, rows_tma_rule(replace(FACTS, **change)))
+    assert re.search(reason, rows_tma_rule(rows_facts(**change)))
 
 
 @pytest.mark.parametrize(
@@ -79,7 +87,7 @@ def test_what_bulk_row_copies_cannot_serve_is_named(change, reason):
 def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op, width, gpu, served):
     """float32 rows of `width` (4 x width bytes): gathers from 16 bytes to 1 KiB (to 2 KiB on the
     H200), scatters and adds from 256 bytes (the rows study)."""
-    facts = replace(FACTS, op=op, table_shape=(1000, width), table_strides=(width, 1),
+    facts = rows_facts(op=op, table_shape=(1000, width), table_strides=(width, 1),
                     compact_shape=(64, width), compact_strides=(width, 1), gpu=gpu)  # fmt: skip
     assert (rows_tma_rule(facts) is None) == served
     assert rows_tma_rule(facts, strict=True) is None
@@ -208,7 +216,10 @@ def test_a_call_torch_serves_for_autograd_or_a_lazy_bit_is_not_kept_for_plain_ca
     from tmakit.api import rows_call
 
     launched = []
-    monkeypatch.setattr(rows_call, "cuda_index", lambda tensor: 0)
+    from tmakit.api import tensors
+
+    for module in (rows_call, tensors):  # the tensors' and the index's device: CUDA 0
+        monkeypatch.setattr(module, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(rows_call, "device_name", lambda index: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(rows_call, "_launcher", lambda *args: lambda *tensors: launched.append(args[0]))
     table, index = torch.randn(16, 64), torch.tensor([3, 1])  # rows of 256 bytes: the kernel's
@@ -235,3 +246,8 @@ def test_a_gather_autograd_records_returns_torchs_differentiable_result():
     assert torch.equal(table.grad[9], torch.full((6,), 2.0)) and not table.grad[1].any()
     with pytest.raises(TmaConfigError, match="requires grad"):
         tmakit.gather_rows(table, index, strict=True)
+
+
+def test_a_compact_tensor_on_another_device_than_the_table_is_named():
+    elsewhere = replace(FACTS, compact=replace(FACTS.compact, device=1))
+    assert "not on one CUDA device" in rows_tma_rule(elsewhere)

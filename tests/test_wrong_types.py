@@ -280,7 +280,7 @@ def stand_ins(monkeypatch):
         monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
         monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api_im2col, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_rows, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_rows, "device_name", lambda index: "a stand-in GPU")
     monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)

@@ -65,9 +65,10 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
                     stamps[plane, cta, layout.identity_word("rank")] = cutlass.Int64(rank)
 
     @cute.jit
-    def stamped_wait(self, stamps, cta, lane, event: cutlass.Constexpr, step, wait, *args):
+    def stamped_wait(self, where, event: cutlass.Constexpr, step, wait, *args):
         """`wait(*args)`, a wait for the `step`-th stage, between its stamps `<event>_begin` and
-        `<event>_end` (`plan.timeline`); its result returned."""
+        `<event>_end` (`plan.timeline`) at `where` (stamps, CTA, lane); its result returned."""
+        stamps, cta, lane = where
         self.stamp(stamps, cta, self.layout.step_word(f"{event}_begin", step), lane)
         result = wait(*args)
         self.stamp(stamps, cta, self.layout.step_word(f"{event}_end", step), lane)
@@ -89,8 +90,8 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
     @cute.jit
     def ring_wait(self, context: RingContext, event: cutlass.Constexpr, wait, step, failed):
         """A ring hook's wait (`acquire_stage`, `wait_stage`: (stage, failed)), stamped."""
-        stamps, cta, lane = context.probe, self.cta_of(context), cute.arch.lane_idx()
-        return self.stamped_wait(stamps, cta, lane, event, step, wait, self, context, step, failed)
+        where = (context.probe, self.cta_of(context), cute.arch.lane_idx())
+        return self.stamped_wait(where, event, step, wait, self, context, step, failed)
 
     @cute.jit
     def begin(self, shared_layout, walk, guard, probe) -> RingContext:
@@ -193,7 +194,7 @@ class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
         if warp == 0:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Producer, stages)
             for step in cutlass.range(steps, unroll=1):
-                self.stamped_wait(stamps, cta, lane, "acquire", step, tma_pipeline.producer_acquire, state)
+                self.stamped_wait((stamps, cta, lane), "acquire", step, tma_pipeline.producer_acquire, state)
                 tile_coord = self.tile_of(cluster, step)
                 global_part, shared_part = cluster_slice_views(
                     multicast, load_atom, coordinate_view, ring[None, None, state.index], tile_coord, rank
@@ -212,7 +213,7 @@ class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
         else:
             state = cutlass_pipeline.make_pipeline_state(cutlass_pipeline.PipelineUserType.Consumer, stages)
             for step in cutlass.range(steps, unroll=1):
-                self.stamped_wait(stamps, cta, lane, "wait", step, tma_pipeline.consumer_wait, state)
+                self.stamped_wait((stamps, cta, lane), "wait", step, tma_pipeline.consumer_wait, state)
                 tile_coord = self.tile_of(cluster, step)
                 self.store_tile(ring[None, None, state.index], copies, tile_coord, rank, lane)
                 if cutlass.const_expr(self.store):

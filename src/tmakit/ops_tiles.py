@@ -27,6 +27,7 @@ from .ops_base import (
 from .plan import IM2COL_DTYPES, Im2colFacts, LoadPlan, im2col_call
 from .plan.im2col_rules import pair
 from .plan.load import padded_extents
+from .plan.route import TensorFacts
 from .validate import check_rank
 
 
@@ -130,10 +131,8 @@ def im2col_fake(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     pairs = im2col_pairs(conv)
     shape, strides = tuple(x.shape), tuple(x.stride())
     if all(type(value) is int for value in (*shape, *strides)):
-        facts = Im2colFacts(
-            shape, strides, dtype_name(x.dtype), x.element_size(), 0, x.device.index or 0, *pairs,
-            sm_count=DEFAULT_SM_COUNT,
-        )  # fmt: skip
+        read = TensorFacts(shape, strides, dtype_name(x.dtype), x.element_size(), 0, x.device.index or 0)
+        facts = Im2colFacts(read, *pairs, sm_count=DEFAULT_SM_COUNT)
         call = im2col_call(facts)
         if not call.route.by_tma:
             raise TmaConfigError(f"torch.ops.{NAMESPACE}.im2col {TRACING}: {call.route.reason}")

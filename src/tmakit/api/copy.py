@@ -16,7 +16,7 @@ from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
 from ..plan.copy_layout import copy_rows_view
 from ..plan.route import BY_THE_DRIVER, Route, copy_route
-from ..runtime.dispatch import CopyDispatch, Launcher, TensorFacts
+from ..runtime.dispatch import CopyDispatch, Launcher, Signature
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank, flag
 from .copy_views import (
@@ -169,13 +169,13 @@ def plan_copy(
     dst: torch.Tensor,
     src: torch.Tensor,
     options: CopyOptions,
-    facts: TensorFacts | None = None,
+    facts: Signature | None = None,
     shape_generic: bool | None = None,
     compiled: bool = True,
 ) -> Launcher | None:
     """Check a copy's configuration in full and return its (compiled) launcher; an empty copy's
     launcher does nothing. `facts`: what the caller has read off the tensors already
-    (`runtime.dispatch.TensorFacts`). `compiled=False` checks everything and compiles nothing
+    (`runtime.dispatch.Signature`). `compiled=False` checks everything and compiles nothing
     (`copy_path`): None then stands for a launcher not yet compiled.
 
     Shape-generic (the default where TVM-FFI is installed): the launcher of the copy's class
@@ -275,9 +275,9 @@ def class_key(
     return (options, dtype, device, len(shape), src_major, dst_major, fits_l2, small)
 
 
-def known_class(src: torch.Tensor, options: CopyOptions, facts: TensorFacts) -> CopyClass | None:
+def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> CopyClass | None:
     """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
-    new shape's lookup; `facts`: `runtime.dispatch.TensorFacts`); None for anything else - other
+    new shape's lookup; `facts`: `runtime.dispatch.Signature`); None for anything else - other
     tensors, other classes, rows views, empty tensors - which then takes `plan_copy`'s full path.
     Equal dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was
     checked when the class was made."""
@@ -361,7 +361,7 @@ def copy_path(
 
 
 def routed_copy_launcher(
-    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: TensorFacts, strict: bool = False
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: Signature, strict: bool = False
 ) -> Launcher:
     """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
     picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""

@@ -21,12 +21,12 @@ from .known import calls_table, known_call
 from .tensors import (
     bump_versions,
     check_torch_tensor,
-    cuda_index,
     detached,
     device_facts,
     import_torch,
     lazy_bit,
     recorded_by_autograd,
+    tensor_facts,
 )
 
 if TYPE_CHECKING:
@@ -231,19 +231,14 @@ def im2col_facts(
     """What `plan.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
     check_torch_tensor(x, "im2col", "x")
-    device = cuda_index(x)
+    read = tensor_facts(x)
     return Im2colFacts(
-        tuple(int(e) for e in x.shape),
-        tuple(int(s) for s in x.stride()),
-        str(x.dtype).removeprefix("torch."),
-        x.element_size(),
-        x.data_ptr(),
-        device,
+        read,
         kernel,
         stride,
         padding,
         dilation,
-        sm_count=device_facts(x.device)[0] if device >= 0 else DEFAULT_SM_COUNT,
+        sm_count=device_facts(x.device)[0] if read.device >= 0 else DEFAULT_SM_COUNT,
         im2col_by=im2col_by,  # type: ignore[arg-type]  # checked by the route
     )
 

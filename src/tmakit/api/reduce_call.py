@@ -24,7 +24,7 @@ from ..plan import (
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.reduce import RING_REASON, moved_bytes, reduce_kernel, reduce_plan
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, TensorFacts
+from ..runtime.dispatch import Launcher, Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank
@@ -85,7 +85,7 @@ def routed_reduce_launcher(
     dst: torch.Tensor,
     src: torch.Tensor,
     options: CopyOptions,
-    facts: TensorFacts,
+    facts: Signature,
     op: str,
     strict: bool,
     reduce_by: str | None = None,
@@ -151,12 +151,13 @@ def plan_reduce_call(
     check_torch_tensor(src, "reduce_into_", "src")
     if strict:
         check_reduce_tensors(dst, src, op)
-    facts = replace(pair_facts(dst, src), src_address=0, dst_address=0)
-    l2_bytes = None if facts.src_device < 0 else device_facts(dst.device)[1]
+    read = pair_facts(dst, src)
+    facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
+    l2_bytes = None if facts.src.device < 0 else device_facts(dst.device)[1]
     route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
-        by = reduce_kernel(reduce_by, reduce_op(op), facts.src_dtype, moved_bytes(facts), l2_bytes)
+        by = reduce_kernel(reduce_by, reduce_op(op), facts.src.dtype, moved_bytes(facts), l2_bytes)
         kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
         if kernel is None and reduce_by is None and by == "ring":
             # the rule's ring cannot take the call (layouts that differ, a depth for one tile a

@@ -24,6 +24,7 @@ from .tensors import (
     import_torch,
     lazy_bit,
     recorded_by_autograd,
+    tensor_facts,
 )
 
 if TYPE_CHECKING:
@@ -273,21 +274,14 @@ def refuse_strict(strict: bool, what: str, reason: str) -> None:
 
 
 def facts(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> RowsFacts:
-    device = cuda_index(table)
+    read = tensor_facts(table)
     return RowsFacts(
         op=op,
-        table_shape=tuple(table.shape),
-        table_strides=tuple(table.stride()),
-        compact_shape=tuple(compact.shape),
-        compact_strides=tuple(compact.stride()),
-        dtype=dtype_name(table.dtype),
-        nbytes=table.element_size(),
-        table_address=table.data_ptr(),
-        compact_address=compact.data_ptr(),
-        device=device,
+        table=read,
+        compact=tensor_facts(compact),
         index_device=cuda_index(index),
         index_dtype=dtype_name(index.dtype),
         lazy=lazy_bit(table, compact),
         recorded=recorded_by_autograd(table, compact),
-        gpu=device_name(device) if device >= 0 else "",
+        gpu=device_name(read.device) if read.device >= 0 else "",
     )

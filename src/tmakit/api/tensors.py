@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import MAX_RANK
-from ..plan.route import NOT_SM90, RECORDED_BY_AUTOGRAD, PairFacts, lazy_reason
+from ..plan.route import NOT_SM90, RECORDED_BY_AUTOGRAD, PairFacts, TensorFacts, lazy_reason
 from ..validate import check_base_address, check_rank, type_name
 
 if TYPE_CHECKING:
@@ -340,20 +340,19 @@ def dtype_name(dtype: torch.dtype) -> str:
 _DTYPE_NAMES: dict = {}
 
 
+def tensor_facts(tensor: torch.Tensor) -> TensorFacts:
+    """What a route reads of one torch tensor (`plan.route.TensorFacts`)."""
+    return TensorFacts(
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        dtype_name(tensor.dtype),
+        tensor.element_size(),
+        tensor.data_ptr(),
+        cuda_index(tensor),
+    )
+
+
 def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
     """What a two-tensor call's route is a function of (`plan.route.PairFacts`), read off torch
-    tensors: dtypes by torch's names, `src`'s element size."""
-    return PairFacts(
-        shape=tuple(dst.shape),
-        src_shape=tuple(src.shape),
-        src_strides=tuple(src.stride()),
-        dst_strides=tuple(dst.stride()),
-        src_dtype=dtype_name(src.dtype),
-        dst_dtype=dtype_name(dst.dtype),
-        nbytes=src.element_size(),
-        src_address=src.data_ptr(),
-        dst_address=dst.data_ptr(),
-        src_device=cuda_index(src),
-        dst_device=cuda_index(dst),
-        lazy=lazy_bit(dst, src),
-    )
+    tensors."""
+    return PairFacts(tensor_facts(dst), tensor_facts(src), lazy_bit(dst, src))

@@ -18,7 +18,15 @@ from ..validate import check_base_address
 from .copy_layout import check_copy_layout
 from .im2col import WINDOWS_TILE_ROWS, Im2colConv, Im2colPlan, im2col_conv, im2col_windows
 from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
-from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, Route, lazy_reason, torch_route
+from .route import (
+    NOT_SM90,
+    NOT_SM90_REASON,
+    RECORDED_BY_AUTOGRAD,
+    Route,
+    TensorFacts,
+    lazy_reason,
+    torch_route,
+)
 
 IM2COL_OP = "im2col"
 # Im2col loads of pixels whose channels span at most WINDOWS_MAX_CHANNEL_BYTES move narrow columns;
@@ -45,19 +53,13 @@ class PatchFacts:
 
 @dataclass(frozen=True)
 class Im2colFacts:
-    """What an im2col call's route is a function of: x's `shape`, element `strides`, dtype by
-    torch's name (`float16`), element size `nbytes`, base `address` and CUDA `device` index (-1:
-    not on a CUDA device); the convolution's arguments as the caller passed them; `out`'s facts
-    where one is given; the device's SM count (the plan's stages); whether autograd records the
-    call (x or out requires grad, with grad mode on); a bit torch applies lazily to x or out
-    ("conjugate", "negative"); the kernel the caller chose (`IM2COL_KERNELS`), None for the rule."""
+    """What an im2col call's route is a function of: x's facts (the NHWC activation); the
+    convolution's arguments as the caller passed them; `out`'s facts where one is given; the
+    device's SM count (the plan's stages); whether autograd records the call (x or out requires
+    grad, with grad mode on); a bit torch applies lazily to x or out ("conjugate", "negative");
+    the kernel the caller chose (`IM2COL_KERNELS`), None for the rule."""
 
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: str
-    nbytes: int
-    address: int
-    device: int
+    x: TensorFacts
     kernel: object
     stride: object = 1
     padding: object = 0
@@ -122,7 +124,7 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
        that copy). A kernel the caller chose (`facts.im2col_by`) that cannot serve the call raises
        TmaConfigError naming why, instead of taking torch's expression (here, and where the
        tensors lie: `Im2colCall.placed`)."""
-    conv = im2col_conv(facts.shape, facts.kernel, facts.stride, facts.padding, facts.dilation)
+    conv = im2col_conv(facts.x.shape, facts.kernel, facts.stride, facts.padding, facts.dilation)
     check_im2col_by(facts.im2col_by)
 
     def by_torch(reason: str) -> Im2colCall:
@@ -130,14 +132,14 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             raise TmaConfigError(f"im2col_by={facts.im2col_by!r}: TMA does not serve this call: {reason}")
         return Im2colCall(conv, torch_route(IM2COL_OP, reason))
 
-    if facts.device == NOT_SM90:
+    if facts.x.device == NOT_SM90:
         return by_torch(f"x is on {NOT_SM90_REASON}")
-    if facts.device < 0:
+    if facts.x.device < 0:
         return by_torch("x is not on a CUDA device; TMA loads GPU memory: move it with .cuda() first")
-    dtype = _IM2COL_BY_TORCH.get(facts.dtype)
+    dtype = _IM2COL_BY_TORCH.get(facts.x.dtype)
     if dtype is None:
         takes = ", ".join(DTYPES[name].torch_name for name in IM2COL_DTYPES)
-        return by_torch(f"dtype {facts.dtype}; TMA im2col takes {takes}: convert x with .to() first")
+        return by_torch(f"dtype {facts.x.dtype}; TMA im2col takes {takes}: convert x with .to() first")
     plan: Im2colPlan | None
     try:
         plan = Im2colPlan(
@@ -149,9 +151,9 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         plan = None  # the patch matrix is x's own memory as rows
     except TmaConfigError as refused:
         return by_torch(str(refused))
-    if not is_compact(conv.shape, facts.strides):
+    if not is_compact(conv.shape, facts.x.strides):
         return by_torch(
-            f"x of shape {conv.shape} has strides {facts.strides}; TMA im2col takes a contiguous NHWC "
+            f"x of shape {conv.shape} has strides {facts.x.strides}; TMA im2col takes a contiguous NHWC "
             "tensor: pass x.contiguous() (a channels_last NCHW tensor t: t.permute(0, 2, 3, 1))"
         )
     if plan is None:
@@ -165,7 +167,7 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             conv, Route(IM2COL_OP, "tma", f"a 1x1 patch matrix: x copied as {rows} x {channels} rows")
         )
     run = conv.run
-    long_run = run * facts.nbytes >= WINDOWS_MIN_RUN_BYTES
+    long_run = run * facts.x.nbytes >= WINDOWS_MIN_RUN_BYTES
     chosen = facts.im2col_by == "windows" or (facts.im2col_by is None and long_run)
     windows = windows_serve(conv, dtype) if chosen else False
     if facts.im2col_by == "windows" and not windows:
@@ -177,7 +179,7 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
     if windows:
         reason = (
             f"the zero-padded input's overlapping windows copied, {WINDOWS_TILE_ROWS} runs of {run} "
-            f"elements a tile (channels of {conv.shape[3] * facts.nbytes} bytes: im2col loads move them "
+            f"elements a tile (channels of {conv.shape[3] * facts.x.nbytes} bytes: im2col loads move them "
             "slower)"
         )
         return Im2colCall(conv, Route(IM2COL_OP, "tma", reason), windows=True, im2col_by=facts.im2col_by)
@@ -196,10 +198,10 @@ def planned_route(plan: Im2colPlan, im2col_by: str | None = None) -> Im2colCall:
     rule): what `tmakit plan` and `explain` show. TmaConfigError as `im2col_call`'s."""
     n, h, w, c = plan.shape
     element = DTYPES[plan.dtype]
+    x = TensorFacts(plan.shape, (h * w * c, w * c, c, 1), element.torch_name, element.nbytes, 0, 0)
     facts = Im2colFacts(
-        plan.shape, (h * w * c, w * c, c, 1), element.torch_name, element.nbytes, 0, 0, plan.filter,
-        plan.stride, plan.padding, plan.dilation, sm_count=plan.sm_count, im2col_by=im2col_by,
-    )  # fmt: skip
+        x, plan.filter, plan.stride, plan.padding, plan.dilation, sm_count=plan.sm_count, im2col_by=im2col_by
+    )
     return im2col_call(facts)
 
 
@@ -279,4 +281,4 @@ def im2col_route(facts: Im2colFacts) -> Route:
     """The path an im2col call takes (`route.PATHS`: "tma" or "torch") and why: `im2col_call`'s
     route, placed where `facts` says the tensors lie. Raises TmaConfigError for the convolution's
     own arguments (`im2col_conv`), which no path serves."""
-    return im2col_call(facts).placed(facts.address, facts.out, facts.records_grad, facts.lazy)
+    return im2col_call(facts).placed(facts.x.address, facts.out, facts.records_grad, facts.lazy)

@@ -122,7 +122,7 @@ RING_BEYOND_L2: dict[str, BeyondL2] = {
 def moved_bytes(facts: PairFacts) -> int:
     """What a reduce moves, the measure the rule tables compare with the L2: its three streams
     (src read, dst read and written)."""
-    return 3 * math.prod(facts.shape) * facts.nbytes
+    return 3 * math.prod(facts.dst.shape) * facts.src.nbytes
 
 
 def reduce_kernel(chosen: str | None, op: str, dtype: str, moved: int, l2_bytes: int | None) -> str:
@@ -331,12 +331,12 @@ def reduce_route(
     )
     if shared is not None:
         return shared
-    refused = pair_rule(op, facts.src_dtype)
+    refused = pair_rule(op, facts.src.dtype)
     if refused is not None:
         return torch_route(op, refused)
-    if 0 in facts.shape:
+    if 0 in facts.dst.shape:
         return Route(op, "empty", "no element to reduce")
-    for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
+    for name, address in (("src", facts.src.address), ("dst", facts.dst.address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(
                 op,
@@ -344,25 +344,25 @@ def reduce_route(
                 "a .clone() is)",
             )
     moved = moved_bytes(facts)
-    if reduce_by is None and not strict and torch_faster(op, facts.src_dtype, moved, l2_bytes):
+    if reduce_by is None and not strict and torch_faster(op, facts.src.dtype, moved, l2_bytes):
         return torch_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA's kernels there"
         )
-    ring = reduce_kernel(reduce_by, op, facts.src_dtype, moved, l2_bytes) == "ring"
+    ring = reduce_kernel(reduce_by, op, facts.src.dtype, moved, l2_bytes) == "ring"
     by = RING_REASON if ring else ""
-    if strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes) is None:
+    if strided_rule(facts.dst.shape, facts.src.strides, facts.dst.strides, facts.src.nbytes) is None:
         return Route(op, "tma", f"the tensors as laid out{by}")
-    shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
+    shape, src_strides, dst_strides = canonical_pair(facts.dst.shape, facts.src.strides, facts.dst.strides)
     reason = "a view of the same memory (dims permuted together, runs merged)"
     if len(shape) == 1 and src_strides == dst_strides == (1,):
-        rows = rows_view(shape[0], facts.nbytes)
+        rows = rows_view(shape[0], facts.src.nbytes)
         if rows is None:
             return torch_route(
                 op, f"a compact run of {shape[0]} elements is no whole number of rows of 16-byte multiples"
             )
         shape, src_strides, dst_strides = rows, (rows[1], 1), (rows[1], 1)
         reason = f"a compact run as {rows[0]} x {rows[1]} rows"
-    broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
+    broken = strided_rule(shape, src_strides, dst_strides, facts.src.nbytes)
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", f"{reason}{by}", None, (shape, src_strides, dst_strides))

@@ -110,25 +110,30 @@ class Route:
         return f"{self.op}: {self.path} ({self.reason}{moved})"
 
 
-@dataclass  # not frozen: built for every new shape's route, in a third of a frozen one's time
-class PairFacts:
-    """What a two-tensor call's route is a function of: `shape` is the destination's; dtypes by
-    torch's names (`float16`, `bool`); `nbytes` the element size; addresses and device indices
-    as torch gives them (-1: not a CUDA device; `NOT_SM90`: a GPU that is not a Hopper). Read,
-    never changed (`dataclasses.replace` makes another)."""
+# Not frozen: read off the tensors of every new shape's route, in a third of a frozen one's time.
+@dataclass(slots=True)
+class TensorFacts:
+    """What a route reads of one tensor: its shape and element strides as torch gives them, its
+    dtype by torch's name (`float16`, `bool`), element size `nbytes`, base `address` and device
+    index (-1: not a CUDA device; `NOT_SM90`: a GPU that is not a Hopper). Read, never changed
+    (`dataclasses.replace` makes another)."""
 
     shape: tuple[int, ...]
-    src_shape: tuple[int, ...]
-    src_strides: tuple[int, ...]
-    dst_strides: tuple[int, ...]
-    src_dtype: str
-    dst_dtype: str
+    strides: tuple[int, ...]
+    dtype: str
     nbytes: int
-    src_address: int
-    dst_address: int
-    src_device: int
-    dst_device: int
-    lazy: str | None = None  # a bit torch applies as it reads ("conjugate", "negative"); TMA moves bits
+    address: int
+    device: int
+
+
+@dataclass
+class PairFacts:
+    """What a two-tensor call's route is a function of: the destination's facts and the source's,
+    and a bit torch applies to either as it reads ("conjugate", "negative"; TMA moves bits)."""
+
+    dst: TensorFacts
+    src: TensorFacts
+    lazy: str | None = None
 
 
 # A route's device index for a GPU tmakit's kernels cannot run on, and why torch's op serves it.
@@ -153,23 +158,23 @@ def torch_pair_rule(facts: PairFacts, op: str, match: str, one_dtype: str) -> Ro
     to the destination (TmaConfigError: `match` says what the op needs); torch's op for tensors
     not both on one CUDA device, a dtype change (`one_dtype` says why TMA cannot), a broadcast
     source, a lazily applied bit, a destination that may overlap itself. None: none applies."""
-    if facts.src_shape != facts.shape and not broadcasts(facts.src_shape, facts.shape):
+    if facts.src.shape != facts.dst.shape and not broadcasts(facts.src.shape, facts.dst.shape):
         raise TmaConfigError(
-            f"destination is {facts.shape}, source {facts.src_shape}: the source does not broadcast "
+            f"destination is {facts.dst.shape}, source {facts.src.shape}: the source does not broadcast "
             f"to the destination's shape; {match}"
         )
-    if NOT_SM90 in (facts.src_device, facts.dst_device):
+    if NOT_SM90 in (facts.src.device, facts.dst.device):
         return torch_route(op, f"a tensor is on {NOT_SM90_REASON}")
-    if facts.src_device < 0 or facts.src_device != facts.dst_device:
+    if facts.src.device < 0 or facts.src.device != facts.dst.device:
         return torch_route(op, "the tensors are not both on one CUDA device")
-    if facts.src_dtype != facts.dst_dtype:
-        return torch_route(op, f"a dtype change ({facts.src_dtype} to {facts.dst_dtype}): {one_dtype}")
-    if facts.src_shape != facts.shape:
-        return torch_route(op, f"a broadcast source ({facts.src_shape} to {facts.shape})")
+    if facts.src.dtype != facts.dst.dtype:
+        return torch_route(op, f"a dtype change ({facts.src.dtype} to {facts.dst.dtype}): {one_dtype}")
+    if facts.src.shape != facts.dst.shape:
+        return torch_route(op, f"a broadcast source ({facts.src.shape} to {facts.dst.shape})")
     if facts.lazy is not None:
         return torch_route(op, lazy_reason(facts.lazy))
-    if overlaps_itself(facts.shape, facts.dst_strides):
-        return torch_route(op, self_overlap_reason(facts.dst_strides))
+    if overlaps_itself(facts.dst.shape, facts.dst.strides):
+        return torch_route(op, self_overlap_reason(facts.dst.strides))
     return None
 
 
@@ -219,27 +224,27 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
     )
     if shared is not None:
         return shared
-    dtype = moved_dtype(facts.src_dtype)
+    dtype = moved_dtype(facts.src.dtype)
     if dtype is None:
-        return torch_route(op, f"TMA has no {facts.nbytes}-byte type for {facts.src_dtype}")
-    moved_as = None if _TMAKIT_BY_TORCH.get(facts.src_dtype) == dtype else dtype
-    if 0 in facts.shape:
+        return torch_route(op, f"TMA has no {facts.src.nbytes}-byte type for {facts.src.dtype}")
+    moved_as = None if _TMAKIT_BY_TORCH.get(facts.src.dtype) == dtype else dtype
+    if 0 in facts.dst.shape:
         return Route(op, "empty", "no element to move", moved_as)
-    for name, address in (("src", facts.src_address), ("dst", facts.dst_address)):
+    for name, address in (("src", facts.src.address), ("dst", facts.dst.address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
     if by_the_driver(facts, l2_bytes):
         return torch_route(op, BY_THE_DRIVER)
-    as_laid_out = strided_rule(facts.shape, facts.src_strides, facts.dst_strides, facts.nbytes)
+    as_laid_out = strided_rule(facts.dst.shape, facts.src.strides, facts.dst.strides, facts.src.nbytes)
     if as_laid_out is None:
         return Route(op, "tma", "the tensors as laid out", moved_as)
-    shape, src_strides, dst_strides = canonical_pair(facts.shape, facts.src_strides, facts.dst_strides)
+    shape, src_strides, dst_strides = canonical_pair(facts.dst.shape, facts.src.strides, facts.dst.strides)
     if len(shape) == 1 and src_strides == dst_strides == (1,):
-        return compact_route(op, shape[0], facts.nbytes, moved_as)
+        return compact_route(op, shape[0], facts.src.nbytes, moved_as)
     if len(shape) == 1:
         name, step = ("src", src_strides[0]) if src_strides[0] != 1 else ("dst", dst_strides[0])
         return torch_route(op, f"{name} walks its memory {step} elements apart; TMA needs a stride-1 dim")
-    broken = strided_rule(shape, src_strides, dst_strides, facts.nbytes)
+    broken = strided_rule(shape, src_strides, dst_strides, facts.src.nbytes)
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
@@ -248,11 +253,11 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
 def by_the_driver(facts: PairFacts, l2_bytes: int | None) -> bool:
     """Whether `TORCH_FASTER_BEYOND_L2` gives a copy to the driver's memcpy: row-major, one
     layout, both streams past its share of the L2."""
-    if l2_bytes is None or facts.src_strides != facts.dst_strides:
+    if l2_bytes is None or facts.src.strides != facts.dst.strides:
         return False
-    moved = 2 * math.prod(facts.shape) * facts.nbytes
-    return is_compact(facts.shape, facts.src_strides) and torch_faster(
-        "copy", facts.src_dtype, moved, l2_bytes
+    moved = 2 * math.prod(facts.dst.shape) * facts.src.nbytes
+    return is_compact(facts.dst.shape, facts.src.strides) and torch_faster(
+        "copy", facts.src.dtype, moved, l2_bytes
     )
 
 

@@ -39,7 +39,7 @@ from .copy_defaults import MIN_STORES_IN_FLIGHT
 from .load import LoadPlan
 from .reduce import PTX_TYPES
 from .ring import PipelinePlan
-from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, lazy_reason
+from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, TensorFacts, lazy_reason
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
 # The (op, dtype) pairs of the non-tensor bulk reduce into global memory, as the PTX ISA lists
@@ -311,21 +311,13 @@ _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()
 
 @dataclass(frozen=True)
 class RowsFacts:
-    """What a rows call's path is a function of, read off the tensors: the table (the indexed
-    tensor) and the compact one (a gather's `out`, the others' `src`), shapes and element strides
-    as torch gives them, dtypes by torch's names, addresses, device indices (-1: not a CUDA
-    device; `route.NOT_SM90`: not a Hopper), and the index's dtype and device."""
+    """What a rows call's path is a function of, read off the tensors: the table's (the indexed
+    tensor) and the compact one's (a gather's `out`, the others' `src`) facts, and the index's
+    dtype and device."""
 
     op: str
-    table_shape: tuple[int, ...]
-    table_strides: tuple[int, ...]
-    compact_shape: tuple[int, ...]
-    compact_strides: tuple[int, ...]
-    dtype: str
-    nbytes: int
-    table_address: int
-    compact_address: int
-    device: int
+    table: TensorFacts
+    compact: TensorFacts
     index_device: int
     index_dtype: str
     lazy: str | None = None
@@ -339,46 +331,47 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     aligned addresses, a compact tensor whose rows are not back to back, a reduce the bulk
     reduce has no form for, and (unless `strict`) rows outside the op's span on this GPU
     (`rows_tma_spans`)."""
-    if facts.device == NOT_SM90:
+    device = facts.table.device
+    if device == NOT_SM90:
         return NOT_SM90_REASON
-    if facts.device < 0 or facts.index_device != facts.device:
+    if device < 0 or device != facts.compact.device or facts.index_device != device:
         return "the tensors and the index are not on one CUDA device"
     if facts.lazy is not None:
         return lazy_reason(facts.lazy)
     if facts.recorded:
         return RECORDED_BY_AUTOGRAD
-    if len(facts.table_shape) < 2:
+    if len(facts.table.shape) < 2:
         return "a tensor of rank 1: its rows are single elements, which no bulk copy moves"
-    row_elements = math.prod(facts.table_shape[1:])
-    row_bytes = row_elements * facts.nbytes
+    row_elements = math.prod(facts.table.shape[1:])
+    row_bytes = row_elements * facts.table.nbytes
     if not row_bytes:
         return "rows of no bytes"
     for name, shape, strides in (
-        ("the table", facts.table_shape, facts.table_strides),
-        ("the compact tensor", facts.compact_shape, facts.compact_strides),
+        ("the table", facts.table.shape, facts.table.strides),
+        ("the compact tensor", facts.compact.shape, facts.compact.strides),
     ):
         if not rows_contiguous(shape, strides):
             return f"{name}'s rows are not contiguous (shape {shape}, strides {strides})"
-    if facts.compact_shape[0] > 1 and facts.compact_strides[0] != row_elements:
+    if facts.compact.shape[0] > 1 and facts.compact.strides[0] != row_elements:
         return (
-            f"the compact tensor's rows are {facts.compact_strides[0]} elements apart, not "
+            f"the compact tensor's rows are {facts.compact.strides[0]} elements apart, not "
             f"{row_elements}: one bulk copy moves a stage of its rows"
         )
-    table_stride = facts.table_strides[0] * facts.nbytes if facts.table_shape[0] > 1 else row_bytes
+    table_stride = facts.table.strides[0] * facts.table.nbytes if facts.table.shape[0] > 1 else row_bytes
     if table_stride < row_bytes:
         return f"the table's rows overlap ({table_stride} bytes apart, {row_bytes} long)"
-    if facts.compact_shape[0] > MAX_INDEX_ENTRIES:
-        return f"{facts.compact_shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
-    rule = row_rule(row_bytes, facts.table_address, table_stride) or row_rule(
-        row_bytes, facts.compact_address
+    if facts.compact.shape[0] > MAX_INDEX_ENTRIES:
+        return f"{facts.compact.shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
+    rule = row_rule(row_bytes, facts.table.address, table_stride) or row_rule(
+        row_bytes, facts.compact.address
     )
     if rule is not None:
         return rule
-    rule = row_reduce_rule(facts.op, facts.dtype)
+    rule = row_reduce_rule(facts.op, facts.table.dtype)
     if rule is not None:
         return rule
     try:  # one stage of one row must fit a block's shared memory
-        RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.dtype))
+        RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.table.dtype))
     except TmaConfigError as error:
         return str(error)
     low, high = rows_tma_spans(facts.gpu)[facts.op]

@@ -62,8 +62,8 @@ _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base 
 _DEFAULT_KEY = (None, None)  # the call key of a call with every option left out
 # What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
 # dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...).
-TensorFacts = tuple
-PlanLauncher = Callable[[Any, Any, CopyOptions, TensorFacts], Launcher]
+Signature = tuple
+PlanLauncher = Callable[[Any, Any, CopyOptions, Signature], Launcher]
 CheckTensors = Callable[[Any, Any], None]
 
 
@@ -92,7 +92,7 @@ class Streak:
 
 class CopyDispatch:
     """The launchers of `copy_` calls: `plan_launcher(dst, src, options, facts)` (`facts`: what
-    the lookup read off the tensors, `TensorFacts`) checks a new configuration in full and returns
+    the lookup read off the tensors, `Signature`) checks a new configuration in full and returns
     its launcher (a callable (src, dst); one whose
     `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
     copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
