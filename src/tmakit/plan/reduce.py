@@ -325,18 +325,19 @@ def reduce_route(
     `reduce_by`: the kernel the call chose, if any (`reduce_kernel`). `plan.route.
     TORCH_FASTER_BEYOND_L2` sends a call to torch only where it chose no kernel and is not
     `strict` (which asks for TMA); `RING_BEYOND_L2` picks the kernel TMA runs."""
+    dst, src = facts.dst, facts.src
     op = reduce_op(op)
     shared = torch_pair_rule(
         facts, op, "a reduce combines elements of one shape", "a TMA reduce combines one dtype"
     )
     if shared is not None:
         return shared
-    refused = pair_rule(op, facts.src.dtype)
+    refused = pair_rule(op, src.dtype)
     if refused is not None:
         return torch_route(op, refused)
-    if 0 in facts.dst.shape:
+    if 0 in dst.shape:
         return Route(op, "empty", "no element to reduce")
-    for name, address in (("src", facts.src.address), ("dst", facts.dst.address)):
+    for name, address in (("src", src.address), ("dst", dst.address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(
                 op,
@@ -344,25 +345,25 @@ def reduce_route(
                 "a .clone() is)",
             )
     moved = moved_bytes(facts)
-    if reduce_by is None and not strict and torch_faster(op, facts.src.dtype, moved, l2_bytes):
+    if reduce_by is None and not strict and torch_faster(op, src.dtype, moved, l2_bytes):
         return torch_route(
             op, f"an {op} beyond L2: torch's in-place op measured faster than TMA's kernels there"
         )
-    ring = reduce_kernel(reduce_by, op, facts.src.dtype, moved, l2_bytes) == "ring"
+    ring = reduce_kernel(reduce_by, op, src.dtype, moved, l2_bytes) == "ring"
     by = RING_REASON if ring else ""
-    if strided_rule(facts.dst.shape, facts.src.strides, facts.dst.strides, facts.src.nbytes) is None:
+    if strided_rule(dst.shape, src.strides, dst.strides, src.nbytes) is None:
         return Route(op, "tma", f"the tensors as laid out{by}")
-    shape, src_strides, dst_strides = canonical_pair(facts.dst.shape, facts.src.strides, facts.dst.strides)
+    shape, src_strides, dst_strides = canonical_pair(dst.shape, src.strides, dst.strides)
     reason = "a view of the same memory (dims permuted together, runs merged)"
     if len(shape) == 1 and src_strides == dst_strides == (1,):
-        rows = rows_view(shape[0], facts.src.nbytes)
+        rows = rows_view(shape[0], src.nbytes)
         if rows is None:
             return torch_route(
                 op, f"a compact run of {shape[0]} elements is no whole number of rows of 16-byte multiples"
             )
         shape, src_strides, dst_strides = rows, (rows[1], 1), (rows[1], 1)
         reason = f"a compact run as {rows[0]} x {rows[1]} rows"
-    broken = strided_rule(shape, src_strides, dst_strides, facts.src.nbytes)
+    broken = strided_rule(shape, src_strides, dst_strides, src.nbytes)
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", f"{reason}{by}", None, (shape, src_strides, dst_strides))

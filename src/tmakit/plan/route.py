@@ -158,23 +158,24 @@ def torch_pair_rule(facts: PairFacts, op: str, match: str, one_dtype: str) -> Ro
     to the destination (TmaConfigError: `match` says what the op needs); torch's op for tensors
     not both on one CUDA device, a dtype change (`one_dtype` says why TMA cannot), a broadcast
     source, a lazily applied bit, a destination that may overlap itself. None: none applies."""
-    if facts.src.shape != facts.dst.shape and not broadcasts(facts.src.shape, facts.dst.shape):
+    dst, src = facts.dst, facts.src
+    if src.shape != dst.shape and not broadcasts(src.shape, dst.shape):
         raise TmaConfigError(
-            f"destination is {facts.dst.shape}, source {facts.src.shape}: the source does not broadcast "
+            f"destination is {dst.shape}, source {src.shape}: the source does not broadcast "
             f"to the destination's shape; {match}"
         )
-    if NOT_SM90 in (facts.src.device, facts.dst.device):
+    if NOT_SM90 in (src.device, dst.device):
         return torch_route(op, f"a tensor is on {NOT_SM90_REASON}")
-    if facts.src.device < 0 or facts.src.device != facts.dst.device:
+    if src.device < 0 or src.device != dst.device:
         return torch_route(op, "the tensors are not both on one CUDA device")
-    if facts.src.dtype != facts.dst.dtype:
-        return torch_route(op, f"a dtype change ({facts.src.dtype} to {facts.dst.dtype}): {one_dtype}")
-    if facts.src.shape != facts.dst.shape:
-        return torch_route(op, f"a broadcast source ({facts.src.shape} to {facts.dst.shape})")
+    if src.dtype != dst.dtype:
+        return torch_route(op, f"a dtype change ({src.dtype} to {dst.dtype}): {one_dtype}")
+    if src.shape != dst.shape:
+        return torch_route(op, f"a broadcast source ({src.shape} to {dst.shape})")
     if facts.lazy is not None:
         return torch_route(op, lazy_reason(facts.lazy))
-    if overlaps_itself(facts.dst.shape, facts.dst.strides):
-        return torch_route(op, self_overlap_reason(facts.dst.strides))
+    if overlaps_itself(dst.shape, dst.strides):
+        return torch_route(op, self_overlap_reason(dst.strides))
     return None
 
 
@@ -219,32 +220,33 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
     device's L2, for the measured rule (None: a pure plan, a strict call)."""
+    dst, src = facts.dst, facts.src
     shared = torch_pair_rule(
         facts, op, "they must match (tmakit.copy(src) allocates a matching one)", "TMA moves bits"
     )
     if shared is not None:
         return shared
-    dtype = moved_dtype(facts.src.dtype)
+    dtype = moved_dtype(src.dtype)
     if dtype is None:
-        return torch_route(op, f"TMA has no {facts.src.nbytes}-byte type for {facts.src.dtype}")
-    moved_as = None if _TMAKIT_BY_TORCH.get(facts.src.dtype) == dtype else dtype
-    if 0 in facts.dst.shape:
+        return torch_route(op, f"TMA has no {src.nbytes}-byte type for {src.dtype}")
+    moved_as = None if _TMAKIT_BY_TORCH.get(src.dtype) == dtype else dtype
+    if 0 in dst.shape:
         return Route(op, "empty", "no element to move", moved_as)
-    for name, address in (("src", facts.src.address), ("dst", facts.dst.address)):
+    for name, address in (("src", src.address), ("dst", dst.address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
     if by_the_driver(facts, l2_bytes):
         return torch_route(op, BY_THE_DRIVER)
-    as_laid_out = strided_rule(facts.dst.shape, facts.src.strides, facts.dst.strides, facts.src.nbytes)
+    as_laid_out = strided_rule(dst.shape, src.strides, dst.strides, src.nbytes)
     if as_laid_out is None:
         return Route(op, "tma", "the tensors as laid out", moved_as)
-    shape, src_strides, dst_strides = canonical_pair(facts.dst.shape, facts.src.strides, facts.dst.strides)
+    shape, src_strides, dst_strides = canonical_pair(dst.shape, src.strides, dst.strides)
     if len(shape) == 1 and src_strides == dst_strides == (1,):
-        return compact_route(op, shape[0], facts.src.nbytes, moved_as)
+        return compact_route(op, shape[0], src.nbytes, moved_as)
     if len(shape) == 1:
         name, step = ("src", src_strides[0]) if src_strides[0] != 1 else ("dst", dst_strides[0])
         return torch_route(op, f"{name} walks its memory {step} elements apart; TMA needs a stride-1 dim")
-    broken = strided_rule(shape, src_strides, dst_strides, facts.src.nbytes)
+    broken = strided_rule(shape, src_strides, dst_strides, src.nbytes)
     if broken is not None:
         return torch_route(op, broken)
     return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
@@ -253,12 +255,11 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
 def by_the_driver(facts: PairFacts, l2_bytes: int | None) -> bool:
     """Whether `TORCH_FASTER_BEYOND_L2` gives a copy to the driver's memcpy: row-major, one
     layout, both streams past its share of the L2."""
-    if l2_bytes is None or facts.src.strides != facts.dst.strides:
+    dst, src = facts.dst, facts.src
+    if l2_bytes is None or src.strides != dst.strides:
         return False
-    moved = 2 * math.prod(facts.dst.shape) * facts.src.nbytes
-    return is_compact(facts.dst.shape, facts.src.strides) and torch_faster(
-        "copy", facts.src.dtype, moved, l2_bytes
-    )
+    moved = 2 * math.prod(dst.shape) * src.nbytes
+    return is_compact(dst.shape, src.strides) and torch_faster("copy", src.dtype, moved, l2_bytes)
 
 
 def compact_route(op: str, numel: int, nbytes: int, moved_as: str | None) -> Route:

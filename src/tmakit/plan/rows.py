@@ -331,47 +331,46 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     aligned addresses, a compact tensor whose rows are not back to back, a reduce the bulk
     reduce has no form for, and (unless `strict`) rows outside the op's span on this GPU
     (`rows_tma_spans`)."""
-    device = facts.table.device
+    table, compact = facts.table, facts.compact
+    device = table.device
     if device == NOT_SM90:
         return NOT_SM90_REASON
-    if device < 0 or device != facts.compact.device or facts.index_device != device:
+    if device < 0 or device != compact.device or facts.index_device != device:
         return "the tensors and the index are not on one CUDA device"
     if facts.lazy is not None:
         return lazy_reason(facts.lazy)
     if facts.recorded:
         return RECORDED_BY_AUTOGRAD
-    if len(facts.table.shape) < 2:
+    if len(table.shape) < 2:
         return "a tensor of rank 1: its rows are single elements, which no bulk copy moves"
-    row_elements = math.prod(facts.table.shape[1:])
-    row_bytes = row_elements * facts.table.nbytes
+    row_elements = math.prod(table.shape[1:])
+    row_bytes = row_elements * table.nbytes
     if not row_bytes:
         return "rows of no bytes"
     for name, shape, strides in (
-        ("the table", facts.table.shape, facts.table.strides),
-        ("the compact tensor", facts.compact.shape, facts.compact.strides),
+        ("the table", table.shape, table.strides),
+        ("the compact tensor", compact.shape, compact.strides),
     ):
         if not rows_contiguous(shape, strides):
             return f"{name}'s rows are not contiguous (shape {shape}, strides {strides})"
-    if facts.compact.shape[0] > 1 and facts.compact.strides[0] != row_elements:
+    if compact.shape[0] > 1 and compact.strides[0] != row_elements:
         return (
-            f"the compact tensor's rows are {facts.compact.strides[0]} elements apart, not "
+            f"the compact tensor's rows are {compact.strides[0]} elements apart, not "
             f"{row_elements}: one bulk copy moves a stage of its rows"
         )
-    table_stride = facts.table.strides[0] * facts.table.nbytes if facts.table.shape[0] > 1 else row_bytes
+    table_stride = table.strides[0] * table.nbytes if table.shape[0] > 1 else row_bytes
     if table_stride < row_bytes:
         return f"the table's rows overlap ({table_stride} bytes apart, {row_bytes} long)"
-    if facts.compact.shape[0] > MAX_INDEX_ENTRIES:
-        return f"{facts.compact.shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
-    rule = row_rule(row_bytes, facts.table.address, table_stride) or row_rule(
-        row_bytes, facts.compact.address
-    )
+    if compact.shape[0] > MAX_INDEX_ENTRIES:
+        return f"{compact.shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
+    rule = row_rule(row_bytes, table.address, table_stride) or row_rule(row_bytes, compact.address)
     if rule is not None:
         return rule
-    rule = row_reduce_rule(facts.op, facts.table.dtype)
+    rule = row_reduce_rule(facts.op, table.dtype)
     if rule is not None:
         return rule
     try:  # one stage of one row must fit a block's shared memory
-        RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(facts.table.dtype))
+        RowsPlan(facts.op, 1, row_bytes, 1, stages=1, dtype=_TMAKIT_BY_TORCH.get(table.dtype))
     except TmaConfigError as error:
         return str(error)
     low, high = rows_tma_spans(facts.gpu)[facts.op]
