@@ -205,13 +205,13 @@ def test_what_bulk_copies_cannot_serve_takes_torchs_op():
 
     src = torch.arange(300, device="cuda", dtype=torch.float32).reshape(100, 3)  # 12-byte rows
     index = torch.tensor([4, 2, 99], device="cuda")
-    assert "torch" in tmakit.rows_path("gather", src, index, torch.empty(3, 3, device="cuda"))
+    assert tmakit.rows_path("gather", src, index, torch.empty(3, 3, device="cuda")).path == "torch"
     assert torch.equal(tmakit.gather_rows(src, index), src[index])
     with pytest.raises(TmaConfigError, match="a bulk copy moves a multiple of 16"):
         tmakit.gather_rows(src, index, strict=True)
     table, twice = torch.zeros(10, 64, device="cuda"), torch.tensor([1, 1], device="cuda")
     ones = torch.ones(2, 64, device="cuda")
-    assert "drop NaNs" in tmakit.rows_path("max", table, twice, ones)  # float max: torch's
+    assert "drop NaNs" in tmakit.rows_path("max", table, twice, ones).reason  # float max: torch's
     tmakit.index_reduce_(table, twice, ones, "amax")
     assert torch.equal(table[1], torch.ones(64, device="cuda"))
 

@@ -206,9 +206,9 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     srcs[0].add_(1)
     tmakit_copy_many(transposed, [srcs[0], srcs[1]])
     assert torch.equal(transposed[0], srcs[0])
-    assert many._ROUTES.counts() == [3]  # each layout its own route
+    assert many._ROUTES.counts() == [2]  # each layout its own route; the refused one none
     tmakit_copy_many(dsts, srcs)
-    assert torch.equal(dsts[0], srcs[0]) and many._ROUTES.counts() == [3]
+    assert torch.equal(dsts[0], srcs[0]) and many._ROUTES.counts() == [2]
     watched = weakref.ref(dsts[0])
     del dsts, reshaped, transposed
     gc.collect()
@@ -304,7 +304,9 @@ def test_a_prepared_copy_routes_afresh_when_autograd_would_record_it():
     assert torch.equal(dst.detach(), src)
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
         prepared()
-    assert len(prepared._routes) == 2
+    assert len(prepared._routes) == 1  # the refused route is not kept: refused again next call
+    with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
+        prepared()
 
 
 def test_an_unchecked_prepared_copy_reads_only_the_grad_mode():
@@ -321,8 +323,8 @@ def test_an_unchecked_prepared_copy_reads_only_the_grad_mode():
             prepared()
             assert torch.equal(dst.detach(), src)
     with pytest.raises(TmaConfigError, match="torch.s copy_ refuses"):
-        prepared()
-    assert len(prepared._routes) == 2  # grad mode on: routed afresh, not the no_grad route
+        prepared()  # grad mode on: routed afresh, not the no_grad route, and refused
+    assert len(prepared._routes) == 1  # the refused route is not kept
     with pytest.raises(TmaConfigError, match="check_addresses"):
         GroupedCopy([dst], [src], check_addresses="no")
 

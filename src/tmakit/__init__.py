@@ -7,7 +7,8 @@ stores, torch's op for tensors TMA cannot serve; `reduce_path` names the path a 
 path), `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
 row copies; `rows_path` names the path), `copy_many_`, `pack`, `unpack_` (many tensors, one
 launch; `GroupedCopy` prepares them once for lists that stay put), the configuration and plan
-types and the errors.
+types and the errors (`TmaConfigError`; `TorchOpError`, torch's own op refusing a call
+tmakit handed it, is also a `RuntimeError`).
 Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
 and the TMA view helpers).
 """
@@ -15,7 +16,7 @@ and the TMA view helpers).
 from . import api
 from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
-from .errors import TmaConfigError, TmaHangError
+from .errors import TmaConfigError, TmaHangError, TorchOpError
 from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ReducePlan",
     "TmaConfigError",
     "TmaHangError",
+    "TorchOpError",
 ]
 __all__ += api.__all__
 __version__ = "0.1.0"

@@ -34,6 +34,7 @@ from .tensors import (
     check_gpu_tensor,
     check_tensor_pair,
     check_torch_tensor,
+    count_write,
     detached,
     device_facts,
     import_torch,
@@ -42,6 +43,7 @@ from .tensors import (
     pair_facts,
     pair_guard,
     special_route,
+    version_of,
 )
 
 if TYPE_CHECKING:
@@ -90,13 +92,14 @@ def copy_(
         return dst
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
+    before = version_of(dst)
     if strict is False:
         _COPIES.copy_(dst, src, tile, stages, options)
     elif strict is True:
         _STRICT_COPIES.copy_(dst, src, tile, stages, options)
     else:
         (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(dst, src, tile, stages, options)
-    bump_versions((dst,))  # as torch's in-place ops: a dst saved for backward is caught there
+    count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
     return dst
 
 
@@ -132,8 +135,9 @@ def copy_special(
             raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
         torch_copy(src, dst)
         return dst
+    before = version_of(dst)
     (_STRICT_COPIES if strict else _COPIES).copy_(detached(dst), detached(src), tile, stages, options)
-    bump_versions((dst,))
+    count_write(dst, before)
     return dst
 
 
@@ -327,6 +331,8 @@ def copy_path(
     src: torch.Tensor,
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
+    *,
+    strict: bool = False,
     **options: Unpack[CopyKeywords],
 ) -> Route:
     """The path `copy_(dst, src, ...)` takes and why, without copying (`plan.route`).
@@ -334,24 +340,30 @@ def copy_path(
     Args:
         dst, src: the tensors `copy_` would take.
         tile, stages, options: `copy_`'s options (`CopyOptions`).
+        strict: the path of `copy_(..., strict=True)`, which takes TMA's or refuses.
     Returns:
         The `plan.route.Route`: its `path` ("tma", "tma-view", "tma-rows", "empty" or "torch"),
         its `reason`, the dtype the data moves as where not its own.
     Raises:
-        TmaConfigError: what `copy_` refuses in either mode (not tensors, unknown options, a
-        TMA-served pair's planner refusing the options given)."""
+        TmaConfigError: what `copy_` refuses in the same mode (not tensors, unknown options, a
+        TMA-served pair's planner refusing the options given; strict: a pair TMA does not serve)."""
+    strict = flag(strict, "copy_path's strict")
     chosen = CopyOptions.of(tile=tile, stages=stages, **options)
     if out_of_the_plain_path(dst, src):
         reason = special_route(dst, src, "copy_")
         if reason is not None:
+            if strict:
+                raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
             return Route("copy_", "torch", reason)
     dst, src = detached(dst), detached(src)
     try:
-        route = copy_route(pair_facts(dst, src), l2_bytes=l2_of(src))
+        route = copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src))
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    route = routed(dst, src, chosen, route, compiled=False)[0]
+    route = routed(dst, src, chosen, route, strict, compiled=False)[0]
+    if strict:
+        refuse_unless_tma(dst, src, chosen, route)
     if route.path == "tma" and route.view is None and src.is_contiguous() and dst.is_contiguous():
         nbytes = src.element_size()
         in_l2 = copy_fits_l2(src.numel() * nbytes, device_facts(src.device)[1])
@@ -374,18 +386,27 @@ def routed_copy_launcher(
     if route.reason == BY_THE_DRIVER:  # torch's copy_, or its element-wise kernel in a large capture
         return driver_launcher(src.numel() * src.element_size())
     route, launcher = routed(dst, src, options, route, strict)
-    if strict and route.tail:
+    if strict:
+        refuse_unless_tma(dst, src, options, route, facts)
+    return launcher
+
+
+def refuse_unless_tma(
+    dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, route: Route, facts: Signature | None = None
+) -> None:
+    """A strict copy's rule: TmaConfigError where `route` is not TMA's whole, naming the copy
+    planner's own rule where it has one, else the route's reason."""
+    if route.tail:
         raise TmaConfigError(
             f"copy_ with strict=True: TMA moves all but the last {route.tail} elements ({route.reason}); "
             "strict=False copies those by torch's copy_"
         )
-    if strict and not route.by_tma:
+    if not route.by_tma:
         check_torch_tensor(dst, "copy_", "dst")  # what a tensor is (nested, quantized...), first
         check_torch_tensor(src, "copy_", "src")
         if str(src.dtype) in _LOADED_DTYPES and lazy_bit(dst, src) is None:
             plan_copy(dst, src, options, facts, compiled=False)  # the planner's words, if it has a rule
         raise TmaConfigError(f"copy_ with strict=True: no TMA path, {route.reason}")
-    return launcher
 
 
 def routed(

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..config import LoadConfig
-from ..errors import TmaConfigError
+from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan
 from ..plan.route import GRAPH_MEMCPY_MOST_BYTES, lazy_reason
 from ..runtime.dispatch import Launcher
@@ -90,7 +90,7 @@ def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
     try:
         dst.copy_(src)
     except RuntimeError as error:
-        raise TmaConfigError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
+        raise TorchOpError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
 
 
 torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address

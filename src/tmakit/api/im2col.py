@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import TmaConfigError
+from ..errors import TmaConfigError, TorchOpError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
 from ..plan.im2col import im2col_windows
@@ -188,7 +188,7 @@ def gathered(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None) -> tor
     except (RuntimeError, TypeError, ValueError) as error:
         if isinstance(error, import_torch("im2col").OutOfMemoryError):
             raise  # the machine's memory, not a rule of the call's
-        raise TmaConfigError(
+        raise TorchOpError(
             f"torch's im2col expression (F.pad + as_strided) of x {tuple(x.shape)} {x.dtype} on "
             f"{x.device} failed: {error}"
         ) from error

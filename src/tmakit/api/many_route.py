@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ..errors import TmaConfigError
+from ..errors import TmaConfigError, TorchOpError
 from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 from ..runtime.many import many_launcher
+from ..validate import overlap_verdict
 from .copy import copy_, copy_path
 from .tensors import (
     check_torch_tensor,
@@ -22,6 +23,8 @@ from .tensors import (
     import_torch,
     recorded_by_autograd,
     tensor_guard,
+    torch_copy_refusal,
+    write_refusal,
 )
 
 if TYPE_CHECKING:
@@ -47,11 +50,15 @@ class Route:
                 self.one_by_one.append(i)
             else:
                 self.rest.append(i)
-        self.complete = True  # False: a table could not be encoded (a capture), so not to be kept
+        by_tma = set(self.one_by_one + (together if grouped else []))
+        for i in range(len(dsts)):  # every pair's refusal before any pair is copied
+            refuse_pair(dsts, srcs, i, i in by_tma)
+        # False: not to be kept (a table could not be encoded in a capture; an inference tensor,
+        # which torch writes only in inference mode, a mode no key holds)
+        self.complete = not any(t.is_inference() for t in (*dsts, *srcs))
         self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
         self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
         if not apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
-            by_tma = set(self.one_by_one + (together if grouped else []))
             self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
             return
         if not grouped:
@@ -103,11 +110,35 @@ def launch_table(torch, device, table: tuple, relative: str | None = None, buffe
         launcher(*table) if relative is None else launcher(*table, buffer.view(torch.uint8))
 
 
+def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:
+    """Raise what copying pair `i` would raise (`by_tma`: by `copy_`'s TMA path, else by torch's
+    copy_), found without copying: a list is refused before any of its pairs is written."""
+    dst, src = dsts[i], srcs[i]
+    reason = write_refusal(dst, src) if by_tma else None
+    if by_tma and reason is None:
+        where = (dst.stride(), dst.data_ptr()), (src.stride(), src.data_ptr())
+        verdict = overlap_verdict(tuple(dst.shape), *where, dst.element_size())
+        if verdict == "shared":  # as copy_'s dispatch refuses it (`check_no_partial_overlap`)
+            raise TmaConfigError(
+                f"dsts[{i}] partly overlaps srcs[{i}] in memory; TMA reads the source while it writes "
+                "the destination: pass a copy of the source (.clone()); nothing was copied"
+            )
+        if verdict == "unknown":  # copy_'s dispatch hands such a pair to torch's copy_
+            reason = torch_copy_refusal(dst, src)
+    elif not by_tma:
+        reason = torch_copy_refusal(dst, src)
+    if reason is not None:
+        raise TorchOpError(
+            f"dsts[{i}] {tuple(dst.shape)} {dst.dtype} <- srcs[{i}] {tuple(src.shape)} {src.dtype}: "
+            f"torch's copy_ refuses the pair ({reason}); nothing was copied"
+        )
+
+
 def torch_copy(dsts: list, srcs: list, i: int) -> None:
     try:
         dsts[i].copy_(srcs[i])
     except (RuntimeError, TypeError, ValueError) as error:
-        raise TmaConfigError(
+        raise TorchOpError(
             f"dsts[{i}] {tuple(dsts[i].shape)} {dsts[i].dtype} <- srcs[{i}] {tuple(srcs[i].shape)} "
             f"{srcs[i].dtype}: torch's copy_ refuses the pair no bulk copy serves ({error}); pass "
             "tensors copy_ takes"

@@ -36,11 +36,13 @@ from .reduce_call import (
 from .reduce_torch import torch_reduce
 from .tensors import (
     bump_versions,
+    count_write,
     detached,
     out_of_the_plain_path,
     pair_facts,
     pair_guard,
     special_route,
+    version_of,
 )
 
 if TYPE_CHECKING:
@@ -146,15 +148,17 @@ def reduced(
     if dispatch is None:
         dispatch = reduce_dispatch(op, strict, options, reduce_by)
     if not out_of_the_plain_path(dst, src):
+        before = version_of(dst)
         dispatch.copy_(dst, src, tile, stages, options)
-        bump_versions((dst,))  # as torch's in-place ops: a dst saved for backward is caught there
+        count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
         return dst
     reduce_options(tile, stages, options)  # named if wrong, on every path
     op = reduce_op(op)
     reason = special_route(dst, src, "reduce_into_")
     if reason is None:
+        before = version_of(dst)
         dispatch.copy_(detached(dst), detached(src), tile, stages, options)
-        bump_versions((dst,))
+        count_write(dst, before)
     elif flag(strict, "strict"):
         raise strict_refusal(torch_route(op, reason))
     else:

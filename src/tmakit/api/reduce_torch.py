@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TmaConfigError
+from ..errors import TorchOpError
 from .tensors import import_torch
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def torch_reduce(dst: torch.Tensor, src: torch.Tensor, op: str, reason: str) -> 
         _TORCH_REDUCES[op](torch, dst, src)
     except RuntimeError as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TmaConfigError(
+        raise TorchOpError(
             f"reduce_into_ {op} runs torch's {TORCH_OPS[op]} here ({reason}), and torch refused: {detail}"
         ) from error
 

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import TmaConfigError
-from ..plan.route import RECORDED_BY_AUTOGRAD
-from ..plan.rows import INDEX_REDUCES, rows_tma_rule
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
+from ..plan.rows import INDEX_REDUCES, ROW_OPS, rows_tma_rule
 from ..validate import flag
 from .rows_call import (
+    TORCH_CHECKS_LATE,
     ZERO_D,
     check_entries_unless_capturing,
     check_rows,
@@ -61,6 +62,9 @@ def gather_rows(
         out: the result, (len(index), *src.shape[1:]) of src's dtype (allocated when None).
         check_index: check every entry on the host first (a synchronisation); skipped inside a
             CUDA-graph capture. Unchecked, an entry out of range leaves its row of `out` as it was.
+            Where torch's op serves the call the entries are checked either way (outside a
+            capture): torch's own check writes part of the rows before it raises on the CPU, and
+            ends the process on a GPU.
         strict: raise instead of taking torch's op where bulk row copies cannot serve.
 
     Returns:
@@ -80,7 +84,7 @@ def gather_rows(
     index = checked_index(index, src, "gather_rows")
     if not given and recorded_by_autograd(src):  # index_select's out= records no gradient
         refuse_strict(strict, "gather_rows", RECORDED_BY_AUTOGRAD)
-        check_entries_unless_capturing(index, src.shape[0] if src.dim() else 1, check_index)
+        check_entries_unless_capturing(index, src.shape[0] if src.dim() else 1, TORCH_CHECKS_LATE)
         return torch_op(torch.index_select, src, 0, index)
     if src.dim() == 0:  # torch's op takes a 0-D tensor as one row; so does this
         refuse_strict(strict, "gather_rows", ZERO_D)
@@ -234,27 +238,32 @@ def reduced_rows(
     refuse_strict(strict, what, reason)
     if dst.dim():
         check_rows(op, dst, index, src)
-        check_entries_unless_capturing(index, dst.shape[0], check_index)
+        check_entries_unless_capturing(index, dst.shape[0], TORCH_CHECKS_LATE)
     torch_op(by_torch)
     return dst
 
 
-def rows_path(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> str:
-    """The path a rows call takes: "tma-rows-bulk", or "torch" and why.
+def rows_path(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> Route:
+    """The path a rows call takes and why, without running it.
 
     Args:
-        op: "gather", "scatter", "add", "min" or "max".
+        op: "gather", "scatter", "add", "min" or "max" (`plan.rows.ROW_OPS`).
         table: the indexed tensor (a gather's `src`, the others' `dst`).
         index: the index.
         compact: a gather's `out`, the others' `src`.
 
     Returns:
-        "tma-rows-bulk (...)" or "torch (the rule that failed)".
+        A `plan.route.Route`: its `path` "tma-rows-bulk" (one bulk copy per row) or "torch", its
+        `reason` the rule that chose it.
 
     Raises:
-        TmaConfigError: as `gather_rows`.
+        TmaConfigError: an `op` not in `ROW_OPS`; as `gather_rows`.
     """
+    if type(op) is not str or op not in ROW_OPS:
+        raise TmaConfigError(f"rows_path op={op!r}; it takes {', '.join(ROW_OPS)}")
     index = checked_index(index, table, "rows_path")
+    if table.dim() == 0:
+        return torch_route(op, ZERO_D)
     check_rows(op, table, index, compact)
     rule = rows_tma_rule(facts(op, table, index, compact))
-    return "tma-rows-bulk (one bulk copy per row)" if rule is None else f"torch ({rule})"
+    return Route(op, "tma-rows-bulk", "one bulk copy per row") if rule is None else torch_route(op, rule)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import dtype_of
-from ..errors import TmaConfigError
+from ..errors import TmaConfigError, TorchOpError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
 from ..runtime.rows import rows_launcher
@@ -31,12 +31,17 @@ if TYPE_CHECKING:
     import torch
 
 ZERO_D = "a 0-D table, which torch's op takes as one row of one element"
+# torch's ops check an index entry as they reach it: on the CPU after writing the rows before it,
+# on a GPU by a device assert that ends the process. So their path checks every entry first
+# whatever `check_index` says (inside a CUDA-graph capture nothing may synchronise).
+TORCH_CHECKS_LATE = True
 
 
 # -- the call -----------------------------------------------------------------------------------
 TORCH_OPS = {
     "gather": lambda table, index, compact: torch_module().index_select(table, 0, index, out=compact),
-    "scatter": lambda table, index, compact: table.index_copy_(0, index, compact),
+    # torch's index_copy_ takes an int64 index alone; the others, and the bulk copies, take int32 too
+    "scatter": lambda table, index, compact: table.index_copy_(0, index.long(), compact),
     "add": lambda table, index, compact: table.index_add_(0, index, compact),
     "min": lambda table, index, compact: table.index_reduce_(0, index, compact, "amin"),
     "max": lambda table, index, compact: table.index_reduce_(0, index, compact, "amax"),
@@ -135,9 +140,9 @@ def known_call(op: str, table, index, compact, check_index: bool, strict: bool) 
 
 
 def _by_torch(op: str, table, index, compact, check_index: bool) -> None:
-    """torch's op, the index checked first (unless not asked, or inside a capture): torch's own
-    check is a device assert, which ends the process."""
-    check_entries_unless_capturing(index, table.shape[0], check_index)
+    """torch's op, the index checked first, asked or not (`TORCH_CHECKS_LATE`), but inside a
+    capture."""
+    check_entries_unless_capturing(index, table.shape[0], TORCH_CHECKS_LATE)
     torch_op(TORCH_OPS[op], table, index, compact)
 
 
@@ -265,7 +270,7 @@ def torch_op(call: Callable, *args: object, **kwargs: object) -> object:
     try:
         return call(*args, **kwargs)
     except (RuntimeError, TypeError, ValueError, IndexError) as error:
-        raise TmaConfigError(f"torch's op refused the call: {error}") from None
+        raise TorchOpError(f"torch's op refused the call: {error}") from None
 
 
 def refuse_strict(strict: bool, what: str, reason: str) -> None:

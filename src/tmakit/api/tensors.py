@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import MAX_RANK
-from ..plan.route import NOT_SM90, RECORDED_BY_AUTOGRAD, PairFacts, TensorFacts, lazy_reason
+from ..plan.route import (
+    NOT_SM90,
+    RECORDED_BY_AUTOGRAD,
+    PairFacts,
+    TensorFacts,
+    broadcasts,
+    lazy_reason,
+    torch_memory_rule,
+)
 from ..validate import check_base_address, check_rank, type_name
 
 if TYPE_CHECKING:
@@ -238,21 +246,31 @@ def detached(tensor: object) -> object:
 
 
 def out_of_the_plain_path(dst: object, src: object) -> bool:
-    """Whether a two-tensor call needs more than its known plan: a tensor that requires grad, or
-    a negative view (a real dtype's lazily applied bit, which no call key holds). Four attribute
-    reads on the repeated path; anything not a tensor reads as False (the plain path names it)."""
+    """Whether a two-tensor call needs more than its known plan: a tensor that requires grad, a
+    negative view (a real dtype's lazily applied bit, which no call key holds), or an inference
+    tensor written. Five attribute reads on the repeated path; anything not a tensor reads as
+    False (the plain path names it)."""
     try:
-        return src.requires_grad or dst.requires_grad or src.is_neg() or dst.is_neg()  # type: ignore[attr-defined]
+        return (
+            src.requires_grad  # type: ignore[attr-defined]
+            or dst.requires_grad  # type: ignore[attr-defined]
+            or src.is_neg()  # type: ignore[attr-defined]
+            or dst.is_neg()  # type: ignore[attr-defined]
+            or dst.is_inference()  # type: ignore[attr-defined]
+        )
     except AttributeError:
         return False
 
 
 def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None:
-    """Why a call out of the plain path takes torch's op (a lazily applied bit, or autograd
-    recording it), after both are checked as torch tensors; None: the plain call on detached
-    views serves it (a tensor that requires grad under torch.no_grad())."""
+    """Why a call out of the plain path takes torch's op (an inference tensor written outside
+    inference mode, which torch's op then refuses; a lazily applied bit; autograd recording it),
+    after both are checked as torch tensors; None: the plain call on detached views serves it (a
+    tensor that requires grad under torch.no_grad(), an inference tensor in inference mode)."""
     check_torch_tensor(dst, what, "dst")
     check_torch_tensor(src, what, "src")
+    if dst.is_inference() and not import_torch(what).is_inference_mode_enabled():
+        return "an inference tensor written outside inference mode, which torch's op refuses"
     lazy = lazy_bit(dst, src)
     if lazy is not None:
         return lazy_reason(lazy)
@@ -300,6 +318,22 @@ def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:
 
 
 _BUMP: Callable[[tuple[Any, ...]], Any] | None = None  # version_bump()'s, once found
+
+
+def version_of(tensor: object) -> int | None:
+    """`tensor`'s version counter before a call writes it; None for what has none to read (not a
+    tensor, which the call's checks name; an inference tensor, which counts no versions)."""
+    try:
+        return tensor._version  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def count_write(dst: torch.Tensor, before: int | None) -> None:
+    """Count a call's write of `dst` once, as torch's in-place ops do: bumped unless torch's own
+    op, which served the call (or its tail), counted it already."""
+    if before is None or dst._version == before:
+        bump_versions((dst,))
 
 
 def version_bump() -> Callable[[tuple[Any, ...]], Any]:
@@ -356,3 +390,61 @@ def pair_facts(dst: torch.Tensor, src: torch.Tensor) -> PairFacts:
     """What a two-tensor call's route is a function of (`plan.route.PairFacts`), read off torch
     tensors."""
     return PairFacts(tensor_facts(dst), tensor_facts(src), lazy_bit(dst, src))
+
+
+def torch_copy_refusal(dst: torch.Tensor, src: torch.Tensor) -> str | None:
+    """Why torch's `dst.copy_(src)` would refuse the pair, found without copying; None where it
+    takes it. Its rules, read off the tensors (both checked as torch tensors first): a source
+    that does not broadcast to the destination; autograd's in-place rules (`write_refusal`); a
+    source on the meta device copied into memory; then, but for the very same view, the memory
+    rules (`plan.route.torch_memory_rule`)."""
+    if tuple(src.shape) != tuple(dst.shape) and not broadcasts(tuple(src.shape), tuple(dst.shape)):
+        return f"src {tuple(src.shape)} does not broadcast to dst {tuple(dst.shape)}"
+    refusal = write_refusal(dst, src)
+    if refusal is not None or dst.is_meta:  # torch checks only the shape of a meta destination
+        return refusal
+    if src.is_meta:
+        return "src is on the meta device (a shape and a dtype, no memory to copy out of)"
+    if same_view(dst, src):
+        return None
+    torch = import_torch("copy_")
+    return torch_memory_rule(pair_facts(dst, src), torch._C._is_alias_of(dst, src))
+
+
+def write_refusal(dst: torch.Tensor, src: torch.Tensor) -> str | None:
+    """Why torch refuses to write `dst` in place with `src` read, whatever the op: an inference
+    tensor outside inference mode, and, where autograd records the call (grad mode on, either
+    requiring grad), a leaf that requires grad, a view of one, or a view torch keeps from
+    in-place writes (one of several a function returned, or made under no_grad or inference
+    mode); None where it writes."""
+    torch = import_torch("copy_")
+    if dst.is_inference() and not torch.is_inference_mode_enabled():
+        return "dst is an inference tensor, which torch writes in place only inside inference mode"
+    if not recorded_by_autograd(dst, src):
+        return None
+    if dst._is_view() and dst._base.requires_grad:
+        meta = torch._C._autograd._get_creation_meta(dst)
+        if meta != torch._C._autograd.CreationMeta.DEFAULT:
+            return (
+                f"dst is a view torch does not let an in-place op change while autograd records "
+                f"({meta.name.lower()}): write under torch.no_grad(), or into a tensor of its own"
+            )
+        if dst.requires_grad and dst._base.is_leaf:
+            return "dst is a view of a leaf that requires grad, written in place while autograd records"
+    if dst.requires_grad and dst.is_leaf:
+        return "dst is a leaf that requires grad, written in place while autograd records"
+    return None
+
+
+def same_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether copying `src` into `dst` leaves every byte as it is: the same memory, dtype, shape,
+    strides and lazily applied bits (torch's copy_ returns at once)."""
+    return (
+        dst.data_ptr() == src.data_ptr()
+        and dst.dtype == src.dtype
+        and dst.shape == src.shape
+        and dst.stride() == src.stride()
+        and dst.is_conj() == src.is_conj()
+        and dst.is_neg() == src.is_neg()
+        and dst.device == src.device
+    )

@@ -166,7 +166,7 @@ def bench_rows(case: RowsCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     eager = eager_samples_us({name: launches[name] for name in list(launches)[:2]})
     notes = {
         "op": case.name,
-        "path": api.rows_path(case.op, table, indexes[0], compacts[0])
+        "path": "{0.path} ({0.reason})".format(api.rows_path(case.op, table, indexes[0], compacts[0]))
         if not case.strict
         else "tma-rows-bulk (strict)",
         "rotated_buffers": count,

@@ -38,10 +38,11 @@ PATHS: dict[str, str] = {
     "tma": "TMA tensor maps: tiles loaded into shared memory and stored out by the copy's ring",
     "tma-view": "TMA tensor maps on a view of the same memory (dims permuted together, runs merged)",
     "tma-rows": "TMA tensor maps on a compact tensor's memory viewed as rows (config.rows_view)",
+    "tma-rows-bulk": "bulk copies (cp.async.bulk) of whole rows by index: one per index entry, no tensor map",
     "empty": "nothing to move: no kernel launches",
     "torch": "torch's own op: no TMA path addresses these tensors, or a rule measured torch's faster",
 }
-TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "empty"})
+TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "tma-rows-bulk", "empty"})
 
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
@@ -193,6 +194,49 @@ def lazy_reason(lazy: str) -> str:
         f"a {lazy} view (its bit applied by torch as it reads; TMA would move the stored bits): "
         "x.resolve_conj() / x.resolve_neg() first for TMA"
     )
+
+
+def torch_memory_rule(facts: PairFacts, aliased: bool) -> str | None:
+    """The memory rules torch's `copy_` (its TensorIterator) checks before it writes, as a reason;
+    None where it takes the pair: a destination that maps two elements to one address (an
+    expanded dim of a destination torch does not find dense), and a destination that shares memory
+    with its source (`aliased`: one storage) other than as the same span in the same strides,
+    where both are dense (where either is not, torch does not look). The very same view and a
+    meta destination exit earlier: the caller's."""
+    dst, src = facts.dst, facts.src
+    if not dense(dst.shape, dst.strides) and any(
+        stride == 0 and extent > 1 for extent, stride in zip(dst.shape, dst.strides, strict=True)
+    ):
+        return (
+            f"dst's strides {dst.strides} map several of its elements to one address (an expanded "
+            "dim); torch's copy_ refuses to write it: write into a tensor of its own (.clone())"
+        )
+    if not aliased or 0 in dst.shape or 0 in src.shape:
+        return None
+    if not (dense(dst.shape, dst.strides) and dense(src.shape, src.strides)):
+        return None
+    dst_end = dst.address + math.prod(dst.shape) * dst.nbytes
+    src_end = src.address + math.prod(src.shape) * src.nbytes
+    if (dst.address, dst_end) == (src.address, src_end) and dst.strides == src.strides:
+        return None
+    if dst.address < src_end and src.address < dst_end:
+        return (
+            "dst and src share memory in different places or layouts; torch's copy_ refuses a "
+            "partial overlap: pass a copy of src (src.clone())"
+        )
+    return None
+
+
+def dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a view covers its memory exactly once in some order of its dims (torch's
+    "non-overlapping and dense"): dims of fewer than two elements aside, its strides sorted are 1
+    and the running products of the extents."""
+    expected = 1
+    for stride, extent in sorted((s, e) for s, e in zip(strides, shape, strict=True) if e >= 2):
+        if stride != expected:
+            return False
+        expected *= extent
+    return True
 
 
 def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:

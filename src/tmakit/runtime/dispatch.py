@@ -61,7 +61,8 @@ Spans = tuple[int, int, bool]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 _DEFAULT_KEY = (None, None)  # the call key of a call with every option left out
 # What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
-# dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...).
+# dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...); then
+# the call key and, off a GPU, the devices' kinds.
 Signature = tuple
 PlanLauncher = Callable[[Any, Any, CopyOptions, Signature], Launcher]
 CheckTensors = Callable[[Any, Any], None]
@@ -197,8 +198,12 @@ class CopyDispatch:
             if read is None:
                 read = [src.shape, src.stride(), dst.shape, dst.stride()]
             shape, src_strides, dst_shape, dst_strides = read
+            src_device, dst_device = src.get_device(), dst.get_device()
+            # Off a GPU the index is -1 on every device: the CPU's and the meta device's calls,
+            # checked apart, are kept apart by the devices' kinds.
+            kinds = None if src_device >= 0 and dst_device >= 0 else (src.device.type, dst.device.type)
             signature = (shape, src_strides, dst_shape, dst_strides, src.dtype, dst.dtype,
-                         src.get_device(), dst.get_device(), key)  # fmt: skip
+                         src_device, dst_device, key, kinds)  # fmt: skip
             found = self._launchers.get(signature)
         except Exception:  # not tensors, or tensors without strides (sparse)
             if self.check_tensors is not None:
