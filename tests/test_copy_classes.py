@@ -126,7 +126,7 @@ def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatc
     def no_planning(*args, **kwargs):
         raise AssertionError("a new shape of a known class was planned again")
 
-    monkeypatch.setattr(api_copy, "copy_class", no_planning)
+    monkeypatch.setattr(api_copy, "plan_pair", no_planning)
     for rows, cols in [(1000, 776), (3, 8), (2048, 4096)]:  # all in the class that fits L2
         api_copy.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
     odd = on_device0(torch.empty(64, 63, dtype=torch.float16))

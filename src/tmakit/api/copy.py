@@ -8,17 +8,18 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, is_compact, major_of
+from ..config import DTYPES, LoadConfig, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
-from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_class, copy_destination
+from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
+from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_destination
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
-from ..plan.copy_layout import copy_rows_view
-from ..plan.route import BY_THE_DRIVER, Route, copy_route
+from ..plan.copy_layout import plan_pair
+from ..plan.route import BY_THE_DRIVER, PairFacts, Route, TensorFacts, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, Signature
 from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_rank, flag
+from ..validate import flag
 from .copy_views import (
     copy_nothing,
     driver_launcher,
@@ -28,7 +29,7 @@ from .copy_views import (
     viewed,
     viewed_launcher,
 )
-from .known import KEY_ERRORS
+from .known import KEY_ERRORS, forgotten_with_calls
 from .tensors import (
     bump_versions,
     check_gpu_tensor,
@@ -128,7 +129,11 @@ def copy_special(
     strict: TmaConfigError), else the plain copy on detached views of the same memory (an
     update under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
     strict = flag(strict, "copy_'s strict")
-    CopyOptions.of(tile=tile, stages=stages, **options)  # named if wrong, on every path
+    chosen = CopyOptions.of(tile=tile, stages=stages, **options)  # named if wrong, on every path
+    if chosen != _DEFAULT_OPTIONS:
+        check_torch_tensor(dst, "copy_", "dst")
+        check_torch_tensor(src, "copy_", "src")
+        check_options(detached(dst), detached(src), chosen, pair_facts(dst, src))
     reason = special_route(dst, src, "copy_")
     if reason is not None:
         if strict:
@@ -200,41 +205,30 @@ def plan_copy(
     if src.numel() == 0:
         return copy_nothing
     dtype = dtype_of(src.dtype)
-    nbytes = DTYPES[dtype].nbytes
-    sm_count, l2_bytes = device_facts(src.device)
-    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
-    transpose = src_major != dst_major
-    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
-    contiguous = src.is_contiguous() and dst.is_contiguous()
-    if default_as_rows(options, transpose, contiguous, fits_l2, src.numel(), nbytes):
-        options = CopyOptions(as_rows=True)
-    wants_rows = options.as_rows or options.bulk
-    compact = wants_rows and not transpose and contiguous
-    view = copy_rows_view(options, shape, dtype, (src_strides, dst_strides), compact)
-    tile = options.default_tile(dtype, transpose, view, sm_count, src.numel() * nbytes)
+    device_read = device_facts(src.device)
+    shape, strides = tuple(src.shape), (tuple(src.stride()), tuple(dst.stride()))
+    compact = src.is_contiguous() and dst.is_contiguous()
+    pair = plan_pair(options, dtype, shape, strides, compact, device_read, classed=shape_generic)
     if not shape_generic:
         return specialised_copy_launcher(
-            src, dst, options, dtype, view, tile, transpose, sm_count, fits_l2, compiled
-        )
+            src, dst, pair.options, dtype, pair.view, pair.tile, pair.transpose, device_read[0],
+            pair.fits_l2, compiled,
+        )  # fmt: skip
     device = str(src.device)
-    if view is not None:
-        copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
-        check_copy_shape(copy, view, ((view[1], 1),), (1,), nbytes)
-        return class_launcher(copy, None, len(shape), device) if compiled else None
-    check_rank(len(shape))
-    contiguous = (contiguous_index(src_major, len(shape)), contiguous_index(dst_major, len(shape)))
-    copy = copy_class(options, dtype, len(shape), src_major, transpose, tile, sm_count, fits_l2)
-    check_copy_shape(copy, shape, (src_strides, dst_strides), contiguous, nbytes)  # before compiling
+    if pair.view is not None:
+        return class_launcher(pair.copy, None, len(shape), device) if compiled else None
     if not compiled:
         return None
-    destination = copy_destination(copy) if transpose else None
-    known = CopyClass(copy, class_launcher(copy, destination, None, device), contiguous, nbytes)
-    small = small_transpose(nbytes, transpose, src.numel() * nbytes, sm_count)
-    key = class_key(options, src.dtype, src.get_device(), shape, src_major, dst_major, fits_l2, small)
+    nbytes = DTYPES[dtype].nbytes
+    destination = copy_destination(pair.copy) if pair.transpose else None
+    known = CopyClass(
+        pair.copy, class_launcher(pair.copy, destination, None, device), pair.contiguous, nbytes
+    )
+    small = small_transpose(nbytes, pair.transpose, src.numel() * nbytes, device_read[0])
+    key = class_key(pair.options, src.dtype, src.get_device(), shape, *pair.majors, pair.fits_l2, small)
     _CLASSES[key] = known  # `known_class` finds it for the next new shape
-    _DEVICE_FACTS[src.get_device()] = (sm_count, l2_bytes)
-    return known.launcher_for(shape, src_strides, dst_strides)
+    _DEVICE_FACTS[src.get_device()] = device_read
+    return known.launcher_for(shape, *strides)
 
 
 @dataclass(frozen=True)
@@ -357,10 +351,13 @@ def copy_path(
             return Route("copy_", "torch", reason)
     dst, src = detached(dst), detached(src)
     try:
-        route = copy_route(pair_facts(dst, src), l2_bytes=None if strict else l2_of(src))
+        facts = pair_facts(dst, src)
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
+    if chosen != _DEFAULT_OPTIONS:
+        check_options(dst, src, chosen, facts)
+    route = copy_route(facts, l2_bytes=None if strict else l2_of(src))
     route = routed(dst, src, chosen, route, strict, compiled=False)[0]
     if strict:
         refuse_unless_tma(dst, src, chosen, route)
@@ -382,6 +379,8 @@ def routed_copy_launcher(
     except KEY_ERRORS:  # a sparse tensor's signature reads, its address does not
         check_copy_tensors(dst, src)  # names what is wrong
         raise
+    if options != _DEFAULT_OPTIONS:
+        check_options(dst, src, options, facts_read)
     route = copy_route(facts_read, l2_bytes=None if strict else l2_of(src))  # strict: TMA, no rule
     if route.reason == BY_THE_DRIVER:  # torch's copy_, or its element-wise kernel in a large capture
         return driver_launcher(src.numel() * src.element_size())
@@ -389,6 +388,29 @@ def routed_copy_launcher(
     if strict:
         refuse_unless_tma(dst, src, options, route, facts)
     return launcher
+
+
+def check_options(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: PairFacts) -> None:
+    """Options given, checked the same way on every path, before the route is taken: planned on
+    the route a strict call takes (as on a Hopper GPU, `HOPPER`, for tensors that are not on one),
+    so whatever then serves the call (TMA, the driver's memcpy past the L2, torch's copy_ off a
+    Hopper GPU) a call with options its planner refuses raises, on a laptop as on an H100."""
+    src_device, dst_device = facts.src.device, facts.dst.device
+    if src_device >= 0 and dst_device == src_device:
+        routed(dst, src, options, copy_route(facts), compiled=False)  # the planner's refusal, raised
+        return
+    route = copy_route(dataclasses.replace(facts, src=on_a_hopper(facts.src), dst=on_a_hopper(facts.dst)))
+    if not route.by_tma or route.path == "empty":
+        return
+    shape, src_strides, dst_strides = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
+    dtype = route.moved_as or dtype_of(src.dtype)
+    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
+    plan_pair(options, dtype, shape, (src_strides, dst_strides), compact, HOPPER)
+
+
+def on_a_hopper(tensor: TensorFacts) -> TensorFacts:
+    """A tensor's facts as they would read on a Hopper GPU's device 0."""
+    return dataclasses.replace(tensor, device=0)
 
 
 def refuse_unless_tma(
@@ -446,12 +468,22 @@ def l2_of(src: torch.Tensor) -> int | None:
 
 
 _DEFAULT_OPTIONS = CopyOptions()
+# The GPU a call with options is planned for where its tensors are on none (`check_options`):
+# an H100's or H200's 132 SMs; the L2 picks only defaults, never a refusal.
+HOPPER = (DEFAULT_SM_COUNT, DEFAULT_L2_BYTES)
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
 # Every copy_ call's launcher and fast-path state (the shape-specialised kernels: benchmarks only).
-_COPIES = CopyDispatch(routed_copy_launcher, check_copy_tensors, fallback=torch_copy, guard_of=pair_guard)
-_STRICT_COPIES = CopyDispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
-_SPECIALISED_COPIES = CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
+# `known.forget_calls` forgets them with the tables of known calls.
+_COPIES = forgotten_with_calls(
+    CopyDispatch(routed_copy_launcher, check_copy_tensors, fallback=torch_copy, guard_of=pair_guard)
+)
+_STRICT_COPIES = forgotten_with_calls(
+    CopyDispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
+)
+_SPECIALISED_COPIES = forgotten_with_calls(
+    CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
+)
 
 
 def copy_dispatch(strict: bool = False) -> CopyDispatch:

@@ -14,7 +14,7 @@ from typing import TypeVar
 Known = TypeVar("Known")
 KEY_ERRORS = (AttributeError, TypeError, RuntimeError)  # an argument a key cannot be read off
 MAX_KNOWN_CALLS = 1024  # a caller of ever new shapes does not grow a table without bound
-_TABLES: list[dict] = []
+_TABLES: list = []  # every table of known calls, and what `forgotten_with_calls` names
 
 
 def calls_table() -> dict:
@@ -22,6 +22,13 @@ def calls_table() -> dict:
     table: dict = {}
     _TABLES.append(table)
     return table
+
+
+def forgotten_with_calls(known: Known) -> Known:
+    """`known` (anything with a `clear()`: a dispatch's state), emptied with the tables by
+    `forget_calls`."""
+    _TABLES.append(known)
+    return known
 
 
 def forget_calls() -> None:

@@ -15,6 +15,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..plan import (
+    CopyOptions,
     reduce_op,
     reduce_route,
 )
@@ -26,6 +27,7 @@ from .known import calls_table
 from .reduce_call import (
     TMA_KERNEL_PATHS,
     check_reduce_arguments,
+    check_reduce_options,
     plan_reduce_call,
     reduce_options,
     routed_reduce_launcher,
@@ -152,8 +154,11 @@ def reduced(
         dispatch.copy_(dst, src, tile, stages, options)
         count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
         return dst
-    reduce_options(tile, stages, options)  # named if wrong, on every path
+    chosen = reduce_options(tile, stages, options)  # named if wrong, on every path
     op = reduce_op(op)
+    if chosen != CopyOptions():
+        check_reduce_arguments(dst, src)
+        check_reduce_options(detached(dst), detached(src), op, chosen, reduce_by)
     reason = special_route(dst, src, "reduce_into_")
     if reason is None:
         before = version_of(dst)
@@ -219,6 +224,9 @@ def reduce_path(
     reduce_by = chosen_kernel(options.pop("reduce_by", None))
     op = reduce_op(op)
     copy_options = reduce_options(tile, stages, options)
+    if copy_options != CopyOptions():
+        check_reduce_arguments(dst, src)
+        check_reduce_options(detached(dst), detached(src), op, copy_options, reduce_by)
     if out_of_the_plain_path(dst, src):
         reason = special_route(dst, src, "reduce_into_")
         if reason is not None:

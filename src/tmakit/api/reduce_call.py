@@ -28,10 +28,17 @@ from ..runtime.dispatch import Launcher, Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import copy_launcher, tvm_ffi_available
 from ..validate import check_rank
-from .copy import class_launcher
+from .copy import HOPPER, class_launcher
 from .copy_views import copy_nothing
 from .reduce_torch import TORCH_OPS, torch_reduce
-from .tensors import check_tensor_pair, check_torch_tensor, device_facts, import_torch, pair_facts
+from .tensors import (
+    check_tensor_pair,
+    check_torch_tensor,
+    cuda_index,
+    device_facts,
+    import_torch,
+    pair_facts,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -93,12 +100,28 @@ def routed_reduce_launcher(
     """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
     kernel compiled here, at its first launch; `reduce_path` plans and never compiles). The
     options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
+    if options != _DEFAULT_REDUCE_OPTIONS:
+        check_reduce_options(dst, src, op, options, reduce_by)
     route, kernel = plan_reduce_call(dst, src, op, options, strict, reduce_by)
     if route.path == "empty":
         return copy_nothing
     if kernel is None:
         return torch_launcher(op, route.reason)
     return kernel.launcher()
+
+
+def check_reduce_options(
+    dst: torch.Tensor, src: torch.Tensor, op: str, options: CopyOptions, reduce_by: str | None
+) -> None:
+    """Options given, checked the same way on every path, before the route is taken: the call
+    planned on the route TMA would take (no rule of the L2), as on a Hopper GPU (`api.copy.
+    HOPPER`) for tensors that are not on one, its planner's refusal raised whatever then serves
+    the call (`api.copy.check_options`'s rule, for a reduce)."""
+    src_device = cuda_index(src)
+    on_gpu = src_device >= 0 and cuda_index(dst) == src_device
+    plan_reduce_call(
+        dst, src, op, options, False, reduce_by, on=device_facts(src.device) if on_gpu else HOPPER
+    )
 
 
 def torch_launcher(op: str, reason: str) -> Launcher:
@@ -139,35 +162,44 @@ def plan_reduce_call(
     copy_options: CopyOptions,
     strict: bool,
     reduce_by: str | None = None,
+    on: tuple[int, int] | None = None,
 ) -> tuple[Route, ReduceKernel | None]:
     """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
     checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
     `reduce_by` chose or the rule gives (`plan.reduce.reduce_kernel`). A TMA route the planner
     refuses becomes torch's, with the planner's reason, unless the refusal is of options the
     caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
-    stores do."""
+    stores do. `on`: plan the route TMA would take (no rule of the L2) on a GPU of these (SM
+    count, L2 bytes), the tensors read as on its device 0 (`check_reduce_options`)."""
     import_torch("reduce_into_")
     check_torch_tensor(dst, "reduce_into_", "dst")
     check_torch_tensor(src, "reduce_into_", "src")
     if strict:
         check_reduce_tensors(dst, src, op)
     read = pair_facts(dst, src)
-    facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
-    l2_bytes = None if facts.src.device < 0 else device_facts(dst.device)[1]
+    if on is None:
+        facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
+        l2_bytes = None if facts.src.device < 0 else device_facts(dst.device)[1]
+    else:
+        placed = {"address": 0, "device": 0}
+        facts, l2_bytes = (
+            replace(read, dst=replace(read.dst, **placed), src=replace(read.src, **placed)),
+            None,
+        )
     route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
         by = reduce_kernel(reduce_by, reduce_op(op), facts.src.dtype, moved_bytes(facts), l2_bytes)
-        kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+        kernel, error = planned_or_refused(dst, src, route, op, copy_options, by, on)
         if kernel is None and reduce_by is None and by == "ring":
             # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
             # stage): reduce stores serve it
             route, by = replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
-            kernel, error = planned_or_refused(dst, src, route, op, copy_options, by)
+            kernel, error = planned_or_refused(dst, src, route, op, copy_options, by, on)
         if kernel is None:
             if strict or reduce_by is not None:  # what the call asked for is refused, naming why
                 raise error
-            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op, by):
+            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op, by, on):
                 raise TmaConfigError(
                     f"{error} (with the default options TMA serves these tensors: leave the options out)"
                 ) from error
@@ -178,21 +210,32 @@ def plan_reduce_call(
 
 
 def planned_or_refused(
-    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, options: CopyOptions, kernel: str
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    route: Route,
+    op: str,
+    options: CopyOptions,
+    kernel: str,
+    on: tuple[int, int] | None = None,
 ) -> tuple[ReduceKernel | None, TmaConfigError | None]:
     """(the planned kernel, None), or (None, the planner's refusal)."""
     try:
-        return plan_reduce(dst, src, route, op, options, kernel), None
+        return plan_reduce(dst, src, route, op, options, kernel, on), None
     except TmaConfigError as error:
         return None, error
 
 
 def serves_by_default(
-    dst: torch.Tensor, src: torch.Tensor, route: Route, op: str, kernel: str = "store"
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    route: Route,
+    op: str,
+    kernel: str = "store",
+    on: tuple[int, int] | None = None,
 ) -> bool:
     """Whether the planner takes this TMA route with the default options, on `kernel`."""
     try:
-        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS, kernel)
+        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS, kernel, on)
     except TmaConfigError:
         return False
     return True
@@ -251,14 +294,16 @@ def plan_reduce(
     op: str,
     options: CopyOptions = _DEFAULT_REDUCE_OPTIONS,
     kernel: str = "store",
+    on: tuple[int, int] | None = None,
 ) -> ReduceKernel:
     """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
     plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
     this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
-    nothing. `options`: `reduce_options`; `kernel`: one of `plan.reduce.REDUCE_KERNELS`."""
+    nothing. `options`: `reduce_options`; `kernel`: one of `plan.reduce.REDUCE_KERNELS`; `on`:
+    the (SM count, L2 bytes) of the GPU planned for, the class's path (None: the tensors' GPU)."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
-    sm_count, l2_bytes = device_facts(src.device)
+    sm_count, l2_bytes = device_facts(src.device) if on is None else on
     if route.view is None:
         shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
     else:
@@ -270,7 +315,7 @@ def plan_reduce(
     fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
     device = str(src.device)
     as_view = route.view is not None  # launched on views of these strides
-    if not tvm_ffi_available():
+    if on is None and not tvm_ffi_available():
         source = LoadConfig(shape, dtype, tile, 0, src_major, src_strides)
         destination = LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides)
         LoadPlan(destination)  # its strides and the tile, checked as the source's are

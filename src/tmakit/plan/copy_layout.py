@@ -1,15 +1,19 @@
 """The layout rules of a copy's (or reduce's) tensors that hold whatever the tile: a rows view's,
-or the strided path's. Pure Python: what `api.copy` plans with and what the torch ops' fake
-implementations check while tracing, on static strides."""
+or the strided path's; and a pair's copy class planned from its layout (`plan_pair`). Pure
+Python: what `api.copy` plans with and what the torch ops' fake implementations check while
+tracing, on static strides."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
 from ..errors import TmaConfigError
 from ..validate import check_outer_strides, check_rank
-from .copy import CopyOptions
+from .copy import CopyOptions, CopyPlan, default_as_rows
+from .copy_class import check_copy_shape, copy_class
+from .copy_defaults import fits_l2 as copy_fits_l2
 
 
 def copy_rows_view(
@@ -49,3 +53,60 @@ def check_copy_layout(
     for name, strides in (("src", src_strides), ("dst", dst_strides)):
         contiguous = contiguous_index(major_of(strides, shape), len(shape))
         check_outer_strides(shape, strides, nbytes, contiguous, name=name)
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """A pair's copy planned from its layout: the options as planned (a rows view's where the
+    defaults take one), the rows view it copies where it takes one (`copy_rows_view`), its tile,
+    whether it changes the layout, whether both tensors fit in the L2, each tensor's major mode,
+    and its shape-generic class (`copy_class`, None where not asked for) with the index of each
+    tensor's stride-1 dim (None for a rows view)."""
+
+    options: CopyOptions
+    view: tuple[int, int] | None
+    tile: tuple[int, int]
+    transpose: bool
+    fits_l2: bool
+    majors: tuple[str, str]
+    copy: CopyPlan | None = None
+    contiguous: tuple[int, int] | None = None
+
+
+def plan_pair(
+    options: CopyOptions,
+    dtype: str,
+    shape: tuple[int, ...],
+    strides: tuple[tuple[int, ...], tuple[int, ...]],
+    compact: bool,
+    device: tuple[int, int],
+    classed: bool = True,
+) -> PairPlan:
+    """A copy of `shape` (`strides`: the source's and the destination's; `compact`: both
+    contiguous) on a GPU of `device` = (SM count, L2 bytes); `classed`: with its shape-generic
+    class and this shape's checks (`check_copy_shape`), TmaConfigError naming the first rule the
+    options or the layout break. What `api.copy_` plans on the GPU, and what checks the options
+    given on any device."""
+    sm_count, l2_bytes = device
+    nbytes = DTYPES[dtype].nbytes
+    numel = math.prod(shape)
+    majors = major_of(strides[0], shape), major_of(strides[1], shape)
+    transpose = majors[0] != majors[1]
+    fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
+    if default_as_rows(options, transpose, compact, fits_l2, numel, nbytes):
+        options = CopyOptions(as_rows=True)
+    rows = (options.as_rows or options.bulk) and not transpose and compact
+    view = copy_rows_view(options, shape, dtype, strides, rows)
+    tile = options.default_tile(dtype, transpose, view, sm_count, numel * nbytes)
+    layout = PairPlan(options, view, tile, transpose, fits_l2, majors)
+    if not classed:
+        return layout
+    if view is not None:
+        copy = copy_class(options, dtype, 2, "row", False, tile, sm_count, fits_l2, rows_width=view[1])
+        check_copy_shape(copy, view, ((view[1], 1),), (1,), nbytes)
+        return replace(layout, copy=copy)
+    check_rank(len(shape))
+    contiguous = contiguous_index(majors[0], len(shape)), contiguous_index(majors[1], len(shape))
+    copy = copy_class(options, dtype, len(shape), majors[0], transpose, tile, sm_count, fits_l2)
+    check_copy_shape(copy, shape, strides, contiguous, nbytes)  # before anything compiles
+    return replace(layout, copy=copy, contiguous=contiguous)

@@ -260,6 +260,12 @@ class CopyDispatch:
         guard = self.guard_of(src, dst)
         self._guarded = None if guard is None else (launcher, guard, spans)
 
+    def clear(self) -> None:
+        """Forget every launcher found and every streak: the next call of each is planned again."""
+        self._guarded = None
+        for table in (self._launchers, self._streaks, self._tried_first, self._pinned, self._options):
+            table.clear()
+
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
         """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
