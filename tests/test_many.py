@@ -4,6 +4,7 @@ against each pair's bytes), the plan's checks, and the sm_90a compile of the gro
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -104,7 +105,53 @@ def test_the_grouped_copy_compiles_for_sm90a():
     assert re.search(r"st\.global\.b8", ptx)  # the tails, a byte a lane
 
 
-def test_the_api_and_ops_on_cpu_tensors_match_torch():
+@pytest.fixture
+def many_ops_on_cpu(monkeypatch):
+    """The many-tensor ops exercised end to end on a CPU: their device check waived, and each
+    strict API call they make served by the function's own path for CPU tensors (torch's
+    `_foreach_copy_`, which does what the kernel does)."""
+    pytest.importorskip("torch")
+    from tmakit import ops_many
+    from tmakit.api import many as api_many
+
+    def served(function):
+        def call(*args, strict, **kwargs):
+            assert strict is True  # every op is strict
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(ops_many, "check_traced", lambda op, **tensors: None)
+    served_api = {name: served(getattr(api_many, name)) for name in ("copy_many_", "pack", "unpack_")}
+    monkeypatch.setattr(ops_many, "api_many", SimpleNamespace(**served_api))
+
+
+def test_the_ops_refuse_cpu_tensors_and_strict_refuses_what_tma_does_not_serve():
+    """Every op is strict: CPU tensors get TmaConfigError, eagerly and while tracing; the
+    functions' strict=True refuses a pair no TMA path serves, before anything is copied."""
+    torch = pytest.importorskip("torch")
+    import tmakit
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    dsts, srcs = [torch.zeros(3), torch.zeros(2)], [torch.ones(3), torch.ones(2)]
+    with pytest.raises(TmaConfigError, match="called eagerly: dsts.0. is on cpu"):
+        torch.ops.tmakit.copy_many_(dsts, srcs)
+    with pytest.raises(TmaConfigError, match="called eagerly: tensors.0. is on cpu"):
+        torch.ops.tmakit.pack(srcs)
+    with pytest.raises(TmaConfigError, match="called eagerly: flat is on cpu"):
+        torch.ops.tmakit.unpack_(torch.zeros(8), dsts)
+    with pytest.raises(TmaConfigError, match="strict=True: dsts.0. <- srcs.0. has no TMA path"):
+        tmakit.copy_many_(dsts, srcs, strict=True)
+    with pytest.raises(TmaConfigError, match="strict=True and grouped=False"):
+        tmakit.copy_many_(dsts, srcs, strict=True, grouped=False)
+    assert not any(d.any() for d in dsts)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(TmaConfigError, match="while tracing.*tensors.0. is on cpu"):
+        torch.ops.tmakit.pack([torch.empty(3)])
+
+
+def test_the_api_and_ops_on_cpu_tensors_match_torch(many_ops_on_cpu):
     """CPU tensors take torch's `_foreach_copy_`; pack lays them at aligned offsets; the ops
     trace with their fakes and pass opcheck."""
     torch = pytest.importorskip("torch")
@@ -172,7 +219,7 @@ def test_plan_refuses_groups_the_kernel_cannot_count(many, error, capsys):
     assert error in capsys.readouterr().err
 
 
-def test_the_ops_refuse_inputs_that_need_a_gradient():
+def test_the_ops_refuse_inputs_that_need_a_gradient(many_ops_on_cpu):
     torch = pytest.importorskip("torch")
     import tmakit.ops  # noqa: F401  registers the ops
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -157,7 +158,51 @@ def test_cpu_tensors_take_torchs_op_and_match_it():
     assert not scattered[[2, 5]].any() and torch.equal(scattered[0], table[0])
 
 
-def test_the_ops_trace_with_their_fakes_and_pass_opcheck():
+@pytest.fixture
+def rows_ops_on_cpu(monkeypatch):
+    """The rows ops exercised end to end on a CPU: their device check waived, and each strict
+    API call they make served by the function's own path for CPU tensors (torch's op, which does
+    what the kernel does)."""
+    torch_or_skip()
+    from tmakit import ops_rows
+    from tmakit.api import rows as api_rows
+
+    def served(function):
+        def call(*args, strict, **kwargs):
+            assert strict is True  # every op is strict
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(ops_rows, "check_traced", lambda op, **tensors: None)
+    names = ("gather_rows", "scatter_rows_", "index_add_", "index_reduce_")
+    served_api = {name: served(getattr(api_rows, name)) for name in names}
+    monkeypatch.setattr(
+        ops_rows, "api_rows", SimpleNamespace(**served_api, TORCH_REDUCES=api_rows.TORCH_REDUCES)
+    )
+
+
+def test_the_ops_refuse_a_cpu_tensor_eagerly_and_while_tracing():
+    """Every op is strict: a CPU tensor gets TmaConfigError naming it, from the eager call and
+    from the fake, never torch's op."""
+    torch = torch_or_skip()
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    table, index = torch.arange(40.0).reshape(10, 4), torch.tensor([3, 1, 9])
+    before = table.clone()
+    with pytest.raises(TmaConfigError, match="called eagerly: src is on cpu"):
+        torch.ops.tmakit.gather_rows(table, index)
+    for op in (torch.ops.tmakit.index_add_, torch.ops.tmakit.scatter_rows_):
+        with pytest.raises(TmaConfigError, match="called eagerly: dst is on cpu"):
+            op(table, index, torch.ones(3, 4))
+    assert torch.equal(table, before)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(TmaConfigError, match="while tracing.*dst is on cpu"):
+        torch.ops.tmakit.index_add_(torch.empty(10, 4), torch.empty(5, dtype=torch.long), torch.empty(5, 4))
+
+
+def test_the_ops_trace_with_their_fakes_and_pass_opcheck(rows_ops_on_cpu):
     torch = torch_or_skip()
     import tmakit.ops  # noqa: F401  registers the ops
 
@@ -183,7 +228,9 @@ def test_the_ops_trace_with_their_fakes_and_pass_opcheck():
         assert out.shape == (5, 4) and out.device.type == "cuda"
         with pytest.raises(TmaConfigError, match="it must be"):
             torch.ops.tmakit.index_add_(
-                torch.empty(10, 4), torch.empty(5, dtype=torch.long), torch.empty(4, 4)
+                torch.empty(10, 4, device="cuda"),
+                torch.empty(5, dtype=torch.long, device="cuda"),
+                torch.empty(4, 4, device="cuda"),
             )
 
 

@@ -24,10 +24,13 @@ keyword; `default` takes the options text `CopyOptions.parse` reads, and boxes f
 `load_tiles`' and `im2col`'s kernels are in `tmakit.ops_tiles`; what every op module shares (the
 library, the checks of tensors without memory, the device guard) in `tmakit.ops_base`.
 
-The real implementations are `tmakit.api`'s functions in strict mode, so what a fake checks is
-what the op serves, on torch's current stream and under the tensor's GPU's guard. A CPU, meta or
-fake tensor gets `TmaConfigError` (docs/api.md, "torch ops"). This module imports torch;
-`import tmakit` does not."""
+One rule for every op, these and the rows and many-tensor ops alike: an op is strict. It runs
+its `tmakit` function with `strict=True`, on torch's current stream and under the tensor's GPU's
+guard, so it serves a call by TMA on a Hopper GPU and refuses with `TmaConfigError` anything TMA
+does not serve; its fake refuses while tracing what it can tell without memory. A tensor off a
+CUDA device (CPU, meta) is refused eagerly and while tracing, never handed to torch's op: the
+functions (`tmakit.copy_`, `tmakit.gather_rows`, ...) are the path that serves every tensor
+torch takes (docs/api.md, "torch ops"). This module imports torch; `import tmakit` does not."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def check_traced(op: str, **tensors: torch.Tensor) -> None:
     meta tensor (passed to the op eagerly, or traced), raises TmaConfigError. The error gives
     `tmakit.api`'s message and says what called it."""
     for name, tensor in tensors.items():
-        if tensor.device.type == "cuda":
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda":
             continue
         where = TRACING if is_fake(tensor) else "called eagerly"
         try:

@@ -5,8 +5,9 @@
     torch.ops.tmakit.unpack_(flat, tensors) -> None
 
 Each in a fragment of the `tmakit` library with a fake implementation (also its Meta kernel), so
-`torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function with its
-defaults (`tmakit.api.many`). Not differentiable: inputs
+`torch.compile` and `torch.export` trace them; each runs `tmakit.api`'s function strictly, as
+every tmakit op does (`tmakit.ops`): TMA on a Hopper GPU, TmaConfigError for a tensor off a
+CUDA device (eagerly and while tracing) or a pair TMA does not serve. Not differentiable: inputs
 that require grad while grad mode is on are refused."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from .api import many as api_many
 from .api import many_route as api_many_route
 from .errors import TmaConfigError
-from .ops_base import NAMESPACE, define, refuse_grad
+from .ops_base import NAMESPACE, check_traced, define, refuse_grad
 
 SCHEMAS = {
     "copy_many_": "copy_many_(Tensor(a!)[] dsts, Tensor[] srcs) -> ()",
@@ -27,10 +28,20 @@ SCHEMAS = {
 
 def copy_many__impl(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
     refuse_grad("copy_many_", *dsts, *srcs)
-    api_many.copy_many_(dsts, srcs)
+    on_gpus("copy_many_", "dsts", dsts)
+    on_gpus("copy_many_", "srcs", srcs)
+    api_many.copy_many_(dsts, srcs, strict=True)
+
+
+def on_gpus(op: str, name: str, tensors: list[torch.Tensor]) -> None:
+    """Each of `tensors` (`name[i]` in the message) on a CUDA device (`ops_base.check_traced`)."""
+    for i, tensor in enumerate(tensors):
+        check_traced(op, **{f"{name}[{i}]": tensor})
 
 
 def copy_many__fake(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    on_gpus("copy_many_", "dsts", dsts)
+    on_gpus("copy_many_", "srcs", srcs)
     if len(dsts) != len(srcs):
         raise TmaConfigError(
             f"torch.ops.{NAMESPACE}.copy_many_ got {len(dsts)} destinations and {len(srcs)} sources"
@@ -39,10 +50,12 @@ def copy_many__fake(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
 
 def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
     refuse_grad("pack", *tensors)
-    return api_many.pack(tensors)[0]
+    on_gpus("pack", "tensors", tensors)
+    return api_many.pack(tensors, strict=True)[0]
 
 
 def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
+    on_gpus("pack", "tensors", tensors)
     if not tensors:
         raise TmaConfigError(f"torch.ops.{NAMESPACE}.pack got no tensors")
     dtype, _, length = api_many_route.packed_layout(torch, tensors)
@@ -51,10 +64,14 @@ def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     refuse_grad("unpack_", flat, *tensors)
-    api_many.unpack_(flat, tensors)
+    check_traced("unpack_", flat=flat)
+    on_gpus("unpack_", "tensors", tensors)
+    api_many.unpack_(flat, tensors, strict=True)
 
 
 def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    check_traced("unpack_", flat=flat)
+    on_gpus("unpack_", "tensors", tensors)
     if flat.dim() != 1:
         raise TmaConfigError(f"torch.ops.{NAMESPACE}.unpack_: the buffer is {tuple(flat.shape)}; it is 1-D")
 

@@ -7,12 +7,13 @@
 
 Each is defined in a fragment of the `tmakit` library with a fake implementation that is also its
 Meta kernel (`torch.compile`, `make_fx` and `torch.export` know its output without running it),
-and runs `tmakit.api`'s function: bulk row copies where they serve the call, torch's own op where
-they cannot (a CPU tensor included). The in-place ops return None (aot_autograd functionalizes
-them from `Tensor(a0!) dst`); the API bumps dst's version. The index is checked on the host
-except inside a CUDA-graph capture (`tmakit.api.rows`). Not differentiable: a call autograd
-records takes torch's op through the API, which records nothing either, so the ops refuse
-inputs that require grad while grad mode is on."""
+and runs `tmakit.api`'s function strictly, as every tmakit op does (`tmakit.ops`): bulk row copies
+on a Hopper GPU, TmaConfigError for a tensor off a CUDA device (eagerly and while tracing) or a
+call bulk row copies cannot serve (`tmakit.rows_path` says why; the functions `tmakit.gather_rows`
+... take torch's op there). The in-place ops return None (aot_autograd functionalizes them from
+`Tensor(a0!) dst`); the API bumps dst's version. The index is checked on the host except inside
+a CUDA-graph capture (`tmakit.api.rows`). Not differentiable: the ops refuse inputs that require
+grad while grad mode is on."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch
 
 from .api import rows as api_rows
 from .errors import TmaConfigError
-from .ops_base import NAMESPACE, define, refuse_grad
+from .ops_base import NAMESPACE, check_traced, define, refuse_grad
 
 SCHEMAS = {
     "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
@@ -31,9 +32,13 @@ SCHEMAS = {
 
 
 def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None) -> None:
-    """A trace's check: what `tmakit.api.rows` checks of shapes, dtypes and devices (the index's
-    entries are read only when the op runs)."""
+    """A trace's check (and an eager call's, first): every tensor on a CUDA device, and what
+    `tmakit.api.rows` checks of shapes, dtypes and devices (the index's entries are read only when
+    the op runs)."""
     where = f"torch.ops.{NAMESPACE}.{op}"
+    check_traced(op, **{"src" if compact is None else "dst": table, "index": index})
+    if compact is not None:
+        check_traced(op, src=compact)
     if index.dtype not in (torch.int32, torch.int64) or index.dim() > 1:
         raise TmaConfigError(
             f"{where}: index is {tuple(index.shape)} {index.dtype}; it takes a 1-D int32 or int64 index"
@@ -51,7 +56,8 @@ def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torc
 
 def gather_rows_impl(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     refuse_grad("gather_rows", src)
-    return api_rows.gather_rows(src, index)
+    check_traced("gather_rows", src=src, index=index)
+    return api_rows.gather_rows(src, index, strict=True)
 
 
 def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -61,17 +67,20 @@ def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
     refuse_grad("scatter_rows_", dst, src)
-    api_rows.scatter_rows_(dst, index, src)
+    check_traced("scatter_rows_", dst=dst, index=index, src=src)
+    api_rows.scatter_rows_(dst, index, src, strict=True)
 
 
 def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
     refuse_grad("index_add_", dst, src)
-    api_rows.index_add_(dst, index, src)
+    check_traced("index_add_", dst=dst, index=index, src=src)
+    api_rows.index_add_(dst, index, src, strict=True)
 
 
 def index_reduce__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str) -> None:
     refuse_grad("index_reduce_", dst, src)
-    api_rows.index_reduce_(dst, index, src, reduce)
+    check_traced("index_reduce_", dst=dst, index=index, src=src)
+    api_rows.index_reduce_(dst, index, src, reduce, strict=True)
 
 
 def in_place_fake(op: str):

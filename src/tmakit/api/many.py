@@ -42,8 +42,11 @@ __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 _ROUTES = KeptRoutes()  # by a call's addresses, each route with its layout check
 
 
-def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
-    """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch.
+def copy_many_(
+    dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
+) -> None:
+    """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch. Every pair is
+    checked before any is copied: a refused call writes nothing.
 
     Args:
         dsts: the destinations, torch tensors.
@@ -51,31 +54,36 @@ def copy_many_(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, gr
             or a broadcast takes torch's `_foreach_copy_`, which does both).
         grouped: run the compact aligned pairs on the grouped TMA kernel; False sends them to
             torch's `_foreach_copy_`.
+        strict: raise TmaConfigError where a pair has no TMA path, instead of torch's op.
 
     Returns:
         None: the destinations are written.
 
     Raises:
-        TmaConfigError: lists of different lengths, an entry that is not a tensor, or a pair
-            torch's `copy_` refuses.
+        TmaConfigError: lists of different lengths, an entry that is not a tensor, a pair torch's
+            `copy_` refuses (`TorchOpError`), or with `strict` a pair TMA does not serve.
     """
     torch = import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
-    grouped = flag(grouped, "copy_many_'s grouped")
+    grouped, strict = flag(grouped, "copy_many_'s grouped"), flag(strict, "copy_many_'s strict")
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
     tensors = dsts + srcs
-    key = addresses(torch, tensors, grouped)
+    key = addresses(torch, tensors, (grouped, strict))
     route = _ROUTES.find(key, tensors)
     if route is KeptRoutes.MISSING:
-        route = Route(torch, dsts, srcs, grouped, "copy_many_")
+        route = Route(torch, dsts, srcs, grouped, "copy_many_", strict)
         if key is not None and route.complete:
             _ROUTES.keep(torch, key, tensors, route)
     route.run(torch, dsts, srcs)
 
 
 def pack(
-    tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None, *, grouped: bool = True
+    tensors: Sequence[torch.Tensor],
+    out: torch.Tensor | None = None,
+    *,
+    grouped: bool = True,
+    strict: bool = False,
 ) -> tuple[torch.Tensor, list[int]]:
     """Every tensor, flattened, into one 1-D buffer, each at a 16-byte-aligned offset.
 
@@ -84,14 +92,14 @@ def pack(
         out: the buffer, 1-D and compact, of the tensors' dtype when they share one (else uint8,
             the offsets then in bytes), at least as long as `pack_offsets` says; allocated when None
             (the bytes between spans then zeros).
-        grouped: as `copy_many_`'s.
+        grouped, strict: as `copy_many_`'s.
 
     Returns:
         (the buffer, the offset of each tensor in it, in the buffer's elements).
 
     Raises:
         TmaConfigError: an entry that is not a tensor, tensors on different devices, an `out`
-            too short or of another dtype.
+            too short or of another dtype; as `copy_many_`'s.
     """
     torch = import_torch("pack")
     kept = kept_packing(torch, tensors, "destination", flag(grouped, "pack's grouped"))
@@ -100,17 +108,19 @@ def pack(
         kept.run(torch, flat, tensors)
         return flat, list(kept.offsets)
     flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
-    copy_many_(spans, sources, grouped=grouped)
+    copy_many_(spans, sources, grouped=grouped, strict=strict)
     return flat, offsets
 
 
-def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True) -> None:
+def unpack_(
+    flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
+) -> None:
     """Copy each tensor's span of a buffer `pack` wrote back into the tensor.
 
     Args:
         flat: the packed buffer.
         tensors: the tensors, in `pack`'s order; each gets its span, reshaped to its shape.
-        grouped: as `copy_many_`'s.
+        grouped, strict: as `copy_many_`'s.
 
     Returns:
         None: the tensors are written.
@@ -124,7 +134,7 @@ def unpack_(flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: boo
         kept.run(torch, flat, list(tensors))
         return
     dsts, srcs = _unpack_pairs(torch, flat, tensors)
-    copy_many_(dsts, srcs, grouped=grouped)
+    copy_many_(dsts, srcs, grouped=grouped, strict=strict)
 
 
 class GroupedCopy:

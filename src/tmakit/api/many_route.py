@@ -39,8 +39,13 @@ class Route:
     table on the device), the pairs `copy_` serves one at a time, the rest in one
     `_foreach_copy_`. Holds no tensor, so a kept route keeps no memory of the caller's alive."""
 
-    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str) -> None:
+    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str, strict: bool = False) -> None:
         together, self.one_by_one, self.rest = [], [], []
+        if strict and not grouped:
+            raise TmaConfigError(
+                f"{what} with strict=True and grouped=False: strict takes TMA's path alone, grouped=False "
+                "torch's _foreach_copy_; drop one"
+            )
         for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
             check_torch_tensor(dst, what, f"dsts[{i}]")
             check_torch_tensor(src, what, f"srcs[{i}]")
@@ -48,6 +53,16 @@ class Route:
                 together.append(i)
             elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
                 self.one_by_one.append(i)
+            elif strict:
+                reason = (
+                    "shapes or dtypes that differ"
+                    if dst.shape != src.shape or dst.dtype != src.dtype
+                    else None
+                )
+                raise TmaConfigError(
+                    f"{what} with strict=True: dsts[{i}] <- srcs[{i}] has no TMA path "
+                    f"({reason or copy_path(dst, src).reason}); nothing was copied"
+                )
             else:
                 self.rest.append(i)
         by_tma = set(self.one_by_one + (together if grouped else []))
@@ -71,6 +86,12 @@ class Route:
             pairs = [i for i in together if dsts[i].device == device]
             with torch.cuda.device(device):
                 if torch.cuda.is_current_stream_capturing():  # a replay would read a rewritten buffer
+                    if strict:
+                        raise TmaConfigError(
+                            f"{what} with strict=True inside a CUDA-graph capture, of tensors no eager call "
+                            "has copied: no table can be encoded in a capture (torch's _foreach_copy_ "
+                            "would serve it); call it once eagerly before the capture"
+                        )
                     self.complete, self.rest = False, sorted(self.rest + pairs)
                     continue
             nbytes = [dsts[i].nbytes for i in pairs]
