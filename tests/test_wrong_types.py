@@ -12,11 +12,9 @@ nothing compiles."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tmakit
+from stand_ins import gpu_stand_ins
 from tmakit import (
     CopyOptions,
     Im2colPlan,
@@ -252,44 +251,8 @@ SCHEMA_REFUSAL = ("Expected a value of type", "expected a value of type", "incom
 @pytest.fixture
 def stand_ins(monkeypatch):
     """CPU tensors pass as GPU ones, an H200's properties, launchers that launch nothing."""
-    if not HAS_TORCH:
-        return
-    import torch
-
-    from tmakit.api import load as api_load
-    from tmakit.api import reduce_call as api_reduce
-    from tmakit.api import rows_call as api_rows
-    from tmakit.api import tensors as api_tensors
-    from tmakit.runtime.dispatch import CopyDispatch
-
-    api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
-    api_im2col = importlib.import_module("tmakit.api.im2col")
-
-    def launcher(src: object, dst: object) -> None:
-        pass
-
-    launcher.shape_generic = True
-    launcher.checks_arguments = True
-    properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
-    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
-    monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    for module in (api_copy, api_reduce):
-        monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
-        monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
-    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_rows, "cuda_index", lambda tensor: 0)
-    monkeypatch.setattr(api_rows, "device_name", lambda index: "a stand-in GPU")
-    monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)
-    monkeypatch.setattr(api_rows, "_KNOWN", {})
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    compiled = SimpleNamespace(function=launcher)
-    monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    if HAS_TORCH:
+        gpu_stand_ins(monkeypatch)
 
 
 def outcome(entry: Entry, arguments: dict[str, object]) -> str:

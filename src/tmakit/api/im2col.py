@@ -21,6 +21,7 @@ from .known import calls_table, known_call
 from .tensors import (
     bump_versions,
     check_torch_tensor,
+    check_written,
     detached,
     device_facts,
     import_torch,
@@ -296,6 +297,7 @@ def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int])
     memory with `x` (every path reads x while it writes out). What TMA needs besides, contiguity
     and alignment, is the route's: `plan.im2col_route.placement_rule`."""
     check_torch_tensor(out, "im2col", "out")
+    check_written(out, "im2col", "out")
     if out.shape != patch_shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(
             f"out is {tuple(out.shape)} {out.dtype} on {out.device}; this im2col writes a "

@@ -58,7 +58,7 @@ class Packed:
             and flat.stride(0) == 1
             and flat.numel() >= self.length
             and flat.data_ptr() % GLOBAL_BASE_ALIGN == 0
-            and not (flat.is_conj() or flat.is_neg() or recorded_by_autograd(flat))
+            and not (flat.is_conj() or flat.is_neg() or flat.is_inference() or recorded_by_autograd(flat))
         ):
             return False
         start, end = flat.data_ptr(), flat.data_ptr() + self.length * self.element
@@ -97,8 +97,8 @@ def _packed(torch, tensors: list, relative: str) -> Packed | None:
             check_torch_tensor(tensor, "pack", f"tensors[{i}]")
     except TmaConfigError:
         return None
-    if not all(groupable(t, t) for t in tensors):
-        return None
+    if not all(groupable(t, t) and not t.is_inference() for t in tensors):
+        return None  # an inference tensor's route checks its writes
     if len({t.dtype for t in tensors}) > 1 or len({t.device for t in tensors}) > 1:
         return None
     if _capturing(torch, tensors[0]):  # no table can be encoded inside a capture

@@ -68,12 +68,22 @@ class Route:
         by_tma = set(self.one_by_one + (together if grouped else []))
         for i in range(len(dsts)):  # every pair's refusal before any pair is copied
             refuse_pair(dsts, srcs, i, i in by_tma)
-        # False: not to be kept (a table could not be encoded in a capture; an inference tensor,
-        # which torch writes only in inference mode, a mode no key holds)
-        self.complete = not any(t.is_inference() for t in (*dsts, *srcs))
+        # False: not to be kept (a table could not be encoded in a capture), or not where what its
+        # refusals read is more than a key holds: autograd recording (leaves, views and how they
+        # were made), an inference tensor (written only in inference mode)
+        self.complete = not (
+            recorded_by_autograd(*dsts, *srcs) or any(t.is_inference() for t in (*dsts, *srcs))
+        )
         self.launches: list[tuple[object, object, list[int]]] = []  # (device, table, pairs)
         self.in_order: list[tuple[int, bool]] | None = None  # (pair, by copy_) when an order matters
         if not apart(dsts, srcs):  # pairs share bytes: one at a time, in the list's order
+            if recorded_by_autograd(*dsts, *srcs):
+                raise TmaConfigError(
+                    f"{what}: pairs that share memory while autograd records the call: each pair's "
+                    "write changes what autograd lets the next pair write, which no check made "
+                    "before the first can tell; copy them one at a time (dst.copy_(src)), or under "
+                    "torch.no_grad()"
+                )
             self.in_order = [(i, i in by_tma) for i in range(len(dsts))]
             return
         if not grouped:

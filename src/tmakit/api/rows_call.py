@@ -17,6 +17,7 @@ from ..validate import flag
 from .known import KEY_ERRORS, MAX_KNOWN_CALLS, calls_table
 from .tensors import (
     check_torch_tensor,
+    check_written,
     cuda_index,
     device_facts,
     device_name,
@@ -64,6 +65,7 @@ def rows_call(
     """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
     if table.dim() == 0:
         refuse_strict(strict, f"rows op {op}", ZERO_D)
+        check_written(compact if op == "gather" else table, f"rows op {op}", "the written tensor")
         torch_op(TORCH_OPS[op], table, index, compact)
         return
     check_rows(op, table, index, compact)
@@ -126,6 +128,8 @@ def known_call(op: str, table, index, compact, check_index: bool, strict: bool) 
     if not plain_tensors(table, index, compact):
         return False
     if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg():
+        return False
+    if (compact if op == "gather" else table).is_inference():  # written only in inference mode
         return False
     if table.is_conj() or compact.is_conj():
         return False
@@ -208,6 +212,8 @@ def checked_index(index: object, table: object, what: str) -> torch.Tensor:
 def check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
     name = "out" if op == "gather" else "src"
     check_torch_tensor(compact, f"rows op {op}", name)
+    written, written_name = (compact, "out") if op == "gather" else (table, "dst")
+    check_written(written, f"rows op {op}", written_name)
     expected = (index.numel(), *table.shape[1:])
     if tuple(compact.shape) != expected:
         raise TmaConfigError(

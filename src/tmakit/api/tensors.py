@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config import dtype_of
-from ..errors import TmaConfigError
+from ..errors import TmaConfigError, TorchOpError
 from ..limits import MAX_RANK
 from ..plan.route import (
     NOT_SM90,
@@ -263,14 +263,13 @@ def out_of_the_plain_path(dst: object, src: object) -> bool:
 
 
 def special_route(dst: torch.Tensor, src: torch.Tensor, what: str) -> str | None:
-    """Why a call out of the plain path takes torch's op (an inference tensor written outside
-    inference mode, which torch's op then refuses; a lazily applied bit; autograd recording it),
-    after both are checked as torch tensors; None: the plain call on detached views serves it (a
-    tensor that requires grad under torch.no_grad(), an inference tensor in inference mode)."""
+    """Why a call out of the plain path takes torch's op (a lazily applied bit, autograd
+    recording it), after both are checked as torch tensors and `dst` as a tensor torch lets be
+    written (`check_written`); None: the plain call on detached views serves it (a tensor that
+    requires grad under torch.no_grad(), an inference tensor in inference mode)."""
     check_torch_tensor(dst, what, "dst")
     check_torch_tensor(src, what, "src")
-    if dst.is_inference() and not import_torch(what).is_inference_mode_enabled():
-        return "an inference tensor written outside inference mode, which torch's op refuses"
+    check_written(dst, what, "dst")
     lazy = lazy_bit(dst, src)
     if lazy is not None:
         return lazy_reason(lazy)
@@ -411,6 +410,21 @@ def torch_copy_refusal(dst: torch.Tensor, src: torch.Tensor) -> str | None:
     return torch_memory_rule(pair_facts(dst, src), torch._C._is_alias_of(dst, src))
 
 
+def check_written(tensor: torch.Tensor, what: str, name: str) -> None:
+    """torch's rule for any tensor written in place, checked before anything is written (torch's
+    own ops write an inference tensor first and raise after): an inference tensor is written only
+    inside inference mode. `TorchOpError` where it is broken."""
+    if tensor.is_inference() and not import_torch(what).is_inference_mode_enabled():
+        raise TorchOpError(f"{what}: {name} {INFERENCE_WRITE}")
+
+
+# Why torch refuses to write an inference tensor here, and what to do.
+INFERENCE_WRITE = (
+    "is an inference tensor, which torch writes in place only inside inference mode "
+    "(torch.inference_mode()): .clone() it outside, or write it inside"
+)
+
+
 def write_refusal(dst: torch.Tensor, src: torch.Tensor) -> str | None:
     """Why torch refuses to write `dst` in place with `src` read, whatever the op: an inference
     tensor outside inference mode, and, where autograd records the call (grad mode on, either
@@ -419,7 +433,7 @@ def write_refusal(dst: torch.Tensor, src: torch.Tensor) -> str | None:
     mode); None where it writes."""
     torch = import_torch("copy_")
     if dst.is_inference() and not torch.is_inference_mode_enabled():
-        return "dst is an inference tensor, which torch writes in place only inside inference mode"
+        return f"dst {INFERENCE_WRITE}"
     if not recorded_by_autograd(dst, src):
         return None
     if dst._is_view() and dst._base.requires_grad:

@@ -1,0 +1,51 @@
+"""CPU tensors standing in for GPU ones (the device rule waived, an H200's properties, launchers
+that launch nothing), so that a CPU machine reaches the checks and plans behind the device rule;
+nothing compiles or launches."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import SimpleNamespace
+
+
+def gpu_stand_ins(monkeypatch) -> None:
+    """Patch tmakit (through `monkeypatch`) so CPU tensors pass as tensors on CUDA device 0 of an
+    H200 whose launchers launch nothing."""
+    import torch
+
+    from tmakit.api import load as api_load
+    from tmakit.api import reduce_call as api_reduce
+    from tmakit.api import rows_call as api_rows
+    from tmakit.api import tensors as api_tensors
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
+    api_im2col = importlib.import_module("tmakit.api.im2col")
+
+    def launcher(src: object, dst: object) -> None:
+        pass
+
+    launcher.shape_generic = True
+    launcher.checks_arguments = True
+    properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
+    monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
+    monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    for module in (api_copy, api_reduce):
+        monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
+        monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
+    monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_rows, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_reduce, "cuda_index", lambda tensor: 0)
+    monkeypatch.setattr(api_rows, "device_name", lambda index: "a stand-in GPU")
+    monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)
+    monkeypatch.setattr(api_rows, "_KNOWN", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    compiled = SimpleNamespace(function=launcher)
+    monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
+    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_CLASSES", {})
