@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
+from tmakit.limits import SMEM_PER_BLOCK
 from tmakit.plan.many import PACK_ALIGN, ManyPlan, pack_offsets
 
 
@@ -88,11 +89,28 @@ def test_a_table_of_tails_only_and_of_nothing():
         ({"stage_bytes": 1000}, "whole number of KiB"),
         ({"stages": 8}, "do not fit .* 7 fit"),
         ({"stages": 0}, "at least"),
+        ({"sm_count": 2**31}, "sm_count 2147483648: .* 32-bit"),
+        ({"stage_bytes": 0}, "whole number of KiB"),
     ],
 )
 def test_plans_that_cannot_run_are_refused(kwargs, rule):
     with pytest.raises(TmaConfigError, match=rule):
         ManyPlan(**kwargs)
+
+
+def test_the_shared_memory_is_the_kernels_ring():
+    for stages in range(1, 8):
+        plan = ManyPlan(stages=stages)
+        assert plan.smem_bytes == plan.pipeline.smem_bytes <= SMEM_PER_BLOCK
+
+
+@pytest.mark.parametrize("relative", ["both", "src", 1])
+def test_a_side_the_grouped_copy_has_not_is_refused_before_compiling(relative):
+    pytest.importorskip("cutlass")
+    from tmakit.runtime.many import compile_many
+
+    with pytest.raises(TmaConfigError, match="relative side .* is not one of None, source, destination"):
+        compile_many(ManyPlan(), relative)
 
 
 def test_the_grouped_copy_compiles_for_sm90a():

@@ -139,6 +139,40 @@ def test_a_reduce_class_is_the_copys_class_with_the_op():
     assert "reduce            each store .min" in reduce.summary()
 
 
+@pytest.mark.parametrize(
+    ("alias", "op", "dtype"),
+    [("sum", "add", "fp32"), ("amax", "max", "fp16"), ("amin", "min", "bf16"), ("amax", "max", "uint64")],
+)
+def test_a_plan_named_by_torchs_name_holds_tmakits_op(alias, op, dtype):
+    """The kernel picks its reduce store by the plan's op: a plan keeps tmakit's name, however it
+    was asked for, and is the same plan (one compile) as one asked for by that name."""
+    arguments = (2, "row", False, copy_tile(dtype), 132, False)
+    reduce = reduce_class(CopyOptions(), alias, dtype, *arguments)
+    assert reduce.op == op and reduce is reduce_class(CopyOptions(), op, dtype, *arguments)
+    assert ReducePlan(reduce.copy, alias) == reduce and ReducePlan(reduce.copy, alias).op == op
+    if op == "add":
+        assert reduce_class(CopyOptions(), alias, dtype, *arguments, kernel="ring").op == "add"
+
+
+@pytest.mark.parametrize("kernel", [["ring"], None, "load-add-store"])
+def test_a_reduce_class_refuses_a_kernel_it_has_not(kernel):
+    with pytest.raises(TmaConfigError, match="reduce kernel .* is not one of store, ring"):
+        reduce_class(CopyOptions(), "add", "fp32", 2, "row", False, (16, 256), 132, False, kernel=kernel)
+
+
+def test_a_persistent_grid_the_kernels_host_code_cannot_count_is_refused():
+    """The shape-generic host code takes the persistent grid's blocks as a 32-bit integer."""
+    rule = r"a persistent grid of 4294967294 blocks \(sm_count 2147483647 x blocks_per_sm 2\)"
+    with pytest.raises(TmaConfigError, match=rule):
+        reduce_class(
+            CopyOptions(blocks_per_sm=2), "add", "fp32", 2, "row", False, (16, 256), 2**31 - 1, False
+        )
+    load = LoadPlan(LoadConfig((64, 64), "fp32", (16, 64)))
+    with pytest.raises(TmaConfigError, match=rule):
+        ReducePlan(CopyPlan(PipelinePlan(load, persistent=True, sm_count=2**31 - 1, blocks_per_sm=2)))
+    reduce_class(CopyOptions(), "add", "fp32", 2, "row", False, (16, 256), 2**31 - 1, False)
+
+
 # -- the kernels, compiled for sm_90a ------------------------------------------------------------
 def reduce_instructions(ptx: str) -> set[str]:
     return set(re.findall(r"cp\.reduce\.async\.bulk\.tensor[\w.:]*", ptx))

@@ -210,3 +210,68 @@ def test_the_cli_plans_and_explains_rows_by_index():
     ):
         run = tmakit("plan", "--kernel", "rows", *args)
         assert run.returncode == 2 and refusal in one_error_line(run), run.stderr
+
+
+# -- what the kernel can take, refused at construction --------------------------------------------
+@pytest.mark.parametrize(("row_bytes", "per_stage"), [(16, 2048), (256, 128), (65536, 1)])
+def test_a_count_the_kernel_cannot_count_is_refused(row_bytes, per_stage):
+    """The kernel rounds the count up to whole stages in a 32-bit device integer: the largest it
+    takes is 2^31 - 1 less a full stage's rows but one."""
+    most = 2**31 - 1 - (per_stage - 1)
+    assert RowsPlan("gather", 10, row_bytes, most, stages=1).count == most
+    for count in (most + 1, 2**31, 2**32):
+        with pytest.raises(TmaConfigError, match=rf"count {count}: .* at most {most} index entries"):
+            RowsPlan("gather", 10, row_bytes, count, stages=1)
+
+
+def test_the_stages_are_sized_as_the_kernel_compiles_them():
+    """The kernel is compiled for full stages whatever the count (`kernel_plan`): a short count
+    does not make room for more stages than it holds."""
+    with pytest.raises(TmaConfigError, match=r"31 stages of 32768 bytes \(128 rows of 256: .*\) .*; 7 fit"):
+        RowsPlan("gather", 10, 256, 5, stages=31)
+    plan = RowsPlan("gather", 10, 256, 5, stages=7)
+    assert plan.rows_per_stage == 5 and plan.smem_bytes == plan.kernel_plan().pipeline.smem_bytes
+    assert plan.pipeline == plan.kernel_plan().pipeline and plan.smem_bytes <= SMEM_PER_BLOCK
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        ({"sm_count": 2**31}, "sm_count 2147483648: .* 32-bit"),
+        ({"rows": 2**62}, "a table of 4611686018427387904 rows of 16 bytes"),
+        ({"dtype": "fp64"}, "rows dtype 'fp64' is not one of"),
+        ({"op": "mean"}, "rows op 'mean' is not one of"),
+    ],
+)
+def test_fields_the_kernel_cannot_take_are_refused(kwargs, rule):
+    with pytest.raises(TmaConfigError, match=rule):
+        RowsPlan(**{"op": "gather", "rows": 10, "row_bytes": 16, "count": 4, **kwargs})
+
+
+@pytest.mark.parametrize(("alias", "op"), [("amax", "max"), ("amin", "min"), ("sum", "add")])
+def test_torchs_reduce_names_are_read_as_the_bulk_reduces(alias, op):
+    plan = RowsPlan(alias, 10, 64, 4, dtype="uint32")
+    assert plan.op == op and plan == RowsPlan(op, 10, 64, 4, dtype="uint32")
+
+
+def test_the_route_refuses_a_count_the_kernel_cannot_count():
+    from tmakit.plan.route import TensorFacts
+    from tmakit.plan.rows import RowsFacts, rows_tma_rule
+
+    def facts(count):
+        table = TensorFacts((100, 4), (4, 1), "int32", 4, 0, 0)
+        compact = TensorFacts((count, 4), (4, 1), "int32", 4, 0, 0)
+        return RowsFacts("gather", table, compact, 0, "int64")
+
+    assert rows_tma_rule(facts(2**31 - 2048), strict=True) is None
+    rule = rows_tma_rule(facts(2**31 - 2047), strict=True)
+    assert rule == "2147481601 index entries; the kernel counts up to 2147481600 for rows of 16 bytes"
+
+
+@pytest.mark.parametrize("index_dtype", ["fp32", "uint8", None])
+def test_an_index_the_kernel_cannot_read_is_refused_before_compiling(index_dtype):
+    pytest.importorskip("cutlass")
+    from tmakit.runtime.rows import compile_rows
+
+    with pytest.raises(TmaConfigError, match=r"rows index dtype .* is not one of int32, int64"):
+        compile_rows(RowsPlan("gather", 10, 16, 4).kernel_plan(), index_dtype)

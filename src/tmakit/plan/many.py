@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MBARRIER_BYTES, SMEM_PER_BLOCK, WARP_THREADS
+from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, WARP_THREADS
 from ..validate import check_field_types
 from .copy_defaults import MIN_STORES_IN_FLIGHT
 from .ring import PipelinePlan
-from .rows import STAGE_TARGET_BYTES, stand_in_ring
+from .rows import STAGE_TARGET_BYTES, check_bulk_ring, stand_in_ring
 
 DEFAULT_MANY_STAGES = 6
 TABLE_WORDS = 4  # a chunk: source address, destination address, bytes, offset in its stage
@@ -70,17 +70,12 @@ class ManyPlan:
         check_field_types(self)
         if self.stage_bytes < GLOBAL_BASE_ALIGN or self.stage_bytes % 1024:
             raise TmaConfigError(f"stage_bytes is {self.stage_bytes}; a stage is a whole number of KiB")
-        if self.stages < 1 or self.sm_count < 1:
-            raise TmaConfigError(f"stages {self.stages}, sm_count {self.sm_count}: at least one of each")
-        if self.smem_bytes > SMEM_PER_BLOCK:
-            raise TmaConfigError(
-                f"{self.stages} stages of {self.stage_bytes} bytes do not fit the {SMEM_PER_BLOCK}-byte "
-                f"shared memory of a block; {SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)} fit"
-            )
+        check_bulk_ring(self.stages, self.sm_count, self.stage_bytes, "", "use smaller stages")
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.stage_bytes + 2 * MBARRIER_BYTES)
+        """The shared memory the kernel requests: its ring's (`pipeline`)."""
+        return self.pipeline.smem_bytes
 
     @property
     def stores_in_flight(self) -> int:

@@ -41,7 +41,7 @@ from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
-from .copy_class import copy_class
+from .copy_class import check_persistent_blocks, copy_class
 from .ring import check_stages, stages_fitting
 from .route import (
     BeyondL2,
@@ -238,7 +238,10 @@ class ReducePlan:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        # the kernel names its reduce store by the op: torch's names are kept as tmakit's
+        object.__setattr__(self, "op", reduce_op(self.op))
         one_of(self.kernel, "reduce kernel", REDUCE_KERNELS)
+        check_persistent_blocks(self.copy.ring)
         dtype = self.copy.load.config.dtype
         if self.copy.bulk:
             raise TmaConfigError(
@@ -292,7 +295,10 @@ def reduce_class(
     `class_arguments`, rank to rows_width, as `copy_class` takes them) with a reduce store
     (`kernel` "ring": run as the load-add-store ring, `ring_copy`), the pair checked first
     (nothing is planned for a refused one). The shape's own checks are the copy's
-    (`plan.check_copy_shape` on `ReducePlan.copy`)."""
+    (`plan.check_copy_shape` on `ReducePlan.copy`). `op` may be torch's name; the plan holds
+    tmakit's."""
+    op = reduce_op(op)
+    one_of(kernel, "reduce kernel", REDUCE_KERNELS)  # before the cached planners hash it
     if kernel == "ring":
         check_ring(op, dtype)
     else:

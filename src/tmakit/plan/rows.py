@@ -21,9 +21,11 @@ checks each entry before it addresses a row, so no copy reaches outside the tens
 plans and checks; `model.rows` replays the moves on NumPy arrays; `kernels.rows` runs the plan
 (one compile per `kernel_plan`: the count and the rows are run-time values).
 
-The kernel's ring is a `PipelinePlan` over a stand-in load plan whose tile is the stage: int32,
-256 wide, its rows rounded up to whole KiB (`pipeline`). The stage's bytes are the rows'; the
-stand-in only sizes the ring's shared memory and carries its stages, barriers and persistent walk.
+The kernel's ring is a `PipelinePlan` over a stand-in load plan whose tile is a full stage (the
+kernel is compiled for full stages whatever the count): int32, 256 wide, its rows rounded up to
+whole KiB (`pipeline`). The stage's bytes are the rows'; the stand-in only sizes the ring's shared
+memory and carries its stages, barriers and persistent walk. A plan is refused at construction
+where its kernel could not run it (`RowsPlan`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,20 @@ from dataclasses import dataclass, replace
 
 from ..config import DTYPES, LoadConfig
 from ..errors import TmaConfigError
-from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_TX_BYTES, MBARRIER_BYTES, SMEM_PER_BLOCK
+from ..limits import (
+    DEFAULT_SM_COUNT,
+    GLOBAL_BASE_ALIGN,
+    MAX_DEVICE_INT,
+    MAX_TENSOR_BYTES,
+    MAX_TX_BYTES,
+    MBARRIER_BYTES,
+    SMEM_PER_BLOCK,
+)
 from ..validate import check_field_types, one_of
 from .copy_defaults import MIN_STORES_IN_FLIGHT
 from .load import LoadPlan
-from .reduce import PTX_TYPES
-from .ring import PipelinePlan
+from .reduce import PTX_TYPES, REDUCE_OP_ALIASES
+from .ring import PipelinePlan, stages_fitting
 from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, TensorFacts, lazy_reason
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
@@ -58,15 +68,54 @@ STAGE_TARGET_BYTES = 32 * 1024
 DEFAULT_ROW_STAGES = 4
 # The stand-in tile's width and element: 256 int32, a KiB per row of the stand-in.
 _STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
+MAX_INDEX_ENTRIES = MAX_DEVICE_INT  # the kernel's entry count is a 32-bit integer
+
+
+def stand_in_tile(stage_bytes: int) -> tuple[int, int]:
+    """The stand-in tile of a stage of `stage_bytes`: int32, 256 wide, whole KiB."""
+    return math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH
 
 
 def stand_in_ring(stage_bytes: int, stages: int, sm_count: int) -> PipelinePlan:
     """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
-    persistent `PipelinePlan` over a stand-in load plan whose tile (int32, 256 wide, whole KiB)
-    sizes the stages and carries the barriers and walk; no tensor map is made from it."""
-    tile = (math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH)
+    persistent `PipelinePlan` over a stand-in load plan whose tile (`stand_in_tile`) sizes the
+    stages and carries the barriers and walk; no tensor map is made from it."""
+    tile = stand_in_tile(stage_bytes)
     load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
     return PipelinePlan(load, stages=stages, persistent=True, sm_count=sm_count)
+
+
+def check_bulk_ring(stages: int, sm_count: int, stage_bytes: int, what: str, fix: str = "") -> None:
+    """Refuse a bulk-copy ring (`stand_in_ring`) its kernel cannot run: fewer than one stage or
+    SM, a persistent grid past the host code's 32-bit block count, or `stages` stages of
+    `stage_bytes` (`what` describes one) that do not fit a block's shared memory (`fix`: what to
+    do when not even one fits)."""
+    if stages < 1 or sm_count < 1:
+        raise TmaConfigError(f"stages {stages}, sm_count {sm_count}: a ring needs at least one of each")
+    if sm_count > MAX_DEVICE_INT:
+        raise TmaConfigError(
+            f"sm_count {sm_count}: the kernel's host code counts the persistent grid's blocks in a 32-bit "
+            f"integer; at most {MAX_DEVICE_INT}"
+        )
+    most = stages_fitting(stand_in_tile(stage_bytes)[0] * _STAND_IN_BYTES)  # as the ring counts them
+    if stages > most:
+        raise TmaConfigError(
+            f"{stages} stages of {stage_bytes} bytes{what} do not fit the {SMEM_PER_BLOCK}-byte shared "
+            f"memory of a block (each a whole KiB and {2 * MBARRIER_BYTES} bytes of barriers); {most} fit"
+            + (f": {fix}" if fix and not most else "")
+        )
+
+
+def full_stage_rows(row_bytes: int) -> int:
+    """Rows a full stage holds: as many as fit `STAGE_TARGET_BYTES` (at least one) and an mbarrier
+    phase's transaction count. The kernel is compiled for full stages."""
+    return max(1, min(STAGE_TARGET_BYTES // row_bytes, MAX_TX_BYTES // row_bytes))
+
+
+def max_index_entries(row_bytes: int) -> int:
+    """The most index entries the kernel takes for rows of `row_bytes`: it rounds the count up to
+    whole stages in a 32-bit integer (count + a full stage's rows - 1)."""
+    return MAX_INDEX_ENTRIES - (full_stage_rows(row_bytes) - 1)
 
 
 @dataclass(frozen=True)
@@ -85,8 +134,11 @@ class Move:
 @dataclass(frozen=True)
 class RowsPlan:
     """`count` rows of `row_bytes` moved by index between a tensor of `rows` rows and a compact
-    one (`op`: one of `ROW_OPS`), `rows_per_stage` rows per stage of a `stages`-deep ring, one
-    step per stage fill, steps dealt to a persistent grid of at most `sm_count` blocks."""
+    one (`op`: one of `ROW_OPS`; torch's `REDUCE_OP_ALIASES` are read as those), `rows_per_stage`
+    rows per stage of a `stages`-deep ring, one step per stage fill, steps dealt to a persistent
+    grid of at most `sm_count` blocks. Refused (TmaConfigError) where the kernel cannot run it: a
+    count past `max_index_entries`, stages of `full_stage_rows` that do not fit, an (op, dtype)
+    the bulk reduce has not, more blocks than its 32-bit grid."""
 
     op: str
     rows: int
@@ -98,7 +150,11 @@ class RowsPlan:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        if self.op in REDUCE_OP_ALIASES:  # torch's names (index_reduce_'s amax, amin) read as ours
+            object.__setattr__(self, "op", REDUCE_OP_ALIASES[self.op])
         one_of(self.op, "rows op", ROW_OPS)
+        if self.dtype is not None:
+            one_of(self.dtype, "rows dtype", DTYPES)
         rule = row_rule(self.row_bytes)
         if rule is not None:
             raise TmaConfigError(rule)
@@ -107,18 +163,26 @@ class RowsPlan:
                 f"rows op {self.op!r} with dtype {self.dtype}: the bulk reduce (cp.reduce.async.bulk) "
                 f"takes {self.op} on {', '.join(ROW_REDUCE_DTYPES[self.op])}"
             )
-        if self.rows < 1 or self.count < 0 or self.stages < 1 or self.sm_count < 1:
+        if self.rows < 1 or self.count < 0:
             raise TmaConfigError(
-                f"rows {self.rows}, count {self.count}, stages {self.stages}, sm_count {self.sm_count}: "
-                "a rows plan needs at least one row, a count of zero or more, one stage and one SM"
+                f"rows {self.rows}, count {self.count}: a rows plan needs at least one row and a count "
+                "of zero or more"
             )
-        if self.smem_bytes > SMEM_PER_BLOCK:
-            most = SMEM_PER_BLOCK // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        if self.rows * self.row_bytes > MAX_TENSOR_BYTES:
             raise TmaConfigError(
-                f"{self.stages} stages of {self.stage_bytes} bytes ({self.rows_per_stage} rows of "
-                f"{self.row_bytes}) do not fit the {SMEM_PER_BLOCK}-byte shared memory of a block; "
-                f"{most} fit" + ("" if most else ": rows this long are torch's to move")
+                f"a table of {self.rows} rows of {self.row_bytes} bytes: more than the {MAX_TENSOR_BYTES} "
+                "bytes a tensor can hold"
             )
+        most = max_index_entries(self.row_bytes)
+        if self.count > most:
+            raise TmaConfigError(
+                f"count {self.count}: the kernel counts at most {most} index entries of rows of "
+                f"{self.row_bytes} bytes (the count rounded up to whole stages of {self.full_stage_rows} "
+                "rows, in 32 bits); split the index"
+            )
+        rows, size = self.full_stage_rows, self.full_stage_rows * self.row_bytes
+        full = f" ({rows} rows of {self.row_bytes}: the kernel's stages are full, whatever the count)"
+        check_bulk_ring(self.stages, self.sm_count, size, full, "rows this long are torch's to move")
 
     @property
     def reduce_dtype(self) -> str | None:
@@ -130,9 +194,8 @@ class RowsPlan:
 
     @property
     def full_stage_rows(self) -> int:
-        """Rows a full stage holds: as many as fit `STAGE_TARGET_BYTES` (at least one) and an
-        mbarrier phase's transaction count."""
-        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
+        """Rows a full stage holds (`full_stage_rows`); the kernel's stages are full ones."""
+        return full_stage_rows(self.row_bytes)
 
     @property
     def rows_per_stage(self) -> int:
@@ -145,10 +208,8 @@ class RowsPlan:
 
     @property
     def smem_bytes(self) -> int:
-        """The stages (each rounded up to the stand-in tile's whole KiB) and a full and an empty
-        barrier per stage."""
-        ring_stage = math.ceil(self.stage_bytes / _STAND_IN_BYTES) * _STAND_IN_BYTES
-        return self.stages * (ring_stage + 2 * MBARRIER_BYTES)
+        """The shared memory the kernel requests: its ring's (`pipeline`)."""
+        return self.pipeline.smem_bytes
 
     def kernel_plan(self) -> RowsPlan:
         """The plan a kernel is compiled for: this one with full stages, its count and rows
@@ -163,9 +224,9 @@ class RowsPlan:
 
     @property
     def pipeline(self) -> PipelinePlan:
-        """The ring the kernel runs on: stages of the stand-in tile (int32, 256 wide, the stage's
-        bytes rounded up to whole KiB), a producer and a consumer warp, persistent."""
-        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
+        """The ring the kernel runs on, whatever the count: full stages of the stand-in tile
+        (int32, 256 wide, whole KiB), a producer and a consumer warp, persistent."""
+        return stand_in_ring(self.full_stage_rows * self.row_bytes, self.stages, self.sm_count)
 
     @property
     def steps(self) -> int:
@@ -300,7 +361,6 @@ def rows_tma_spans(gpu: str) -> dict[str, tuple[int, int | None]]:
     return ROWS_TMA_SPANS
 
 
-MAX_INDEX_ENTRIES = 2**31 - 1  # the kernel's entry count is a 32-bit integer
 # torch's index_reduce_ names, as the bulk reduce names them.
 INDEX_REDUCES = {"amax": "max", "amin": "min"}
 # The dtypes whose min/max the rows path takes: integers. f16/bf16 min/max in PTX return the
@@ -361,8 +421,11 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     table_stride = table.strides[0] * table.nbytes if table.shape[0] > 1 else row_bytes
     if table_stride < row_bytes:
         return f"the table's rows overlap ({table_stride} bytes apart, {row_bytes} long)"
-    if compact.shape[0] > MAX_INDEX_ENTRIES:
-        return f"{compact.shape[0]} index entries; the kernel counts up to {MAX_INDEX_ENTRIES}"
+    if compact.shape[0] > max_index_entries(row_bytes):
+        return (
+            f"{compact.shape[0]} index entries; the kernel counts up to {max_index_entries(row_bytes)} "
+            f"for rows of {row_bytes} bytes"
+        )
     rule = row_rule(row_bytes, table.address, table_stride) or row_rule(row_bytes, compact.address)
     if rule is not None:
         return rule

@@ -6,6 +6,7 @@ import functools
 
 from ..plan.many import TABLE_WORDS, ManyPlan
 from ..plan.ring import GUARD_WORDS
+from ..validate import one_of
 from .compile import compiles, fake_tensor, placeholder_stream
 from .launch import Launcher, guarded_launcher
 
@@ -22,8 +23,9 @@ def compile_many(
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..kernels.many import ManyKernel
+    from ..kernels.many import RELATIVE_SIDES, ManyKernel
 
+    one_of(relative, "grouped copy relative side", RELATIVE_SIDES)
     shape = (cute.sym_int64(symbol="chunks"), TABLE_WORDS)
     chunks = make_fake_compact_tensor(cutlass.Int64, shape, stride_order=(1, 0), assumed_align=8)
     starts = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int64(symbol="starts"),), assumed_align=8)

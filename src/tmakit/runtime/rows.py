@@ -8,8 +8,11 @@ from ..config import DTYPES
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
 from ..plan.ring import GUARD_WORDS
 from ..plan.rows import RowsPlan
+from ..validate import one_of
 from .compile import compiles, fake_tensor, placeholder_stream
 from .launch import Launcher, guarded_launcher
+
+INDEX_DTYPES = ("int32", "int64")
 
 
 @compiles
@@ -21,6 +24,7 @@ def compile_rows(
     row_bytes) uint8 whose rows are a run-time count apart by a run-time stride (a multiple of 16
     bytes), the index (count,), the compact (count, row_bytes) uint8, the guard words and a stream
     (none with `tvm_ffi`, as in `compile_copy`)."""
+    one_of(index_dtype, "rows index dtype", INDEX_DTYPES)  # the kernel reads entries as integers
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
