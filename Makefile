@@ -43,8 +43,10 @@ lint: $(STAMP)
 
 # Every GPU test (the examples included) + the demo, on a Hopper GPU: in .venv/ when it exists,
 # else with the python3 that has the DSL on PYTHONPATH (docs/gpu.md). Without a GPU it says so.
+# gpu-check.json goes to $OUT when set, else to a new temporary folder (the path is printed);
+# `make gpu-check RESULTS=benchmarks/results` replaces the committed one.
 gpu-check:
-	bash scripts/gpu_check.sh
+	bash scripts/gpu_check.sh $(if $(RESULTS),--out '$(RESULTS)')
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,11 +1,13 @@
 """Run every GPU test (the examples included) plus `tmakit demo` on a GPU machine and write a
 summary JSON.
 
-    python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) --out DIR [--workers N]
+    python3 scripts/gpu_check.py --commit $(git rev-parse HEAD) [--out DIR] [--workers N]
 
 The GPU machine's copy of the tree may have no .git, so the commit is passed in. It writes
 `gpu-check.json` in the one schema of benchmarks/results (the card, driver, versions, date, commit
-and each test's outcome); it replaces benchmarks/results/gpu-check.json whenever kernel code changes.
+and each test's outcome) into DIR, else into $OUT (the folder the GPU machine's call brings back),
+else into a new temporary folder; `--out benchmarks/results` replaces the committed file, as is
+done whenever kernel code changes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 try:
@@ -51,17 +55,31 @@ def interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> int:
+def output_folder(out: str | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where gpu-check.json goes: `out` (--out), else $OUT, else a new temporary folder. Never
+    benchmarks/results unless named: its gpu-check.json is committed."""
+    if out:
+        return Path(out)
+    if environ.get("OUT"):
+        return Path(environ["OUT"])
+    return Path(tempfile.mkdtemp(prefix="tmakit-gpu-check-"))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commit", required=True, help="git commit the tree was taken from")
-    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON")
+    parser.add_argument(
+        "--out",
+        help="folder for gpu-check.json (default $OUT, else a new temporary folder; benchmarks/results "
+        "replaces the committed file)",
+    )
     parser.add_argument(
         "--workers",
         type=int,
         default=1,
         help="pytest-xdist processes sharing the GPU (most of a test is compiling)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     gpu_name, why = find_hopper_gpu()
     if gpu_name is None:  # nothing to check: the GPU tests would all skip
         print(f"gpu_check: needs a Hopper GPU: {why} (Python: {sys.executable})", file=sys.stderr)
@@ -115,7 +133,7 @@ def main() -> int:
             "demo_output": demo.stdout.splitlines(),
         },
     }
-    out = Path(args.out)
+    out = output_folder(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "gpu-check.json"
     path.write_text(json.dumps(study, indent=2) + "\n")

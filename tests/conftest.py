@@ -7,6 +7,27 @@ import pytest
 # second guard for anything that compiles without going through tmakit.runtime.compile.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+# tmakit keeps TVM-FFI kernels on disk ($TMAKIT_CACHE_DIR, else ~/.cache/tmakit). Set at import, so
+# the whole session, its pytest-xdist workers and every process a test starts (they inherit the
+# environment) write into one temporary folder, removed at exit. "off" keeps nothing and is kept.
+SESSION_CACHE_MARK = "TMAKIT_TEST_SESSION_CACHE"  # the folder this session made: its workers reuse it
+
+
+def _cache_compiled_kernels_in_a_session_folder() -> None:
+    configured = os.environ.get("TMAKIT_CACHE_DIR")
+    if configured in ("", "off") or (configured and configured == os.environ.get(SESSION_CACHE_MARK)):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="tmakit-test-cache-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["TMAKIT_CACHE_DIR"] = os.environ[SESSION_CACHE_MARK] = folder
+
+
+_cache_compiled_kernels_in_a_session_folder()
+
 
 def _drop_the_dsl_folder_from_the_path() -> None:
     """nvidia-cutlass-dsl 4.8.0 appends its `cutlass/base_dsl` folder to sys.path when imported

@@ -13,13 +13,15 @@ import argparse
 import contextlib
 import io
 import tempfile
+import time
 from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from time_limit import time_limit
 from tmakit import cli
 
 COMMANDS = {
@@ -139,3 +141,174 @@ def test_any_command_line_succeeds_or_is_refused_in_one_line(name):
                 assert err == "", (argv, err)
 
         one_line_or_success()
+
+
+# -- huge numbers: every command answers in seconds, whatever a number it is given ---------------
+# Each number a flag takes, alone or inside its text, drawn huge: large yet within the 32-bit counts
+# (10^8, 2^27, 2^30, 2^31 - 1), past them, 2^40, past int64, and past Python's 4300 digits.
+HUGE = ["100000000", "134217728", "1073741824", "2147483647", "2147483648", "4294967296", "1099511627776"]
+HUGE += ["9223372036854775808", "1" + "0" * 30, "9" * 5000]
+LONG = 1000  # items of a list (--sizes, --many, --reduce's dtypes) or times a flag is repeated
+# The longest blocks: 64 x N bytes in 64 x 16 tiles, or N one-column tiles of a column-major 16 x N.
+ROWS_BLOCK = "--shape 64xN --tile 64x16 --dtype uint8"
+COLS_BLOCK = "--layout col --shape 16xN --tile 16x1 --dtype uint8"
+
+
+def lines(*texts: str) -> list[list[str]]:
+    """Command-line templates, each a text of words split at spaces; N marks the huge number."""
+    return [text.split() for text in texts]
+
+
+def repeated(flag: str, value: str, times: int = LONG) -> str:
+    return " ".join([f"{flag} {value}"] * times)
+
+
+# Each numeric flag of each command, by dest: command lines that give it the number N, with what
+# the flag needs beside it to reach the work it sizes (a --kernel, a --stages, a 4-D shape).
+LOAD = {
+    "shape": lines("--shape NxN", ROWS_BLOCK, COLS_BLOCK, "--shape Nx64x64 --tile 64x64"),
+    "tile": lines("--tile NxN", "--tile 1xN", "--shape 64xN --tile 64xN --dtype uint8"),
+    "highlight": lines("--highlight N,N", f"--highlight 0,N {ROWS_BLOCK}"),
+    "cluster": lines("--cluster NxN", f"--cluster 2x2 {ROWS_BLOCK}"),
+    "swizzle": lines("--swizzle N"),
+    "json": lines(f"--json - {ROWS_BLOCK}", f"--json - {COLS_BLOCK}"),
+}
+STAGES = {"stages": lines("--stages N", f"--stages 4 {ROWS_BLOCK}", f"--stages 7 {COLS_BLOCK}")}
+IM2COL = "--kernel im2col --shape 2x56x56x64 --im2col"
+KERNELS = {
+    "rows": lines(
+        "--kernel rows --rows gather:N",
+        "--kernel rows --rows add:N --dtype fp32 --shape Nx4",
+        "--kernel rows --rows scatter:16 --shape Nx16 --stages N",
+    ),
+    "many": lines(
+        "--kernel many --many N",
+        "--kernel many --many 16xN",
+        "--kernel many --many NxN",
+        "--kernel many --many " + ",".join(["1099511627776x2"] * LONG),
+    ),
+    "copy": lines(
+        *(f"--kernel copy --copy {field}=N" for field in ("stages", "store_depth", "blocks_per_sm")),
+        "--kernel copy --copy tile=NxN",
+        "--kernel transpose --shape NxN",
+        "--kernel copy --copy tile=1x16,blocks_per_sm=1 --shape Nx16 --dtype uint8",
+    ),
+    "reduce": lines("--kernel reduce --reduce add --shape Nx16 --dtype fp32"),
+    "im2col": lines(
+        "--kernel im2col --shape 1xNxNx16 --im2col kernel=1",
+        "--kernel im2col --shape Nx8x8x16 --im2col kernel=1,by=windows",
+        *(
+            f"{IM2COL} kernel=3,{field}=N"
+            for field in ("stride", "padding", "dilation", "stages", "tile=Nx16")
+        ),
+        f"{IM2COL} kernel=N",
+    ),
+}
+HUGE_FLAGS = {
+    "plan": {**LOAD, **STAGES, **KERNELS},
+    "explain": {**LOAD, **STAGES, **KERNELS, "consumer_warps": lines("--stages 2 --consumer-warps N")},
+    "check": {
+        **LOAD,
+        **STAGES,
+        "full": lines(
+            f"--full {ROWS_BLOCK}", f"--full --stages 4 {ROWS_BLOCK}", f"--full --cluster 1x2 {ROWS_BLOCK}"
+        ),
+    },
+    "demo": LOAD,
+    "verify": {
+        **LOAD,
+        **STAGES,
+        "sweep": lines("--sweep N"),
+        "seed": lines("--sweep 3 --seed N"),
+        "timeout": lines("--timeout N"),
+        "prefetch": lines("--prefetch N", "--stages 2 --prefetch N"),
+    },
+    "bench": {
+        "shape": lines("--shape NxN", ROWS_BLOCK),
+        "sizes": lines("--sizes N", "--sizes " + ",".join(["N"] * LONG), "--sizes " + ",".join(["1"] * LONG)),
+        "tile": lines("--tile NxN"),
+        "swizzle": lines("--swizzle N"),
+        "copy": lines("--kernel copy --copy stages=N", "--kernel copy " + repeated("--copy", "stages=4")),
+        "pipeline": lines(
+            "--pipeline stages=N",
+            "--pipeline stages=4,consumer_warps=N,prefetch_tiles=N",
+            "--sizes 1 " + repeated("--pipeline", "stages=4"),
+        ),
+        "reduce": lines(
+            "--kernel reduce --reduce add:" + ",".join(["fp32"] * LONG),
+            "--kernel reduce --sizes 1 " + repeated("--reduce", "add"),
+        ),
+        "prefetch": lines("--prefetch N"),
+        "cluster": lines("--cluster NxN"),
+        "stages": lines("--cluster 2x2 --stages N"),
+        "persistent_clusters": lines("--cluster 2x2 --persistent-clusters N"),
+        "samples": lines("--samples N"),
+        "json": lines("--json - --sizes N"),
+    },
+}
+# The options that take no number (a name, a choice of words, a path): nothing in them to be huge.
+NOT_NUMERIC = {"dtype", "layout", "kernel", "mistake", "only", "commit", "plot"}
+HUGE_SECONDS = 5  # per command line: the DSL's trace of an accepted configuration takes about one
+
+
+def numeric_options(name: str) -> list[str]:
+    """The dests of `name`'s options that take a value, but for those that take no number."""
+    actions = [a for a in COMMANDS[name]._actions if a.option_strings and a.nargs != 0 and a.dest != "help"]
+    return [a.dest for a in actions if a.dest not in NOT_NUMERIC]
+
+
+def test_every_numeric_flag_of_every_command_is_drawn_huge():
+    """A new flag that takes a number fails here until HUGE_FLAGS gives it one."""
+    for name in COMMANDS:
+        missing = set(numeric_options(name)) - set(HUGE_FLAGS[name])
+        assert not missing, f"tmakit {name}: give {sorted(missing)} huge values in HUGE_FLAGS"
+
+
+def with_number(template: list[str], huge: str) -> list[str]:
+    """`template` with N replaced by `huge` (in values; a flag's name is left as it is)."""
+    return [word if word.startswith("-") else word.replace("N", huge) for word in template]
+
+
+@st.composite
+def huge_command_lines(draw: st.DrawFn, name: str, dest: str) -> list[str]:
+    """`name` with its flag `dest` given a huge number beside another flag's."""
+    argv = [name]
+    for flag in (dest, draw(st.sampled_from(sorted(HUGE_FLAGS[name])))):
+        argv += with_number(draw(st.sampled_from(HUGE_FLAGS[name][flag])), draw(st.sampled_from(HUGE)))
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("name", "dest"), [(name, dest) for name, flags in HUGE_FLAGS.items() for dest in sorted(flags)]
+)
+def test_any_huge_number_is_answered_in_seconds(name, dest):
+    """Every command line with a huge number succeeds or is refused in one line, within
+    HUGE_SECONDS: no flag value makes work or memory proportional to it. Each of the flag's
+    templates is run with each number of HUGE, then hypothesis adds a second flag's."""
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        contextlib.chdir(folder),
+        mock.patch.object(cli.verify, "hopper_gpu", no_gpu),
+        mock.patch.object(cli.bench, "hopper_gpu", no_gpu),
+        mock.patch.object(cli.demo, "run_demo", lambda *args: True),
+    ):
+
+        @settings(derandomize=True, max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(huge_command_lines(name, dest))
+        def answered_in_seconds(argv: list[str]) -> None:
+            start = time.perf_counter()
+            with time_limit(HUGE_SECONDS):
+                code, out, err = run(argv)
+            seconds = time.perf_counter() - start
+            shown = [word[:40] for word in argv]
+            assert seconds < HUGE_SECONDS, (shown, seconds)
+            assert "Traceback" not in out + err, (shown, err[-500:])
+            assert code in (0, 1, 2), (shown, code, err[-500:])
+            if code == 2:
+                error = err.splitlines()
+                assert len(error) == 1 and error[0].startswith("tmakit: "), (shown, err[-500:])
+
+        for template in HUGE_FLAGS[name][dest]:
+            for huge in HUGE:
+                answered_in_seconds = example([name, *with_number(template, huge)])(answered_in_seconds)
+        answered_in_seconds()

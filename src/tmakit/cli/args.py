@@ -135,6 +135,9 @@ MOST = 1_000_000
 COUNT = number(int, 1, MOST)
 NON_NEGATIVE = number(int, 0, MOST)
 JSON_PATH = output_file("out.json", stdout=True)
+# `plan --json`, `demo --json` and `explain` list the barrier phase of every tile block 0 loads;
+# a block of 2^31 tiles would take minutes and tens of GB, 2^20 takes a second or two.
+MAX_LISTED_TILES = 1 << 20
 
 
 # -- the options commands share ---------------------------------------------------------------------
@@ -258,6 +261,16 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
     if named:
         verb = "does" if len(named) == 1 else "do"
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
+
+
+def check_listed_tiles(tiles: int, what: str, fix: str) -> None:
+    """CommandError for a block of more `tiles` than `what` lists the phases of (`MAX_LISTED_TILES`);
+    `fix` says what to do instead."""
+    if tiles > MAX_LISTED_TILES:
+        raise CommandError(
+            f"{what} lists the barrier phase of each tile block 0 loads, at most {MAX_LISTED_TILES} tiles; "
+            f"this block loads {tiles}: {fix}"
+        )
 
 
 def hopper_gpu(command: str) -> str:

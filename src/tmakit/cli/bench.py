@@ -48,6 +48,10 @@ PLOT_TITLES = {name: family.plot_title for name, family in families().items()}
 OWN_FLAGS = ("copy", "specialised", "reduce", "pipeline", "prefetch", "cluster", "ncu", "only")
 MAX_SAMPLES = 100_000  # graph replays per kernel: a median of 100,000 is as steady as one gets
 MAX_BENCH_MIB = 2**20  # 1 TiB: more than a GPU's memory holds
+# A run plans (and times) each size by each --copy, --pipeline and --reduce case: these bound each
+# list, so that the plans the run builds before it looks for a GPU take under a second.
+MAX_BENCH_SIZES, MAX_BENCH_CASES = 32, 16
+REPEATED = ("copy", "pipeline")  # the repeatable flags (--reduce is bounded by its cases)
 SAMPLES = number(int, 1, MAX_SAMPLES)
 BENCH_STAGES = number(int, 2, MOST)
 MIB = number(float, 0, MAX_BENCH_MIB, " of MiB")
@@ -60,8 +64,11 @@ def PERSISTENT_CLUSTERS(text: str) -> int | str:  # noqa: N802 - an argparse typ
 
 
 def _sizes(text: str) -> list[float]:
-    """ "1,16,1024" -> MiB sizes ("" for none)."""
-    return [MIB(item) for item in filter(None, (part.strip() for part in text.split(",")))]
+    """ "1,16,1024" -> MiB sizes ("" for none), at most `MAX_BENCH_SIZES`."""
+    items = [part for part in (part.strip() for part in text.split(",")) if part]
+    if len(items) > MAX_BENCH_SIZES:
+        raise argparse.ArgumentTypeError(f"{len(items)} sizes; at most {MAX_BENCH_SIZES} in one run")
+    return [MIB(item) for item in items]
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -156,8 +163,21 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+def _reduce_cases(texts: list[str]) -> int:
+    """The (op, dtype) cases --reduce's `texts` name: each dtype after its op's ':', or one."""
+    return sum(max(1, sum(1 for name in text.partition(":")[2].split(",") if name.strip())) for text in texts)
+
+
 def _check_flags(args: argparse.Namespace, family: Family) -> None:
-    """The flags that configure another --kernel, or need --cluster, refused."""
+    """The flags that configure another --kernel, or need --cluster, refused; a list longer than
+    a run takes, refused before anything is planned."""
+    for dest in REPEATED:
+        if len(getattr(args, dest) or ()) > MAX_BENCH_CASES:
+            given = len(getattr(args, dest))
+            raise CommandError(f"--{dest} is given {given} times; at most {MAX_BENCH_CASES} in one run")
+    cases = _reduce_cases(args.reduce or [])
+    if cases > MAX_BENCH_CASES:
+        raise CommandError(f"--reduce names {cases} (op, dtype) cases; at most {MAX_BENCH_CASES} in one run")
     if args.kernel == "reduce" and (args.pipeline or args.prefetch or args.cluster or args.ncu):
         raise CommandError(
             "--kernel reduce times reduce stores only: no --pipeline, --prefetch, --cluster, --ncu"

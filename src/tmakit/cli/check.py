@@ -40,6 +40,9 @@ MISTAKES = {
     "expect-slice": ("each CTA expects only its own slice, not the whole tile", ("cluster",)),
 }
 EXPECT_MORE_BYTES, EXPECT_LESS_BYTES = 8, -16
+# `--full` replays and prints every tile: 2^13 take a second or two (a 2x2 cluster's four CTAs
+# included) and a few MB of trace; a block of 2^31 would run for hours.
+MAX_FULL_TILES = 1 << 13
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -61,7 +64,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help=f"replay every tile of the block and print the whole trace (default: its first {REPLAYED_TILES} "
+        help=f"replay every tile of the block (of at most {MAX_FULL_TILES}) and print the whole trace "
+        f"(default: its first {REPLAYED_TILES} "
         "tiles, or two rounds of a longer ring, every pattern the schedule has; the trace's first and "
         f"last tiles, {SHOWN_TILES} per CTA)",
     )
@@ -118,7 +122,13 @@ def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, 
 
 
 def _replayed(args: argparse.Namespace, tiles: int, period: int) -> int:
-    """How many of a block's `tiles` `check` replays."""
+    """How many of a block's `tiles` `check` replays (`--full`: all, of a block of at most
+    `MAX_FULL_TILES`)."""
+    if args.full and tiles > MAX_FULL_TILES:
+        raise CommandError(
+            f"--full replays every tile of the block, at most {MAX_FULL_TILES} tiles; this block loads "
+            f"{tiles}: drop --full (its first tiles show every pattern the schedule has) or use larger tiles"
+        )
     return tiles if args.full else tiles_to_replay(tiles, period)
 
 

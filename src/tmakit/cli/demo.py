@@ -7,7 +7,15 @@ from typing import Any
 
 from ..demo import run_demo
 from ..explain import describe_plan
-from .args import Subparsers, add_json, add_load_arguments, shown_load, text_stream, write_json
+from .args import (
+    Subparsers,
+    add_json,
+    add_load_arguments,
+    check_listed_tiles,
+    shown_load,
+    text_stream,
+    write_json,
+)
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -21,6 +29,8 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     load, multicast, highlight = shown_load(args)
+    if args.json:  # its plan lists block 0's phases, a tile each; refused before anything runs
+        check_listed_tiles(load.tiles_per_block, "demo --json", "use larger tiles, or drop --json")
     out = text_stream(args)
     report: dict[str, Any] = {}
     ok = run_demo(load, highlight, lambda line="": print(line, file=out), multicast, report)

@@ -21,12 +21,18 @@ from .args import (
     Subparsers,
     add_json,
     add_load_arguments,
+    check_listed_tiles,
     emit,
     load_plan,
     multicast_plan,
     refuse_given,
 )
 from .kernels import add_kernel_arguments, call_plan, im2col_plan, many_plan, rows_plan
+
+TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
+# The chunks (four int64 words and a few temporaries each) `explain --kernel many` tables: 2^20
+# take a fraction of a second and ~100 MB; the 2^31 the kernel counts would take hundreds of GB.
+MAX_TABLE_CHUNKS = 1 << 20
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel != "load":
         plan, head = call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
+        check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
         result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
     pipeline = PipelinePlan(load, stages=args.stages, consumer_warps=args.consumer_warps)
     multicast = multicast_plan(args, load)
+    check_listed_tiles(pipeline.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
     result = explain(pipeline, highlight_tile(load, args.highlight), multicast, args.reduce)
     emit(args, result, to_text(result))
     return 0
@@ -121,9 +129,16 @@ def _explain_many(args: argparse.Namespace) -> int:
     """`explain --kernel many --many SIZES`: the grouped copy's plan, then block 0's first fills:
     the chunks each step moves, its bulk copies and the bytes its stage's full barrier expects."""
     plan, sizes = many_plan(args)
+    steps, chunks = plan.counts(sizes)
+    if chunks > MAX_TABLE_CHUNKS:
+        raise CommandError(
+            f"explain --kernel many builds the group's whole chunk table to show its first fills, at most "
+            f"{MAX_TABLE_CHUNKS} chunks; these tensors make {chunks}: fewer bytes, or `tmakit plan "
+            "--kernel many`, which counts them without a table"
+        )
     fills = plan.describe_first_fills(sizes)
     where = "block 0's first fills (the tensors packed one after another into a second buffer)"
-    text = "\n".join([plan.summary(*plan.counts(sizes)), "", where, *fills])
+    text = "\n".join([plan.summary(steps, chunks), "", where, *fills])
     emit(
         args, {"kernel": {"kind": "many", "summary": plan.summary().splitlines(), "first_fills": fills}}, text
     )

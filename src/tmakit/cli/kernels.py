@@ -74,10 +74,18 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
 
 
+def _digits_at_most(text: str, most: int) -> bool:
+    """Whether the decimal digits `text` are a number <= `most`, read without converting more
+    digits than `most` has (int() refuses past 4300 digits, in words that name no tmakit limit)."""
+    digits = text.lstrip("0") or "0"
+    return len(digits) <= len(str(most)) and int(digits) <= most
+
+
 def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
     """`--kernel rows --rows OP:COUNT`: COUNT rows of the --shape tensor (its rows the first
-    extent, a row the rest) moved by index with OP, and the example index shown: entry i names
-    row (i * 7919) mod rows, spread over the tensor. Its ring's depth is --stages where given."""
+    extent, a row the rest) moved by index with OP, and the entries of the example index its
+    first fill reads (the only ones shown): entry i names row (i * 7919) mod rows, spread over the
+    tensor. Its ring's depth is --stages where given."""
     refused = (
         "tile",
         "swizzle",
@@ -95,11 +103,17 @@ def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
     count = count.strip()
     if not (count.isascii() and count.isdigit()):
         raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({ROWS_METAVAR})")
+    if not _digits_at_most(count, MAX_INDEX_ENTRIES):
+        raise CommandError(
+            f"--rows {args.rows!r}: COUNT is at most {MAX_INDEX_ENTRIES}, the rows kernel's count of "
+            "index entries (a 32-bit integer); split the index"
+        )
     element = dtype_named(args.dtype)
     rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
     stages = {"stages": args.stages} if "stages" in args.given else {}
     plan = RowsPlan(op.strip(), rows, row_bytes, int(count), dtype=element.name, **stages)
-    return plan, [(i * 7919) % rows for i in range(plan.count)]
+    # The first fill's entries alone (at most a stage's rows), never COUNT of them.
+    return plan, [(i * 7919) % rows for i in plan.entries(0)]
 
 
 def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
@@ -115,11 +129,11 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
             raise CommandError(
                 f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
             )
-        repeat = int(count) if count else 1
-        if len(sizes) + repeat > MAX_MANY_TENSORS or int(size) > MAX_TENSOR_BYTES:
+        left = MAX_MANY_TENSORS - len(sizes)
+        if not (_digits_at_most(size, MAX_TENSOR_BYTES) and _digits_at_most(count or "1", left)):
             most = f"at most {MAX_MANY_TENSORS} tensors of at most {MAX_TENSOR_BYTES} bytes"
             raise CommandError(f"--many {args.many!r}: {most}")
-        sizes += [int(size)] * repeat
+        sizes += [int(size)] * (int(count) if count else 1)
     stages = {"stages": args.stages} if "stages" in args.given else {}
     plan = ManyPlan(**stages)
     if plan.counts(sizes)[1] > MAX_INDEX_ENTRIES:

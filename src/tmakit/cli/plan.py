@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..explain import describe_plan
-from ..plan import MulticastPlan, PipelinePlan
+from ..plan import LoadPlan, MulticastPlan, PipelinePlan
 from ..plan.im2col_route import windows_summary
 from .args import (
     COUNT,
@@ -13,6 +14,7 @@ from .args import (
     add_count,
     add_json,
     add_load_arguments,
+    check_listed_tiles,
     emit,
     refuse_given,
     shown_load,
@@ -47,12 +49,28 @@ def run(args: argparse.Namespace) -> int:
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
         multicast = MulticastPlan(load, args.cluster, stages=args.stages)
-    numbers = describe_plan(load, highlight, multicast)
+    ring = PipelinePlan(load, stages=args.stages) if multicast is None and args.stages > 1 else None
     if multicast is not None:
         summary = "\n".join([load.summary(multicast.grid_line()), multicast.summary()])
-    elif args.stages > 1:
-        ring = PipelinePlan(load, stages=args.stages)
-        summary = ring.summary()
+    else:
+        summary = ring.summary() if ring is not None else load.summary()
+    text = "\n".join([summary, "", load.diagram(highlight)])
+    numbers = _numbers(args, load, highlight, multicast, ring) if args.json else None
+    emit(args, numbers, text)
+    return 0
+
+
+def _numbers(
+    args: argparse.Namespace,
+    load: LoadPlan,
+    highlight: tuple[int, int],
+    multicast: MulticastPlan | None,
+    ring: PipelinePlan | None,
+) -> dict[str, Any]:
+    """`plan --json`'s numbers: they list block 0's phases, a tile each (the text needs none)."""
+    check_listed_tiles(load.tiles_per_block, "plan --json", "use larger tiles, or drop --json")
+    numbers = describe_plan(load, highlight, multicast)
+    if ring is not None:
         numbers["ring"] = {
             "stages": ring.stages,
             "stage_bytes": ring.stage_bytes,
@@ -60,12 +78,9 @@ def run(args: argparse.Namespace) -> int:
             "shared_memory_requested": ring.smem_bytes,
             "most_stages_that_fit": ring.max_stages,
         }
-    else:
-        summary = load.summary()
     if multicast is not None and args.stages > 1:
         numbers["clusters"]["stages"] = args.stages
-    emit(args, numbers, "\n".join([summary, "", load.diagram(highlight)]))
-    return 0
+    return numbers
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
