@@ -190,3 +190,23 @@ def test_a_group_at_the_chunk_limit_is_explained_in_seconds():
     assert ManyPlan().counts([size])[1] == MAX_TABLE_CHUNKS
     code, out, err, seconds = run("explain", "--kernel", "many", "--many", str(size))
     assert code == 0 and err == "" and seconds < SECONDS
+
+
+def test_running_out_of_memory_exits_2_with_one_line(monkeypatch, capsys):
+    """A GPU that runs out of memory mid-command (torch's OutOfMemoryError, a RuntimeError) or a
+    host MemoryError: exit 2 and one line, never a traceback."""
+    from tmakit import cli
+    from tmakit.cli import plan as plan_command
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    for error in (OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 GiB\nmore"), MemoryError()):
+
+        def run(args, error=error):
+            raise error
+
+        monkeypatch.setattr(plan_command, "run", run)
+        assert cli.main(["plan"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tmakit: out of memory")

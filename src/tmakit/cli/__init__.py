@@ -121,4 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     except (TmaConfigError, ValueError, CommandError) as error:
         print(f"tmakit: {error}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as error:  # torch's OutOfMemoryError is a RuntimeError
+        if not isinstance(error, MemoryError) and type(error).__name__ != "OutOfMemoryError":
+            raise
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        print(
+            f"tmakit: out of memory ({detail}): ask for less (smaller --sizes, fewer cases)", file=sys.stderr
+        )
+        return 2
     return code
