@@ -354,3 +354,22 @@ def test_overlapping_views_copy_exactly_or_are_refused_on_every_path():
             tmakit.copy_(memory[64 : 64 + 4096].view(64, 64), memory[:4096].view(64, 64))
     torch.cuda.synchronize()
     assert torch.equal(memory.view(torch.int16), before.view(torch.int16))
+
+
+def test_options_are_checked_on_every_path_as_on_a_cpu():
+    """Options the planner refuses raise whatever path then serves the pair (here the driver's
+    memcpy past the L2), with the message the same call on CPU tensors gets, and nothing is
+    written."""
+    import torch
+
+    big = 2 * torch.cuda.get_device_properties(0).L2_cache_size // 4  # fp32 elements past the L2
+    dst, src = torch.zeros(big // 1024, 1024, device="cuda"), torch.ones(big // 1024, 1024, device="cuda")
+    assert tmakit.copy_path(dst, src).reason.startswith("a row-major copy of one layout past the L2")
+    for options in ({"stages": 1000}, {"tile": (7, 7)}, {"stages": 0}):
+        with pytest.raises(TmaConfigError) as on_gpu:
+            tmakit.copy_(dst, src, **options)
+        with pytest.raises(TmaConfigError) as on_cpu:
+            tmakit.copy_(dst[:64].cpu(), src[:64].cpu(), **options)
+        assert str(on_gpu.value) == str(on_cpu.value)
+    torch.cuda.synchronize()
+    assert not dst.any()

@@ -212,3 +212,29 @@ def test_overlapping_pairs_copy_in_order_or_are_refused():
     tmakit.copy_many_([a, a], [wide, c])
     torch.cuda.synchronize()
     assert torch.equal(a, c)
+
+
+def test_a_list_refused_by_its_last_pair_writes_nothing_on_the_gpu():
+    """Grouped pairs first, a pair torch's copy_ refuses last: refused before the grouped launch,
+    every destination's memory as it was; the ops refuse a pair no TMA path serves (strict)."""
+    import torch
+
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    rng = random.Random(61)
+    guarded_pairs = [guarded((129, 16), torch.float32, rng) for _ in range(3)]
+    dsts = [tensor for tensor, _, _ in guarded_pairs] + [torch.zeros(3, device="cuda")]
+    srcs = [source((129, 16), torch.float32, seed) for seed in range(3)] + [torch.ones(5, device="cuda")]
+    memories = [memory.clone() for _, memory, _ in guarded_pairs]
+    for call in (
+        lambda: tmakit.copy_many_(dsts, srcs),
+        lambda: tmakit.GroupedCopy(dsts, srcs)(),
+        lambda: torch.ops.tmakit.copy_many_(dsts, srcs),
+    ):
+        with pytest.raises(tmakit.TmaConfigError, match=r"dsts\[3\]|srcs\[3\]"):
+            call()
+        torch.cuda.synchronize()
+        assert all(torch.equal(m, b) for (_, m, _), b in zip(guarded_pairs, memories, strict=True))
+        assert not dsts[3].any()
+    with pytest.raises(tmakit.TmaConfigError, match="strict=True"):
+        torch.ops.tmakit.copy_many_(dsts[:1], [srcs[0].double()])

@@ -277,3 +277,24 @@ def test_long_rows_on_shallow_rings_and_a_strided_table(row_kib):
     dst = torch.zeros(60, width, dtype=torch.int32, device="cuda")
     tmakit.index_add_(dst, index, got, strict=True)
     assert torch.equal(dst, torch.zeros_like(dst).index_add_(0, index, got))
+
+
+def test_the_ops_are_strict_where_the_functions_take_torchs_op():
+    """An fp64 table has no bulk reduce: `tmakit.index_add_` takes torch's op, the op refuses
+    (every op is strict), writing nothing; an int32 index is taken on torch's path."""
+    import torch
+
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    table = torch.zeros(10, 4, dtype=torch.float64, device="cuda")
+    index = torch.tensor([3, 1, 3], device="cuda", dtype=torch.int32)
+    rows = torch.ones(3, 4, dtype=torch.float64, device="cuda")
+    with pytest.raises(TmaConfigError, match="bulk row copies cannot serve"):
+        torch.ops.tmakit.index_add_(table, index, rows)
+    torch.cuda.synchronize()
+    assert not table.any()
+    tmakit.index_add_(table, index, rows)
+    want = torch.zeros_like(table).index_add_(0, index.long(), rows)
+    assert torch.equal(table, want)
+    tmakit.scatter_rows_(table, index[:2], rows[:2] * 5)
+    assert torch.equal(table[[3, 1]], rows[:2] * 5)
