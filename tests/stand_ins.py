@@ -49,3 +49,14 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     monkeypatch.setattr(api_copy, "_CLASSES", {})
+
+
+def strictly(function):
+    """`function` as an op calls it, strict: the call asserts `strict=True` was passed and runs the
+    function's own path (torch's op for CPU tensors, which does what the kernel does)."""
+
+    def call(*args, strict, **kwargs):
+        assert strict is True  # every op is strict
+        return function(*args, **kwargs)
+
+    return call

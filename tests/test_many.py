@@ -129,18 +129,12 @@ def many_ops_on_cpu(monkeypatch):
     strict API call they make served by the function's own path for CPU tensors (torch's
     `_foreach_copy_`, which does what the kernel does)."""
     pytest.importorskip("torch")
+    from stand_ins import strictly
     from tmakit import ops_many
     from tmakit.api import many as api_many
 
-    def served(function):
-        def call(*args, strict, **kwargs):
-            assert strict is True  # every op is strict
-            return function(*args, **kwargs)
-
-        return call
-
     monkeypatch.setattr(ops_many, "check_traced", lambda op, **tensors: None)
-    served_api = {name: served(getattr(api_many, name)) for name in ("copy_many_", "pack", "unpack_")}
+    served_api = {name: strictly(getattr(api_many, name)) for name in ("copy_many_", "pack", "unpack_")}
     monkeypatch.setattr(ops_many, "api_many", SimpleNamespace(**served_api))
 
 

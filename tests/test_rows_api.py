@@ -164,19 +164,13 @@ def rows_ops_on_cpu(monkeypatch):
     API call they make served by the function's own path for CPU tensors (torch's op, which does
     what the kernel does)."""
     torch_or_skip()
+    from stand_ins import strictly
     from tmakit import ops_rows
     from tmakit.api import rows as api_rows
 
-    def served(function):
-        def call(*args, strict, **kwargs):
-            assert strict is True  # every op is strict
-            return function(*args, **kwargs)
-
-        return call
-
     monkeypatch.setattr(ops_rows, "check_traced", lambda op, **tensors: None)
     names = ("gather_rows", "scatter_rows_", "index_add_", "index_reduce_")
-    served_api = {name: served(getattr(api_rows, name)) for name in names}
+    served_api = {name: strictly(getattr(api_rows, name)) for name in names}
     monkeypatch.setattr(
         ops_rows, "api_rows", SimpleNamespace(**served_api, TORCH_REDUCES=api_rows.TORCH_REDUCES)
     )
