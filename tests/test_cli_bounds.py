@@ -210,3 +210,13 @@ def test_running_out_of_memory_exits_2_with_one_line(monkeypatch, capsys):
         assert cli.main(["plan"]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("tmakit: out of memory")
+
+
+def test_demo_refuses_a_shape_past_its_kernel_before_printing(capsys):
+    """The demo's kernel is compiled for its exact shape (at most 2^32 elements): past that it exits
+    2 with one line and prints no plan first."""
+    from tmakit import cli
+
+    assert cli.main(["demo", "--shape", "70000x70000"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "2^32" in captured.err

@@ -32,6 +32,7 @@ def run_demo(
     everything checked out; `report` (`tmakit demo --json`) gets what was found, by name."""
     report = {} if report is None else report
     diagram = plan.diagram(highlight_tile(plan, highlight))  # a wrong tile is refused before printing
+    plan.check_specialised()  # the demo's kernel is compiled for this shape: refused before printing too
     report["dsl_version"] = installed_dsl_version()
     echo(f"CuTe DSL (nvidia-cutlass-dsl) {report['dsl_version'] or 'not installed'}")
     warning = dsl_version_warning()
