@@ -1,6 +1,6 @@
 import pytest
 
-from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit import SEED, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError
 
 
 def test_seed_arithmetic():
@@ -102,3 +102,14 @@ def test_compact_copies_beyond_the_l2_take_the_rows_view_by_default():
     assert not default_as_rows(CopyOptions(), False, False, False, big, 2)  # a strided tensor
     assert not default_as_rows(CopyOptions(stages=4), False, True, False, big, 2)  # options given
     assert not default_as_rows(CopyOptions(), False, True, False, big + 128, 2)  # 128-wide rows only
+
+
+def test_a_persistent_ring_past_a_32_bit_grid_is_refused_however_it_is_built():
+    """Any persistent ring (a copy's, a reduce's, one built directly) whose grid the shape-generic
+    kernels' host code could not count in 32 bits."""
+    load = LoadPlan(LoadConfig())
+    with pytest.raises(TmaConfigError, match="32-bit integers"):
+        PipelinePlan(load, persistent=True, sm_count=2**31)
+    with pytest.raises(TmaConfigError, match="32-bit integers"):
+        PipelinePlan(load, persistent=True, sm_count=2**16, blocks_per_sm=2**16)
+    assert PipelinePlan(load, sm_count=2**31).sm_count == 2**31  # not persistent: the tiles' grid

@@ -21,7 +21,6 @@ from ..validate import (
 )
 from .copy import CopyOptions, CopyPlan
 from .load import LoadPlan, check_run_time_extents
-from .ring import PipelinePlan
 
 
 def stand_in_config(
@@ -68,20 +67,7 @@ def copy_class(
 def _copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width) -> CopyPlan:
     check_class_arguments(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
     config = stand_in_config(rank, dtype, tuple(tile), major, rows_width)
-    copy = options.plan(LoadPlan(config), transpose, sm_count, fits_l2)
-    check_persistent_blocks(copy.ring)
-    return copy
-
-
-def check_persistent_blocks(ring: PipelinePlan) -> None:
-    """Refuse a persistent grid of more blocks than a shape-generic kernel's host code counts: it
-    takes the grid (the smaller of the tiles and `persistent_blocks`) as a 32-bit integer."""
-    if ring.persistent and ring.persistent_blocks > MAX_DEVICE_INT:
-        raise TmaConfigError(
-            f"a persistent grid of {ring.persistent_blocks} blocks (sm_count {ring.sm_count} x "
-            f"blocks_per_sm {ring.blocks_per_sm}): the kernels count blocks in 32-bit integers, at most "
-            f"{MAX_DEVICE_INT}; pass the device's SM count"
-        )
+    return options.plan(LoadPlan(config), transpose, sm_count, fits_l2)
 
 
 def check_class_arguments(

@@ -41,7 +41,7 @@ from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..validate import check_field_types, one_of, type_name
 from .copy import CopyOptions, CopyPlan
-from .copy_class import check_persistent_blocks, copy_class
+from .copy_class import copy_class
 from .ring import check_stages, stages_fitting
 from .route import (
     BeyondL2,
@@ -241,7 +241,6 @@ class ReducePlan:
         # the kernel names its reduce store by the op: torch's names are kept as tmakit's
         object.__setattr__(self, "op", reduce_op(self.op))
         one_of(self.kernel, "reduce kernel", REDUCE_KERNELS)
-        check_persistent_blocks(self.copy.ring)
         dtype = self.copy.load.config.dtype
         if self.copy.bulk:
             raise TmaConfigError(

@@ -71,6 +71,12 @@ class PipelinePlan:
             raise TmaConfigError(
                 f"sm_count {self.sm_count} and blocks_per_sm {self.blocks_per_sm} must be >= 1"
             )
+        if self.persistent and self.persistent_blocks > MAX_DEVICE_INT:  # a shape-generic grid's count
+            raise TmaConfigError(
+                f"a persistent grid of {self.persistent_blocks} blocks (sm_count {self.sm_count} x "
+                f"blocks_per_sm {self.blocks_per_sm}): the kernels count blocks in 32-bit integers, at "
+                f"most {MAX_DEVICE_INT}; pass the device's SM count"
+            )
         if self.prefetch_tiles < 0:
             raise TmaConfigError(f"prefetch distance is {self.prefetch_tiles} tiles; it must be >= 0")
         check_walk(self.walk)
