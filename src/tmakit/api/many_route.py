@@ -54,14 +54,11 @@ class Route:
             elif dst.shape == src.shape and dst.dtype == src.dtype and copy_path(dst, src).by_tma:
                 self.one_by_one.append(i)
             elif strict:
-                reason = (
-                    "shapes or dtypes that differ"
-                    if dst.shape != src.shape or dst.dtype != src.dtype
-                    else None
-                )
+                alike = dst.shape == src.shape and dst.dtype == src.dtype
+                reason = copy_path(dst, src).reason if alike else "shapes or dtypes that differ"
                 raise TmaConfigError(
-                    f"{what} with strict=True: dsts[{i}] <- srcs[{i}] has no TMA path "
-                    f"({reason or copy_path(dst, src).reason}); nothing was copied"
+                    f"{what} with strict=True: dsts[{i}] <- srcs[{i}] has no TMA path ({reason}); "
+                    "nothing was copied"
                 )
             else:
                 self.rest.append(i)
@@ -145,19 +142,18 @@ def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:
     """Raise what copying pair `i` would raise (`by_tma`: by `copy_`'s TMA path, else by torch's
     copy_), found without copying: a list is refused before any of its pairs is written."""
     dst, src = dsts[i], srcs[i]
-    reason = write_refusal(dst, src) if by_tma else None
-    if by_tma and reason is None:
+    verdict = "by torch"
+    if by_tma:
         where = (dst.stride(), dst.data_ptr()), (src.stride(), src.data_ptr())
         verdict = overlap_verdict(tuple(dst.shape), *where, dst.element_size())
-        if verdict == "shared":  # as copy_'s dispatch refuses it (`check_no_partial_overlap`)
-            raise TmaConfigError(
-                f"dsts[{i}] partly overlaps srcs[{i}] in memory; TMA reads the source while it writes "
-                "the destination: pass a copy of the source (.clone()); nothing was copied"
-            )
-        if verdict == "unknown":  # copy_'s dispatch hands such a pair to torch's copy_
-            reason = torch_copy_refusal(dst, src)
-    elif not by_tma:
-        reason = torch_copy_refusal(dst, src)
+    if verdict == "shared":  # as copy_'s dispatch refuses it (`check_no_partial_overlap`)
+        raise TmaConfigError(
+            f"dsts[{i}] partly overlaps srcs[{i}] in memory; TMA reads the source while it writes "
+            "the destination: pass a copy of the source (.clone()); nothing was copied"
+        )
+    # a TMA pair's memory its own: only torch's rules for any write; else (torch's copy_, or
+    # copy_'s dispatch handing it an overlap only torch's element-wise check decides) all of them
+    reason = write_refusal(dst, src) if verdict == "disjoint" else torch_copy_refusal(dst, src)
     if reason is not None:
         raise TorchOpError(
             f"dsts[{i}] {tuple(dst.shape)} {dst.dtype} <- srcs[{i}] {tuple(src.shape)} {src.dtype}: "
