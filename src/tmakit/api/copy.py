@@ -130,12 +130,10 @@ def copy_special(
     update under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
     strict = flag(strict, "copy_'s strict")
     chosen = CopyOptions.of(tile=tile, stages=stages, **options)  # named if wrong, on every path
-    if chosen != _DEFAULT_OPTIONS:
-        check_torch_tensor(dst, "copy_", "dst")
-        check_torch_tensor(src, "copy_", "src")
-        check_options(detached(dst), detached(src), chosen, pair_facts(dst, src))
     reason = special_route(dst, src, "copy_")
     if reason is not None:
+        if chosen != _DEFAULT_OPTIONS:  # checked as on TMA's path, whose dispatch checks its own
+            check_options(detached(dst), detached(src), chosen, pair_facts(dst, src))
         if strict:
             raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
         torch_copy(src, dst)

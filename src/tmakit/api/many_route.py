@@ -22,6 +22,7 @@ from .tensors import (
     device_facts,
     import_torch,
     recorded_by_autograd,
+    same_view,
     tensor_guard,
     torch_copy_refusal,
     write_refusal,
@@ -179,20 +180,9 @@ def apart(dsts: list, srcs: list) -> bool:
     src, src_bytes = zip(*map(span, srcs), strict=True)
     dst, dst_bytes = zip(*map(span, dsts), strict=True)
     unchanged = [
-        _same_view(d, s) if a == b else False for d, s, a, b in zip(dsts, srcs, dst, src, strict=True)
+        same_view(d, s) if a == b else False for d, s, a, b in zip(dsts, srcs, dst, src, strict=True)
     ]
     return pairs_disjoint(src, dst, src_bytes, dst_bytes, unchanged)
-
-
-def _same_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether copying `src` into `dst` at the same address leaves every byte as it is."""
-    return (
-        dst.dtype == src.dtype
-        and dst.shape == src.shape
-        and dst.stride() == src.stride()
-        and dst.is_conj() == src.is_conj()
-        and dst.is_neg() == src.is_neg()
-    )
 
 
 def span(tensor: torch.Tensor) -> tuple[int, int]:

@@ -156,10 +156,9 @@ def reduced(
         return dst
     chosen = reduce_options(tile, stages, options)  # named if wrong, on every path
     op = reduce_op(op)
-    if chosen != CopyOptions():
-        check_reduce_arguments(dst, src)
-        check_reduce_options(detached(dst), detached(src), op, chosen, reduce_by)
     reason = special_route(dst, src, "reduce_into_")
+    if reason is not None and chosen != CopyOptions():  # as on TMA's path, whose dispatch checks its own
+        check_reduce_options(detached(dst), detached(src), op, chosen, reduce_by)
     if reason is None:
         before = version_of(dst)
         dispatch.copy_(detached(dst), detached(src), tile, stages, options)
