@@ -65,7 +65,7 @@ def rows_call(
     """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
     if table.dim() == 0:
         refuse_strict(strict, f"rows op {op}", ZERO_D)
-        check_written(compact if op == "gather" else table, f"rows op {op}", "the written tensor")
+        check_written(written(op, table, compact), f"rows op {op}", "the written tensor")
         torch_op(TORCH_OPS[op], table, index, compact)
         return
     check_rows(op, table, index, compact)
@@ -129,7 +129,7 @@ def known_call(op: str, table, index, compact, check_index: bool, strict: bool) 
         return False
     if table.requires_grad or compact.requires_grad or table.is_neg() or compact.is_neg():
         return False
-    if (compact if op == "gather" else table).is_inference():  # written only in inference mode
+    if written(op, table, compact).is_inference():  # written only in inference mode
         return False
     if table.is_conj() or compact.is_conj():
         return False
@@ -156,7 +156,7 @@ def _launch(launch: Callable, op: str, table, index, compact, check_index: bool)
     torch = torch_module()
     check_entries_unless_capturing(index, table.shape[0], check_index)
     launch(_byte_rows(table), index, _byte_rows(compact))
-    torch.autograd.graph.increment_version(compact if op == "gather" else table)
+    torch.autograd.graph.increment_version(written(op, table, compact))
 
 
 @functools.lru_cache(maxsize=256)
@@ -180,6 +180,11 @@ def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, devi
 def _byte_rows(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor`'s memory as (rows, row bytes) uint8 with its row stride (its rows contiguous)."""
     return tensor.view(tensor.shape[0], _row_elements(tensor)).view(torch_module().uint8)
+
+
+def written(op: str, table: torch.Tensor, compact: torch.Tensor) -> torch.Tensor:
+    """The tensor a rows call writes: a gather's `out`, the others' table."""
+    return compact if op == "gather" else table
 
 
 def _row_elements(tensor: torch.Tensor) -> int:
@@ -212,8 +217,7 @@ def checked_index(index: object, table: object, what: str) -> torch.Tensor:
 def check_rows(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor) -> None:
     name = "out" if op == "gather" else "src"
     check_torch_tensor(compact, f"rows op {op}", name)
-    written, written_name = (compact, "out") if op == "gather" else (table, "dst")
-    check_written(written, f"rows op {op}", written_name)
+    check_written(written(op, table, compact), f"rows op {op}", "out" if op == "gather" else "dst")
     expected = (index.numel(), *table.shape[1:])
     if tuple(compact.shape) != expected:
         raise TmaConfigError(
