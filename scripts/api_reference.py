@@ -68,7 +68,7 @@ def page() -> str:
     sections += ["## Values\n", *(entry(n, getattr(tmakit, n)) for n in values)]
     sections.append("## torch ops\n")
     sections.append(f"```text\n{inspect.getdoc(tmakit.ops)}\n```\n")
-    schemas = {**tmakit.ops.SCHEMAS, **tmakit.ops_rows.SCHEMAS, **tmakit.ops_many.SCHEMAS}
+    schemas = {**tmakit.ops.SCHEMAS, **tmakit.rows.op.SCHEMAS, **tmakit.ops_many.SCHEMAS}
     for name in sorted(schemas):
         op, _, overload = name.partition(".")
         schema = getattr(getattr(torch.ops.tmakit, op), overload or "default")._schema

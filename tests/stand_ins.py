@@ -16,8 +16,8 @@ def gpu_stand_ins(monkeypatch) -> None:
 
     from tmakit.api import load as api_load
     from tmakit.api import reduce_call as api_reduce
-    from tmakit.api import rows_call as api_rows
     from tmakit.api import tensors as api_tensors
+    from tmakit.rows import call as api_rows
     from tmakit.runtime.dispatch import CopyDispatch
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function

@@ -2,15 +2,20 @@
 no GPU, no DSL).
 
 Every module under src/tmakit is parsed with `ast`; nothing of tmakit is imported except in the one
-subprocess test at the end. The rules:
+subprocess test at the end. tmakit is a shared core (the layers below) and kernel families, each a
+package listed in `tmakit.registry.PACKAGES`. The rules:
 
 1. tmakit's own modules form no import cycle.
-2. The pure layers (limits, errors, config, validate, ptx, plan, model) import neither torch nor the
-   DSL, nor any tmakit module that does, at any level.
-3. Dependencies point down: a module imports only modules of its own layer or of lower ones.
-4. Imports inside functions are kept for the heavy optional dependencies and the modules that load
+2. The pure layers (limits, errors, config, registry, validate, ptx, plan, model) and each family's
+   pure parts (`plan`, `model`) import neither torch nor the DSL, nor any tmakit module that does,
+   at any level; a family's `kernel` imports no torch; its record (`__init__`) only the registry.
+3. The core imports no family: the core and the front ends read the families through the
+   registry. A family imports the core and its own modules, never another family.
+4. In the core, dependencies point down: a module imports only modules of its own layer or of
+   lower ones.
+5. Imports inside functions are kept for the heavy optional dependencies and the modules that load
    the DSL, so that `import tmakit` stays fast; everything else is imported at module level.
-5. `import tmakit` and `import tmakit.cli` load neither cutlass nor torch.
+6. `import tmakit` and `import tmakit.cli` load neither cutlass nor torch.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ ROOT = "tmakit"
 # root package `tmakit` (the public facade, src/tmakit/__init__.py) matches only itself.
 LAYERS: list[tuple[str, ...]] = [
     ("tmakit.errors", "tmakit.limits"),
-    ("tmakit.config",),
+    ("tmakit.config", "tmakit.registry"),
     ("tmakit.validate",),
     ("tmakit.ptx",),
     ("tmakit.plan",),
@@ -41,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles", "tmakit.ops_rows", "tmakit.ops_many"),
+    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles", "tmakit.ops_many"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),
@@ -55,6 +60,7 @@ PURE = (
     "tmakit.limits",
     "tmakit.errors",
     "tmakit.config",
+    "tmakit.registry",
     "tmakit.validate",
     "tmakit.ptx",
     "tmakit.plan",
@@ -72,7 +78,12 @@ IMPURE_TMAKIT = (
     "tmakit.cli",
     "tmakit.demo",
     "tmakit.explain",
+    "tmakit.ops",
+    "tmakit.ops_base",
+    "tmakit.ops_tiles",
+    "tmakit.ops_many",
 )
+PURE_PARTS = ("plan", "model")  # a family's parts that are pure Python, as the pure layers
 # What a function may import: heavy optional dependencies (numpy is not one: it is a dependency and
 # cheap), tmakit's kernel modules, which load the DSL when they are imported, and tmakit.ops, which
 # imports torch and registers its operators (the host-cost study measures the op path with it).
@@ -239,6 +250,42 @@ def layer_of(module: str) -> int | None:
     return best[0] if best else None
 
 
+@cache
+def family_packages() -> tuple[str, ...]:
+    """The family packages `tmakit.registry.PACKAGES` lists, read from its source."""
+    tree = ast.parse((PACKAGE / "registry.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "PACKAGES":
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("tmakit/registry.py assigns no PACKAGES")
+
+
+def family_of(module: str) -> str | None:
+    """The family package that holds `module`, or None for the core."""
+    return next((package for package in family_packages() if within(module, package)), None)
+
+
+def part_of(module: str) -> str | None:
+    """A family module's part: `plan` for `tmakit.rows.plan`, `__init__` for the record."""
+    family = family_of(module)
+    if family is None:
+        return None
+    return "__init__" if module == family else module[len(family) + 1 :].split(".")[0]
+
+
+def is_impure(target: str) -> bool:
+    """Whether importing `target` may load torch or the DSL: those, an impure core layer, or a
+    family's part that is neither pure nor its record."""
+    if any(within(target, name) for name in DSL_AND_TORCH + IMPURE_TMAKIT):
+        return True
+    return family_of(target) is not None and part_of(target) not in (*PURE_PARTS, "__init__")
+
+
+def lazy_allowed(target: str) -> bool:
+    """What a function may import: LAZY_ALLOWED, and a family's kernel (it loads the DSL)."""
+    return any(within(target, name) for name in LAZY_ALLOWED) or part_of(target) == "kernel"
+
+
 # -- the tests ----------------------------------------------------------------------------------
 def test_the_source_is_found_and_parsed():
     """Guards the other tests against passing vacuously on an empty or misread tree."""
@@ -246,6 +293,8 @@ def test_the_source_is_found_and_parsed():
     assert any(e.target == "tmakit.plan.ring" and e.module == "tmakit.kernels.tile_ring" for e in imports())
     assert "tmakit.check.reference" in graph()["tmakit.check.run"]  # `from . import reference`
     assert "tmakit.plan" in graph()["tmakit.kernels.pipeline"]  # `from ..plan.ring import ...`
+    assert family_packages() and all(package in modules() for package in family_packages())
+    assert part_of("tmakit.rows.plan") == "plan" and family_of("tmakit.plan.ring") is None
 
 
 def test_the_cycle_finder_finds_cycles():
@@ -260,27 +309,59 @@ def test_no_import_cycle():
 
 
 def test_pure_layers_import_neither_torch_nor_the_dsl():
-    """The pure layers run in CI and on machines without a GPU; they may not need torch or the DSL,
-    directly or through a tmakit module that loads them."""
+    """The pure layers and a family's plan and model run in CI and on machines without a GPU; they
+    may not need torch or the DSL, directly or through a tmakit module that loads them."""
     wrong = [
         f"{e.where}: {e.module} imports {e.target}"
         for e in imports()
-        if any(within(e.module, pure) for pure in PURE)
-        and any(within(e.target, name) for name in DSL_AND_TORCH + IMPURE_TMAKIT)
+        if (any(within(e.module, pure) for pure in PURE) or part_of(e.module) in PURE_PARTS)
+        and is_impure(e.target)
     ]
     assert not wrong, "\n".join(wrong)
 
 
-def test_every_module_has_a_layer():
-    """A new module must be placed in LAYERS, or the layering test would not see it."""
-    assert [m for m in modules() if layer_of(m) is None] == []
+def test_family_parts_keep_their_roles():
+    """A family's kernel imports no torch (the DSL alone; its launch bridges to torch's tensors),
+    and its record (`__init__`) imports only the registry, so that reading the records loads no
+    family's code."""
+    wrong = []
+    for entry in imports():
+        part = part_of(entry.module)
+        if part == "kernel" and within(entry.target, "torch"):
+            wrong.append(f"{entry.where}: the kernel {entry.module} imports torch")
+        if part == "__init__" and entry.target not in ("tmakit.registry", "__future__"):
+            wrong.append(f"{entry.where}: the record {entry.module} imports {entry.target}")
+    assert not wrong, "\n".join(wrong)
 
 
-def test_dependencies_point_down():
-    """A module imports only modules of its own layer or below (docs/architecture.md's order)."""
+def test_the_core_reads_the_families_through_the_registry():
+    """No core module imports a family (the facade, the ops, the bench, `plan` and `explain` read
+    them through `tmakit.registry`), and no family imports another: arrows point from a family to
+    the core only."""
     wrong = []
     for entry in imports():
         for target in own_dependencies(entry):
+            theirs, own = family_of(target), family_of(entry.module)
+            if theirs is not None and theirs != own:
+                wrong.append(f"{entry.where}: {entry.module} imports {target} (of the family {theirs})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_module_has_a_home():
+    """A new module must be placed in LAYERS or in a family package, or these tests would not see it."""
+    assert [m for m in modules() if layer_of(m) is None and family_of(m) is None] == []
+
+
+def test_dependencies_point_down():
+    """In the core, a module imports only modules of its own layer or below (docs/architecture.md's
+    order); a family may import any of the core (its own modules form no cycle, as all do)."""
+    wrong = []
+    for entry in imports():
+        if family_of(entry.module) is not None:
+            continue
+        for target in own_dependencies(entry):
+            if family_of(target) is not None:
+                continue  # a family in the core: the test above
             own, theirs = layer_of(entry.module), layer_of(target)
             if theirs > own:
                 wrong.append(f"{entry.where}: {entry.module} (layer {own}) imports {target} (layer {theirs})")
@@ -294,7 +375,7 @@ def test_function_level_imports_are_only_the_heavy_ones():
     wrong = [
         f"{e.where}: {e.module} imports {e.target} inside a function"
         for e in imports()
-        if e.in_function and not e.type_checking and not any(within(e.target, name) for name in LAZY_ALLOWED)
+        if e.in_function and not e.type_checking and not lazy_allowed(e.target)
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -1,4 +1,4 @@
-"""Rows by index on the CPU: the plan of a ring of bulk row copies (`plan.rows`) and its replay on
+"""Rows by index on the CPU: the plan of a ring of bulk row copies (`rows.plan`) and its replay on
 NumPy arrays (`model.rows`), against NumPy's own gather, scatter and in-place reduces. No kernel
 runs the plan yet."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from tmakit import TmaConfigError
 from tmakit.limits import SMEM_PER_BLOCK
-from tmakit.model.rows import replay_rows
-from tmakit.plan.rows import STAGE_TARGET_BYTES, RowsPlan, row_rule
+from tmakit.rows.model import replay_rows
+from tmakit.rows.plan import STAGE_TARGET_BYTES, RowsPlan, row_rule
 
 RNG = np.random.default_rng(2026)
 
@@ -256,7 +256,7 @@ def test_torchs_reduce_names_are_read_as_the_bulk_reduces(alias, op):
 
 def test_the_route_refuses_a_count_the_kernel_cannot_count():
     from tmakit.plan.route import TensorFacts
-    from tmakit.plan.rows import RowsFacts, rows_tma_rule
+    from tmakit.rows.plan import RowsFacts, rows_tma_rule
 
     def facts(count):
         table = TensorFacts((100, 4), (4, 1), "int32", 4, 0, 0)
@@ -271,7 +271,7 @@ def test_the_route_refuses_a_count_the_kernel_cannot_count():
 @pytest.mark.parametrize("index_dtype", ["fp32", "uint8", None])
 def test_an_index_the_kernel_cannot_read_is_refused_before_compiling(index_dtype):
     pytest.importorskip("cutlass")
-    from tmakit.runtime.rows import compile_rows
+    from tmakit.rows.launch import compile_rows
 
     with pytest.raises(TmaConfigError, match=r"rows index dtype .* is not one of int32, int64"):
         compile_rows(RowsPlan("gather", 10, 16, 4).kernel_plan(), index_dtype)

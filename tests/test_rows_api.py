@@ -12,7 +12,7 @@ import pytest
 
 from tmakit import TmaConfigError
 from tmakit.plan.route import NOT_SM90, TensorFacts
-from tmakit.plan.rows import RowsFacts, RowsPlan, rows_tma_rule
+from tmakit.rows.plan import RowsFacts, RowsPlan, rows_tma_rule
 
 
 def rows_facts(
@@ -107,7 +107,7 @@ def test_each_op_takes_the_row_lengths_where_it_measured_faster_unless_strict(op
 )
 def test_the_rows_kernel_compiles_for_sm90a_with_its_instruction(op, dtype, instruction):
     pytest.importorskip("cutlass")
-    from tmakit.runtime.rows import compile_rows
+    from tmakit.rows.launch import compile_rows
 
     plan = RowsPlan(op, 1, 512, 64, dtype=dtype).kernel_plan()
     ptx = compile_rows(plan, "int64", keep_ptx=True).ptx
@@ -165,8 +165,8 @@ def rows_ops_on_cpu(monkeypatch):
     what the kernel does)."""
     torch_or_skip()
     from stand_ins import strictly
-    from tmakit import ops_rows
-    from tmakit.api import rows as api_rows
+    from tmakit.rows import api as api_rows
+    from tmakit.rows import op as ops_rows
 
     monkeypatch.setattr(ops_rows, "check_traced", lambda op, **tensors: None)
     names = ("gather_rows", "scatter_rows_", "index_add_", "index_reduce_")
@@ -231,7 +231,7 @@ def test_the_ops_trace_with_their_fakes_and_pass_opcheck(rows_ops_on_cpu):
 def test_a_repeated_call_on_torchs_path_skips_the_route_and_still_checks_its_index(monkeypatch):
     torch = torch_or_skip()
     import tmakit
-    from tmakit.api import rows_call
+    from tmakit.rows import call as rows_call
 
     table, index = torch.arange(60.0).reshape(10, 6), torch.tensor([9, 0, 9, 3])
     routed = []
@@ -255,7 +255,7 @@ def test_a_call_torch_serves_for_autograd_or_a_lazy_bit_is_not_kept_for_plain_ca
     there too."""
     torch = torch_or_skip()
     import tmakit
-    from tmakit.api import rows_call
+    from tmakit.rows import call as rows_call
 
     launched = []
     from tmakit.api import tensors

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tmakit import api
-from tmakit.bench.rows import calls
 from tmakit.families import family_named
-from tmakit.families.rows import ROW_SIZES, RULE, cases
+from tmakit.rows import api
+from tmakit.rows.bench import ROW_SIZES, RULE, calls, cases
 
 
 def test_the_sweep_runs_strict_then_as_a_user_calls_both_from_16_bytes():

@@ -13,7 +13,7 @@ Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kerne
 and the TMA view helpers).
 """
 
-from . import api
+from . import api, registry
 from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
@@ -33,4 +33,9 @@ __all__ = [
     "TorchOpError",
 ]
 __all__ += api.__all__
+# Each family's public functions: its api's `__all__` (`tmakit.registry`).
+_exports = {name: getattr(module, name) for module in registry.parts("api") for name in module.__all__}
+globals().update(_exports)
+__all__ += list(_exports)
+del _exports
 __version__ = "0.1.0"

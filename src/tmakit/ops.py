@@ -7,7 +7,7 @@ registers them.
         reduce_by=None)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
-    torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.ops_rows`)
+    torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.ops_many`)
 
 Each op is defined in a `torch.library.Library`, not as a `custom_op` (whose Python layers cost
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from . import ops_many, ops_rows  # register the rows and many-tensor ops
+from . import ops_many, registry  # ops_many: registers the many-tensor ops
 from .api import check_copy_layout, copy_dispatch, reduce_options
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
@@ -298,10 +298,6 @@ reduce_into_ = torch.ops.tmakit.reduce_into_.default
 load_tiles = torch.ops.tmakit.load_tiles.default
 im2col = torch.ops.tmakit.im2col.default
 
-gather_rows = ops_rows.gather_rows
-scatter_rows_ = ops_rows.scatter_rows_
-index_add_ = ops_rows.index_add_
-index_reduce_ = ops_rows.index_reduce_
 copy_many_ = ops_many.copy_many_
 pack = ops_many.pack
 unpack_ = ops_many.unpack_
@@ -311,13 +307,14 @@ __all__ = [
     "copy_",
     "copy_kwargs",
     "copy_many_",
-    "gather_rows",
     "im2col",
-    "index_add_",
-    "index_reduce_",
     "load_tiles",
     "pack",
     "reduce_into_",
-    "scatter_rows_",
     "unpack_",
 ]
+# Each family's ops: importing its op module registers them, its `__all__` names them here.
+_family_ops = {name: getattr(module, name) for module in registry.parts("op") for name in module.__all__}
+globals().update(_family_ops)
+__all__ += list(_family_ops)
+del _family_ops

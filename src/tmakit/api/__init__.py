@@ -10,9 +10,6 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
   `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression);
-- `rows`: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by index through bulk
-  row copies), `rows_path` (which path a call takes), with `rows_call`: a call's checks, route
-  and launch;
 - `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch), `GroupedCopy` (any of them
   prepared once), with `many_route`: how a list of pairs is copied.
 
@@ -32,12 +29,12 @@ from .load import config_for, load_tiles, padded_empty
 from .many import GroupedCopy, copy_many_, pack, unpack_
 from .reduce import add_, reduce_into_, reduce_path
 from .reduce import reduce_options as reduce_options
-from .rows import gather_rows, index_add_, index_reduce_, rows_path, scatter_rows_
 from .tensors import check_on_gpu as check_on_gpu
 from .tensors import check_torch_tensor as check_torch_tensor
 
-# The ops a user calls: `tmakit` re-exports exactly these. The names imported `as` themselves are
-# building blocks that `tmakit.ops`, the bench and the tests reach as `api.NAME`.
+# The ops a user calls: `tmakit` re-exports exactly these (and each family's: `tmakit.registry`).
+# The names imported `as` themselves are building blocks that `tmakit.ops`, the bench and the
+# tests reach as `api.NAME`.
 __all__ = [
     "GroupedCopy",
     "add_",
@@ -46,17 +43,12 @@ __all__ = [
     "copy_",
     "copy_many_",
     "copy_path",
-    "gather_rows",
     "im2col",
     "im2col_path",
-    "index_add_",
-    "index_reduce_",
     "load_tiles",
     "pack",
     "padded_empty",
     "reduce_into_",
     "reduce_path",
-    "rows_path",
-    "scatter_rows_",
     "unpack_",
 ]

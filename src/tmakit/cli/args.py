@@ -316,3 +316,10 @@ def writing(path: str, flag: str) -> Iterator[None]:
 def text_stream(args: argparse.Namespace) -> TextIO:
     """Where the human-readable output goes: stderr when stdout carries the JSON."""
     return sys.stderr if getattr(args, "json", None) == STDOUT else sys.stdout
+
+
+def digits_at_most(text: str, most: int) -> bool:
+    """Whether the decimal digits `text` are a number <= `most`, read without converting more
+    digits than `most` has (int() refuses past 4300 digits, in words that name no tmakit limit)."""
+    digits = text.lstrip("0") or "0"
+    return len(digits) <= len(str(most)) and int(digits) <= most

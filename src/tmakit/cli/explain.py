@@ -27,7 +27,7 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-from .kernels import add_kernel_arguments, call_plan, im2col_plan, many_plan, rows_plan
+from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
 
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
 # The chunks (four int64 words and a few temporaries each) `explain --kernel many` tables: 2^20
@@ -66,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--im2col explains an im2col box: drop --kernel {args.kernel}")
     if args.im2col is not None or args.kernel == "im2col":
         return _explain_im2col(args)
-    if args.kernel == "rows":
-        return _explain_rows(args)
+    family = family_kernels().get(args.kernel)
+    if family is not None:
+        return family.explain(args)
     if args.kernel == "many":
         return _explain_many(args)
     if args.kernel != "load":
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
-    refuse_given(args, ("copy", "rows", "many"), "without --kernel copy, transpose, reduce, rows or many")
+    kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
+    refuse_given(args, ("copy", "many", *family_flags()), f"without --kernel {kernels} or many")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -108,20 +110,6 @@ def _explain_im2col(args: argparse.Namespace) -> int:
         return 0
     result = explain_im2col(choice.plan, args.highlight)
     emit(args, result, im2col_to_text(result))
-    return 0
-
-
-def _explain_rows(args: argparse.Namespace) -> int:
-    """`explain --kernel rows --rows OP:COUNT`: the plan, then each bulk copy of its first stage
-    fill for an example index, and the bytes that fill's full barrier expects."""
-    plan, index = rows_plan(args)
-    moves = plan.describe_step(0, index) if plan.count else ["  (no rows: nothing moves)"]
-    shown = moves if len(moves) <= 12 else [*moves[:8], f"  ... {len(moves) - 10} more", *moves[-2:]]
-    example = "the example index: entry i names row (i * 7919) mod rows"
-    text = "\n".join([plan.summary(), "", f"The first stage fill ({example})", *shown])
-    emit(
-        args, {"kernel": {"kind": "rows", "summary": plan.summary().splitlines(), "first_fill": moves}}, text
-    )
     return 0
 
 

@@ -7,21 +7,21 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
+from .. import registry
 from ..config import SEED, LoadConfig, dtype_named, padded_strides
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
+from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, MAX_DEVICE_INT
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, ReducePlan
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import copy_rows_view
 from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
 from ..plan.many import ManyPlan
-from ..plan.rows import MAX_INDEX_ENTRIES, RowsPlan
 from ..validate import check_load_config
-from .args import PAD_FIX, REDUCE_OP, CommandError, refuse_given
+from .args import PAD_FIX, REDUCE_OP, CommandError, digits_at_most, refuse_given
 
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "rows", "many")  # plan's and explain's --kernel
-ROWS_METAVAR = "gather|scatter|add|min|max:COUNT"
+KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "many")  # plan's and explain's own --kernel
 MANY_METAVAR = "BYTES[xCOUNT],..."
 MAX_MANY_TENSORS, MAX_TENSOR_BYTES = 1_000_000, 2**40  # what --many describes
 
@@ -33,7 +33,16 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
     swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
     kernel = args.kernel
-    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "rows", "many")
+    refused = (
+        "highlight",
+        "cluster",
+        "stages",
+        "consumer_warps",
+        "swizzle",
+        "im2col",
+        "many",
+        *family_flags(),
+    )
     refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
     if kernel == "reduce" and args.reduce is None:
         raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
@@ -74,53 +83,11 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
 
 
-def _digits_at_most(text: str, most: int) -> bool:
-    """Whether the decimal digits `text` are a number <= `most`, read without converting more
-    digits than `most` has (int() refuses past 4300 digits, in words that name no tmakit limit)."""
-    digits = text.lstrip("0") or "0"
-    return len(digits) <= len(str(most)) and int(digits) <= most
-
-
-def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
-    """`--kernel rows --rows OP:COUNT`: COUNT rows of the --shape tensor (its rows the first
-    extent, a row the rest) moved by index with OP, and the entries of the example index its
-    first fill reads (the only ones shown): entry i names row (i * 7919) mod rows, spread over the
-    tensor. Its ring's depth is --stages where given."""
-    refused = (
-        "tile",
-        "swizzle",
-        "layout",
-        "pad",
-        "highlight",
-        "cluster",
-        "consumer_warps",
-        "copy",
-        "reduce",
-        "many",
-    )
-    refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
-    op, _, count = (args.rows or "").partition(":")
-    count = count.strip()
-    if not (count.isascii() and count.isdigit()):
-        raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({ROWS_METAVAR})")
-    if not _digits_at_most(count, MAX_INDEX_ENTRIES):
-        raise CommandError(
-            f"--rows {args.rows!r}: COUNT is at most {MAX_INDEX_ENTRIES}, the rows kernel's count of "
-            "index entries (a 32-bit integer); split the index"
-        )
-    element = dtype_named(args.dtype)
-    rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
-    stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = RowsPlan(op.strip(), rows, row_bytes, int(count), dtype=element.name, **stages)
-    # The first fill's entries alone (at most a stage's rows), never COUNT of them.
-    return plan, [(i * 7919) % rows for i in plan.entries(0)]
-
-
 def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
     """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
     bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
     refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
-               "copy", "reduce", "rows", "im2col")  # fmt: skip
+               "copy", "reduce", "im2col", *family_flags())  # fmt: skip
     refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
     sizes: list[int] = []
     for part in (args.many or "").split(","):
@@ -130,14 +97,14 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
                 f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
             )
         left = MAX_MANY_TENSORS - len(sizes)
-        if not (_digits_at_most(size, MAX_TENSOR_BYTES) and _digits_at_most(count or "1", left)):
+        if not (digits_at_most(size, MAX_TENSOR_BYTES) and digits_at_most(count or "1", left)):
             most = f"at most {MAX_MANY_TENSORS} tensors of at most {MAX_TENSOR_BYTES} bytes"
             raise CommandError(f"--many {args.many!r}: {most}")
         sizes += [int(size)] * (int(count) if count else 1)
     stages = {"stages": args.stages} if "stages" in args.given else {}
     plan = ManyPlan(**stages)
-    if plan.counts(sizes)[1] > MAX_INDEX_ENTRIES:
-        raise CommandError(f"--many {args.many!r}: more than {MAX_INDEX_ENTRIES} chunks, the kernel's count")
+    if plan.counts(sizes)[1] > MAX_DEVICE_INT:
+        raise CommandError(f"--many {args.many!r}: more than {MAX_DEVICE_INT} chunks, the kernel's count")
     return plan, sizes
 
 
@@ -150,16 +117,26 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
     """The options of a command that shows what one of tmakit's calls plans (`plan`, `explain`):
     `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
     `im2col` say what the command does with those."""
-    parser.add_argument("--kernel", choices=KERNELS, default="load", help=kernel)
+    parser.add_argument("--kernel", choices=[*KERNELS, *family_kernels()], default="load", help=kernel)
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
     parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
-    parser.add_argument(
-        "--rows", metavar=ROWS_METAVAR, help="--kernel rows: the op and how many rows it moves"
-    )
     parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
+    for family in registry.parts("explain"):
+        family.add_arguments(parser)
+
+
+def family_kernels() -> dict[str, ModuleType]:
+    """The `--kernel` names the families plan and explain, each to its `explain` part
+    (`tmakit.registry`)."""
+    return {kernel: family for family in registry.parts("explain") for kernel in family.KERNELS}
+
+
+def family_flags() -> tuple[str, ...]:
+    """The options only one family reads (`--rows`): every other kernel refuses them."""
+    return tuple(flag for family in registry.parts("explain") for flag in family.FLAGS)
 
 
 @dataclass(frozen=True)
@@ -195,8 +172,8 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
         "cluster",
         "reduce",
         "copy",
-        "rows",
         "many",
+        *family_flags(),
     )
     refuse_given(
         args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"

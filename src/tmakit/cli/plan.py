@@ -19,7 +19,7 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, call_plan, im2col_plan, many_plan, rows_plan
+from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "im2col", "rows", "many"),
+        ("copy", "reduce", "im2col", "many", *family_flags()),
         "without --kernel copy, transpose, reduce, im2col, rows or many",
     )
     load, multicast, highlight = shown_load(args)
@@ -93,10 +93,9 @@ def _plan_kernel(args: argparse.Namespace) -> int:
         summary = "\n".join([head, many.summary(steps, chunks)])
         emit(args, {"kernel": {"kind": "many", "summary": summary.splitlines()}}, summary)
         return 0
-    if args.kernel == "rows":
-        rows, _ = rows_plan(args)
-        emit(args, {"kernel": {"kind": "rows", "summary": rows.summary().splitlines()}}, rows.summary())
-        return 0
+    family = family_kernels().get(args.kernel)
+    if family is not None:
+        return family.plan(args)
     if args.kernel == "im2col":
         refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
         choice = im2col_plan(args, "to --kernel im2col")

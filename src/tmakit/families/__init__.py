@@ -1,9 +1,9 @@
 """Kernel families as data: one `Family` record a family, which `tmakit bench` (and its `--kernel`
 choices) read instead of naming each family in code.
 
-A family is found, not listed: every module of this package (and of any folder added to its
-`__path__`) that defines `FAMILIES`, a sequence of `Family`, contributes them. A new family is then
-three files: its plan (`plan/`), its kernel (`kernels/`) and its record here."""
+A study is found, not listed: each family's `bench` part (`tmakit.registry`) and every module of
+this package (and of any folder added to its `__path__`) that defines `STUDIES`, a sequence of
+`Family`, contribute theirs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from .. import registry
 from ..bench.report import BenchRow
 from ..bench.timing import EAGER
 from ..runtime.compile import CompiledKernel
@@ -54,12 +55,14 @@ class Family:
 
 
 def families() -> dict[str, Family]:
-    """Every family, by name, from the modules on this package's path (sorted by module name)."""
+    """Every study, by name: the families' (`registry.parts("bench")`), then those of the modules
+    on this package's path (sorted by module name)."""
     found: dict[str, Family] = {}
-    for module in sorted(pkgutil.iter_modules(__path__, f"{__name__}."), key=lambda m: m.name):
-        for family in getattr(importlib.import_module(module.name), "FAMILIES", ()):
+    listed = sorted(pkgutil.iter_modules(__path__, f"{__name__}."), key=lambda m: m.name)
+    for module in [*registry.parts("bench"), *(importlib.import_module(m.name) for m in listed)]:
+        for family in getattr(module, "STUDIES", ()):
             if family.name in found:
-                raise ValueError(f"two kernel families are named {family.name!r} (one in {module.name})")
+                raise ValueError(f"two kernel families are named {family.name!r} (one in {module.__name__})")
             found[family.name] = family
     return found
 

@@ -100,7 +100,7 @@ def study(results: list[tuple[DotPart, list[BenchRow]]], context: dict) -> dict:
     }
 
 
-FAMILIES = (
+STUDIES = (
     Family(
         name="cluster-dot",
         summary="the cluster row dot (X multicast to the cluster) against torch's dot expressions, "

@@ -61,7 +61,7 @@ def copy_family(
     )
 
 
-FAMILIES = (
+STUDIES = (
     copy_family(
         "copy",
         "tmakit.copy_ against torch's copy_",

@@ -60,7 +60,7 @@ study = tabled_study(
 )
 
 
-FAMILIES = (
+STUDIES = (
     case_study(
         "dropin",
         "copy_, the transposing copy_, add_ and im2col as a user swaps them in, against torch "

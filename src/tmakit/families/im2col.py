@@ -71,7 +71,7 @@ study = tabled_study(
 )
 
 
-FAMILIES = (
+STUDIES = (
     Family(
         name="im2col",
         summary="tmakit.im2col against torch's unfold + permute, on ResNet-50's 3x3 layers (see --only)",

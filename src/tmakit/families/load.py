@@ -75,7 +75,7 @@ def bench_load(plan: LoadPlan, options: Options, l2_bytes: int) -> list[BenchRow
     return rows + ring_rows(plan, options, l2_bytes)
 
 
-FAMILIES = (
+STUDIES = (
     Family(
         name="load",
         summary="tile loads against torch's sum and copy_ (with --pipeline, the ring's variants)",

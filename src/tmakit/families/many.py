@@ -63,7 +63,7 @@ study = tabled_study(
 )
 
 
-FAMILIES = (
+STUDIES = (
     case_study(
         "many",
         "copy_many_, pack and unpack_ on a transformer layer, 1,000 random and 10,000 small tensors "

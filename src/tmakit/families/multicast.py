@@ -33,7 +33,7 @@ def multicast_plan(plan: LoadPlan) -> MulticastPlan:
     return MulticastPlan(plan, DEFAULT_CLUSTER, True, CLUSTER_STAGES)
 
 
-FAMILIES = (
+STUDIES = (
     Family(
         name="multicast",
         summary=f"a cluster's loads (--cluster, default {DEFAULT_CLUSTER[0]}x{DEFAULT_CLUSTER[1]}) with "

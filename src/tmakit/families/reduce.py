@@ -40,7 +40,7 @@ def compared_with(options: Options) -> list[str]:
     return [name for op in ops for name in torch_rows(TORCH_IN_PLACE[op][0])]
 
 
-FAMILIES = (
+STUDIES = (
     Family(
         name="reduce",
         summary="tmakit.reduce_into_ against torch's in-place op (see --reduce)",

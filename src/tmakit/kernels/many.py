@@ -7,7 +7,7 @@ Per step each producer lane takes a chunk of the step (a lane a chunk, by 32s), 
 lane bulk-stores its chunks from the stage to their destinations; the last 1-15 bytes of an
 odd-sized tensor go from global memory to global memory by the lane of its last chunk, a byte at
 a time. Each lane commits its stores as a bulk group per step and the stage `late` steps back is
-released once every lane's older groups have read theirs, as in `kernels.rows`.
+released once every lane's older groups have read theirs, as in `rows.kernel`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@ order, the hang guard's record. Pure Python."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..config import LoadConfig
 from ..errors import TmaConfigError
 from ..limits import (
     DEFAULT_SM_COUNT,
@@ -328,4 +330,46 @@ def check_stages(stages: int, fitting: int, stage_bytes: int, beside: str = "", 
             f"{stages} stages of {stage_bytes} bytes (+ {2 * MBARRIER_BYTES} bytes of barriers "
             f"each){beside} do not fit the {SMEM_PER_BLOCK}-byte shared memory of a Hopper block; "
             f"1..{fitting} stages fit this tile"
+        )
+
+
+# -- rings of bulk copies (rows by index, a grouped copy): a stand-in tile sizes their stages --
+# Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
+STAGE_TARGET_BYTES = 32 * 1024
+# The stand-in tile's width and element: 256 int32, a KiB per row of the stand-in.
+_STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
+
+
+def stand_in_tile(stage_bytes: int) -> tuple[int, int]:
+    """The stand-in tile of a stage of `stage_bytes`: int32, 256 wide, whole KiB."""
+    return math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH
+
+
+def stand_in_ring(stage_bytes: int, stages: int, sm_count: int) -> PipelinePlan:
+    """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
+    persistent `PipelinePlan` over a stand-in load plan whose tile (`stand_in_tile`) sizes the
+    stages and carries the barriers and walk; no tensor map is made from it."""
+    tile = stand_in_tile(stage_bytes)
+    load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
+    return PipelinePlan(load, stages=stages, persistent=True, sm_count=sm_count)
+
+
+def check_bulk_ring(stages: int, sm_count: int, stage_bytes: int, what: str, fix: str = "") -> None:
+    """Refuse a bulk-copy ring (`stand_in_ring`) its kernel cannot run: fewer than one stage or
+    SM, a persistent grid past the host code's 32-bit block count, or `stages` stages of
+    `stage_bytes` (`what` describes one) that do not fit a block's shared memory (`fix`: what to
+    do when not even one fits)."""
+    if stages < 1 or sm_count < 1:
+        raise TmaConfigError(f"stages {stages}, sm_count {sm_count}: a ring needs at least one of each")
+    if sm_count > MAX_DEVICE_INT:
+        raise TmaConfigError(
+            f"sm_count {sm_count}: the kernel's host code counts the persistent grid's blocks in a 32-bit "
+            f"integer; at most {MAX_DEVICE_INT}"
+        )
+    most = stages_fitting(stand_in_tile(stage_bytes)[0] * _STAND_IN_BYTES)  # as the ring counts them
+    if stages > most:
+        raise TmaConfigError(
+            f"{stages} stages of {stage_bytes} bytes{what} do not fit the {SMEM_PER_BLOCK}-byte shared "
+            f"memory of a block (each a whole KiB and {2 * MBARRIER_BYTES} bytes of barriers); {most} fit"
+            + (f": {fix}" if fix and not most else "")
         )

@@ -12,16 +12,16 @@ on a Hopper GPU, TmaConfigError for a tensor off a CUDA device (eagerly and whil
 call bulk row copies cannot serve (`tmakit.rows_path` says why; the functions `tmakit.gather_rows`
 ... take torch's op there). The in-place ops return None (aot_autograd functionalizes them from
 `Tensor(a0!) dst`); the API bumps dst's version. The index is checked on the host except inside
-a CUDA-graph capture (`tmakit.api.rows`). Not differentiable: the ops refuse inputs that require
+a CUDA-graph capture (`tmakit.rows.api`). Not differentiable: the ops refuse inputs that require
 grad while grad mode is on."""
 
 from __future__ import annotations
 
 import torch
 
-from .api import rows as api_rows
-from .errors import TmaConfigError
-from .ops_base import NAMESPACE, check_traced, define, refuse_grad
+from ..errors import TmaConfigError
+from ..ops_base import NAMESPACE, check_traced, define, refuse_grad
+from . import api as api_rows
 
 SCHEMAS = {
     "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
@@ -33,7 +33,7 @@ SCHEMAS = {
 
 def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None) -> None:
     """A trace's check (and an eager call's, first): every tensor on a CUDA device, and what
-    `tmakit.api.rows` checks of shapes, dtypes and devices (the index's entries are read only when
+    `tmakit.rows.api` checks of shapes, dtypes and devices (the index's entries are read only when
     the op runs)."""
     where = f"torch.ops.{NAMESPACE}.{op}"
     check_traced(op, **{"src" if compact is None else "dst": table, "index": index})

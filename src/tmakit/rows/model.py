@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..plan.rows import RowsPlan
-from .reduce import STORAGE, reduce_reference
+from ..model.reduce import STORAGE, reduce_reference
+from .plan import RowsPlan
 
 _INTEGER_REDUCES = {"add": np.add, "min": np.minimum, "max": np.maximum}
 

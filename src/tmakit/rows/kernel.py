@@ -24,11 +24,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
+from ..kernels.ring import BulkRingKernel, RingContext, RunTimeWalk
+from ..kernels.tma import shared_tile_layout
 from ..limits import WARP_THREADS
 from ..plan.reduce import PTX_TYPES
-from ..plan.rows import RowsPlan
-from .ring import BulkRingKernel, RingContext, RunTimeWalk
-from .tma import shared_tile_layout
+from .plan import RowsPlan
 
 __all__ = ["RowsKernel"]
 

@@ -1,19 +1,24 @@
-"""Rows by index timed beside torch's ops: a gather (`index_select`), a scatter (`index_copy_`), an add
-(`index_add_`) or a max (`index_reduce_` amax, int32) of `count` rows of `row_bytes` by an index
-(random, Zipf-distributed, pages of rows, or a mixture-of-experts routing), device time from
-interleaved CUDA-graph replays, then eager back-to-back calls, every tmakit result compared with
-torch's first; a torch copy of the same bytes in the same run is the copy rate the rows are measured
-against."""
+"""The rows study: gathers, scatters, adds and (int32) maxes of rows by index from 64 B to 16 KiB
+rows against torch's `index_select`, `index_copy_`, `index_add_` and `index_reduce_` (amax), and the
+workloads the rows ops are for: an embedding backward (Zipf-distributed tokens into a 128K x 4096
+bf16 table), a mixture-of-experts dispatch and combine (16K tokens x 4096 bf16, top-2 of 64
+experts) and a paged gather (pages of 16 rows). The sweep runs the kernel at every row size
+(strict), then again as a user calls each op, the rule choosing the kernel or torch's op (the cases
+named "rule: ..."). Device time from interleaved CUDA-graph replays, then eager back-to-back calls,
+every tmakit result compared with torch's first; a torch copy of the same bytes in the same run is
+the copy rate the rows are measured against. `--only` picks cases by the start of their names. Its
+JSON: one row a case."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .. import api
+from ..bench.report import BenchRow
+from ..bench.timing import EAGER, eager_samples_us, interleaved_graph_samples_us
 from ..check.reference import index_add_wrong_rows
-from .report import BenchRow
-from .timing import EAGER, eager_samples_us, interleaved_graph_samples_us
+from ..families import case_study, eager_columns, medians, tabled_study
+from . import api
 
 KINDS = {"gather": "copy", "scatter": "copy", "add": "reduce", "max": "reduce"}  # bytes: read + written
 TORCH_NAMES = {
@@ -183,3 +188,79 @@ def bench_rows(case: RowsCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     del table, indexes, compacts, flat, copies, launches
     torch.cuda.empty_cache()
     return rows
+
+
+ROW_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+RULE = "rule"  # the label of the cases called as a user calls them (not strict)
+SWEEP_BYTES = 64 * 2**20  # rows moved per call in the sweep
+TABLE_BYTES = 512 * 2**20  # the sweep's table: far beyond the L2
+TOKENS, HIDDEN_BYTES = 16384, 4096 * 2  # 16K tokens of 4096 bf16
+
+
+def cases() -> list[RowsCase]:
+    """Every case of the study, in its order: the named workloads, then the sweep."""
+    found = [
+        RowsCase("add", HIDDEN_BYTES, 128 * 1024, TOKENS, "zipf", label="embedding backward"),
+        RowsCase("gather", HIDDEN_BYTES, TOKENS, 2 * TOKENS, "experts", label="moe dispatch"),
+        RowsCase("add", HIDDEN_BYTES, TOKENS, 2 * TOKENS, "experts", label="moe combine"),
+        RowsCase("gather", 2048, 1 << 18, TOKENS, "pages", label="paged gather"),
+    ]
+    dtypes = {"add": "float32", "max": "int32"}
+    for strict in (True, False):
+        for op in ("gather", "scatter", "add", "max"):
+            for row_bytes in ROW_SIZES:
+                rows = TABLE_BYTES // row_bytes
+                count = SWEEP_BYTES // row_bytes
+                pattern = "permutation" if op == "scatter" else "random"
+                dtype = dtypes.get(op, "bfloat16")
+                label = "" if strict else RULE
+                found.append(RowsCase(op, row_bytes, rows, count, pattern, dtype, label, strict))
+    return found
+
+
+def case_row(case: RowsCase, rows: list[BenchRow]) -> dict:
+    """One case's medians, rates and ratios (above 1: tmakit faster)."""
+    by_name, us = medians(rows)
+    torch_name = f"torch {TORCH_NAMES[case.op]}"
+    tmakit, copy = by_name["tmakit"], by_name["torch copy_"]
+    return {
+        "case": case.name,
+        "op": case.op,
+        "row_bytes": case.row_bytes,
+        "path": tmakit.notes["path"],
+        "verified": tmakit.verified,
+        "tmakit_graph_us": us["tmakit"],
+        "torch_graph_us": us[torch_name],
+        "device_vs_torch": us[torch_name] / us["tmakit"],
+        "tmakit_tb_per_s": tmakit.gbps / 1e3,
+        "torch_tb_per_s": by_name[torch_name].gbps / 1e3,
+        "copy_tb_per_s": copy.gbps / 1e3,
+        "of_copy_rate": tmakit.gbps / copy.gbps,
+        **eager_columns(us, torch_name),
+        "rotated_buffers": tmakit.notes["rotated_buffers"],
+    }
+
+
+study = tabled_study(
+    "rows",
+    "rows by index, tmakit's bulk row copies (strict: every row size; the 'rule' cases as a "
+    "user calls each op, the rule choosing the kernel or torch's op) against torch's "
+    "index_select / index_copy_ / index_add_ / index_reduce_ (amax) in CUDA graphs (device time) and "
+    "eagerly (back-to-back calls, host included), L2 cold, bytes read plus written, beside a torch "
+    "copy of the same bytes in the same run; every tmakit result compared with torch's first",
+    case_row,
+)
+
+
+STUDIES = (
+    case_study(
+        "rows",
+        "gather, scatter, add and max of rows by index (64 B to 16 KiB rows; an embedding backward, "
+        "a mixture-of-experts dispatch and combine, a paged gather) against torch's index ops (see --only)",
+        "rows by index against torch",
+        cases,
+        bench_rows,
+        [f"torch {name}" for name in TORCH_NAMES.values()],
+        study,
+    ),
+)

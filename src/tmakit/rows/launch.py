@@ -7,10 +7,10 @@ import functools
 from ..config import DTYPES
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
 from ..plan.ring import GUARD_WORDS
-from ..plan.rows import RowsPlan
+from ..runtime.compile import compiles, fake_tensor, placeholder_stream
+from ..runtime.launch import Launcher, guarded_launcher
 from ..validate import one_of
-from .compile import compiles, fake_tensor, placeholder_stream
-from .launch import Launcher, guarded_launcher
+from .plan import RowsPlan
 
 INDEX_DTYPES = ("int32", "int64")
 
@@ -29,7 +29,7 @@ def compile_rows(
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    from ..kernels.rows import RowsKernel
+    from .kernel import RowsKernel
 
     width = rows.row_bytes
     table = make_fake_tensor(

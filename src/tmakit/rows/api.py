@@ -1,6 +1,6 @@
 """Rows by index: `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (dim 0, as torch's
 `index_select`, `index_copy_`, `index_add_`, `index_reduce_`) through bulk row copies
-(`kernels.rows`), torch's op where they cannot serve (`rows_path` says which and why).
+(`rows.kernel`), torch's op where they cannot serve (`rows_path` says which and why).
 
 Every call checks its tensors first (`TmaConfigError`: value, rule, fix). The index is checked
 against the table's rows on the host (`check_index=True`, the default: one reduction and a
@@ -18,11 +18,11 @@ import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..api.tensors import import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
-from ..plan.rows import INDEX_REDUCES, ROW_OPS, rows_tma_rule
 from ..validate import flag
-from .rows_call import (
+from .call import (
     TORCH_CHECKS_LATE,
     ZERO_D,
     check_entries_unless_capturing,
@@ -36,7 +36,7 @@ from .rows_call import (
     rows_call,
     torch_op,
 )
-from .tensors import import_torch, recorded_by_autograd
+from .plan import INDEX_REDUCES, ROW_OPS, rows_tma_rule
 
 if TYPE_CHECKING:
     import torch

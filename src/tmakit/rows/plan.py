@@ -18,7 +18,7 @@ The stage's full barrier expects the bytes of its loads (`expected_bytes`). An i
 `[0, rows)`, a negative one included (NumPy and torch would count it from the end), moves nothing
 and is reported (`RowsReplay.skipped` in `model.rows`): the kernel
 checks each entry before it addresses a row, so no copy reaches outside the tensor. This module
-plans and checks; `model.rows` replays the moves on NumPy arrays; `kernels.rows` runs the plan
+plans and checks; `model.rows` replays the moves on NumPy arrays; `rows.kernel` runs the plan
 (one compile per `kernel_plan`: the count and the rows are run-time values).
 
 The kernel's ring is a `PipelinePlan` over a stand-in load plan whose tile is a full stage (the
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..config import DTYPES, LoadConfig
+from ..config import DTYPES
 from ..errors import TmaConfigError
 from ..limits import (
     DEFAULT_SM_COUNT,
@@ -41,15 +41,12 @@ from ..limits import (
     MAX_DEVICE_INT,
     MAX_TENSOR_BYTES,
     MAX_TX_BYTES,
-    MBARRIER_BYTES,
-    SMEM_PER_BLOCK,
 )
+from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
+from ..plan.reduce import PTX_TYPES, REDUCE_OP_ALIASES
+from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
+from ..plan.route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, TensorFacts, lazy_reason
 from ..validate import check_field_types, one_of
-from .copy_defaults import MIN_STORES_IN_FLIGHT
-from .load import LoadPlan
-from .reduce import PTX_TYPES, REDUCE_OP_ALIASES
-from .ring import PipelinePlan, stages_fitting
-from .route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, TensorFacts, lazy_reason
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
 # The (op, dtype) pairs of the non-tensor bulk reduce into global memory, as the PTX ISA lists
@@ -63,47 +60,8 @@ ROW_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
 REDUCE_ROW_OPS = tuple(ROW_REDUCE_DTYPES)
 # Wrapping adds are the same bits signed or unsigned: an int64 add is the bulk reduce's u64 add.
 ROW_ADD_AS = {"int64": "uint64"}
-# Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
-STAGE_TARGET_BYTES = 32 * 1024
 DEFAULT_ROW_STAGES = 4
-# The stand-in tile's width and element: 256 int32, a KiB per row of the stand-in.
-_STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
 MAX_INDEX_ENTRIES = MAX_DEVICE_INT  # the kernel's entry count is a 32-bit integer
-
-
-def stand_in_tile(stage_bytes: int) -> tuple[int, int]:
-    """The stand-in tile of a stage of `stage_bytes`: int32, 256 wide, whole KiB."""
-    return math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH
-
-
-def stand_in_ring(stage_bytes: int, stages: int, sm_count: int) -> PipelinePlan:
-    """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
-    persistent `PipelinePlan` over a stand-in load plan whose tile (`stand_in_tile`) sizes the
-    stages and carries the barriers and walk; no tensor map is made from it."""
-    tile = stand_in_tile(stage_bytes)
-    load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
-    return PipelinePlan(load, stages=stages, persistent=True, sm_count=sm_count)
-
-
-def check_bulk_ring(stages: int, sm_count: int, stage_bytes: int, what: str, fix: str = "") -> None:
-    """Refuse a bulk-copy ring (`stand_in_ring`) its kernel cannot run: fewer than one stage or
-    SM, a persistent grid past the host code's 32-bit block count, or `stages` stages of
-    `stage_bytes` (`what` describes one) that do not fit a block's shared memory (`fix`: what to
-    do when not even one fits)."""
-    if stages < 1 or sm_count < 1:
-        raise TmaConfigError(f"stages {stages}, sm_count {sm_count}: a ring needs at least one of each")
-    if sm_count > MAX_DEVICE_INT:
-        raise TmaConfigError(
-            f"sm_count {sm_count}: the kernel's host code counts the persistent grid's blocks in a 32-bit "
-            f"integer; at most {MAX_DEVICE_INT}"
-        )
-    most = stages_fitting(stand_in_tile(stage_bytes)[0] * _STAND_IN_BYTES)  # as the ring counts them
-    if stages > most:
-        raise TmaConfigError(
-            f"{stages} stages of {stage_bytes} bytes{what} do not fit the {SMEM_PER_BLOCK}-byte shared "
-            f"memory of a block (each a whole KiB and {2 * MBARRIER_BYTES} bytes of barriers); {most} fit"
-            + (f": {fix}" if fix and not most else "")
-        )
 
 
 def full_stage_rows(row_bytes: int) -> int:

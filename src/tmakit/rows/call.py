@@ -8,14 +8,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import dtype_of
-from ..errors import TmaConfigError, TorchOpError
-from ..limits import GLOBAL_BASE_ALIGN
-from ..plan.rows import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
-from ..runtime.rows import rows_launcher
-from ..validate import flag
-from .known import KEY_ERRORS, MAX_KNOWN_CALLS, calls_table
-from .tensors import (
+from ..api.known import KEY_ERRORS, MAX_KNOWN_CALLS, calls_table
+from ..api.tensors import (
     check_torch_tensor,
     check_written,
     cuda_index,
@@ -27,6 +21,12 @@ from .tensors import (
     recorded_by_autograd,
     tensor_facts,
 )
+from ..config import dtype_of
+from ..errors import TmaConfigError, TorchOpError
+from ..limits import GLOBAL_BASE_ALIGN
+from ..validate import flag
+from .launch import rows_launcher
+from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
 
 if TYPE_CHECKING:
     import torch

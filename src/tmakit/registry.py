@@ -1,0 +1,70 @@
+"""The kernel families, a line each: what the core and the front ends (the `tmakit` facade, the
+torch ops, the bench, `plan` and `explain`) read a family through, so that no module outside a
+family names it and every import points from a family to the core.
+
+A family is a package whose `__init__` holds its `FAMILY` record (plain data: importing it loads
+neither torch nor the DSL). Its parts are modules of fixed names, each with one role (checked by
+`tests/test_architecture.py`); the record lists those it has:
+
+    plan     its plans and route rules: pure Python, no torch, no DSL
+    kernel   its CuTe DSL kernel: no torch
+    launch   its compile (sm_90a, any machine) and the launcher around a compiled kernel
+    model    what its kernel moves, replayed on the CPU model (NumPy)
+    api      its public functions: `__all__` is what `tmakit` exports
+    op       its torch operators (`import tmakit.ops` imports it: that registers them)
+    bench    its bench studies: `STUDIES`, read by `tmakit bench`
+    explain  `tmakit plan`/`explain` of its `--kernel` names: `KERNELS`, `FLAGS` (the options only
+             it reads), `add_arguments(parser)`, `plan(args)`, `explain(args)`
+
+A new family is its package and its line in `PACKAGES` (and its page in the docs).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+
+PACKAGES: tuple[str, ...] = ("tmakit.rows",)
+
+PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
+
+
+@dataclass(frozen=True)
+class FamilyRecord:
+    """One family as the core reads it: its `name`, a line of `summary`, and which `PARTS` its
+    package has (its modules of those names)."""
+
+    name: str
+    summary: str
+    parts: frozenset[str]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.parts - frozenset(PARTS))
+        if unknown:
+            raise ValueError(
+                f"family {self.name!r}: no part is named {', '.join(unknown)}; the parts: {PARTS}"
+            )
+
+
+def family_record(package: str) -> FamilyRecord:
+    """The `FAMILY` record of the family package `package` (a dotted name)."""
+    record = getattr(importlib.import_module(package), "FAMILY", None)
+    if not isinstance(record, FamilyRecord):
+        raise TypeError(f"{package} is listed in tmakit.registry.PACKAGES but defines no FAMILY record")
+    return record
+
+
+@cache
+def records() -> dict[str, FamilyRecord]:
+    """Every family's record, by package, in `PACKAGES`' order."""
+    return {package: family_record(package) for package in PACKAGES}
+
+
+def parts(part: str) -> list[ModuleType]:
+    """Every family's module of `part` (one of `PARTS`), imported, in `PACKAGES`' order: the
+    families that have one."""
+    if part not in PARTS:
+        raise ValueError(f"no family part is named {part!r}; the parts: {', '.join(PARTS)}")
+    return [importlib.import_module(f"{p}.{part}") for p, record in records().items() if part in record.parts]
