@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 import tmakit
 from tmakit.bench.report import device_context
-from tmakit.plan.many import PACK_ALIGN, pack_offsets
+from tmakit.many.plan import PACK_ALIGN, pack_offsets
 
 # A transformer layer's parameters (a Llama-7B block's): 4 attention projections, 3 MLP ones, 2 norms.
 LAYER = ((4096, 4096),) * 4 + ((11008, 4096),) * 3 + ((4096,),) * 2

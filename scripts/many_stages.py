@@ -1,7 +1,7 @@
 """The grouped copy's ring shape on one list, timed against torch: `pack` of a transformer layer's
 parameters (and `copy_many_` of them) by the grouped kernel under several `ManyPlan`s (stages,
 stage bytes, blocks), in interleaved CUDA-graph replays beside `torch.cat` and `_foreach_copy_`,
-every result checked byte for byte first. An exploration of `plan.many`'s defaults:
+every result checked byte for byte first. An exploration of `many.plan`'s defaults:
 
     python scripts/many_stages.py --out DIR [--plans 6x32,7x32,3x32x2] [--samples 30]
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tmakit.bench.report import device_context
 from tmakit.bench.timing import interleaved_graph_samples_us
-from tmakit.families.many import LAYER
-from tmakit.plan.many import ManyPlan, pack_offsets
-from tmakit.runtime.many import many_launcher
+from tmakit.many.bench import LAYER
+from tmakit.many.launch import many_launcher
+from tmakit.many.plan import ManyPlan, pack_offsets
 
 
 def parse_plan(text: str, sm_count: int) -> ManyPlan:

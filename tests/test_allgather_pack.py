@@ -45,7 +45,7 @@ def test_the_worlds_blocks_end_to_end_are_the_packing_of_every_ranks_shards():
         import allgather_pack
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    from tmakit.plan.many import PACK_ALIGN, pack_offsets
+    from tmakit.many.plan import PACK_ALIGN, pack_offsets
 
     for world in (1, 2, 3, 8):
         for shapes in (allgather_pack.SMALL, allgather_pack.LAYER):

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles", "tmakit.ops_many"),
+    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),
@@ -81,7 +81,6 @@ IMPURE_TMAKIT = (
     "tmakit.ops",
     "tmakit.ops_base",
     "tmakit.ops_tiles",
-    "tmakit.ops_many",
 )
 PURE_PARTS = ("plan", "model")  # a family's parts that are pure Python, as the pure layers
 # What a function may import: heavy optional dependencies (numpy is not one: it is a dependency and

@@ -16,8 +16,8 @@ from tmakit import cli
 from tmakit.cli.args import MAX_LISTED_TILES
 from tmakit.cli.bench import MAX_BENCH_CASES, MAX_BENCH_SIZES
 from tmakit.cli.check import MAX_FULL_TILES
-from tmakit.cli.explain import MAX_TABLE_CHUNKS
-from tmakit.plan.many import ManyPlan
+from tmakit.many.explain import MAX_TABLE_CHUNKS
+from tmakit.many.plan import ManyPlan
 from tmakit.rows.plan import MAX_INDEX_ENTRIES
 
 SECONDS = 10  # per call: ample for the DSL's first import and trace on a loaded CI machine

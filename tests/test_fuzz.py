@@ -41,9 +41,9 @@ from tmakit.limits import (
     SMEM_PER_BLOCK,
     SWIZZLE_MODES,
 )
+from tmakit.many.plan import ManyPlan
 from tmakit.plan import CLUSTER_SHAPES, CopyOptions, CopyPlan, ReducePlan, copy_destination, reduce_class
 from tmakit.plan.copy_defaults import copy_tile
-from tmakit.plan.many import ManyPlan
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.rows.plan import STAGE_TARGET_BYTES, RowsPlan
 from tmakit.runtime.launch import compile_tile_load
@@ -203,7 +203,7 @@ def test_random_malformed_command_lines_give_one_line_errors():
 
 
 # -- rows by index, grouped copies and reduces: refused, or within the limits and compiled --------
-# The rules below are written apart from `rows.plan`, `plan.many` and `plan.reduce`: from the PTX
+# The rules below are written apart from `rows.plan`, `many.plan` and `plan.reduce`: from the PTX
 # ISA's tables, the hardware limits and how the kernels count (32-bit device integers).
 INT32_MAX = 2**31 - 1
 ROW_COUNTS = (0, 1, 2, 7, 2048, 2**20, 2**31 - 2048, 2**31 - 2047, 2**31 - 2, 2**31 - 1, 2**31, 2**32)
@@ -530,7 +530,7 @@ import json, pickle, sys
 from tmakit import TmaConfigError
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.launch import compile_copy
-from tmakit.runtime.many import compile_many
+from tmakit.many.launch import compile_many
 from tmakit.rows.launch import compile_rows
 
 compile_family = {"rows": compile_rows, "many": compile_many, "reduce": compile_copy}

@@ -102,7 +102,7 @@ def test_a_list_packed_again_takes_its_kept_table_on_every_buffer():
     tensors from two buffers; random odd sizes with tails, in graphs too."""
     import torch
 
-    from tmakit.api import many_kept
+    from tmakit.many import kept as many_kept
 
     rng = random.Random(35)
     for case in range(20):

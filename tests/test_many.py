@@ -11,7 +11,7 @@ import pytest
 
 from tmakit import TmaConfigError
 from tmakit.limits import SMEM_PER_BLOCK
-from tmakit.plan.many import PACK_ALIGN, ManyPlan, pack_offsets
+from tmakit.many.plan import PACK_ALIGN, ManyPlan, pack_offsets
 
 
 def test_pack_offsets_are_aligned_in_order():
@@ -107,7 +107,7 @@ def test_the_shared_memory_is_the_kernels_ring():
 @pytest.mark.parametrize("relative", ["both", "src", 1])
 def test_a_side_the_grouped_copy_has_not_is_refused_before_compiling(relative):
     pytest.importorskip("cutlass")
-    from tmakit.runtime.many import compile_many
+    from tmakit.many.launch import compile_many
 
     with pytest.raises(TmaConfigError, match="relative side .* is not one of None, source, destination"):
         compile_many(ManyPlan(), relative)
@@ -115,7 +115,7 @@ def test_a_side_the_grouped_copy_has_not_is_refused_before_compiling(relative):
 
 def test_the_grouped_copy_compiles_for_sm90a():
     pytest.importorskip("cutlass")
-    from tmakit.runtime.many import compile_many
+    from tmakit.many.launch import compile_many
 
     ptx = compile_many(ManyPlan(), keep_ptx=True).ptx
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
@@ -130,8 +130,8 @@ def many_ops_on_cpu(monkeypatch):
     `_foreach_copy_`, which does what the kernel does)."""
     pytest.importorskip("torch")
     from stand_ins import strictly
-    from tmakit import ops_many
-    from tmakit.api import many as api_many
+    from tmakit.many import api as api_many
+    from tmakit.many import op as ops_many
 
     monkeypatch.setattr(ops_many, "check_traced", lambda op, **tensors: None)
     served_api = {name: strictly(getattr(api_many, name)) for name in ("copy_many_", "pack", "unpack_")}
@@ -249,7 +249,7 @@ def test_a_kept_route_holds_no_tensor_and_matches_only_the_same_tensors():
     import gc
     import weakref
 
-    from tmakit.api import many
+    from tmakit.many import api as many
 
     many._ROUTES.clear()
     srcs = [torch.arange(12.0).reshape(3, 4), torch.arange(5)]
@@ -330,7 +330,7 @@ def test_prepared_pack_and_unpack_match_the_calls():
     ],
 )
 def test_pairs_overlapping_are_found_for_one_launch(pairs, disjoint):
-    from tmakit.plan.many import pairs_disjoint
+    from tmakit.many.plan import pairs_disjoint
 
     src, dst, nbytes = zip(*pairs, strict=True)
     assert pairs_disjoint(src, dst, nbytes) is disjoint
@@ -416,7 +416,7 @@ def test_pairs_sharing_bytes_across_paths_copy_in_the_lists_order():
     plain copy, ends as the later pair says, as torch's in-order copies would."""
     torch = pytest.importorskip("torch")
     from tmakit import copy_many_
-    from tmakit.api import many
+    from tmakit.many import api as many
 
     a = torch.zeros(8)
     b, c = torch.full((8,), 1.0, dtype=torch.float64), torch.full((8,), 2.0)
@@ -432,8 +432,8 @@ def test_a_pair_onto_its_own_bytes_that_rewrites_them_is_ordered_with_its_reader
     """`x <- x.view(int32)` (or a conjugate, or a negative view) changes x's bytes: a pair reading
     x must not run before it in one launch; the same view onto itself changes nothing."""
     torch = pytest.importorskip("torch")
-    from tmakit.api.many_route import apart
-    from tmakit.plan.many import pairs_disjoint
+    from tmakit.many.call import apart
+    from tmakit.many.plan import pairs_disjoint
 
     x, y, z = torch.arange(8.0), torch.zeros(8), torch.zeros(4, dtype=torch.complex64)
     assert not apart([x, y], [x.view(torch.int32), x])
@@ -468,7 +468,7 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     a buffer holding a tensor's bytes, another dtype or too short takes the pairs instead."""
     torch = pytest.importorskip("torch")
     from tmakit import pack, unpack_
-    from tmakit.api import many_kept
+    from tmakit.many import kept as many_kept
 
     launches = []
     monkeypatch.setattr(many_kept, "groupable", lambda dst, src: True)

@@ -482,7 +482,7 @@ def written_arguments(overload):
 
 
 def tmakit_overloads():
-    import tmakit.ops_many  # noqa: F401
+    import tmakit.many.op  # noqa: F401
     import tmakit.rows.op  # noqa: F401
 
     for name in torch.ops.tmakit:
@@ -524,7 +524,7 @@ LAZY_DESTINATIONS = {
 @pytest.mark.parametrize("bit", ["negative", "conjugate"])
 @pytest.mark.parametrize("op", LAZY_DESTINATIONS)
 def test_a_written_tensor_with_a_lazy_bit_is_refused_before_anything_runs(op, bit):
-    import tmakit.ops_many  # noqa: F401
+    import tmakit.many.op  # noqa: F401
     import tmakit.rows.op  # noqa: F401
 
     dtype = torch.complex64 if bit == "conjugate" else torch.float32

@@ -8,7 +8,7 @@ registers them.
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
-    torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.ops_many`)
+    torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.many.op`)
 
 Each op is defined in a `torch.library.Library`, not as a `custom_op` (whose Python layers cost
 several launches' host time), with a fake implementation that is also its Meta kernel, so
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from . import ops_many, registry  # ops_many: registers the many-tensor ops
+from . import registry
 from .api import check_copy_layout, copy_dispatch, reduce_options
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
@@ -298,20 +298,14 @@ reduce_into_ = torch.ops.tmakit.reduce_into_.default
 load_tiles = torch.ops.tmakit.load_tiles.default
 im2col = torch.ops.tmakit.im2col.default
 
-copy_many_ = ops_many.copy_many_
-pack = ops_many.pack
-unpack_ = ops_many.unpack_
 
 __all__ = [
     "copy",
     "copy_",
     "copy_kwargs",
-    "copy_many_",
     "im2col",
     "load_tiles",
-    "pack",
     "reduce_into_",
-    "unpack_",
 ]
 # Each family's ops: importing its op module registers them, its `__all__` names them here.
 _family_ops = {name: getattr(module, name) for module in registry.parts("op") for name in module.__all__}

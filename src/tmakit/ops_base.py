@@ -1,4 +1,4 @@
-"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles`, `rows.op`, `ops_many`): the
+"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles`, `rows.op`, `many.op`): the
 namespace, the library each defines its ops in, the checks of tensors without memory or off the
 GPU, the device guard, and the keysets an Autograd kernel reads."""
 

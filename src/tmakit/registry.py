@@ -14,7 +14,8 @@ neither torch nor the DSL). Its parts are modules of fixed names, each with one 
     op       its torch operators (`import tmakit.ops` imports it: that registers them)
     bench    its bench studies: `STUDIES`, read by `tmakit bench`
     explain  `tmakit plan`/`explain` of its `--kernel` names: `KERNELS`, `FLAGS` (the options only
-             it reads), `add_arguments(parser)`, `plan(args)`, `explain(args)`
+             it reads), `WHAT` (for the help), `add_arguments(parser)`, `plan(args)`,
+             `explain(args)`
 
 A new family is its package and its line in `PACKAGES` (and its page in the docs).
 """
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
-PACKAGES: tuple[str, ...] = ("tmakit.rows",)
+PACKAGES: tuple[str, ...] = ("tmakit.rows", "tmakit.many")
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
 

@@ -9,10 +9,9 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
   launchers around a route (its views, torch's `copy_`, the empty copy);
 - `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
   `reduce_torch`: torch's op for the tensors TMA does not serve;
-- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression);
-- `many`: `copy_many_`, `pack`, `unpack_` (many tensors, one launch), `GroupedCopy` (any of them
-  prepared once), with `many_route`: how a list of pairs is copied.
+- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
 
+The families' functions (rows by index, many tensors) are each in its package (`tmakit.registry`).
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
@@ -26,7 +25,6 @@ from .im2col import im2col, im2col_path
 from .im2col import strided_patches as strided_patches
 from .im2col import torch_im2col as torch_im2col
 from .load import config_for, load_tiles, padded_empty
-from .many import GroupedCopy, copy_many_, pack, unpack_
 from .reduce import add_, reduce_into_, reduce_path
 from .reduce import reduce_options as reduce_options
 from .tensors import check_on_gpu as check_on_gpu
@@ -36,19 +34,15 @@ from .tensors import check_torch_tensor as check_torch_tensor
 # The names imported `as` themselves are building blocks that `tmakit.ops`, the bench and the
 # tests reach as `api.NAME`.
 __all__ = [
-    "GroupedCopy",
     "add_",
     "config_for",
     "copy",
     "copy_",
-    "copy_many_",
     "copy_path",
     "im2col",
     "im2col_path",
     "load_tiles",
-    "pack",
     "padded_empty",
     "reduce_into_",
     "reduce_path",
-    "unpack_",
 ]

@@ -27,12 +27,9 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
+from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
 
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
-# The chunks (four int64 words and a few temporaries each) `explain --kernel many` tables: 2^20
-# take a fraction of a second and ~100 MB; the 2^31 the kernel counts would take hundreds of GB.
-MAX_TABLE_CHUNKS = 1 << 20
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -50,8 +47,7 @@ def add_parser(subparsers: Subparsers) -> None:
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        "an im2col box (with --im2col SPEC), rows by index (with --rows OP:COUNT), or a grouped copy "
-        "(with --many SIZES)",
+        f"an im2col box (with --im2col SPEC), or {family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
         "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
@@ -69,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.explain(args)
-    if args.kernel == "many":
-        return _explain_many(args)
     if args.kernel != "load":
         plan, head = call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
@@ -80,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
     kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
-    refuse_given(args, ("copy", "many", *family_flags()), f"without --kernel {kernels} or many")
+    refuse_given(args, ("copy", *family_flags()), f"without --kernel {kernels}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -110,24 +104,4 @@ def _explain_im2col(args: argparse.Namespace) -> int:
         return 0
     result = explain_im2col(choice.plan, args.highlight)
     emit(args, result, im2col_to_text(result))
-    return 0
-
-
-def _explain_many(args: argparse.Namespace) -> int:
-    """`explain --kernel many --many SIZES`: the grouped copy's plan, then block 0's first fills:
-    the chunks each step moves, its bulk copies and the bytes its stage's full barrier expects."""
-    plan, sizes = many_plan(args)
-    steps, chunks = plan.counts(sizes)
-    if chunks > MAX_TABLE_CHUNKS:
-        raise CommandError(
-            f"explain --kernel many builds the group's whole chunk table to show its first fills, at most "
-            f"{MAX_TABLE_CHUNKS} chunks; these tensors make {chunks}: fewer bytes, or `tmakit plan "
-            "--kernel many`, which counts them without a table"
-        )
-    fills = plan.describe_first_fills(sizes)
-    where = "block 0's first fills (the tensors packed one after another into a second buffer)"
-    text = "\n".join([plan.summary(steps, chunks), "", where, *fills])
-    emit(
-        args, {"kernel": {"kind": "many", "summary": plan.summary().splitlines(), "first_fills": fills}}, text
-    )
     return 0

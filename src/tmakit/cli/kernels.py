@@ -11,19 +11,16 @@ from types import ModuleType
 
 from .. import registry
 from ..config import SEED, LoadConfig, dtype_named, padded_strides
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, MAX_DEVICE_INT
+from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, ReducePlan
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import copy_rows_view
 from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
-from ..plan.many import ManyPlan
 from ..validate import check_load_config
-from .args import PAD_FIX, REDUCE_OP, CommandError, digits_at_most, refuse_given
+from .args import PAD_FIX, REDUCE_OP, CommandError, refuse_given
 
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col", "many")  # plan's and explain's own --kernel
-MANY_METAVAR = "BYTES[xCOUNT],..."
-MAX_MANY_TENSORS, MAX_TENSOR_BYTES = 1_000_000, 2**40  # what --many describes
+KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # plan's and explain's own --kernel
 
 
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
@@ -40,7 +37,6 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
         "consumer_warps",
         "swizzle",
         "im2col",
-        "many",
         *family_flags(),
     )
     refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
@@ -83,31 +79,6 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
 
 
-def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
-    """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
-    bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
-    refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
-               "copy", "reduce", "im2col", *family_flags())  # fmt: skip
-    refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
-    sizes: list[int] = []
-    for part in (args.many or "").split(","):
-        size, times, count = part.strip().partition("x")
-        if not (size.isascii() and size.isdigit() and (not times or (count.isascii() and count.isdigit()))):
-            raise CommandError(
-                f"--many {args.many!r}: give tensor sizes in bytes, e.g. 4096x1000,65536 ({MANY_METAVAR})"
-            )
-        left = MAX_MANY_TENSORS - len(sizes)
-        if not (digits_at_most(size, MAX_TENSOR_BYTES) and digits_at_most(count or "1", left)):
-            most = f"at most {MAX_MANY_TENSORS} tensors of at most {MAX_TENSOR_BYTES} bytes"
-            raise CommandError(f"--many {args.many!r}: {most}")
-        sizes += [int(size)] * (int(count) if count else 1)
-    stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = ManyPlan(**stages)
-    if plan.counts(sizes)[1] > MAX_DEVICE_INT:
-        raise CommandError(f"--many {args.many!r}: more than {MAX_DEVICE_INT} chunks, the kernel's count")
-    return plan, sizes
-
-
 IM2COL_SPEC = (
     "kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N][,by=loads|windows]"
 )
@@ -122,7 +93,6 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
     parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
-    parser.add_argument("--many", metavar=MANY_METAVAR, help="--kernel many: the tensors' sizes in bytes")
     parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
     for family in registry.parts("explain"):
         family.add_arguments(parser)
@@ -134,9 +104,14 @@ def family_kernels() -> dict[str, ModuleType]:
     return {kernel: family for family in registry.parts("explain") for kernel in family.KERNELS}
 
 
-def family_flags() -> tuple[str, ...]:
-    """The options only one family reads (`--rows`): every other kernel refuses them."""
-    return tuple(flag for family in registry.parts("explain") for flag in family.FLAGS)
+def family_help() -> str:
+    """What the families' `--kernel` names plan, for the commands' help: each family's `WHAT`."""
+    return ", ".join(family.WHAT for family in registry.parts("explain"))
+
+
+def family_flags(but: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The options only one family reads (`--rows`), `but` those: every other kernel refuses them."""
+    return tuple(flag for family in registry.parts("explain") for flag in family.FLAGS if flag not in but)
 
 
 @dataclass(frozen=True)
@@ -172,7 +147,6 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
         "cluster",
         "reduce",
         "copy",
-        "many",
         *family_flags(),
     )
     refuse_given(

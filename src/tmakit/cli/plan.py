@@ -19,7 +19,7 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
+from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -30,7 +30,7 @@ def add_parser(subparsers: Subparsers) -> None:
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
         "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        "or rows by index with --rows OP:COUNT, or a grouped copy of tensors with --many SIZES",
+        f"or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
         "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "im2col", "many", *family_flags()),
-        "without --kernel copy, transpose, reduce, im2col, rows or many",
+        ("copy", "reduce", "im2col", *family_flags()),
+        f"without --kernel {', '.join(('copy', 'transpose', 'reduce', 'im2col', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -86,13 +86,6 @@ def _numbers(
 def _plan_kernel(args: argparse.Namespace) -> int:
     """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
     SM count and L2), from the tensor's flags and the kernel's options."""
-    if args.kernel == "many":
-        many, sizes = many_plan(args)
-        steps, chunks = many.counts(sizes)
-        head = f"tensors           {len(sizes)}, {sum(sizes)} bytes, {steps} step(s), {chunks} chunk(s)"
-        summary = "\n".join([head, many.summary(steps, chunks)])
-        emit(args, {"kernel": {"kind": "many", "summary": summary.splitlines()}}, summary)
-        return 0
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.plan(args)

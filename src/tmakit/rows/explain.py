@@ -7,11 +7,13 @@ import argparse
 import math
 
 from ..cli.args import CommandError, digits_at_most, emit, refuse_given
+from ..cli.kernels import family_flags
 from ..config import dtype_named
 from .plan import MAX_INDEX_ENTRIES, RowsPlan
 
 KERNELS = ("rows",)  # the --kernel names this family plans and explains
 FLAGS = ("rows",)  # the options only it reads: every other kernel refuses them
+WHAT = "rows by index with --rows OP:COUNT"  # what --kernel rows plans, for the help
 METAVAR = "gather|scatter|add|min|max:COUNT"
 
 
@@ -35,7 +37,7 @@ def rows_plan(args: argparse.Namespace) -> tuple[RowsPlan, list[int]]:
         "consumer_warps",
         "copy",
         "reduce",
-        "many",
+        *family_flags(but=FLAGS),
     )
     refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
     op, _, count = (args.rows or "").partition(":")

@@ -28,9 +28,9 @@ import numpy as np
 
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, WARP_THREADS
+from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
+from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
 from ..validate import check_field_types
-from .copy_defaults import MIN_STORES_IN_FLIGHT
-from .ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
 
 DEFAULT_MANY_STAGES = 6
 TABLE_WORDS = 4  # a chunk: source address, destination address, bytes, offset in its stage

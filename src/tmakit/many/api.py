@@ -1,19 +1,19 @@
 """Many tensors, one launch: `copy_many_` (torch's `_foreach_copy_`), `pack` (torch's `cat` of the
 flattened tensors, each at a 16-byte-aligned offset) and `unpack_` (torch's `split_with_sizes_copy`
-back into the tensors), on the grouped copy (`kernels.many`); `GroupedCopy` prepares any of the
+back into the tensors), on the grouped copy (`many.kernel`); `GroupedCopy` prepares any of the
 three once for lists that stay put.
 
 A pair of compact tensors of one dtype and shape on one Hopper GPU, both 16-byte aligned, is
-chunked into the table the kernel walks (`plan.many`): every such pair of a call in one launch
+chunked into the table the kernel walks (`many.plan`): every such pair of a call in one launch
 (`grouped=False` sends them to one `torch._foreach_copy_` instead). Any other pair takes the
 drop-in path: `tmakit.copy_` one pair at a time where TMA serves it as laid out or as a view (a
 transposing pair), else the `_foreach_copy_`. Where pairs share bytes, every pair is copied one at
-a time in the list's order (`api.many_route`).
+a time in the list's order (`many.call`).
 
 A call's route (which pairs go where) and its chunk table, encoded on the host and copied to the
 device once, are kept for calls with the same tensors (found by their addresses, checked by their
 layouts): an optimizer's parameters, a layer's flat buffer. `pack` and `unpack_` keep a list's
-table relative to the buffer (`api.many_kept`), so a new buffer needs no new table. Inside a
+table relative to the buffer (`many.kept`), so a new buffer needs no new table. Inside a
 CUDA-graph capture nothing is encoded: tensors whose route is kept (an eager call with them came
 first) are captured as the grouped kernel, whose table is then kept for the process; others are
 captured as torch's `_foreach_copy_`, so a replay never reads a host buffer since rewritten.
@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..api.tensors import check_torch_tensor, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
-from ..plan.many import has_gaps
 from ..validate import flag
-from .many_kept import kept_packing
-from .many_route import GRAD, KeptRoutes, Route, addresses, packed_layout, recorded
-from .tensors import check_torch_tensor, import_torch, recorded_by_autograd
+from .call import GRAD, KeptRoutes, Route, addresses, packed_layout, recorded
+from .kept import kept_packing
+from .plan import has_gaps
 
 if TYPE_CHECKING:
     import torch

@@ -1,7 +1,7 @@
 """Many tensors, one launch, as torch operators (registered when `tmakit.ops` is imported):
 
     torch.ops.tmakit.copy_many_(dsts, srcs) -> None
-    torch.ops.tmakit.pack(tensors) -> Tensor      (offsets: `tmakit.plan.many.pack_offsets`)
+    torch.ops.tmakit.pack(tensors) -> Tensor      (offsets: `tmakit.many.plan.pack_offsets`)
     torch.ops.tmakit.unpack_(flat, tensors) -> None
 
 Each in a fragment of the `tmakit` library with a fake implementation (also its Meta kernel), so
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from .api import many as api_many
-from .api import many_route as api_many_route
-from .errors import TmaConfigError
-from .ops_base import NAMESPACE, check_traced, define, refuse_grad
+from ..errors import TmaConfigError
+from ..ops_base import NAMESPACE, check_traced, define, refuse_grad
+from . import api as api_many
+from . import call as api_many_route
 
 SCHEMAS = {
     "copy_many_": "copy_many_(Tensor(a!)[] dsts, Tensor[] srcs) -> ()",

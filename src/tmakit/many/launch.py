@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 
-from ..plan.many import TABLE_WORDS, ManyPlan
 from ..plan.ring import GUARD_WORDS
+from ..runtime.compile import compiles, fake_tensor, placeholder_stream
+from ..runtime.launch import Launcher, guarded_launcher
 from ..validate import one_of
-from .compile import compiles, fake_tensor, placeholder_stream
-from .launch import Launcher, guarded_launcher
+from .plan import TABLE_WORDS, ManyPlan
 
 
 @compiles
@@ -23,7 +23,7 @@ def compile_many(
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..kernels.many import RELATIVE_SIDES, ManyKernel
+    from .kernel import RELATIVE_SIDES, ManyKernel
 
     one_of(relative, "grouped copy relative side", RELATIVE_SIDES)
     shape = (cute.sym_int64(symbol="chunks"), TABLE_WORDS)

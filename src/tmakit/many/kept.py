@@ -1,6 +1,6 @@
 """`pack` and `unpack_` of lists that come back (a layer's parameters packed each step): the
 tensors' table kept with the buffer's side of every chunk as offsets into the buffer
-(`kernels.many`'s relative side), so a call allocates its buffer, or checks the one given, and
+(`many.kernel`'s relative side), so a call allocates its buffer, or checks the one given, and
 launches; no view of the buffer per tensor, no table per buffer. A kept table is found by the
 tensors' addresses and checked by their layouts, as `copy_many_`'s routes are; lists it does not
 serve (mixed dtypes, strided or unaligned tensors, autograd recording, a capture before any eager
@@ -12,11 +12,11 @@ import bisect
 import itertools
 from typing import TYPE_CHECKING
 
+from ..api.tensors import check_torch_tensor, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..plan.many import has_gaps, pairs_disjoint
-from .many_route import KeptRoutes, addresses, encode, groupable, launch_table, packed_layout, span
-from .tensors import check_torch_tensor, recorded_by_autograd
+from .call import KeptRoutes, addresses, encode, groupable, launch_table, packed_layout, span
+from .plan import has_gaps, pairs_disjoint
 
 if TYPE_CHECKING:
     import torch

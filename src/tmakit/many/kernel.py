@@ -1,4 +1,4 @@
-"""Many tensors, one launch (`plan.many`): the ring walks the steps of a chunk table, a step a
+"""Many tensors, one launch (`many.plan`): the ring walks the steps of a chunk table, a step a
 stage's worth of the tensors' bytes laid end to end, the steps dealt to a persistent grid.
 
 Per step each producer lane takes a chunk of the step (a lane a chunk, by 32s), declares its
@@ -17,10 +17,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.experimental import primitives as prims  # bulk copies with run-time byte counts
 
+from ..kernels.ring import BulkRingKernel, RingContext, RunTimeWalk
+from ..kernels.tma import shared_tile_layout
 from ..limits import GLOBAL_BASE_ALIGN, WARP_THREADS
-from ..plan.many import ManyPlan
-from .ring import BulkRingKernel, RingContext, RunTimeWalk
-from .tma import shared_tile_layout
+from .plan import ManyPlan
 
 __all__ = ["RELATIVE_SIDES", "ManyKernel"]
 

@@ -1,4 +1,4 @@
-"""How a list of tensor pairs is copied (`api.many`'s calls and `GroupedCopy`): its route (each
+"""How a list of tensor pairs is copied (`many.api`'s calls and `GroupedCopy`): its route (each
 device's grouped launch with its chunk table, the pairs `copy_` serves one at a time, the rest in
 one `_foreach_copy_`, or every pair in the list's order where pairs share bytes), what a kept
 route is found and checked by, and the chunk table's encoding."""
@@ -11,12 +11,8 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ..errors import TmaConfigError, TorchOpError
-from ..plan.many import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
-from ..runtime.many import many_launcher
-from ..validate import overlap_verdict
-from .copy import copy_, copy_path
-from .tensors import (
+from ..api.copy import copy_, copy_path
+from ..api.tensors import (
     check_torch_tensor,
     cuda_index,
     device_facts,
@@ -27,6 +23,10 @@ from .tensors import (
     torch_copy_refusal,
     write_refusal,
 )
+from ..errors import TmaConfigError, TorchOpError
+from ..validate import overlap_verdict
+from .launch import many_launcher
+from .plan import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 
 if TYPE_CHECKING:
     import torch
