@@ -37,7 +37,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.plan",),
     ("tmakit.model",),
     ("tmakit.kernels",),
-    ("tmakit.instrumented",),
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
@@ -63,7 +62,6 @@ PURE = (
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")
 IMPURE_TMAKIT = (
     "tmakit.kernels",
-    "tmakit.instrumented",
     "tmakit.runtime",
     "tmakit.api",
     "tmakit.check",
@@ -84,7 +82,6 @@ LAZY_ALLOWED = (
     "triton",
     "matplotlib",
     "tmakit.kernels",
-    "tmakit.instrumented",
     "tmakit.ops",
 )
 
