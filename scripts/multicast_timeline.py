@@ -7,12 +7,13 @@ For each cluster shape, with multicast and without, and for each consumer-releas
 (`plan.RELEASES`, plus "pipeline-tma-async": the same ring written with CUTLASS's
 PipelineTmaAsync): every CTA's copy of every tile verified (store-back kernel), the load-only
 kernel timed L2-hot (median of graph replays), then one L2-hot launch of the instrumented kernel
-whose per-CTA stamps (`plan.timeline`) are summarised: per step the producer's wait for a free
+whose per-CTA stamps (`benchmarks/timeline/layout.py`) are summarised: per step the producer's wait for a free
 stage, the consumer's wait for a full one, the fill time after the last slice's issue, the
 spread of issues across a cluster, the time from the last release to the stage's reuse. The
 seed shape's plain one-CTA ring (no cluster) is timed alongside. Writes DIR/multicast-timeline.json
 and the raw stamps, DIR/stamps-<variant>.npy ((plane, cta, word) int64; plane 0 globaltimer ns,
-plane 1 clock64).
+plane 1 clock64). The instrumented and comparison kernels and the study are the lab in
+benchmarks/timeline/, outside tmakit.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
+
+LAB = Path(__file__).resolve().parents[1] / "benchmarks"  # the lab's package, `timeline`
 
 
 def parse_cluster(text: str) -> tuple[int, int]:
@@ -62,7 +65,7 @@ def main() -> int:
     parser.add_argument("--out", default=".")
     parser.add_argument("--clusters", default="1x2,2x2")
     parser.add_argument(
-        "--protocols", default="", help="comma-separated; default: all (bench.timeline.PROTOCOLS)"
+        "--protocols", default="", help="comma-separated; default: all (timeline.kernels.PROTOCOLS)"
     )
     parser.add_argument(
         "--stages", default="4,7", help="comma-separated ring depths (7: every tile of a strip in flight)"
@@ -81,8 +84,11 @@ def main() -> int:
 
     from tmakit import SEED, LoadPlan
     from tmakit.bench.report import device_context
-    from tmakit.bench.timeline import PROTOCOLS, measure, plain_ring_us, variants
     from tmakit.runtime.launch import max_active_clusters
+
+    sys.path.insert(0, str(LAB))
+    from timeline.kernels import PROTOCOLS
+    from timeline.study import measure, plain_ring_us, variants
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+LAB = Path(__file__).resolve().parents[1] / "benchmarks"  # the lab's package, `timeline`
 # Sections for "where is the limit" (names as `ncu --list-sections` prints them).
 SECTIONS = ["SpeedOfLight", "Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis", "LaunchStats"]
 # Counters for the L2 -> SM traffic of TMA loads, tried together, then one by one if ncu refuses one.
@@ -109,7 +110,7 @@ def cases() -> dict[str, dict]:
             # As many persistent clusters as stay resident (`max_active_clusters`): one wave.
             out[f"{name}-persistent"] = {**out[name], "persistent": True}
             # The same ring with other consumer-release protocols (`plan.RELEASES`) and written
-            # with CUTLASS's PipelineTmaAsync (`bench.timeline`): "<name>-<protocol>".
+            # with CUTLASS's PipelineTmaAsync (benchmarks/timeline/): "<name>-<protocol>".
             for protocol in (
                 ("elected-cta", "lanes", "pipeline-tma-async") if multicast else ("pipeline-tma-async",)
             ):
@@ -128,12 +129,10 @@ def run_target(case: dict, launches: int) -> None:
     from tmakit.plan import DEFAULT_RELEASE, LoadPlan, MulticastPlan
     from tmakit.runtime.compile import to_cute_tensor
     from tmakit.runtime.device import current_stream
-    from tmakit.runtime.launch import (
-        compile_multicast_load,
-        compile_pipelined_load,
-        max_active_clusters,
-        new_guard,
-    )
+    from tmakit.runtime.launch import compile_pipelined_load, max_active_clusters, new_guard
+
+    sys.path.insert(0, str(LAB))
+    from timeline.kernels import compile_cluster_ring
 
     if case["kind"] == "copy":  # the one copy between profiler start and stop
         import tmakit
@@ -168,9 +167,7 @@ def run_target(case: dict, launches: int) -> None:
         walk = max_active_clusters(size) if case.get("persistent") else None
         multicast = MulticastPlan(plan, case["cluster"], case["multicast"], case["stages"], walk)
         copies = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
-        compiled = compile_multicast_load(
-            multicast, store=False, release=case.get("protocol", DEFAULT_RELEASE)
-        )
+        compiled = compile_cluster_ring(multicast, case.get("protocol", DEFAULT_RELEASE), store=False)
         args = (to_cute_tensor(src), to_cute_tensor(copies), stream)
     for _ in range(launches):
         compiled(*args)

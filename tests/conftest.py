@@ -42,6 +42,10 @@ def _drop_the_dsl_folder_from_the_path() -> None:
 
 _drop_the_dsl_folder_from_the_path()
 
+# The lab beside tmakit (benchmarks/timeline/: the instrumented and comparison rings), imported by
+# the tests that check it as the package `timeline`.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
 
 def pytest_collection_modifyitems(config, items):
     from tmakit.runtime.device import find_hopper_gpu

@@ -42,7 +42,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.plan",),
     ("tmakit.model",),
     ("tmakit.kernels",),
-    ("tmakit.instrumented",),
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
@@ -69,7 +68,6 @@ PURE = (
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")
 IMPURE_TMAKIT = (
     "tmakit.kernels",
-    "tmakit.instrumented",
     "tmakit.runtime",
     "tmakit.api",
     "tmakit.check",
@@ -94,7 +92,6 @@ LAZY_ALLOWED = (
     "triton",
     "matplotlib",
     "tmakit.kernels",
-    "tmakit.instrumented",
     "tmakit.ops",
 )
 

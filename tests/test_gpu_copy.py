@@ -51,7 +51,7 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
     dispatch = api_copy._SPECIALISED_COPIES if specialised else api_copy.copy_dispatch()
-    copy_ = tmakit.api.specialised_copy_ if specialised else tmakit.copy_
+    copy_ = api_copy.specialised_copy_ if specialised else tmakit.copy_
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
         extent = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))

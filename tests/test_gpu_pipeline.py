@@ -4,6 +4,7 @@ instead of stopping the suite."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,57 +56,48 @@ def test_layouts_dtypes_swizzles(config):
     assert verdict.ok, str(verdict)
 
 
-GUARDED = """
+FAULTY = """
+import sys
+sys.path.insert(0, {tests!r})
+from faulty_rings import compile_faulty_load, {ring}
 from tmakit import SEED, LoadPlan
 from tmakit.plan import PipelinePlan
 from tmakit.check.run import verify_pipelined_load
-pipeline = PipelinePlan(LoadPlan(SEED), stages=3)
-print(verify_pipelined_load(pipeline, "store", hang_guard=True, expect_extra_bytes={extra}))
+pipeline = PipelinePlan(LoadPlan(SEED), {plan})
+faulty = compile_faulty_load(pipeline, {ring})
+print(verify_pipelined_load(pipeline, "store", hang_guard=True, compiled=faulty))
 """
 
 
-def run_guarded(extra: int) -> subprocess.CompletedProcess:
-    """In a subprocess with a time limit: if the guard failed, the test fails instead of hanging."""
-    return subprocess.run(
-        [sys.executable, "-c", GUARDED.format(extra=extra)], capture_output=True, text=True, timeout=120
-    )
+def run_faulty(ring: str, plan: str) -> subprocess.CompletedProcess:
+    """The guarded store-back of `PipelinePlan(LoadPlan(SEED), <plan>)` on a faulty ring
+    (`faulty_rings.<ring>`), in a subprocess with a time limit: if the guard failed, the test fails
+    instead of hanging, and a block that exits with a load still landing faults that process's
+    CUDA context, not this one's."""
+    script = FAULTY.format(tests=str(Path(__file__).parent), ring=ring, plan=plan)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
 
 
 def test_hang_guard_names_the_wait_that_never_completes():
-    result = run_guarded(16)  # 16 bytes more than TMA delivers: the full barrier never completes
+    result = run_faulty("OverdeclaringRing", "stages=3")  # 16 bytes more than TMA delivers
     assert "TmaHangError: barrier wait timed out in block" in result.stderr, result.stderr[-2000:]
     assert "consumer waiting for a full stage" in result.stderr
     assert "declares 32784 bytes per tile" in result.stderr
 
 
-RACE = """
-from tmakit import SEED, LoadPlan
-from tmakit.plan import PipelinePlan
-from tmakit.check.run import verify_pipelined_load
-pipeline = PipelinePlan(LoadPlan(SEED), stages=1, persistent={persistent}, sm_count=4)
-print(verify_pipelined_load(pipeline, "store", hang_guard=True, {knob}))
-"""
-
-
 @pytest.mark.parametrize(
-    "persistent, knob",
-    [(False, "freeze_parity=True"), (True, "expect_extra_bytes=-16")],
+    "persistent, ring",
+    [(False, "FrozenParityRing"), (True, "UnderdeclaringRing")],
     ids=["frozen-parity", "too-few-bytes"],
 )
-def test_race_variants_are_caught(persistent, knob):
+def test_race_variants_are_caught(persistent, ring):
     """A frozen parity returns at once on stale data (one stage makes it race the very next load):
     the verification must catch it. Too few bytes: on the H200 a 16-byte undercount
     of a 32 KiB tile never completed a phase - TMA's completions stepped the tx count past zero
     without landing on it - so the hang guard caught it; were the bytes to land on zero first, the
-    phase would complete early and the verification must catch the race instead. Run in a
-    subprocess: a block that exits with a load still landing can fault, which would poison this
-    process's CUDA context."""
-    result = subprocess.run(
-        [sys.executable, "-c", RACE.format(persistent=persistent, knob=knob)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    phase would complete early and the verification must catch the race instead. The rings are
+    tests/faulty_rings.py's."""
+    result = run_faulty(ring, f"stages=1, persistent={persistent}, sm_count=4")
     caught_by_verification = "tiles correct" in result.stdout and "924/924" not in result.stdout
     faulted = "CUDA error" in result.stderr
     caught_by_guard = "TmaHangError: barrier wait timed out in block" in result.stderr

@@ -5,19 +5,17 @@ from dataclasses import replace
 
 import pytest
 
+from cluster_checks import (
+    assert_empty_barriers_count_every_cta,
+    assert_exits_by_draining,
+    assert_lane_per_peer_release,
+    splitting,
+)
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.limits import MAX_CLUSTER_SIZE, SWIZZLE_DESTINATION_ALIGN
-from tmakit.plan import CLUSTER_SHAPES, MulticastPlan
+from tmakit.plan import CLUSTER_SHAPES, RELEASES, MulticastPlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
 from tmakit.runtime.launch import compile_multicast_load
-
-
-def splitting(cluster: tuple[int, int]) -> LoadConfig:
-    """The seed, with tile rows that split over the cluster: its 64 where they do, 8 per CTA
-    where they do not (3, 5, 6 and 7 CTAs)."""
-    size = cluster[0] * cluster[1]
-    rows = SEED.tile[0] if SEED.tile[0] % size == 0 else 8 * size
-    return replace(SEED, tile=(rows, SEED.tile[1]))
 
 
 def traced_slices(multicast: MulticastPlan, tile: tuple[int, int]) -> list[tuple[int, int]]:
@@ -199,14 +197,8 @@ def test_multicast_ring_exits_by_draining_not_by_a_cluster_barrier(cluster, pers
     would release (wait for) every memory operation of the CTA. Without multicast nothing remote
     targets a CTA: no cluster barrier at all."""
     plan = MulticastPlan(LoadPlan(SEED), cluster, stages=4, persistent_clusters=persistent_clusters)
-    for release in ("lanes", "pipeline-tma-async"):
-        ptx = compile_multicast_load(plan, keep_ptx=True, store=False, release=release).ptx
-        arrives = re.findall(r"barrier\.cluster\.arrive[.a-z]*;", ptx)
-        assert arrives == ["barrier.cluster.arrive.relaxed;"] and ptx.count("barrier.cluster.wait") == 1
-        assert "fence.mbarrier_init.release.cluster" in ptx and "membar" not in ptx
-        assert ptx.count("prefetch.tensormap") == 1  # fetched once, by the producer warp
-        # the loop's acquire and wait, and the drain's acquire of each stage (unrolled)
-        assert ptx.count("mbarrier.try_wait.parity") == 2 + plan.stages
+    ptx = compile_multicast_load(plan, keep_ptx=True, store=False, release="lanes").ptx
+    assert_exits_by_draining(ptx, plan.stages)
     baseline = replace(plan, multicast=False)
     ptx = compile_multicast_load(baseline, keep_ptx=True, store=False).ptx
     assert "barrier.cluster" not in ptx and ptx.count("mbarrier.try_wait.parity") == 2
@@ -223,7 +215,6 @@ def test_persistent_clusters_walk_every_tile_once(cluster, clusters):
     tiles = [walk.tile_of(k, step)[1:] for k in range(launched) for step in range(walk.tiles_of_block(k))]
     assert sorted(tiles) == [(row, col) for row in range(row_blocks) for col in range(columns)]
     assert plan.most_steps == walk.tiles_of_block(0) == -(-row_blocks * columns // launched)
-    assert plan.timeline.steps == plan.most_steps
     assert f"{launched} clusters, persistent" in plan.summary()
 
 
@@ -239,105 +230,21 @@ def test_multicast_ring_stage_count_is_checked():
         MulticastPlan(LoadPlan(SEED), (1, 2), stages=8)
 
 
-@pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
-@pytest.mark.parametrize("multicast", [True, False])
-def test_timeline_stamps_only_when_asked(cluster, multicast):
-    """The instrumented ring reads %globaltimer and %clock64 and stores them (the load-only ring
-    stores nothing else); off, its PTX has no clock read and no global store at all."""
-    plan = MulticastPlan(LoadPlan(SEED), cluster, multicast, stages=4)
-    off = compile_multicast_load(plan, keep_ptx=True, store=False).ptx
-    assert "globaltimer" not in off and "clock64" not in off and "st.global" not in off
-    on = compile_multicast_load(plan, keep_ptx=True, store=False, timeline=True).ptx
-    # start, ready, 3 producer + 3 consumer stamps per step (the loop body once), done, exit
-    assert on.count("%globaltimer") == on.count("%clock64") == 2 + 6 + 2
-    assert "%smid" in on and "st.global.b64" in on
-    assert plan.timeline.shape == (2, plan.grid, 3 + 4 + 6 * 7)
-
-
 @pytest.mark.parametrize("cluster", [(1, 2), (2, 2), (2, 4), (8, 1), (3, 1), (2, 3)])
 def test_release_protocols(cluster):
     """elected-cluster: one lane, a cluster-scoped release per peer; elected-cta: the same arrivals
-    at CTA scope; lanes and PipelineTmaAsync: lane i arrives on CTA i (one mapa by lane id)."""
+    at CTA scope; lanes: lane i arrives on CTA i (one mapa by lane id)."""
     plan = MulticastPlan(LoadPlan(splitting(cluster)), cluster, stages=4)
     size = plan.cluster_size
     ptx = {
         release: compile_multicast_load(plan, keep_ptx=True, store=False, release=release).ptx
-        for release in ("elected-cluster", "elected-cta", "lanes", "pipeline-tma-async")
+        for release in RELEASES
     }
     assert (
         len(re.findall(r"mbarrier\.arrive\.release\.cluster\.shared::cluster", ptx["elected-cluster"]))
         == size
     )
     assert len(re.findall(r"mbarrier\.arrive\.shared::cluster", ptx["elected-cta"])) == size
-    for release in ("lanes", "pipeline-tma-async"):
-        assert ptx[release].count("mapa") == 1 and "%laneid" in ptx[release]
-        assert len(re.findall(r"mbarrier\.arrive\.shared::cluster", ptx[release])) == 1
-        assert ptx[release].count("multicast::cluster") == 1
-    # every protocol's empty barriers expect one arrival per CTA of the cluster
+    assert_lane_per_peer_release(ptx["lanes"])
     for text in ptx.values():
-        holding_size = set(re.findall(rf"mov\.b32\s+(%r\d+), {size};", text))
-        counts = re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\],\s+(%r\d+);", text)
-        assert sum(count in holding_size for count in counts) == plan.stages
-
-
-def synthetic_stamps(layout, steps, skew: int):
-    """Stamps of `layout`'s CTAs, 100 ns between CTA events and 50 between step events, CTA i
-    running `steps[i]` steps and starting `skew` ns later when it is the second of its cluster."""
-    import numpy as np
-
-    from tmakit.plan.timeline import STEP_EVENTS
-
-    stamps = np.zeros(layout.shape, np.int64)
-    for cta, count in enumerate(steps):
-        now = 1000 + skew * (cta % 2)
-        stamps[:, cta, layout.identity_word("smid")] = cta
-        for event in ("start", "ready"):
-            stamps[:, cta, layout.cta_word(event)] = now
-            now += 100
-        for step in range(count):
-            for event in STEP_EVENTS:
-                stamps[:, cta, layout.step_word(event, step)] = now
-                now += 50
-        for event in ("done", "exit"):
-            stamps[:, cta, layout.cta_word(event)] = now
-            now += 100
-    return stamps
-
-
-def test_timeline_summary_of_synthetic_stamps():
-    from tmakit.bench.timeline import summarise
-    from tmakit.plan.timeline import TimelineLayout
-
-    layout = TimelineLayout(ctas=4, steps=5)
-    stamps = synthetic_stamps(layout, [5] * 4, skew=10)  # the second CTA of each cluster 10 ns later
-    summary = summarise(layout, stamps, cluster_size=2, stages=2)
-    assert summary["start_skew_in_cluster_ns"]["median"] == 10
-    assert summary["per_step"][0]["producer_wait_ns"]["median"] == 50
-    assert summary["per_step"][0]["fill_after_own_issue_ns"]["median"] == 100
-    assert summary["per_step"][0]["issue_spread_in_cluster_ns"]["median"] == 10
-    assert summary["intra_cta_cycles"]["issue_to_next_issue"]["median"] == 300
-    assert summary["sms_used"] == 4
-
-
-def test_timeline_summary_leaves_out_steps_a_persistent_cta_never_ran():
-    """Cluster 1 of a persistent walk ran 3 of 5 steps: its last two step records stay zero and
-    must not enter any interval."""
-    import numpy as np
-
-    from tmakit.bench.timeline import summarise
-    from tmakit.plan.timeline import TimelineLayout
-
-    layout = TimelineLayout(ctas=4, steps=5)
-    steps = np.array([5, 5, 3, 3])
-    stamps = synthetic_stamps(layout, steps, skew=0)
-    summary = summarise(layout, stamps, cluster_size=2, stages=2, steps=steps)
-    # Unmasked, cluster 1's zero words would give waits of 0 ns and a negative reuse time.
-    assert summary["per_step"][4]["producer_wait_ns"]["p10"] == 50  # cluster 0 only
-    assert summary["per_step"][2]["consumer_wait_ns"]["p10"] == 50  # both clusters
-    assert summary["totals_per_cta_ns"]["producer_wait"]["p10"] == 150  # 3 steps x 50 ns
-    assert 0 < summary["stage_reuse_after_last_release_ns"]["p10"] < 1000
-    # A CTA ends at its consumer's last release or its producer's exit, whichever is later.
-    assert summary["cta_phases_ns"]["after the last tile (landed->end)"]["max"] == 200
-    assert summary["cta_phases_ns"]["lifetime (start->end)"]["p10"] == 200 + 3 * 300 + 100
-    unmasked = summarise(layout, stamps, cluster_size=2, stages=2)
-    assert unmasked["per_step"][4]["producer_wait_ns"]["p10"] != 50
+        assert_empty_barriers_count_every_cta(text, plan)

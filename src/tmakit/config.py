@@ -43,7 +43,6 @@ DTYPES: dict[str, DType] = {
 
 
 RAW_BYTE = DTYPES["uint8"]  # element type of raw shared-memory dumps
-STAMP_ELEMENT = DTYPES["int64"]  # time stamps of an instrumented kernel (`plan.timeline`)
 
 # Names torch and numpy give the dtypes tmakit knows.
 _DTYPE_BY_FRAMEWORK_NAME = {element.torch_name: name for name, element in DTYPES.items()}

@@ -20,7 +20,6 @@ from ..plan.copy_layout import check_copy_layout as check_copy_layout
 from .copy import copy, copy_, copy_path
 from .copy import copy_dispatch as copy_dispatch
 from .copy import plan_copy as plan_copy
-from .copy import specialised_copy_ as specialised_copy_
 from .im2col import im2col, im2col_path
 from .im2col import strided_patches as strided_patches
 from .im2col import torch_im2col as torch_im2col

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, replace
 
 from .. import api
+from ..api.copy import specialised_copy_
 from ..check.inputs import make_input_tensor
 from ..check.reference import Verdict
 from ..check.run import first_wrong_tile, signed_bits, verify_tile_load
@@ -109,7 +110,7 @@ def bench_copy(
     element for element in the same run (destination poisoned first), beside torch's `copy_` of
     the same pair. `transpose`: the source is the column-major view `x.t()` of each rotated
     buffer and the destination row-major - torch's `dst.copy_(x.t())`. `specialised`: each option
-    also through the kernel compiled for this exact shape (`api.specialised_copy_`)
+    also through the kernel compiled for this exact shape (`api.copy.specialised_copy_`)
     beside the shape-generic one."""
     import torch
 
@@ -129,7 +130,7 @@ def bench_copy(
         bits(destinations[0]).fill_(POISON)  # every element the copy must write
         # strict: a row named tmakit.copy_ times TMA's copy, never the driver's memcpy it may route to
         knobs = option.changed() if shape_specialised else {**option.changed(), "strict": True}
-        call = api.specialised_copy_ if shape_specialised else api.copy_
+        call = specialised_copy_ if shape_specialised else api.copy_
         start = time.perf_counter()
         call(destinations[0], sources[0], **knobs)  # compiles once
         torch.cuda.synchronize()

@@ -5,7 +5,7 @@ the CPU model). Needs a Hopper GPU and torch."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -95,10 +95,15 @@ def verify_multicast_load(
     """Every CTA of every cluster stores the tiles it received; each CTA's copy is compared with
     the input, every element (so a slice that reached only some CTAs shows up by CTA rank).
     `release`: the ring's protocol (`compile_multicast_load`)."""
+    return verify_multicast_kernel(multicast, compile_multicast_load(multicast, release=release))
+
+
+def verify_multicast_kernel(multicast: MulticastPlan, compiled: CompiledKernel) -> list[reference.Verdict]:
+    """`verify_multicast_load` of a compiled cluster kernel that is called as tmakit's is, (src, each
+    CTA's copy, stream), and stores what each CTA received (a comparison ring of one's own)."""
     import torch
 
     plan = multicast.load
-    compiled = compile_multicast_load(multicast, release=release)
     src = make_input_tensor(plan)
     bits_type = signed_view_dtype(plan.config.element)
     copies = torch.full(multicast.copies_shape, POISON, dtype=bits_type, device="cuda")
@@ -167,33 +172,40 @@ def verify_cluster_dot(dot: ClusterDotPlan) -> str:
 
 
 def run_pipelined_load(
-    pipeline: PipelinePlan, consumer: str, src: torch.Tensor, **knobs: Any
+    pipeline: PipelinePlan,
+    consumer: str,
+    src: torch.Tensor,
+    hang_guard: bool = False,
+    compiled: CompiledKernel | None = None,
 ) -> torch.Tensor:
-    """Launch once on `src` and return the consumer's output (raises TmaHangError if guarded)."""
+    """Launch once on `src` and return the consumer's output (raises TmaHangError if guarded).
+    `compiled`: a kernel called as `compile_pipelined_load`'s is, run instead of the plan's (a
+    test's kernel with a faulty ring, compiled with the hang guard when `hang_guard`)."""
     import torch
 
     plan = pipeline.load
-    compiled = compile_pipelined_load(pipeline, consumer, **knobs)
+    if compiled is None:
+        compiled = compile_pipelined_load(pipeline, consumer, hang_guard=hang_guard)
     if consumer == "rowsum":
         out = torch.zeros(pipeline.rowsum_shape, dtype=torch.float32, device="cuda")  # added into
     else:
         bits = signed_view_dtype(plan.config.element)
         out = torch.full(plan.padded_shape, POISON, dtype=bits, device="cuda").view(src.dtype)
-    return launch_guarded(compiled, src, out, knobs.get("hang_guard", False))
+    return launch_guarded(compiled, src, out, hang_guard)
 
 
-def run_copy(copy: CopyPlan, src: torch.Tensor, **knobs: Any) -> torch.Tensor:
+def run_copy(copy: CopyPlan, src: torch.Tensor, hang_guard: bool = False) -> torch.Tensor:
     """Copy `src` once into a poisoned destination of the plan's layout and return it (raises
     TmaHangError if guarded)."""
     import torch
 
     plan = copy.load
-    compiled = compile_copy(copy, **knobs)
+    compiled = compile_copy(copy, hang_guard=hang_guard)
     bits = signed_view_dtype(plan.config.element)
     strides = copy_destination(copy).element_strides
     out = torch.empty_strided(plan.config.shape, strides, dtype=bits, device="cuda")
     out.fill_(POISON)  # every element the destination has
-    return launch_guarded(compiled, src, out.view(src.dtype), knobs.get("hang_guard", False))
+    return launch_guarded(compiled, src, out.view(src.dtype), hang_guard)
 
 
 def launch_guarded(
@@ -212,15 +224,19 @@ def launch_guarded(
 
 
 def verify_pipelined_load(
-    pipeline: PipelinePlan, consumer: str = "store", **knobs: Any
+    pipeline: PipelinePlan,
+    consumer: str = "store",
+    hang_guard: bool = False,
+    compiled: CompiledKernel | None = None,
 ) -> reference.Verdict | str:
     """Store-back: every element compared (a `Verdict`). Row sums: every row against torch's
-    row sum of the same tensor in fp64 (a one-line verdict string, "ok ..." or not)."""
+    row sum of the same tensor in fp64 (a one-line verdict string, "ok ..." or not).
+    `hang_guard` and `compiled` as `run_pipelined_load` takes them."""
     import torch
 
     plan = pipeline.load
     src = make_input_tensor(plan)
-    out = run_pipelined_load(pipeline, consumer, src, **knobs)
+    out = run_pipelined_load(pipeline, consumer, src, hang_guard, compiled)
     if consumer == "store":
         return compare_with_input(plan, src, out)
     rows = plan.matrix_shape[0]
@@ -239,14 +255,14 @@ def verify_pipelined_load(
     )
 
 
-def verify_copy(copy: CopyPlan, **knobs: Any) -> reference.Verdict:
+def verify_copy(copy: CopyPlan, hang_guard: bool = False) -> reference.Verdict:
     """A copy into a poisoned destination, every element compared with the input (the
     destination padded like a store-back scratch, then the same check)."""
     import torch
 
     plan = copy.load
     src = make_input_tensor(plan)
-    out = run_copy(copy, src, **knobs)
+    out = run_copy(copy, src, hang_guard)
     bits = signed_view_dtype(plan.config.element)
     padded = torch.zeros(plan.padded_shape, dtype=bits, device="cuda")
     rows, cols = plan.matrix_shape

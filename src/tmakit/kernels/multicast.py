@@ -134,8 +134,7 @@ class PipelinedMulticastKernel(TmaRingKernel):
     no peer can still arrive on or multicast into it. The cluster walks `MulticastPlan.walk`: its
     strip, or with `persistent_clusters` every so-many-th tile, the ring running on across strips.
     The host side and the output are `MulticastLoadKernel`'s; with `store=False` the consumer
-    only waits and releases (for timing the loads alone). The instrumented ring (time stamps) and
-    the same ring on CUTLASS's `PipelineTmaAsync` are subclasses in `tmakit.instrumented`."""
+    only waits and releases (for timing the loads alone)."""
 
     def __init__(self, multicast: MulticastPlan, store: bool = True, release: str = DEFAULT_RELEASE):
         if multicast.stages < 2:
@@ -149,14 +148,16 @@ class PipelinedMulticastKernel(TmaRingKernel):
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
-        self.launch_ring(src, out, stream)
+        source, copies, shared_layout = self.ring_arguments(src, out)
+        self.launch(source, copies, None, shared_layout, stream)
 
-    def launch_ring(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream, probe=None) -> None:
-        """In the host function: the cluster's atom and each CTA's copy of the scratch, launched."""
+    def ring_arguments(self, src: cute.Tensor, out: cute.Tensor) -> tuple:
+        """In the host function: the kernel's source (the cluster's atom and coordinates), each
+        CTA's copy of the scratch and the shared tile layout."""
         multicast = self.multicast
         load_atom, coordinate_view, shared_layout = make_cluster_load_atom(multicast, src)
         copies = padded_matrix_view(out, self.plan.padded_shape, multicast.cluster_size)
-        self.launch((load_atom, coordinate_view), copies, None, shared_layout, stream, probe=probe)
+        return (load_atom, coordinate_view), copies, shared_layout
 
     def walk(self, run_time):
         return self.multicast.walk

@@ -53,7 +53,6 @@ class RingContext(NamedTuple):
     steps: cutlass.Int32  # the loads of the walk
     walk: TileWalk
     guard: cute.Tensor | None
-    probe: Any  # what an instrumented subclass records into (None in production)
 
 
 class TmaRingKernel:
@@ -66,10 +65,11 @@ class TmaRingKernel:
     (wait for a full stage, `use_stage`, `release_stage`, `after_release`; `consumer_begin` and
     `consumer_end` around the loop). The family's host function (`__call__`) passes the kernel
     its `source` (what the producer reads) and `sink` (what `consumer_begin` turns into the
-    consumers' state). `ring_options` go to `TileRing` (the hang guard and the test-only
-    mistakes)."""
+    consumers' state). `ring_options` (the hang guard) go to the ring a kernel builds,
+    `ring_class` (a test's subclass names a faulty one)."""
 
     cluster_launch = None  # a cluster family's plan (`ClusterLaunch`: its grid and cluster)
+    ring_class = TileRing  # the ring a kernel not given one builds
 
     def __init__(self, pipeline: PipelinePlan, shape_generic: bool = False, ring=None, **ring_options: Any):
         if shape_generic and not pipeline.persistent:
@@ -77,7 +77,7 @@ class TmaRingKernel:
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.shape_generic = shape_generic
-        self.ring = TileRing(pipeline, **ring_options) if ring is None else ring
+        self.ring = self.ring_class(pipeline, **ring_options) if ring is None else ring
 
     @property
     def smem_bytes(self) -> int:
@@ -99,28 +99,31 @@ class TmaRingKernel:
             divisor(row_blocks), divisor(column_tiles), divisor(matrix_tiles), divisor(grid), batch
         )
 
-    def launch(
-        self, source, sink, guard, shared_layout, stream: cuda.CUstream, run_time=None, probe=None
-    ) -> None:
-        """Trace `kernel` and launch it with the plan's grid (or `run_time`'s), block, shared
-        memory and cluster (`cluster_launch`: a cluster family's plan). `probe`: what an
-        instrumented subclass's hooks record into (a time-stamp tensor), passed through."""
+    def launch(self, source, sink, guard, shared_layout, stream: cuda.CUstream, run_time=None) -> None:
+        """Trace `kernel` and launch it (`launch_options`)."""
+        self.kernel(source, sink, guard, shared_layout, run_time).launch(
+            **self.launch_options(stream, run_time)
+        )
+
+    def launch_options(self, stream: cuda.CUstream, run_time=None) -> dict[str, Any]:
+        """What the traced kernel is launched with: the plan's grid (or `run_time`'s), block,
+        shared memory and cluster (`cluster_launch`: a cluster family's plan)."""
         pipeline, cluster = self.pipeline, self.cluster_launch
         grid = (pipeline.grid if run_time is None else run_time.grid.divisor, 1, 1)
         options = {} if cluster is None else {"cluster": (*cluster.cluster, 1)}
-        self.kernel(source, sink, guard, shared_layout, run_time, probe).launch(
-            grid=grid if cluster is None else cluster.launch_grid,
-            block=(pipeline.threads_per_block, 1, 1),
-            smem=self.smem_bytes,
-            stream=stream,
-            use_pdl=pipeline.pdl,
+        return {
+            "grid": grid if cluster is None else cluster.launch_grid,
+            "block": (pipeline.threads_per_block, 1, 1),
+            "smem": self.smem_bytes,
+            "stream": stream,
+            "use_pdl": pipeline.pdl,
             **options,
-        )
+        }
 
     # -- device: the skeleton -----------------------------------------------------------------
     @cute.kernel
-    def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time, probe):
-        context = self.begin(shared_layout, self.walk(run_time), guard, probe)
+    def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time):
+        context = self.begin(shared_layout, self.walk(run_time), guard)
         if context.warp == 0:
             self.produce(context, source)
         else:
@@ -140,7 +143,7 @@ class TmaRingKernel:
         )
 
     @cute.jit
-    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard, probe) -> RingContext:
+    def begin(self, shared_layout: cute.ComposedLayout, walk: TileWalk, guard) -> RingContext:
         """The block's set-up: its warp, the stages and barriers (initialised), PDL's wait, and
         how many tiles it loads."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -156,7 +159,7 @@ class TmaRingKernel:
             cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.cluster_launch is None):
             steps = cutlass.Int32(walk.tiles_of_block(block))
-        return RingContext(warp, block, rank, stages, full, empty, steps, walk, guard, probe)
+        return RingContext(warp, block, rank, stages, full, empty, steps, walk, guard)
 
     @cute.jit
     def position(self):
@@ -192,7 +195,7 @@ class TmaRingKernel:
             self.after_release(context, state, stage, step, consumer)
         self.consumer_end(context, state, consumer, failed)
 
-    # -- device: the ring's waits (hooks an instrumented subclass wraps) ----------------------
+    # -- device: the ring's waits ---------------------------------------------------------------
     @cute.jit
     def acquire_stage(self, context: RingContext, step, failed):
         """Producer: the `step`-th load's stage, once free (`TileRing.acquire_free`): (stage, failed)."""

@@ -49,10 +49,6 @@ class TileRing:
     *every* CTA released it: each CTA's empty barrier expects consumer_warps x peers arrivals and
     a consumer warp releases a stage by arriving on that barrier in every CTA of the cluster.
 
-    Test-only knobs: `expect_extra_bytes` adds to the byte count the producer declares (too many
-    hangs; too few completes the phase early or, as seen on the H200, hangs too), `freeze_parity`
-    makes consumers wait on parity 0 every trip (a missing phase flip).
-
     `remote_release` (multicast peers only): how a consumer warp's arrivals reach the peers'
     empty barriers, one of `plan.RELEASES`."""
 
@@ -60,8 +56,6 @@ class TileRing:
         self,
         pipeline: PipelinePlan,
         hang_guard: bool = False,
-        expect_extra_bytes: int = 0,
-        freeze_parity: bool = False,
         multicast_peers: int = 1,
         remote_release: str = DEFAULT_RELEASE,
     ):
@@ -70,16 +64,14 @@ class TileRing:
         self.pipeline = pipeline
         self.plan = pipeline.load
         self.hang_guard = hang_guard
-        self.expect_extra_bytes = expect_extra_bytes
-        self.freeze_parity = freeze_parity
         self.multicast_peers = multicast_peers
         self.remote_release = remote_release
         self.element_type = getattr(cutlass, self.plan.config.element.cutlass_name)
 
     @property
     def declared_bytes(self) -> int:
-        """What the producer declares per tile: the plan's expected bytes (plus a test's error)."""
-        return self.plan.expected_tx_bytes + self.expect_extra_bytes
+        """What the producer declares per tile: the plan's expected bytes."""
+        return self.plan.expected_tx_bytes
 
     # -- host ---------------------------------------------------------------------------------
     def make_load_atom(self, src: cute.Tensor):
@@ -232,8 +224,6 @@ class TileRing:
         """Consumer: the stage of the `step`-th load, once its bytes have landed. Returns
         (stage, failed)."""
         stage, parity = self.pipeline.stage_and_parity(step)
-        if cutlass.const_expr(self.freeze_parity):
-            parity = 0
         failed = self.wait(full + stage, parity, failed, guard, (block, stage, step, CONSUMER))
         return stage, failed
 
@@ -272,7 +262,7 @@ class PairRing(TileRing):
 
     @property
     def declared_bytes(self) -> int:
-        return self.pair_bytes + self.expect_extra_bytes
+        return self.pair_bytes
 
     def allocate(self, shared_layout: cute.ComposedLayout):
         """((first tiles, second tiles), full, empty): the two rings, then the barriers, in the

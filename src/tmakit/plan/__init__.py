@@ -11,7 +11,6 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
 - `cluster_dot`: `ClusterDotPlan`, the cluster row dot whose CTAs share (multicast) an X tile
   and each load their own A tile;
-- `timeline`: `TimelineLayout`, where an instrumented cluster ring writes its time stamps;
 - `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
   and stored by the copy's ring; `im2col_route`: which path serves an im2col call, and why;
 - `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), `ReducePlan`, a copy
@@ -40,7 +39,6 @@ from .reduce import (
     reduce_route,
 )
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
-from .timeline import TimelineLayout
 
 __all__ = [
     "CLUSTER_SHAPES",
@@ -68,7 +66,6 @@ __all__ = [
     "RowSumMapping",
     "StripWalk",
     "TileWalk",
-    "TimelineLayout",
     "TransposeMapping",
     "ceil_div",
     "check_run_time_extents",

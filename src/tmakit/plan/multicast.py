@@ -10,7 +10,6 @@ from ..limits import MAX_CLUSTER_SIZE, MAX_GRID_X
 from ..validate import check_field_types, whole_numbers
 from .load import LoadPlan
 from .ring import PipelinePlan, TileWalk, check_walk
-from .timeline import TimelineLayout
 
 
 def check_cluster(cluster: object) -> tuple[int, int]:
@@ -186,12 +185,6 @@ class MulticastPlan(ClusterLaunch):
     def slice_rows(self) -> int:
         """Rows of each tile one CTA issues (the whole tile without multicast)."""
         return self.load.config.tile[0] // self.cluster_size if self.multicast else self.load.config.tile[0]
-
-    @property
-    def timeline(self) -> TimelineLayout:
-        """Where an instrumented ring (`instrumented.TimelineMulticastKernel`) writes its stamps:
-        one record per CTA, one step per tile of its strip."""
-        return TimelineLayout(self.grid, self.most_steps)
 
     def slice_of(self, cta_rank: int) -> tuple[int, int]:
         """Tile rows [first, last) CTA `cta_rank` of the cluster loads and multicasts."""

@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import DTYPES, RAW_BYTE, STAMP_ELEMENT, LoadConfig
+from ..config import DTYPES, RAW_BYTE, LoadConfig
 from ..errors import TmaHangError
 from ..plan import (
     DEFAULT_RELEASE,
@@ -86,38 +86,38 @@ def compile_pipelined_load(
     pipeline: PipelinePlan,
     consumer: str = "store",
     hang_guard: bool = False,
-    expect_extra_bytes: int = 0,
-    freeze_parity: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
 ) -> tuple:
     """A pipelined load (`kernels.pipeline`: the consumers "none", "store" and "rowsum") for
-    sm_90a, no GPU needed. `hang_guard` is the debug hang guard, `expect_extra_bytes` and
-    `freeze_parity` test-only mistakes; `tvm_ffi` as in `compile_kernel`."""
+    sm_90a, no GPU needed. `hang_guard` is the debug hang guard; `tvm_ffi` as in `compile_kernel`."""
     pipeline.load.check_specialised()
-    import cutlass
-
     from ..kernels.pipeline import PipelinedLoadKernel
+
+    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard)
+    return kernel, *pipelined_load_arguments(pipeline, consumer, tvm_ffi)
+
+
+def pipelined_load_arguments(pipeline: PipelinePlan, consumer: str, tvm_ffi: bool) -> tuple:
+    """The example arguments a pipelined load is compiled against, (src, out, guard, stream); the
+    parameters as `compile_pipelined_load` takes them."""
+    import cutlass
 
     plan = pipeline.load
     src = fake_source(plan.config)
-    mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
-    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard, **mistakes)
     out = {
         "none": src,
         "store": fake_tensor(plan.config.element, plan.padded_shape),
         "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
     }[consumer]
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return kernel, src, out, guard, placeholder_stream(env=tvm_ffi)
+    return src, out, guard, placeholder_stream(env=tvm_ffi)
 
 
 @compiles
 def compile_copy(
     copy: CopyPlan | ReducePlan,
     hang_guard: bool = False,
-    expect_extra_bytes: int = 0,
-    freeze_parity: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
@@ -149,11 +149,8 @@ def compile_copy(
         kind = LoadReduceKernel if copy.by_ring else ReduceKernel
         kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
         return kernel, *copy_arguments(copy.copy, destination, tensor_shape, shape_generic, tvm_ffi)
-    if copy.bulk:
-        kernel = BulkCopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard)
-    else:
-        mistakes = {"expect_extra_bytes": expect_extra_bytes, "freeze_parity": freeze_parity}
-        kernel = CopyKernel(copy, as_rows, shape_generic, hang_guard=hang_guard, **mistakes)
+    kind = BulkCopyKernel if copy.bulk else CopyKernel
+    kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
     return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
 
 
@@ -225,43 +222,35 @@ def max_active_clusters(cluster_size: int) -> int:
     return HardwareInfo().get_max_active_clusters(cluster_size)
 
 
-PIPELINE_TMA_ASYNC = "pipeline-tma-async"  # compile_multicast_load's CUTLASS-pipeline ring
-
-
 @compiles
 def compile_multicast_load(
     multicast: MulticastPlan,
     keep_ptx: bool = False,
     store: bool = True,
-    timeline: bool = False,
     release: str = DEFAULT_RELEASE,
 ) -> tuple:
     """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
     single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
-    ring's consumers only wait and release, for timing). `timeline`: the ring writes time stamps
-    into a fourth argument, int64 of `multicast.timeline.shape`; `release`: how its consumers
-    free a stage in the peers (`plan.RELEASES`), or "pipeline-tma-async" for the same ring
-    written with CUTLASS's `PipelineTmaAsync` (the comparison)."""
-    if multicast.stages == 1 and (not store or timeline):
-        raise ValueError(
-            "the single-tile multicast kernel always stores and has no timeline (use stages > 1)"
-        )
+    ring's consumers only wait and release, for timing). `release`: how its consumers free a
+    stage in the peers (`plan.RELEASES`)."""
+    if multicast.stages == 1 and not store:
+        raise ValueError("the single-tile multicast kernel always stores (use stages > 1)")
     multicast.load.check_specialised()
-    from ..instrumented import PipelineTmaAsyncMulticastKernel, TimelineMulticastKernel
     from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
 
-    plan = multicast.load
     if multicast.stages == 1:
         kernel = MulticastLoadKernel(multicast)
-    elif release == PIPELINE_TMA_ASYNC:
-        kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
-    elif timeline:
-        kernel = TimelineMulticastKernel(multicast, store, release)
     else:
         kernel = PipelinedMulticastKernel(multicast, store, release)
+    return kernel, *multicast_load_arguments(multicast)
+
+
+def multicast_load_arguments(multicast: MulticastPlan) -> tuple:
+    """The example arguments a cluster kernel is compiled against, (src, copies, stream): the
+    input and each CTA's copy of the padded scratch."""
+    plan = multicast.load
     copies = fake_tensor(plan.config.element, multicast.copies_shape)
-    stamps = (fake_tensor(STAMP_ELEMENT, multicast.timeline.shape),) if timeline else ()
-    return kernel, fake_source(plan.config), copies, placeholder_stream(), *stamps
+    return fake_source(plan.config), copies, placeholder_stream()
 
 
 @compiles

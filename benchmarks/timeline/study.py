@@ -1,7 +1,8 @@
-"""Where a cluster ring's time goes: the instrumented multicast ring (`plan.timeline`) launched on
-the GPU, its stamps summarised, and the uninstrumented kernels timed beside it - tmakit's ring
-with each consumer-release protocol, the same ring written with CUTLASS's `PipelineTmaAsync`, each
-with multicast and without. `scripts/multicast_timeline.py` runs it."""
+"""Where a cluster ring's time goes: the instrumented multicast ring (`kernels`, its stamps laid
+out as `layout` says) launched on the GPU, its stamps summarised, and the uninstrumented kernels
+timed beside it - tmakit's ring with each consumer-release protocol, the same ring written with
+CUTLASS's `PipelineTmaAsync`, each with multicast and without. `scripts/multicast_timeline.py`
+runs it."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..check.inputs import make_input_tensor
-from ..check.run import verify_multicast_load
-from ..plan import RELEASES, LoadPlan, MulticastPlan, PipelinePlan
-from ..plan.timeline import IDENTITY, STEP_EVENTS, TimelineLayout
-from ..runtime.compile import to_cute_tensor
-from ..runtime.device import current_stream
-from ..runtime.launch import PIPELINE_TMA_ASYNC, compile_multicast_load, compile_pipelined_load, new_guard
-from .timing import graph_samples_us
+from tmakit.bench.timing import graph_samples_us
+from tmakit.check.inputs import make_input_tensor
+from tmakit.check.run import verify_multicast_kernel
+from tmakit.plan import RELEASES, LoadPlan, MulticastPlan, PipelinePlan
+from tmakit.runtime.compile import to_cute_tensor
+from tmakit.runtime.device import current_stream
+from tmakit.runtime.launch import compile_pipelined_load, new_guard
 
-PROTOCOLS = (*RELEASES, PIPELINE_TMA_ASYNC)
+from .kernels import PIPELINE_TMA_ASYNC, compile_cluster_ring
+from .layout import IDENTITY, STEP_EVENTS, TimelineLayout
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,14 @@ def variants(
 
 def stamps_of(multicast: MulticastPlan, protocol: str, warm_launches: int = 3):
     """One launch of the instrumented ring on the seed input after `warm_launches` (L2 hot):
-    its stamps, int64 of `multicast.timeline.shape`, on the host."""
+    its stamps, int64 of `TimelineLayout.of(multicast).shape`, on the host."""
     import torch
 
     plan = multicast.load
-    compiled = compile_multicast_load(multicast, store=False, timeline=True, release=protocol)
+    compiled = compile_cluster_ring(multicast, protocol, store=False, timeline=True)
     src = make_input_tensor(plan)
     scratch = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")  # never written
-    stamps = torch.zeros(multicast.timeline.shape, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(TimelineLayout.of(multicast).shape, dtype=torch.int64, device="cuda")
     args = (to_cute_tensor(src), to_cute_tensor(scratch), current_stream(), to_cute_tensor(stamps))
     for _ in range(warm_launches):
         compiled(*args)
@@ -84,16 +85,17 @@ def measure(plan: LoadPlan, variant: RingVariant, stages: int, samples: int) -> 
     import torch
 
     multicast = variant.plan(plan, stages)
-    verdicts = verify_multicast_load(multicast, release=variant.protocol)
-    compiled = compile_multicast_load(multicast, store=False, release=variant.protocol)
+    layout = TimelineLayout.of(multicast)
+    verdicts = verify_multicast_kernel(multicast, compile_cluster_ring(multicast, variant.protocol))
+    compiled = compile_cluster_ring(multicast, variant.protocol, store=False)
     src = make_input_tensor(plan)
     scratch = torch.empty(multicast.copies_shape, dtype=src.dtype, device="cuda")
     src_c, scratch_c = to_cute_tensor(src), to_cute_tensor(scratch)
     times = graph_samples_us([lambda: compiled(src_c, scratch_c, current_stream())], samples)
     raw = stamps_of(multicast, variant.protocol)
     # What the stamps cost: the instrumented kernel timed the same way.
-    instrumented = compile_multicast_load(multicast, store=False, timeline=True, release=variant.protocol)
-    stamped_c = to_cute_tensor(torch.zeros(multicast.timeline.shape, dtype=torch.int64, device="cuda"))
+    instrumented = compile_cluster_ring(multicast, variant.protocol, store=False, timeline=True)
+    stamped_c = to_cute_tensor(torch.zeros(layout.shape, dtype=torch.int64, device="cuda"))
     instrumented_us = graph_samples_us(
         [lambda: instrumented(src_c, scratch_c, current_stream(), stamped_c)], samples
     )
@@ -110,7 +112,7 @@ def measure(plan: LoadPlan, variant: RingVariant, stages: int, samples: int) -> 
         "median_us": statistics.median(times),
         "min_us": min(times),
         "instrumented_median_us": statistics.median(instrumented_us),
-        "timeline": summarise(multicast.timeline, raw, multicast.cluster_size, stages, steps_of(multicast)),
+        "timeline": summarise(layout, raw, multicast.cluster_size, stages, steps_of(multicast)),
     }
     return report, raw
 

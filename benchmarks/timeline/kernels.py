@@ -1,17 +1,20 @@
-"""Instrumented and comparison variants of the cluster ring, kept out of the production kernels
-(`kernels.multicast`): for `scripts/multicast_timeline.py` (through `bench.timeline` and
-`runtime.launch.compile_multicast_load`).
+"""The cluster ring instrumented and compared, kept out of tmakit (whose ring is
+`tmakit.kernels.multicast.PipelinedMulticastKernel`), for `scripts/multicast_timeline.py`:
 
-- `TimelineMulticastKernel`: `PipelinedMulticastKernel` whose ring hooks (`TmaRingKernel`'s
-  `begin`, `acquire_stage`, `load_stage`, `wait_stage`, `release_stage`, `producer_end`) are
-  wrapped in time stamps: lane 0 of each warp writes `%globaltimer` and `%clock64` around every
-  wait, issue and release (`plan.timeline`) into the kernel's `probe`, a fourth host argument,
-  int64 of `MulticastPlan.timeline.shape`.
+- `TimelineMulticastKernel`: tmakit's ring whose hooks (`TmaRingKernel`'s `acquire_stage`,
+  `load_stage`, `wait_stage`, `release_stage`, `producer_end`, and the set-up) are wrapped in time
+  stamps: lane 0 of each warp writes `%globaltimer` and `%clock64` around every wait, issue and
+  release (`layout.TimelineLayout`) into the stamps, a fourth host argument, int64 of
+  `TimelineLayout.of(multicast).shape`. tmakit's ring takes no such argument, so this kernel's
+  `kernel` takes it and hands its hooks a context that carries it (`StampedContext`).
 - `PipelineTmaAsyncMulticastKernel`: the same cluster ring written with CUTLASS's own pipeline,
   for comparison.
+- `compile_cluster_ring`: the ring of a protocol (`PROTOCOLS`) compiled for sm_90a, stamped or not.
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -19,9 +22,21 @@ import cutlass.cute as cute
 from cutlass import pipeline as cutlass_pipeline
 from cutlass.cute.nvgpu import cpasync
 
-from .kernels.multicast import PipelinedMulticastKernel, cluster_slice_views
-from .kernels.ring import RingContext
-from .plan import DEFAULT_RELEASE, MulticastPlan
+from tmakit.config import DTYPES
+from tmakit.kernels.multicast import PipelinedMulticastKernel, cluster_slice_views
+from tmakit.kernels.ring import RingContext
+from tmakit.plan import DEFAULT_RELEASE, RELEASES, MulticastPlan
+from tmakit.runtime.compile import CompiledKernel, compiles, fake_tensor
+from tmakit.runtime.launch import compile_multicast_load, multicast_load_arguments
+
+from .layout import TimelineLayout
+
+PIPELINE_TMA_ASYNC = "pipeline-tma-async"  # the ring written with CUTLASS's PipelineTmaAsync
+PROTOCOLS = (*RELEASES, PIPELINE_TMA_ASYNC)
+STAMP_ELEMENT = DTYPES["int64"]
+
+# The ring's context with the stamps beside it: tmakit's hooks read the ring's fields by name.
+StampedContext = namedtuple("StampedContext", (*RingContext._fields, "stamps"))
 
 
 class TimelineMulticastKernel(PipelinedMulticastKernel):
@@ -37,11 +52,21 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
     ):
         super().__init__(multicast, store, release)
         self.timeline = timeline
-        self.layout = multicast.timeline
+        self.layout = TimelineLayout.of(multicast)
 
     @cute.jit
     def __call__(self, src: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream, stamps: cute.Tensor = None):
-        self.launch_ring(src, out, stream, stamps)
+        source, copies, shared_layout = self.ring_arguments(src, out)
+        self.kernel(source, copies, None, shared_layout, None, stamps).launch(**self.launch_options(stream))
+
+    @cute.kernel
+    def kernel(self, source, sink, guard: cute.Tensor, shared_layout: cute.ComposedLayout, run_time, stamps):
+        """`TmaRingKernel.kernel` whose hooks get the stamps in their context."""
+        context = self.stamped_begin(shared_layout, self.walk(run_time), guard, stamps)
+        if context.warp == 0:
+            self.produce(context, source)
+        else:
+            self.consume(context, sink, context.warp - 1)
 
     @cute.jit
     def stamp(self, stamps, cta, word, lane):
@@ -67,7 +92,7 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
     @cute.jit
     def stamped_wait(self, where, event: cutlass.Constexpr, step, wait, *args):
         """`wait(*args)`, a wait for the `step`-th stage, between its stamps `<event>_begin` and
-        `<event>_end` (`plan.timeline`) at `where` (stamps, CTA, lane); its result returned."""
+        `<event>_end` (`layout`) at `where` (stamps, CTA, lane); its result returned."""
         stamps, cta, lane = where
         self.stamp(stamps, cta, self.layout.step_word(f"{event}_begin", step), lane)
         result = wait(*args)
@@ -75,59 +100,60 @@ class TimelineMulticastKernel(PipelinedMulticastKernel):
         return result
 
     @cute.jit
-    def step_stamp(self, context: RingContext, event: cutlass.Constexpr, step):
+    def step_stamp(self, context: StampedContext, event: cutlass.Constexpr, step):
         self.cta_stamp(context, self.layout.step_word(event, step))
 
     @cute.jit
-    def cta_stamp(self, context: RingContext, word):
-        self.stamp(context.probe, self.cta_of(context), word, cute.arch.lane_idx())
+    def cta_stamp(self, context: StampedContext, word):
+        self.stamp(context.stamps, self.cta_of(context), word, cute.arch.lane_idx())
 
     @cute.jit
-    def cta_of(self, context: RingContext):
+    def cta_of(self, context: StampedContext):
         """The CTA's index in the stamps: its cluster's first, plus its rank in the cluster."""
         return context.block * self.multicast.cluster_size + context.rank
 
     @cute.jit
-    def ring_wait(self, context: RingContext, event: cutlass.Constexpr, wait, step, failed):
+    def ring_wait(self, context: StampedContext, event: cutlass.Constexpr, wait, step, failed):
         """A ring hook's wait (`acquire_stage`, `wait_stage`: (stage, failed)), stamped."""
-        where = (context.probe, self.cta_of(context), cute.arch.lane_idx())
+        where = (context.stamps, self.cta_of(context), cute.arch.lane_idx())
         return self.stamped_wait(where, event, step, wait, self, context, step, failed)
 
     @cute.jit
-    def begin(self, shared_layout, walk, guard, probe) -> RingContext:
-        """Warp 0 stamps the CTA's start and identity before the set-up, and "ready" after it."""
+    def stamped_begin(self, shared_layout, walk, guard, stamps) -> StampedContext:
+        """`begin`, with the stamps: warp 0 stamps the CTA's start and identity before the set-up,
+        and "ready" after it."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cluster, rank = self.position()
         lane = cute.arch.lane_idx()
         cta = cluster * self.multicast.cluster_size + rank
         if warp == 0:
-            self.stamp(probe, cta, self.layout.cta_word("start"), lane)
-            self.stamp_identity(probe, cta, cluster, rank, lane)
-        context = PipelinedMulticastKernel.begin(self, shared_layout, walk, guard, probe)
+            self.stamp(stamps, cta, self.layout.cta_word("start"), lane)
+            self.stamp_identity(stamps, cta, cluster, rank, lane)
+        context = self.begin(shared_layout, walk, guard)
         if warp == 0:
-            self.stamp(probe, cta, self.layout.cta_word("ready"), lane)
-        return context
+            self.stamp(stamps, cta, self.layout.cta_word("ready"), lane)
+        return StampedContext(*context, stamps)
 
     @cute.jit
-    def acquire_stage(self, context: RingContext, step, failed):
+    def acquire_stage(self, context: StampedContext, step, failed):
         return self.ring_wait(context, "acquire", PipelinedMulticastKernel.acquire_stage, step, failed)
 
     @cute.jit
-    def load_stage(self, context: RingContext, source, stage, step, failed):
+    def load_stage(self, context: StampedContext, source, stage, step, failed):
         PipelinedMulticastKernel.load_stage(self, context, source, stage, step, failed)
         self.step_stamp(context, "issued", step)
 
     @cute.jit
-    def wait_stage(self, context: RingContext, step, failed):
+    def wait_stage(self, context: StampedContext, step, failed):
         return self.ring_wait(context, "wait", PipelinedMulticastKernel.wait_stage, step, failed)
 
     @cute.jit
-    def release_stage(self, context: RingContext, stage, step, failed):
+    def release_stage(self, context: StampedContext, stage, step, failed):
         PipelinedMulticastKernel.release_stage(self, context, stage, step, failed)
         self.step_stamp(context, "released", step)
 
     @cute.jit
-    def producer_end(self, context: RingContext, failed):
+    def producer_end(self, context: StampedContext, failed):
         self.cta_stamp(context, self.layout.cta_word("done"))
         PipelinedMulticastKernel.producer_end(self, context, failed)
         self.cta_stamp(context, self.layout.cta_word("exit"))
@@ -223,3 +249,35 @@ class PipelineTmaAsyncMulticastKernel(TimelineMulticastKernel):
                 state.advance()
         if warp == 0:
             self.stamp(stamps, cta, layout.cta_word("exit"), lane)
+
+
+def compile_cluster_ring(
+    multicast: MulticastPlan,
+    protocol: str = DEFAULT_RELEASE,
+    store: bool = True,
+    timeline: bool = False,
+    keep_ptx: bool = False,
+) -> CompiledKernel:
+    """The cluster ring of `protocol` (`PROTOCOLS`) for sm_90a, called with (src, copies, stream)
+    as tmakit's ring is, plus the stamps when `timeline`: tmakit's own ring
+    (`compile_multicast_load`) for one of its release protocols unstamped, else this lab's."""
+    if protocol in RELEASES and not timeline:
+        return compile_multicast_load(multicast, keep_ptx=keep_ptx, store=store, release=protocol)
+    return compile_lab_ring(multicast, protocol, store, timeline, keep_ptx)
+
+
+@compiles
+def compile_lab_ring(
+    multicast: MulticastPlan, protocol: str, store: bool, timeline: bool, keep_ptx: bool = False
+) -> tuple:
+    """`PipelineTmaAsyncMulticastKernel` for "pipeline-tma-async", else `TimelineMulticastKernel`
+    with that release protocol; stamped when `timeline` (int64 of `TimelineLayout.of(multicast).shape`)."""
+    if multicast.stages == 1:
+        raise ValueError("the instrumented rings take stages > 1")
+    multicast.load.check_specialised()
+    if protocol == PIPELINE_TMA_ASYNC:
+        kernel = PipelineTmaAsyncMulticastKernel(multicast, store, timeline)
+    else:
+        kernel = TimelineMulticastKernel(multicast, store, protocol, timeline)
+    stamps = (fake_tensor(STAMP_ELEMENT, TimelineLayout.of(multicast).shape),) if timeline else ()
+    return kernel, *multicast_load_arguments(multicast), *stamps

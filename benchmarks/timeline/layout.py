@@ -1,5 +1,5 @@
-"""Where an instrumented cluster ring writes its time stamps. Pure Python (`bench.timeline`
-summarises them).
+"""Where the instrumented cluster ring (`kernels.TimelineMulticastKernel`) writes its time
+stamps. Pure Python (`study.summarise` reads them).
 
 Every CTA owns one record of int64 words in each of two planes: plane 0 holds `%globaltimer`
 (nanoseconds, one clock for the whole GPU: comparable across CTAs and SMs), plane 1 holds
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from tmakit.plan import MulticastPlan
 
 IDENTITY = ("smid", "cluster", "rank")  # written once per CTA, the same in both planes
 CTA_EVENTS = (
@@ -39,6 +41,12 @@ class TimelineLayout:
 
     ctas: int
     steps: int
+
+    @classmethod
+    def of(cls, multicast: MulticastPlan) -> TimelineLayout:
+        """The stamps of `multicast`'s ring: one record per CTA, one step per load of the CTA
+        that runs the most (cluster 0)."""
+        return cls(multicast.grid, multicast.most_steps)
 
     @property
     def words_per_cta(self) -> int:
