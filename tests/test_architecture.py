@@ -252,7 +252,7 @@ def family_packages() -> tuple[str, ...]:
     tree = ast.parse((PACKAGE / "registry.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "PACKAGES":
-            return tuple(ast.literal_eval(node.value))
+            return tuple(f"{ROOT}.{name}" for name in ast.literal_eval(node.value))
     raise AssertionError("tmakit/registry.py assigns no PACKAGES")
 
 

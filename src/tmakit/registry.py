@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
-PACKAGES: tuple[str, ...] = ("tmakit.rows", "tmakit.many")
+# Each family by its package's name under tmakit (read relative to this package, so that a copy of
+# the tree imported under another name reads its own families).
+PACKAGES: tuple[str, ...] = (
+    "rows",
+    "many",
+)
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
 
@@ -59,8 +64,8 @@ def family_record(package: str) -> FamilyRecord:
 
 @cache
 def records() -> dict[str, FamilyRecord]:
-    """Every family's record, by package, in `PACKAGES`' order."""
-    return {package: family_record(package) for package in PACKAGES}
+    """Every family's record, by package (its dotted name), in `PACKAGES`' order."""
+    return {f"{__package__}.{name}": family_record(f"{__package__}.{name}") for name in PACKAGES}
 
 
 def parts(part: str) -> list[ModuleType]:
