@@ -18,7 +18,9 @@
 #   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
 #   rowsbench    tmakit bench --kernel rows (the study rows.json); ARGs: bench's (e.g. --only gather)
 #   manybench    tmakit bench --kernel many (the study many.json); ARGs: bench's (e.g. --only pack)
-#   abbench      scripts/ab_bench.py: this tree against another tree's src/ (ab-bench.json); ARGs: theirs
+#   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
+#                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,
+#                or its commit where git is at hand), then the script's (e.g. --base-commit C --only rows,many)
 #   mctimeline   scripts/multicast_timeline.py; ARGs: theirs (--clusters, --protocols, --stages, --walks)
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
@@ -83,7 +85,13 @@ run_step() {
       timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" scripts/allgather_pack.py --json "$OUT/allgather-pack.json" "$@" 2>&1 | tail -8 ;;
     manystages) timeout "$limit" python3 scripts/many_stages.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     manybench) timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many.json" "$@" 2>&1 | tail -30 ;;
-    abbench) timeout "$limit" python3 scripts/ab_bench.py --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tail -20 ;;
+    abbench) [ $# -gt 0 ] || { echo "device_run: abbench needs the base tree's src/ or commit" >&2; return 2; }
+      local base=$1; shift
+      if [ ! -d "$base" ]; then  # a commit: its src/ out of git
+        local tree; tree=$(mktemp -d) && git archive "$base" src | tar x -C "$tree" || return 2
+        set -- --base-commit "$base" "$@"; base=$tree/src
+      fi
+      timeout "$limit" python3 scripts/ab_bench.py "$base" --commit "$commit" --json "$OUT/ab-bench.json" "$@" 2>&1 | tee "$OUT/ab-bench.log" | tail -45 ;;
     mctimeline) timeout "$limit" python3 scripts/multicast_timeline.py --out "$OUT/mctimeline" --commit "$commit" "$@" 2>&1 | tee "$OUT/mctimeline.log" | tail -30 ;;
     ncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     mcncu) ncu --query-metrics --chip gh100 > "$OUT/ncu-query-metrics-gh100.txt" 2>&1
@@ -125,7 +133,7 @@ defaults() {
 
 limit_of() {
   case $1 in
-    check|sweep|ncu|ceiling|edges|mctimeline|reducebench) echo 420 ;;
+    check|sweep|ncu|ceiling|edges|mctimeline|reducebench|abbench) echo 420 ;;
     floor|seedbench|clusterbench) echo 120 ;;
     *) echo 300 ;;
   esac
