@@ -34,12 +34,12 @@ test: $(STAMP)
 	@if [ -n "$(TORCH)" ] && ! $(HAS_TORCH); then \
 		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
 		$(VENV)/bin/python -m pip install -q '$(TORCH)'; fi
-	$(VENV)/bin/ruff check src tests scripts examples
+	$(VENV)/bin/ruff check src tests scripts examples benchmarks
 	$(VENV)/bin/python -m pytest -q -n $(WORKERS) --maxprocesses 4
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts examples
-	$(VENV)/bin/ruff format --check src tests scripts examples
+	$(VENV)/bin/ruff check src tests scripts examples benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts examples benchmarks
 
 # Every GPU test (the examples included) + the demo, on a Hopper GPU: in .venv/ when it exists,
 # else with the python3 that has the DSL on PYTHONPATH (docs/gpu.md). Without a GPU it says so.
