@@ -16,25 +16,27 @@
 #                (e.g. 1x2 2x2 : --hot-l2 --persistent-clusters auto)
 #   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
 #   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
-#   rowsbench    tmakit bench --kernel rows (the study rows.json); ARGs: bench's (e.g. --only gather)
-#   manybench    tmakit bench --kernel many (the study many.json); ARGs: bench's (e.g. --only pack)
+#   rowsbench    tmakit bench --kernel rows (a part of rows.json); ARGs: bench's (e.g. --only gather)
+#   manybench    tmakit bench --kernel many (many.json, part lists); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
 #                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,
 #                or its commit where git is at hand), then the script's (e.g. --base-commit C --only rows,many)
 #   mctimeline   scripts/multicast_timeline.py; ARGs: theirs (--clusters, --protocols, --stages, --walks)
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
-#   ceiling      scripts/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
-#   edges        scripts/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
-#   manystages   scripts/many_stages.py: the grouped copy's ring shapes on a layer (many-stages.json); ARGs: theirs
+#   ceiling      benchmarks/probes/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
+#   edges        benchmarks/probes/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
+#   manystages   benchmarks/probes/many_stages.py: the grouped copy's ring shapes on a layer (many.json, part stages); ARGs: theirs
 #   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
-#                (scripts/sanitize_many.py); ARGs: the script's (e.g. --count 300)
-#   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch: host-cost.json
-#   oppath       scripts/op_path_probe.py: the ops' host time against their direct calls and the dispatcher's floor (op-path.json)
-#   copyroute    scripts/copy_route_probe.py: large copies (same layout and transposing) by TMA with its options, the grouped copy, memcpy, torch's element-wise kernel and inductor, eager and in graphs (copy-route.json)
-#   allgather    scripts/allgather_pack.py under torchrun (NCCL): pack/unpack as an all-gather's and a
+#                (benchmarks/probes/sanitize_many.py); ARGs: the script's (e.g. --count 300)
+#   hostcost     host us per copy call and its parts, and per add_/im2col/load_tiles call, beside torch (host-cost.json, part calls)
+#   oppath       benchmarks/probes/op_path_probe.py: the ops' host time against their direct calls and the dispatcher's floor (host-cost.json, part dispatch)
+#   copyroute    benchmarks/probes/copy_route_probe.py: large copies (same layout and transposing) by TMA with its options, the grouped copy, memcpy, torch's element-wise kernel and inductor, eager and in graphs (copy.json, part route)
+#   allgather    benchmarks/probes/allgather_pack.py under torchrun (NCCL): pack/unpack as an all-gather's and a
 #                reduce-scatter's copy-in and copy-out; ARGs: the processes (one a GPU), then the script's
-#                (e.g. 2 --samples 20): allgather-pack.json
-# Everything lands in $OUT, packed into one results-COMMIT.tgz (the tool brings back few files).
+#                (e.g. 2 --samples 20) (many.json, part allgather)
+# Everything lands in $OUT, packed into one results-COMMIT.tgz (the tool brings back few files). A step
+# that makes one part of a study writes $OUT/STUDY/PART.json and, beside it, $OUT/STUDY.json: the
+# committed file with that part replaced (scripts/results_part.py).
 set -uo pipefail
 commit=$1; shift
 export TMAKIT_COMMIT=$commit
@@ -46,6 +48,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # optional wheels (apache-tvm-ffi for th
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH="${PYTHONPATH:-}:/tmp/site"
 fi
 bench=(python3 -m tmakit bench --commit "$commit")
+
+# part STUDY KEY: the step's $OUT/STUDY/KEY.json as part KEY of $OUT/STUDY.json, the committed
+# file's other parts kept (a study's angles are one file: benchmarks/README.md).
+part() { [ -f "$OUT/$1/$2.json" ] && python3 scripts/results_part.py "$1" "$2" "$OUT/$1/$2.json" --out "$OUT"; }
 
 # run_step NAME LIMIT ARG...: the step's command, its ARGs (the defaults when none were given).
 run_step() {
@@ -80,11 +86,14 @@ run_step() {
     dotbench) timeout "$limit" "${bench[@]}" --kernel cluster-dot --samples 30 --json "$OUT/cluster-dot.json" "$@" 2>&1 | tail -20 ;;
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
-    rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/rows.json" "$@" 2>&1 | tail -45 ;;
+    rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/bench-rows.json" "$@" 2>&1 | tail -45 ;;
     allgather) local nproc=$1; shift
-      timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" scripts/allgather_pack.py --json "$OUT/allgather-pack.json" "$@" 2>&1 | tail -8 ;;
-    manystages) timeout "$limit" python3 scripts/many_stages.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
-    manybench) timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many.json" "$@" 2>&1 | tail -30 ;;
+      mkdir -p "$OUT/many"
+      timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" benchmarks/probes/allgather_pack.py --json "$OUT/many/allgather.json" "$@" 2>&1 | tail -8
+      part many allgather ;;
+    manystages) timeout "$limit" python3 benchmarks/probes/many_stages.py --json "$OUT/many/stages.json" "$@" 2>&1 | tail -20; part many stages ;;
+    manybench) mkdir -p "$OUT/many"
+      timeout "$limit" "${bench[@]}" --kernel many --samples 20 --json "$OUT/many/lists.json" "$@" 2>&1 | tail -30; part many lists ;;
     abbench) [ $# -gt 0 ] || { echo "device_run: abbench needs the base tree's src/ or commit" >&2; return 2; }
       local base=$1; shift
       if [ ! -d "$base" ]; then  # a commit: its src/ out of git
@@ -98,16 +107,22 @@ run_step() {
       timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT" "$@" 2>&1 | tail -20 ;;
     copyncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT/copyncu" "$@" 2>&1 | tail -8 ;;
     ncugeneric) timeout "$limit" python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -5 ;;
-    ceiling) timeout "$limit" python3 scripts/dram_ceiling.py --out "$OUT/ceiling" "$@" 2>&1 | tail -30 ;;
-    edges) timeout "$limit" python3 scripts/gpu_edges.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -12 ;;
+    ceiling) timeout "$limit" python3 benchmarks/probes/dram_ceiling.py --out "$OUT/ceiling" "$@" 2>&1 | tail -30 ;;
+    edges) timeout "$limit" python3 benchmarks/probes/gpu_edges.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -12 ;;
     sanitize) for tool in racecheck memcheck synccheck; do  # a hazard or error exits 1, logged
         timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-          python3 scripts/sanitize_many.py "$@" > "$OUT/sanitize-$tool.log" 2>&1
+          python3 benchmarks/probes/sanitize_many.py "$@" > "$OUT/sanitize-$tool.log" 2>&1
         echo "exit status $?" >> "$OUT/sanitize-$tool.log"; tail -12 "$OUT/sanitize-$tool.log"
       done ;;
-    oppath) timeout "$limit" python3 scripts/op_path_probe.py --commit "$commit" --json "$OUT/op-path.json" "$@" 2>&1 | tail -40 ;;
-    copyroute) timeout "$limit" python3 scripts/copy_route_probe.py --commit "$commit" --json "$OUT/copy-route.json" "$@" 2>&1 | tail -12 ;;
-    hostcost) timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log" ;;
+    oppath) mkdir -p "$OUT/host-cost"
+      timeout "$limit" python3 benchmarks/probes/op_path_probe.py --commit "$commit" --json "$OUT/host-cost/dispatch.json" "$@" 2>&1 | tail -40
+      part host-cost dispatch ;;
+    copyroute) mkdir -p "$OUT/copy"
+      timeout "$limit" python3 benchmarks/probes/copy_route_probe.py --commit "$commit" --json "$OUT/copy/route.json" "$@" 2>&1 | tail -12
+      part copy route ;;
+    hostcost) mkdir -p "$OUT/host-cost"
+      timeout "$limit" python3 -c "import json, sys; from tmakit.bench import hostcost; r = hostcost.host_cost_report(sys.argv[1]); json.dump(r, open(sys.argv[2], 'w'), indent=1); print(json.dumps(r)[-1800:])" "$commit" "$OUT/host-cost/calls.json" 2> "$OUT/host-cost-stderr.log" | tail -8; tail -3 "$OUT/host-cost-stderr.log"
+      part host-cost calls ;;
     *) echo "device_run: unknown step $step" >&2; return 2 ;;
   esac
 }

@@ -210,7 +210,7 @@ def _raw(t):
 def torch_tree(broken: bool = False) -> SimpleNamespace:
     """The public functions done by torch's own ops (as a correct tree must answer), or, `broken`,
     functions that write nothing (new tensors of zeros)."""
-    from tmakit.plan.many import pack_offsets
+    from tmakit.many.plan import pack_offsets
 
     def im2col(x, kernel, stride=1, padding=0, *, out=None, strict=False):
         n, h, w, c = x.shape  # unfold's columns are (c, r, s); im2col's are (r, s, c)

@@ -1,4 +1,4 @@
-"""`scripts/allgather_pack.py`: pack and unpack as an all-gather's copy-in and copy-out and a
+"""`benchmarks/probes/allgather_pack.py`: pack and unpack as an all-gather's copy-in and copy-out and a
 reduce-scatter's, every element checked against the expected values and torch's copies. On the
 CPU through gloo, a world of one and of two processes; on one GPU a world of one through NCCL;
 on two GPUs the program as torchrun runs it."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "allgather_pack.py"
+SCRIPT = ROOT / "benchmarks" / "probes" / "allgather_pack.py"
 
 
 def run(tmp_path: Path, world: int, device: str, timed: bool = False) -> dict:

@@ -192,7 +192,7 @@ def test_stand_in_configurations_are_valid_for_every_class():
 
 def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
     """On the H200 a shape-specialised kernel was exact at 2^32 elements and silently wrong at
-    2^33 (scripts/gpu_edges.py); the shape-generic ones were exact at 2^35."""
+    2^33 (benchmarks/probes/gpu_edges.py); the shape-generic ones were exact at 2^35."""
     from tmakit.plan import PipelinePlan
 
     over = LoadPlan(LoadConfig((2**29, 16), "uint8", (1, 16)))

@@ -16,10 +16,10 @@ def results(source: str) -> dict:
 
 
 def test_the_hot_l2_time_ratios_are_the_multicast_hot_l2_results():
-    """parts[CLUSTER].rows: the median multicast ring's time over its no-multicast twin's, one
-    cluster per strip and persistent clusters."""
+    """parts['l2-hot'].parts[CLUSTER].rows: the median multicast ring's time over its no-multicast
+    twin's, one cluster per strip and persistent clusters."""
     figures = MEASURED["multicast_hot_l2_time_ratio"]
-    parts = results(figures["source"])["parts"]
+    parts = results(figures["source"])["parts"]["l2-hot"]["parts"]
     assert set(H200_HOT_L2_TIME_RATIO) <= set(CLUSTER_SHAPES)  # explain says which shapes were measured
     assert sorted(parts) == sorted(figures["ratios"])  # every part of the study is quoted
     for cluster, quoted in figures["ratios"].items():

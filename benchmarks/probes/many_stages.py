@@ -3,7 +3,7 @@ parameters (and `copy_many_` of them) by the grouped kernel under several `ManyP
 stage bytes, blocks), in interleaved CUDA-graph replays beside `torch.cat` and `_foreach_copy_`,
 every result checked byte for byte first. An exploration of `many.plan`'s defaults:
 
-    python scripts/many_stages.py --out DIR [--plans 6x32,7x32,3x32x2] [--samples 30]
+    python benchmarks/probes/many_stages.py --json PATH [--plans 6x32,7x32,3x32x2] [--samples 30]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parse_plan(text: str, sm_count: int) -> ManyPlan:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--json", type=Path, required=True, help="where the study is written")
     parser.add_argument("--plans", default="6x32,7x32,4x48,3x64,3x32x2,4x24x2")
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args()
@@ -98,8 +98,8 @@ def main() -> None:
         "context": device_context(os.environ.get("TMAKIT_COMMIT")),
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "many-stages.json").write_text(json.dumps(document, indent=1))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=1))
     for row in rows:
         print(f"{row['case']:28s} {row['median_us']:8.1f} us {row['tb_per_s']:.3f} TB/s {row['verified']}")
 

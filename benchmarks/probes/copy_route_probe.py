@@ -5,7 +5,7 @@ graph), torch's element-wise kernel moving the same bits (`copy_views.same_bits`
 rule's kernel inside a large capture) and inductor's compiled `copy_`; same-layout fp16 copies
 and transposing ones (a column-major source), past the L2.
 
-    python scripts/copy_route_probe.py --commit SHA --json OUT
+    python benchmarks/probes/copy_route_probe.py --commit SHA --json OUT
 
 Device time: interleaved CUDA-graph replays over rotated buffers (`bench.timing`); eager:
 back-to-back calls, host included, interleaved rounds. Every kernel's result is compared bit for

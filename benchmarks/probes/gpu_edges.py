@@ -3,7 +3,7 @@ ends only it): tensors of just under and just over 2^31 elements, and over 4 GiB
 2^32), through the tile load, the pipelined load, every copy path and the transposing copy, and a
 grid of 2^27 - 1 blocks and the largest grid the validation accepts, 2^31 - 1 blocks.
 
-    python3 scripts/gpu_edges.py --commit SHA --out DIR      # writes DIR/edges.json
+    python3 benchmarks/probes/gpu_edges.py --commit SHA --out DIR      # writes DIR/edges.json
 
 Every case compares every element's bits with the position-hashed input (destinations poisoned
 first); the JSON is in the one schema of benchmarks/results.
@@ -175,7 +175,7 @@ def main() -> int:
         "study": "edges",
         "what": "Accepted configurations at the edges, verified on every element on the GPU: tensors "
         "over 2^31 elements and 4 GiB through the tile load, the pipelined load, the copies (default, "
-        "bulk, transposing), and the largest grid the validation accepts (scripts/gpu_edges.py).",
+        "bulk, transposing), and the largest grid the validation accepts (benchmarks/probes/gpu_edges.py).",
         "context": {**device_context(args.commit), "python": platform.python_version(), "step": "edges"},
         "rows": rows,
         "summary": {

@@ -6,8 +6,8 @@ reduce-scatter sums them, each rank unpacks its shards). Every element is checke
 expected values and against the same step done with torch's copies (`_foreach_copy_` in,
 `split_with_sizes_copy` out).
 
-    torchrun --nproc-per-node 2 scripts/allgather_pack.py [--json OUT] [--small] [--check-only]
-    python scripts/allgather_pack.py [--device cpu]          (a world of one)
+    torchrun --nproc-per-node 2 benchmarks/probes/allgather_pack.py [--json OUT] [--small] [--check-only]
+    python benchmarks/probes/allgather_pack.py [--device cpu]          (a world of one)
 
 On CUDA the collectives are NCCL's and the copy-in and copy-out are timed beside torch's with
 `tmakit.bench.timing` (CUDA-graph replay and the eager call, medians), with the whole step; on the

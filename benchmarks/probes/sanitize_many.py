@@ -2,7 +2,7 @@
 for compute-sanitizer to watch (`scripts/device_run.sh ... sanitize`): one call, every tensor
 checked against its source; exit 1 on a mismatch or when the grouped kernel did not run.
 
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_many.py [--count N]
+    compute-sanitizer --tool racecheck python3 benchmarks/probes/sanitize_many.py [--count N]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ launch alone outside and inside an op (registered for CompositeExplicitAutograd,
 ops are, and for the CUDA key), each op beside its kernel called directly and its API call, and
 three pure-Python calibrations to compare hosts by.
 
-    python scripts/op_path_probe.py --commit SHA --json OUT
+    python benchmarks/probes/op_path_probe.py --commit SHA --json OUT
 
 Each call runs back to back (300 calls a round, after 20 warm-up calls), 9 rounds; the JSON holds
 each call's median microseconds per call and the ratios its summary derives.

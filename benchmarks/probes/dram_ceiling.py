@@ -5,8 +5,8 @@ by Nsight Compute over an application range that holds 100 of its operations bac
 nothing else, so that the driver's memcpy behind torch's `copy_`, which ncu's kernel replay cannot
 see, is measured too.
 
-    python3 scripts/dram_ceiling.py --out DIR [--mib 1024]     (times, then runs ncu per case)
-    python3 scripts/dram_ceiling.py --target CASE MIB          (what ncu profiles)
+    python3 benchmarks/probes/dram_ceiling.py --out DIR [--mib 1024]     (times, then runs ncu per case)
+    python3 benchmarks/probes/dram_ceiling.py --target CASE MIB          (what ncu profiles)
 
 Writes DIR/dram-ceiling.json: per case, bytes moved, us per operation (median), GB/s of
 read+write traffic, and ncu's DRAM bytes, range duration and throughput (% of peak sustained,
