@@ -248,8 +248,16 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
     "args, shown",
     [
         (
-            ["--kernel", "copy", "--shape", "4096x4096"],
-            ["copy              row-major source into a row-major", "stores"],
+            ["--kernel", "copy", "--shape", "2048x4096"],  # 16 MiB: within the L2, TMA's
+            [
+                "route             tma (the tensors as laid out)",
+                "copy              row-major source into a row-major",
+                "stores",
+            ],
+        ),
+        (
+            ["--kernel", "copy", "--shape", "4096x4096"],  # both past the L2: the driver's memcpy, as copy_
+            ["route             torch (a row-major copy of one layout past the L2", "no TMA plan"],
         ),
         (
             ["--kernel", "transpose", "--shape", "4096x4096"],
@@ -309,6 +317,7 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
     ],
     ids=[
         "copy",
+        "copy-past-the-l2",
         "transpose",
         "reduce",
         "options",
@@ -357,7 +366,8 @@ def test_plan_refuses_what_a_kernel_does_not_take(args, refusal):
 def test_explain_takes_the_kernel_plan_takes():
     transpose = tmakit("explain", "--kernel", "transpose", "--shape", "4096x4096")
     assert transpose.returncode == 0, transpose.stderr
-    assert transpose.stdout.startswith("transpose         row-major source into a col-major destination")
+    assert transpose.stdout.startswith("route             tma (the tensors as laid out)")
+    assert "\ntranspose         row-major source into a col-major destination" in transpose.stdout
     assert "1. Why a coordinate tensor?" in transpose.stdout and "4 consumer warp(s)" in transpose.stdout
     reduce = json.loads(
         tmakit("explain", "--kernel", "reduce", "--reduce", "amax", "--dtype", "bf16", "--json").stdout
@@ -433,7 +443,11 @@ def test_a_kernel_plan_is_the_plan_copy_makes():
         assert f"pipeline          {copy.ring.stages} stages" in text, text
     rows = tmakit("plan", "--kernel", "copy", "--copy", "bulk=true").stdout
     assert "as 59136 rows of 256 (bulk=true)" in rows and "bulk copies       runs of" in rows
-    beyond = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192").stdout  # 128 MiB, past the L2
-    assert "as 262144 rows of 256 (as_rows=true)" in beyond and "tile              64 x 256" in beyond, beyond
+    beyond = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192", "--gpu", "h100").stdout  # 128 MiB
+    assert "route             torch (a row-major copy of one layout past the L2" in beyond, beyond
+    transposed = tmakit("plan", "--kernel", "transpose", "--shape", "8192x8192").stdout  # TMA's past the L2
+    assert "route             tma" in transposed and "into a col-major destination" in transposed
     strided = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192", "--tile", "16x256").stdout
-    assert "rows of" not in strided  # a tile given: the tensor's own tiles, as copy_ with one
+    assert "no TMA plan" in strided  # a tile given is checked, and the driver's memcpy still copies
+    rows_past = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192", "--copy", "as_rows=true").stdout
+    assert "route             torch" in rows_past  # the rule reads no option: copy_ takes the memcpy too

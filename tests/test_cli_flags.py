@@ -56,6 +56,7 @@ VALUE = {
     "copy": "stages=4",
     "rows": "gather:100",
     "many": "4096x10",
+    "gpu": "h100",
     "specialised": None,
     "pipeline": "stages=4",
     "persistent_clusters": "auto",
@@ -73,6 +74,8 @@ CONTEXT = {
     ("explain", "consumer_warps"): ["--stages", "2"],
     ("explain", "im2col"): ["--shape", "2x56x56x64"],
     ("demo", "shape"): [],
+    ("plan", "gpu"): ["--kernel", "copy"],  # the GPU whose call a kernel's route and plan are
+    ("explain", "gpu"): ["--kernel", "rows", "--rows", "gather:100", "--shape", "1000x64"],
 }
 
 

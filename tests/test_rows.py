@@ -178,9 +178,16 @@ def test_the_cli_plans_and_explains_rows_by_index():
     from entry_point import one_error_line, tmakit
 
     plan = tmakit(
-        "plan", "--kernel", "rows", "--rows", "gather:16384", "--shape", "131072x4096", "--dtype", "bf16"
+        "plan", "--kernel", "rows", "--rows", "gather:16384", "--shape", "131072x512", "--dtype", "bf16"
     )
-    assert plan.returncode == 0 and "4 x 4 rows (32768 bytes)" in plan.stdout
+    assert plan.returncode == 0 and "4 x 32 rows (32768 bytes)" in plan.stdout, plan.stdout
+    assert plan.stdout.startswith("route             tma-rows-bulk (one bulk copy per row)")
+    past = tmakit(
+        "plan", "--kernel", "rows", "--rows", "gather:16384", "--shape", "131072x4096", "--gpu", "h100"
+    )
+    assert "route             torch (rows of 8192 bytes: from 1024 torch's kernel" in past.stdout, (
+        past.stdout
+    )
     explain = tmakit(
         "explain", "--kernel", "rows", "--rows", "add:100", "--shape", "1000x32", "--dtype", "fp32"
     )

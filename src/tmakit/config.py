@@ -218,6 +218,15 @@ def padded_strides(shape: tuple[int, ...], itemsize: int, major: str = "row") ->
 ROW_VIEW_WIDTHS = (256, 128, 64, 32, 16)  # a compact tensor's memory viewed as rows, widest first
 
 
+def compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major element strides without gaps, as torch gives a contiguous tensor of `shape`."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
 def is_compact(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Row-major without gaps, as torch's `is_contiguous` reads it: an extent-1 dim's stride is
     never used, and an empty tensor is compact."""

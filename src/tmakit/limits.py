@@ -71,8 +71,13 @@ L2_HINTS = {
 }
 
 # -- the card tmakit is measured on (used where no GPU reports its own) --------------------------
-DEFAULT_SM_COUNT = 132  # H200
-DEFAULT_L2_BYTES = 60 * 1024 * 1024  # H200
+# The Hopper GPUs `tmakit plan`/`explain --gpu` plan for: the name the driver gives, SMs, L2 bytes.
+GPUS: dict[str, tuple[str, int, int]] = {
+    "h100": ("NVIDIA H100 80GB HBM3", 132, 50 * 1024 * 1024),
+    "h200": ("NVIDIA H200", 132, 60 * 1024 * 1024),
+}
+DEFAULT_GPU = "h200"  # what a plan assumes where no GPU is named or at hand
+_, DEFAULT_SM_COUNT, DEFAULT_L2_BYTES = GPUS[DEFAULT_GPU]
 # Datasheet DRAM bandwidth in bytes/s, by a substring of the device name.
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12, "H100 SXM": 3.35e12}
 

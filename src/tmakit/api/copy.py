@@ -15,7 +15,7 @@ from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_des
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
-from ..plan.copy_layout import plan_pair
+from ..plan.copy_layout import decide_copy, plan_pair
 from ..plan.route import BY_THE_DRIVER, PairFacts, Route, TensorFacts, copy_route
 from ..runtime.dispatch import CopyDispatch, Launcher, Signature
 from ..runtime.launch import copy_launcher, tvm_ffi_available
@@ -355,16 +355,12 @@ def copy_path(
         raise
     if chosen != _DEFAULT_OPTIONS:
         check_options(dst, src, chosen, facts)
-    route = copy_route(facts, l2_bytes=None if strict else l2_of(src))
-    route = routed(dst, src, chosen, route, strict, compiled=False)[0]
     if strict:
+        route = routed(dst, src, chosen, copy_route(facts), strict, compiled=False)[0]
         refuse_unless_tma(dst, src, chosen, route)
-    if route.path == "tma" and route.view is None and src.is_contiguous() and dst.is_contiguous():
-        nbytes = src.element_size()
-        in_l2 = copy_fits_l2(src.numel() * nbytes, device_facts(src.device)[1])
-        if default_as_rows(chosen, False, True, in_l2, src.numel(), nbytes):
-            route = dataclasses.replace(route, reason=f"{route.reason}, as rows of its memory: beyond the L2")
-    return route
+        return decide_copy(facts, chosen, device_facts(src.device), None).route if route.by_tma else route
+    device = device_facts(src.device) if facts.src.device >= 0 else HOPPER
+    return decide_copy(facts, chosen, device, l2_of(src)).route
 
 
 def routed_copy_launcher(

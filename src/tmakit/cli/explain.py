@@ -27,7 +27,15 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
+from .kernels import (
+    add_kernel_arguments,
+    call_plan,
+    copy_choice,
+    family_flags,
+    family_help,
+    family_kernels,
+    im2col_plan,
+)
 
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
 
@@ -65,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.explain(args)
+    if args.kernel in ("copy", "transpose"):
+        return _explain_copy(args)
     if args.kernel != "load":
         plan, head = call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
@@ -74,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
     kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
-    refuse_given(args, ("copy", *family_flags()), f"without --kernel {kernels}")
+    refuse_given(args, ("copy", "gpu", *family_flags()), f"without --kernel {kernels}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -83,6 +93,22 @@ def run(args: argparse.Namespace) -> int:
     check_listed_tiles(pipeline.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
     result = explain(pipeline, highlight_tile(load, args.highlight), multicast, args.reduce)
     emit(args, result, to_text(result))
+    return 0
+
+
+def _explain_copy(args: argparse.Namespace) -> int:
+    """`explain --kernel copy|transpose`: the route `tmakit.copy_` takes on --gpu, then, where TMA
+    serves it, the seed's three questions of its ring."""
+    choice = copy_choice(args)
+    lines = choice.lines(args.gpu)
+    if choice.plan is None:
+        emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
+        return 0
+    copy = choice.plan
+    check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
+    result = explain(copy.ring, highlight_tile(copy.load, None), None, None)
+    result["kernel"] = {"kind": args.kernel, **choice.described(args.gpu)}
+    emit(args, result, "\n".join([*lines, "", to_text(result)]))
     return 0
 
 

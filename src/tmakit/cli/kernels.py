@@ -6,21 +6,123 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 from .. import registry
-from ..config import SEED, LoadConfig, dtype_named, padded_strides
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
+from ..config import DTYPES, SEED, LoadConfig, dtype_named, padded_strides
+from ..errors import TmaConfigError
+from ..limits import DEFAULT_GPU, DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GPUS
 from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, ReducePlan
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2
-from ..plan.copy_layout import copy_rows_view
+from ..plan.copy_layout import CopyDecision, copy_rows_view, decide_copy
 from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
+from ..plan.route import PairFacts, Route, TensorFacts, moved_dtype
 from ..validate import check_load_config
 from .args import PAD_FIX, REDUCE_OP, CommandError, refuse_given
 
 KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # plan's and explain's own --kernel
+
+
+# What `plan`/`explain --kernel` assume of a call's tensors besides their flags: the facts a route
+# reads that flags do not give.
+ASSUMED = (
+    "the tensors on one GPU of --gpu, their base addresses 16-byte aligned and apart (no overlap), "
+    "none recorded by autograd, not inside a CUDA-graph capture"
+)
+
+
+NO_TMA_PLAN = "no TMA plan       torch's op serves the call"
+
+
+@dataclass(frozen=True)
+class CopyChoice:
+    """What `--kernel copy|transpose` plans: the decision `tmakit.copy_` makes on the named GPU
+    (`decision`: its route, then the plan of its pair, as `tmakit.copy_path` reads it), the
+    concrete plan of a TMA route's ring (None: torch's copy_ serves the call) and its head line."""
+
+    decision: CopyDecision
+    plan: CopyPlan | None
+    head: str
+
+    def lines(self, gpu: str) -> list[str]:
+        """The route on `gpu`, the facts assumed, then the plan (or why there is none)."""
+        plan = [] if self.plan is None else [self.head, *self.plan.summary().splitlines()]
+        return route_lines(self.decision.route, gpu, plan)
+
+    def described(self, gpu: str) -> dict:
+        """`--json`'s kernel entry: the route, the GPU, the facts assumed and the summary lines."""
+        return described_route(self.decision.route, gpu, self.lines(gpu))
+
+
+def route_lines(route: Route, gpu: str, plan: list[str]) -> list[str]:
+    """What `plan`/`explain --kernel` print first: the `route` the call takes on `gpu` (a key of
+    `GPUS`) and the facts assumed, then the `plan` of that route's kernel (none: torch's op)."""
+    name, sm_count, l2_bytes = GPUS[gpu]
+    found = [
+        f"route             {route.path} ({route.reason})",
+        f"on                an {name} ({sm_count} SMs, {l2_bytes >> 20} MiB of L2)",
+        f"assumes           {ASSUMED}",
+    ]
+    if plan:
+        return [*found, *plan]
+    return [*found, "no kernel         nothing to move" if route.path == "empty" else NO_TMA_PLAN]
+
+
+def described_route(route: Route, gpu: str, lines: list[str]) -> dict:
+    """`--json`'s kernel entry of a routed call: its route, the GPU, the facts assumed, the lines."""
+    path = {"path": route.path, "reason": route.reason, "moved_as": route.moved_as}
+    return {"gpu": gpu, "route": path, "assumes": ASSUMED, "summary": lines}
+
+
+def copy_choice(args: argparse.Namespace) -> CopyChoice:
+    """`--kernel copy|transpose`: the decision `tmakit.copy_` makes for a destination in the
+    tensor's layout (copy: the source's strides) or the other (transpose: compact), on --gpu, with
+    `--copy`'s options and `--tile` (`plan.copy_layout.decide_copy`, what `copy_path` reads), and
+    the plan of its ring where TMA serves it."""
+    kernel = args.kernel
+    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "reduce")
+    refuse_given(
+        args,
+        (*refused, *family_flags()),
+        f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)",
+    )
+    options = CopyOptions.parse(args.copy or "")
+    if "tile" in args.given:
+        if options.tile is not None:
+            raise CommandError("give the tile once: --tile or --copy tile=..., not both")
+        options = replace(options, tile=args.tile)
+    element = dtype_named(args.dtype)
+    transpose = kernel == "transpose"
+    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
+    source = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
+    other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
+    destination = LoadConfig(args.shape, element.name, SEED.tile, 0, other) if transpose else source
+    name, sm_count, l2_bytes = GPUS[args.gpu]
+    facts = PairFacts(*(
+        TensorFacts(args.shape, config.element_strides, element.torch_name, element.nbytes, address, 0)
+        for config, address in ((destination, 1 << 40), (source, 1 << 41))
+    ))  # fmt: skip
+    decision = decide_copy(facts, options, (sm_count, l2_bytes), l2_bytes)
+    pair = decision.pair
+    if pair is None:
+        return CopyChoice(decision, None, "")
+    moved = DTYPES[moved_dtype(element.torch_name)].name
+    if pair.view is not None:  # planned as the rows of its memory, as copy_ plans it
+        config = LoadConfig(pair.view, moved, pair.tile, 0, "row")
+    else:
+        shape, src_strides, _ = decision.route.view or (args.shape, source.element_strides, None)
+        config = LoadConfig(shape, moved, pair.tile, 0, pair.majors[0], src_strides)
+    rows = f", as {pair.view[0]} rows of {pair.view[1]}" if pair.view is not None else ""
+    try:
+        check_load_config(config, stride_fix=PAD_FIX)
+    except TmaConfigError:  # a view only its class takes (extent-1 dims dropped): the class's plan
+        plan, rows = pair.copy, f"{rows}, its class (extents given at each call)"
+    else:
+        plan = pair.options.plan(LoadPlan(config), pair.transpose, sm_count, pair.fits_l2)
+    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination{rows}"
+    return CopyChoice(decision, plan, f"{head} ({pair.options.describe()})")
 
 
 def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
@@ -37,6 +139,7 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
         "consumer_warps",
         "swizzle",
         "im2col",
+        "gpu",  # a reduce's route is not read here yet: it plans for an H200
         *family_flags(),
     )
     refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
@@ -89,6 +192,12 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
     `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
     `im2col` say what the command does with those."""
     parser.add_argument("--kernel", choices=[*KERNELS, *family_kernels()], default="load", help=kernel)
+    parser.add_argument(
+        "--gpu",
+        choices=tuple(GPUS),
+        default=DEFAULT_GPU,
+        help=f"the GPU whose call --kernel plans (its SMs and L2; default {DEFAULT_GPU})",
+    )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
@@ -147,6 +256,7 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
         "cluster",
         "reduce",
         "copy",
+        "gpu",
         *family_flags(),
     )
     refuse_given(

@@ -19,7 +19,15 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
+from .kernels import (
+    add_kernel_arguments,
+    call_plan,
+    copy_choice,
+    family_flags,
+    family_help,
+    family_kernels,
+    im2col_plan,
+)
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -43,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "im2col", *family_flags()),
+        ("copy", "reduce", "im2col", "gpu", *family_flags()),
         f"without --kernel {', '.join(('copy', 'transpose', 'reduce', 'im2col', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
@@ -97,6 +105,11 @@ def _plan_kernel(args: argparse.Namespace) -> int:
         lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
         kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
         emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
+        return 0
+    if args.kernel in ("copy", "transpose"):
+        choice = copy_choice(args)
+        lines = choice.lines(args.gpu)
+        emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
         return 0
     plan, head = call_plan(args)
     summary = [head, *plan.summary().splitlines()]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, major_of, rows_view
+from ..config import DTYPES, ROW_VIEW_WIDTHS, contiguous_index, is_compact, major_of, rows_view
 from ..errors import TmaConfigError
 from ..validate import check_outer_strides, check_rank
 from .copy import CopyOptions, CopyPlan, default_as_rows
 from .copy_class import check_copy_shape, copy_class
 from .copy_defaults import fits_l2 as copy_fits_l2
+from .route import PairFacts, Route, copy_route, moved_dtype
 
 
 def copy_rows_view(
@@ -110,3 +111,56 @@ def plan_pair(
     copy = copy_class(options, dtype, len(shape), majors[0], transpose, tile, sm_count, fits_l2)
     check_copy_shape(copy, shape, strides, contiguous, nbytes)  # before anything compiles
     return replace(layout, copy=copy, contiguous=contiguous)
+
+
+# The words a route's reason gains where the defaults copy a compact pair as rows (`plan_pair`).
+AS_ROWS_BEYOND_L2 = "as rows of its memory: beyond the L2"
+
+
+@dataclass(frozen=True)
+class CopyDecision:
+    """What a copy call does, decided before anything is launched: its `route` (`Route`: path and
+    reason) and, on a TMA route, the plan of the pair it moves (`PairPlan`, with its class)."""
+
+    route: Route
+    pair: PairPlan | None = None
+
+
+def decide_copy(
+    facts: PairFacts, options: CopyOptions, device: tuple[int, int], l2_rule: int | None
+) -> CopyDecision:
+    """The decision of a copy of `facts`' tensors with `options` on a GPU of `device` = (SM count,
+    L2 bytes). Options given are planned first on the route a strict call takes, so that whatever
+    then serves the call, options its planner refuses raise. Then the route `copy_route` gives
+    (`l2_rule`: the L2 its measured rule reads, None for a strict call or tensors off a GPU) and,
+    on a TMA route, its pair planned as the call plans it (`plan_pair` on the route's view and
+    moved dtype). A TMA route whose planner refuses the tensors becomes torch's, with the
+    planner's words as its reason. What `copy_path` and `tmakit plan`/`explain --kernel copy` read."""
+    given = options != CopyOptions()
+    if given:
+        strict = copy_route(facts)
+        if strict.path not in ("torch", "empty"):
+            plan_route(facts, strict, options, device)  # the planner's refusal, raised
+    route = copy_route(facts, l2_bytes=l2_rule)
+    if route.path in ("torch", "empty"):
+        return CopyDecision(route)
+    try:
+        pair = plan_route(facts, route, options, device)
+    except TmaConfigError as error:
+        if given:
+            raise  # the options given are what TMA cannot take here
+        return CopyDecision(Route(route.op, "torch", str(error)))
+    compact = route.view is None and is_compact(facts.src.shape, facts.src.strides)
+    if compact and is_compact(facts.dst.shape, facts.dst.strides) and pair.view is not None and not given:
+        route = replace(route, reason=f"{route.reason}, {AS_ROWS_BEYOND_L2}")
+    return CopyDecision(route, pair)
+
+
+def plan_route(facts: PairFacts, route: Route, options: CopyOptions, device: tuple[int, int]) -> PairPlan:
+    """The pair a TMA `route` of `facts`' tensors moves, planned (`plan_pair`): its view where it
+    takes one, its moved dtype."""
+    shape, src_strides, dst_strides = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
+    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
+    return plan_pair(
+        options, moved_dtype(facts.src.dtype), shape, (src_strides, dst_strides), compact, device
+    )

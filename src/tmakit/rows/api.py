@@ -36,7 +36,7 @@ from .call import (
     rows_call,
     torch_op,
 )
-from .plan import INDEX_REDUCES, ROW_OPS, rows_tma_rule
+from .plan import INDEX_REDUCES, ROW_OPS, rows_route
 
 if TYPE_CHECKING:
     import torch
@@ -265,5 +265,4 @@ def rows_path(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.
     if table.dim() == 0:
         return torch_route(op, ZERO_D)
     check_rows(op, table, index, compact)
-    rule = rows_tma_rule(facts(op, table, index, compact))
-    return Route(op, "tma-rows-bulk", "one bulk copy per row") if rule is None else torch_route(op, rule)
+    return rows_route(facts(op, table, index, compact))

@@ -45,7 +45,15 @@ from ..limits import (
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
 from ..plan.reduce import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
-from ..plan.route import NOT_SM90, NOT_SM90_REASON, RECORDED_BY_AUTOGRAD, TensorFacts, lazy_reason
+from ..plan.route import (
+    NOT_SM90,
+    NOT_SM90_REASON,
+    RECORDED_BY_AUTOGRAD,
+    Route,
+    TensorFacts,
+    lazy_reason,
+    torch_route,
+)
 from ..validate import check_field_types, one_of
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
@@ -400,6 +408,22 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     if not strict and high is not None and row_bytes >= high:
         return f"rows of {row_bytes} bytes: from {high} torch's kernel gathers as fast, for less host time"
     return None
+
+
+# The reason of a rows call whose index is empty: it moves nothing, whatever its rows.
+NO_ROWS = "an empty index: no row to move"
+
+
+def rows_route(facts: RowsFacts) -> Route:
+    """The route of a rows call of `facts`: nothing for an empty index, one bulk copy per row, or
+    torch's op with the rule that refused (`rows_tma_rule`). What `rows_path`, the call and
+    `tmakit plan`/`explain --kernel rows` read."""
+    if facts.compact.shape and facts.compact.shape[0] == 0:
+        return Route(facts.op, "empty", NO_ROWS)
+    rule = rows_tma_rule(facts)
+    if rule is not None:
+        return torch_route(facts.op, rule)
+    return Route(facts.op, "tma-rows-bulk", "one bulk copy per row")
 
 
 def row_reduce_rule(op: str, torch_dtype: str) -> str | None:

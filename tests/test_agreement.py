@@ -1,0 +1,254 @@
+"""`tmakit plan`, the `*_path` functions and the call agree: for random tensors and options, the
+route `tmakit plan --kernel K --gpu G --json -` prints, the route `copy_path`/`rows_path` returns
+and the route the call takes are the same (path and reason), or all three refuse.
+
+The call runs on CPU tensors standing in for an H200's (`stand_ins.gpu_stand_ins`: its SMs and L2,
+launchers that launch nothing); what it takes is read where it decides (`api.copy.routed`, the
+driver's launcher, the rows call's rule). The facts the CLI assumes (`cli.kernels.ASSUMED`: one
+GPU, aligned bases, tensors apart, no autograd, no capture) are what the drawn tensors are."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import tmakit  # noqa: E402
+from stand_ins import gpu_stand_ins  # noqa: E402
+from tmakit import TmaConfigError, cli  # noqa: E402
+from tmakit.config import DTYPES, LoadConfig, padded_strides  # noqa: E402
+from tmakit.limits import GPUS  # noqa: E402
+from tmakit.plan.copy_layout import AS_ROWS_BEYOND_L2  # noqa: E402
+from tmakit.plan.route import BY_THE_DRIVER, Route  # noqa: E402
+from tmakit.rows.plan import NO_ROWS  # noqa: E402
+
+EXAMPLES = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+COPY_DTYPES = ("fp16", "bf16", "fp32", "int8", "int64")
+REFUSED = "refused"
+
+
+def planned(argv: list[str]) -> tuple[str, str] | str:
+    """The route `tmakit plan ARGV --json -` prints, or REFUSED where it exits with an error."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.main(["plan", *argv, "--json", "-"])
+    if code != 0:
+        return REFUSED
+    route = json.loads(out.getvalue())["kernel"]["route"]
+    return route["path"], route["reason"]
+
+
+def seen(route: Route) -> tuple[str, str]:
+    return route.path, route.reason.removesuffix(f", {AS_ROWS_BEYOND_L2}")
+
+
+@st.composite
+def copies(draw):
+    """A copy's flags: kernel, shape (up to ~48 MiB a tensor, past an H200's L2 for both), dtype,
+    layout, padding and options."""
+    dtype = draw(st.sampled_from(COPY_DTYPES))
+    rows = draw(st.integers(1, 6000))
+    cols = draw(st.integers(1, 6000 if draw(st.booleans()) else 64))
+    batch = draw(st.sampled_from([(), (), (2,), (3,)]))
+    shape = (*batch, rows, cols)
+    options = draw(
+        st.sampled_from(["", "", "stages=3", "tile=32x128", "as_rows=true", "tile=7x7", "store_depth=2"])
+    )
+    return {
+        "kernel": draw(st.sampled_from(["copy", "transpose"])),
+        "shape": shape,
+        "dtype": dtype,
+        "layout": draw(st.sampled_from(["row", "col"])),
+        "pad": draw(st.booleans()),
+        "options": options,
+    }
+
+
+def copy_tensors(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call's tensors as the CLI describes them: a source of --layout (padded with --pad), a
+    destination of its strides (copy) or compact in the other layout (transpose)."""
+    element = DTYPES[case["dtype"]]
+    dtype = getattr(torch, element.torch_name)
+    shape, layout = case["shape"], case["layout"]
+    strides = padded_strides(shape, element.nbytes, layout) if case["pad"] else None
+    source = LoadConfig(shape, element.name, (1, 1), 0, layout, strides).element_strides
+    other = {"row": "col", "col": "row"}[layout]
+    target = LoadConfig(shape, element.name, (1, 1), 0, other).element_strides
+    destination = target if case["kernel"] == "transpose" else source
+    span = lambda st_: sum((n - 1) * s for n, s in zip(shape, st_, strict=True)) + 1  # noqa: E731
+    src = torch.empty(span(source), dtype=dtype).as_strided(shape, source)
+    dst = torch.empty(span(destination), dtype=dtype).as_strided(shape, destination)
+    return dst, src
+
+
+def options_of(text: str) -> dict:
+    if not text:
+        return {}
+    name, _, value = text.partition("=")
+    if name == "tile":
+        return {"tile": tuple(int(v) for v in value.split("x"))}
+    return {name: value == "true" if value in ("true", "false") else int(value)}
+
+
+@pytest.fixture
+def on_a_stand_in_h200(monkeypatch):
+    """CPU tensors as an H200's, `copy_` routed as on the GPU, what the call takes recorded."""
+    gpu_stand_ins(monkeypatch)
+    api_copy = importlib.import_module("tmakit.api.copy")
+    from tmakit.runtime.dispatch import CopyDispatch
+
+    taken: list[tuple[str, str]] = []
+    routed, driver = api_copy.routed, api_copy.driver_launcher
+
+    def routed_seen(*args, **kwargs):
+        route, launcher = routed(*args, **kwargs)
+        taken.append(seen(route))
+        return route, launcher
+
+    def driver_seen(nbytes):
+        taken.append(("torch", BY_THE_DRIVER))
+        return driver(nbytes)
+
+    monkeypatch.setattr(api_copy, "routed", routed_seen)
+    monkeypatch.setattr(api_copy, "driver_launcher", driver_seen)
+    monkeypatch.setattr(api_copy, "l2_of", lambda src: GPUS["h200"][2])  # the stand-ins' GPU
+
+    def first_call() -> list[tuple[str, str]]:
+        """A new dispatch (each drawn call a first call, as the CLI plans one) and no route yet."""
+        dispatch = CopyDispatch(
+            api_copy.routed_copy_launcher,
+            api_copy.check_copy_tensors,
+            fallback=api_copy.torch_copy,
+            guard_of=api_copy.pair_guard,
+        )
+        monkeypatch.setattr(api_copy, "_COPIES", dispatch)
+        taken.clear()
+        return taken
+
+    return first_call
+
+
+def test_the_gpus_planned_for_are_the_stand_ins():
+    assert GPUS["h200"][1:] == (132, 60 * 2**20)
+
+
+def agreed_copy(case: dict, first_call) -> tuple[str, str] | str:
+    """The route `tmakit plan`, `copy_path` and `copy_` take for `case`, asserted one."""
+    taken = first_call()
+    shape = "x".join(map(str, case["shape"]))
+    argv = ["--kernel", case["kernel"], "--shape", shape, "--dtype", case["dtype"]]
+    argv += ["--layout", case["layout"], *(["--pad"] if case["pad"] else [])]
+    argv += ["--copy", case["options"]] if case["options"] else []
+    cli_route = planned(argv)
+    dst, src = copy_tensors(case)
+    options = options_of(case["options"])
+    try:
+        path_route = seen(tmakit.copy_path(dst, src, **options))
+    except TmaConfigError:
+        path_route = REFUSED
+    try:
+        tmakit.copy_(dst, src, **options)
+        call_route = taken[-1] if taken else None
+    except TmaConfigError:
+        call_route = REFUSED
+    assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
+    return cli_route
+
+
+@EXAMPLES
+@given(case=copies())
+def test_plan_copy_path_and_copy_agree(case, on_a_stand_in_h200):
+    """The route of `tmakit plan --kernel copy|transpose`, `copy_path` and `copy_` are one."""
+    agreed_copy(case, on_a_stand_in_h200)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "shape", "dtype", "options", "path"),
+    [
+        ("copy", (1000, 1000), "fp16", "", "tma"),
+        ("transpose", (1000, 1000), "fp16", "", "tma"),
+        ("copy", (6000, 6000), "fp32", "", "torch"),  # past the L2: the driver's memcpy
+        ("transpose", (6000, 6000), "fp32", "", "tma"),
+        ("copy", (100, 3), "fp16", "", "tma-rows"),
+        ("copy", (1000, 1000), "fp16", "tile=7x7", REFUSED),
+        ("copy", (6000, 6000), "fp32", "tile=7x7", REFUSED),  # options checked on every route
+    ],
+)
+def test_the_routes_drawn_are_reached(kernel, shape, dtype, options, path, on_a_stand_in_h200):
+    """The draws above reach every kind of route; these fixed cases pin one of each."""
+    case = {
+        "kernel": kernel,
+        "shape": shape,
+        "dtype": dtype,
+        "layout": "row",
+        "pad": False,
+        "options": options,
+    }
+    route = agreed_copy(case, on_a_stand_in_h200)
+    assert (route if route == REFUSED else route[0]) == path
+
+
+@st.composite
+def rows_calls(draw):
+    """A rows call's flags: op, count, table shape, dtype and the GPU."""
+    op = draw(st.sampled_from(["gather", "scatter", "add", "max"]))
+    dtype = {"add": "fp32", "max": "int32"}.get(op, draw(st.sampled_from(["bf16", "fp16", "fp32", "int8"])))
+    row = draw(st.sampled_from([(1,), (4,), (8,), (64,), (512,), (1024,), (4096,), (8, 64), (2, 2048)]))
+    rows = draw(st.integers(1, 400))
+    count = draw(st.integers(0, 300))
+    return {
+        "op": op,
+        "count": min(count, rows) if op == "scatter" else count,  # a scatter's rows are distinct
+        "shape": (rows, *row),
+        "dtype": dtype,
+        "gpu": draw(st.sampled_from(sorted(GPUS))),
+    }
+
+
+@EXAMPLES
+@given(case=rows_calls())
+def test_plan_rows_path_and_the_rows_call_agree(case, monkeypatch):
+    """The route of `tmakit plan --kernel rows`, `rows_path` and the call are one, on either GPU."""
+    gpu_stand_ins(monkeypatch)
+    rows_call = importlib.import_module("tmakit.rows.call")
+    monkeypatch.setattr(rows_call, "device_name", lambda index: GPUS[case["gpu"]][0])
+    rules: list[str | None] = []
+    rule = rows_call.rows_tma_rule
+    monkeypatch.setattr(rows_call, "rows_tma_rule", lambda *args: rules.append(rule(*args)) or rules[-1])
+    shape, op, count = case["shape"], case["op"], case["count"]
+    argv = ["--kernel", "rows", "--rows", f"{op}:{count}", "--shape", "x".join(map(str, shape))]
+    cli_route = planned([*argv, "--dtype", case["dtype"], "--gpu", case["gpu"]])
+    dtype = getattr(torch, DTYPES[case["dtype"]].torch_name)
+    table = torch.zeros(shape, dtype=dtype)
+    compact = torch.zeros((count, *shape[1:]), dtype=dtype)
+    index = torch.arange(count).flip(0) % shape[0]
+    try:
+        path_route = seen(tmakit.rows_path(op, table, index, compact))
+    except TmaConfigError:
+        path_route = REFUSED
+    call = {
+        "gather": lambda: tmakit.gather_rows(table, index, compact),
+        "scatter": lambda: tmakit.scatter_rows_(table, index, compact),
+        "add": lambda: tmakit.index_add_(table, index, compact),
+        "max": lambda: tmakit.index_reduce_(table, index, compact, "amax"),
+    }[op]
+    try:
+        call()
+        if not rules:  # the call returned before its route: an empty index moves nothing
+            assert count == 0, "the call read no rule"
+            call_route = ("empty", NO_ROWS)
+        else:
+            call_route = (
+                ("tma-rows-bulk", "one bulk copy per row") if rules[-1] is None else ("torch", rules[-1])
+            )
+    except TmaConfigError:
+        call_route = REFUSED
+    assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
