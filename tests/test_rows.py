@@ -185,13 +185,11 @@ def test_the_cli_plans_and_explains_rows_by_index():
     past = tmakit(
         "plan", "--kernel", "rows", "--rows", "gather:16384", "--shape", "131072x4096", "--gpu", "h100"
     )
-    assert "route             torch (rows of 8192 bytes: from 1024 torch's kernel" in past.stdout, (
-        past.stdout
-    )
+    assert "route             torch (rows of 8192 bytes: from 1024 torch's kernel" in past.stdout, past.stdout
     explain = tmakit(
-        "explain", "--kernel", "rows", "--rows", "add:100", "--shape", "1000x32", "--dtype", "fp32"
+        "explain", "--kernel", "rows", "--rows", "add:100", "--shape", "1000x64", "--dtype", "fp32"
     )
-    assert "the full barrier expects 12800 bytes" in explain.stdout and "... 92 more" in explain.stdout
+    assert "the full barrier expects 25600 bytes" in explain.stdout and "... 92 more" in explain.stdout
     batched = json.loads(
         tmakit(
             "plan",
@@ -206,17 +204,27 @@ def test_the_cli_plans_and_explains_rows_by_index():
             "--json",
         ).stdout
     )
-    assert "gather: 64 rows of 128 bytes by index, a tensor of 100 rows" in batched["kernel"]["summary"][0]
+    summary = batched["kernel"]["summary"]
+    assert "gather: 64 rows of 128 bytes by index, a tensor of 100 rows" in summary[3]
+    assert batched["kernel"]["route"]["path"] == "tma-rows-bulk"
     for args, refusal in (
         (["--rows", "gather"], "give OP:COUNT"),
         (["--rows", "mean:3"], "rows op 'mean' is not one of"),
         (["--rows", "gather:3", "--tile", "8x8"], "--tile does not apply to --kernel rows"),
-        (["--rows", "gather:3", "--shape", "10x3"], "a row is 6 bytes"),
-        (["--rows", "min:3", "--dtype", "fp32"], "the bulk reduce (cp.reduce.async.bulk) takes min on"),
         (["--rows", "gather:\u00b2"], "give OP:COUNT"),
     ):
         run = tmakit("plan", "--kernel", "rows", *args)
         assert run.returncode == 2 and refusal in one_error_line(run), run.stderr
+    for args, reason in (  # what the call hands torch's op, it plans as torch's, with the rule's words
+        (["--rows", "gather:3", "--shape", "10x3"], "a row is 6 bytes"),
+        (["--rows", "min:3", "--dtype", "fp32"], "the bulk reduce (cp.reduce.async.bulk) takes min on"),
+    ):
+        run = tmakit("plan", "--kernel", "rows", *args)
+        assert (
+            run.returncode == 0
+            and run.stdout.startswith("route             torch (")
+            and reason in run.stdout
+        )
 
 
 # -- what the kernel can take, refused at construction --------------------------------------------

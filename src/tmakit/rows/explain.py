@@ -10,7 +10,9 @@ from ..cli.args import CommandError, digits_at_most, emit, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..limits import GPUS
+from ..plan.reduce import REDUCE_OP_ALIASES
 from ..plan.route import Route, TensorFacts
+from ..validate import one_of
 from .plan import MAX_INDEX_ENTRIES, ROW_OPS, RowsFacts, RowsPlan, rows_route
 
 KERNELS = ("rows",)  # the --kernel names this family plans and explains
@@ -52,9 +54,8 @@ def rows_plan(args: argparse.Namespace) -> tuple[Route, RowsPlan | None, list[in
             f"--rows {args.rows!r}: COUNT is at most {MAX_INDEX_ENTRIES}, the rows kernel's count of "
             "index entries (a 32-bit integer); split the index"
         )
-    op = op.strip()
-    if op not in ROW_OPS:
-        raise CommandError(f"--rows {args.rows!r}: OP is one of {', '.join(ROW_OPS)}")
+    op = REDUCE_OP_ALIASES.get(op.strip(), op.strip())  # torch's names (amax, amin) read as ours
+    one_of(op, "rows op", ROW_OPS)
     element = dtype_named(args.dtype)
     rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
     route = route_on_gpu(args, op, int(count))
