@@ -27,7 +27,15 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
+from .kernels import (
+    add_kernel_arguments,
+    call_plan,
+    family_flags,
+    family_kernels,
+    flag_readers,
+    im2col_plan,
+    many_plan,
+)
 
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
 # The chunks (four int64 words and a few temporaries each) `explain --kernel many` tables: 2^20
@@ -50,8 +58,7 @@ def add_parser(subparsers: Subparsers) -> None:
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        "an im2col box (with --im2col SPEC), rows by index (with --rows OP:COUNT), or a grouped copy "
-        "(with --many SIZES)",
+        "an im2col box (with --im2col SPEC), a grouped copy (with --many SIZES)",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
         "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
@@ -79,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
-    kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
+    kernels = ", ".join(("copy", "transpose", "reduce", *flag_readers()))
     refuse_given(args, ("copy", "many", *family_flags()), f"without --kernel {kernels} or many")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:

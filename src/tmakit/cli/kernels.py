@@ -117,7 +117,9 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
     """The options of a command that shows what one of tmakit's calls plans (`plan`, `explain`):
     `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
     `im2col` say what the command does with those."""
-    parser.add_argument("--kernel", choices=[*KERNELS, *family_kernels()], default="load", help=kernel)
+    parser.add_argument(
+        "--kernel", choices=[*KERNELS, *family_kernels()], default="load", help=kernel + families_help()
+    )
     parser.add_argument(
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
@@ -137,6 +139,21 @@ def family_kernels() -> dict[str, ModuleType]:
 def family_flags() -> tuple[str, ...]:
     """The options only one family reads (`--rows`): every other kernel refuses them."""
     return tuple(flag for family in registry.parts("explain") for flag in family.FLAGS)
+
+
+def flag_readers() -> tuple[str, ...]:
+    """The `--kernel` names of the families that read options of their own (`family_flags`)."""
+    return tuple(kernel for family in registry.parts("explain") if family.FLAGS for kernel in family.KERNELS)
+
+
+def families_help() -> str:
+    """The end of `--kernel`'s help: each family's names and what it does (its record's summary)."""
+    records = registry.records()
+    described = [
+        f"{'/'.join(family.KERNELS)} ({records[family.__name__.rpartition('.')[0]].summary})"
+        for family in registry.parts("explain")
+    ]
+    return f"; or a family's: {', '.join(described)}" if described else ""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,15 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_kernels, im2col_plan, many_plan
+from .kernels import (
+    add_kernel_arguments,
+    call_plan,
+    family_flags,
+    family_kernels,
+    flag_readers,
+    im2col_plan,
+    many_plan,
+)
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -30,7 +38,7 @@ def add_parser(subparsers: Subparsers) -> None:
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
         "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        "or rows by index with --rows OP:COUNT, or a grouped copy of tensors with --many SIZES",
+        "a grouped copy of tensors with --many SIZES",
         "--kernel reduce: the op (add, max, ...)",
         "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
@@ -41,10 +49,9 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kernel != "load":
         return _plan_kernel(args)
+    kernels = ", ".join(("copy", "transpose", "reduce", "im2col", *flag_readers()))
     refuse_given(
-        args,
-        ("copy", "reduce", "im2col", "many", *family_flags()),
-        "without --kernel copy, transpose, reduce, im2col, rows or many",
+        args, ("copy", "reduce", "im2col", "many", *family_flags()), f"without --kernel {kernels} or many"
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
