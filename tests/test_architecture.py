@@ -21,6 +21,7 @@ package listed in `tmakit.registry.PACKAGES`. The rules:
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+# The tree checked: this checkout's `src`, or the one $TMAKIT_ARCHITECTURE_SRC names (its docs/ beside
+# it), as tests/test_toy_family.py checks the tree a new family grows.
+SRC = Path(os.environ.get("TMAKIT_ARCHITECTURE_SRC") or Path(__file__).resolve().parents[1] / "src")
 PACKAGE = SRC / "tmakit"
 ROOT = "tmakit"
 

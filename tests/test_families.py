@@ -1,20 +1,16 @@
-"""Kernel families as data: the registry the bench command reads, and the proof that a new family
-is three new files (a plan, a kernel, a record) and no edit elsewhere."""
+"""Kernel families as data: the studies the bench command reads (a family package's, through the
+registry, and those of the modules on `tmakit.families`'s path). That a new family is one package,
+a registry line and its docs: tests/test_toy_family.py."""
 
 from __future__ import annotations
 
 import argparse
-import re
-import shutil
-from pathlib import Path
-
-import pytest
+import sys
 
 import tmakit.families
 from tmakit.cli import build_parser
 from tmakit.families import Family, chosen, families, tabled_study
 
-FIXTURES = Path(__file__).parent / "fixtures" / "toy_ring"
 BUILT_IN = {"load", "copy", "transpose", "reduce", "im2col", "multicast", "cluster-dot"}
 
 
@@ -30,25 +26,18 @@ def test_every_family_is_a_record_and_a_bench_kernel():
     assert set(kernel_choices()) == set(found)
 
 
-@pytest.fixture
-def toy_ring(tmp_path, monkeypatch):
-    """The toy ring's three files in a temporary package directory: the plan and kernel modules
-    importable, the record in a folder on `tmakit.families`'s path."""
-    code, records = tmp_path / "toy", tmp_path / "families"
-    code.mkdir()
-    records.mkdir()
-    shutil.copy(FIXTURES / "toy_ring_plan.py", code)
-    shutil.copy(FIXTURES / "toy_ring_kernel.py", code)
-    shutil.copy(FIXTURES / "toy_ring.py", records)
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.setattr(tmakit.families, "__path__", [*tmakit.families.__path__, str(records)])
-    return families()["toy-ring"]
-
-
-def test_a_new_family_is_three_files(toy_ring):
-    assert "toy-ring" in kernel_choices()
-    ptx = toy_ring.compile(toy_ring.example(), keep_ptx=True).ptx
-    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)  # a TMA load
+def test_a_module_on_the_package_path_adds_its_studies(tmp_path, monkeypatch):
+    """A study is found, not listed: a module of a folder added to `tmakit.families`'s path that
+    defines `STUDIES` is read too."""
+    (tmp_path / "found_study.py").write_text(
+        "from tmakit.families import Family\n\n"
+        "STUDIES = (Family('found', 'a study on the path', 'found', list, list, list),)\n"
+    )
+    monkeypatch.setattr(tmakit.families, "__path__", [*tmakit.families.__path__, str(tmp_path)])
+    try:
+        assert families()["found"].summary == "a study on the path"
+    finally:
+        sys.modules.pop("tmakit.families.found_study", None)
 
 
 def test_only_chooses_parts_by_the_start_of_their_names():
