@@ -15,6 +15,7 @@ from ..explain import (
     windows_to_text,
 )
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
+from . import kernels
 from .args import (
     COUNT,
     CommandError,
@@ -26,15 +27,6 @@ from .args import (
     load_plan,
     multicast_plan,
     refuse_given,
-)
-from .kernels import (
-    add_kernel_arguments,
-    call_plan,
-    copy_choice,
-    family_flags,
-    family_help,
-    family_kernels,
-    im2col_plan,
 )
 
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
@@ -51,11 +43,11 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--consumer-warps", type=COUNT, default=1, metavar="N", help="warps consuming each stage (default 1)"
     )
-    add_kernel_arguments(
+    kernels.add_kernel_arguments(
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
         "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        f"an im2col box (with --im2col SPEC), or {family_help()}",
+        f"an im2col box (with --im2col SPEC), or {kernels.family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
         "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
@@ -70,21 +62,21 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--im2col explains an im2col box: drop --kernel {args.kernel}")
     if args.im2col is not None or args.kernel == "im2col":
         return _explain_im2col(args)
-    family = family_kernels().get(args.kernel)
+    family = kernels.family_kernels().get(args.kernel)
     if family is not None:
         return family.explain(args)
     if args.kernel in ("copy", "transpose"):
         return _explain_copy(args)
     if args.kernel != "load":
-        plan, head = call_plan(args)
+        plan, head = kernels.call_plan(args)
         copy = plan.copy if isinstance(plan, ReducePlan) else plan
         check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
         result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
         result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
         emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
         return 0
-    kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
-    refuse_given(args, ("copy", "gpu", *family_flags()), f"without --kernel {kernels}")
+    named = ", ".join(("copy", "transpose", "reduce", *kernels.family_kernels()))
+    refuse_given(args, ("copy", "gpu", *kernels.family_flags()), f"without --kernel {named}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")
@@ -99,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 def _explain_copy(args: argparse.Namespace) -> int:
     """`explain --kernel copy|transpose`: the route `tmakit.copy_` takes on --gpu, then, where TMA
     serves it, the seed's three questions of its ring."""
-    choice = copy_choice(args)
+    choice = kernels.copy_choice(args)
     lines = choice.lines(args.gpu)
     if choice.plan is None:
         emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
@@ -114,7 +106,7 @@ def _explain_copy(args: argparse.Namespace) -> int:
 
 def _explain_im2col(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
-    choice = im2col_plan(args, "with --im2col")
+    choice = kernels.im2col_plan(args, "with --im2col")
     if choice.call.windows:
         if args.highlight is not None:
             raise CommandError(

@@ -188,6 +188,14 @@ def self_overlap_reason(strides: tuple[int, ...]) -> str:
     )
 
 
+def call_rule(lazy: str | None, recorded: bool) -> str | None:
+    """Why torch's op serves a call whatever its tensors' layout (None: nothing of the kind): a bit
+    torch applies lazily to a tensor as it reads, or autograd recording the call."""
+    if lazy is not None:
+        return lazy_reason(lazy)
+    return RECORDED_BY_AUTOGRAD if recorded else None
+
+
 def lazy_reason(lazy: str) -> str:
     """Why a tensor with a lazily applied bit takes torch's op."""
     return (

@@ -45,15 +45,7 @@ from ..limits import (
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
 from ..plan.reduce import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
-from ..plan.route import (
-    NOT_SM90,
-    NOT_SM90_REASON,
-    RECORDED_BY_AUTOGRAD,
-    Route,
-    TensorFacts,
-    lazy_reason,
-    torch_route,
-)
+from ..plan.route import NOT_SM90, NOT_SM90_REASON, Route, TensorFacts, call_rule, torch_route
 from ..validate import check_field_types, one_of
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
@@ -363,10 +355,9 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
         return NOT_SM90_REASON
     if device < 0 or device != compact.device or facts.index_device != device:
         return "the tensors and the index are not on one CUDA device"
-    if facts.lazy is not None:
-        return lazy_reason(facts.lazy)
-    if facts.recorded:
-        return RECORDED_BY_AUTOGRAD
+    applied = call_rule(facts.lazy, facts.recorded)
+    if applied is not None:
+        return applied
     if len(table.shape) < 2:
         return "a tensor of rank 1: its rows are single elements, which no bulk copy moves"
     row_elements = math.prod(table.shape[1:])
