@@ -14,7 +14,7 @@ from ..explain import (
     to_text,
     windows_to_text,
 )
-from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
+from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan
 from .args import (
     COUNT,
     CommandError,
@@ -27,9 +27,16 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
-
-TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
+from .kernels import (
+    TOO_MANY_TILES_FIX,
+    add_kernel_arguments,
+    call_plan,
+    explain_call,
+    family_flags,
+    family_help,
+    family_kernels,
+    im2col_plan,
+)
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -46,8 +53,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_kernel_arguments(
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
-        "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        f"an im2col box (with --im2col SPEC), or {family_help()}",
+        "tensor's layout (copy) or the other (transpose), an im2col box (with --im2col SPEC), or "
+        f"{family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
         "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
@@ -66,14 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if family is not None:
         return family.explain(args)
     if args.kernel != "load":
-        plan, head = call_plan(args)
-        copy = plan.copy if isinstance(plan, ReducePlan) else plan
-        check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
-        result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
-        result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
-        emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
-        return 0
-    kernels = ", ".join(("copy", "transpose", "reduce", *family_kernels()))
+        copy, head = call_plan(args)
+        return explain_call(args, copy, copy.summary(), head)
+    kernels = ", ".join(("copy", "transpose", *family_kernels()))
     refuse_given(args, ("copy", *family_flags()), f"without --kernel {kernels}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:

@@ -29,8 +29,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_kernel_arguments(
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        f"or {family_help()}",
+        f"(copy) or of the other (transpose), im2col with --im2col SPEC, or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
         "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_given(
         args,
         ("copy", "reduce", "im2col", *family_flags()),
-        f"without --kernel {', '.join(('copy', 'transpose', 'reduce', 'im2col', *family_kernels()))}",
+        f"without --kernel {', '.join(('copy', 'transpose', 'im2col', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -84,8 +83,9 @@ def _numbers(
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
-    """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
-    SM count and L2), from the tensor's flags and the kernel's options."""
+    """`plan --kernel copy|transpose|im2col` (or a family's `--kernel`, its `explain` part's): the
+    plan tmakit's call makes on an H200 (its SM count and L2), from the tensor's flags and the
+    kernel's options."""
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.plan(args)
