@@ -93,15 +93,14 @@ def reduces_as_gpu(monkeypatch):
     (compiled, launched), each compile's (plan, destination, shape-generic) and each launch's (op,
     shape, strides the kernel was given), recorded, nothing run."""
     pytest.importorskip("torch", reason="the torch API needs torch (pip install 'tmakit[gpu]')")
-    import importlib
 
-    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
+    from tmakit.reduce import call as api_reduce
+    from tmakit.reduce import launch as reduce_launch
 
-    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
     compiled, launched = [], []
 
-    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
+    def reduce_launcher(reduce, destination, device, shape_generic=False):
         compiled.append((reduce, destination, shape_generic))
 
         def launch(src, dst):
@@ -114,8 +113,8 @@ def reduces_as_gpu(monkeypatch):
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's device: CUDA 0
     monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
     monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: True)
-    for module in (api_copy, api_reduce):  # the class's compile (copy's class_launcher) and a shape's
-        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
-    api_copy.class_launcher.cache_clear()
+    for module in (reduce_launch, api_reduce):  # the class's compile (its class_launcher) and a shape's
+        monkeypatch.setattr(module, "reduce_launcher", reduce_launcher)
+    reduce_launch.class_launcher.cache_clear()
     yield compiled, launched
-    api_copy.class_launcher.cache_clear()
+    reduce_launch.class_launcher.cache_clear()

@@ -15,8 +15,8 @@ def gpu_stand_ins(monkeypatch) -> None:
     import torch
 
     from tmakit.api import load as api_load
-    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
+    from tmakit.reduce import call as api_reduce
     from tmakit.rows import call as api_rows
     from tmakit.runtime.dispatch import CopyDispatch
 
@@ -31,12 +31,14 @@ def gpu_stand_ins(monkeypatch) -> None:
     properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr("tmakit.ops_base.check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     for module in (api_copy, api_reduce):
         monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
-        monkeypatch.setattr(module, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(api_copy, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(api_reduce, "reduce_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_rows, "cuda_index", lambda tensor: 0)

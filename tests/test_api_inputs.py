@@ -17,8 +17,8 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.api import load as api_load
-from tmakit.api import reduce_call as api_reduce
 from tmakit.api import tensors as api_tensors
+from tmakit.reduce import call as api_reduce
 from tmakit.runtime.dispatch import CopyDispatch
 
 api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
@@ -36,7 +36,8 @@ def nothing_compiles(monkeypatch):
     copy_ dispatch (nothing a test planned is found by the next)."""
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
     monkeypatch.setattr(api_copy, "copy_launcher", refuse)
-    monkeypatch.setattr(api_reduce, "copy_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "reduce_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "class_launcher", refuse)
     monkeypatch.setattr(api_load, "compile_tile_load", refuse)
     monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     if importlib.util.find_spec("torch") is not None:
@@ -418,7 +419,8 @@ def test_gpu_empty_copy_and_refusals(torch, monkeypatch):
     empty = torch.zeros(0, 64, dtype=torch.float16, device="cuda")
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
     monkeypatch.setattr(api_copy, "copy_launcher", refuse)
-    monkeypatch.setattr(api_reduce, "copy_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "reduce_launcher", refuse)
+    monkeypatch.setattr(api_reduce, "class_launcher", refuse)
     assert tmakit.copy_(torch.empty_like(empty), empty).shape == (0, 64)
     assert tmakit.copy(empty).shape == (0, 64)
     with pytest.raises(TmaConfigError, match="src is on cpu"):

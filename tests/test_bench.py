@@ -9,6 +9,7 @@ from tmakit.bench import ncu, report, suites
 from tmakit.bench.pipeline import PipelineVariant
 from tmakit.bench.report import BenchRow
 from tmakit.families import bench_shape
+from tmakit.reduce import bench as reduce_bench
 
 GIB = 2**30
 
@@ -85,26 +86,28 @@ def test_a_reduce_row_is_compared_with_torchs_op_of_the_same_op_only():
 
 
 def test_reduce_cases_parse_check_and_default_to_the_dtype_given():
-    assert suites.ReduceCase.parse("add:fp32, bf16", "fp16") == [
-        suites.ReduceCase("add", "fp32"),
-        suites.ReduceCase("add", "bf16"),
+    assert reduce_bench.ReduceCase.parse("add:fp32, bf16", "fp16") == [
+        reduce_bench.ReduceCase("add", "fp32"),
+        reduce_bench.ReduceCase("add", "bf16"),
     ]
-    assert suites.ReduceCase.parse("max", "fp16") == [suites.ReduceCase("max", "fp16")]
-    assert suites.ReduceCase.parse("min:float16", "fp32") == [suites.ReduceCase("min", "fp16")]
+    assert reduce_bench.ReduceCase.parse("max", "fp16") == [reduce_bench.ReduceCase("max", "fp16")]
+    assert reduce_bench.ReduceCase.parse("min:float16", "fp32") == [reduce_bench.ReduceCase("min", "fp16")]
     with pytest.raises(TmaConfigError, match="reduce op 'min' with dtype fp32"):
-        suites.ReduceCase.parse("min:fp32", "fp16")
+        reduce_bench.ReduceCase.parse("min:fp32", "fp16")
     with pytest.raises(TmaConfigError, match="no torch in-place op"):
-        suites.ReduceCase.parse("dec:uint32", "fp16")
+        reduce_bench.ReduceCase.parse("dec:uint32", "fp16")
     for text in suites.DEFAULT_REDUCE_CASES:  # the default cases are all timeable
-        assert suites.ReduceCase.parse(text, "fp16")
-    suites.check_reduce_options(CopyOptions(stages=6, store_depth=3))
+        assert reduce_bench.ReduceCase.parse(text, "fp16")
+    reduce_bench.check_reduce_options(CopyOptions(stages=6, store_depth=3))
     with pytest.raises(TmaConfigError, match="as_rows and bulk"):
-        suites.check_reduce_options(CopyOptions(as_rows=True))
+        reduce_bench.check_reduce_options(CopyOptions(as_rows=True))
     plan = LoadPlan(LoadConfig((8192, 16384), "fp32"))
-    suites.check_reduce_plan(suites.ReduceCase("add", "fp32"), plan, CopyOptions(stages=16, store_depth=12))
+    reduce_bench.check_reduce_plan(
+        reduce_bench.ReduceCase("add", "fp32"), plan, CopyOptions(stages=16, store_depth=12)
+    )
     with pytest.raises(TmaConfigError, match="12 stages of 32768 bytes"):  # found on the H200 only, once
-        suites.check_reduce_plan(
-            suites.ReduceCase("add", "fp32"), plan, CopyOptions(tile=(32, 256), stages=12)
+        reduce_bench.check_reduce_plan(
+            reduce_bench.ReduceCase("add", "fp32"), plan, CopyOptions(tile=(32, 256), stages=12)
         )
 
 

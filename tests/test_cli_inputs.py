@@ -197,7 +197,7 @@ def test_torchs_dtype_names_and_aliases_read_as_tmakits(alias, name):
     """`--dtype half` is `--dtype fp16`, as torch.half is torch.float16; one a TMA load lacks is refused."""
     parser = build_parser()
     assert parser.parse_args(["plan", "--dtype", alias]).dtype == name
-    from tmakit.bench.suites import ReduceCase
+    from tmakit.reduce.bench import ReduceCase
 
     assert [case.dtype for case in ReduceCase.parse("add:half,float", "fp16")] == ["fp16", "fp32"]
     with pytest.raises(SystemExit):

@@ -247,7 +247,7 @@ HUGE_FLAGS = {
     },
 }
 # The options that take no number (a name, a choice of words, a path): nothing in them to be huge.
-NOT_NUMERIC = {"dtype", "layout", "kernel", "mistake", "only", "commit", "plot"}
+NOT_NUMERIC = {"dtype", "layout", "kernel", "mistake", "only", "commit", "plot", "gpu"}
 HUGE_SECONDS = 5  # per command line: the DSL's trace of an accepted configuration takes about one
 
 

@@ -457,8 +457,9 @@ def gpu_copies(monkeypatch):
     pytest.importorskip("torch")
     import importlib
 
-    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
+    from tmakit.reduce import call as api_reduce
+    from tmakit.reduce import launch as reduce_launch
     from tmakit.runtime.dispatch import CopyDispatch
 
     api_copy = importlib.import_module("tmakit.api.copy")
@@ -477,10 +478,16 @@ def gpu_copies(monkeypatch):
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
+
+    def reduce_launcher(plan, destination, device, shape_generic=False):
+        return copy_launcher(plan, destination, None, device, shape_generic)
+
     for module in (api_copy, api_reduce):
         monkeypatch.setattr(module, "device_facts", lambda device: (132, 60 << 20))
         monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
-        monkeypatch.setattr(module, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
+    for module in (api_reduce, reduce_launch):  # a shape's compile and the class's
+        monkeypatch.setattr(module, "reduce_launcher", reduce_launcher)
     monkeypatch.setattr(api_copy, "_CLASSES", {})
     monkeypatch.setattr(api_copy, "l2_of", lambda src: 60 << 20)
     plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
@@ -488,8 +495,10 @@ def gpu_copies(monkeypatch):
     monkeypatch.setattr(api_copy, "_COPIES", copies)
     monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
     api_copy.class_launcher.cache_clear()
+    reduce_launch.class_launcher.cache_clear()
     yield launched, api_copy
     api_copy.class_launcher.cache_clear()
+    reduce_launch.class_launcher.cache_clear()
 
 
 @pytest.mark.parametrize("call", ["copy_", "add_"])
@@ -508,7 +517,7 @@ def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward
         assert dst._version == version + 1
     assert len(gpu_copies[0]) == 4  # the kernel's stand-in ran each time
     dispatch = (
-        gpu_copies[1]._COPIES if call == "copy_" else tmakit.api.reduce.reduce_dispatch("add", False, {})
+        gpu_copies[1]._COPIES if call == "copy_" else tmakit.reduce.api.reduce_dispatch("add", False, {})
     )
     assert dispatch._guarded is not None  # the last call took the guarded path
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -617,7 +626,7 @@ def test_a_destination_that_may_overlap_itself_is_torchs_to_check(dst_strides):
     facts = flat_pair((64, 64), (64, 64), (64, 1), dst_strides, "float32", "float32", 4, BASE, 1 << 40, 0, 0)
     route = copy_route(facts)
     assert route.path == "torch" and "may map several of its elements to one address" in route.reason
-    from tmakit.plan import reduce_route
+    from tmakit.reduce.plan import reduce_route
 
     assert reduce_route(facts, "add").path == "torch"
     torch = pytest.importorskip("torch")

@@ -91,7 +91,7 @@ def test_a_reduce_store_is_explained_from_the_plan_and_a_refused_pair_is_refused
     """--reduce: the store writes back the box the load read (same origin, same bytes) with the
     op in the instruction, and the element rule is the model's; a pair TMA refuses is refused
     before anything is traced."""
-    from tmakit.model.reduce import ELEMENT_RULES
+    from tmakit.model.reduce_ops import ELEMENT_RULES
 
     load = LoadPlan(LoadConfig((3, 100, 304), "bf16", (32, 64)))
     report = explain(PipelinePlan(load, stages=2), (1, 2), reduce_op="max")

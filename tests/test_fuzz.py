@@ -42,9 +42,10 @@ from tmakit.limits import (
     SWIZZLE_MODES,
 )
 from tmakit.many.plan import ManyPlan
-from tmakit.plan import CLUSTER_SHAPES, CopyOptions, CopyPlan, ReducePlan, copy_destination, reduce_class
+from tmakit.plan import CLUSTER_SHAPES, CopyOptions, CopyPlan, copy_destination
 from tmakit.plan.copy_defaults import copy_tile
 from tmakit.ptx import expect_tx_byte_counts
+from tmakit.reduce.plan import ReducePlan, reduce_class
 from tmakit.rows.plan import STAGE_TARGET_BYTES, RowsPlan
 from tmakit.runtime.launch import compile_tile_load
 
@@ -203,7 +204,7 @@ def test_random_malformed_command_lines_give_one_line_errors():
 
 
 # -- rows by index, grouped copies and reduces: refused, or within the limits and compiled --------
-# The rules below are written apart from `rows.plan`, `many.plan` and `plan.reduce`: from the PTX
+# The rules below are written apart from `rows.plan`, `many.plan` and `reduce.plan`: from the PTX
 # ISA's tables, the hardware limits and how the kernels count (32-bit device integers).
 INT32_MAX = 2**31 - 1
 ROW_COUNTS = (0, 1, 2, 7, 2048, 2**20, 2**31 - 2048, 2**31 - 2047, 2**31 - 2, 2**31 - 1, 2**31, 2**32)
@@ -425,7 +426,7 @@ def random_reduce(rng: random.Random, dtype: str | None = None) -> tuple[object,
 
 
 def assert_reduce_within_limits(plan: ReducePlan, op: object, kernel: object) -> None:
-    """An accepted reduce's documented limits, checked without `plan.reduce`."""
+    """An accepted reduce's documented limits, checked without `reduce.plan`."""
     config, ring = plan.copy.load.config, plan.copy.ring
     assert plan.op == TORCH_NAMES.get(op, op) and plan.kernel == kernel, (plan.op, op, kernel)
     assert config.dtype in TENSOR_REDUCE_TYPES[plan.op], (plan.op, config.dtype)
@@ -529,11 +530,11 @@ COMPILE_CHILD = """
 import json, pickle, sys
 from tmakit import TmaConfigError
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_copy
 from tmakit.many.launch import compile_many
+from tmakit.reduce.launch import compile_reduce
 from tmakit.rows.launch import compile_rows
 
-compile_family = {"rows": compile_rows, "many": compile_many, "reduce": compile_copy}
+compile_family = {"rows": compile_rows, "many": compile_many, "reduce": compile_reduce}
 results = []
 for family, plan, arguments in pickle.load(open(sys.argv[1], "rb")):
     try:

@@ -25,10 +25,10 @@ import tmakit
 from tmakit import TmaConfigError
 from tmakit.config import DTYPES
 from tmakit.model import reduce_reference
-from tmakit.model.reduce import STORAGE, bf16_to_float, float_to_bf16
+from tmakit.model.reduce_ops import STORAGE, bf16_to_float, float_to_bf16
 from tmakit.plan import reduce_pairs
 from tmakit.plan.copy_defaults import copy_tile
-from tmakit.plan.reduce import RING_DTYPES
+from tmakit.reduce.plan import RING_DTYPES
 
 pytestmark = pytest.mark.gpu
 
@@ -69,7 +69,7 @@ def position_hash(shape, salt: int) -> np.ndarray:
 
 
 def position_values(op: str, name: str, shape, salt: int) -> np.ndarray:
-    """The dtype's storage (`model.reduce.STORAGE`; bf16 as bits) of position-dependent values:
+    """The dtype's storage (`model.reduce_ops.STORAGE`; bf16 as bits) of position-dependent values:
     full-width integers (adds overflow, signs differ), small counters for inc/dec (both branches
     taken), floats with full mantissas in [-700, 700] (no NaN, no -0.0)."""
     h = position_hash(shape, salt)
@@ -230,13 +230,13 @@ def special_mismatches(found: np.ndarray, expected: np.ndarray, name: str) -> np
 @pytest.mark.parametrize("op, dtype", FLOAT_PAIRS, ids=[f"{op}-{dtype}" for op, dtype in FLOAT_PAIRS])
 def test_nans_infinities_signed_zeros_and_subnormals_reduce_as_the_model_states(op, dtype, monkeypatch):
     """Every pair of special values (each as destination against each as source) reduced once,
-    every element against the model's stated rules (`model.reduce`: adds keep subnormals - the
+    every element against the model's stated rules (`model.reduce_ops`: adds keep subnormals - the
     H200 kept f32 ones, where the ISA's text for the non-tensor reduce says f32 flushes them;
     min/max drop a NaN and order -0.0 below +0.0). A failure names the first wrong pairs and,
     for an add, which subnormal rule the hardware followed instead."""
     import torch
 
-    from tmakit.model import reduce as model
+    from tmakit.model import reduce_ops as model
 
     values = np.array(special_values(dtype))
     pairs = len(values) ** 2

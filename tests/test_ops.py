@@ -32,6 +32,7 @@ from tmakit import TmaConfigError  # noqa: E402
 
 ops = tmakit.ops
 ops_tiles = tmakit.ops_tiles
+ops_reduce = tmakit.reduce.op  # the reduce family's op (registered by tmakit.ops)
 
 
 @pytest.fixture(autouse=True)
@@ -362,8 +363,8 @@ def cpu_kernels(monkeypatch):
 
         return call
 
-    monkeypatch.setattr(ops, "tma_reduce_into_", api_call(reduce_into_))
-    monkeypatch.setattr(ops, "reduce_dispatch", reduce_dispatch)
+    monkeypatch.setattr(ops_reduce, "tma_reduce_into_", api_call(reduce_into_))
+    monkeypatch.setattr(ops_reduce, "reduce_dispatch", reduce_dispatch)
     monkeypatch.setattr(ops, "tma_copy_", api_call(copy_))
     monkeypatch.setattr(ops, "STRICT_COPIES", Dispatch(copy_))
     monkeypatch.setattr(ops, "tma_copy", copy)
@@ -376,6 +377,7 @@ def cpu_kernels(monkeypatch):
     monkeypatch.setattr(ops_tiles, "tma_load_tiles", load_tiles)
     monkeypatch.setattr(ops_tiles, "tma_im2col", im2col)
     monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(tmakit.ops_base, "check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr(ops_tiles, "check_traced", lambda op, **tensors: None)
     return calls
 
@@ -698,7 +700,7 @@ def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
         ops.copy__impl(x, x)
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
-        ops.reduce_into__impl(x, x)
+        ops_reduce.reduce_into__impl(x, x)
     with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
         ops_tiles.load_tiles_impl(x)
 
@@ -710,7 +712,7 @@ def test_a_meta_tensor_in_the_real_implementation_is_refused():
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
         ops.copy__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
-        ops.reduce_into__impl(torch.empty(64, 64), meta)
+        ops_reduce.reduce_into__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="tensor is on the meta device"):
         ops_tiles.load_tiles_impl(meta)
 

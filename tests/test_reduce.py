@@ -17,19 +17,18 @@ from tmakit.plan import (
     CopyPlan,
     LoadPlan,
     PipelinePlan,
-    ReducePlan,
     check_reduce,
     copy_destination,
-    reduce_class,
     reduce_op,
     reduce_pairs,
 )
 from tmakit.plan.copy_defaults import copy_tile
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_copy
+from tmakit.reduce.launch import compile_reduce
+from tmakit.reduce.plan import ReducePlan, reduce_class
 
 # The PTX ISA's table for cp.reduce.async.bulk.tensor, written out once more by hand: the test
-# of the one table in plan.reduce.
+# of the one table in plan.reduce_ops.
 ISA_TABLE = {
     "add": {"u32", "s32", "u64", "f32", "f16", "bf16"},
     "min": {"u32", "s32", "u64", "s64", "f16", "bf16"},
@@ -111,7 +110,7 @@ def test_an_int64_add_is_pointed_at_uint64():
 
 def test_a_refused_pair_is_planned_no_further(monkeypatch):
     """The pair is checked before the copy's class is planned (and so before anything compiles)."""
-    from tmakit.plan import reduce as reduce_module
+    from tmakit.reduce import plan as reduce_module
 
     def no_planning(*args, **kwargs):
         raise AssertionError("a refused pair was planned")
@@ -184,7 +183,7 @@ def test_every_allowed_pair_compiles_to_a_tma_reduce_store(op, dtype):
     tensor map, encoded from the tensor at launch), so the PTX of every dtype of one op is the same
     instruction - which is why the table is checked before compiling."""
     reduce = reduce_class(CopyOptions(), op, dtype, 2, "row", False, copy_tile(dtype), 132, False)
-    ptx = compile_copy(reduce, keep_ptx=True, shape_generic=True).ptx
+    ptx = compile_reduce(reduce, keep_ptx=True, shape_generic=True).ptx
     (store,) = reduce_instructions(ptx)
     assert store.startswith(f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op}.tile.bulk_group")
     assert not re.search(r"^\s*cp\.async\.bulk\.tensor\.\dd\.global", ptx, re.MULTILINE)  # no plain store
@@ -197,7 +196,7 @@ def test_rank_3_and_transposing_reduces_compile(transpose):
     tile = copy_tile("bf16", transpose)
     reduce = reduce_class(CopyOptions(), "max", "bf16", 3, "col", transpose, tile, 132, False)
     destination = copy_destination(reduce.copy) if transpose else None
-    ptx = compile_copy(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx
+    ptx = compile_reduce(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx
     assert {s.split(".tile")[0] for s in reduce_instructions(ptx)} == {
         "cp.reduce.async.bulk.tensor.3d.global.shared::cta.max"
     }
@@ -206,7 +205,7 @@ def test_rank_3_and_transposing_reduces_compile(transpose):
 def test_a_reduce_compiled_for_one_shape_stores_once_per_tile_from_one_thread():
     config = LoadConfig((1000, 776), "fp16", (16, 256))
     pipeline = PipelinePlan(LoadPlan(config), stages=4, persistent=True)
-    ptx = compile_copy(ReducePlan(CopyPlan(pipeline), "add"), keep_ptx=True).ptx
+    ptx = compile_reduce(ReducePlan(CopyPlan(pipeline), "add"), keep_ptx=True).ptx
     lines = [line.strip() for line in ptx.splitlines() if not line.strip().startswith("$L__")]  # labels
     stores = [i for i, line in enumerate(lines) if line.startswith("cp.reduce.async.bulk.tensor.2d")]
     assert len(stores) == 1
@@ -222,7 +221,9 @@ def test_the_reduce_store_is_elected_once(transpose):
     tile = copy_tile("fp32", transpose)
     reduce = reduce_class(CopyOptions(), "add", "fp32", 2, "row", transpose, tile, 132, True)
     destination = copy_destination(reduce.copy) if transpose else None
-    lines = compile_copy(reduce, keep_ptx=True, destination=destination, shape_generic=True).ptx.splitlines()
+    lines = compile_reduce(
+        reduce, keep_ptx=True, destination=destination, shape_generic=True
+    ).ptx.splitlines()
     store = next(i for i, line in enumerate(lines) if "cp.reduce.async.bulk.tensor" in line)
     block_start = max(i for i in range(store) if lines[i].startswith("$L__"))  # the last label above
     assert sum("elect.sync" in line for line in lines[block_start:store]) == 1
@@ -271,7 +272,7 @@ def test_bitwise_ops_on_both_widths():
 
 def test_float_add_rounds_once_to_nearest_even():
     from tmakit.model import reduce_reference
-    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+    from tmakit.model.reduce_ops import bf16_to_float, float_to_bf16
 
     # fp16: 2048 + 1 is a tie between 2048 and 2050: even mantissa, 2048; 2048 + 3 -> 2052.
     d, s = np.float16([2048, 2048]), np.float16([1, 3])
@@ -288,7 +289,7 @@ def test_float_add_rounds_once_to_nearest_even():
 
 def test_float_min_max_take_the_number_over_a_nan():
     from tmakit.model import reduce_reference
-    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+    from tmakit.model.reduce_ops import bf16_to_float, float_to_bf16
 
     nan = np.nan
     d, s = np.float16([1, nan, nan, -2]), np.float16([nan, 3, nan, 5])
@@ -302,9 +303,9 @@ def test_float_min_max_take_the_number_over_a_nan():
 
 
 def test_float_adds_keep_subnormals_as_the_h200_did_and_the_flushing_rule_is_there_to_compare(monkeypatch):
-    from tmakit.model import reduce as model
+    from tmakit.model import reduce_ops as model
     from tmakit.model import reduce_reference
-    from tmakit.model.reduce import ELEMENT_RULES, bf16_to_float, float_to_bf16
+    from tmakit.model.reduce_ops import ELEMENT_RULES, bf16_to_float, float_to_bf16
 
     assert model.FLUSHES_SUBNORMALS == {"fp32": False, "fp16": False, "bf16": False}
     assert "subnormals kept" in ELEMENT_RULES["add"]
@@ -333,7 +334,7 @@ def test_float_adds_keep_subnormals_as_the_h200_did_and_the_flushing_rule_is_the
 
 def test_float_add_of_infinities_and_nans():
     from tmakit.model import reduce_reference
-    from tmakit.model.reduce import bf16_to_float, float_to_bf16
+    from tmakit.model.reduce_ops import bf16_to_float, float_to_bf16
 
     inf, nan = np.inf, np.nan
     for dtype, cast in [("fp32", np.float32), ("fp16", np.float16)]:

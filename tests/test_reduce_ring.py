@@ -13,13 +13,20 @@ from route_facts import flat_pair
 from tmakit import TmaConfigError
 from tmakit.config import LoadConfig
 from tmakit.limits import SMEM_PER_BLOCK
-from tmakit.plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan, ReducePlan, reduce_class
-from tmakit.plan import reduce as plan_reduce
+from tmakit.plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan
 from tmakit.plan.copy_defaults import copy_tile
-from tmakit.plan.reduce import RING_CONSUMER_WARPS, RING_DTYPES, chosen_kernel, reduce_kernel
 from tmakit.plan.route import BeyondL2
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_copy
+from tmakit.reduce import plan as plan_reduce
+from tmakit.reduce.launch import compile_reduce
+from tmakit.reduce.plan import (
+    RING_CONSUMER_WARPS,
+    RING_DTYPES,
+    ReducePlan,
+    chosen_kernel,
+    reduce_class,
+    reduce_kernel,
+)
 
 RING_PAIRS = [("add", dtype) for dtype in RING_DTYPES["add"]]
 
@@ -112,7 +119,7 @@ ADDS = {
 @pytest.mark.parametrize("op, dtype", RING_PAIRS, ids=[dtype for _, dtype in RING_PAIRS])
 def test_the_ring_loads_both_tiles_on_one_barrier_adds_fences_meets_and_stores_once(op, dtype):
     ring = ring_class(dtype)
-    ptx = compile_copy(ring, keep_ptx=True, shape_generic=True).ptx
+    ptx = compile_reduce(ring, keep_ptx=True, shape_generic=True).ptx
     lines = [line.strip() for line in ptx.splitlines() if not line.strip().startswith("$L__")]
     loads = [line for line in lines if line.startswith("cp.async.bulk.tensor.2d.shared::cta.global.tile")]
     assert len(loads) == 2  # the source's tile and the destination's

@@ -12,8 +12,9 @@ import pytest
 import tmakit
 from route_facts import flat_pair
 from tmakit import TmaConfigError
-from tmakit.plan import REDUCE_OPS, reduce_route
+from tmakit.plan import REDUCE_OPS
 from tmakit.plan.route import PATHS, TORCH_FASTER_BEYOND_L2, PairFacts
+from tmakit.reduce.plan import reduce_route
 
 FP16_BYTES = 2
 
@@ -435,7 +436,7 @@ def test_options_tma_refuses_for_tensors_it_serves_by_default_are_raised(as_gpu,
 def test_a_shape_the_planner_refuses_with_its_defaults_goes_to_torch_with_its_reason(
     as_gpu, torch, monkeypatch
 ):
-    from tmakit.api import reduce_call
+    from tmakit.reduce import call as reduce_call
 
     def refuse(*args, **kwargs):
         raise TmaConfigError("dim 0 has 2^33 elements; TMA coordinates reach 2^32")
@@ -464,7 +465,7 @@ def test_an_empty_reduce_launches_nothing_wherever_it_lies(as_gpu, torch):
 
 # -- a repeated call: its plan looked up ---------------------------------------------------------------
 def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypatch):
-    from tmakit.api import reduce_call
+    from tmakit.reduce import call as reduce_call
 
     planned = []
     plan = reduce_call.plan_reduce_call
@@ -494,8 +495,8 @@ def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypa
 
 def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, monkeypatch):
     """The host cost of a call seen before: its key, two address reads, the launch."""
-    from tmakit.api import reduce as api_reduce
-    from tmakit.api import reduce_call
+    from tmakit.reduce import api as api_reduce
+    from tmakit.reduce import call as reduce_call
 
     _, launched = as_gpu
     dst, src = torch.zeros(64, 64), torch.zeros(64, 64)
@@ -598,7 +599,7 @@ def test_gpu_inc_and_dec_on_both_paths_are_the_models(op):
 
 
 def test_every_op_has_a_torch_op():
-    from tmakit.api.reduce_torch import TORCH_OPS
+    from tmakit.reduce.call import TORCH_OPS
 
     assert tuple(TORCH_OPS) == REDUCE_OPS
 
@@ -625,12 +626,12 @@ def test_a_reduce_autograd_records_is_torchs_under_no_grad_tmas_on_detached_view
 def plain_gpu(torch, monkeypatch):
     """CPU tensors as CUDA device 0 without TVM-FFI: the plain launcher, which checks nothing of
     its arguments. Each launch records the dtype planned and the tensors' dtype and alignment."""
-    from tmakit.api import reduce_call as api_reduce
     from tmakit.api import tensors as api_tensors
+    from tmakit.reduce import call as api_reduce
 
     launched = []
 
-    def copy_launcher(reduce, destination, tensor_shape, device, shape_generic=False):
+    def reduce_launcher(reduce, destination, device, shape_generic=False):
         def launch(src, dst):
             launched.append(
                 (reduce.copy.load.config.dtype, src.dtype, src.data_ptr() % 16, dst.data_ptr() % 16)
@@ -643,7 +644,7 @@ def plain_gpu(torch, monkeypatch):
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_reduce, "device_facts", lambda device: (132, 60 * 2**20))
     monkeypatch.setattr(api_reduce, "tvm_ffi_available", lambda: False)
-    monkeypatch.setattr(api_reduce, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(api_reduce, "reduce_launcher", reduce_launcher)
     return launched
 
 

@@ -75,7 +75,7 @@ def cases() -> tuple[dict[str, tuple[str, object]], torch.library.Library]:
         "copy_impl": ("the op's kernel called directly", lambda: ops.copy__impl(dst, src)),
         "copy_op": ("torch.ops.tmakit.copy_", lambda: torch.ops.tmakit.copy_.default(dst, src)),
         "add_direct": ("tmakit.add_(dst, src)", lambda: tmakit.add_(dst, src)),
-        "add_impl": ("the op's kernel called directly", lambda: ops.reduce_into__impl(dst, src)),
+        "add_impl": ("the op's kernel called directly", lambda: tmakit.reduce.op.reduce_into__impl(dst, src)),
         "add_op": ("torch.ops.tmakit.reduce_into_", lambda: torch.ops.tmakit.reduce_into_.default(dst, src)),
         "im2col_direct": ("tmakit.im2col(x, 3, 1, 1)", lambda: tmakit.im2col(x, 3, 1, 1)),
         "im2col_impl": (

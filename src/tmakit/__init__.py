@@ -17,7 +17,7 @@ from . import api, registry
 from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
-from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan, ReducePlan
+from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
 
 __all__ = [
     "SEED",
@@ -27,7 +27,6 @@ __all__ = [
     "LoadPlan",
     "MulticastPlan",
     "PipelinePlan",
-    "ReducePlan",
     "TmaConfigError",
     "TmaHangError",
     "TorchOpError",

@@ -33,7 +33,7 @@ DTYPES: dict[str, DType] = {
         DType("fp8e5m2", 8, "float8_e5m2", "Float8E5M2"),
         DType("int8", 8, "int8", "Int8"),
         DType("uint8", 8, "uint8", "Uint8"),
-        # The integer types of TMA reduce stores (`plan.reduce`); torch's unsigned ones have few ops.
+        # The integer types of TMA reduce stores (`plan.reduce_ops`); torch's unsigned ones have few ops.
         DType("int32", 32, "int32", "Int32"),
         DType("uint32", 32, "uint32", "Uint32"),
         DType("int64", 64, "int64", "Int64"),

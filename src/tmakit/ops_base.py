@@ -1,19 +1,24 @@
-"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles`, `rows.op`, `many.op`): the
+"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles` and each family's `op`): the
 namespace, the library each defines its ops in, the checks of tensors without memory or off the
-GPU, the device guard, and the keysets an Autograd kernel reads."""
+GPU, the device guard, the keysets an Autograd kernel reads, and what the ops on a pair of tensors
+with the copy's options share (`copy_`'s and the reduce's: the options as schema arguments and
+keywords, the in-place call, a fake's check of the pair)."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
-from .api import check_on_gpu, check_torch_tensor
+from .api import check_copy_layout, check_on_gpu, check_torch_tensor
 from .api.tensors import bump_versions
+from .config import dtype_of, major_of
 from .errors import TmaConfigError
+from .plan import CopyOptions
 
 NAMESPACE = "tmakit"
 increment_versions = bump_versions  # an op's write of its tensors, counted as torch's in-place ops count it
@@ -180,3 +185,83 @@ def on_its_device(tensor: torch.Tensor, launch: Any, *args: Any, **kwargs: Any) 
         return launch(*args, **kwargs)
     with torch.cuda.device(device):
         return launch(*args, **kwargs)
+
+
+# -- the ops on a pair of tensors with the copy's options (copy_, reduce_into_) ----------------------
+OPTIONS = CopyOptions.schema_arguments()
+
+
+@functools.lru_cache(maxsize=256)
+def copy_kwargs(options: str) -> dict[str, Any]:
+    """`tmakit.copy_`'s keyword arguments for an options text ("" and "default": none).
+    TmaConfigError for a malformed one (`CopyOptions.parse`'s message). Cached: a repeated text
+    costs a dictionary lookup. The dictionary returned is shared, so it must not be changed."""
+    if not options or options == "default":
+        return {}
+    return CopyOptions.parse(options).changed()
+
+
+def op_kwargs(options: str, typed: dict[str, Any]) -> dict[str, Any]:
+    """`tmakit.copy_`'s keyword arguments from the `default` overload's options text or the
+    `typed` overload's arguments (the dispatcher passes those given, and may pass defaults too:
+    those are left out). The text's dictionary is cached and shared."""
+    return CopyOptions.keywords(typed) if typed else copy_kwargs(options)
+
+
+def run_in_place(
+    op: str, dst: torch.Tensor, src: torch.Tensor, launch: Any, *args: Any, **kwargs: Any
+) -> None:
+    """`launch(dst, src, ...)`, one of tmakit's API functions, under dst's GPU's guard; the API
+    bumps dst's version counter (what an in-place torch op's ADInplaceOrView kernel does). A
+    tensor without memory is refused first."""
+    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or dst.is_meta or src.is_meta:
+        refuse_memoryless(op, dst=dst, src=src)
+    on_its_device(dst, launch, dst, src, *args, **kwargs)
+
+
+Tensor = torch.Tensor
+NO_OPTIONS: dict[str, Any] = {}  # read, never written, by the dispatch
+
+
+def plain_pair(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether an in-place op's call needs none of its API function's steps around the dispatch:
+    one GPU (no device guard), real dense tensors (not fake, meta or a subclass: those are
+    refused there) that autograd does not see. A negative or conjugate view never reaches an
+    op's kernel: the dispatcher's fallbacks resolve it first."""
+    return not (
+        type(dst) is not Tensor
+        or type(src) is not Tensor
+        or dst.requires_grad
+        or src.requires_grad
+        or dst.is_meta
+        or src.is_meta
+        or gpu_count() > 1
+    )
+
+
+def check_traced_pair(
+    op: str,
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    kwargs: dict[str, Any],
+    check_layouts: Callable[[bool], None] | None = None,
+) -> None:
+    """A fake implementation's check of a copy's or reduce's pair: both on a CUDA device, one
+    shape and dtype, a dtype TMA moves and, where the strides are static, their layout rules
+    (`api.check_copy_layout`; a rows view's or bulk copy's compact tensors are planned apart)
+    and, given, `check_layouts(whether the two layouts differ)` first (an op on tiles of one
+    layout refuses that: the reduce's load-add-store ring)."""
+    check_traced(op, dst=dst, src=src)
+    if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op}: destination is {tuple(dst.shape)} {dst.dtype}, source "
+            f"{tuple(src.shape)} {src.dtype}; they must match"
+        )
+    dtype = dtype_of(src.dtype)
+    shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    if all(type(value) is int for value in (*shape, *src_strides, *dst_strides)):  # static
+        same_major = major_of(src_strides, shape) == major_of(dst_strides, shape)
+        if check_layouts is not None:
+            check_layouts(not same_major)
+        compact = same_major and src.is_contiguous() and dst.is_contiguous()
+        check_copy_layout(shape, src_strides, dst_strides, dtype, CopyOptions.of(**kwargs), compact)

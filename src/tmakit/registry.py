@@ -32,6 +32,7 @@ from types import ModuleType
 PACKAGES: tuple[str, ...] = (
     "rows",
     "many",
+    "reduce",
 )
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
@@ -74,3 +75,14 @@ def parts(part: str) -> list[ModuleType]:
     if part not in PARTS:
         raise ValueError(f"no family part is named {part!r}; the parts: {', '.join(PARTS)}")
     return [importlib.import_module(f"{p}.{part}") for p, record in records().items() if part in record.parts]
+
+
+def family_part(family: str, part: str) -> ModuleType:
+    """The module of `part` (one of `PARTS`) of the family named `family` (its line in `PACKAGES`),
+    imported: where the core reads one family by name (a study of every public op calls the
+    reduce's `add_`). ValueError for a family not listed or a part it does not have."""
+    package = f"{__package__}.{family}"
+    record = records().get(package)
+    if record is None or part not in record.parts:
+        raise ValueError(f"no family {family!r} with a part {part!r}; the families: {', '.join(PACKAGES)}")
+    return importlib.import_module(f"{package}.{part}")

@@ -1,4 +1,4 @@
-"""The small public face on real tensors: describe, check, allocate, load, copy, reduce, im2col.
+"""The small public face on real tensors: describe, check, allocate, load, copy, im2col.
 
 Every check runs before anything compiles or launches; a tensor TMA cannot serve raises
 `TmaConfigError` naming the value and the rule. One module per op over the shared checks:
@@ -7,11 +7,10 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
 - `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch, with `copy_views`: the
   launchers around a route (its views, torch's `copy_`, the empty copy);
-- `reduce`: `reduce_into_`, `add_`, `reduce_path` (the path a reduce takes and why), with
-  `reduce_torch`: torch's op for the tensors TMA does not serve;
 - `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
 
-The families' functions (rows by index, many tensors) are each in its package (`tmakit.registry`).
+The families' functions (rows by index, many tensors, reduce stores) are each in its package
+(`tmakit.registry`).
 The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
 `importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
 """
@@ -24,8 +23,6 @@ from .im2col import im2col, im2col_path
 from .im2col import strided_patches as strided_patches
 from .im2col import torch_im2col as torch_im2col
 from .load import config_for, load_tiles, padded_empty
-from .reduce import add_, reduce_into_, reduce_path
-from .reduce import reduce_options as reduce_options
 from .tensors import check_on_gpu as check_on_gpu
 from .tensors import check_torch_tensor as check_torch_tensor
 
@@ -33,7 +30,6 @@ from .tensors import check_torch_tensor as check_torch_tensor
 # The names imported `as` themselves are building blocks that `tmakit.ops`, the bench and the
 # tests reach as `api.NAME`.
 __all__ = [
-    "add_",
     "config_for",
     "copy",
     "copy_",
@@ -42,6 +38,4 @@ __all__ = [
     "im2col_path",
     "load_tiles",
     "padded_empty",
-    "reduce_into_",
-    "reduce_path",
 ]

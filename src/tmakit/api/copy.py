@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DTYPES, LoadConfig, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
-from ..plan import CopyOptions, CopyPlan, ReducePlan, check_copy_shape, copy_destination
+from ..plan import CopyOptions, CopyPlan, check_copy_shape, copy_destination
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
@@ -299,9 +299,9 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> Co
 
 @functools.lru_cache(maxsize=1024)
 def class_launcher(
-    copy: CopyPlan | ReducePlan, destination: LoadConfig | None, rows_rank: int | None, device: str
+    copy: CopyPlan, destination: LoadConfig | None, rows_rank: int | None, device: str
 ) -> Launcher:
-    """The launcher of a shape-generic copy (or reduce) class on one device (`rows_rank`: the
+    """The launcher of a shape-generic copy class on one device (`rows_rank`: the
     rank of the compact tensors a rows view copies), compiled or loaded from the disk cache once."""
     tensor_shape = None if rows_rank is None else (1,) * (rows_rank - 1) + (copy.load.config.shape[-1],)
     return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import api
+from .. import api, registry
 from ..config import DTYPES
 from ..plan import im2col_conv
 from .report import BenchRow
@@ -82,7 +82,8 @@ def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callab
         xs = [new(case.shape) for _ in range(count)]
     outs = [new(case.shape) for _ in range(count)]
     if case.op == "add":
-        return xs, outs, (lambda x, o: api.add_(o, x)), (lambda x, o: o.add_(x))
+        add_ = registry.family_part("reduce", "api").add_
+        return xs, outs, (lambda x, o: add_(o, x)), (lambda x, o: o.add_(x))
     return xs, outs, (lambda x, o: api.copy_(o, x)), (lambda x, o: o.copy_(x))
 
 
@@ -90,7 +91,8 @@ def path_of(case: DropinCase, x: Any, out: Any) -> str:
     """The path tmakit takes for this call, as its planner names it (`tmakit.copy_path` and
     the like where tmakit has one), else the kernel family."""
     named = {"copy": "copy_path", "transpose": "copy_path", "add": "reduce_path", "im2col": "im2col_path"}
-    explain = getattr(api, named[case.op], None)
+    public = registry.family_part("reduce", "api") if case.op == "add" else api
+    explain = getattr(public, named[case.op], None)
     if explain is None:
         return FAMILY_PATHS[case.op]
     if case.op == "im2col":

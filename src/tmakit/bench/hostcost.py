@@ -11,9 +11,8 @@ import sys
 import tempfile
 from typing import Any
 
-from .. import api
+from .. import api, registry
 from ..api.copy import specialised_copy_
-from ..api.reduce_call import plan_reduce_call
 from ..check.inputs import make_input_tensor
 from ..config import LoadConfig
 from ..plan import CopyOptions, LoadPlan, im2col_conv
@@ -107,13 +106,14 @@ def measure_ops_host_cost() -> dict:
 
     from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
 
+    reduce = registry.family_part("reduce", "api")  # add_ and its planner
     dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
     x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
     conv = im2col_conv(tuple(x.shape), 3, 1, 1)
     patches = torch.empty(conv.patch_shape, dtype=x.dtype, device="cuda")
     tiles = torch.randn(64, 256, device="cuda").to(torch.float16)
     launches = {
-        "tmakit_add_call_us": lambda: api.add_(dst, src),
+        "tmakit_add_call_us": lambda: reduce.add_(dst, src),
         "torch_add_call_us": lambda: dst.add_(src),
         "tmakit_im2col_call_us": lambda: api.im2col(x, 3, 1, 1, out=patches),
         "torch_im2col_call_us": lambda: api.strided_patches(x, conv, patches),
@@ -127,7 +127,7 @@ def measure_ops_host_cost() -> dict:
     for launch in launches.values():
         launch()  # compiled now
     # The add's compiled launch alone, as the copy's: what its call adds on top.
-    _, kernel = plan_reduce_call(dst, src, "add", CopyOptions(), strict=False)
+    _, kernel = reduce.plan_reduce_call(dst, src, "add", CopyOptions(), strict=False)
     add_launcher = kernel.launcher()
     launches["tmakit_add_compiled_launch_us"] = lambda: add_launcher(src, dst)
     return host_costs_us(launches)

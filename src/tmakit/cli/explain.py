@@ -14,7 +14,7 @@ from ..explain import (
     to_text,
     windows_to_text,
 )
-from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan, ReducePlan
+from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan
 from . import kernels
 from .args import (
     COUNT,
@@ -28,8 +28,7 @@ from .args import (
     multicast_plan,
     refuse_given,
 )
-
-TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
+from .kernels import TOO_MANY_TILES_FIX
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -46,8 +45,8 @@ def add_parser(subparsers: Subparsers) -> None:
     kernels.add_kernel_arguments(
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
-        "tensor's layout (copy) or the other (transpose), reduce_into_'s (reduce, with --reduce OP), "
-        f"an im2col box (with --im2col SPEC), or {kernels.family_help()}",
+        "tensor's layout (copy) or the other (transpose), an im2col box (with --im2col SPEC), or "
+        f"{kernels.family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
         "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
@@ -65,17 +64,9 @@ def run(args: argparse.Namespace) -> int:
     family = kernels.family_kernels().get(args.kernel)
     if family is not None:
         return family.explain(args)
-    if args.kernel in ("copy", "transpose"):
-        return _explain_copy(args)
     if args.kernel != "load":
-        plan, head = kernels.call_plan(args)
-        copy = plan.copy if isinstance(plan, ReducePlan) else plan
-        check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
-        result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
-        result["kernel"] = {"kind": args.kernel, "summary": [head, *plan.summary().splitlines()]}
-        emit(args, result, "\n".join([head, plan.summary(), "", to_text(result)]))
-        return 0
-    named = ", ".join(("copy", "transpose", "reduce", *kernels.family_kernels()))
+        return _explain_copy(args)  # copy, transpose: argparse's choices leave no other
+    named = ", ".join(("copy", "transpose", *kernels.family_kernels()))
     refuse_given(args, ("copy", "gpu", *kernels.family_flags()), f"without --kernel {named}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:

@@ -1,6 +1,6 @@
 """What `plan` and `explain` share: `--kernel` and each kernel's own arguments, and the plans
-those arguments make (a copy's or reduce's class, rows by index, a grouped copy, im2col and the
-kernel its call takes), every check before anything runs or prints."""
+those arguments make (a copy's class, im2col and the kernel its call takes, and each family's
+through its `explain` part: `tmakit.registry`), every check before anything runs or prints."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from types import ModuleType
 from .. import registry
 from ..config import DTYPES, SEED, LoadConfig, dtype_named, padded_strides
 from ..errors import TmaConfigError
+from ..explain import explain, highlight_tile, to_text
 from ..limits import DEFAULT_GPU, DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GPUS
-from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan, ReducePlan
-from ..plan.copy import default_as_rows
+from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import CopyDecision, copy_rows_view, decide_copy
 from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
 from ..plan.route import PairFacts, Route, TensorFacts, moved_dtype
 from ..validate import check_load_config
-from .args import PAD_FIX, REDUCE_OP, CommandError, refuse_given
+from .args import PAD_FIX, REDUCE_OP, CommandError, check_listed_tiles, emit, refuse_given
 
-KERNELS = ("load", "copy", "transpose", "reduce", "im2col")  # plan's and explain's own --kernel
+KERNELS = ("load", "copy", "transpose", "im2col")  # plan's and explain's own --kernel
+TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
 
 
 # What `plan`/`explain --kernel` assume of a call's tensors besides their flags: the facts a route
@@ -125,13 +126,9 @@ def copy_choice(args: argparse.Namespace) -> CopyChoice:
     return CopyChoice(decision, plan, f"{head} ({pair.options.describe()})")
 
 
-def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
-    """The plan tmakit's `copy_` (`--kernel copy`: into the tensor's layout; `transpose`: into the
-    other) or `reduce_into_` (`--kernel reduce`, `--reduce OP`) makes on an H200 (its SM count and
-    L2), with `--copy`'s options, as `api.copy.plan_copy` makes it: the tile the call's default
-    (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
-    swizzle 0. --highlight, --cluster, --stages, --consumer-warps and --swizzle do not apply."""
-    kernel = args.kernel
+def refuse_call_flags(args: argparse.Namespace) -> None:
+    """What a call's plan (a copy's, or a family's call on the copy's ring) refuses: --highlight,
+    --cluster, --stages, --consumer-warps, --swizzle, --im2col and the families' own options."""
     refused = (
         "highlight",
         "cluster",
@@ -142,27 +139,29 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
         "gpu",  # a reduce's route is not read here yet: it plans for an H200
         *family_flags(),
     )
-    refuse_given(args, refused, f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)")
-    if kernel == "reduce" and args.reduce is None:
-        raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
-    if kernel != "reduce":
-        refuse_given(args, ("reduce",), f"to --kernel {kernel}")
+    refuse_given(args, refused, f"to --kernel {args.kernel} (tmakit's copy plans its own ring, unswizzled)")
+
+
+def call_options(args: argparse.Namespace) -> CopyOptions:
+    """`--copy`'s options (tmakit.CopyOptions), the tile given once (--tile or --copy's)."""
     options = CopyOptions.parse(args.copy or "")
     if options.tile is not None and "tile" in args.given:
         raise CommandError("give the tile once: --tile or --copy tile=..., not both")
-    if kernel == "reduce" and (options.as_rows or options.bulk):
-        raise CommandError("--kernel reduce: a reduce takes the copy's options but as_rows and bulk")
+    return options
+
+
+def call_copy(args: argparse.Namespace, options: CopyOptions) -> tuple[CopyPlan, str]:
+    """The copy ring a family's call (a reduce's) plans on an H200 (its SM count and L2) with
+    `options`, as `api.copy.plan_copy` makes it, and its head line: the tile the call's default
+    (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
+    swizzle 0."""
+    kernel = args.kernel
     element = dtype_named(args.dtype)
     transpose = kernel == "transpose"
     strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
     config = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
     compact = not args.pad and not transpose
     tensor_bytes = element.nbytes * math.prod(args.shape)
-    in_l2 = fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
-    numel = math.prod(args.shape)
-    rows_default = default_as_rows(options, transpose, compact, in_l2, numel, element.nbytes)
-    if kernel != "reduce" and "tile" not in args.given and rows_default:
-        options = CopyOptions(as_rows=True)  # beyond the L2, as copy_ plans it
     view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
     tile = args.tile if "tile" in args.given else None
     if tile is None:
@@ -179,7 +178,18 @@ def call_plan(args: argparse.Namespace) -> tuple[CopyPlan | ReducePlan, str]:
     rows = f", as {view[0]} rows of {view[1]}" if view is not None else ""
     head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination{rows}"
     head += f" ({options.describe()})"
-    return (ReducePlan(copy, args.reduce) if kernel == "reduce" else copy), head
+    return copy, head
+
+
+def explain_call(args: argparse.Namespace, copy: CopyPlan, summary: str, head: str) -> int:
+    """`explain` of a call on the copy's ring (`--kernel copy`, `transpose`, or a family's whose
+    kernel is the copy's, the reduce's): the `head` line and the plan's `summary`, then the seed's
+    questions on block 0 of `copy`'s ring, with --reduce's store of the tile where given."""
+    check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
+    result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
+    result["kernel"] = {"kind": args.kernel, "summary": [head, *summary.splitlines()]}
+    emit(args, result, "\n".join([head, summary, "", to_text(result)]))
+    return 0
 
 
 IM2COL_SPEC = (

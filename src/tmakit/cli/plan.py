@@ -21,7 +21,6 @@ from .args import (
 )
 from .kernels import (
     add_kernel_arguments,
-    call_plan,
     copy_choice,
     family_flags,
     family_help,
@@ -37,8 +36,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_kernel_arguments(
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        f"or {family_help()}",
+        f"(copy) or of the other (transpose), im2col with --im2col SPEC, or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
         "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
@@ -52,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_given(
         args,
         ("copy", "reduce", "im2col", "gpu", *family_flags()),
-        f"without --kernel {', '.join(('copy', 'transpose', 'reduce', 'im2col', *family_kernels()))}",
+        f"without --kernel {', '.join(('copy', 'transpose', 'im2col', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -92,8 +90,9 @@ def _numbers(
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
-    """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
-    SM count and L2), from the tensor's flags and the kernel's options."""
+    """`plan --kernel copy|transpose|im2col` (or a family's `--kernel`, its `explain` part's): the
+    route the call takes on --gpu, then the plan of that route, from the tensor's flags and the
+    kernel's options."""
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.plan(args)
@@ -106,12 +105,7 @@ def _plan_kernel(args: argparse.Namespace) -> int:
         kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
         emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
         return 0
-    if args.kernel in ("copy", "transpose"):
-        choice = copy_choice(args)
-        lines = choice.lines(args.gpu)
-        emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
-        return 0
-    plan, head = call_plan(args)
-    summary = [head, *plan.summary().splitlines()]
-    emit(args, {"kernel": {"kind": args.kernel, "summary": summary}}, "\n".join(summary))
+    choice = copy_choice(args)  # copy, transpose: argparse's choices leave no other
+    lines = choice.lines(args.gpu)
+    emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
     return 0

@@ -4,7 +4,7 @@ CuTe objects, one module per mode:
 - `load`: a load or a ring (the seed's three questions), and `plan --json`'s numbers;
 - `cluster`: each CTA's multicast slice of the tile, and what multicast bought on the H200
   (`measured`: those figures, read from the package's data/h200-measured.json);
-- `reduce`: the reduce store of the tile (`tmakit.reduce_into_`);
+- `reduce_store`: the reduce store of the tile (`tmakit.reduce_into_`'s instruction);
 - `im2col`: a box of the patch matrix (`tmakit.im2col`);
 - `common`: the tile marked and the configuration's numbers, shared by all of them.
 """

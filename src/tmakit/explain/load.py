@@ -18,7 +18,7 @@ from ..plan import LoadPlan, MulticastPlan, PipelinePlan, check_reduce
 from ..runtime.compile import compile_kernel, fake_source
 from .cluster import cluster_lines, cluster_numbers, cluster_section
 from .common import configuration, highlight_tile
-from .reduce import reduce_lines, reduce_store
+from .reduce_store import reduce_lines, reduce_store
 
 
 def describe_plan(

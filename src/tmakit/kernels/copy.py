@@ -128,7 +128,7 @@ class CopyKernel(_CopyCommon, TmaRingKernel):
         )
 
     def store_operation(self) -> cpasync.TmaCopyOp:
-        """The TMA store's operation: a plain store (shared to global); `kernels.reduce` stores
+        """The TMA store's operation: a plain store (shared to global); a reduce (`tmakit.reduce`) stores
         with a reduction instead."""
         return cpasync.CopyBulkTensorTileS2GOp()
 

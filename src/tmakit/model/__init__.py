@@ -2,7 +2,7 @@
 
 - `tensor_map`: which bytes a TMA tiled load writes into shared memory, swizzle included.
 - `mbarrier`: one mbarrier's arrival / transaction / phase accounting, as PTX defines it.
-- `reduce`: what a TMA reduce store leaves in each destination element, per op and dtype.
+- `reduce_ops`: what a TMA reduce store leaves in each destination element, per op and dtype.
 - `events`: the steps of a load schedule (inits, arrivals, expect-tx, copies, waits, reads).
 - `schedule`: the schedules replayed (seed loop, N-stage ring, multicast) and how many tiles of one.
 - `replayer`: `replay`, which runs a schedule against mbarrier models.
@@ -11,7 +11,7 @@
 
 from .events import Arrive, ArriveExpectTx, Consume, Event, ExpectTx, Init, Release, TmaCopy, Wait
 from .mbarrier import MBarrier, MBarrierError
-from .reduce import reduce_reference
+from .reduce_ops import reduce_reference
 from .replayer import replay
 from .report import Finding, ScheduleReport, ends
 from .schedule import (

@@ -13,8 +13,8 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
   and each load their own A tile;
 - `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
   and stored by the copy's ring; `im2col_route`: which path serves an im2col call, and why;
-- `reduce`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), `ReducePlan`, a copy
-  whose stores reduce into the destination, and `reduce_route`, the path a reduce's tensors take;
+- `reduce_ops`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), torch's names for
+  the ops and the PTX types (the reduce family's plans are in `tmakit.reduce.plan`);
 - `route`: `Route`, the path a two-tensor call takes (TMA, TMA on a view, or torch's op) and why.
 """
 
@@ -27,17 +27,7 @@ from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster
-from .reduce import (
-    REDUCE_DTYPES,
-    REDUCE_OP_ALIASES,
-    REDUCE_OPS,
-    ReducePlan,
-    check_reduce,
-    reduce_class,
-    reduce_op,
-    reduce_pairs,
-    reduce_route,
-)
+from .reduce_ops import REDUCE_DTYPES, REDUCE_OP_ALIASES, REDUCE_OPS, check_reduce, reduce_op, reduce_pairs
 from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 
 __all__ = [
@@ -62,7 +52,6 @@ __all__ = [
     "MulticastPlan",
     "PatchFacts",
     "PipelinePlan",
-    "ReducePlan",
     "RowSumMapping",
     "StripWalk",
     "TileWalk",
@@ -77,9 +66,7 @@ __all__ = [
     "im2col_call",
     "im2col_conv",
     "im2col_route",
-    "reduce_class",
     "reduce_op",
     "reduce_pairs",
-    "reduce_route",
     "stand_in_config",
 ]

@@ -10,7 +10,7 @@ from ..cli.args import CommandError, digits_at_most, emit, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..limits import GPUS
-from ..plan.reduce import REDUCE_OP_ALIASES
+from ..plan.reduce_ops import REDUCE_OP_ALIASES
 from ..plan.route import Route, TensorFacts
 from ..validate import one_of
 from .plan import MAX_INDEX_ENTRIES, ROW_OPS, RowsFacts, RowsPlan, rows_route

@@ -27,7 +27,7 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 from ..kernels.ring import BulkRingKernel, RingContext, RunTimeWalk
 from ..kernels.tma import shared_tile_layout
 from ..limits import WARP_THREADS
-from ..plan.reduce import PTX_TYPES
+from ..plan.reduce_ops import PTX_TYPES
 from .plan import RowsPlan
 
 __all__ = ["RowsKernel"]

@@ -1,7 +1,7 @@
 """What a rows plan's bulk copies do, replayed on NumPy arrays: each step's loads fill a stage,
 its stores copy the stage out or reduce it into the destination, one reduction per index entry,
 repeated entries in turn (integers: wrapping adds, signed or unsigned min/max as the dtype is;
-floats: `model.reduce.reduce_reference`). The reference a row kernel will be checked against."""
+floats: `model.reduce_ops.reduce_reference`). The reference a row kernel will be checked against."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TmaConfigError
-from ..model.reduce import STORAGE, reduce_reference
+from ..model.reduce_ops import STORAGE, reduce_reference
 from .plan import RowsPlan
 
 _INTEGER_REDUCES = {"add": np.add, "min": np.minimum, "max": np.maximum}

@@ -43,7 +43,7 @@ from ..limits import (
     MAX_TX_BYTES,
 )
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
-from ..plan.reduce import PTX_TYPES, REDUCE_OP_ALIASES
+from ..plan.reduce_ops import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
 from ..plan.route import NOT_SM90, NOT_SM90_REASON, Route, TensorFacts, call_rule, torch_route
 from ..validate import check_field_types, one_of

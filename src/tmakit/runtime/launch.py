@@ -1,7 +1,7 @@
 """Each kernel family compiled once per configuration (`compile.compiles`: the cache key is the
 compile function's name and its arguments), and what a launch needs beside it: the hang guard's
-words and the launcher around a compiled kernel (`guarded_launcher`). The rows and the grouped
-copy compile in `runtime.rows` and `runtime.many`.
+words and the launcher around a compiled kernel (`guarded_launcher`). The families compile in their
+own packages (`tmakit.registry`): the rows, the grouped copy and the reduce in their `launch`.
 
 Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
 which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
@@ -25,7 +25,6 @@ from ..plan import (
     LoadPlan,
     MulticastPlan,
     PipelinePlan,
-    ReducePlan,
     copy_destination,
 )
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
@@ -116,7 +115,7 @@ def pipelined_load_arguments(pipeline: PipelinePlan, consumer: str, tvm_ffi: boo
 
 @compiles
 def compile_copy(
-    copy: CopyPlan | ReducePlan,
+    copy: CopyPlan,
     hang_guard: bool = False,
     keep_ptx: bool = False,
     tvm_ffi: bool = False,
@@ -134,21 +133,12 @@ def compile_copy(
     `shape_generic`: one compile serves every shape of the plan's class (`api.copy_class`): the
     plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
     strides at each call. The destination has the source's shape and the contiguous dim of
-    `destination` (default: the source's).
-
-    A `ReducePlan` compiles `kernels.reduce.ReduceKernel` (the copy with TMA reduce stores), or
-    with `kernel` "ring" `LoadReduceKernel` (the load-add-store ring), with the same arguments;
-    its (op, dtype) pair was checked when the plan was made."""
+    `destination` (default: the source's)."""
     if not shape_generic:
         copy.load.check_specialised()
     from ..kernels.copy import BulkCopyKernel, CopyKernel
-    from ..kernels.reduce import LoadReduceKernel, ReduceKernel
 
     as_rows = tensor_shape is not None
-    if isinstance(copy, ReducePlan):
-        kind = LoadReduceKernel if copy.by_ring else ReduceKernel
-        kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
-        return kernel, *copy_arguments(copy.copy, destination, tensor_shape, shape_generic, tvm_ffi)
     kind = BulkCopyKernel if copy.bulk else CopyKernel
     kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
     return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
@@ -187,8 +177,9 @@ def copy_arguments(
     shape_generic: bool,
     tvm_ffi: bool,
 ) -> tuple:
-    """The example arguments a copy (or a reduce: the same host function) is compiled against,
-    (src, dst, guard, stream); the parameters as `compile_copy` takes them."""
+    """The example arguments a copy (or a family's kernel on the copy's host function, a
+    reduce's) is compiled against, (src, dst, guard, stream); the parameters as `compile_copy`
+    takes them."""
     import cutlass
 
     config = copy.load.config
@@ -303,7 +294,7 @@ def tvm_ffi_available() -> bool:
 
 
 def copy_launcher(
-    copy: CopyPlan | ReducePlan,
+    copy: CopyPlan,
     destination: LoadConfig | None,
     tensor_shape: tuple[int, ...] | None,
     device: str,
@@ -319,10 +310,7 @@ def copy_launcher(
     `shape_generic` (TVM-FFI only): one kernel for every shape of the plan's class
     (`plan.copy_class`); the launcher's `shape_generic` is then True and its compiled function
     checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
-    each new shape (`plan.check_copy_shape`) before it launches.
-
-    A `ReducePlan` gets the same launcher around its kernel (`compile_copy` builds it): the copy
-    whose stores reduce into the destination."""
+    each new shape (`plan.check_copy_shape`) before it launches."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
     launch = guarded_launcher(

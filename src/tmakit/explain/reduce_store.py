@@ -3,7 +3,7 @@ destination element."""
 
 from typing import Any
 
-from ..model.reduce import ELEMENT_RULES
+from ..model.reduce_ops import ELEMENT_RULES
 from ..plan import LoadPlan
 
 

@@ -2,9 +2,10 @@
 defines `cp.reduce.async.bulk(.tensor)`. Pure NumPy: the reference of `tmakit.reduce_into_`.
 
 Arrays hold each dtype's values in its NumPy type; bf16, which NumPy lacks, as its raw uint16
-bits. Each element receives exactly one reduction (d = d op s), so:
+bits. Shared by the families that reduce (reduce stores, the bulk reduce of rows by index) and the
+seed's walkthrough (`ELEMENT_RULES`). Each element receives exactly one reduction (d = d op s), so:
 - integer add wraps modulo 2^width; integer min/max are unsigned (signed ones are refused:
-  `plan.reduce.SIGNED_ORDER_REFUSED`);
+  `plan.reduce_ops.SIGNED_ORDER_REFUSED`);
 - inc (u32): d = (d >= s) ? 0 : d + 1; dec (u32): d = (d == 0 || d > s) ? s : d - 1;
 - float add is one rounding to nearest even of the exact sum (computed in float64, whose 53 bits
   make the rounding to f32/f16/bf16 after it exact: 53 >= 2p + 2);
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan.reduce import check_reduce
+from ..plan.reduce_ops import check_reduce
 
 # What one reduce store leaves in a destination element d, given the source element s.
 ELEMENT_RULES = {

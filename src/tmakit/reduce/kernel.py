@@ -6,7 +6,8 @@ A reduce is the copy (`kernels.copy.CopyKernel`: the ring, the stores in flight,
 a stage once its store has read it, the transposing staging tiles) with a reduce store atom: the
 TMA unit reads the tile from shared memory and combines each element with the destination's in
 L2 (`ReducePlan.op`). The element type is the tensor map's (the instruction names none), which is
-why `plan.check_reduce` refuses the pairs the PTX ISA does not list before anything compiles.
+why `plan.reduce_ops.check_reduce` refuses the pairs the PTX ISA does not list before anything
+compiles.
 
 `LoadReduceKernel` (`ReducePlan.kernel` "ring") is the same copy on a `PairRing`: the producer
 loads the source's tile and the destination's into one stage (one arrival declares both), the
@@ -24,10 +25,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
+from ..kernels.copy import CopyKernel
+from ..kernels.tile_ring import PairRing
 from ..limits import VECTOR_BYTES, WARP_THREADS
-from ..plan import ReducePlan
-from .copy import CopyKernel
-from .tile_ring import PairRing
+from .plan import ReducePlan
 
 __all__ = ["LoadReduceKernel", "ReduceKernel"]
 

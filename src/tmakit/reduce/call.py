@@ -1,43 +1,43 @@
-"""How a reduce call is planned (`tmakit.reduce_into_`'s planner, `api.reduce`): its tensors' checks,
-its route (`plan.reduce_route`), the kernel that serves it (reduce stores or the load-add-store
-ring, `plan.reduce.reduce_kernel`) planned for its class, and the launchers of torch's op where
-TMA does not serve it."""
+"""How a reduce call is planned and run (`tmakit.reduce_into_`'s planner, `reduce.api`): its
+tensors' checks, its route (`reduce.plan.reduce_route`), the kernel that serves it (reduce stores
+or the load-add-store ring, `reduce.plan.reduce_kernel`) planned for its class, and torch's own op
+for the tensors TMA does not serve (`torch_reduce`), with torch's refusals raised as
+TmaConfigError naming them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
-from ..errors import TmaConfigError
-from ..plan import (
-    CopyOptions,
-    LoadPlan,
-    ReducePlan,
-    check_copy_shape,
-    check_reduce,
-    copy_destination,
-    reduce_class,
-    reduce_op,
-    reduce_route,
-)
-from ..plan.copy_defaults import fits_l2 as copy_fits_l2
-from ..plan.reduce import RING_REASON, moved_bytes, reduce_kernel, reduce_plan
-from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, Signature
-from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
-from ..runtime.launch import copy_launcher, tvm_ffi_available
-from ..validate import check_rank
-from .copy import HOPPER, class_launcher
-from .copy_views import copy_nothing
-from .reduce_torch import TORCH_OPS, torch_reduce
-from .tensors import (
+from ..api.copy import HOPPER
+from ..api.copy_views import copy_nothing
+from ..api.tensors import (
     check_tensor_pair,
     check_torch_tensor,
     cuda_index,
     device_facts,
     import_torch,
     pair_facts,
+)
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
+from ..errors import TmaConfigError, TorchOpError
+from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
+from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan.route import Route, torch_route
+from ..runtime.dispatch import Launcher, Signature
+from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
+from ..runtime.launch import tvm_ffi_available
+from ..validate import check_rank
+from .launch import class_launcher, reduce_launcher
+from .plan import (
+    RING_REASON,
+    ReducePlan,
+    moved_bytes,
+    reduce_class,
+    reduce_kernel,
+    reduce_plan,
+    reduce_route,
 )
 
 if TYPE_CHECKING:
@@ -68,9 +68,9 @@ class ReduceKernel:
     def launcher(self) -> Launcher:
         """The compiled launcher (src, dst), on the views TMA takes."""
         if self.shape_generic:
-            compiled = class_launcher(self.plan, self.destination, None, self.device)
+            compiled = class_launcher(self.plan, self.destination, self.device)
         else:
-            compiled = copy_launcher(self.plan, self.destination, None, self.device)
+            compiled = reduce_launcher(self.plan, self.destination, self.device)
         shape, src_strides, dst_strides = self.shape, self.src_strides, self.dst_strides
         if src_strides is None and dst_strides is None:
             return compiled
@@ -166,7 +166,7 @@ def plan_reduce_call(
 ) -> tuple[Route, ReduceKernel | None]:
     """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
     checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
-    `reduce_by` chose or the rule gives (`plan.reduce.reduce_kernel`). A TMA route the planner
+    `reduce_by` chose or the rule gives (`reduce.plan.reduce_kernel`). A TMA route the planner
     refuses becomes torch's, with the planner's reason, unless the refusal is of options the
     caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
     stores do. `on`: plan the route TMA would take (no rule of the L2) on a GPU of these (SM
@@ -297,9 +297,9 @@ def plan_reduce(
     on: tuple[int, int] | None = None,
 ) -> ReduceKernel:
     """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
-    plan its kernel: the shape-generic class's where TVM-FFI is installed (`plan.reduce_class`,
+    plan its kernel: the shape-generic class's where TVM-FFI is installed (`reduce.plan.reduce_class`,
     this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
-    nothing. `options`: `reduce_options`; `kernel`: one of `plan.reduce.REDUCE_KERNELS`; `on`:
+    nothing. `options`: `reduce_options`; `kernel`: one of `reduce.plan.REDUCE_KERNELS`; `on`:
     the (SM count, L2 bytes) of the GPU planned for, the class's path (None: the tensors' GPU)."""
     dtype = dtype_of(src.dtype)
     nbytes = DTYPES[dtype].nbytes
@@ -336,3 +336,88 @@ def plan_reduce(
         fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
     destination = copy_destination(reduce.copy) if transpose else None
     return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
+
+
+# torch's own op for each reduce, as its messages name it (`torch_reduce` runs them).
+TORCH_OPS: dict[str, str] = {
+    "add": "dst.add_(src)",
+    "min": "torch.minimum(dst, src, out=dst)",
+    "max": "torch.maximum(dst, src, out=dst)",
+    "inc": "dst = where(dst >= src, 0, dst + 1) (PTX red.inc, unsigned)",
+    "dec": "dst = where(dst == 0 or dst > src, src, dst - 1) (PTX red.dec, unsigned)",
+    "and": "dst.bitwise_and_(src)",
+    "or": "dst.bitwise_or_(src)",
+    "xor": "dst.bitwise_xor_(src)",
+}
+
+
+def torch_reduce(dst: torch.Tensor, src: torch.Tensor, op: str, reason: str) -> None:
+    """dst = dst op src by torch (`TORCH_OPS`); a RuntimeError of torch's (NotImplementedError
+    included) raised as TmaConfigError naming the op, why torch runs it and torch's message."""
+    torch = import_torch("reduce_into_")
+    try:
+        _TORCH_REDUCES[op](torch, dst, src)
+    except RuntimeError as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TorchOpError(
+            f"reduce_into_ {op} runs torch's {TORCH_OPS[op]} here ({reason}), and torch refused: {detail}"
+        ) from error
+
+
+def in_place_shape(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """An in-place op's rule for an `out=` or composed op: `src` broadcasts to `dst`'s shape
+    (torch's own RuntimeError otherwise; an `out=` would resize `dst`)."""
+    if torch.broadcast_shapes(dst.shape, src.shape) != dst.shape:
+        raise RuntimeError(
+            f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+            f"{list(torch.broadcast_shapes(dst.shape, src.shape))}"
+        )
+
+
+def torch_minimum(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    in_place_shape(torch, dst, src)
+    torch.minimum(dst, src, out=dst)
+
+
+def torch_maximum(torch: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+    in_place_shape(torch, dst, src)
+    torch.maximum(dst, src, out=dst)
+
+
+def wrapping_step(torch: Any, dst: torch.Tensor, src: torch.Tensor, op: str) -> None:
+    """PTX's red.inc / red.dec on torch tensors: inc: dst = 0 if dst >= src else dst + 1; dec:
+    dst = src if dst == 0 or dst > src else dst - 1, compared as the dtype orders (unsigned for
+    the uint types). torch has no comparisons or arithmetic for uint16/32/64 on every device, so
+    those run in int64: exact for uint16/32, and uint64's bits with the sign flipped to order."""
+    in_place_shape(torch, dst, src)
+    if not torch.can_cast(torch.result_type(dst, src), dst.dtype):
+        raise RuntimeError(f"result type {torch.result_type(dst, src)} can't be cast to {dst.dtype}")
+    src = src.to(dst.dtype)
+    if dst.dtype == torch.uint64:
+        bits, src_bits = dst.view(torch.int64), src.view(torch.int64)
+        sign = torch.iinfo(torch.int64).min  # xor: unsigned order as int64's
+        value, order, src_value, src_order = bits, bits ^ sign, src_bits, src_bits ^ sign
+        out = bits
+    elif dst.dtype in (torch.uint16, torch.uint32):
+        value = order = dst.to(torch.int64)
+        src_value = src_order = src.to(torch.int64)
+        out = dst
+    else:
+        value, order, src_value, src_order, out = dst, dst, src, src, dst
+    if op == "inc":
+        result = torch.where(order >= src_order, torch.zeros_like(value), value + 1)
+    else:
+        result = torch.where((value == 0) | (order > src_order), src_value, value - 1)
+    out.copy_(result)
+
+
+_TORCH_REDUCES: dict[str, Callable[[Any, Any, Any], None]] = {
+    "add": lambda torch, dst, src: dst.add_(src),
+    "min": torch_minimum,
+    "max": torch_maximum,
+    "inc": lambda torch, dst, src: wrapping_step(torch, dst, src, "inc"),
+    "dec": lambda torch, dst, src: wrapping_step(torch, dst, src, "dec"),
+    "and": lambda torch, dst, src: dst.bitwise_and_(src),
+    "or": lambda torch, dst, src: dst.bitwise_or_(src),
+    "xor": lambda torch, dst, src: dst.bitwise_xor_(src),
+}

@@ -3,40 +3,19 @@ and with the copy's options and layout rules, and torch's own op for the tensors
 serve (`reduce_path` names the path a call takes and why).
 
 Each (op, strict, reduce_by) has the copy's dispatch (`runtime.dispatch.CopyDispatch`), whose
-planner is `api.reduce_call`'s: a call like one
-seen before (both tensors' shapes, strides, dtypes and devices, the options) finds its launcher
-by a lookup, or, repeated call after call, tries it first; what the lookup cannot hold, where the
-tensors lie, is checked on every call: both base addresses 16-byte aligned, no partial overlap
-(torch's op serves unaligned bases and overlaps only an element-wise check can decide)."""
+planner is `reduce.call`'s: a call like one seen before (both tensors' shapes, strides, dtypes and
+devices, the options) finds its launcher by a lookup, or, repeated call after call, tries it
+first; what the lookup cannot hold, where the tensors lie, is checked on every call: both base
+addresses 16-byte aligned, no partial overlap (torch's op serves unaligned bases and overlaps only
+an element-wise check can decide). `ReducePlan` (`reduce.plan`) is exported with the functions."""
 
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ..plan import (
-    CopyOptions,
-    reduce_op,
-    reduce_route,
-)
-from ..plan.reduce import chosen_kernel
-from ..plan.route import Route, torch_route
-from ..runtime.dispatch import CopyDispatch
-from ..validate import flag
-from .known import calls_table
-from .reduce_call import (
-    TMA_KERNEL_PATHS,
-    check_reduce_arguments,
-    check_reduce_options,
-    plan_reduce_call,
-    reduce_options,
-    routed_reduce_launcher,
-    strict_fallback,
-    strict_refusal,
-    torch_fallback,
-)
-from .reduce_torch import torch_reduce
-from .tensors import (
+from ..api.known import calls_table
+from ..api.tensors import (
     bump_versions,
     count_write,
     detached,
@@ -46,12 +25,31 @@ from .tensors import (
     special_route,
     version_of,
 )
+from ..plan import CopyOptions, reduce_op
+from ..plan.route import Route, torch_route
+from ..runtime.dispatch import CopyDispatch
+from ..validate import flag
+from .call import (
+    TMA_KERNEL_PATHS,
+    check_reduce_arguments,
+    check_reduce_options,
+    plan_reduce_call,
+    reduce_options,
+    routed_reduce_launcher,
+    strict_fallback,
+    strict_refusal,
+    torch_fallback,
+    torch_reduce,
+)
+from .plan import ReducePlan, chosen_kernel, reduce_route
 
 if TYPE_CHECKING:
     import torch
     from typing_extensions import Unpack  # typing's from Python 3.11
 
     from ..plan.copy import CopyKeywords
+
+__all__ = ["ReducePlan", "add_", "reduce_into_", "reduce_path"]
 
 
 def reduce_into_(
@@ -75,9 +73,9 @@ def reduce_into_(
     unsigned `red.inc`/`red.dec`), and so does an add past 40% of the L2, measured faster
     there; `reduce_path` names the path and why. Tensors that require grad take torch's op where
     grad mode is on, and TMA on detached views under torch.no_grad(). `reduce_by="ring"` runs
-    the load-add-store ring instead of reduce stores (`plan.reduce.REDUCE_KERNELS`): the destination's
+    the load-add-store ring instead of reduce stores (`reduce.plan.REDUCE_KERNELS`): the destination's
     tiles loaded beside the source's and added in registers, for adds on fp32, fp16, bf16 and
-    int32 of one layout; left out, `plan.reduce.RING_BEYOND_L2` chooses.
+    int32 of one layout; left out, `reduce.plan.RING_BEYOND_L2` chooses.
 
     Args:
         dst: the tensor reduced into.
@@ -175,7 +173,7 @@ def reduce_dispatch(
 ) -> CopyDispatch:
     """The dispatch of `op`'s calls, strict or not, by the kernel chosen (made at its first call):
     TmaConfigError for an op not in `plan.REDUCE_OPS`, a `strict` that is no flag, a `reduce_by`
-    not in `plan.reduce.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
+    not in `reduce.plan.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
     if options and ("as_rows" in options or "bulk" in options):
         reduce_options(None, None, options)
     if type(op) is str and type(strict) is bool and (reduce_by is None or type(reduce_by) is str):
