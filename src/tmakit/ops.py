@@ -1,12 +1,12 @@
-"""tmakit's copies, reduce stores, tile loads and im2col as torch operators; `import tmakit.ops`
-registers them.
+"""tmakit's copies, reduce stores and tile loads as torch operators, and each family's (its `op`
+part, `tmakit.registry`); `import tmakit.ops` registers them.
 
     torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
     torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
     torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(dst, src, op, *, tile=None, ...,
         reduce_by=None)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
-    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
+    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (`tmakit.im2col.op`)
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.many.op`)
 
@@ -21,8 +21,9 @@ directly for a plain CUDA (or CPU) tensor, an autograd.Function for one that nee
 tensors, a conjugate view). An op's `typed` overload takes each `CopyOptions` field as a typed
 keyword; `default` takes the options text `CopyOptions.parse` reads, and boxes fewer arguments.
 
-`load_tiles`' and `im2col`'s kernels are in `tmakit.ops_tiles`; what every op module shares (the
-library, the checks of tensors without memory, the device guard) in `tmakit.ops_base`.
+`load_tiles`' kernels are in `tmakit.ops_tiles`; what every op module shares (the library, the
+checks of tensors without memory, the device guard, the Autograd kernel of an op without a
+gradient) in `tmakit.ops_base`.
 
 One rule for every op, these and the rows and many-tensor ops alike: an op is strict. It runs
 its `tmakit` function with `strict=True`, on torch's current stream and under the tensor's GPU's
@@ -56,10 +57,11 @@ from .ops_base import (
     define,
     gpu_count,
     increment_versions,
+    not_differentiable,
     on_its_device,
     refuse_memoryless,
 )
-from .ops_tiles import im2col_fake, im2col_impl, load_tiles_fake, load_tiles_impl, not_differentiable
+from .ops_tiles import load_tiles_fake, load_tiles_impl
 from .plan import CopyOptions, check_reduce
 from .plan.reduce import check_ring, check_ring_layouts, chosen_kernel
 
@@ -80,10 +82,6 @@ SCHEMAS = {
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
         "int swizzle=0) -> Tensor"
-    ),
-    # (height, width) pairs, an int standing for both, as conv2d's schema takes them
-    "im2col": (
-        "im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor"
     ),
 }
 
@@ -281,13 +279,12 @@ def register() -> torch.library.Library:
             ("reduce_into_", reduce_into__impl, reduce_into__fake),
             ("reduce_into_.typed", reduce_into__typed_impl, reduce_into__fake),
             ("load_tiles", load_tiles_impl, load_tiles_fake),
-            ("im2col", im2col_impl, im2col_fake),
         ),
     )
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
     library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
-    for op, name, impl in (("load_tiles", "tensor", load_tiles_impl), ("im2col", "x", im2col_impl)):
-        library.impl(op, not_differentiable(op, name, impl), "Autograd", with_keyset=True)
+    load_tiles_autograd = not_differentiable("load_tiles", "tensor", load_tiles_impl)
+    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
     return library
 
 
@@ -296,14 +293,12 @@ copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
 reduce_into_ = torch.ops.tmakit.reduce_into_.default
 load_tiles = torch.ops.tmakit.load_tiles.default
-im2col = torch.ops.tmakit.im2col.default
 
 
 __all__ = [
     "copy",
     "copy_",
     "copy_kwargs",
-    "im2col",
     "load_tiles",
     "reduce_into_",
 ]

@@ -32,6 +32,7 @@ from types import ModuleType
 PACKAGES: tuple[str, ...] = (
     "rows",
     "many",
+    "im2col",
 )
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
@@ -74,3 +75,13 @@ def parts(part: str) -> list[ModuleType]:
     if part not in PARTS:
         raise ValueError(f"no family part is named {part!r}; the parts: {', '.join(PARTS)}")
     return [importlib.import_module(f"{p}.{part}") for p, record in records().items() if part in record.parts]
+
+
+def exporting(name: str) -> ModuleType:
+    """The family `api` module whose `__all__` names `name` (one of `tmakit`'s public functions):
+    what a core study that times a family's op beside torch's reads that op, and its building
+    blocks, from."""
+    for module in parts("api"):
+        if name in module.__all__:
+            return module
+    raise LookupError(f"no family exports {name!r}; the families: {', '.join(PACKAGES)}")

@@ -7,7 +7,6 @@ from typing import Any
 
 from ..explain import describe_plan
 from ..plan import LoadPlan, MulticastPlan, PipelinePlan
-from ..plan.im2col_route import windows_summary
 from .args import (
     COUNT,
     Subparsers,
@@ -19,7 +18,7 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels, im2col_plan
+from .kernels import add_kernel_arguments, call_plan, family_flags, family_help, family_kernels
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -29,10 +28,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_kernel_arguments(
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        "(copy) or of the other (transpose), reduce_into_ with --reduce OP, im2col with --im2col SPEC, "
-        f"or {family_help()}",
+        f"(copy) or of the other (transpose), reduce_into_ with --reduce OP, or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
-        "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
     add_json(parser, "the plan's numbers")
     parser.set_defaults(run=run)
@@ -43,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "im2col", *family_flags()),
-        f"without --kernel {', '.join(('copy', 'transpose', 'reduce', 'im2col', *family_kernels()))}",
+        ("copy", "reduce", *family_flags()),
+        f"without --kernel {', '.join(('copy', 'transpose', 'reduce', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -84,20 +81,11 @@ def _numbers(
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
-    """`plan --kernel copy|transpose|reduce|im2col`: the plan tmakit's call makes on an H200 (its
-    SM count and L2), from the tensor's flags and the kernel's options."""
+    """`plan --kernel copy|transpose|reduce`: the plan tmakit's call makes on an H200 (its SM count
+    and L2), from the tensor's flags and the kernel's options; a family's `--kernel`: its plan."""
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.plan(args)
-    if args.kernel == "im2col":
-        refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
-        choice = im2col_plan(args, "to --kernel im2col")
-        windows = choice.call.windows
-        summary = windows_summary(choice.call.conv, choice.plan.dtype) if windows else choice.plan.summary()
-        lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
-        kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
-        emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
-        return 0
     plan, head = call_plan(args)
     summary = [head, *plan.summary().splitlines()]
     emit(args, {"kernel": {"kind": args.kernel, "summary": summary}}, "\n".join(summary))
