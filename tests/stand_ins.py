@@ -21,7 +21,8 @@ def gpu_stand_ins(monkeypatch) -> None:
     from tmakit.runtime.dispatch import CopyDispatch
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
-    api_im2col = importlib.import_module("tmakit.api.im2col")
+    api_im2col = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
+    op_im2col = importlib.import_module("tmakit.im2col.op")
 
     def launcher(src: object, dst: object) -> None:
         pass
@@ -33,6 +34,7 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr("tmakit.ops_base.check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     for module in (api_copy, api_reduce):

@@ -17,6 +17,7 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.check.reference import position_hash
+from tmakit.im2col.api import torch_im2col
 
 pytestmark = pytest.mark.gpu
 
@@ -167,7 +168,7 @@ def test_im2col_op_is_tmakits_patch_matrix_bit_for_bit(torch):
     out = torch.ops.tmakit.im2col(x, [3, 3], stride=[2, 2], padding=[1, 1])
     torch.cuda.synchronize()
     assert torch.equal(bits(out), bits(tmakit.im2col(x, 3, 2, 1, strict=True)))
-    assert torch.equal(bits(out), bits(tmakit.api.torch_im2col(x, 3, 2, 1)))
+    assert torch.equal(bits(out), bits(torch_im2col(x, 3, 2, 1)))
 
 
 # -- torch.compile (inductor) ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ are tests/test_gpu_ops.py's.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -29,10 +30,12 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 import tmakit  # noqa: E402
 import tmakit.ops  # noqa: E402
 from tmakit import TmaConfigError  # noqa: E402
+from tmakit.im2col.api import torch_im2col  # noqa: E402
 
 ops = tmakit.ops
 ops_tiles = tmakit.ops_tiles
 ops_reduce = tmakit.reduce.op  # the reduce family's op (registered by tmakit.ops)
+op_im2col = importlib.import_module("tmakit.im2col.op")  # tmakit.im2col is the function
 
 
 @pytest.fixture(autouse=True)
@@ -372,13 +375,14 @@ def cpu_kernels(monkeypatch):
     def im2col(x, kernel, stride, padding, dilation, strict=False):
         assert strict  # the op's eager call refuses what its fake refuses
         calls.append(("im2col", kernel, stride, padding, dilation))
-        return tmakit.api.torch_im2col(x.data, kernel, stride, padding, dilation)
+        return torch_im2col(x.data, kernel, stride, padding, dilation)
 
     monkeypatch.setattr(ops_tiles, "tma_load_tiles", load_tiles)
-    monkeypatch.setattr(ops_tiles, "tma_im2col", im2col)
+    monkeypatch.setattr(op_im2col, "tma_im2col", im2col)
     monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(tmakit.ops_base, "check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr(ops_tiles, "check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     return calls
 
 
@@ -448,7 +452,7 @@ def test_im2col_is_the_patch_matrix_and_has_no_gradient(cpu_kernels):
     backward through it raises, as load_tiles's does."""
     x = torch.randn(2, 9, 9, 16, requires_grad=True)
     patches = torch.ops.tmakit.im2col(x, 3, stride=2, padding=1)
-    assert torch.equal(patches, tmakit.api.torch_im2col(x.detach(), 3, 2, 1)) and patches.shape == (50, 144)
+    assert torch.equal(patches, torch_im2col(x.detach(), 3, 2, 1)) and patches.shape == (50, 144)
     assert cpu_kernels == [("im2col", (3, 3), (2, 2), (1, 1), (1, 1))]
     with pytest.raises(RuntimeError, match="im2col is not differentiable"):
         patches.sum().backward()

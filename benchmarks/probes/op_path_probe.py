@@ -21,8 +21,9 @@ import torch
 
 import tmakit
 import tmakit.ops as ops
-from tmakit import api, ops_base, ops_tiles
+from tmakit import api, ops_base
 from tmakit.bench.report import device_context
+from tmakit.im2col import op as im2col_op
 from tmakit.plan import CopyOptions
 
 ROUNDS, CALLS, WARM_UP = 9, 300, 20
@@ -80,7 +81,7 @@ def cases() -> tuple[dict[str, tuple[str, object]], torch.library.Library]:
         "im2col_direct": ("tmakit.im2col(x, 3, 1, 1)", lambda: tmakit.im2col(x, 3, 1, 1)),
         "im2col_impl": (
             "the op's kernel called directly",
-            lambda: ops_tiles.im2col_impl(x, [3, 3], [1, 1], [1, 1]),
+            lambda: im2col_op.im2col_impl(x, [3, 3], [1, 1], [1, 1]),
         ),
         "im2col_op": (
             "torch.ops.tmakit.im2col",

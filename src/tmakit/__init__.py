@@ -9,20 +9,21 @@ row copies; `rows_path` names the path), `copy_many_`, `pack`, `unpack_` (many t
 launch; `GroupedCopy` prepares them once for lists that stay put), the configuration and plan
 types and the errors (`TmaConfigError`; `TorchOpError`, torch's own op refusing a call
 tmakit handed it, is also a `RuntimeError`).
-Building blocks for your own kernel: `tmakit.plan` (the plans) and `tmakit.kernels` (`TileRing`
-and the TMA view helpers).
+Building blocks for your own kernel: `tmakit.plan` (the plans), `tmakit.kernels` (`TileRing`
+and the TMA view helpers) and a family's kernel (`tmakit.im2col.kernel.make_im2col_load_atom`).
+The function `im2col` shadows the name of its family's package on this module: reach the package's
+modules as `from tmakit.im2col import kernel` or `importlib.import_module("tmakit.im2col.kernel")`.
 """
 
 from . import api, registry
 from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
-from .plan import CopyOptions, Im2colPlan, LoadPlan, MulticastPlan, PipelinePlan
+from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
 
 __all__ = [
     "SEED",
     "CopyOptions",
-    "Im2colPlan",
     "LoadConfig",
     "LoadPlan",
     "MulticastPlan",

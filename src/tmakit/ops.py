@@ -1,11 +1,11 @@
-"""tmakit's copies, tile loads and im2col as torch operators, and each family's; `import tmakit.ops`
-registers them.
+"""tmakit's copies and tile loads as torch operators, and each family's (its `op` part,
+`tmakit.registry`); `import tmakit.ops` registers them.
 
     torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
     torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
     torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(...) (`tmakit.reduce.op`)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
-    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor
+    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (`tmakit.im2col.op`)
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.many.op`)
 
@@ -20,9 +20,9 @@ directly for a plain CUDA (or CPU) tensor, an autograd.Function for one that nee
 tensors, a conjugate view). An op's `typed` overload takes each `CopyOptions` field as a typed
 keyword; `default` takes the options text `CopyOptions.parse` reads, and boxes fewer arguments.
 
-`load_tiles`' and `im2col`'s kernels are in `tmakit.ops_tiles`; what every op module shares (the
-library, the checks of tensors without memory, the device guard, the copy's options as schema
-arguments) in `tmakit.ops_base`.
+`load_tiles`' kernels are in `tmakit.ops_tiles`; what every op module shares (the library, the
+checks of tensors without memory, the device guard, the copy's options as schema arguments, the
+Autograd kernel of an op without a gradient) in `tmakit.ops_base`.
 
 One rule for every op, these and the families' alike: an op is strict. It runs
 its `tmakit` function with `strict=True`, on torch's current stream and under the tensor's GPU's
@@ -56,13 +56,14 @@ from .ops_base import (
     define,
     gpu_count,
     increment_versions,
+    not_differentiable,
     on_its_device,
     op_kwargs,
     plain_pair,
     refuse_memoryless,
     run_in_place,
 )
-from .ops_tiles import im2col_fake, im2col_impl, load_tiles_fake, load_tiles_impl, not_differentiable
+from .ops_tiles import load_tiles_fake, load_tiles_impl
 
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
 # dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
@@ -75,10 +76,6 @@ SCHEMAS = {
     "load_tiles": (
         f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
         "int swizzle=0) -> Tensor"
-    ),
-    # (height, width) pairs, an int standing for both, as conv2d's schema takes them
-    "im2col": (
-        "im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor"
     ),
 }
 
@@ -178,13 +175,12 @@ def register() -> torch.library.Library:
             ("copy", copy_impl, copy_fake),
             ("copy.typed", copy_impl, copy_fake),
             ("load_tiles", load_tiles_impl, load_tiles_fake),
-            ("im2col", im2col_impl, im2col_fake),
         ),
     )
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
     library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
-    for op, name, impl in (("load_tiles", "tensor", load_tiles_impl), ("im2col", "x", im2col_impl)):
-        library.impl(op, not_differentiable(op, name, impl), "Autograd", with_keyset=True)
+    load_tiles_autograd = not_differentiable("load_tiles", "tensor", load_tiles_impl)
+    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
     return library
 
 
@@ -192,14 +188,12 @@ LIBRARY = register()
 copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
 load_tiles = torch.ops.tmakit.load_tiles.default
-im2col = torch.ops.tmakit.im2col.default
 
 
 __all__ = [
     "copy",
     "copy_",
     "copy_kwargs",
-    "im2col",
     "load_tiles",
 ]
 # Each family's ops: importing its op module registers them, its `__all__` names them here.

@@ -1,8 +1,9 @@
-"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles` and each family's `op`): the
-namespace, the library each defines its ops in, the checks of tensors without memory or off the
-GPU, the device guard, the keysets an Autograd kernel reads, and what the ops on a pair of tensors
-with the copy's options share (`copy_`'s and the reduce's: the options as schema arguments and
-keywords, the in-place call, a fake's check of the pair)."""
+"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles` and each family's `op` part):
+the namespace, the library each defines its ops in, the checks of tensors without memory or off
+the GPU, the device guard, the keysets an Autograd kernel reads, the Autograd kernel of an op
+without a gradient (`not_differentiable`), and what the ops on a pair of tensors with the copy's
+options share (`copy_`'s and the reduce's: the options as schema arguments and keywords, the
+in-place call, a fake's check of the pair)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,44 @@ def lazy_bit_kernel(overload: Any, bit: LazyBit) -> Any:
         return overload(*map(resolved, args), **{k: resolved(v) for k, v in kwargs.items()})
 
     return kernel
+
+
+class NotDifferentiable(torch.autograd.Function):
+    """load_tiles or im2col under autograd: the op below autograd, and a backward that raises
+    (what TMA put in shared memory, or a patch matrix, has no gradient defined here)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, op: str, below: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any
+    ) -> torch.Tensor:
+        ctx.op = op
+        with BelowAutograd():
+            return getattr(torch.ops.tmakit, op).default.redispatch(below, tensor, *args)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> None:
+        raise RuntimeError(
+            f"torch.ops.{NAMESPACE}.{ctx.op} is not differentiable: backward reached it through a tensor "
+            "that requires grad (detach the input, or call the op under torch.no_grad())"
+        )
+
+
+def not_differentiable(op: str, name: str, impl: Any) -> Any:
+    """The Autograd kernel of an op without a gradient, as copy's: `NotDifferentiable` where its
+    tensor (the argument `name`) needs a gradient, else `impl` called directly (plain tensors) or
+    the kernels below autograd."""
+
+    def autograd_kernel(keyset: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any) -> torch.Tensor:
+        if tensor is None:  # the dispatcher passes None for a Tensor argument
+            refuse_memoryless(op, **{name: tensor})
+        if tensor.requires_grad and torch.is_grad_enabled():
+            return NotDifferentiable.apply(op, keyset & BELOW_AUTOGRAD, tensor, *args)
+        if keyset.raw_repr() in PLAIN:
+            return impl(tensor, *args)
+        with BelowAutograd():
+            return getattr(torch.ops.tmakit, op).default.redispatch(keyset & BELOW_AUTOGRAD, tensor, *args)
+
+    return autograd_kernel
 
 
 def refuse_grad(op: str, *tensors: torch.Tensor) -> None:

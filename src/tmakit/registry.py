@@ -33,6 +33,7 @@ PACKAGES: tuple[str, ...] = (
     "rows",
     "many",
     "reduce",
+    "im2col",
 )
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
@@ -77,12 +78,11 @@ def parts(part: str) -> list[ModuleType]:
     return [importlib.import_module(f"{p}.{part}") for p, record in records().items() if part in record.parts]
 
 
-def family_part(family: str, part: str) -> ModuleType:
-    """The module of `part` (one of `PARTS`) of the family named `family` (its line in `PACKAGES`),
-    imported: where the core reads one family by name (a study of every public op calls the
-    reduce's `add_`). ValueError for a family not listed or a part it does not have."""
-    package = f"{__package__}.{family}"
-    record = records().get(package)
-    if record is None or part not in record.parts:
-        raise ValueError(f"no family {family!r} with a part {part!r}; the families: {', '.join(PACKAGES)}")
-    return importlib.import_module(f"{package}.{part}")
+def exporting(name: str) -> ModuleType:
+    """The family `api` module whose `__all__` names `name` (one of `tmakit`'s public functions):
+    what a core study that times a family's op beside torch's reads that op, and its building
+    blocks, from."""
+    for module in parts("api"):
+        if name in module.__all__:
+            return module
+    raise LookupError(f"no family exports {name!r}; the families: {', '.join(PACKAGES)}")

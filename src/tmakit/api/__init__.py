@@ -1,4 +1,4 @@
-"""The small public face on real tensors: describe, check, allocate, load, copy, im2col.
+"""The small public face on real tensors: describe, check, allocate, load, copy.
 
 Every check runs before anything compiles or launches; a tensor TMA cannot serve raises
 `TmaConfigError` naming the value and the rule. One module per op over the shared checks:
@@ -7,21 +7,17 @@ Every check runs before anything compiles or launches; a tensor TMA cannot serve
 - `load`: `config_for`, `padded_empty`, `load_tiles`;
 - `copy`: `copy_`, `copy`, `copy_path`, `plan_copy` and `copy_`'s dispatch, with `copy_views`: the
   launchers around a route (its views, torch's `copy_`, the empty copy);
-- `im2col`: `im2col`, `im2col_path` (which path a call takes), `torch_im2col` (torch's expression).
 
-The families' functions (rows by index, many tensors, reduce stores) are each in its package
-(`tmakit.registry`).
-The functions `copy` and `im2col` shadow their modules' names on this package: a module itself is
-`importlib.import_module("tmakit.api.copy")` (what a test patches is that module's global).
+The families' functions (rows by index, many tensors, reduce stores, im2col) are each in its
+package (`tmakit.registry`). The function `copy` shadows its module's name on this package: the
+module itself is `importlib.import_module("tmakit.api.copy")` (what a test patches is that
+module's global).
 """
 
 from ..plan.copy_layout import check_copy_layout as check_copy_layout
 from .copy import copy, copy_, copy_path
 from .copy import copy_dispatch as copy_dispatch
 from .copy import plan_copy as plan_copy
-from .im2col import im2col, im2col_path
-from .im2col import strided_patches as strided_patches
-from .im2col import torch_im2col as torch_im2col
 from .load import config_for, load_tiles, padded_empty
 from .tensors import check_on_gpu as check_on_gpu
 from .tensors import check_torch_tensor as check_torch_tensor
@@ -34,8 +30,6 @@ __all__ = [
     "copy",
     "copy_",
     "copy_path",
-    "im2col",
-    "im2col_path",
     "load_tiles",
     "padded_empty",
 ]

@@ -1,8 +1,7 @@
 """What tmakit's kernels are compared with, in the same process and by the same timer:
 torch `copy_` (read + write), torch `sum` (read), torch's in-place ops beside the reduce
-stores (`TORCH_IN_PLACE`), the dot expressions (`TORCH_DOTS`), unfold + permute beside
-im2col (`TORCH_IM2COL`), and, when Triton is importable, a Triton copy
-and a Triton fp32 row sum through TMA tensor descriptors. Each returns one launch callable per
+stores (`TORCH_IN_PLACE`), the dot expressions (`TORCH_DOTS`), and, when Triton is importable, a
+Triton copy and a Triton fp32 row sum through TMA tensor descriptors. Each returns one launch callable per
 rotated buffer."""
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config import LoadConfig
-from ..plan import Im2colPlan
 
 if TYPE_CHECKING:
     import torch
@@ -86,23 +84,6 @@ TORCH_DOTS: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
     "torch bmm out_dtype=fp32": (_bmm_fp32, "fp32"),
     "torch mul+sum(dtype=fp32)": (_mul_sum, "products"),
 }
-
-
-def torch_unfold_im2col(x: torch.Tensor, plan: Im2colPlan, out: torch.Tensor) -> torch.Tensor:
-    """The fastest torch expression of `plan`'s (N*P*Q, R*S*C) patch matrix of the NHWC `x`, into
-    `out`: `F.unfold` of the NCHW view, then the permute that puts channels fastest."""
-    import torch.nn.functional as F
-
-    batch, _, _, channels = plan.shape
-    p, q = plan.output_shape
-    r, s = plan.filter
-    unfolded = F.unfold(x.permute(0, 3, 1, 2), plan.filter, plan.dilation, plan.padding, plan.stride)
-    view = unfolded.view(batch, channels, r, s, p * q).permute(0, 4, 2, 3, 1)  # (N, C*R*S, L) read
-    return out.view(batch, p * q, r, s, channels).copy_(view)
-
-
-# torch's ways to write each im2col patch matrix, by name (the bench times each).
-TORCH_IM2COL: dict[str, Callable[[Any, Any, Any], Any]] = {"torch unfold + permute": torch_unfold_im2col}
 
 
 def triton_available() -> bool:

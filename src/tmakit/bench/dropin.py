@@ -5,7 +5,8 @@ every tmakit result checked element for element first, each row naming the path 
 
 The ops: `copy_` (the same layout), the transposing `copy_` (a column-major source into a
 row-major destination), `add_`, and `im2col` (torch: `F.pad` + `as_strided`, written into the
-patch matrix: `api.strided_patches`, the expression `im2col` itself falls back to). Eager times
+patch matrix: the im2col family's `strided_patches`, the expression `im2col` itself falls back
+to; the family's functions are read through `registry.exporting`). Eager times
 are back-to-back calls, host included (wall time per call of a loop, the GPU synchronised at its
 ends); device times are CUDA-graph replays.
 """
@@ -19,7 +20,6 @@ from typing import Any
 
 from .. import api, registry
 from ..config import DTYPES
-from ..plan import im2col_conv
 from .report import BenchRow
 from .suites import rotation_buffers
 from .timing import EAGER, eager_samples_us, interleaved_graph_samples_us
@@ -72,9 +72,10 @@ def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callab
         xs = [new(case.shape) for _ in range(count)]
         rows = case.tensor_bytes // (r * r * case.shape[3] * DTYPES[case.dtype].nbytes)
         outs = [torch.empty(rows, r * r * case.shape[3], dtype=element, device="cuda") for _ in range(count)]
-        ours = lambda x, o: api.im2col(x, r, stride, padding, out=o)  # noqa: E731
-        conv = im2col_conv(case.shape, r, stride, padding)
-        theirs = lambda x, o: api.strided_patches(x, conv, o)  # noqa: E731
+        family = registry.exporting("im2col")
+        ours = lambda x, o: family.im2col(x, r, stride, padding, out=o)  # noqa: E731
+        conv = family.im2col_conv(case.shape, r, stride, padding)
+        theirs = lambda x, o: family.strided_patches(x, conv, o)  # noqa: E731
         return xs, outs, ours, theirs
     if case.op == "transpose":
         xs = [new(case.shape[::-1]).t() for _ in range(count)]  # column-major views
@@ -82,7 +83,7 @@ def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callab
         xs = [new(case.shape) for _ in range(count)]
     outs = [new(case.shape) for _ in range(count)]
     if case.op == "add":
-        add_ = registry.family_part("reduce", "api").add_
+        add_ = registry.exporting("add_").add_
         return xs, outs, (lambda x, o: add_(o, x)), (lambda x, o: o.add_(x))
     return xs, outs, (lambda x, o: api.copy_(o, x)), (lambda x, o: o.copy_(x))
 
@@ -91,8 +92,8 @@ def path_of(case: DropinCase, x: Any, out: Any) -> str:
     """The path tmakit takes for this call, as its planner names it (`tmakit.copy_path` and
     the like where tmakit has one), else the kernel family."""
     named = {"copy": "copy_path", "transpose": "copy_path", "add": "reduce_path", "im2col": "im2col_path"}
-    public = registry.family_part("reduce", "api") if case.op == "add" else api
-    explain = getattr(public, named[case.op], None)
+    module = registry.exporting(named[case.op]) if case.op in ("add", "im2col") else api  # a family's op
+    explain = getattr(module, named[case.op], None)
     if explain is None:
         return FAMILY_PATHS[case.op]
     if case.op == "im2col":

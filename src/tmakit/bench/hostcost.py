@@ -15,7 +15,7 @@ from .. import api, registry
 from ..api.copy import specialised_copy_
 from ..check.inputs import make_input_tensor
 from ..config import LoadConfig
-from ..plan import CopyOptions, LoadPlan, im2col_conv
+from ..plan import CopyOptions, LoadPlan
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
 from ..runtime.launch import compile_tile_load
@@ -99,25 +99,27 @@ def noop_op() -> Any:
 def measure_ops_host_cost() -> dict:
     """Host microseconds per repeated call of the other public ops on tiny tensors (TMA's paths),
     each beside torch's equivalent, all timed interleaved: `add_` and `dst.add_(src)`; `im2col`
-    into an `out` and torch's expression of it (`api.strided_patches`: `F.pad` + `as_strided`
-    into the same `out`), and `im2col` allocating; `load_tiles` and torch's `clone`; each op
-    through torch.ops.tmakit too (`reduce_into_`, `im2col`, `load_tiles`), beside its direct call."""
+    into an `out` and torch's expression of it (the im2col family's `strided_patches`, read through
+    `registry.exporting`: `F.pad` + `as_strided` into the same `out`), and `im2col` allocating;
+    `load_tiles` and torch's `clone`; each op through torch.ops.tmakit too (`reduce_into_`,
+    `im2col`, `load_tiles`), beside its direct call."""
     import torch
 
     from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
 
-    reduce = registry.family_part("reduce", "api")  # add_ and its planner
+    reduce = registry.exporting("add_")  # the reduce family's api: add_ and its planner
     dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
     x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
-    conv = im2col_conv(tuple(x.shape), 3, 1, 1)
+    im2col = registry.exporting("im2col")
+    conv = im2col.im2col_conv(tuple(x.shape), 3, 1, 1)
     patches = torch.empty(conv.patch_shape, dtype=x.dtype, device="cuda")
     tiles = torch.randn(64, 256, device="cuda").to(torch.float16)
     launches = {
         "tmakit_add_call_us": lambda: reduce.add_(dst, src),
         "torch_add_call_us": lambda: dst.add_(src),
-        "tmakit_im2col_call_us": lambda: api.im2col(x, 3, 1, 1, out=patches),
-        "torch_im2col_call_us": lambda: api.strided_patches(x, conv, patches),
-        "tmakit_im2col_new_tensor_call_us": lambda: api.im2col(x, 3, 1, 1),
+        "tmakit_im2col_call_us": lambda: im2col.im2col(x, 3, 1, 1, out=patches),
+        "torch_im2col_call_us": lambda: im2col.strided_patches(x, conv, patches),
+        "tmakit_im2col_new_tensor_call_us": lambda: im2col.im2col(x, 3, 1, 1),
         "tmakit_load_tiles_call_us": lambda: api.load_tiles(tiles),
         "torch_clone_call_us": lambda: tiles.clone(),
         "tmakit_add_op_call_us": lambda: torch.ops.tmakit.reduce_into_.default(dst, src),

@@ -1,19 +1,11 @@
 """`tmakit explain`: the seed's three questions answered from the real CuTe objects, for a load, a
-ring, a cluster, a reduce store or an im2col box (no GPU)."""
+ring, a cluster, a reduce store or a family's kernel (an im2col box, rows by index, ...) (no GPU)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..explain import (
-    explain,
-    explain_im2col,
-    explain_windows,
-    highlight_tile,
-    im2col_to_text,
-    to_text,
-    windows_to_text,
-)
+from ..explain import explain, highlight_tile, to_text
 from ..plan import REDUCE_OP_ALIASES, REDUCE_OPS, PipelinePlan
 from . import kernels
 from .args import (
@@ -45,22 +37,24 @@ def add_parser(subparsers: Subparsers) -> None:
     kernels.add_kernel_arguments(
         parser,
         "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
-        "tensor's layout (copy) or the other (transpose), an im2col box (with --im2col SPEC), or "
+        "tensor's layout (copy) or the other (transpose), or "
         f"{kernels.family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
-        "explain a box of tmakit.im2col instead: --shape is the NHWC activation (NxHxWxC), "
-        "--highlight picks (row block, column tile) of the patch matrix; K, S, P, D an int or HxW",
     )
     add_json(parser, "the explanation")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.im2col is not None and args.kernel not in ("load", "im2col"):
-        raise CommandError(f"--im2col explains an im2col box: drop --kernel {args.kernel}")
-    if args.im2col is not None or args.kernel == "im2col":
-        return _explain_im2col(args)
+    alone = kernels.explained_alone(args)  # `explain --im2col SPEC`: the family its flag names
+    if alone is not None:
+        flag, owner = alone
+        if args.kernel not in ("load", *owner.KERNELS):
+            raise CommandError(
+                f"--{flag.replace('_', '-')} explains {owner.EXPLAINS_ALONE}: drop --kernel {args.kernel}"
+            )
+        return owner.explain(args)
     family = kernels.family_kernels().get(args.kernel)
     if family is not None:
         return family.explain(args)
@@ -92,25 +86,4 @@ def _explain_copy(args: argparse.Namespace) -> int:
     result = explain(copy.ring, highlight_tile(copy.load, None), None, None)
     result["kernel"] = {"kind": args.kernel, **choice.described(args.gpu)}
     emit(args, result, "\n".join([*lines, "", to_text(result)]))
-    return 0
-
-
-def _explain_im2col(args: argparse.Namespace) -> int:
-    """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix."""
-    choice = kernels.im2col_plan(args, "with --im2col")
-    if choice.call.windows:
-        if args.highlight is not None:
-            raise CommandError(
-                "--highlight marks a box of the im2col loads; this call takes the windows copy "
-                "(add by=loads to the --im2col spec to explain the loads)"
-            )
-        result = {
-            "route": choice.reason,
-            "chosen": choice.how,
-            **explain_windows(choice.call.conv, choice.plan.dtype),
-        }
-        emit(args, result, f"route: {choice.reason} ({choice.how})\n{windows_to_text(result)}")
-        return 0
-    result = explain_im2col(choice.plan, args.highlight)
-    emit(args, result, im2col_to_text(result))
     return 0

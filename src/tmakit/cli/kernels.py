@@ -1,6 +1,6 @@
 """What `plan` and `explain` share: `--kernel` and each kernel's own arguments, and the plans
-those arguments make (a copy's class, im2col and the kernel its call takes, and each family's
-through its `explain` part: `tmakit.registry`), every check before anything runs or prints."""
+those arguments make (a copy's decision and plan; each family's through its `explain` part:
+`tmakit.registry`), every check before anything runs or prints."""
 
 from __future__ import annotations
 
@@ -14,15 +14,14 @@ from ..config import DTYPES, SEED, LoadConfig, dtype_named, padded_strides
 from ..errors import TmaConfigError
 from ..explain import explain, highlight_tile, to_text
 from ..limits import DEFAULT_GPU, DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GPUS
-from ..plan import CopyOptions, CopyPlan, Im2colPlan, LoadPlan
+from ..plan import CopyOptions, CopyPlan, LoadPlan
 from ..plan.copy_defaults import fits_l2
 from ..plan.copy_layout import CopyDecision, copy_rows_view, decide_copy
-from ..plan.im2col_route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route
 from ..plan.route import PairFacts, Route, TensorFacts, moved_dtype
 from ..validate import check_load_config
 from .args import PAD_FIX, REDUCE_OP, CommandError, check_listed_tiles, emit, refuse_given
 
-KERNELS = ("load", "copy", "transpose", "im2col")  # plan's and explain's own --kernel
+KERNELS = ("load", "copy", "transpose")  # plan's and explain's own --kernel
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
 
 
@@ -83,7 +82,7 @@ def copy_choice(args: argparse.Namespace) -> CopyChoice:
     `--copy`'s options and `--tile` (`plan.copy_layout.decide_copy`, what `copy_path` reads), and
     the plan of its ring where TMA serves it."""
     kernel = args.kernel
-    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "im2col", "reduce")
+    refused = ("highlight", "cluster", "stages", "consumer_warps", "swizzle", "reduce")
     refuse_given(
         args,
         (*refused, *family_flags()),
@@ -135,7 +134,6 @@ def refuse_call_flags(args: argparse.Namespace) -> None:
         "stages",
         "consumer_warps",
         "swizzle",
-        "im2col",
         "gpu",  # a reduce's route is not read here yet: it plans for an H200
         *family_flags(),
     )
@@ -192,15 +190,10 @@ def explain_call(args: argparse.Namespace, copy: CopyPlan, summary: str, head: s
     return 0
 
 
-IM2COL_SPEC = (
-    "kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N][,by=loads|windows]"
-)
-
-
-def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str, im2col: str) -> None:
+def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str) -> None:
     """The options of a command that shows what one of tmakit's calls plans (`plan`, `explain`):
-    `--kernel` and each kernel's own arguments, the same flags on both; `kernel`, `reduce` and
-    `im2col` say what the command does with those."""
+    `--kernel` and each kernel's own arguments (each family's: its `add_arguments`), the same flags
+    on both; `kernel` and `reduce` say what the command does with those."""
     parser.add_argument("--kernel", choices=[*KERNELS, *family_kernels()], default="load", help=kernel)
     parser.add_argument(
         "--gpu",
@@ -212,7 +205,6 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
     parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
-    parser.add_argument("--im2col", metavar=IM2COL_SPEC, help=im2col)
     for family in registry.parts("explain"):
         family.add_arguments(parser)
 
@@ -233,56 +225,14 @@ def family_flags(but: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(flag for family in registry.parts("explain") for flag in family.FLAGS if flag not in but)
 
 
-@dataclass(frozen=True)
-class Im2colChoice:
-    """What `--im2col SPEC` plans: the loads' `plan` (SPEC's box), the `call` `tmakit.im2col`
-    makes of it (its route; `windows`: the windows copy serves it) and `how` that kernel was
-    chosen (the rule, SPEC's `by=`, or a box given)."""
-
-    plan: Im2colPlan
-    call: Im2colCall
-    how: str
-
-    @property
-    def reason(self) -> str:
-        """The route's reason, the loads' with SPEC's own box and stages."""
-        if self.call.windows or self.call.plan is None:
-            return self.call.route.reason
-        return loads_reason(self.plan)
-
-
-def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
-    """`--im2col SPEC`'s plan and the kernel `tmakit.im2col` takes for it (by SPEC's `by=`, else
-    by the rule): --shape is the NHWC activation and the box SPEC's tile, so the load's, ring's,
-    cluster's, copy's and reduce's flags are refused if given (`why`: where). A tile or a stage
-    count given is the im2col loads' box: the loads, unless `by=windows`, which refuses them."""
-    given = (
-        "tile",
-        "swizzle",
-        "layout",
-        "pad",
-        "stages",
-        "consumer_warps",
-        "cluster",
-        "reduce",
-        "copy",
-        "gpu",
-        *family_flags(),
-    )
-    refuse_given(
-        args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
-    )
-    if args.im2col is None:
-        raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
-    items = [item.strip() for item in args.im2col.split(",")]
-    chosen = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "by"]
-    spec = ",".join(item for item in items if item.partition("=")[0].strip() != "by")
-    if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):
-        raise CommandError(f"--im2col by={','.join(chosen)}: give one of {', '.join(IM2COL_KERNELS)}, once")
-    by = chosen[0] if chosen else None
-    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, spec)
-    box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
-    if box_given and by == "windows":
-        raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
-    how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
-    return Im2colChoice(plan, planned_route(plan, "loads" if box_given else by), how)
+def explained_alone(args: argparse.Namespace) -> tuple[str, ModuleType] | None:
+    """The flag given and its family where a family's flag alone picks it for `explain` (its
+    `EXPLAINS_ALONE`: `explain --im2col SPEC` explains an im2col box without --kernel im2col);
+    None where no such flag is given."""
+    for family in registry.parts("explain"):
+        if getattr(family, "EXPLAINS_ALONE", None) is None:
+            continue
+        for flag in family.FLAGS:
+            if getattr(args, flag, None) is not None:
+                return flag, family
+    return None

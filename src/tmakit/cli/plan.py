@@ -7,7 +7,6 @@ from typing import Any
 
 from ..explain import describe_plan
 from ..plan import LoadPlan, MulticastPlan, PipelinePlan
-from ..plan.im2col_route import windows_summary
 from .args import (
     COUNT,
     Subparsers,
@@ -19,14 +18,7 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import (
-    add_kernel_arguments,
-    copy_choice,
-    family_flags,
-    family_help,
-    family_kernels,
-    im2col_plan,
-)
+from .kernels import add_kernel_arguments, copy_choice, family_flags, family_help, family_kernels
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -36,9 +28,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_kernel_arguments(
         parser,
         "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        f"(copy) or of the other (transpose), im2col with --im2col SPEC, or {family_help()}",
+        f"(copy) or of the other (transpose), or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
-        "--kernel im2col: the convolution; --shape is the NHWC activation",
     )
     add_json(parser, "the plan's numbers")
     parser.set_defaults(run=run)
@@ -49,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "im2col", "gpu", *family_flags()),
-        f"without --kernel {', '.join(('copy', 'transpose', 'im2col', *family_kernels()))}",
+        ("copy", "reduce", "gpu", *family_flags()),
+        f"without --kernel {', '.join(('copy', 'transpose', *family_kernels()))}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -90,21 +81,12 @@ def _numbers(
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
-    """`plan --kernel copy|transpose|im2col` (or a family's `--kernel`, its `explain` part's): the
-    route the call takes on --gpu, then the plan of that route, from the tensor's flags and the
-    kernel's options."""
+    """`plan --kernel copy|transpose` (or a family's `--kernel`, its `explain` part's): the route
+    the call takes on --gpu, then the plan of that route, from the tensor's flags and the kernel's
+    options."""
     family = family_kernels().get(args.kernel)
     if family is not None:
         return family.plan(args)
-    if args.kernel == "im2col":
-        refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
-        choice = im2col_plan(args, "to --kernel im2col")
-        windows = choice.call.windows
-        summary = windows_summary(choice.call.conv, choice.plan.dtype) if windows else choice.plan.summary()
-        lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
-        kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
-        emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
-        return 0
     choice = copy_choice(args)  # copy, transpose: argparse's choices leave no other
     lines = choice.lines(args.gpu)
     emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))

@@ -5,13 +5,11 @@ CuTe objects, one module per mode:
 - `cluster`: each CTA's multicast slice of the tile, and what multicast bought on the H200
   (`measured`: those figures, read from the package's data/h200-measured.json);
 - `reduce_store`: the reduce store of the tile (`tmakit.reduce_into_`'s instruction);
-- `im2col`: a box of the patch matrix (`tmakit.im2col`);
 - `common`: the tile marked and the configuration's numbers, shared by all of them.
 """
 
 from .cluster import trace_cluster_slices
 from .common import SEED_HIGHLIGHT, highlight_tile
-from .im2col import explain_im2col, explain_windows, im2col_to_text, trace_im2col_views, windows_to_text
 from .load import describe_plan, explain, to_text, trace_views
 from .measured import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
 
@@ -21,13 +19,8 @@ __all__ = [
     "SEED_HIGHLIGHT",
     "describe_plan",
     "explain",
-    "explain_im2col",
-    "explain_windows",
     "highlight_tile",
-    "im2col_to_text",
     "to_text",
     "trace_cluster_slices",
-    "trace_im2col_views",
     "trace_views",
-    "windows_to_text",
 ]

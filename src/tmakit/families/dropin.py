@@ -1,32 +1,32 @@
 """The drop-in study (`bench.dropin`): `copy_`, the transposing `copy_` and `add_` at 1, 16, 256
-and 1024 MiB, and `im2col` on ResNet-50's layers (the 7x7 stride-2 stem and every 3x3), each
-against the fastest torch expression eagerly and against the faster of it and its
-`torch.compile` version in CUDA graphs. `--only` picks cases by the start of their names
-("copy", "add 256", "im2col 32x224"...). Its JSON is the drop-in study: one row a case."""
+and 1024 MiB, and each family's cases (its bench part's `DROPIN_CASES`: `im2col` on ResNet-50's
+layers, the 7x7 stride-2 stem and every 3x3), each against the fastest torch expression eagerly
+and against the faster of it and its `torch.compile` version in CUDA graphs. `--only` picks cases
+by the start of their names ("copy", "add 256", "im2col 32x224"...). Its JSON is the drop-in
+study: one row a case."""
 
 from __future__ import annotations
 
+from .. import registry
 from ..bench.dropin import EAGER, DropinCase, bench_dropin
 from ..bench.report import BenchRow
 from . import case_study, eager_columns, medians, tabled_study
-from .im2col import BATCH, LAYERS
 
 SIZES_MIB = (1, 16, 256, 1024)
 COLUMNS = {"fp16": 8192, "fp32": 4096}  # a row of 16 KiB: the matrices' width
-STEM = (BATCH, 224, 224, 16, 7, 2, 3)  # N, H, W, C (3 channels padded to 16), filter, stride, pad
 DEVICE_TARGET, EAGER_TARGET = 1.00, 0.97  # x the faster peer in graphs; x torch's eager call
 
 
 def cases() -> list[DropinCase]:
-    """Every case of the study, in its order."""
+    """Every case of the study, in its order: the core's ops, then each family's
+    (`registry.parts("bench")`)."""
     found = []
     for op, dtype in (("copy", "fp16"), ("transpose", "fp16"), ("add", "fp32")):
         cols = COLUMNS[dtype]
         itemsize = 2 if dtype == "fp16" else 4
         found += [DropinCase(op, (mib * 2**20 // itemsize // cols, cols), dtype) for mib in SIZES_MIB]
-    n, h, w, c, r, stride, padding = STEM
-    found.append(DropinCase("im2col", (n, h, w, c), "fp16", (r, stride, padding)))
-    found += [DropinCase("im2col", (BATCH, h, w, c), "fp16", (3, s, 1)) for h, w, c, s in LAYERS]
+    for module in registry.parts("bench"):
+        found += getattr(module, "DROPIN_CASES", ())
     return found
 
 

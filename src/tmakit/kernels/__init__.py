@@ -13,12 +13,11 @@ The building blocks for your own kernel, one import path:
 - `one_stage`: `OneStageKernel`, the seed's one-tile schedule written once;
 - one module per kernel family: `tile_load` (the seed's kernel), `pipeline` (load-only, store,
   row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters),
-  `cluster_dot` (the cluster row dot), `reduce` (reduce stores), `im2col` (im2col loads;
-  `make_im2col_load_atom` feeds a TileRing with them).
+  `cluster_dot` (the cluster row dot), `reduce` (reduce stores). A family's kernel is in its
+  package (`tmakit.im2col.kernel`: `make_im2col_load_atom` feeds a TileRing with im2col loads).
 """
 
 from ..plan.ring import GUARD_WORDS
-from .im2col import make_im2col_load_atom
 from .tile_ring import TileRing
 from .tma import (
     allocate_tile_and_barrier,
@@ -36,7 +35,6 @@ __all__ = [
     "TileRing",
     "allocate_tile_and_barrier",
     "init_load_barrier",
-    "make_im2col_load_atom",
     "issue_tile_load",
     "matrix_first_view",
     "padded_matrix_view",

@@ -29,7 +29,7 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
     """`--kernel many --many BYTES[xCOUNT],...`: a grouped copy of tensors of those sizes in
     bytes (`4096x1000`: a thousand of 4 KiB), its ring's depth --stages where given."""
     refused = ("shape", "dtype", "tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps",
-               "copy", "reduce", "im2col", "gpu", *family_flags(but=FLAGS))  # fmt: skip
+               "copy", "reduce", "gpu", *family_flags(but=FLAGS))  # fmt: skip
     refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
     sizes: list[int] = []
     for part in (args.many or "").split(","):

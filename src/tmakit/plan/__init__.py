@@ -11,8 +11,6 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 - `multicast`: `MulticastPlan`, clusters whose CTAs share every tile;
 - `cluster_dot`: `ClusterDotPlan`, the cluster row dot whose CTAs share (multicast) an X tile
   and each load their own A tile;
-- `im2col`: `Im2colPlan`, the patch matrix of a 2-D convolution gathered by TMA im2col loads
-  and stored by the copy's ring; `im2col_route`: which path serves an im2col call, and why;
 - `reduce_ops`: the (op, dtype) pairs TMA reduce stores take (`check_reduce`), torch's names for
   the ops and the PTX types (the reduce family's plans are in `tmakit.reduce.plan`);
 - `route`: `Route`, the path a two-tensor call takes (TMA, TMA on a view, or torch's op) and why.
@@ -21,9 +19,6 @@ the tests read, never recompute. Pure Python (no torch, no DSL).
 from .cluster_dot import DOT_DTYPES, ClusterDotPlan, StripWalk
 from .copy import CopyOptions, CopyPlan
 from .copy_class import check_copy_shape, copy_class, copy_destination, stand_in_config
-from .im2col import Im2colConv, Im2colPlan, im2col_conv
-from .im2col_route import Im2colCall, Im2colFacts, PatchFacts, im2col_call, im2col_route
-from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
 from .load import LoadPlan, ceil_div, check_run_time_extents
 from .mappings import RowSumMapping, TransposeMapping
 from .multicast import CLUSTER_SHAPES, DEFAULT_RELEASE, RELEASES, MulticastPlan, check_cluster
@@ -33,7 +28,6 @@ from .ring import TILE_ORDERS, PipelinePlan, TileWalk
 __all__ = [
     "CLUSTER_SHAPES",
     "DOT_DTYPES",
-    "IM2COL_DTYPES",
     "REDUCE_DTYPES",
     "REDUCE_OP_ALIASES",
     "REDUCE_OPS",
@@ -43,14 +37,8 @@ __all__ = [
     "ClusterDotPlan",
     "CopyOptions",
     "CopyPlan",
-    "Im2colCall",
-    "Im2colConv",
-    "Im2colFacts",
-    "Im2colPlan",
-    "Im2colTooSmall",
     "LoadPlan",
     "MulticastPlan",
-    "PatchFacts",
     "PipelinePlan",
     "RowSumMapping",
     "StripWalk",
@@ -63,9 +51,6 @@ __all__ = [
     "check_reduce",
     "copy_class",
     "copy_destination",
-    "im2col_call",
-    "im2col_conv",
-    "im2col_route",
     "reduce_op",
     "reduce_pairs",
     "stand_in_config",

@@ -1,7 +1,7 @@
 """Each kernel family compiled once per configuration (`compile.compiles`: the cache key is the
 compile function's name and its arguments), and what a launch needs beside it: the hang guard's
-words and the launcher around a compiled kernel (`guarded_launcher`). The families compile in their
-own packages (`tmakit.registry`): the rows, the grouped copy and the reduce in their `launch`.
+words and the launcher around a compiled kernel (`guarded_launcher`). A family's kernel compiles in
+its own `launch` part (`tmakit.registry`), with these.
 
 Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
 which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
@@ -21,7 +21,6 @@ from ..plan import (
     DEFAULT_RELEASE,
     ClusterDotPlan,
     CopyPlan,
-    Im2colPlan,
     LoadPlan,
     MulticastPlan,
     PipelinePlan,
@@ -142,32 +141,6 @@ def compile_copy(
     kind = BulkCopyKernel if copy.bulk else CopyKernel
     kernel = kind(copy, as_rows, shape_generic, hang_guard=hang_guard)
     return kernel, *copy_arguments(copy, destination, tensor_shape, shape_generic, tvm_ffi)
-
-
-@compiles
-def compile_im2col(
-    im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False, tvm_ffi: bool = False
-) -> tuple:
-    """The im2col kernel (`kernels.im2col.Im2colKernel`: the copy with im2col loads) for sm_90a,
-    compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
-    (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream (none
-    with `tvm_ffi`, as in `compile_copy`)."""
-    im2col.copy.load.check_specialised()
-    import cutlass
-
-    from ..kernels.im2col import Im2colKernel
-
-    x = fake_tensor(im2col.element, im2col.shape)
-    out = fake_tensor(im2col.element, im2col.patch_shape)
-    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return Im2colKernel(im2col, hang_guard=hang_guard), x, out, guard, placeholder_stream(env=tvm_ffi)
-
-
-@functools.lru_cache(maxsize=256)
-def im2col_launcher(im2col: Im2colPlan, device: str) -> Launcher:
-    """A callable (x, out) for one im2col plan on one device (its guard words live there),
-    compiled once for the plan's shape, through TVM-FFI where it is installed (`guarded_launcher`)."""
-    return guarded_launcher(lambda tvm_ffi: compile_im2col(im2col, tvm_ffi=tvm_ffi), device)
 
 
 def copy_arguments(

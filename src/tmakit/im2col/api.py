@@ -9,16 +9,9 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import TmaConfigError, TorchOpError
-from ..limits import DEFAULT_SM_COUNT
-from ..plan import Im2colCall, Im2colConv, Im2colFacts, PatchFacts, im2col_call, im2col_conv
-from ..plan.im2col import im2col_windows
-from ..plan.route import Route
-from ..runtime.launch import im2col_launcher
-from ..validate import flag, span_bytes, typed
-from .copy import copy_
-from .known import calls_table, known_call
-from .tensors import (
+from ..api.copy import copy_
+from ..api.known import calls_table, known_call
+from ..api.tensors import (
     bump_versions,
     check_torch_tensor,
     check_written,
@@ -29,9 +22,19 @@ from .tensors import (
     recorded_by_autograd,
     tensor_facts,
 )
+from ..errors import TmaConfigError, TorchOpError
+from ..limits import DEFAULT_SM_COUNT
+from ..plan.route import Route
+from ..validate import flag, span_bytes, typed
+from .launch import im2col_launcher
+from .plan import Im2colConv, Im2colPlan, im2col_conv, im2col_windows
+from .route import Im2colCall, Im2colFacts, PatchFacts, im2col_call
 
 if TYPE_CHECKING:
     import torch
+
+# What `tmakit` exports: the functions and the plan (`tmakit.Im2colPlan`, for a kernel of one's own).
+__all__ = ["Im2colPlan", "im2col", "im2col_path"]
 
 Launch = Callable[["torch.Tensor", "torch.Tensor"], None]
 
@@ -55,10 +58,10 @@ def im2col(
 
     TMA serves a contiguous (N, H, W, C) CUDA tensor of fp16, bf16 or fp32 (a channels_last NCHW
     tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes, that
-    `plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
+    `im2col.plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
     of one row or one box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one
     that small is x.reshape(N*H*W, C), copied by TMA (`copy_`); narrow channels in long filter
-    rows (`plan.im2col_route`'s rule) are the zero-padded input's overlapping windows copied by
+    rows (`im2col.route`'s rule) are the zero-padded input's overlapping windows copied by
     TMA (`im2col_by`). Any other 4-D tensor torch can
     pad and view - on the CPU, of another dtype, strided, misaligned - takes torch's expression
     of the same matrix (`torch_im2col`); `im2col_path` names the path a call takes and why.
@@ -79,7 +82,7 @@ def im2col(
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's
             expression.
         im2col_by: "loads" (TMA im2col loads) or "windows" (the padded input's overlapping
-            windows copied by TMA); None: tmakit's rule (`plan.im2col_route`: windows for
+            windows copied by TMA); None: tmakit's rule (`im2col.route`: windows for
             narrow channels in long filter rows). A kernel chosen that cannot serve the call raises.
 
     Returns:
@@ -229,7 +232,7 @@ _CALLS: dict[tuple, tuple[Im2colCall, Launch | None]] = calls_table()
 def im2col_facts(
     x: object, kernel: object, stride: object, padding: object, dilation: object, im2col_by: object = None
 ) -> Im2colFacts:
-    """What `plan.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
+    """What `im2col.route.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
     check_torch_tensor(x, "im2col", "x")
     read = tensor_facts(x)
@@ -252,7 +255,7 @@ def plan_im2col(
     dilation: object,
     im2col_by: object = None,
 ) -> tuple[Im2colCall, Launch | None]:
-    """A new call's checks in full: its layout's route (`plan.im2col_call`) and how TMA's im2col
+    """A new call's checks in full: its layout's route (`im2col.route.im2col_call`) and how TMA's im2col
     loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
     path serves."""
     import_torch("im2col")
@@ -272,7 +275,7 @@ def plan_im2col(
 
 
 def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
-    """The patch matrix as TMA copies (`plan.im2col.Im2colWindows`): x into the interior of a
+    """The patch matrix as TMA copies (`im2col.plan.Im2colWindows`): x into the interior of a
     zero-filled padded input (x itself without padding), then the padded input's overlapping
     windows into `out`'s rows, a run of taps a tile row."""
     torch = import_torch("im2col")
@@ -295,7 +298,7 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
     """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device, sharing no
     memory with `x` (every path reads x while it writes out). What TMA needs besides, contiguity
-    and alignment, is the route's: `plan.im2col_route.placement_rule`."""
+    and alignment, is the route's: `im2col.route.placement_rule`."""
     check_torch_tensor(out, "im2col", "out")
     check_written(out, "im2col", "out")
     if out.shape != patch_shape or out.dtype != x.dtype or out.device != x.device:

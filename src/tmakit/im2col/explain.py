@@ -1,17 +1,137 @@
-"""`tmakit explain --im2col` (`explain_im2col`): the selected box of the patch matrix - its tap
-and channels, the descriptor's corners and the tap's offsets, the input pixel its first row
-reads (the coordinates the load names, traced from the DSL's own im2col TMA tensor beside the
-plan's), how much of it is padding, the bytes each phase expects (the whole box) and its store.
+"""`tmakit plan` and `tmakit explain` of im2col: `--kernel im2col --im2col SPEC` (explain also
+takes `--im2col SPEC` alone), the plan and route `tmakit.im2col` takes for the convolution SPEC
+names over the --shape activation (NHWC) and, explained, one box of the patch matrix
+(`explain_im2col`): its tap and channels, the descriptor's corners and the tap's offsets, the
+input pixel its first row reads (the coordinates the load names, traced from the DSL's own im2col
+TMA tensor beside the plan's), how much of it is padding, the bytes each phase expects (the whole
+box) and its store; or, where the windows copy serves the call, one of its tiles
+(`explain_windows`).
 """
 
+# No `from __future__ import annotations`: the DSL reads the traced function's annotations
+# (`trace_im2col_views`), which must be objects, not strings.
+import argparse
+from dataclasses import dataclass
 from typing import Any
 
-from ..model.im2col import im2col_box
-from ..plan import Im2colPlan
-from ..plan.im2col import Im2colConv, im2col_windows
-from ..plan.im2col_route import windows_summary
+from ..cli.args import CommandError, emit, refuse_given
+from ..cli.kernels import family_flags
+from ..config import dtype_named
+from ..explain.common import seed_tile
 from ..runtime.compile import compile_kernel, fake_tensor
-from .common import seed_tile
+from .model import im2col_box
+from .plan import Im2colConv, Im2colPlan, im2col_windows
+from .route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route, windows_summary
+
+KERNELS = ("im2col",)  # the --kernel names this family plans and explains
+FLAGS = ("im2col",)  # the options only it reads: every other kernel refuses them
+WHAT = "im2col with --im2col SPEC"  # what --kernel im2col plans, for the help
+# What `explain --im2col SPEC` explains without --kernel im2col (`cli.explain`: a family's flag
+# given alone picks the family that says so here).
+EXPLAINS_ALONE = "an im2col box"
+IM2COL_SPEC = (
+    "kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N][,by=loads|windows]"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--im2col`, on `plan` and `explain` alike."""
+    parser.add_argument(
+        "--im2col",
+        metavar=IM2COL_SPEC,
+        help="--kernel im2col (explain: also without it, a box of tmakit.im2col): the convolution; "
+        "--shape is the NHWC activation (NxHxWxC), explain's --highlight picks (row block, column "
+        "tile) of the patch matrix; K, S, P, D an int or HxW",
+    )
+
+
+@dataclass(frozen=True)
+class Im2colChoice:
+    """What `--im2col SPEC` plans: the loads' `plan` (SPEC's box), the `call` `tmakit.im2col`
+    makes of it (its route; `windows`: the windows copy serves it) and `how` that kernel was
+    chosen (the rule, SPEC's `by=`, or a box given)."""
+
+    plan: Im2colPlan
+    call: Im2colCall
+    how: str
+
+    @property
+    def reason(self) -> str:
+        """The route's reason, the loads' with SPEC's own box and stages."""
+        if self.call.windows or self.call.plan is None:
+            return self.call.route.reason
+        return loads_reason(self.plan)
+
+
+def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
+    """`--im2col SPEC`'s plan and the kernel `tmakit.im2col` takes for it (by SPEC's `by=`, else
+    by the rule): --shape is the NHWC activation and the box SPEC's tile, so the load's, ring's,
+    cluster's, copy's, reduce's and the other families' flags are refused if given (`why`: where).
+    A tile or a stage count given is the im2col loads' box: the loads, unless `by=windows`, which
+    refuses them."""
+    given = (
+        "tile",
+        "swizzle",
+        "layout",
+        "pad",
+        "stages",
+        "consumer_warps",
+        "cluster",
+        "reduce",
+        "copy",
+        *family_flags(but=FLAGS),
+    )
+    refuse_given(
+        args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
+    )
+    if args.im2col is None:
+        raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
+    items = [item.strip() for item in args.im2col.split(",")]
+    chosen = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "by"]
+    spec = ",".join(item for item in items if item.partition("=")[0].strip() != "by")
+    if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):
+        raise CommandError(f"--im2col by={','.join(chosen)}: give one of {', '.join(IM2COL_KERNELS)}, once")
+    by = chosen[0] if chosen else None
+    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, spec)
+    box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
+    if box_given and by == "windows":
+        raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
+    how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
+    return Im2colChoice(plan, planned_route(plan, "loads" if box_given else by), how)
+
+
+def plan(args: argparse.Namespace) -> int:
+    """`plan --kernel im2col --im2col SPEC`: the route and the plan of the kernel it takes."""
+    refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
+    choice = im2col_plan(args, "to --kernel im2col")
+    windows = choice.call.windows
+    summary = windows_summary(choice.call.conv, choice.plan.dtype) if windows else choice.plan.summary()
+    lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
+    kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
+    emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
+    return 0
+
+
+def explain(args: argparse.Namespace) -> int:
+    """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix, or one tile of
+    the windows copy where that serves the call."""
+    choice = im2col_plan(args, "with --im2col")
+    if choice.call.windows:
+        if args.highlight is not None:
+            raise CommandError(
+                "--highlight marks a box of the im2col loads; this call takes the windows copy "
+                "(add by=loads to the --im2col spec to explain the loads)"
+            )
+        result = {
+            "route": choice.reason,
+            "chosen": choice.how,
+            **explain_windows(choice.call.conv, choice.plan.dtype),
+        }
+        emit(args, result, f"route: {choice.reason} ({choice.how})\n{windows_to_text(result)}")
+        return 0
+    result = explain_im2col(choice.plan, args.highlight)
+    emit(args, result, im2col_to_text(result))
+    return 0
 
 
 def explain_im2col(plan: Im2colPlan, highlight: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -79,8 +199,8 @@ def trace_im2col_views(plan: Im2colPlan, highlight: tuple[int, int]) -> dict[str
     it, the im2col TMA tensor, the highlighted box's coordinates and the first of them."""
     import cutlass.cute as cute
 
-    from ..kernels.im2col import activation_view, make_im2col_load_atom
     from ..kernels.tma import shared_tile_layout
+    from .kernel import activation_view, make_im2col_load_atom
 
     load = plan.copy.load
     seen: dict[str, str] = {}
@@ -162,7 +282,7 @@ def im2col_to_text(report: dict[str, Any]) -> str:
 
 def explain_windows(conv: Im2colConv, dtype: str) -> dict[str, Any]:
     """`tmakit explain --im2col` where the windows copy serves the call, as a dict: its plan
-    (`plan.im2col_route.windows_summary`) and its first tile of output row p = 1 and filter row
+    (`route.windows_summary`) and its first tile of output row p = 1 and filter row
     r = 1 (0 where there is one): the runs it moves, the padded input they read and the patch
     elements they write, and how many of those elements are the padding's zeros."""
     windows = im2col_windows(conv)

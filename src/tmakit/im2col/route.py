@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from ..config import DTYPES, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
-from ..validate import check_base_address
-from .copy_layout import check_copy_layout
-from .im2col import WINDOWS_TILE_ROWS, Im2colConv, Im2colPlan, im2col_conv, im2col_windows
-from .im2col_rules import IM2COL_DTYPES, Im2colTooSmall
-from .route import (
+from ..plan.copy_layout import check_copy_layout
+from ..plan.route import (
     NOT_SM90,
     NOT_SM90_REASON,
     RECORDED_BY_AUTOGRAD,
@@ -27,10 +24,20 @@ from .route import (
     lazy_reason,
     torch_route,
 )
+from ..validate import check_base_address
+from .plan import (
+    IM2COL_DTYPES,
+    WINDOWS_TILE_ROWS,
+    Im2colConv,
+    Im2colPlan,
+    Im2colTooSmall,
+    im2col_conv,
+    im2col_windows,
+)
 
 IM2COL_OP = "im2col"
 # Im2col loads of pixels whose channels span at most WINDOWS_MAX_CHANNEL_BYTES move narrow columns;
-# copying the padded input's overlapping windows (`plan.im2col.Im2colWindows`) instead moves runs
+# copying the padded input's overlapping windows (`plan.Im2colWindows`) instead moves runs
 # of a filter row's taps by the channels, which pays where a run is at least WINDOWS_MIN_RUN_BYTES
 # (`benchmarks/results/im2col.json`: both kernels on the 7x7 stem's 224-byte runs and a 3x3
 # layer's 96-byte runs, 16 fp16 channels each; the loads alone on ResNet-50's 3x3 layers of 64

@@ -1,5 +1,5 @@
 """im2col through the ring: TMA im2col loads of an NHWC activation into shared memory, tiled TMA
-stores of each box into the patch matrix (`plan.Im2colPlan`).
+stores of each box into the patch matrix (`im2col.plan.Im2colPlan`).
 
 The kernel is the copy (`kernels.copy.CopyKernel`: the producer warp, the ring, the consumer
 warp's stores in flight and its releases) with another load atom: an im2col one
@@ -20,9 +20,9 @@ import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
-from ..plan import Im2colPlan
-from .copy import CopyKernel
-from .tma import shared_tile_layout
+from ..kernels.copy import CopyKernel
+from ..kernels.tma import shared_tile_layout
+from .plan import Im2colPlan
 
 __all__ = ["Im2colKernel", "activation_view", "make_im2col_load_atom"]
 
