@@ -252,3 +252,50 @@ def test_plan_rows_path_and_the_rows_call_agree(case, monkeypatch):
     except TmaConfigError:
         call_route = REFUSED
     assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
+
+
+@st.composite
+def convolutions(draw):
+    """An im2col call's flags: an NHWC activation, its dtype and the convolution (no box given:
+    the call's own choice of kernel)."""
+    channels = draw(st.sampled_from([3, 8, 16, 64, 96]))
+    size = draw(st.integers(4, 40))
+    return {
+        "shape": (draw(st.integers(1, 3)), size, draw(st.integers(4, 40)), channels),
+        "dtype": draw(st.sampled_from(["fp16", "bf16", "fp32"])),
+        "kernel": draw(st.sampled_from([1, 3, 5, 7])),
+        "stride": draw(st.sampled_from([1, 2])),
+        "padding": draw(st.sampled_from([0, 1, 3])),
+    }
+
+
+@EXAMPLES
+@given(case=convolutions())
+def test_plan_im2col_path_and_im2col_agree(case, monkeypatch):
+    """The route of `tmakit plan --kernel im2col`, `im2col_path` and `im2col` are one."""
+    gpu_stand_ins(monkeypatch)
+    api_im2col = importlib.import_module("tmakit.im2col.api")
+    calls: list = []  # the layout's decision each call reads (`plan_im2col`), then where it is placed
+    planned_call, placed = api_im2col.plan_im2col, api_im2col.Im2colCall.placed
+    monkeypatch.setattr(api_im2col, "_CALLS", {})  # each drawn call a first call
+    monkeypatch.setattr(api_im2col, "plan_im2col", lambda *a: calls.append(planned_call(*a)) or calls[-1])
+    monkeypatch.setattr(
+        api_im2col.Im2colCall, "placed", lambda call, *a: calls.append(placed(call, *a)) or calls[-1]
+    )
+    conv = f"kernel={case['kernel']},stride={case['stride']},padding={case['padding']}"
+    shape = "x".join(map(str, case["shape"]))
+    cli = planned(["--kernel", "im2col", "--shape", shape, "--dtype", case["dtype"], "--im2col", conv])
+    x = torch.zeros(case["shape"], dtype=getattr(torch, DTYPES[case["dtype"]].torch_name))
+    arguments = (x, case["kernel"], case["stride"], case["padding"])
+    try:
+        path_route = seen(tmakit.im2col_path(*arguments))
+    except TmaConfigError:
+        path_route = REFUSED
+    calls.clear()
+    try:
+        tmakit.im2col(*arguments)
+        last = calls[-1]  # the route placed, or the layout's own (torch's: nothing to place)
+        call_route = seen(last if isinstance(last, Route) else last[0].route)
+    except TmaConfigError:
+        call_route = REFUSED
+    assert cli == path_route == call_route, (case, cli, path_route, call_route)

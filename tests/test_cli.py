@@ -273,13 +273,17 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
         ),
         (
             ["--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1"],
-            ["route             im2col loads of", "(the rule)", "patch matrix      6272 x 576"],
+            [
+                "route             tma (im2col loads of",
+                "chosen            the rule",
+                "patch matrix      6272 x 576",
+            ],
         ),
         (
             ["--kernel", "im2col", "--shape", "2x224x224x16", "--im2col", "kernel=7,stride=2,padding=3"],
             [
                 "overlapping windows copied",
-                "(the rule)",
+                "chosen            the rule",
                 "padded input      2 x 230 x 230 x 16",
                 "64 runs x 112",
             ],
@@ -293,7 +297,11 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
                 "--im2col",
                 "kernel=7,stride=2,padding=3,by=loads",
             ],
-            ["route             im2col loads of", "(by=loads)", "box               128 pixels x 16"],
+            [
+                "route             tma (im2col loads of",
+                "chosen            by=loads",
+                "box               128 pixels x 16",
+            ],
         ),
         (
             [
@@ -304,7 +312,10 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
                 "--im2col",
                 "kernel=7,stride=2,padding=3,stages=2",
             ],
-            ["route             im2col loads of 128 pixels x 16 channels, 2 stages (tile=/stages= given"],
+            [
+                "route             tma (im2col loads of 128 pixels x 16 channels, 2 stages)",
+                "chosen            tile=/stages= given",
+            ],
         ),
         (
             ["--kernel", "im2col", "--shape", "2x56x56x64", "--im2col", "kernel=3,padding=1,tile=64x32"],
@@ -312,7 +323,7 @@ def test_plan_takes_the_rings_stages_as_explain_and_check_do():
         ),
         (
             ["--kernel", "im2col", "--shape", "2x56x56x16", "--im2col", "kernel=3,padding=1,by=windows"],
-            ["(by=windows)", "run of S*C = 48 elements (96 bytes)"],
+            ["chosen            by=windows", "run of S*C = 48 elements (96 bytes)"],
         ),
     ],
     ids=[

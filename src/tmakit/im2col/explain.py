@@ -11,17 +11,27 @@ box) and its store; or, where the windows copy serves the call, one of its tiles
 # No `from __future__ import annotations`: the DSL reads the traced function's annotations
 # (`trace_im2col_views`), which must be objects, not strings.
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..cli.args import CommandError, emit, refuse_given
-from ..cli.kernels import family_flags
-from ..config import dtype_named
+from ..cli.kernels import described_route, family_flags, route_lines
+from ..config import compact_strides, dtype_named
 from ..explain.common import seed_tile
+from ..limits import GPUS
+from ..plan.route import TensorFacts
 from ..runtime.compile import compile_kernel, fake_tensor
 from .model import im2col_box
-from .plan import Im2colConv, Im2colPlan, im2col_windows
-from .route import IM2COL_KERNELS, Im2colCall, loads_reason, planned_route, windows_summary
+from .plan import Im2colConv, Im2colPlan, im2col_windows, spec_fields
+from .route import (
+    IM2COL_KERNELS,
+    Im2colCall,
+    Im2colFacts,
+    im2col_call,
+    loads_reason,
+    planned_route,
+    windows_summary,
+)
 
 KERNELS = ("im2col",)  # the --kernel names this family plans and explains
 FLAGS = ("im2col",)  # the options only it reads: every other kernel refuses them
@@ -47,28 +57,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Im2colChoice:
-    """What `--im2col SPEC` plans: the loads' `plan` (SPEC's box), the `call` `tmakit.im2col`
-    makes of it (its route; `windows`: the windows copy serves it) and `how` that kernel was
-    chosen (the rule, SPEC's `by=`, or a box given)."""
+    """What `--im2col SPEC` plans: the `call` `tmakit.im2col` makes of the convolution on --gpu
+    (its route; `windows`: the windows copy serves it; its loads' plan, None on torch's path or for
+    x's rows), the loads' `plan` (SPEC's box where given, else the call's) and `how` that kernel
+    was chosen (the rule, SPEC's `by=`, or a box given)."""
 
-    plan: Im2colPlan
+    plan: Im2colPlan | None
     call: Im2colCall
     how: str
+    dtype: str
 
     @property
     def reason(self) -> str:
         """The route's reason, the loads' with SPEC's own box and stages."""
-        if self.call.windows or self.call.plan is None:
+        if self.call.windows or self.plan is None:
             return self.call.route.reason
         return loads_reason(self.plan)
 
+    def lines(self, gpu: str) -> list[str]:
+        """The route on `gpu`, the facts assumed, how the kernel was chosen, then its plan."""
+        if self.call.windows:
+            summary = windows_summary(self.call.conv, self.dtype).splitlines()
+        else:
+            summary = [] if self.plan is None else self.plan.summary().splitlines()
+        route = replace(self.call.route, reason=self.reason)
+        return route_lines(route, gpu, [f"chosen            {self.how}", *summary] if summary else [])
+
 
 def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
-    """`--im2col SPEC`'s plan and the kernel `tmakit.im2col` takes for it (by SPEC's `by=`, else
-    by the rule): --shape is the NHWC activation and the box SPEC's tile, so the load's, ring's,
-    cluster's, copy's, reduce's and the other families' flags are refused if given (`why`: where).
-    A tile or a stage count given is the im2col loads' box: the loads, unless `by=windows`, which
-    refuses them."""
+    """`--im2col SPEC`'s convolution on the --shape NHWC tensor and the kernel `tmakit.im2col`
+    takes for it on --gpu (by SPEC's `by=`, else by the rule: `im2col_call`, what `im2col_path`
+    reads): the box SPEC's tile, so the load's, ring's, cluster's, copy's, reduce's and the other
+    families' flags are refused if given (`why`: where). A tile or a stage count given is the
+    im2col loads' box: the loads, unless `by=windows`, which refuses them."""
     given = (
         "tile",
         "swizzle",
@@ -92,23 +113,31 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
     if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):
         raise CommandError(f"--im2col by={','.join(chosen)}: give one of {', '.join(IM2COL_KERNELS)}, once")
     by = chosen[0] if chosen else None
-    plan = Im2colPlan.parse(args.shape, dtype_named(args.dtype).name, spec)
-    box_given = any(item.partition("=")[0].strip() in ("tile", "stages") for item in items)
+    element, sm_count = dtype_named(args.dtype), GPUS[args.gpu][1]
+    fields = spec_fields(spec)
+    box_given = "tile" in fields or "stages" in fields
     if box_given and by == "windows":
         raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
     how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
-    return Im2colChoice(plan, planned_route(plan, "loads" if box_given else by), how)
+    if box_given:  # the loads of SPEC's own box
+        plan = Im2colPlan(tuple(args.shape), element.name, sm_count=sm_count, **fields)  # type: ignore[arg-type]
+        return Im2colChoice(plan, planned_route(plan, "loads"), how, element.name)
+    shape = tuple(args.shape)
+    x = TensorFacts(shape, compact_strides(shape), element.torch_name, element.nbytes, 0, 0)
+    conv = {"filter": "kernel"}
+    facts = Im2colFacts(x, **{conv.get(k, k): v for k, v in fields.items()}, sm_count=sm_count, im2col_by=by)
+    call = im2col_call(facts)
+    return Im2colChoice(call.plan, call, how, element.name)
 
 
 def plan(args: argparse.Namespace) -> int:
-    """`plan --kernel im2col --im2col SPEC`: the route and the plan of the kernel it takes."""
+    """`plan --kernel im2col --im2col SPEC`: the route on --gpu and the plan of the kernel it takes."""
     refuse_given(args, ("highlight",), "to plan --kernel im2col (explain marks a box)")
     choice = im2col_plan(args, "to --kernel im2col")
-    windows = choice.call.windows
-    summary = windows_summary(choice.call.conv, choice.plan.dtype) if windows else choice.plan.summary()
-    lines = [f"route             {choice.reason} ({choice.how})", *summary.splitlines()]
-    kernel = {"kind": "im2col", "by": "windows" if windows else "loads", "chosen": choice.how}
-    emit(args, {"kernel": {**kernel, "route": choice.reason, "summary": lines}}, "\n".join(lines))
+    lines = choice.lines(args.gpu)
+    kernel = {"kind": "im2col", "by": "windows" if choice.call.windows else "loads", "chosen": choice.how}
+    route = replace(choice.call.route, reason=choice.reason)
+    emit(args, {"kernel": {**kernel, **described_route(route, args.gpu, lines)}}, "\n".join(lines))
     return 0
 
 
@@ -116,6 +145,11 @@ def explain(args: argparse.Namespace) -> int:
     """`explain --im2col SPEC` (or `--kernel im2col`): one box of the patch matrix, or one tile of
     the windows copy where that serves the call."""
     choice = im2col_plan(args, "with --im2col")
+    if choice.plan is None and not choice.call.windows:  # torch's expression, or x's rows
+        lines = choice.lines(args.gpu)
+        emit(args, {"kernel": {"kind": "im2col", **described_route(choice.call.route, args.gpu, lines)}},
+             "\n".join(lines))  # fmt: skip
+        return 0
     if choice.call.windows:
         if args.highlight is not None:
             raise CommandError(
@@ -125,7 +159,7 @@ def explain(args: argparse.Namespace) -> int:
         result = {
             "route": choice.reason,
             "chosen": choice.how,
-            **explain_windows(choice.call.conv, choice.plan.dtype),
+            **explain_windows(choice.call.conv, choice.dtype),
         }
         emit(args, result, f"route: {choice.reason} ({choice.how})\n{windows_to_text(result)}")
         return 0

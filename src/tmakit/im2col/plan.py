@@ -485,29 +485,7 @@ class Im2colPlan:
         """ "kernel=3,padding=1" -> the plan of `shape` (N, H, W, C) and `dtype`: kernel, stride,
         padding and dilation an int or HxW, tile PIXELSxCHANNELS, stages an int; "kernel=" is
         needed. TmaConfigError names a bad item and the names."""
-        if not isinstance(text, str):
-            raise TmaConfigError(
-                f"im2col spec {text!r} ({type_name(text)}) is not a string; pass e.g. 'kernel=3,padding=1'"
-            )
-        fields: dict[str, object] = {}
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, _, value = (part.strip() for part in item.partition("="))
-            if name not in IM2COL_FIELDS:
-                raise TmaConfigError(f"im2col {item!r}: {name!r} is not one of {', '.join(IM2COL_FIELDS)}")
-            try:
-                numbers = tuple(int(v) for v in value.lower().split("x"))
-            except ValueError:
-                raise TmaConfigError(f"im2col {name}={value!r} is not an integer or HxW") from None
-            wanted = {"tile": (2,), "stages": (1,)}.get(name, (1, 2))
-            if len(numbers) not in wanted:
-                form = {"tile": "PIXELSxCHANNELS, e.g. tile=128x64", "stages": "one integer, e.g. stages=4"}
-                raise TmaConfigError(
-                    f"im2col {name}={value!r} has {len(numbers)} number{'s' * (len(numbers) > 1)}; "
-                    f"{name} takes " + form.get(name, f"an integer or HxW, e.g. {name}=3 or {name}=3x5")
-                )
-            fields[IM2COL_FIELDS[name]] = numbers[0] if len(numbers) == 1 and name != "tile" else numbers
-        if "filter" not in fields:
-            raise TmaConfigError(f"im2col {text!r} names no kernel; e.g. kernel=3,padding=1")
+        fields = spec_fields(text)
         return cls(shape, dtype, sm_count=sm_count, **fields)  # type: ignore[arg-type]
 
     @property
@@ -681,3 +659,33 @@ class Im2colPlan:
                 *self.copy.summary().splitlines()[len(self.patch_load.summary().splitlines()) :],
             ]
         )
+
+
+def spec_fields(text: str) -> dict[str, object]:
+    """ "kernel=3,padding=1" -> the `Im2colPlan` fields it names (filter, stride, padding, dilation
+    an int or an (H, W) pair, tile a pair, stages an int); "kernel=" is needed. TmaConfigError
+    names a bad item and the names."""
+    if not isinstance(text, str):
+        raise TmaConfigError(
+            f"im2col spec {text!r} ({type_name(text)}) is not a string; pass e.g. 'kernel=3,padding=1'"
+        )
+    fields: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = (part.strip() for part in item.partition("="))
+        if name not in IM2COL_FIELDS:
+            raise TmaConfigError(f"im2col {item!r}: {name!r} is not one of {', '.join(IM2COL_FIELDS)}")
+        try:
+            numbers = tuple(int(v) for v in value.lower().split("x"))
+        except ValueError:
+            raise TmaConfigError(f"im2col {name}={value!r} is not an integer or HxW") from None
+        wanted = {"tile": (2,), "stages": (1,)}.get(name, (1, 2))
+        if len(numbers) not in wanted:
+            form = {"tile": "PIXELSxCHANNELS, e.g. tile=128x64", "stages": "one integer, e.g. stages=4"}
+            raise TmaConfigError(
+                f"im2col {name}={value!r} has {len(numbers)} number{'s' * (len(numbers) > 1)}; "
+                f"{name} takes " + form.get(name, f"an integer or HxW, e.g. {name}=3 or {name}=3x5")
+            )
+        fields[IM2COL_FIELDS[name]] = numbers[0] if len(numbers) == 1 and name != "tile" else numbers
+    if "filter" not in fields:
+        raise TmaConfigError(f"im2col {text!r} names no kernel; e.g. kernel=3,padding=1")
+    return fields
