@@ -24,6 +24,7 @@ from ..plan.route import (
     lazy_reason,
     torch_route,
 )
+from ..plan.tuning import TUNING
 from ..validate import check_base_address
 from .plan import (
     IM2COL_DTYPES,
@@ -39,11 +40,9 @@ IM2COL_OP = "im2col"
 # Im2col loads of pixels whose channels span at most WINDOWS_MAX_CHANNEL_BYTES move narrow columns;
 # copying the padded input's overlapping windows (`plan.Im2colWindows`) instead moves runs
 # of a filter row's taps by the channels, which pays where a run is at least WINDOWS_MIN_RUN_BYTES
-# (`benchmarks/results/im2col.json`: both kernels on the 7x7 stem's 224-byte runs and a 3x3
-# layer's 96-byte runs, 16 fp16 channels each; the loads alone on ResNet-50's 3x3 layers of 64
-# channels and more).
-WINDOWS_MAX_CHANNEL_BYTES = 32
-WINDOWS_MIN_RUN_BYTES = 224
+# (both measured: `plan.tuning`).
+WINDOWS_MAX_CHANNEL_BYTES: int = TUNING["WINDOWS_MAX_CHANNEL_BYTES"].value
+WINDOWS_MIN_RUN_BYTES: int = TUNING["WINDOWS_MIN_RUN_BYTES"].value
 # The kernels a call may choose (`im2col_by`); None: the rule above.
 IM2COL_KERNELS = ("loads", "windows")
 _IM2COL_BY_TORCH = {DTYPES[name].torch_name: name for name in IM2COL_DTYPES}

@@ -30,9 +30,10 @@ from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, WARP_THREADS
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
+from ..plan.tuning import TUNING
 from ..validate import check_field_types
 
-DEFAULT_MANY_STAGES = 6
+DEFAULT_MANY_STAGES: int = TUNING["DEFAULT_MANY_STAGES"].value  # measured: `plan.tuning`
 TABLE_WORDS = 4  # a chunk: source address, destination address, bytes, offset in its stage
 PACK_ALIGN = GLOBAL_BASE_ALIGN  # each tensor of a packed buffer starts 16-byte aligned
 _BULK = ~(GLOBAL_BASE_ALIGN - 1)  # a byte count's bulk part: its 16-byte multiple

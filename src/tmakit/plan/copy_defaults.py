@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..config import DTYPES, ROW_VIEW_WIDTHS, rows_view
 from ..limits import MAX_BOX_EXTENT
+from .tuning import TUNING
 
 # The defaults, as measured on the H200 (docs/results.md): 16 rows of 512 bytes for a copy of
 # one layout (8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB but for 16 MiB); 32 KiB tiles for a
@@ -22,8 +23,8 @@ MAX_DEFAULT_STAGES = 32
 MIN_STORES_IN_FLIGHT = 2
 TRANSPOSE_CONSUMER_WARPS = 4
 # A layout-changing copy of fewer default tiles than SMs takes smaller ones, by element size where
-# measured (transpose-small.json: fp16 64 x 64 tiles led the default at 1 MiB, not from 16 MiB).
-SMALL_TRANSPOSE_TILES = {2: (64, 64)}
+# measured (`plan.tuning`).
+SMALL_TRANSPOSE_TILES: dict[int, tuple[int, int]] = TUNING["SMALL_TRANSPOSE_TILES"].value
 # A compact copy's rows view: tiles of 32 KiB while that leaves at least 4 tiles per SM, else
 # halved down to 4 KiB, so that small copies still reach every SM.
 ROWS_VIEW_TILE_BYTES = 32 * 1024
@@ -32,10 +33,8 @@ ROWS_VIEW_TILES_PER_SM = 4
 
 
 # Compact tensors of one layout that do not fit the L2 are copied as rows of their memory when a
-# call gives no options (`as_rows`; any option given is taken as it is): 2.0-2.4% faster than the
-# tensors' own tiles for fp16 matrices of 64 MiB to 1 GiB on the H100, in graphs and eagerly
-# (copy-rows.json; at 16 MiB, within the L2, the same in graphs and 3% slower eagerly).
-ROWS_BEYOND_L2 = True
+# call gives no options (`as_rows`; any option given is taken as it is), as measured (`plan.tuning`).
+ROWS_BEYOND_L2: bool = TUNING["ROWS_BEYOND_L2"].value
 
 
 def rows_beyond_l2(transpose: bool, compact: bool, in_l2: bool, numel: int, nbytes: int) -> bool:

@@ -21,6 +21,7 @@ from ..limits import (
 from ..validate import check_field_types, one_of
 from .load import LoadPlan, ceil_div, check_tile_count
 from .mappings import RowSumMapping
+from .tuning import TUNING
 
 TILE_ORDERS = ("interleaved", "columns", "blocked")  # a persistent grid's walk (PipelinePlan.tile_order)
 # One record per role, [timed out, block, stage, parity, expected bytes, step, 0, 0]: the producer's
@@ -334,8 +335,8 @@ def check_stages(stages: int, fitting: int, stage_bytes: int, beside: str = "", 
 
 
 # -- rings of bulk copies (rows by index, a grouped copy): a stand-in tile sizes their stages --
-# Bytes a stage aims at: the copy's default tile (32 KiB), so that small rows share a stage.
-STAGE_TARGET_BYTES = 32 * 1024
+# Bytes a stage aims at, so that small rows share a stage (measured: `plan.tuning`).
+STAGE_TARGET_BYTES: int = TUNING["STAGE_TARGET_BYTES"].value
 # The stand-in tile's width and element: 256 int32, a KiB per row of the stand-in.
 _STAND_IN_WIDTH, _STAND_IN_BYTES = 256, 1024
 

@@ -32,6 +32,7 @@ from ..config import DTYPES, MOVED_AS, ROW_VIEW_WIDTHS, contiguous_index, is_com
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from ..validate import check_outer_strides, overlaps_itself
+from .tuning import TUNING, BeyondL2
 
 # The paths a call can take, by name, and what each is.
 PATHS: dict[str, str] = {
@@ -47,38 +48,10 @@ TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "tma-rows-bulk", "empty"})
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
 
-@dataclass(frozen=True)
-class BeyondL2:
-    """A row of the measured rule tables: calls that move more than `share_of_l2` of the L2 in
-    bytes, for the torch dtypes measured (`dtypes`; None: every dtype)."""
-
-    share_of_l2: float
-    dtypes: tuple[str, ...] | None = None
-
-    def covers(self, dtype: str, moved_bytes: int, l2_bytes: int | None) -> bool:
-        """Whether a call on `dtype` (torch's name) moving `moved_bytes` falls under the row (never
-        without an L2 size: a pure plan, a strict call)."""
-        if l2_bytes is None or (self.dtypes is not None and dtype not in self.dtypes):
-            return False
-        return moved_bytes > self.share_of_l2 * l2_bytes
-
-
-# Past 40% of the L2 (the call's three streams) torch's add_ outruns TMA's reduce stores, which
-# the L2 applies, and the load-add-store ring (4-6% behind from 16 MiB, at its time at 8 MiB),
-# eagerly and in graphs, on the H100 for fp32, fp16, bf16 and int32 (reduce.json, whose parts hold
-# the H200's stores; docs/results.md has the figures). Within it TMA keeps the call; so does
-# every dtype not measured (torch has no add for uint32/uint64 at all). A row-major copy of one
-# layout past the L2 (both streams) is the driver's memcpy's: 2-4% ahead of TMA's ring eagerly
-# from 64 MiB (16 MiB: TMA 10% ahead), on the H100 and the H200 (copy-rows.json, copy.json).
-# Inside a CUDA graph torch's copy_ is a memcpy node, ahead of the ring up to 256 MiB and 1.2-1.5x
-# behind it from 512 MiB (`GRAPH_MEMCPY_MOST_BYTES`), where torch's element-wise kernel on the
-# same bits runs 2.5% ahead of the ring and within 1.1% of inductor's copy (copy-route.json).
-# Non-strict calls that choose no kernel only: strict asks for TMA.
-TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = {
-    "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
-    "copy": BeyondL2(1.0),
-}
-GRAPH_MEMCPY_MOST_BYTES = 256 * 2**20  # a captured copy past it takes the element-wise kernel
+# Which non-strict calls torch's op serves past the L2, and from what size a captured copy takes
+# torch's element-wise kernel: measured thresholds, each justified in `plan.tuning`.
+TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = TUNING["TORCH_FASTER_BEYOND_L2"].value
+GRAPH_MEMCPY_MOST_BYTES: int = TUNING["GRAPH_MEMCPY_MOST_BYTES"].value
 # The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch (`api.copy_views.driver_launcher`).
 BY_THE_DRIVER = (
     "a row-major copy of one layout past the L2: the driver's memcpy (torch's copy_), measured faster "

@@ -39,7 +39,6 @@ from ..plan.copy_class import copy_class
 from ..plan.reduce_ops import REDUCE_DTYPES, check_reduce, reduce_op
 from ..plan.ring import check_stages, stages_fitting
 from ..plan.route import (
-    BeyondL2,
     PairFacts,
     Route,
     canonical_pair,
@@ -48,6 +47,7 @@ from ..plan.route import (
     torch_pair_rule,
     torch_route,
 )
+from ..plan.tuning import TUNING, BeyondL2
 from ..validate import check_field_types, one_of
 
 # How a reduce combines (`ReducePlan.kernel`): TMA reduce stores, or the load-add-store ring.
@@ -60,15 +60,11 @@ RING_DTYPES: dict[str, tuple[str, ...]] = {"add": ("fp32", "fp16", "bf16", "int3
 RING_CONSUMER_WARPS = 4
 
 
-# op -> where TMA runs a reduce on the ring instead of reduce stores (`route.BeyondL2`: the call's
-# three streams, src read and dst read and written, past that share of the L2, on those torch
-# dtypes): on the H100 the ring took 0.94-0.96x the stores' time for fp32, fp16 and int32 adds of
-# 8 MiB and 0.88-0.91x from 256 MiB; the stores led from 4 MiB down (reduce.json). Where
-# `route.TORCH_FASTER_BEYOND_L2` gives torch the call, the ring serves strict calls and calls that
-# choose it.
-RING_BEYOND_L2: dict[str, BeyondL2] = {
-    "add": BeyondL2(0.4, ("float32", "float16", "bfloat16", "int32")),
-}
+# op -> where TMA runs a reduce on the ring instead of reduce stores (`BeyondL2`: the call's three
+# streams, src read and dst read and written, past that share of the L2, on those torch dtypes), as
+# measured (`plan.tuning`). Where `route.TORCH_FASTER_BEYOND_L2` gives torch the call, the ring
+# serves strict calls and calls that choose it.
+RING_BEYOND_L2: dict[str, BeyondL2] = TUNING["RING_BEYOND_L2"].value
 
 
 def moved_bytes(facts: PairFacts) -> int:

@@ -46,6 +46,7 @@ from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
 from ..plan.reduce_ops import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
 from ..plan.route import NOT_SM90, NOT_SM90_REASON, Route, TensorFacts, call_rule, torch_route
+from ..plan.tuning import TUNING
 from ..validate import check_field_types, one_of
 
 ROW_OPS = ("gather", "scatter", "add", "min", "max")
@@ -295,20 +296,10 @@ def row_rule(row_bytes: object, base: int = 0, row_stride_bytes: int | None = No
 
 
 # The row lengths (bytes, [from, to)) each op's bulk row copies serve unless a call is strict;
-# torch's kernels take the others (the rows study: rows.json on the H200, rows-rule.json on the
-# H100). Scatters and reduces: torch's kernels led below 256 bytes on both. Gathers: the bulk copies
-# led from the shortest rows they move (16 bytes: 2.2x on the H100); on the H100 torch's
-# index_select led from 1 KiB rows (0.91x), on the H200 from 2 KiB (1 KiB: 1.11x). A GPU not named
-# below takes the default.
-ROWS_TMA_SPANS = {
-    "gather": (16, 1024),
-    "scatter": (256, None),
-    "add": (256, None),
-    "min": (256, None),
-    "max": (256, None),
-}
-# By the start of torch's device name ("NVIDIA H200 NVL" is an H200 too).
-ROWS_TMA_SPANS_BY_GPU = {"NVIDIA H200": {"gather": (16, 2048)}}
+# torch's kernels take the others. Measured, per GPU where it differs (`plan.tuning`); a GPU not
+# named takes the default. By the start of torch's device name ("NVIDIA H200 NVL" is an H200 too).
+ROWS_TMA_SPANS: dict[str, tuple[int, int | None]] = TUNING["ROWS_TMA_SPANS"].value
+ROWS_TMA_SPANS_BY_GPU: dict[str, dict[str, tuple[int, int | None]]] = TUNING["ROWS_TMA_SPANS_BY_GPU"].value
 
 
 def rows_tma_spans(gpu: str) -> dict[str, tuple[int, int | None]]:
