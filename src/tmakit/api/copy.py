@@ -17,8 +17,19 @@ from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
 from ..plan.copy_layout import decide_copy, plan_pair
 from ..plan.route import BY_THE_DRIVER, PairFacts, Route, TensorFacts, copy_route
-from ..runtime.dispatch import CopyDispatch, Launcher, Signature
-from ..runtime.launch import copy_launcher, tvm_ffi_available
+from ..runtime.dispatch import (
+    DST_DEVICE,
+    DST_DTYPE,
+    DST_SHAPE,
+    DST_STRIDES,
+    SRC_DEVICE,
+    SRC_DTYPE,
+    SRC_SHAPE,
+    SRC_STRIDES,
+    CopyDispatch,
+    Signature,
+)
+from ..runtime.launch import Launcher, copy_launcher, tvm_ffi_available
 from ..validate import flag
 from .copy_views import (
     copy_nothing,
@@ -192,12 +203,12 @@ def plan_copy(
     if shape_generic is None:
         shape_generic = tvm_ffi_available()
     if shape_generic:
-        if facts is None:
+        if facts is None:  # a `Signature`'s first eight items
             facts = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
                      src.get_device(), dst.get_device())  # fmt: skip
         known = known_class(src, options, facts)
         if known is not None:
-            return known.launcher_for(facts[0], facts[1], facts[3])
+            return known.launcher_for(facts[SRC_SHAPE], facts[SRC_STRIDES], facts[DST_STRIDES])
     import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
@@ -279,18 +290,19 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> Co
     checked when the class was made."""
     if options.as_rows or options.bulk:
         return None
-    shape, dtype, device = facts[0], facts[4], facts[6]
-    if device < 0 or facts[7] != device or facts[2] != shape or facts[5] != dtype:
+    shape, dtype, device = facts[SRC_SHAPE], facts[SRC_DTYPE], facts[SRC_DEVICE]
+    if device < 0 or facts[DST_DEVICE] != device or facts[DST_SHAPE] != shape or facts[DST_DTYPE] != dtype:
         return None
     device_facts_known = _DEVICE_FACTS.get(device)
     numel = src.numel()
     if device_facts_known is None or numel == 0:
         return None
     sm_count, l2_bytes = device_facts_known
-    src_major, dst_major = major_of(facts[1], shape), major_of(facts[3], shape)
+    src_strides, dst_strides = facts[SRC_STRIDES], facts[DST_STRIDES]
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     nbytes = src.element_size()
     fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
-    compact = is_compact(shape, facts[1]) and is_compact(shape, facts[3])
+    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
     if default_as_rows(options, src_major != dst_major, compact, fits_l2, numel, nbytes):
         return None  # a rows view, which `plan_copy` plans
     small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)

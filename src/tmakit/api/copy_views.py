@@ -13,8 +13,7 @@ from ..config import LoadConfig
 from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan
 from ..plan.route import GRAPH_MEMCPY_MOST_BYTES, lazy_reason
-from ..runtime.dispatch import Launcher
-from ..runtime.launch import copy_launcher
+from ..runtime.launch import Launcher, copy_launcher
 from .load import config_for
 from .tensors import checked_tensor, import_torch, lazy_bit
 
@@ -86,7 +85,8 @@ def restrided(
 
 
 def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """The fallback: torch's own `copy_` (its refusals as TmaConfigError)."""
+    """The fallback, a launcher (src, dst): torch's own `copy_` (its refusals as TorchOpError;
+    a list's pair `i` is `many.call.torch_copy_pair`'s)."""
     try:
         dst.copy_(src)
     except RuntimeError as error:

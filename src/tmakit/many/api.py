@@ -10,13 +10,14 @@ drop-in path: `tmakit.copy_` one pair at a time where TMA serves it as laid out 
 transposing pair), else the `_foreach_copy_`. Where pairs share bytes, every pair is copied one at
 a time in the list's order (`many.call`).
 
-A call's route (which pairs go where) and its chunk table, encoded on the host and copied to the
-device once, are kept for calls with the same tensors (found by their addresses, checked by their
-layouts): an optimizer's parameters, a layer's flat buffer. `pack` and `unpack_` keep a list's
-table relative to the buffer (`many.kept`), so a new buffer needs no new table. Inside a
-CUDA-graph capture nothing is encoded: tensors whose route is kept (an eager call with them came
-first) are captured as the grouped kernel, whose table is then kept for the process; others are
-captured as torch's `_foreach_copy_`, so a replay never reads a host buffer since rewritten.
+A call's route (`many.call.ListRoute`: which pairs go where) and its chunk table, encoded on the
+host and copied to the device once, are kept for calls with the same tensors (found by their
+addresses, checked by their layouts): an optimizer's parameters, a layer's flat buffer. `pack`
+and `unpack_` keep a list's table relative to the buffer (`many.kept`), so a new buffer needs no
+new table. Inside a CUDA-graph capture nothing is encoded: tensors whose route is kept (an eager
+call with them came first) are captured as the grouped kernel, whose table is then kept for the
+process; others are captured as torch's `_foreach_copy_`, so a replay never reads a host buffer
+since rewritten.
 
 Finding the kept route costs the host about half a microsecond a pair, a little more than
 torch's own loop in C++; a `GroupedCopy` reads only each tensor's address per call, or nothing.
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 from ..api.tensors import check_torch_tensor, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..validate import flag
-from .call import GRAD, KeptRoutes, Route, addresses, packed_layout, recorded
+from .call import GRAD, KeptRoutes, ListRoute, addresses, packed_layout, recorded
 from .kept import kept_packing
 from .plan import has_gaps
 
@@ -72,7 +73,7 @@ def copy_many_(
     key = addresses(torch, tensors, (grouped, strict))
     route = _ROUTES.find(key, tensors)
     if route is KeptRoutes.MISSING:
-        route = Route(torch, dsts, srcs, grouped, "copy_many_", strict)
+        route = ListRoute(torch, dsts, srcs, grouped, "copy_many_", strict)
         if key is not None and route.complete:
             _ROUTES.keep(torch, key, tensors, route)
     route.run(torch, dsts, srcs)
@@ -182,7 +183,7 @@ class GroupedCopy:
                 "prepare it before the capture and call it inside"
             )
         self._dsts, self._srcs, self._grouped = dsts, srcs, grouped
-        self._route = Route(torch, dsts, srcs, grouped, "GroupedCopy")
+        self._route = ListRoute(torch, dsts, srcs, grouped, "GroupedCopy")
         names = [f"dsts[{i}]" for i in range(len(dsts))] + [f"srcs[{i}]" for i in range(len(srcs))]
         self._watch(torch, dsts + srcs, names, lambda: (dsts, srcs))
 
@@ -293,7 +294,7 @@ class GroupedCopy:
         kept = self._routes.get(autograd)
         if kept is None:  # grad mode or requires_grad changed since: paired and routed afresh
             dsts, srcs = self._pairs()
-            kept = Route(torch, dsts, srcs, self._grouped, "GroupedCopy"), dsts, srcs
+            kept = ListRoute(torch, dsts, srcs, self._grouped, "GroupedCopy"), dsts, srcs
             if kept[0].complete:
                 self._routes[autograd] = kept
         self._route, dsts, srcs = kept

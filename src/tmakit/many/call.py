@@ -35,10 +35,11 @@ CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the 
 GRAD = attrgetter("requires_grad")
 
 
-class Route:
+class ListRoute:
     """Where each pair of a list goes, by its index: each device's grouped launch (with its chunk
     table on the device), the pairs `copy_` serves one at a time, the rest in one
-    `_foreach_copy_`. Holds no tensor, so a kept route keeps no memory of the caller's alive."""
+    `_foreach_copy_`. A whole list's route, made of each pair's (`plan.route.Route`: one call's
+    path and why). Holds no tensor, so a kept route keeps no memory of the caller's alive."""
 
     def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str, strict: bool = False) -> None:
         together, self.one_by_one, self.rest = [], [], []
@@ -110,7 +111,7 @@ class Route:
     def run(self, torch, dsts: list, srcs: list) -> None:
         if self.in_order is not None:
             for i, by_tma in self.in_order:
-                copy_(dsts[i], srcs[i]) if by_tma else torch_copy(dsts, srcs, i)
+                copy_(dsts[i], srcs[i]) if by_tma else torch_copy_pair(dsts, srcs, i)
             return
         for device, table, pairs in self.launches:
             launch_table(torch, device, table)
@@ -124,7 +125,7 @@ class Route:
                 torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
             except (RuntimeError, TypeError, ValueError):  # e.g. complex32, which copy_ takes
                 for i in self.rest:  # the pairs share no bytes: copying one again changes nothing
-                    torch_copy(dsts, srcs, i)
+                    torch_copy_pair(dsts, srcs, i)
 
 
 def launch_table(torch, device, table: tuple, relative: str | None = None, buffer=None) -> None:
@@ -162,7 +163,9 @@ def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:
         )
 
 
-def torch_copy(dsts: list, srcs: list, i: int) -> None:
+def torch_copy_pair(dsts: list, srcs: list, i: int) -> None:
+    """torch's copy_ of a list's pair `i`, its refusal (TorchOpError) naming the pair: the list's
+    counterpart of `api.copy_views.torch_copy` (src, dst), `copy_`'s launcher of torch's op."""
     try:
         dsts[i].copy_(srcs[i])
     except (RuntimeError, TypeError, ValueError) as error:

@@ -25,9 +25,9 @@ from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import Launcher, Signature
+from ..runtime.dispatch import Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
-from ..runtime.launch import tvm_ffi_available
+from ..runtime.launch import Launcher, tvm_ffi_available
 from ..validate import check_rank
 from .launch import class_launcher, reduce_launcher
 from .plan import (

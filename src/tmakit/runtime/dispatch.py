@@ -51,19 +51,30 @@ from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan import CopyOptions
 from ..validate import check_base_address, overlap_verdict, span_bytes, typed
+from .launch import Launcher
 
 if TYPE_CHECKING:
     import torch
 
-Launcher = Callable[[Any, Any], None]
 # (src span bytes, dst span bytes, equal strides): what a call's addresses are compared with.
 Spans = tuple[int, int, bool]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 _DEFAULT_KEY = (None, None)  # the call key of a call with every option left out
-# What a lookup reads off a copy's tensors, its first eight items: (src.shape, src.stride(),
-# dst.shape, dst.stride(), src.dtype, dst.dtype, src.get_device(), dst.get_device(), ...); then
-# the call key and, off a GPU, the devices' kinds.
+# What a lookup reads off a copy's tensors, the key its launcher is found by: a plain tuple, built
+# per lookup as a literal (a NamedTuple would cost host time on every call), read by the names below.
+# Its first eight items are in every signature (`api.copy.plan_copy` builds those alone where no
+# dispatch read them); the dispatch's own add the call key and the devices' kinds.
 Signature = tuple
+SRC_SHAPE = 0  # src.shape
+SRC_STRIDES = 1  # src.stride()
+DST_SHAPE = 2  # dst.shape
+DST_STRIDES = 3  # dst.stride()
+SRC_DTYPE = 4  # src.dtype
+DST_DTYPE = 5  # dst.dtype
+SRC_DEVICE = 6  # src.get_device(): the CUDA device's index, -1 off a GPU
+DST_DEVICE = 7  # dst.get_device()
+CALL_KEY = 8  # the options as the caller passed them, with their types (`validate.typed`)
+DEVICE_KINDS = 9  # None on a GPU; off one (every device's index -1), (src.device.type, dst.device.type)
 PlanLauncher = Callable[[Any, Any, CopyOptions, Signature], Launcher]
 CheckTensors = Callable[[Any, Any], None]
 
@@ -94,7 +105,7 @@ class Streak:
 class CopyDispatch:
     """The launchers of `copy_` calls: `plan_launcher(dst, src, options, facts)` (`facts`: what
     the lookup read off the tensors, `Signature`) checks a new configuration in full and returns
-    its launcher (a callable (src, dst); one whose
+    its launcher (`runtime.launch.Launcher`, called (src, dst); its attributes say how: one whose
     `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
     copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
     is wrong with arguments whose signature cannot be read (None: that read's own error).
@@ -202,6 +213,7 @@ class CopyDispatch:
             # Off a GPU the index is -1 on every device: the CPU's and the meta device's calls,
             # checked apart, are kept apart by the devices' kinds.
             kinds = None if src_device >= 0 and dst_device >= 0 else (src.device.type, dst.device.type)
+            # `Signature`, its items in the order its names give
             signature = (shape, src_strides, dst_shape, dst_strides, src.dtype, dst.dtype,
                          src_device, dst_device, key, kinds)  # fmt: skip
             found = self._launchers.get(signature)
@@ -217,7 +229,12 @@ class CopyDispatch:
             spans = None
             # A pair of one shape and dtype on a GPU: its addresses are checked before anything is
             # planned or compiled (the planner names what else is wrong first).
-            if dst_shape == shape and signature[4] == signature[5] and signature[6] >= 0 and 0 not in shape:
+            if (
+                dst_shape == shape
+                and signature[SRC_DTYPE] == signature[DST_DTYPE]
+                and src_device >= 0
+                and 0 not in shape
+            ):
                 spans = pair_spans(src, shape, src_strides, dst_strides)
                 if not check_addresses(dst, src, spans, shape, src_strides, dst_strides, self.fallback):
                     self.fallback(src, dst)

@@ -256,7 +256,29 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
 
 
 # -- the launchers -------------------------------------------------------------------------------
-Launcher = Callable[..., None]  # called with the kernel's tensors: (src, dst) for a copy
+Launcher = Callable[..., None]
+"""tmakit's one launcher type: a callable on the kernel's tensors ((src, dst) for a copy or a
+reduce, what `CopyDispatch` calls) that launches and returns nothing. Besides the call, a launcher
+may carry these attributes, set with plain assignment and read with `getattr(launcher, name,
+False)` (absent: False), so a plain function is a launcher that claims none of them:
+
+- `checks_arguments`: its compiled function raises TypeError/ValueError on a tensor it was not
+  built for (dtype, shape, strides, alignment, device), before it launches, so it may be tried
+  first. Set by `guarded_launcher` (True through TVM-FFI, False on the plain path), copied onto a
+  wrapper by `api.copy_views.restrided` and `reduce.call.ReduceKernel.launcher`; read by
+  `runtime.dispatch.CopyDispatch.copy_` (the streak to FAST) and `CopyDispatch.guard`.
+- `shape_generic`: one kernel for every shape of its class, so it takes any extents and strides
+  and is pinned to the shape its last lookup checked. Set by `copy_launcher`,
+  `reduce.launch.reduce_launcher`, `api.copy_views.restrided` (True) and
+  `reduce.call.ReduceKernel.launcher`; read by `CopyDispatch.copy_`.
+- `moves_nothing`: an empty copy's, whose tensors' addresses do not matter. Set on
+  `api.copy_views.copy_nothing`; read by `CopyDispatch.copy_` (no address check).
+- `any_address`: it takes any base address (torch's op serves the call). Set on
+  `api.copy_views.torch_copy`, `api.copy_views.driver_launcher`'s and
+  `reduce.call.torch_launcher`'s; read by `CopyDispatch.copy_` (no address check).
+- `compiled`: the `CompiledKernel` it calls (how it was built: compile time, from the disk cache
+  or not). Set by `guarded_launcher` on its TVM-FFI path; read by `bench.hostcost`.
+"""
 
 
 @functools.cache
