@@ -1,11 +1,13 @@
 """`tmakit plan`, the `*_path` functions and the call agree: for random tensors and options, the
-route `tmakit plan --kernel K --gpu G --json -` prints, the route `copy_path`/`rows_path` returns
-and the route the call takes are the same (path and reason), or all three refuse.
+route `tmakit plan --kernel K --gpu G --json -` prints, the route the `*_path` function (`copy_path`,
+`reduce_path`, `rows_path`, `im2col_path`) returns and the route the call takes are the same (path
+and reason), or all three refuse.
 
 The call runs on CPU tensors standing in for an H200's (`stand_ins.gpu_stand_ins`: its SMs and L2,
 launchers that launch nothing); what it takes is read where it decides (`api.copy.routed`, the
-driver's launcher, the rows call's rule). The facts the CLI assumes (`cli.kernels.ASSUMED`: one
-GPU, aligned bases, tensors apart, no autograd, no capture) are what the drawn tensors are."""
+driver's launcher, `reduce.call.plan_reduce_call`, the rows call's rule, im2col's placed call).
+The facts the CLI assumes (`cli.kernels.ASSUMED`: one GPU, aligned bases, tensors apart, no
+autograd, no capture) are what the drawn tensors are."""
 
 from __future__ import annotations
 
@@ -299,3 +301,119 @@ def test_plan_im2col_path_and_im2col_agree(case, monkeypatch):
     except TmaConfigError:
         call_route = REFUSED
     assert cli == path_route == call_route, (case, cli, path_route, call_route)
+
+
+REDUCE_PAIRS = {  # op -> the dtypes drawn: those TMA reduce stores take and those torch's op serves
+    "add": ("fp32", "fp16", "bf16", "int32", "int64", "int8"),
+    "max": ("fp16", "bf16", "fp32", "int32"),
+    "min": ("bf16", "fp32"),
+    "and": ("int32", "int64", "int8"),
+    "xor": ("int32", "int64"),
+}
+
+
+@st.composite
+def reduces(draw):
+    """A reduce's flags: op, dtype, shape (up to ~64 MiB a tensor: an add's three streams past 40%
+    of an H200's L2 and within it), layout, padding and options."""
+    op = draw(st.sampled_from(sorted(REDUCE_PAIRS)))
+    rows = draw(st.integers(1, 4000))
+    cols = draw(st.integers(1, 4000 if draw(st.booleans()) else 64))
+    options = draw(st.sampled_from(["", "", "stages=3", "tile=32x128", "tile=7x7", "store_depth=2"]))
+    return {
+        "op": op,
+        "dtype": draw(st.sampled_from(REDUCE_PAIRS[op])),
+        "shape": (*draw(st.sampled_from([(), (), (2,)])), rows, cols),
+        "layout": draw(st.sampled_from(["row", "col"])),
+        "pad": draw(st.booleans()),
+        "options": options,
+    }
+
+
+@pytest.fixture
+def reducing_on_a_stand_in_h200(monkeypatch):
+    """CPU tensors as an H200's, `reduce_into_` routed as on the GPU, the route its planner takes
+    recorded (`reduce.call.plan_reduce_call` on the tensors' GPU: not the options' check, which
+    plans `on` a GPU named)."""
+    gpu_stand_ins(monkeypatch)
+    from tmakit.reduce import api as reduce_api
+    from tmakit.reduce import call as reduce_call
+
+    taken: list[tuple[str, str]] = []
+    plan_call = reduce_call.plan_reduce_call
+
+    def plan_seen(*args, **kwargs):
+        route, kernel = plan_call(*args, **kwargs)
+        if kwargs.get("on") is None and len(args) < 7:
+            taken.append((route.path, route.reason))
+        return route, kernel
+
+    monkeypatch.setattr(reduce_call, "plan_reduce_call", plan_seen)
+
+    def first_call() -> list[tuple[str, str]]:
+        """No dispatch made yet (each drawn call a first call, as the CLI plans one), no route."""
+        monkeypatch.setattr(reduce_api, "_DISPATCHES", {})
+        taken.clear()
+        return taken
+
+    return first_call
+
+
+def agreed_reduce(case: dict, first_call) -> tuple[str, str] | str:
+    """The route `tmakit plan --kernel reduce`, `reduce_path` and `reduce_into_` take for `case`,
+    asserted one."""
+    taken = first_call()
+    shape = "x".join(map(str, case["shape"]))
+    argv = ["--kernel", "reduce", "--reduce", case["op"], "--shape", shape, "--dtype", case["dtype"]]
+    argv += ["--layout", case["layout"], *(["--pad"] if case["pad"] else [])]
+    argv += ["--copy", case["options"]] if case["options"] else []
+    cli_route = planned(argv)
+    element = DTYPES[case["dtype"]]
+    layout, pad = case["layout"], case["pad"]
+    strides = LoadConfig(
+        case["shape"], element.name, (1, 1), 0, layout,
+        padded_strides(case["shape"], element.nbytes, layout) if pad else None,
+    ).element_strides  # fmt: skip
+    span = sum((n - 1) * s for n, s in zip(case["shape"], strides, strict=True)) + 1
+    dtype = getattr(torch, element.torch_name)
+    dst, src = (torch.zeros(span, dtype=dtype).as_strided(case["shape"], strides) for _ in range(2))
+    options = options_of(case["options"])
+    try:
+        route = tmakit.reduce_path(dst, src, case["op"], **options)
+        path_route = route.path, route.reason
+    except TmaConfigError:
+        path_route = REFUSED
+    try:
+        tmakit.reduce_into_(dst, src, case["op"], **options)
+        call_route = taken[-1] if taken else None
+    except TmaConfigError:
+        call_route = REFUSED
+    assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
+    return cli_route
+
+
+@EXAMPLES
+@given(case=reduces())
+def test_plan_reduce_path_and_reduce_into_agree(case, reducing_on_a_stand_in_h200):
+    """The route of `tmakit plan --kernel reduce`, `reduce_path` and `reduce_into_` are one."""
+    agreed_reduce(case, reducing_on_a_stand_in_h200)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "dtype", "options", "path"),
+    [
+        ("add", (1024, 1024), "fp32", "", "tma"),
+        ("add", (4096, 4096), "fp32", "", "torch"),  # an add past 40% of the L2: torch's add_
+        ("add", (1024, 3), "fp16", "", "tma-view"),  # a compact run as rows
+        ("max", (1024, 1024), "fp32", "", "torch"),  # no TMA reduce store of max on fp32
+        ("max", (1024, 1024), "fp16", "", "tma"),
+        ("add", (100, 3), "fp16", "", "torch"),  # no rows of 16-byte multiples
+        ("add", (1024, 1024), "fp16", "tile=7x7", REFUSED),
+        ("add", (4096, 4096), "fp32", "tile=7x7", REFUSED),  # options checked on every route
+    ],
+)
+def test_the_reduce_routes_drawn_are_reached(op, shape, dtype, options, path, reducing_on_a_stand_in_h200):
+    """The draws above reach every kind of route; these fixed cases pin one of each."""
+    case = {"op": op, "shape": shape, "dtype": dtype, "layout": "row", "pad": False, "options": options}
+    route = agreed_reduce(case, reducing_on_a_stand_in_h200)
+    assert (route if route == REFUSED else route[0]) == path

@@ -374,6 +374,30 @@ def test_plan_refuses_what_a_kernel_does_not_take(args, refusal):
     assert run.returncode == 2 and refusal in one_error_line(run)
 
 
+def test_plan_and_explain_of_a_reduce_print_its_route_on_the_gpu():
+    """`--kernel reduce` reads --gpu: the route `reduce_into_` takes there first, then its plan,
+    or no plan where torch's op serves the call (an add past 40% of the L2, a pair no TMA reduce
+    store takes)."""
+    stem = ["--kernel", "reduce", "--reduce", "add", "--dtype", "fp32"]
+    within = tmakit("plan", *stem, "--shape", "1024x1024", "--gpu", "h100")
+    assert within.returncode == 0, within.stderr
+    assert within.stdout.startswith(
+        "route             tma (the tensors as laid out)\non                an NVIDIA H100"
+    )
+    assert "reduce            each store .add into the destination" in within.stdout
+    beyond = tmakit("plan", *stem, "--shape", "4096x4096").stdout  # 3 x 64 MiB moved
+    assert beyond.startswith("route             torch (an add beyond L2: torch's in-place op measured faster")
+    assert "no TMA plan       torch's op serves the call" in beyond and "tile" not in beyond
+    refused = json.loads(tmakit("explain", *stem[:3], "max", "--dtype", "fp32", "--json").stdout)["kernel"]
+    assert refused["route"]["path"] == "torch" and refused["gpu"] == "h200"
+    assert "reduce op 'max' with dtype fp32" in refused["route"]["reason"]
+    viewed = tmakit("explain", *stem[:4], "--shape", "1024x3", "--dtype", "fp16").stdout
+    assert viewed.startswith("route             tma-view (a compact run as 12 x 256 rows)")
+    assert "on its view 12 x 256" in viewed and "1. Why a coordinate tensor?" in viewed
+    plain = tmakit("explain", "--reduce", "add", "--gpu", "h100")  # the plain load's walkthrough
+    assert plain.returncode != 0 and "--gpu" in plain.stderr
+
+
 def test_explain_takes_the_kernel_plan_takes():
     transpose = tmakit("explain", "--kernel", "transpose", "--shape", "4096x4096")
     assert transpose.returncode == 0, transpose.stderr

@@ -5,21 +5,18 @@ those arguments make (a copy's decision and plan; each family's through its `exp
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, replace
 from types import ModuleType
 
 from .. import registry
 from ..config import DTYPES, SEED, LoadConfig, dtype_named, padded_strides
 from ..errors import TmaConfigError
-from ..explain import explain, highlight_tile, to_text
-from ..limits import DEFAULT_GPU, DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, GPUS
+from ..limits import DEFAULT_GPU, GPUS
 from ..plan import CopyOptions, CopyPlan, LoadPlan
-from ..plan.copy_defaults import fits_l2
-from ..plan.copy_layout import CopyDecision, copy_rows_view, decide_copy
+from ..plan.copy_layout import CopyDecision, decide_copy
 from ..plan.route import PairFacts, Route, TensorFacts, moved_dtype
 from ..validate import check_load_config
-from .args import PAD_FIX, REDUCE_OP, CommandError, check_listed_tiles, emit, refuse_given
+from .args import PAD_FIX, REDUCE_OP, CommandError, refuse_given
 
 KERNELS = ("load", "copy", "transpose")  # plan's and explain's own --kernel
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
@@ -126,15 +123,14 @@ def copy_choice(args: argparse.Namespace) -> CopyChoice:
 
 
 def refuse_call_flags(args: argparse.Namespace) -> None:
-    """What a call's plan (a copy's, or a family's call on the copy's ring) refuses: --highlight,
-    --cluster, --stages, --consumer-warps, --swizzle, --im2col and the families' own options."""
+    """What a family's call on the copy's ring (a reduce's) refuses: --highlight, --cluster,
+    --stages, --consumer-warps, --swizzle and the families' own options (`--gpu` it reads)."""
     refused = (
         "highlight",
         "cluster",
         "stages",
         "consumer_warps",
         "swizzle",
-        "gpu",  # a reduce's route is not read here yet: it plans for an H200
         *family_flags(),
     )
     refuse_given(args, refused, f"to --kernel {args.kernel} (tmakit's copy plans its own ring, unswizzled)")
@@ -146,48 +142,6 @@ def call_options(args: argparse.Namespace) -> CopyOptions:
     if options.tile is not None and "tile" in args.given:
         raise CommandError("give the tile once: --tile or --copy tile=..., not both")
     return options
-
-
-def call_copy(args: argparse.Namespace, options: CopyOptions) -> tuple[CopyPlan, str]:
-    """The copy ring a family's call (a reduce's) plans on an H200 (its SM count and L2) with
-    `options`, as `api.copy.plan_copy` makes it, and its head line: the tile the call's default
-    (or `--tile`, or --copy's tile), a compact tensor with `as_rows`/`bulk` as its rows view,
-    swizzle 0."""
-    kernel = args.kernel
-    element = dtype_named(args.dtype)
-    transpose = kernel == "transpose"
-    strides = padded_strides(args.shape, element.nbytes, args.layout) if args.pad else None
-    config = LoadConfig(args.shape, element.name, SEED.tile, 0, args.layout, strides)
-    compact = not args.pad and not transpose
-    tensor_bytes = element.nbytes * math.prod(args.shape)
-    view = copy_rows_view(options, args.shape, element.name, (config.element_strides,) * 2, compact)
-    tile = args.tile if "tile" in args.given else None
-    if tile is None:
-        tile = options.default_tile(element.name, transpose, view, DEFAULT_SM_COUNT, tensor_bytes)
-    if view is not None:  # planned as the rows of its memory, as copy_ plans it
-        config = LoadConfig(view, element.name, tile, 0, "row")
-    else:
-        config = LoadConfig(args.shape, element.name, tile, 0, args.layout, strides)
-    check_load_config(config, stride_fix=PAD_FIX)
-    copy = options.plan(
-        LoadPlan(config), transpose, DEFAULT_SM_COUNT, fits_l2(tensor_bytes, DEFAULT_L2_BYTES)
-    )
-    other = {"row": "col", "col": "row"}[args.layout] if transpose else args.layout
-    rows = f", as {view[0]} rows of {view[1]}" if view is not None else ""
-    head = f"{kernel:<18}{args.layout}-major source into a {other}-major destination{rows}"
-    head += f" ({options.describe()})"
-    return copy, head
-
-
-def explain_call(args: argparse.Namespace, copy: CopyPlan, summary: str, head: str) -> int:
-    """`explain` of a call on the copy's ring (`--kernel copy`, `transpose`, or a family's whose
-    kernel is the copy's, the reduce's): the `head` line and the plan's `summary`, then the seed's
-    questions on block 0 of `copy`'s ring, with --reduce's store of the tile where given."""
-    check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
-    result = explain(copy.ring, highlight_tile(copy.load, None), None, args.reduce)
-    result["kernel"] = {"kind": args.kernel, "summary": [head, *summary.splitlines()]}
-    emit(args, result, "\n".join([head, summary, "", to_text(result)]))
-    return 0
 
 
 def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str) -> None:

@@ -33,7 +33,7 @@ from .call import (
     TMA_KERNEL_PATHS,
     check_reduce_arguments,
     check_reduce_options,
-    plan_reduce_call,
+    reduce_decision,
     reduce_options,
     routed_reduce_launcher,
     strict_fallback,
@@ -199,7 +199,8 @@ def reduce_path(
     dst: torch.Tensor, src: torch.Tensor, op: str = "add", **options: Unpack[CopyKeywords]
 ) -> Route:
     """The path `reduce_into_(dst, src, op, **options)` takes and why, planned as the call is
-    but compiling and launching nothing.
+    but compiling and launching nothing: the pure decision (`reduce.plan.decide_reduce`, through
+    `reduce.call.reduce_decision`) on the tensors' facts, then the route of their own addresses.
 
     Args:
         dst: the tensor reduced into.
@@ -229,7 +230,7 @@ def reduce_path(
         if reason is not None:
             return torch_route(op, reason)
         dst, src = detached(dst), detached(src)
-    route, _ = plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)
+    route = reduce_decision(dst, src, op, copy_options, strict, reduce_by).route
     if route.path in TMA_KERNEL_PATHS:  # planned for aligned bases: the route of these addresses
         placed = reduce_route(pair_facts(dst, src), op, reduce_by=reduce_by)
         if not placed.by_tma:

@@ -20,7 +20,7 @@ from ..api.tensors import (
     import_torch,
     pair_facts,
 )
-from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of
+from ..config import DTYPES, LoadConfig, dtype_of, major_of
 from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
@@ -32,9 +32,12 @@ from ..validate import check_rank
 from .launch import class_launcher, reduce_launcher
 from .plan import (
     RING_REASON,
+    TMA_KERNEL_PATHS,
+    ReduceDecision,
     ReducePlan,
+    decide_reduce,
     moved_bytes,
-    reduce_class,
+    plan_reduce_class,
     reduce_kernel,
     reduce_plan,
     reduce_route,
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
     import torch
 
 
-TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
 FALLBACK_REASON = (
     "TMA cannot take a base address, or dst and src meet in memory in layouts only an element-wise "
     "check tells apart"
@@ -209,6 +211,39 @@ def plan_reduce_call(
     return route, kernel
 
 
+def reduce_decision(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    copy_options: CopyOptions,
+    strict: bool,
+    reduce_by: str | None = None,
+) -> ReduceDecision:
+    """What a new call decides, compiling nothing (`reduce_path`'s): the tensors checked as
+    `plan_reduce_call` checks them, then the pure decision (`reduce.plan.decide_reduce`) on their
+    facts at address 0 (each call checks its own), on their GPU (SM count and L2; off a GPU, as
+    on a Hopper GPU, with no rule of the L2) where the planner plans the class, else
+    `plan_reduce_call`'s route (a kernel for this shape). A strict call's torch route raises."""
+    if not tvm_ffi_available():
+        return ReduceDecision(plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)[0])
+    import_torch("reduce_into_")
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+    if strict:
+        check_reduce_tensors(dst, src, op)
+    read = pair_facts(dst, src)
+    facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
+    on_gpu = facts.src.device >= 0
+    device = device_facts(src.device) if on_gpu else HOPPER
+    l2_rule = device[1] if on_gpu else None
+    decision = decide_reduce(
+        facts, op, copy_options, device, l2_rule, reduce_by, strict, check_shape=check_copy_shape
+    )
+    if decision.route.path == "torch" and strict:
+        raise strict_refusal(decision.route)
+    return decision
+
+
 def planned_or_refused(
     dst: torch.Tensor,
     src: torch.Tensor,
@@ -324,13 +359,14 @@ def plan_reduce(
         same_layout = source.element_strides == destination.element_strides
         views = (src_strides, dst_strides) if as_view else (None, None)
         return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
-    rank = len(shape)
-    reduce = reduce_class(
-        options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2, kernel=kernel
-    )
-    contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
-    fixed_src, fixed_dst = check_copy_shape(
-        reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
+    reduce, fixed_src, fixed_dst = plan_reduce_class(
+        (shape, src_strides, dst_strides),
+        str(src.dtype).removeprefix("torch."),
+        op,
+        options,
+        kernel,
+        (sm_count, l2_bytes),
+        check_copy_shape,  # this module's name: what the call checks the shape with
     )
     if as_view:
         fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides

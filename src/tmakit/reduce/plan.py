@@ -21,6 +21,10 @@ a reduce does arithmetic, so a dtype the table lacks for the op is torch's, neve
 5. TMA on the canonical view of the same memory (`route.canonical_pair`; a compact run as
    rows, `config.rows_view`, a rank-2 row-major view);
 6. else torch's op, with the rule that failed as the reason.
+
+`decide_reduce` is the whole decision of a call on its tensors' facts: that route, then a TMA
+route's reduce planned as the call plans it (`ReduceDecision`); what `reduce_path` and `tmakit
+plan`/`explain --kernel reduce` read.
 """
 
 from __future__ import annotations
@@ -28,14 +32,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import dtype_of, rows_view
+from ..config import DTYPES, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.copy import CopyOptions, CopyPlan
-from ..plan.copy_class import copy_class
+from ..plan.copy_class import check_copy_shape, copy_class
+from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.reduce_ops import REDUCE_DTYPES, check_reduce, reduce_op
 from ..plan.ring import check_stages, stages_fitting
 from ..plan.route import (
@@ -48,7 +54,7 @@ from ..plan.route import (
     torch_route,
 )
 from ..plan.tuning import TUNING, BeyondL2
-from ..validate import check_field_types, one_of
+from ..validate import check_field_types, check_rank, one_of
 
 # How a reduce combines (`ReducePlan.kernel`): TMA reduce stores, or the load-add-store ring.
 REDUCE_KERNELS = ("store", "ring")
@@ -289,3 +295,138 @@ def pair_rule(op: str, torch_dtype: str) -> str | None:
     except TmaConfigError as error:
         return str(error)
     return None
+
+
+TMA_KERNEL_PATHS = ("tma", "tma-view")  # the paths that launch a reduce kernel
+
+
+@dataclass(frozen=True)
+class ReduceDecision:
+    """What a reduce call does, decided before anything is launched: its `route` (`Route`: path
+    and reason) and, on a TMA route, the reduce planned for its class (`ReducePlan`) with the
+    strides its launch pins (`fixed`: the source's and the destination's, None where the class
+    takes any; see `plan.check_copy_shape`)."""
+
+    route: Route
+    plan: ReducePlan | None = None
+    fixed: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)
+
+
+def decide_reduce(
+    facts: PairFacts,
+    op: str,
+    options: CopyOptions,
+    device: tuple[int, int],
+    l2_rule: int | None,
+    reduce_by: str | None = None,
+    strict: bool = False,
+    check_shape: Callable[..., Any] | None = None,
+) -> ReduceDecision:
+    """The decision of `dst = dst op src` on `facts`' tensors with `options` (a reduce's
+    `CopyOptions`: no as_rows or bulk) on a GPU of `device` = (SM count, L2 bytes). Options given
+    are planned first on the route TMA would take (no rule of the L2, not strict, the bases at 0),
+    so that whatever then serves the call, options its planner refuses raise. Then the route
+    `reduce_route` gives (`l2_rule`: the L2 its measured rules read, None for tensors off a GPU;
+    `reduce_by`: the kernel chosen; `strict`: no torch for speed) and, on a TMA route, the reduce
+    planned as the call plans it (`plan_reduce_class` on the route's view, on the kernel chosen or
+    `reduce_kernel`'s; where the rule's ring cannot take the call, reduce stores). A TMA route the
+    planner refuses becomes torch's with the planner's words, unless what the call chose is
+    refused (a strict call, a `reduce_by`, options TMA takes the tensors without): TmaConfigError.
+    A torch route is returned as it is, strict or not (the call's strict refusal is its own).
+    The addresses are read as given: the call plans at 0 and checks each call's own.
+    `check_shape`: the shape's check (None: `plan.check_copy_shape`; the call passes its own)."""
+    op = reduce_op(op)
+    if options != CopyOptions():
+        at_zero = dataclasses.replace(
+            facts,
+            dst=dataclasses.replace(facts.dst, address=0),
+            src=dataclasses.replace(facts.src, address=0),
+        )
+        # the planner's refusal, raised
+        decided(at_zero, op, options, device, None, reduce_by, False, check_shape)
+    return decided(facts, op, options, device, l2_rule, reduce_by, strict, check_shape)
+
+
+def decided(
+    facts: PairFacts,
+    op: str,
+    options: CopyOptions,
+    device: tuple[int, int],
+    l2_rule: int | None,
+    reduce_by: str | None,
+    strict: bool,
+    check_shape: Callable[..., Any] | None = None,
+) -> ReduceDecision:
+    """`decide_reduce`'s decision on one route (`reduce_route` with `l2_rule`), options unchecked
+    before it: what `reduce.call.plan_reduce_call` decides on the class's path."""
+    route = reduce_route(facts, op, l2_rule, reduce_by, strict)
+    if route.path not in TMA_KERNEL_PATHS:
+        return ReduceDecision(route)
+    by = reduce_kernel(reduce_by, op, facts.src.dtype, moved_bytes(facts), l2_rule)
+    planned, error = class_or_refused(facts, route, op, options, by, device, check_shape)
+    if planned is None and reduce_by is None and by == "ring":
+        # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
+        # stage): reduce stores serve it
+        route, by = dataclasses.replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
+        planned, error = class_or_refused(facts, route, op, options, by, device, check_shape)
+    if planned is not None:
+        return ReduceDecision(route, planned[0], planned[1:])
+    if strict or reduce_by is not None:  # what the call asked for is refused, naming why
+        raise error
+    defaults = class_or_refused(facts, route, op, CopyOptions(), by, device, check_shape)
+    if options != CopyOptions() and defaults[0] is not None:
+        raise TmaConfigError(
+            f"{error} (with the default options TMA serves these tensors: leave the options out)"
+        ) from error
+    return ReduceDecision(torch_route(op, str(error)))
+
+
+def class_or_refused(
+    facts: PairFacts,
+    route: Route,
+    op: str,
+    options: CopyOptions,
+    kernel: str,
+    device: tuple[int, int],
+    check_shape: Callable[..., Any] | None = None,
+) -> tuple[tuple[ReducePlan, Any, Any] | None, TmaConfigError | None]:
+    """(`plan_reduce_class`'s plan and strides, None), or (None, the planner's refusal)."""
+    view = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
+    try:
+        return plan_reduce_class(view, facts.src.dtype, op, options, kernel, device, check_shape), None
+    except TmaConfigError as error:
+        return None, error
+
+
+def plan_reduce_class(
+    view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+    torch_dtype: str,
+    op: str,
+    options: CopyOptions,
+    kernel: str,
+    device: tuple[int, int],
+    check_shape: Callable[..., Any] | None = None,
+) -> tuple[ReducePlan, tuple[int, ...] | None, tuple[int, ...] | None]:
+    """A TMA route's reduce of `view` = (shape, src strides, dst strides) on `torch_dtype`,
+    planned for its shape-generic class (`reduce_class`) on a GPU of `device` = (SM count, L2
+    bytes), this shape checked by `check_shape` (None: `plan.check_copy_shape`): the plan and
+    the strides the launch pins (None: any). TmaConfigError naming the first rule broken.
+    Compiles nothing."""
+    shape, src_strides, dst_strides = view
+    dtype = dtype_of(torch_dtype)
+    nbytes = DTYPES[dtype].nbytes
+    sm_count, l2_bytes = device
+    check_rank(len(shape))
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    tile = options.default_tile(dtype, transpose, None, sm_count)
+    fits_l2 = copy_fits_l2(math.prod(shape) * nbytes, l2_bytes)
+    rank = len(shape)
+    reduce = reduce_class(
+        options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2, kernel=kernel
+    )
+    contiguous = (contiguous_index(src_major, rank), contiguous_index(dst_major, rank))
+    fixed_src, fixed_dst = (check_shape or check_copy_shape)(
+        reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
+    )
+    return reduce, fixed_src, fixed_dst
