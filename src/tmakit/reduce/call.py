@@ -24,7 +24,7 @@ from ..config import DTYPES, LoadConfig, dtype_of, major_of
 from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
-from ..plan.route import Route, torch_route
+from ..plan.route import PairFacts, Route, torch_route
 from ..runtime.dispatch import Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import Launcher, tvm_ffi_available
@@ -157,6 +157,22 @@ def check_reduce_arguments(dst: object, src: object) -> None:
     check_torch_tensor(src, "reduce_into_", "src")
 
 
+def checked_facts(
+    dst: torch.Tensor, src: torch.Tensor, op: str, strict: bool, on_device_0: bool = False
+) -> PairFacts:
+    """A new call's tensors checked (torch tensors; strict: TMA's rules first) and their facts at
+    base address 0 (each call checks its own addresses), read as on device 0 where the call is
+    planned for another GPU (`on_device_0`)."""
+    import_torch("reduce_into_")
+    check_torch_tensor(dst, "reduce_into_", "dst")
+    check_torch_tensor(src, "reduce_into_", "src")
+    if strict:
+        check_reduce_tensors(dst, src, op)
+    read = pair_facts(dst, src)
+    placed = {"address": 0, "device": 0} if on_device_0 else {"address": 0}
+    return replace(read, dst=replace(read.dst, **placed), src=replace(read.src, **placed))
+
+
 def plan_reduce_call(
     dst: torch.Tensor,
     src: torch.Tensor,
@@ -173,21 +189,8 @@ def plan_reduce_call(
     caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
     stores do. `on`: plan the route TMA would take (no rule of the L2) on a GPU of these (SM
     count, L2 bytes), the tensors read as on its device 0 (`check_reduce_options`)."""
-    import_torch("reduce_into_")
-    check_torch_tensor(dst, "reduce_into_", "dst")
-    check_torch_tensor(src, "reduce_into_", "src")
-    if strict:
-        check_reduce_tensors(dst, src, op)
-    read = pair_facts(dst, src)
-    if on is None:
-        facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
-        l2_bytes = None if facts.src.device < 0 else device_facts(dst.device)[1]
-    else:
-        placed = {"address": 0, "device": 0}
-        facts, l2_bytes = (
-            replace(read, dst=replace(read.dst, **placed), src=replace(read.src, **placed)),
-            None,
-        )
+    facts = checked_facts(dst, src, op, strict, on_device_0=on is not None)
+    l2_bytes = None if on is not None or facts.src.device < 0 else device_facts(dst.device)[1]
     route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
     kernel = None
     if route.path in TMA_KERNEL_PATHS:
@@ -226,13 +229,7 @@ def reduce_decision(
     `plan_reduce_call`'s route (a kernel for this shape). A strict call's torch route raises."""
     if not tvm_ffi_available():
         return ReduceDecision(plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)[0])
-    import_torch("reduce_into_")
-    check_torch_tensor(dst, "reduce_into_", "dst")
-    check_torch_tensor(src, "reduce_into_", "src")
-    if strict:
-        check_reduce_tensors(dst, src, op)
-    read = pair_facts(dst, src)
-    facts = replace(read, dst=replace(read.dst, address=0), src=replace(read.src, address=0))
+    facts = checked_facts(dst, src, op, strict)
     on_gpu = facts.src.device >= 0
     device = device_facts(src.device) if on_gpu else HOPPER
     l2_rule = device[1] if on_gpu else None
