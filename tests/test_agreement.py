@@ -74,9 +74,10 @@ def copies(draw):
     }
 
 
-def copy_tensors(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def copy_tensors(case: dict, make=torch.empty) -> tuple[torch.Tensor, torch.Tensor]:
     """The call's tensors as the CLI describes them: a source of --layout (padded with --pad), a
-    destination of its strides (copy) or compact in the other layout (transpose)."""
+    destination of its strides (copy, reduce) or compact in the other layout (transpose); `make`
+    allocates their memory."""
     element = DTYPES[case["dtype"]]
     dtype = getattr(torch, element.torch_name)
     shape, layout = case["shape"], case["layout"]
@@ -84,11 +85,18 @@ def copy_tensors(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
     source = LoadConfig(shape, element.name, (1, 1), 0, layout, strides).element_strides
     other = {"row": "col", "col": "row"}[layout]
     target = LoadConfig(shape, element.name, (1, 1), 0, other).element_strides
-    destination = target if case["kernel"] == "transpose" else source
+    destination = target if case.get("kernel") == "transpose" else source
     span = lambda st_: sum((n - 1) * s for n, s in zip(shape, st_, strict=True)) + 1  # noqa: E731
-    src = torch.empty(span(source), dtype=dtype).as_strided(shape, source)
-    dst = torch.empty(span(destination), dtype=dtype).as_strided(shape, destination)
+    src = make(span(source), dtype=dtype).as_strided(shape, source)
+    dst = make(span(destination), dtype=dtype).as_strided(shape, destination)
     return dst, src
+
+
+def tensor_flags(case: dict) -> list[str]:
+    """The CLI flags that describe `case`'s tensors and options: shape, dtype, layout, padding."""
+    argv = ["--shape", "x".join(map(str, case["shape"])), "--dtype", case["dtype"]]
+    argv += ["--layout", case["layout"], *(["--pad"] if case["pad"] else [])]
+    return argv + (["--copy", case["options"]] if case["options"] else [])
 
 
 def options_of(text: str) -> dict:
@@ -145,11 +153,7 @@ def test_the_gpus_planned_for_are_the_stand_ins():
 def agreed_copy(case: dict, first_call) -> tuple[str, str] | str:
     """The route `tmakit plan`, `copy_path` and `copy_` take for `case`, asserted one."""
     taken = first_call()
-    shape = "x".join(map(str, case["shape"]))
-    argv = ["--kernel", case["kernel"], "--shape", shape, "--dtype", case["dtype"]]
-    argv += ["--layout", case["layout"], *(["--pad"] if case["pad"] else [])]
-    argv += ["--copy", case["options"]] if case["options"] else []
-    cli_route = planned(argv)
+    cli_route = planned(["--kernel", case["kernel"], *tensor_flags(case)])
     dst, src = copy_tensors(case)
     options = options_of(case["options"])
     try:
@@ -363,24 +367,11 @@ def agreed_reduce(case: dict, first_call) -> tuple[str, str] | str:
     """The route `tmakit plan --kernel reduce`, `reduce_path` and `reduce_into_` take for `case`,
     asserted one."""
     taken = first_call()
-    shape = "x".join(map(str, case["shape"]))
-    argv = ["--kernel", "reduce", "--reduce", case["op"], "--shape", shape, "--dtype", case["dtype"]]
-    argv += ["--layout", case["layout"], *(["--pad"] if case["pad"] else [])]
-    argv += ["--copy", case["options"]] if case["options"] else []
-    cli_route = planned(argv)
-    element = DTYPES[case["dtype"]]
-    layout, pad = case["layout"], case["pad"]
-    strides = LoadConfig(
-        case["shape"], element.name, (1, 1), 0, layout,
-        padded_strides(case["shape"], element.nbytes, layout) if pad else None,
-    ).element_strides  # fmt: skip
-    span = sum((n - 1) * s for n, s in zip(case["shape"], strides, strict=True)) + 1
-    dtype = getattr(torch, element.torch_name)
-    dst, src = (torch.zeros(span, dtype=dtype).as_strided(case["shape"], strides) for _ in range(2))
+    cli_route = planned(["--kernel", "reduce", "--reduce", case["op"], *tensor_flags(case)])
+    dst, src = copy_tensors(case, torch.zeros)
     options = options_of(case["options"])
     try:
-        route = tmakit.reduce_path(dst, src, case["op"], **options)
-        path_route = route.path, route.reason
+        path_route = seen(tmakit.reduce_path(dst, src, case["op"], **options))
     except TmaConfigError:
         path_route = REFUSED
     try:

@@ -367,12 +367,11 @@ def copy_path(
         raise
     if chosen != _DEFAULT_OPTIONS:
         check_options(dst, src, chosen, facts)
-    if strict:
-        route = routed(dst, src, chosen, copy_route(facts), strict, compiled=False)[0]
-        refuse_unless_tma(dst, src, chosen, route)
-        return decide_copy(facts, chosen, device_facts(src.device), None).route if route.by_tma else route
     device = device_facts(src.device) if facts.src.device >= 0 else HOPPER
-    return decide_copy(facts, chosen, device, l2_of(src)).route
+    route = decide_copy(facts, chosen, device, None if strict else l2_of(src)).route  # strict: no rule
+    if strict:
+        refuse_unless_tma(dst, src, chosen, route)
+    return route
 
 
 def routed_copy_launcher(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DTYPES, is_compact
+from ..config import DTYPES, compact_strides, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
 from ..plan.copy_layout import check_copy_layout
@@ -202,9 +202,8 @@ def planned_route(plan: Im2colPlan, im2col_by: str | None = None) -> Im2colCall:
     """The route `tmakit.im2col` takes for `plan`'s convolution and dtype, x contiguous and
     aligned on a GPU of `plan.sm_count` SMs, with the kernel `im2col_by` chosen (None: the
     rule): what `tmakit plan` and `explain` show. TmaConfigError as `im2col_call`'s."""
-    n, h, w, c = plan.shape
     element = DTYPES[plan.dtype]
-    x = TensorFacts(plan.shape, (h * w * c, w * c, c, 1), element.torch_name, element.nbytes, 0, 0)
+    x = TensorFacts(plan.shape, compact_strides(plan.shape), element.torch_name, element.nbytes, 0, 0)
     facts = Im2colFacts(
         x, plan.filter, plan.stride, plan.padding, plan.dilation, sm_count=plan.sm_count, im2col_by=im2col_by
     )
