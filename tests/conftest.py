@@ -61,10 +61,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def forget_known_calls():
-    """Each test plans its own calls: an op's table of known calls (`tmakit.api.known`) starts
-    empty, so that what a test planned with stand-ins (a CPU tensor passing as a GPU one, a
-    launcher that launches nothing) is not found by the next."""
-    from tmakit.api.known import forget_calls
+    """Each test plans its own calls: an op's table of known calls
+    (`tmakit.runtime.dispatch.CallTable`) starts empty, so that what a test planned with
+    stand-ins (a CPU tensor passing as a GPU one, a launcher that launches nothing) is not found
+    by the next."""
+    from tmakit.runtime.dispatch import forget_calls
 
     forget_calls()
 
@@ -97,17 +98,17 @@ def reduces_as_gpu(monkeypatch):
     from tmakit.api import tensors as api_tensors
     from tmakit.reduce import call as api_reduce
     from tmakit.reduce import launch as reduce_launch
+    from tmakit.runtime.launch import Launcher
 
     compiled, launched = [], []
 
     def reduce_launcher(reduce, destination, device, shape_generic=False):
         compiled.append((reduce, destination, shape_generic))
 
-        def launch(src, dst):
+        def launch(dst, src):
             launched.append((reduce.op, tuple(src.shape), src.stride(), dst.stride()))
 
-        launch.checks_arguments = True
-        return launch
+        return Launcher(launch, checks_arguments=True)
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's device: CUDA 0

@@ -18,17 +18,17 @@ def gpu_stand_ins(monkeypatch) -> None:
     from tmakit.api import tensors as api_tensors
     from tmakit.reduce import call as api_reduce
     from tmakit.rows import call as api_rows
-    from tmakit.runtime.dispatch import CopyDispatch
+    from tmakit.runtime.dispatch import CallTable, Dispatch
+    from tmakit.runtime.launch import Launcher
 
     api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
     api_im2col = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
     op_im2col = importlib.import_module("tmakit.im2col.op")
 
-    def launcher(src: object, dst: object) -> None:
+    def launch(dst: object, src: object) -> None:
         pass
 
-    launcher.shape_generic = True
-    launcher.checks_arguments = True
+    launcher = Launcher(launch, checks_arguments=True, shape_generic=True)
     properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
@@ -47,11 +47,11 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(api_reduce, "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_rows, "device_name", lambda index: "a stand-in GPU")
     monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)
-    monkeypatch.setattr(api_rows, "_KNOWN", {})
+    monkeypatch.setattr(api_rows, "_KNOWN", CallTable())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     monkeypatch.setattr(api_copy, "_CLASSES", {})
 
 

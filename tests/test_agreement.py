@@ -31,6 +31,7 @@ from tmakit.limits import GPUS  # noqa: E402
 from tmakit.plan.copy_layout import AS_ROWS_BEYOND_L2  # noqa: E402
 from tmakit.plan.route import BY_THE_DRIVER, Route  # noqa: E402
 from tmakit.rows.plan import NO_ROWS  # noqa: E402
+from tmakit.runtime.dispatch import CallTable  # noqa: E402
 
 EXAMPLES = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 COPY_DTYPES = ("fp16", "bf16", "fp32", "int8", "int64")
@@ -113,7 +114,7 @@ def on_a_stand_in_h200(monkeypatch):
     """CPU tensors as an H200's, `copy_` routed as on the GPU, what the call takes recorded."""
     gpu_stand_ins(monkeypatch)
     api_copy = importlib.import_module("tmakit.api.copy")
-    from tmakit.runtime.dispatch import CopyDispatch
+    from tmakit.runtime.dispatch import Dispatch
 
     taken: list[tuple[str, str]] = []
     routed, driver = api_copy.routed, api_copy.driver_launcher
@@ -133,10 +134,10 @@ def on_a_stand_in_h200(monkeypatch):
 
     def first_call() -> list[tuple[str, str]]:
         """A new dispatch (each drawn call a first call, as the CLI plans one) and no route yet."""
-        dispatch = CopyDispatch(
+        dispatch = Dispatch(
             api_copy.routed_copy_launcher,
             api_copy.check_copy_tensors,
-            fallback=api_copy.torch_copy,
+            fallback=api_copy.TORCH_COPY,
             guard_of=api_copy.pair_guard,
         )
         monkeypatch.setattr(api_copy, "_COPIES", dispatch)
@@ -283,7 +284,7 @@ def test_plan_im2col_path_and_im2col_agree(case, monkeypatch):
     api_im2col = importlib.import_module("tmakit.im2col.api")
     calls: list = []  # the layout's decision each call reads (`plan_im2col`), then where it is placed
     planned_call, placed = api_im2col.plan_im2col, api_im2col.Im2colCall.placed
-    monkeypatch.setattr(api_im2col, "_CALLS", {})  # each drawn call a first call
+    monkeypatch.setattr(api_im2col, "_CALLS", CallTable())  # each drawn call a first call
     monkeypatch.setattr(api_im2col, "plan_im2col", lambda *a: calls.append(planned_call(*a)) or calls[-1])
     monkeypatch.setattr(
         api_im2col.Im2colCall, "placed", lambda call, *a: calls.append(placed(call, *a)) or calls[-1]
@@ -356,7 +357,7 @@ def reducing_on_a_stand_in_h200(monkeypatch):
 
     def first_call() -> list[tuple[str, str]]:
         """No dispatch made yet (each drawn call a first call, as the CLI plans one), no route."""
-        monkeypatch.setattr(reduce_api, "_DISPATCHES", {})
+        monkeypatch.setattr(reduce_api, "_DISPATCHES", CallTable())
         taken.clear()
         return taken
 

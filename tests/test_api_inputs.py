@@ -19,7 +19,8 @@ from tmakit import TmaConfigError
 from tmakit.api import load as api_load
 from tmakit.api import tensors as api_tensors
 from tmakit.reduce import call as api_reduce
-from tmakit.runtime.dispatch import CopyDispatch
+from tmakit.runtime.dispatch import Dispatch
+from tmakit.runtime.launch import Launcher
 
 api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
@@ -39,7 +40,7 @@ def nothing_compiles(monkeypatch):
     monkeypatch.setattr(api_reduce, "reduce_launcher", refuse)
     monkeypatch.setattr(api_reduce, "class_launcher", refuse)
     monkeypatch.setattr(api_load, "compile_tile_load", refuse)
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -148,53 +149,51 @@ class Tensor:
         return 2
 
 
-class Launcher:
-    checks_arguments = True
+class CheckingKernel:
+    """A compiled function that refuses what is not a tensor, counting its launches."""
 
     def __init__(self):
         self.calls = 0
 
-    def __call__(self, src, dst):
+    def __call__(self, dst, src):
         if not isinstance(src, Tensor) or not isinstance(dst, Tensor):
             raise TypeError("Mismatched type")  # as a TVM-FFI function refuses a foreign argument
         self.calls += 1
 
 
 def test_unreadable_arguments_get_the_checks_error_and_the_fast_path_checks_nothing():
-    checked, launcher = [], Launcher()
+    checked, kernel = [], CheckingKernel()
+    launcher = Launcher(kernel, checks_arguments=True)
 
     def check(dst, src):
         checked.append((dst, src))
         if not isinstance(src, Tensor):
             raise TmaConfigError(f"got {type(src).__name__}")
 
-    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, check)
+    dispatch = Dispatch(lambda dst, src, options, facts: launcher, check)
     dst, src = Tensor(), Tensor()
     for _ in range(4):
-        assert dispatch.copy_(dst, src, None, None, {}) is dst
-    assert launcher.calls == 4 and dispatch.tried_first()  # the last two were tried first
+        assert dispatch.call(dst, src, None, None, {}) is dst
+    assert kernel.calls == 4 and dispatch.tried_first()  # the last two were tried first
     assert checked == []  # readable tensors: the check is the planner's, never the dispatch's
     with pytest.raises(TmaConfigError, match="got list"):
-        dispatch.copy_(dst, [1, 2], None, None, {})  # the launcher tried first refuses, the lookup names why
+        dispatch.call(dst, [1, 2], None, None, {})  # the launcher tried first refuses, the lookup names why
     assert len(checked) == 1
-    assert dispatch.copy_(dst, src, None, None, {}) is dst and launcher.calls == 5
+    assert dispatch.call(dst, src, None, None, {}) is dst and kernel.calls == 5
 
 
 def test_without_a_check_the_unreadable_arguments_error_is_raised():
-    dispatch = CopyDispatch(refuse)
+    dispatch = Dispatch(refuse)
     with pytest.raises(AttributeError):
-        dispatch.copy_(Tensor(), None, None, None, {})
+        dispatch.call(Tensor(), None, None, None, {})
 
 
 def test_a_launcher_that_moves_nothing_needs_no_aligned_address():
-    def nothing(src, dst):
-        pass
-
-    nothing.moves_nothing = True
-    dispatch = CopyDispatch(lambda dst, src, options, facts: nothing)
+    nothing = Launcher(lambda dst, src: None, moves_nothing=True)
+    dispatch = Dispatch(lambda dst, src, options, facts: nothing)
     dst = Tensor(shape=(0, 64), address=4098)  # an empty copy's launcher moves nothing
     for _ in range(2):  # planned, then found
-        assert dispatch.copy_(dst, Tensor(shape=(0, 64), address=4097), None, None, {}) is dst
+        assert dispatch.call(dst, Tensor(shape=(0, 64), address=4097), None, None, {}) is dst
 
 
 # -- torch tensors TMA cannot reach --------------------------------------------------------------------
@@ -414,7 +413,7 @@ def test_padded_empty_pads_the_contiguous_dim(torch):
 @pytest.mark.gpu
 def test_gpu_empty_copy_and_refusals(torch, monkeypatch):
     monkeypatch.undo()  # the real device properties
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     cuda = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     empty = torch.zeros(0, 64, dtype=torch.float16, device="cuda")
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)

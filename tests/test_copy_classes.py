@@ -15,8 +15,8 @@ from tmakit.api import tensors as api_tensors
 from tmakit.config import LoadConfig
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.dispatch import CopyDispatch
-from tmakit.runtime.launch import compile_copy, compile_tile_load
+from tmakit.runtime.dispatch import Dispatch
+from tmakit.runtime.launch import Launcher, compile_copy, compile_tile_load
 
 api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
@@ -37,12 +37,10 @@ class Classes:
     def copy_launcher(self, copy, destination, tensor_shape, device, shape_generic=False):
         self.compiled.append((copy, destination, shape_generic))
 
-        def launch(src, dst):
+        def launch(dst, src):
             self.launched.append((tuple(src.shape), src.stride(), dst.stride()))
 
-        launch.checks_arguments = True
-        launch.shape_generic = shape_generic
-        return launch
+        return Launcher(launch, checks_arguments=True, shape_generic=shape_generic)
 
 
 @pytest.fixture
@@ -54,7 +52,7 @@ def classes(torch, monkeypatch):
     monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 * 2**20))
     monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
     monkeypatch.setattr(api_copy, "copy_launcher", recorder.copy_launcher)
-    monkeypatch.setattr(api_copy, "_COPIES", CopyDispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
     monkeypatch.setattr(api_copy, "_CLASSES", {})
     monkeypatch.setattr(api_copy, "_DEVICE_FACTS", {})
     api_copy.class_launcher.cache_clear()

@@ -13,7 +13,8 @@ import math
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.runtime.dispatch import CopyDispatch
+from tmakit.runtime.dispatch import Dispatch
+from tmakit.runtime.launch import Launcher
 
 
 class StandInTensor:
@@ -45,7 +46,7 @@ class StandInLauncher:
         if checks_arguments:
             self.checks_arguments = True
 
-    def __call__(self, src: StandInTensor, dst: StandInTensor) -> None:
+    def __call__(self, dst: StandInTensor, src: StandInTensor) -> None:
         if getattr(self, "checks_arguments", False):
             if (src.shape, dst.shape) != (self.shape, self.shape):
                 self.rejections += 1
@@ -57,19 +58,19 @@ class StandInLauncher:
 
 
 class Copies:
-    """A `CopyDispatch` whose planner makes stand-in launchers, and `copy_` called as the API calls it."""
+    """A `Dispatch` whose planner makes stand-in launchers, and `copy_` called as the API calls it."""
 
     def __init__(self, checks_arguments: bool = True) -> None:
         self.planned: list[StandInLauncher] = []
         self.checks_arguments = checks_arguments
-        self.dispatch = CopyDispatch(self.plan)
+        self.dispatch = Dispatch(self.plan)
 
     def plan(self, dst, src, options, facts):
         self.planned.append(StandInLauncher(src.shape, self.checks_arguments))
-        return self.planned[-1]
+        return Launcher(self.planned[-1], checks_arguments=self.checks_arguments)
 
     def copy_(self, dst, src, tile=None, stages=None, **options):
-        return self.dispatch.copy_(dst, src, tile, stages, options)
+        return self.dispatch.call(dst, src, tile, stages, options)
 
 
 @pytest.fixture
@@ -166,12 +167,10 @@ class GenericLauncher(StandInLauncher):
     """One launcher for every shape of its class: it takes any shape, as a shape-generic compiled
     function does, so the dispatch must never try it on a shape its checks did not see."""
 
-    shape_generic = True
-
     def __init__(self) -> None:
         super().__init__((), checks_arguments=True)
 
-    def __call__(self, src: StandInTensor, dst: StandInTensor) -> None:
+    def __call__(self, dst: StandInTensor, src: StandInTensor) -> None:
         self.launches.append((src, dst))
 
 
@@ -181,11 +180,12 @@ class GenericCopies(Copies):
     def __init__(self) -> None:
         super().__init__()
         self.launcher = GenericLauncher()
+        self.record = Launcher(self.launcher, checks_arguments=True, shape_generic=True)
         self.checked: list[tuple[int, ...]] = []
 
     def plan(self, dst, src, options, facts):
         self.checked.append(src.shape)
-        return self.launcher
+        return self.record
 
 
 def test_a_shape_generic_launcher_is_tried_first_only_for_the_shape_it_was_checked_for():
@@ -197,7 +197,7 @@ def test_a_shape_generic_launcher_is_tried_first_only_for_the_shape_it_was_check
     # repeats of the last shape were launched without a lookup.
     assert copies.checked == [(256, 512), (512, 512)]
     assert len(copies.launcher.launches) == 6
-    assert copies.dispatch.tried_first()[(None, None)] is copies.launcher
+    assert copies.dispatch.tried_first()[(None, None)] is copies.record
 
 
 # -- the guarded default call: one C++ check of both tensors instead of Python's reads -------------
@@ -212,20 +212,19 @@ def test_a_guarded_call_launches_only_for_tensors_as_the_checked_ones():
     planned = []
 
     def plan(dst, src, options, facts):
-        def launch(s, d):
+        def launch(d, s):
             if s.data_ptr() % 16 or d.data_ptr() % 16:
                 raise ValueError("Misaligned Tensor data, expected data alignment=16 bytes")
             launches.append((s, d))
 
-        launch.checks_arguments = launch.shape_generic = True
-        planned.append(launch)
-        return launch
+        planned.append(Launcher(launch, checks_arguments=True, shape_generic=True))
+        return planned[-1]
 
     launches: list = []
-    dispatch = CopyDispatch(plan, guard_of=pair_guard)
+    dispatch = Dispatch(plan, guard_of=pair_guard)
     src, dst = torch.arange(64.0).view(8, 8), torch.zeros(8, 8)
     assert not dispatch.guarded(dst, src)  # nothing checked yet
-    dispatch.copy_(dst, src, None, None, {})
+    dispatch.call(dst, src, None, None, {})
     assert len(planned) == 1 and len(launches) == 1
     assert dispatch.guarded(dst, src) and len(launches) == 2 and len(planned) == 1
     assert dispatch.guarded(torch.zeros(8, 8), torch.ones(8, 8))  # other tensors of the same layout
@@ -255,20 +254,18 @@ def test_only_the_default_call_with_a_checking_launcher_is_guarded():
 
     def plan_with(checks: bool):
         def plan(dst, src, options, facts):
-            launch = lambda s, d: None  # noqa: E731
-            launch.checks_arguments = launch.shape_generic = checks
-            return launch
+            return Launcher(lambda d, s: None, checks_arguments=checks, shape_generic=checks)
 
         return plan
 
     src, dst = torch.ones(8, 8), torch.zeros(8, 8)
     for dispatch, options in (
-        (CopyDispatch(plan_with(True), guard_of=pair_guard), {"store_depth": 2}),
-        (CopyDispatch(plan_with(False), guard_of=pair_guard), {}),
-        (CopyDispatch(plan_with(True)), {}),
+        (Dispatch(plan_with(True), guard_of=pair_guard), {"store_depth": 2}),
+        (Dispatch(plan_with(False), guard_of=pair_guard), {}),
+        (Dispatch(plan_with(True)), {}),
     ):
         for _ in range(3):
-            dispatch.copy_(dst, src, None, None, options)
+            dispatch.call(dst, src, None, None, options)
         assert not dispatch.guarded(dst, src)
 
 
@@ -281,16 +278,15 @@ def test_the_guarded_launcher_is_tried_first_after_its_pin_is_dropped():
     def plan(dst, src, options, facts):
         same = src.dtype == dst.dtype  # else a fallback's launcher, which takes anything
 
-        def launch(s, d):
+        def launch(d, s):
             if same and s.dtype != d.dtype:
                 raise TypeError("Mismatched Tensor: dtype")
 
-        launch.checks_arguments = launch.shape_generic = same
-        return launch
+        return Launcher(launch, checks_arguments=same, shape_generic=same)
 
-    dispatch = CopyDispatch(plan, guard_of=pair_guard)
+    dispatch = Dispatch(plan, guard_of=pair_guard)
     src, dst = torch.ones(8, 8), torch.zeros(8, 8)
-    dispatch.copy_(dst, src, None, None, {})
+    dispatch.call(dst, src, None, None, {})
     first = dispatch.tried_first()[(None, None)]
-    dispatch.copy_(torch.zeros(8, 8, dtype=torch.float64), src, None, None, {})  # drops the pin
+    dispatch.call(torch.zeros(8, 8, dtype=torch.float64), src, None, None, {})  # drops the pin
     assert dispatch.guarded(dst, src) and dispatch.tried_first()[(None, None)] is first

@@ -298,6 +298,7 @@ def test_the_views_a_route_moves_copy_the_right_elements():
     torch's copy_ writes, on CPU tensors with a copy standing in for the kernel."""
     torch = pytest.importorskip("torch")
     from tmakit.api.copy import viewed_launcher
+    from tmakit.runtime.launch import Launcher
 
     moved = 0
     for dtype, src_spec, dst_spec in PAIRS[:400]:
@@ -311,7 +312,7 @@ def test_the_views_a_route_moves_copy_the_right_elements():
         expected = dst_buffer.clone()
         cpu_view(torch, dtype, dst_spec, buffer=expected)[1].copy_(src)
         element = None if route.moved_as is None else getattr(torch, tmakit_torch_name(route.moved_as))
-        viewed_launcher(lambda s, d: d.copy_(s), element, route.view, route.tail)(src, dst)
+        viewed_launcher(Launcher(lambda d, s: d.copy_(s)), element, route.view, route.tail)(dst, src)
         assert torch.equal(dst_buffer.view(torch.uint8), expected.view(torch.uint8)), (
             dtype,
             src_spec,
@@ -414,7 +415,7 @@ def test_the_drivers_launcher_is_torchs_copy_but_its_element_wise_kernel_in_a_la
     monkeypatch.setattr(
         torch, "bitwise_or", lambda a, b, out: widths.append(a.dtype) or bitwise_or(a, b, out=out)
     )
-    assert copy_views.driver_launcher(GRAPH_MEMCPY_MOST_BYTES) is copy_views.torch_copy
+    assert copy_views.driver_launcher(GRAPH_MEMCPY_MOST_BYTES) is copy_views.TORCH_COPY
     launch = copy_views.driver_launcher(GRAPH_MEMCPY_MOST_BYTES + 16)
     assert launch.any_address
     memory = torch.arange(-40.0, 40.0).half()
@@ -427,13 +428,13 @@ def test_the_drivers_launcher_is_torchs_copy_but_its_element_wise_kernel_in_a_la
         for capturing[0] in (False, True):
             widths.clear()
             dst.fill_(0)
-            launch(src, dst)
+            launch(dst, src)
             assert torch.equal(dst.view(torch.int16), src.view(torch.int16))
             assert widths == ([width] if capturing[0] else [])
     z = torch.arange(16.0).view(4, 4) * (1 + 1j)
     out = torch.zeros_like(z)
     widths.clear()
-    launch(z.conj(), out)  # capturing: a lazily applied bit is torch's copy_'s
+    launch(out, z.conj())  # capturing: a lazily applied bit is torch's copy_'s
     assert torch.equal(out, z.conj().resolve_conj()) and not widths
 
 
@@ -460,7 +461,8 @@ def gpu_copies(monkeypatch):
     from tmakit.api import tensors as api_tensors
     from tmakit.reduce import call as api_reduce
     from tmakit.reduce import launch as reduce_launch
-    from tmakit.runtime.dispatch import CopyDispatch
+    from tmakit.runtime.dispatch import Dispatch
+    from tmakit.runtime.launch import Launcher
 
     api_copy = importlib.import_module("tmakit.api.copy")
     launched = []
@@ -468,13 +470,12 @@ def gpu_copies(monkeypatch):
     def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
         op = getattr(plan, "op", None)
 
-        def launch(src, dst):
+        def launch(dst, src):
             launched.append((op or "copy", src.dtype))
             # as the kernel, behind autograd's back: .data has a version counter of its own
             dst.data.copy_(src.data) if op is None else dst.data.add_(src.data)
 
-        launch.checks_arguments = True
-        return launch
+        return Launcher(launch, checks_arguments=True)
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
@@ -491,9 +492,9 @@ def gpu_copies(monkeypatch):
     monkeypatch.setattr(api_copy, "_CLASSES", {})
     monkeypatch.setattr(api_copy, "l2_of", lambda src: 60 << 20)
     plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
-    copies = CopyDispatch(plan, check, fallback=api_copy.torch_copy, guard_of=api_copy.pair_guard)
+    copies = Dispatch(plan, check, fallback=api_copy.TORCH_COPY, guard_of=api_copy.pair_guard)
     monkeypatch.setattr(api_copy, "_COPIES", copies)
-    monkeypatch.setattr(api_copy, "_STRICT_COPIES", CopyDispatch(lambda *a: plan(*a, strict=True), check))
+    monkeypatch.setattr(api_copy, "_STRICT_COPIES", Dispatch(lambda *a: plan(*a, strict=True), check))
     api_copy.class_launcher.cache_clear()
     reduce_launch.class_launcher.cache_clear()
     yield launched, api_copy

@@ -213,8 +213,8 @@ def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph(monkeypa
     api_copy = importlib.import_module("tmakit.api.copy")
     if graph_memcpy_most is not None:  # launchers made from now on, by a dispatch of their own
         monkeypatch.setattr(copy_views, "GRAPH_MEMCPY_MOST_BYTES", graph_memcpy_most)
-        fresh = api_copy.CopyDispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors,
-                                      fallback=api_copy.torch_copy, guard_of=api_copy.pair_guard)  # fmt: skip
+        fresh = api_copy.Dispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors,
+                                  fallback=api_copy.TORCH_COPY, guard_of=api_copy.pair_guard)  # fmt: skip
         monkeypatch.setattr(api_copy, "_COPIES", fresh)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     cases = ((l2 // 2 + 4096, torch.float16), (l2 // 2 + 8, torch.bfloat16), (l2 + 17, torch.uint8))

@@ -1,5 +1,5 @@
-"""A repeated call skips its planning (`tmakit.api.known`), never the checks of where its tensors
-lie, and an argument no key can be read off is planned in full, whose checks name it."""
+"""A repeated call skips its planning (`tmakit.runtime.dispatch.CallTable`), never the checks of
+where its tensors lie, and an argument no key can be read off is planned in full, whose checks name it."""
 
 import contextlib
 from types import SimpleNamespace
@@ -8,27 +8,27 @@ import pytest
 
 import tmakit
 from tmakit import TmaConfigError
-from tmakit.api import known
+from tmakit.runtime import dispatch
 from tmakit.validate import typed
 
 
 def test_a_known_call_is_planned_once_and_the_table_stays_bounded(monkeypatch):
-    table, plans = known.calls_table(), []
+    table, plans = dispatch.CallTable(), []
 
     def plan(value):
         plans.append(value)
         return value * 2
 
-    assert [known.known_call(table, lambda: ("k", 1), lambda: plan(1)) for _ in range(3)] == [2, 2, 2]
+    assert [table.known(lambda: ("k", 1), lambda: plan(1)) for _ in range(3)] == [2, 2, 2]
     assert plans == [1]
-    assert known.known_call(table, lambda: ["unhashable"], lambda: plan(5)) == 10  # planned, not kept
-    assert known.known_call(table, lambda: None.shape, lambda: plan(6)) == 12  # no key: planned in full
+    assert table.known(lambda: ["unhashable"], lambda: plan(5)) == 10  # planned, not kept
+    assert table.known(lambda: None.shape, lambda: plan(6)) == 12  # no key: planned in full
     assert len(table) == 1 and plans == [1, 5, 6]
-    monkeypatch.setattr(known, "MAX_KNOWN_CALLS", 3)
+    monkeypatch.setattr(dispatch, "MAX_KNOWN_CALLS", 3)
     for key in range(10):
-        known.known_call(table, lambda key=key: key, lambda key=key: key)
+        table.known(lambda key=key: key, lambda key=key: key)
     assert len(table) <= 3
-    known.forget_calls()
+    dispatch.forget_calls()
     assert not table
     assert typed((3.0, 3)) != typed((3, 3)) and typed(True) != typed(1)
     assert typed((3, (1, 2))) == typed((3, (1, 2)))

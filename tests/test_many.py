@@ -511,7 +511,7 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     strided = torch.zeros(64)[::4][:1]  # one element, a stride of 4: compact to torch, not to the kernel
     assert pack(one, out=strided)[0] is strided and strided.item() == 3.0 and len(launches) == count
     many_kept._KEPT.clear()
-    lists = [[torch.ones(4)] for _ in range(many_kept._KEPT.lists + 1)]
+    lists = [[torch.ones(4)] for _ in range(many_kept._KEPT.most + 1)]
     for listed in lists:
         pack(listed)
         pack(lists[0])  # used every other call: never the one evicted

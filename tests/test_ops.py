@@ -345,12 +345,12 @@ def cpu_kernels(monkeypatch):
     class Dispatch:
         """The strict dispatch's stand-in, where an op's repeated call reaches it (no options)."""
 
-        def __init__(self, call):
-            self.call = call
+        def __init__(self, kernel):
+            self.kernel = kernel
 
-        def copy_(self, dst, src, tile, stages, options):
+        def call(self, dst, src, tile, stages, options):
             assert tile is None and stages is None and not options
-            return self.call(dst, src)
+            return self.kernel(dst, src)
 
     def reduce_dispatch(op, strict, options):
         assert strict is True and not options

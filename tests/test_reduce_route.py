@@ -628,17 +628,17 @@ def plain_gpu(torch, monkeypatch):
     its arguments. Each launch records the dtype planned and the tensors' dtype and alignment."""
     from tmakit.api import tensors as api_tensors
     from tmakit.reduce import call as api_reduce
+    from tmakit.runtime.launch import Launcher
 
     launched = []
 
     def reduce_launcher(reduce, destination, device, shape_generic=False):
-        def launch(src, dst):
+        def launch(dst, src):
             launched.append(
                 (reduce.copy.load.config.dtype, src.dtype, src.data_ptr() % 16, dst.data_ptr() % 16)
             )
 
-        launch.checks_arguments = launch.shape_generic = False
-        return launch
+        return Launcher(launch)
 
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)

@@ -13,7 +13,8 @@ import pytest
 import tmakit
 from tmakit import CopyOptions, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError
 from tmakit.plan import copy_class
-from tmakit.runtime.dispatch import CopyDispatch
+from tmakit.runtime.dispatch import Dispatch
+from tmakit.runtime.launch import Launcher
 from tmakit.validate import overlap_verdict
 
 api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
@@ -136,14 +137,14 @@ def stub_copies(monkeypatch):
     pytest.importorskip("torch")
     calls = []
 
-    def launcher(src, dst):
+    def launch(dst, src):
         calls.append((src.data_ptr(), dst.data_ptr()))
 
-    launcher.shape_generic = True
-    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    launcher = Launcher(launch, shape_generic=True)
+    dispatch = Dispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
 
     def copy_(dst, src, tile=None, stages=None, **options):
-        return dispatch.copy_(dst, src, tile, stages, options)
+        return dispatch.call(dst, src, tile, stages, options)
 
     return SimpleNamespace(copy_=copy_, calls=calls)
 
@@ -175,26 +176,23 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
 
     launched, fell_back = [], []
 
-    def launcher(src, dst):
-        launched.append(src.data_ptr())
-
-    launcher.shape_generic = True
-    dispatch = CopyDispatch(
+    launcher = Launcher(lambda dst, src: launched.append(src.data_ptr()), shape_generic=True)
+    dispatch = Dispatch(
         lambda dst, src, options, facts: launcher,
         api_copy.check_copy_tensors,
-        fallback=lambda s, d: fell_back.append(d.copy_(s)),
+        fallback=Launcher(lambda d, s: fell_back.append(d.copy_(s))),
     )
     memory = torch.arange(64 * 2 * 64, dtype=torch.float32).view(64, 2, 64)
     dst, src = memory[:, 0, :], memory[:, 1, :].t()  # interleaved rows: disjoint, spans meet
     expected = src.clone()
-    dispatch.copy_(dst, src, None, None, {})
+    dispatch.call(dst, src, None, None, {})
     assert len(fell_back) == 1 and launched == [] and torch.equal(dst, expected)
-    strict = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    strict = Dispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
     with pytest.raises(TmaConfigError, match="partly overlaps"):  # no fallback: tmakit's own rule
-        strict.copy_(dst, src, None, None, {})
+        strict.call(dst, src, None, None, {})
     flat = torch.empty(4160, dtype=torch.float16)
     with pytest.raises(TmaConfigError, match="partly overlaps"):
-        dispatch.copy_(flat[64:].view(64, 64), flat[:4096].view(64, 64), None, None, {})
+        dispatch.call(flat[64:].view(64, 64), flat[:4096].view(64, 64), None, None, {})
     assert len(fell_back) == 1 and launched == []
 
 

@@ -306,17 +306,14 @@ def on_a_stand_in_gpu(monkeypatch):
     """Returns a context in which CPU tensors pass as an H200's (`stand_ins.gpu_stand_ins`), the
     copy's real route and planner behind the device rule."""
     from stand_ins import gpu_stand_ins
-    from tmakit.api.known import forget_calls
-    from tmakit.runtime.dispatch import CopyDispatch
+    from tmakit.runtime.dispatch import Dispatch, forget_calls
 
     @contextlib.contextmanager
     def stand_in():
         with pytest.MonkeyPatch.context() as patch:
             gpu_stand_ins(patch)
             api_copy = importlib.import_module("tmakit.api.copy")
-            routed = CopyDispatch(
-                api_copy.routed_copy_launcher, api_copy.check_copy_tensors, api_copy.torch_copy
-            )
+            routed = Dispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors, api_copy.TORCH_COPY)
             patch.setattr(api_copy, "_COPIES", routed)  # the call's route, not the planner alone
             forget_calls()
             yield

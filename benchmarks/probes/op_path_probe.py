@@ -38,16 +38,16 @@ def cases() -> tuple[dict[str, tuple[str, object]], torch.library.Library]:
     library = torch.library.Library("op_path_probe", "DEF")
     kernels = {
         "noop_": lambda d, s, options="": None,
-        "launch_": lambda d, s, options="": launcher(s, d),
+        "launch_": lambda d, s, options="": launcher(d, s),
         "cuda_noop_": lambda d, s, options="": None,
-        "cuda_launch_": lambda d, s, options="": launcher(s, d),
+        "cuda_launch_": lambda d, s, options="": launcher(d, s),
     }
     for name, kernel in kernels.items():
         library.define(f"{name}(Tensor(a0!) dst, Tensor src, str options='') -> ()")
         library.impl(name, kernel, "CUDA" if name.startswith("cuda") else "CompositeExplicitAutograd")
     probe = torch.ops.op_path_probe
     calls = {
-        "launcher_direct": ("the compiled TVM-FFI launch of the copy alone", lambda: launcher(src, dst)),
+        "launcher_direct": ("the compiled TVM-FFI launch of the copy alone", lambda: launcher(dst, src)),
         "noop_op": (
             "an op of copy_'s schema whose kernel does nothing",
             lambda: probe.noop_.default(dst, src),

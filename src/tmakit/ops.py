@@ -91,7 +91,7 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     if options or not plain_pair(dst, src):
         run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
         return
-    STRICT_COPIES.copy_(dst, src, None, None, NO_OPTIONS)
+    STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
 
 

@@ -22,25 +22,25 @@ from ..runtime.dispatch import (
     DST_DTYPE,
     DST_SHAPE,
     DST_STRIDES,
+    KEY_ERRORS,
     SRC_DEVICE,
     SRC_DTYPE,
     SRC_SHAPE,
     SRC_STRIDES,
-    CopyDispatch,
+    Dispatch,
     Signature,
 )
-from ..runtime.launch import Launcher, copy_launcher, tvm_ffi_available
+from ..runtime.launch import NOTHING, Launcher, copy_launcher, tvm_ffi_available
 from ..validate import flag
 from .copy_views import (
-    copy_nothing,
+    TORCH_COPY,
+    copy_by_torch,
     driver_launcher,
     restrided,
     specialised_copy_launcher,
-    torch_copy,
     viewed,
     viewed_launcher,
 )
-from .known import KEY_ERRORS, forgotten_with_calls
 from .tensors import (
     bump_versions,
     check_gpu_tensor,
@@ -106,11 +106,11 @@ def copy_(
         return copy_special(dst, src, tile, stages, strict, options)
     before = version_of(dst)
     if strict is False:
-        _COPIES.copy_(dst, src, tile, stages, options)
+        _COPIES.call(dst, src, tile, stages, options)
     elif strict is True:
-        _STRICT_COPIES.copy_(dst, src, tile, stages, options)
+        _STRICT_COPIES.call(dst, src, tile, stages, options)
     else:
-        (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).copy_(dst, src, tile, stages, options)
+        (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).call(dst, src, tile, stages, options)
     count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
     return dst
 
@@ -124,7 +124,7 @@ def specialised_copy_(
 ) -> torch.Tensor:
     """`copy_` (TMA only) through a kernel compiled for this exact shape, not its class's: what the
     benchmarks set beside `copy_` to price shape-generic kernels."""
-    return _SPECIALISED_COPIES.copy_(dst, src, tile, stages, options)
+    return _SPECIALISED_COPIES.call(dst, src, tile, stages, options)
 
 
 def copy_special(
@@ -147,10 +147,10 @@ def copy_special(
             check_options(detached(dst), detached(src), chosen, pair_facts(dst, src))
         if strict:
             raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
-        torch_copy(src, dst)
+        copy_by_torch(dst, src)
         return dst
     before = version_of(dst)
-    (_STRICT_COPIES if strict else _COPIES).copy_(detached(dst), detached(src), tile, stages, options)
+    (_STRICT_COPIES if strict else _COPIES).call(detached(dst), detached(src), tile, stages, options)
     count_write(dst, before)
     return dst
 
@@ -204,15 +204,15 @@ def plan_copy(
         shape_generic = tvm_ffi_available()
     if shape_generic:
         if facts is None:  # a `Signature`'s first eight items
-            facts = (src.shape, src.stride(), dst.shape, dst.stride(), src.dtype, dst.dtype,
-                     src.get_device(), dst.get_device())  # fmt: skip
+            facts = (dst.shape, dst.stride(), src.shape, src.stride(), dst.dtype, src.dtype,
+                     dst.get_device(), src.get_device())  # fmt: skip
         known = known_class(src, options, facts)
         if known is not None:
             return known.launcher_for(facts[SRC_SHAPE], facts[SRC_STRIDES], facts[DST_STRIDES])
     import_torch("copy_")
     check_copy_tensors(dst, src)
     if src.numel() == 0:
-        return copy_nothing
+        return NOTHING
     dtype = dtype_of(src.dtype)
     device_read = device_facts(src.device)
     shape, strides = tuple(src.shape), (tuple(src.stride()), tuple(dst.stride()))
@@ -220,7 +220,7 @@ def plan_copy(
     pair = plan_pair(options, dtype, shape, strides, compact, device_read, classed=shape_generic)
     if not shape_generic:
         return specialised_copy_launcher(
-            src, dst, pair.options, dtype, pair.view, pair.tile, pair.transpose, device_read[0],
+            dst, src, pair.options, dtype, pair.view, pair.tile, pair.transpose, device_read[0],
             pair.fits_l2, compiled,
         )  # fmt: skip
     device = str(src.device)
@@ -377,7 +377,7 @@ def copy_path(
 def routed_copy_launcher(
     dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: Signature, strict: bool = False
 ) -> Launcher:
-    """`CopyDispatch`'s planner of a new configuration: the launcher of the path `copy_route`
+    """`Dispatch`'s planner of a new configuration: the launcher of the path `copy_route`
     picks. Strict: TmaConfigError (the copy planner's own, naming the rule) where that is torch's."""
     try:
         facts_read = pair_facts(dst, src)
@@ -449,9 +449,9 @@ def routed(
     launcher refuses what it would otherwise hand torch (`viewed_launcher`); `compiled=False`:
     the route alone, every check made and nothing compiled (the launcher None on a TMA route)."""
     if route.path == "torch":
-        return route, torch_copy
+        return route, TORCH_COPY
     if route.path == "empty":
-        return route, copy_nothing
+        return route, NOTHING
     torch = import_torch("copy_")
     dtype = None if route.moved_as is None else getattr(torch, DTYPES[route.moved_as].torch_name)
     shape, src_strides, dst_strides = route.view or (None, None, None)
@@ -461,7 +461,7 @@ def routed(
     except TmaConfigError as error:
         if options != _DEFAULT_OPTIONS:
             raise  # the options given are what TMA cannot take here
-        return Route(route.op, "torch", str(error)), torch_copy
+        return Route(route.op, "torch", str(error)), TORCH_COPY
     if launcher is None or (dtype is None and shape is None):
         return route, launcher
     return route, viewed_launcher(launcher, dtype, route.view, route.tail, strict)
@@ -478,19 +478,13 @@ _DEFAULT_OPTIONS = CopyOptions()
 HOPPER = (DEFAULT_SM_COUNT, DEFAULT_L2_BYTES)
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
-# Every copy_ call's launcher and fast-path state (the shape-specialised kernels: benchmarks only).
-# `known.forget_calls` forgets them with the tables of known calls.
-_COPIES = forgotten_with_calls(
-    CopyDispatch(routed_copy_launcher, check_copy_tensors, fallback=torch_copy, guard_of=pair_guard)
-)
-_STRICT_COPIES = forgotten_with_calls(
-    CopyDispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
-)
-_SPECIALISED_COPIES = forgotten_with_calls(
-    CopyDispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
-)
+# Every copy_ call's launcher and fast-path state (the shape-specialised kernels: benchmarks only);
+# `runtime.dispatch.forget_calls` forgets them with the tables of known calls.
+_COPIES = Dispatch(routed_copy_launcher, check_copy_tensors, fallback=TORCH_COPY, guard_of=pair_guard)
+_STRICT_COPIES = Dispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
+_SPECIALISED_COPIES = Dispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
 
 
-def copy_dispatch(strict: bool = False) -> CopyDispatch:
+def copy_dispatch(strict: bool = False) -> Dispatch:
     """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
     return _STRICT_COPIES if strict else _COPIES

@@ -7,6 +7,7 @@ planned kernels."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..config import LoadConfig
@@ -19,13 +20,6 @@ from .tensors import checked_tensor, import_torch, lazy_bit
 
 if TYPE_CHECKING:
     import torch
-
-
-def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """The launcher of an empty copy: no element to move (as torch's copy_ of empty tensors)."""
-
-
-copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
 
 
 def viewed(tensor: torch.Tensor, dtype: object, shape: tuple | None, strides: tuple | None) -> torch.Tensor:
@@ -44,27 +38,28 @@ def viewed_launcher(
     does not hold it), which torch's copy_ then applies (`strict`: TmaConfigError instead)."""
     shape, src_strides, dst_strides = view if view is not None else (None, None, None)
     body = math.prod(shape) if tail else 0
+    kernel = launcher.launch
 
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+    def launch(dst: torch.Tensor, src: torch.Tensor) -> None:
         if dtype is not None:
             lazy = lazy_bit(dst, src)
             if lazy is not None:
                 if strict:
                     raise TmaConfigError(f"copy_ with strict=True: no TMA path, {lazy_reason(lazy)}")
-                torch_copy(src, dst)
+                copy_by_torch(dst, src)
                 return
-            src, dst = src.view(dtype), dst.view(dtype)
+            dst, src = dst.view(dtype), src.view(dtype)
         if shape is not None:
-            launcher(src.as_strided(shape, src_strides), dst.as_strided(shape, dst_strides))
+            kernel(dst.as_strided(shape, dst_strides), src.as_strided(shape, src_strides))
         else:
-            launcher(src, dst)
+            kernel(dst, src)
         if tail:
             end = (tail,), (1,)
             dst.as_strided(*end, dst.storage_offset() + body).copy_(
                 src.as_strided(*end, src.storage_offset() + body)
             )
 
-    return launch
+    return replace(launcher, launch=launch)
 
 
 def restrided(
@@ -72,28 +67,27 @@ def restrided(
 ) -> Launcher:
     """`launcher` called with views whose extent-1 dims have the strides TMA accepts
     (`validate.check_outer_strides`): the same memory, addressed the same way."""
+    kernel = launcher.launch
 
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        launcher(
-            src if src_strides is None else src.as_strided(shape, src_strides),
+    def launch(dst: torch.Tensor, src: torch.Tensor) -> None:
+        kernel(
             dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+            src if src_strides is None else src.as_strided(shape, src_strides),
         )
 
-    launch.checks_arguments = launcher.checks_arguments
-    launch.shape_generic = True
-    return launch
+    return replace(launcher, launch=launch, shape_generic=True)
 
 
-def torch_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """The fallback, a launcher (src, dst): torch's own `copy_` (its refusals as TorchOpError;
-    a list's pair `i` is `many.call.torch_copy_pair`'s)."""
+def copy_by_torch(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """torch's own `copy_` (its refusals as TorchOpError; a list's pair `i` is
+    `many.call.torch_copy_pair`'s)."""
     try:
         dst.copy_(src)
     except RuntimeError as error:
         raise TorchOpError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
 
 
-torch_copy.any_address = True  # type: ignore[attr-defined]  # torch's copy_ takes any base address
+TORCH_COPY = Launcher(copy_by_torch, any_address=True)  # the fallback: torch's copy_ takes any address
 
 
 def driver_launcher(nbytes: int) -> Launcher:
@@ -102,20 +96,19 @@ def driver_launcher(nbytes: int) -> Launcher:
     torch's would be a memcpy node, torch's element-wise kernel moving the same bits (a view
     whose bits torch applies lazily, conjugate or negative, takes torch's copy_ either way)."""
     if nbytes <= GRAPH_MEMCPY_MOST_BYTES:
-        return torch_copy
+        return TORCH_COPY
     torch = import_torch("copy_")
 
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
+    def launch(dst: torch.Tensor, src: torch.Tensor) -> None:
         if torch.cuda.is_current_stream_capturing() and lazy_bit(dst, src) is None:
-            same_bits(src, dst)
+            same_bits(dst, src)
         else:
-            torch_copy(src, dst)
+            copy_by_torch(dst, src)
 
-    launch.any_address = True  # type: ignore[attr-defined]  # both ways take any base address
-    return launch
+    return Launcher(launch, any_address=True)  # both ways take any base address
 
 
-def same_bits(src: torch.Tensor, dst: torch.Tensor) -> None:
+def same_bits(dst: torch.Tensor, src: torch.Tensor) -> None:
     """`dst` = `src` bit for bit through torch's element-wise kernel, not the memcpy: `bitwise_or`
     with 0 on row-major views of both as the widest integer that divides the bytes and both
     addresses (a later call of the same signature may start anywhere); a pair it cannot view so
@@ -126,15 +119,15 @@ def same_bits(src: torch.Tensor, dst: torch.Tensor) -> None:
     try:
         torch.bitwise_or(src.view(-1).view(bits), 0, out=dst.view(-1).view(bits))
     except RuntimeError:
-        torch_copy(src, dst)
+        copy_by_torch(dst, src)
 
 
 _INTEGERS = {8: "int64", 4: "int32", 2: "int16", 1: "uint8"}  # the widest first: fewer, wider loads
 
 
 def specialised_copy_launcher(
-    src: torch.Tensor,
     dst: torch.Tensor,
+    src: torch.Tensor,
     options: CopyOptions,
     dtype: str,
     view: tuple[int, int] | None,

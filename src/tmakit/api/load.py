@@ -13,9 +13,9 @@ from ..limits import MAX_TENSOR_BYTES
 from ..plan import LoadPlan, check_run_time_extents, stand_in_config
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
+from ..runtime.dispatch import CallTable
 from ..runtime.launch import compile_tile_load, tvm_ffi_available
 from ..validate import check_base_address, check_outer_strides, flag, span_bytes, typed
-from .known import calls_table, known_call
 from .tensors import check_torch_tensor, checked_shape, checked_tensor, import_torch
 
 if TYPE_CHECKING:
@@ -113,8 +113,7 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
     Raises:
         TmaConfigError: before anything compiles, for what TMA cannot load (`config_for`)."""
     torch = import_torch("load_tiles")
-    padded_shape, launch = known_call(
-        _LOADS,
+    padded_shape, launch = _LOADS.known(
         lambda: (tensor.shape, tensor.stride(), tensor.dtype, tensor.device, typed(tile), typed(swizzle)),
         lambda: plan_load_tiles(tensor, tile, swizzle),
     )
@@ -124,9 +123,9 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
     return out
 
 
-# The calls seen (`known.known_call`): (padded shape, launch) by the tensor's shape, strides, dtype
+# The calls seen (`runtime.dispatch.CallTable`): (padded shape, launch) by the tensor's shape, strides, dtype
 # and device, the tile and the swizzle.
-_LOADS: dict[tuple, tuple[tuple[int, ...], Callable[[torch.Tensor, torch.Tensor], None]]] = calls_table()
+_LOADS: CallTable = CallTable()
 
 
 def plan_load_tiles(

@@ -305,9 +305,9 @@ def _tensor_guards(torch: Any) -> Callable | None:
     return TensorGuards
 
 
-def pair_guard(src: Any, dst: Any) -> Callable[[Any, Any], bool] | None:
-    """`tensor_guard` of a call's two tensors (`runtime.dispatch.CopyDispatch`'s guard_of)."""
-    return tensor_guard(import_torch("copy_"), (src, dst))
+def pair_guard(dst: Any, src: Any) -> Callable[[Any, Any], bool] | None:
+    """`tensor_guard` of a call's two tensors, (dst, src) (`runtime.dispatch.Dispatch`'s guard_of)."""
+    return tensor_guard(import_torch("copy_"), (dst, src))
 
 
 def bump_versions(tensors: tuple[torch.Tensor, ...]) -> None:

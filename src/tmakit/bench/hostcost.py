@@ -45,7 +45,7 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
         launcher = api.plan_copy(dst, src, CopyOptions(**knobs))  # the compiled launch this call looks up
         launches[f"{prefix}{label}call_us"] = lambda k=knobs: api.copy_(dst, src, **k)
         # The launcher alone (tmakit's closure around the compiled TVM-FFI function).
-        launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher: f(src, dst)
+        launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher.launch: f(dst, src)
     # `tmakit.copy`: a new tensor each call, then the copy.
     launches[f"{prefix}new_tensor_call_us"] = lambda: api.copy(src)
     # A caller alternating between two configurations (per copy: half of each call here).
@@ -130,8 +130,8 @@ def measure_ops_host_cost() -> dict:
         launch()  # compiled now
     # The add's compiled launch alone, as the copy's: what its call adds on top.
     _, kernel = reduce.plan_reduce_call(dst, src, "add", CopyOptions(), strict=False)
-    add_launcher = kernel.launcher()
-    launches["tmakit_add_compiled_launch_us"] = lambda: add_launcher(src, dst)
+    add_launch = kernel.launcher().launch
+    launches["tmakit_add_compiled_launch_us"] = lambda: add_launch(dst, src)
     return host_costs_us(launches)
 
 
@@ -178,11 +178,11 @@ def measure_new_shape_host_cost() -> dict:
     src, dst = source[:256, :64], target[:256, :64]
     specialised_copy_(dst, src)
     options = CopyOptions()
-    class_launch = api.plan_copy(dst, src, options)  # the class's compiled launch, no checks
+    class_launch = api.plan_copy(dst, src, options).launch  # the class's compiled launch, no checks
 
     def launch_fresh() -> None:
         fresh_dst, fresh_src = next(fresh_launches)
-        class_launch(fresh_src, fresh_dst)
+        class_launch(fresh_dst, fresh_src)
 
     launches = {
         "new_shape_call_us": lambda: api.copy_(*next(fresh)),
@@ -190,7 +190,7 @@ def measure_new_shape_host_cost() -> dict:
         # compiled launch alone, on new shapes and on one shape.
         "new_shape_checks_us": lambda: api.plan_copy(*next(fresh_checks), options),
         "new_shape_launch_us": launch_fresh,
-        "repeated_launch_us": lambda: class_launch(src, dst),
+        "repeated_launch_us": lambda: class_launch(dst, src),
         "repeated_call_us": lambda: api.copy_(dst, src),
         "specialised_repeated_call_us": lambda: specialised_copy_(dst, src),
         "torch_copy_call_us": lambda: dst.copy_(src),
@@ -242,7 +242,7 @@ start = time.perf_counter()
 launcher = tmakit.api.plan_copy(z, t, tmakit.CopyOptions())
 plan_s = time.perf_counter() - start
 start = time.perf_counter()
-launcher(t, z)
+launcher(z, t)
 torch.cuda.synchronize()
 launch_s = time.perf_counter() - start
 compiled = tmakit.api.plan_copy(y, x, tmakit.CopyOptions()).compiled

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..api.copy import copy_
-from ..api.known import calls_table, known_call
 from ..api.tensors import (
     bump_versions,
     check_torch_tensor,
@@ -25,6 +24,7 @@ from ..api.tensors import (
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan.route import Route
+from ..runtime.dispatch import CallTable
 from ..validate import flag, span_bytes, typed
 from .launch import im2col_launcher
 from .plan import Im2colConv, Im2colPlan, im2col_conv, im2col_windows
@@ -94,8 +94,7 @@ def im2col(
     torch = import_torch("im2col")
     if strict is not False and strict is not True:
         strict = flag(strict, "strict")  # a string such as 'false' would read as true
-    call, launch = known_call(
-        _CALLS,
+    call, launch = _CALLS.known(
         lambda: (
             x.shape,
             x.stride(),
@@ -223,10 +222,10 @@ def strided_patches(x: torch.Tensor, conv: Im2colConv, out: torch.Tensor | None 
     return out
 
 
-# The calls seen (`known.known_call`): (the call's layout and route, launch) by x's shape,
+# The calls seen (`runtime.dispatch.CallTable`): (the call's layout and route, launch) by x's shape,
 # strides, dtype and device and the convolution's arguments; x's address and out are checked on
 # every call.
-_CALLS: dict[tuple, tuple[Im2colCall, Launch | None]] = calls_table()
+_CALLS: CallTable = CallTable()
 
 
 def im2col_facts(

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 
 from ..api.tensors import check_torch_tensor, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
+from ..runtime.dispatch import GuardedCalls
 from ..validate import flag
-from .call import GRAD, KeptRoutes, ListRoute, addresses, packed_layout, recorded
+from .call import GRAD, ListRoute, addresses, layout_check, packed_layout, recorded
 from .kept import kept_packing
 from .plan import has_gaps
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
-_ROUTES = KeptRoutes()  # by a call's addresses, each route with its layout check
+_ROUTES = GuardedCalls()  # by a call's addresses, each route with its layout check
 
 
 def copy_many_(
@@ -72,10 +73,10 @@ def copy_many_(
     tensors = dsts + srcs
     key = addresses(torch, tensors, (grouped, strict))
     route = _ROUTES.find(key, tensors)
-    if route is KeptRoutes.MISSING:
+    if route is GuardedCalls.MISSING:
         route = ListRoute(torch, dsts, srcs, grouped, "copy_many_", strict)
         if key is not None and route.complete:
-            _ROUTES.keep(torch, key, tensors, route)
+            _ROUTES.keep_guarded(key, layout_check(torch, tensors), route)
     route.run(torch, dsts, srcs)
 
 

@@ -6,7 +6,6 @@ route is found and checked by, and the chunk table's encoding."""
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -194,58 +193,6 @@ def span(tensor: torch.Tensor) -> tuple[int, int]:
         return tensor.data_ptr(), 0
     last = sum((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.stride(), strict=True))
     return tensor.data_ptr(), (last + 1) * tensor.element_size()
-
-
-class KeptRoutes:
-    """Routes kept by a call's addresses, least recently used dropped past `lists`: each set of
-    addresses holds up to `layouts` routes (views of other dtypes or shapes at the same
-    addresses), each with the layout check it was made for. A key (thousands of addresses) is
-    hashed once a call: the dict holds its hash, beside it the key itself."""
-
-    MISSING = object()
-
-    def __init__(self, lists: int = 64, layouts: int = 4) -> None:
-        self.lists, self.layouts = lists, layouts
-        self._entries: OrderedDict[int, tuple[tuple, list]] = OrderedDict()
-
-    def find(self, key: tuple | None, tensors: list) -> object:
-        """The route kept for `key` whose layout check `tensors` pass, else `MISSING`."""
-        slot = None if key is None else hash(key)
-        entry = None if slot is None else self._entries.get(slot)
-        if entry is None or entry[0] != key:
-            return self.MISSING
-        for same, route in entry[1]:
-            if same(tensors):
-                try:
-                    self._entries.move_to_end(slot)
-                except KeyError:  # dropped by another thread meanwhile
-                    pass
-                return route
-        return self.MISSING
-
-    def keep(self, torch, key: tuple, tensors: list, route: object) -> None:
-        """Keep `route` for `key` and the layouts of `tensors`, as the newest."""
-        slot = hash(key)
-        entry = self._entries.pop(slot, None)
-        kept = entry[1] if entry is not None and entry[0] == key else []
-        self._entries[slot] = (key, [(layout_check(torch, tensors), route), *kept][: self.layouts])
-        while len(self._entries) > self.lists:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def counts(self) -> list[int]:
-        """How many layouts each kept set of addresses holds, oldest first."""
-        return [len(kept) for _, kept in self._entries.values()]
-
-    def newest(self) -> list:
-        """The newest set of addresses' routes, newest first."""
-        return [route for _, route in next(reversed(self._entries.values()))[1]]
-
-    def __contains__(self, key: tuple) -> bool:
-        entry = self._entries.get(hash(key))
-        return entry is not None and entry[0] == key
 
 
 def addresses(torch, tensors: list, kind: object) -> tuple | None:

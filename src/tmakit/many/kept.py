@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 from ..api.tensors import check_torch_tensor, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
-from .call import KeptRoutes, addresses, encode, groupable, launch_table, packed_layout, span
+from ..runtime.dispatch import GuardedCalls
+from .call import addresses, encode, groupable, launch_table, layout_check, packed_layout, span
 from .plan import has_gaps, pairs_disjoint
 
 if TYPE_CHECKING:
     import torch
 
-_KEPT = KeptRoutes()  # by the tensors' addresses: each list's Packed (None: not served)
+_KEPT = GuardedCalls()  # by the tensors' addresses: each list's Packed (None: not served)
 
 
 class Packed:
@@ -82,12 +83,12 @@ def kept_packing(torch, tensors: object, relative: str, grouped: bool) -> Packed
     if key is None:
         return None
     packed = _KEPT.find(key, tensors)
-    if packed is not KeptRoutes.MISSING:
+    if packed is not GuardedCalls.MISSING:
         return packed
     packed = _packed(torch, tensors, relative)
     if packed is None and _capturing(torch, tensors[0]):
         return None  # not kept: an eager call may serve it
-    _KEPT.keep(torch, key, tensors, packed)
+    _KEPT.keep_guarded(key, layout_check(torch, tensors), packed)
     return packed
 
 

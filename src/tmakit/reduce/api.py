@@ -2,7 +2,7 @@
 and with the copy's options and layout rules, and torch's own op for the tensors TMA cannot
 serve (`reduce_path` names the path a call takes and why).
 
-Each (op, strict, reduce_by) has the copy's dispatch (`runtime.dispatch.CopyDispatch`), whose
+Each (op, strict, reduce_by) has the copy's dispatch (`runtime.dispatch.Dispatch`), whose
 planner is `reduce.call`'s: a call like one seen before (both tensors' shapes, strides, dtypes and
 devices, the options) finds its launcher by a lookup, or, repeated call after call, tries it
 first; what the lookup cannot hold, where the tensors lie, is checked on every call: both base
@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ..api.known import calls_table
 from ..api.tensors import (
     bump_versions,
     count_write,
@@ -27,7 +26,7 @@ from ..api.tensors import (
 )
 from ..plan import CopyOptions, reduce_op
 from ..plan.route import Route, torch_route
-from ..runtime.dispatch import CopyDispatch
+from ..runtime.dispatch import CallTable, Dispatch
 from ..validate import flag
 from .call import (
     TMA_KERNEL_PATHS,
@@ -138,7 +137,7 @@ def reduced(
     strict: bool,
     options: dict[str, Any],
     reduce_by: str | None = None,
-    dispatch: CopyDispatch | None = None,
+    dispatch: Dispatch | None = None,
 ) -> torch.Tensor:
     """`reduce_into_`'s call: its (op, strict, reduce_by) dispatch (`dispatch`, where the caller
     knows it) on the tensors; out of the plain path
@@ -149,7 +148,7 @@ def reduced(
         dispatch = reduce_dispatch(op, strict, options, reduce_by)
     if not out_of_the_plain_path(dst, src):
         before = version_of(dst)
-        dispatch.copy_(dst, src, tile, stages, options)
+        dispatch.call(dst, src, tile, stages, options)
         count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
         return dst
     chosen = reduce_options(tile, stages, options)  # named if wrong, on every path
@@ -159,7 +158,7 @@ def reduced(
         check_reduce_options(detached(dst), detached(src), op, chosen, reduce_by)
     if reason is None:
         before = version_of(dst)
-        dispatch.copy_(detached(dst), detached(src), tile, stages, options)
+        dispatch.call(detached(dst), detached(src), tile, stages, options)
         count_write(dst, before)
     elif flag(strict, "strict"):
         raise strict_refusal(torch_route(op, reason))
@@ -170,7 +169,7 @@ def reduced(
 
 def reduce_dispatch(
     op: object, strict: object, options: dict[str, Any], reduce_by: object = None
-) -> CopyDispatch:
+) -> Dispatch:
     """The dispatch of `op`'s calls, strict or not, by the kernel chosen (made at its first call):
     TmaConfigError for an op not in `plan.REDUCE_OPS`, a `strict` that is no flag, a `reduce_by`
     not in `reduce.plan.REDUCE_KERNELS`, and the copy options a reduce does not take (`reduce_options`)."""
@@ -184,11 +183,11 @@ def reduce_dispatch(
     name, kernel = reduce_op(op), chosen_kernel(reduce_by)
     dispatch = _DISPATCHES.get((name, strict, kernel))
     if dispatch is None:
-        fallback = functools.partial(strict_fallback if strict else torch_fallback, name)
+        fallback = (strict_fallback if strict else torch_fallback)(name)
         planner = functools.partial(routed_reduce_launcher, op=name, strict=strict, reduce_by=kernel)
         dispatch = _DISPATCHES.setdefault(
             (name, strict, kernel),
-            CopyDispatch(planner, check_reduce_arguments, fallback, None if strict else pair_guard),
+            Dispatch(planner, check_reduce_arguments, fallback, None if strict else pair_guard),
         )
     if type(op) is str:  # torch's name: its next call finds the dispatch at once
         _DISPATCHES[(op, strict, kernel)] = dispatch
@@ -240,6 +239,6 @@ def reduce_path(
     return route
 
 
-# Each (op, strict, reduce_by)'s calls (`reduce_dispatch`); `known.forget_calls` empties it too.
-_DISPATCHES: dict[tuple[str, bool, str | None], CopyDispatch] = calls_table()
+# Each (op, strict, reduce_by)'s calls (`reduce_dispatch`); `runtime.dispatch.forget_calls` empties it too.
+_DISPATCHES: dict[tuple[str, bool, str | None], Dispatch] = CallTable()
 _PLAIN_ADD = ("add", False, None)  # add_'s key with every option left out

@@ -6,12 +6,12 @@ TmaConfigError naming them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..api.copy import HOPPER
-from ..api.copy_views import copy_nothing
 from ..api.tensors import (
     check_tensor_pair,
     check_torch_tensor,
@@ -27,7 +27,7 @@ from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.route import PairFacts, Route, torch_route
 from ..runtime.dispatch import Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
-from ..runtime.launch import Launcher, tvm_ffi_available
+from ..runtime.launch import NOTHING, Launcher, tvm_ffi_available
 from ..validate import check_rank
 from .launch import class_launcher, reduce_launcher
 from .plan import (
@@ -68,7 +68,7 @@ class ReduceKernel:
     dst_strides: tuple[int, ...] | None
 
     def launcher(self) -> Launcher:
-        """The compiled launcher (src, dst), on the views TMA takes."""
+        """The compiled launcher (dst, src), on the views TMA takes."""
         if self.shape_generic:
             compiled = class_launcher(self.plan, self.destination, self.device)
         else:
@@ -76,18 +76,17 @@ class ReduceKernel:
         shape, src_strides, dst_strides = self.shape, self.src_strides, self.dst_strides
         if src_strides is None and dst_strides is None:
             return compiled
+        kernel = compiled.launch
 
-        def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-            compiled(
-                src if src_strides is None else src.as_strided(shape, src_strides),
+        def launch(dst: torch.Tensor, src: torch.Tensor) -> None:
+            kernel(
                 dst if dst_strides is None else dst.as_strided(shape, dst_strides),
+                src if src_strides is None else src.as_strided(shape, src_strides),
             )
 
         # Views of fixed strides: pinned to the shape and strides they were planned for, and only
         # where the compiled function checks the rest (dtype, device, alignment) itself.
-        launch.checks_arguments = getattr(compiled, "checks_arguments", False)
-        launch.shape_generic = launch.checks_arguments
-        return launch
+        return replace(compiled, launch=launch, shape_generic=compiled.checks_arguments)
 
 
 def routed_reduce_launcher(
@@ -99,14 +98,14 @@ def routed_reduce_launcher(
     strict: bool,
     reduce_by: str | None = None,
 ) -> Launcher:
-    """`CopyDispatch`'s planner of a new reduce configuration: the launcher of its route (the
+    """`Dispatch`'s planner of a new reduce configuration: the launcher of its route (the
     kernel compiled here, at its first launch; `reduce_path` plans and never compiles). The
     options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
     if options != _DEFAULT_REDUCE_OPTIONS:
         check_reduce_options(dst, src, op, options, reduce_by)
     route, kernel = plan_reduce_call(dst, src, op, options, strict, reduce_by)
     if route.path == "empty":
-        return copy_nothing
+        return NOTHING
     if kernel is None:
         return torch_launcher(op, route.reason)
     return kernel.launcher()
@@ -127,28 +126,27 @@ def check_reduce_options(
 
 
 def torch_launcher(op: str, reason: str) -> Launcher:
-    """A launcher (src, dst) of torch's op, for any address."""
-
-    def launch(src: torch.Tensor, dst: torch.Tensor) -> None:
-        torch_reduce(dst, src, op, reason)
-
-    launch.any_address = True
-    return launch
+    """A launcher (dst, src) of torch's op, for any address."""
+    return Launcher(functools.partial(torch_reduce, op=op, reason=reason), any_address=True)
 
 
-def torch_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """torch's op on a call whose addresses TMA cannot take (`CopyDispatch`'s fallback)."""
-    torch_reduce(dst, src, op, FALLBACK_REASON)
+def torch_fallback(op: str) -> Launcher:
+    """torch's op on a call whose addresses TMA cannot take (`Dispatch`'s fallback)."""
+    return torch_launcher(op, FALLBACK_REASON)
 
 
-def strict_fallback(op: str, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """A strict call's `CopyDispatch` fallback: TmaConfigError naming the base TMA cannot take,
-    or the overlap only an element-wise check could decide."""
-    route = reduce_route(pair_facts(dst, src), op)
-    if not route.by_tma:
-        raise strict_refusal(route)
-    check_no_partial_overlap(dst, src)
-    raise strict_refusal(torch_route(op, FALLBACK_REASON))
+def strict_fallback(op: str) -> Launcher:
+    """A strict call's `Dispatch` fallback: TmaConfigError naming the base TMA cannot take, or
+    the overlap only an element-wise check could decide."""
+
+    def refuse(dst: torch.Tensor, src: torch.Tensor) -> None:
+        route = reduce_route(pair_facts(dst, src), op)
+        if not route.by_tma:
+            raise strict_refusal(route)
+        check_no_partial_overlap(dst, src)
+        raise strict_refusal(torch_route(op, FALLBACK_REASON))
+
+    return Launcher(refuse)
 
 
 def check_reduce_arguments(dst: object, src: object) -> None:

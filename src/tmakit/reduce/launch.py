@@ -4,6 +4,7 @@ launchers: the copy's arguments and launch path (`runtime.launch`) around the re
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from ..config import LoadConfig
 from ..runtime.compile import compiles
@@ -36,19 +37,19 @@ def compile_reduce(
 def reduce_launcher(
     reduce: ReducePlan, destination: LoadConfig | None, device: str, shape_generic: bool = False
 ) -> Launcher:
-    """A callable (src, dst) for one reduce on one device, compiled once, as
+    """The `Launcher` (dst, src) of one reduce on one device, compiled once, as
     `runtime.launch.copy_launcher` makes a copy's (TVM-FFI where installed; `shape_generic`: one
     kernel for every shape of the plan's class, each new shape checked by the caller)."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
-    launch = guarded_launcher(
+    launcher = guarded_launcher(
         lambda tvm_ffi: compile_reduce(
             reduce, tvm_ffi=tvm_ffi, destination=destination, shape_generic=shape_generic and tvm_ffi
         ),
         device,
+        dst_first=True,
     )
-    launch.shape_generic = shape_generic
-    return launch
+    return replace(launcher, shape_generic=shape_generic)
 
 
 @functools.lru_cache(maxsize=1024)

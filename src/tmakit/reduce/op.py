@@ -49,7 +49,7 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> 
     if not plain_pair(dst, src):
         run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True)
         return
-    reduce_dispatch(op, True, NO_OPTIONS).copy_(dst, src, None, None, NO_OPTIONS)
+    reduce_dispatch(op, True, NO_OPTIONS).call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
 
 

@@ -8,7 +8,6 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..api.known import KEY_ERRORS, MAX_KNOWN_CALLS, calls_table
 from ..api.tensors import (
     check_torch_tensor,
     check_written,
@@ -24,6 +23,7 @@ from ..api.tensors import (
 from ..config import dtype_of
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import GLOBAL_BASE_ALIGN
+from ..runtime.dispatch import KEY_ERRORS, CallTable
 from ..validate import flag
 from .launch import rows_launcher
 from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
@@ -82,16 +82,14 @@ def rows_call(
         launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
         run = functools.partial(_launch, launch, op)
     if read.lazy is None and not read.recorded:  # what the key holds is all the route read
-        if len(_KNOWN) >= MAX_KNOWN_CALLS:  # index lengths vary: keep the table bounded
-            _KNOWN.clear()
-        _KNOWN[_call_key(op, table, index, compact, strict)] = run
+        _KNOWN.keep(_call_key(op, table, index, compact, strict), run)  # bounded: index lengths vary
     run(table, index, compact, check_index)
 
 
 # Calls whose checks and route passed, by everything those read (`_call_key`), with how each
 # runs (the kernel or torch's op): a repeated call skips them. Tensors that require grad, lazily
 # applied bits or one storage take the full path.
-_KNOWN: dict[tuple, Callable] = calls_table()
+_KNOWN: CallTable = CallTable()
 
 
 def _call_key(op: str, table, index, compact, strict: bool) -> tuple:

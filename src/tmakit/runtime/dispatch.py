@@ -1,28 +1,37 @@
-"""How `tmakit.copy_` finds the launcher for a call: a lookup by the tensors' signature, and a fast
-path that skips it for a configuration repeated call after call.
+"""How a call finds what it did last time: one table of known calls (`CallTable`) for every
+family, and the dispatcher of the (dst, src) pair families (`Dispatch`: `copy_` and the reduce
+stores), which adds a fast path that skips the table for a configuration repeated call after call.
+
+A table of known calls holds, by a key read off the call (shapes, strides, dtypes, devices, the
+arguments with their types, so that 3.0 does not find 3's plan), what planning that call gave: a
+repeated call skips its planning. What a key cannot hold, where the tensors lie, the call checks
+every time. Reading a key off an argument that is not a dense torch tensor fails
+(`KEY_ERRORS`): such a call is planned in full, and its checks name what is wrong. A list's
+call keyed by its tensors' addresses (`GuardedCalls`) keeps, beside each entry, a check that the
+tensors are laid out as they were.
 
 Reading shapes and strides off two torch tensors costs about half as much host time as the launch
-itself, so a caller who copies the same configuration again and again should not pay it. A
-TVM-FFI launcher's compiled function checks every argument against what it was compiled for
-(dtype, shape, strides, 16-byte alignment, one device for both tensors and its guard words) and
-raises before it launches when one differs: such a launcher can be tried first.
+itself, so a caller who moves the same configuration again and again should not pay even the
+table's key. A TVM-FFI launcher's compiled function checks every argument against what it was
+compiled for (dtype, shape, strides, 16-byte alignment, one device for both tensors and its guard
+words) and raises before it launches when one differs: such a launcher can be tried first.
 
-The states, per call key (the options exactly as the caller passed them):
+The states of a `Dispatch`, per call key (the options exactly as the caller passed them):
 
     LOOKING --(the same checking launcher served `needed` calls in a row)--> FAST
     FAST    --(the launcher tried first raised TypeError/ValueError)------> LOOKING, `needed` doubled
     FAST    --(it launched)----------------------------------------------> FAST
 
 - LOOKING: the call builds the signature (shapes, strides, dtypes, devices, call key), finds its
-  launcher or plans one (for a new shape of a known class: that shape's checks, no compile),
-  checks both base addresses are 16-byte aligned, launches, and counts the streak of calls in a
-  row served by that launcher.
+  launcher in the table or plans one (for a new shape of a known class: that shape's checks, no
+  compile), checks both base addresses are 16-byte aligned, launches, and counts the streak of
+  calls in a row served by that launcher.
 - FAST: the launcher is called first and nothing is read off the tensors; for the default call
   (no option given) of a launcher that checks its arguments, one C++ tensor guard of both
   tensors (`guarded`) stands in for the plain-path checks and the shape reads.
 - `needed` starts at 2 and doubles with each rejection, up to 64: raising costs many calls' time, so a
   caller alternating A, B never raises and one whose runs are A, A, B soon stops raising.
-A launch error the DSL cannot parse also surfaces as ValueError: the copy is then launched again
+A launch error the DSL cannot parse also surfaces as ValueError: the call is then launched again
 through the lookup, which writes the same bytes.
 
 A shape-generic launcher (`shape_generic`: one kernel for every shape of its class) takes any
@@ -44,8 +53,9 @@ element-wise check could tell (layouts that differ), the fallback serves the cal
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
@@ -56,37 +66,140 @@ from .launch import Launcher
 if TYPE_CHECKING:
     import torch
 
+Known = TypeVar("Known")
+KEY_ERRORS = (AttributeError, TypeError, RuntimeError)  # an argument a key cannot be read off
+MAX_KNOWN_CALLS = 1024  # a caller of ever new shapes does not grow a table without bound
+_TABLES: list = []  # every table of known calls (`forget_calls` empties them)
+
+
+class CallTable(dict):
+    """The calls one op has planned, by what defines them (a dict, bounded: past
+    `MAX_KNOWN_CALLS` entries it starts again), emptied with every other by `forget_calls`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _TABLES.append(self)
+
+    def keep(self, key: Hashable, known: Known) -> Known:
+        """`known` kept under `key` (the table emptied first where it is full); returns it."""
+        if len(self) >= MAX_KNOWN_CALLS:
+            self.clear()
+        self[key] = known
+        return known
+
+    def known(self, key: Callable[[], Hashable], plan: Callable[[], Known]) -> Known:
+        """The entry of the call whose key `key()` reads, else `plan()`, kept under it (a key that
+        cannot be read, or hashed, plans in full and keeps nothing)."""
+        try:
+            found = key()
+            known = self.get(found)
+        except KEY_ERRORS:
+            return plan()
+        return self.keep(found, plan()) if known is None else known
+
+
+class GuardedCalls(CallTable):
+    """A table of known calls keyed by a call's addresses (a list's thousands of tensors): each
+    key holds up to `layouts` entries (views of other dtypes or shapes at the same addresses),
+    each beside the check (`guard(tensors) -> bool`) that the tensors are laid out as when it was
+    kept; the least recently used key dropped past `most`. A key is hashed once a call: the
+    table holds its hash, beside it the key itself."""
+
+    MISSING = object()
+
+    def __init__(self, most: int = 64, layouts: int = 4) -> None:
+        super().__init__()
+        self.most, self.layouts = most, layouts
+        self._order: OrderedDict[int, None] = OrderedDict()  # the hashes, least recent first
+
+    def find(self, key: tuple | None, tensors: list) -> object:
+        """The entry kept for `key` whose guard `tensors` pass, else `MISSING`."""
+        slot = None if key is None else hash(key)
+        entry = None if slot is None else self.get(slot)
+        if entry is None or entry[0] != key:
+            return self.MISSING
+        for same, known in entry[1]:
+            if same(tensors):
+                try:
+                    self._order.move_to_end(slot)
+                except KeyError:  # dropped by another thread meanwhile
+                    pass
+                return known
+        return self.MISSING
+
+    def keep_guarded(self, key: tuple, guard: Callable[[list], bool], known: object) -> None:
+        """Keep `known` for `key` and the layouts `guard` checks, as the newest."""
+        slot = hash(key)
+        entry = self.pop(slot, None)
+        self._order.pop(slot, None)
+        kept = entry[1] if entry is not None and entry[0] == key else []
+        self[slot] = (key, [(guard, known), *kept][: self.layouts])
+        self._order[slot] = None
+        while len(self._order) > self.most:
+            oldest, _ = self._order.popitem(last=False)
+            self.pop(oldest, None)
+
+    def clear(self) -> None:
+        super().clear()
+        self._order.clear()
+
+    def counts(self) -> list[int]:
+        """How many layouts each kept key holds, least recent first."""
+        return [len(self[slot][1]) for slot in self._order]
+
+    def newest(self) -> list:
+        """The newest key's entries, newest first."""
+        return [known for _, known in self[next(reversed(self._order))][1]]
+
+    def __contains__(self, key: object) -> bool:
+        entry = self.get(hash(key))
+        return entry is not None and entry[0] == key
+
+
+def forget_calls() -> None:
+    """Empty every table of known calls and every dispatch: the next call of each is planned in
+    full (tests that stand in for the GPU use it, so that nothing one planned is found by the
+    next)."""
+    for table in _TABLES:
+        table.clear()
+
+
 # (src span bytes, dst span bytes, equal strides): what a call's addresses are compared with.
 Spans = tuple[int, int, bool]
 _ALIGNMENT_BITS = GLOBAL_BASE_ALIGN - 1  # the low address bits an aligned base has clear
 _DEFAULT_KEY = (None, None)  # the call key of a call with every option left out
-# What a lookup reads off a copy's tensors, the key its launcher is found by: a plain tuple, built
+# What a lookup reads off a pair's tensors, the key its launcher is found by: a plain tuple, built
 # per lookup as a literal (a NamedTuple would cost host time on every call), read by the names below.
-# Its first eight items are in every signature (`api.copy.plan_copy` builds those alone where no
-# dispatch read them); the dispatch's own add the call key and the devices' kinds.
+# Its first eight items are in every signature (`plan_copy` builds those alone where no dispatch
+# read them); the dispatch's own add the call key and the devices' kinds.
 Signature = tuple
-SRC_SHAPE = 0  # src.shape
-SRC_STRIDES = 1  # src.stride()
-DST_SHAPE = 2  # dst.shape
-DST_STRIDES = 3  # dst.stride()
-SRC_DTYPE = 4  # src.dtype
-DST_DTYPE = 5  # dst.dtype
-SRC_DEVICE = 6  # src.get_device(): the CUDA device's index, -1 off a GPU
-DST_DEVICE = 7  # dst.get_device()
+DST_SHAPE = 0  # dst.shape
+DST_STRIDES = 1  # dst.stride()
+SRC_SHAPE = 2  # src.shape
+SRC_STRIDES = 3  # src.stride()
+DST_DTYPE = 4  # dst.dtype
+SRC_DTYPE = 5  # src.dtype
+DST_DEVICE = 6  # dst.get_device(): the CUDA device's index, -1 off a GPU
+SRC_DEVICE = 7  # src.get_device()
 CALL_KEY = 8  # the options as the caller passed them, with their types (`validate.typed`)
-DEVICE_KINDS = 9  # None on a GPU; off one (every device's index -1), (src.device.type, dst.device.type)
+DEVICE_KINDS = 9  # None on a GPU; off one (every device's index -1), (dst.device.type, src.device.type)
 PlanLauncher = Callable[[Any, Any, CopyOptions, Signature], Launcher]
 CheckTensors = Callable[[Any, Any], None]
 
 
-class Streak:
-    """Which launcher the last full lookups of one call key found, how many times in a row, and
-    how many in a row make it the launcher tried first."""
+class CallKey:
+    """One call key's state: its options, built once; which launcher its last full lookups found,
+    how many times in a row, and how many in a row make it the launcher tried first; and the
+    launcher tried first (`first`: (launcher, spans, the [dst shape, dst strides, src shape, src
+    strides] a shape-generic one is pinned to, else None); None: LOOKING)."""
 
     FIRST_NEEDED = 2
     MOST_NEEDED = 64
+    __slots__ = ("options", "first", "launcher", "calls", "needed")
 
-    def __init__(self) -> None:
+    def __init__(self, options: CopyOptions) -> None:
+        self.options = options
+        self.first: tuple | None = None
         self.launcher: Launcher | None = None
         self.calls = 0
         self.needed = self.FIRST_NEEDED
@@ -99,24 +212,27 @@ class Streak:
 
     def rejected(self) -> None:
         """The launcher tried first refused a call: ask twice as many calls in a row next time."""
+        self.first = None
         self.needed = min(2 * self.needed, self.MOST_NEEDED)
 
 
-class CopyDispatch:
-    """The launchers of `copy_` calls: `plan_launcher(dst, src, options, facts)` (`facts`: what
-    the lookup read off the tensors, `Signature`) checks a new configuration in full and returns
-    its launcher (`runtime.launch.Launcher`, called (src, dst); its attributes say how: one whose
-    `checks_arguments` is True may be tried first; one whose `moves_nothing` is True, an empty
-    copy's, needs no aligned address). `check_tensors(dst, src)` raises the error that names what
-    is wrong with arguments whose signature cannot be read (None: that read's own error).
-    `fallback(src, dst)` serves a call whose base addresses are not 16-byte aligned (None: the
-    alignment's TmaConfigError); a launcher whose `any_address` is True takes any.
-    `guard_of(src, dst)` (None: no guarded call) returns a check, run in C++, that two tensors
-    are as these are (dtype, device, shape, strides, requires_grad, lazily applied bits), or None
-    where it cannot: the default call's launcher in the FAST state, with its guard, serves
-    `guarded` without a read of its own. Shared by threads: a race costs a rejection at most."""
+class Dispatch:
+    """The launchers of a pair family's calls (`copy_`, a reduce store): `plan_launcher(dst, src,
+    options, facts)` (`facts`: what the lookup read off the tensors, `Signature`) checks a new
+    configuration in full and returns its `runtime.launch.Launcher` (called (dst, src); one whose
+    `checks_arguments` may be tried first; an empty copy's `moves_nothing`, and a torch op's
+    `any_address`, need no aligned address). `check_tensors(dst, src)` raises the error that names
+    what is wrong with arguments whose signature cannot be read (None: that read's own error).
+    `fallback` serves a call whose base addresses are not 16-byte aligned (None: the alignment's
+    TmaConfigError). `guard_of(dst, src)` (None: no guarded call) returns a check, run in C++,
+    that two tensors are as these are (dtype, device, shape, strides, requires_grad, lazily
+    applied bits), or None where it cannot: the default call's launcher in the FAST state, with
+    its guard, serves `guarded` without a read of its own. Shared by threads: a race costs a
+    rejection at most.
 
-    MOST_SIGNATURES = 4096  # signatures remembered before the table starts again
+    Its caches, each filled once: per call key (`CallKey`: options, streak, the launcher tried
+    first; the default call's, with its guard, in `_guarded`), and the launchers by signature (a
+    `CallTable`)."""
 
     def __init__(
         self,
@@ -127,15 +243,12 @@ class CopyDispatch:
     ) -> None:
         self.plan_launcher = plan_launcher
         self.check_tensors = check_tensors
-        self.fallback = fallback  # (src, dst): serves a call whose base addresses TMA cannot take
+        self.fallback = fallback
         self.guard_of = guard_of
-        self._guarded: tuple | None = None  # the default call's (launcher, guard, spans) (FAST)
-        self._launchers: dict[tuple, tuple[Launcher, Spans]] = {}  # signature -> launcher, spans
-        self._streaks: dict[Hashable, Streak] = {}  # call key -> its streak
-        self._tried_first: dict[Hashable, tuple[Launcher, Spans]] = {}  # call key -> launcher (FAST)
-        # call key -> (shape-generic launcher, the shape and strides it was checked for, spans) (FAST)
-        self._pinned: dict[Hashable, tuple] = {}
-        self._options: dict[Hashable, CopyOptions] = {}  # call key -> its options, built once
+        self._guarded: tuple | None = None  # the default call's (launch, guard, spans, launcher) (FAST)
+        self._keys: dict[Hashable, CallKey] = {}
+        self._launchers = CallTable()  # signature -> (launcher, spans)
+        _TABLES.append(self)
 
     def guarded(self, dst: torch.Tensor, src: torch.Tensor) -> bool:
         """A default call (no option given) through the launcher the last ones took, where both
@@ -146,20 +259,20 @@ class CopyDispatch:
         found = self._guarded
         if found is None:
             return False
-        launcher, guard, spans = found
+        launch, guard, spans, _ = found
         try:
-            if not guard(src, dst) or may_overlap(src, dst, spans):
+            if not guard(dst, src) or may_overlap(dst, src, spans):
                 return False
         except TypeError:  # not tensors: the full path names what is wrong
             return False
         try:
-            launcher(src, dst)
+            launch(dst, src)
         except (TypeError, ValueError):  # alignment: the full path decides
             self._guarded = None
             return False
         return True
 
-    def copy_(
+    def call(
         self,
         dst: torch.Tensor,
         src: torch.Tensor,
@@ -167,7 +280,7 @@ class CopyDispatch:
         stages: int | None,
         options: dict[str, Any],
     ) -> torch.Tensor:
-        """Copy `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
+        """Move `src` into `dst` with these options; returns `dst`. The tensors are only duck-typed
         (shape, stride(), dtype, get_device(), data_ptr(), element_size()): the tests pass
         stand-ins."""
         try:
@@ -177,55 +290,55 @@ class CopyDispatch:
                 if tile is None and stages is None and not options
                 else typed((tile, stages, *options.items()))
             )
-            pinned = self._pinned.get(key)
+            state = self._keys.get(key)
         except TypeError:  # an unhashable option: named, or a list tile taken as the tuple it means
             chosen = CopyOptions.of(tile=tile, stages=stages, **options)
-            return self.copy_(dst, src, chosen.tile, chosen.stages, {n: getattr(chosen, n) for n in options})
-        read = None  # [src shape, src strides, dst shape, dst strides], once read
-        if pinned is not None:
-            launcher, checked, spans = pinned
-            try:
-                read = [src.shape, src.stride(), dst.shape, dst.stride()]
-            except Exception:  # not tensors: the lookup below names what is wrong
-                pass
-            if read == checked and not may_overlap(src, dst, spans):
+            return self.call(dst, src, chosen.tile, chosen.stages, {n: getattr(chosen, n) for n in options})
+        read = None  # [dst shape, dst strides, src shape, src strides], once read
+        first = None if state is None else state.first
+        if first is not None:
+            launcher, spans, pinned = first
+            if pinned is None:  # tried blindly: its compiled function checks the rest
+                if not may_overlap(dst, src, spans):
+                    try:
+                        launcher.launch(dst, src)
+                        return dst
+                    except (TypeError, ValueError):
+                        state.rejected()
+            else:  # shape-generic: only for the shape and strides it was checked for
                 try:
-                    launcher(src, dst)
-                    if self._guarded is None and key is _DEFAULT_KEY and self.guard_of is not None:
-                        self.guard(key, launcher, src, dst, spans)  # unguarded since a refusal
-                    return dst
-                except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
-                    self._pinned.pop(key, None)
-        tried = self._tried_first.get(key)
-        if tried is not None and not may_overlap(src, dst, tried[1]):
-            try:
-                tried[0](src, dst)
-                return dst
-            except (TypeError, ValueError):
-                self._tried_first.pop(key, None)
-                self._streaks[key].rejected()
+                    read = [dst.shape, dst.stride(), src.shape, src.stride()]
+                except Exception:  # not tensors: the lookup below names what is wrong
+                    pass
+                if read == pinned and not may_overlap(dst, src, spans):
+                    try:
+                        launcher.launch(dst, src)
+                        if self._guarded is None and key is _DEFAULT_KEY:
+                            self.guard(key, launcher, dst, src, spans)  # unguarded since a refusal
+                        return dst
+                    except (TypeError, ValueError):  # dtype, device or alignment: the lookup says
+                        state.first = None
         try:
             # get_device(): the device's index (-1 on the CPU), cheaper than building a torch.device
             if read is None:
-                read = [src.shape, src.stride(), dst.shape, dst.stride()]
-            shape, src_strides, dst_shape, dst_strides = read
-            src_device, dst_device = src.get_device(), dst.get_device()
+                read = [dst.shape, dst.stride(), src.shape, src.stride()]
+            dst_shape, dst_strides, shape, src_strides = read
+            dst_device, src_device = dst.get_device(), src.get_device()
             # Off a GPU the index is -1 on every device: the CPU's and the meta device's calls,
             # checked apart, are kept apart by the devices' kinds.
-            kinds = None if src_device >= 0 and dst_device >= 0 else (src.device.type, dst.device.type)
+            kinds = None if src_device >= 0 and dst_device >= 0 else (dst.device.type, src.device.type)
             # `Signature`, its items in the order its names give
-            signature = (shape, src_strides, dst_shape, dst_strides, src.dtype, dst.dtype,
-                         src_device, dst_device, key, kinds)  # fmt: skip
+            signature = (dst_shape, dst_strides, shape, src_strides, dst.dtype, src.dtype,
+                         dst_device, src_device, key, kinds)  # fmt: skip
             found = self._launchers.get(signature)
         except Exception:  # not tensors, or tensors without strides (sparse)
             if self.check_tensors is not None:
                 self.check_tensors(dst, src)  # raises the error naming what is wrong
             raise
+        if state is None:
+            state = self._keys[key] = CallKey(CopyOptions.of(tile=tile, stages=stages, **options))
         checked = False
         if found is None:
-            copy_options = self._options.get(key)
-            if copy_options is None:
-                copy_options = self._options[key] = CopyOptions.of(tile=tile, stages=stages, **options)
             spans = None
             # A pair of one shape and dtype on a GPU: its addresses are checked before anything is
             # planned or compiled (the planner names what else is wrong first).
@@ -237,66 +350,57 @@ class CopyDispatch:
             ):
                 spans = pair_spans(src, shape, src_strides, dst_strides)
                 if not check_addresses(dst, src, spans, shape, src_strides, dst_strides, self.fallback):
-                    self.fallback(src, dst)
+                    self.fallback.launch(dst, src)
                     return dst
                 checked = True
-            launcher = self.plan_launcher(dst, src, copy_options, signature)
+            launcher = self.plan_launcher(dst, src, state.options, signature)
             if spans is None:
                 spans = pair_spans(src, shape, src_strides, dst_strides, dst_shape)
-            if len(self._launchers) >= self.MOST_SIGNATURES:
-                self._launchers.clear()  # many shapes seen: forget them (their classes stay compiled)
-            self._launchers[signature] = found = (launcher, spans)
+            found = self._launchers.keep(signature, (launcher, spans))
         launcher, spans = found
-        if not checked and not getattr(launcher, "moves_nothing", False):
-            if not getattr(launcher, "any_address", False) and not check_addresses(
-                dst, src, spans, shape, src_strides, dst_strides, self.fallback
-            ):
-                self.fallback(src, dst)
-                return dst
-        launcher(src, dst)
-        if getattr(launcher, "shape_generic", False):
-            self._pinned[key] = (launcher, read, spans)
-            self.guard(key, launcher, src, dst, spans)
-        elif getattr(launcher, "checks_arguments", False):
-            self._pinned.pop(key, None)
-            streak = self._streaks.setdefault(key, Streak())
-            if streak.count(launcher):
-                self._tried_first[key] = (launcher, spans)
-                self.guard(key, launcher, src, dst, spans)
+        if not (checked or launcher.moves_nothing or launcher.any_address) and not check_addresses(
+            dst, src, spans, shape, src_strides, dst_strides, self.fallback
+        ):
+            self.fallback.launch(dst, src)
+            return dst
+        launcher.launch(dst, src)
+        if launcher.shape_generic:
+            state.first = (launcher, spans, read)
+            self.guard(key, launcher, dst, src, spans)
+        elif launcher.checks_arguments and state.count(launcher):
+            state.first = (launcher, spans, None)
+            self.guard(key, launcher, dst, src, spans)
         return dst
 
-    def guard(self, key: Hashable, launcher: Launcher, src: Any, dst: Any, spans: Spans) -> None:
+    def guard(self, key: Hashable, launcher: Launcher, dst: Any, src: Any, spans: Spans) -> None:
         """The default call's launcher now tried first: guarded too (`guarded`), where it checks
         its own arguments' addresses (a launcher that does not is never called unchecked)."""
-        if (
-            key is not _DEFAULT_KEY
-            or self.guard_of is None
-            or not getattr(launcher, "checks_arguments", False)
-        ):
+        if key is not _DEFAULT_KEY or self.guard_of is None or not launcher.checks_arguments:
             return
-        guard = self.guard_of(src, dst)
-        self._guarded = None if guard is None else (launcher, guard, spans)
+        guard = self.guard_of(dst, src)
+        self._guarded = None if guard is None else (launcher.launch, guard, spans, launcher)
 
     def clear(self) -> None:
         """Forget every launcher found and every streak: the next call of each is planned again."""
         self._guarded = None
-        for table in (self._launchers, self._streaks, self._tried_first, self._pinned, self._options):
-            table.clear()
+        self._keys.clear()
+        self._launchers.clear()
 
     # -- what tests and tools may read ------------------------------------------------------------
     def tried_first(self) -> dict[Hashable, Launcher]:
         """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
         pinned to a shape and the default call's guarded one included."""
-        tried = {key: found[0] for key, found in self._tried_first.items()}
-        guarded = {} if self._guarded is None else {_DEFAULT_KEY: self._guarded[0]}
-        return {**tried, **{key: pin[0] for key, pin in self._pinned.items()}, **guarded}
+        tried = {key: state.first[0] for key, state in self._keys.items() if state.first is not None}
+        if self._guarded is not None and _DEFAULT_KEY not in tried:
+            tried[_DEFAULT_KEY] = self._guarded[3]
+        return tried
 
-    def streak(self, key: Hashable) -> Streak | None:
-        """The streak of a call key, None before its first checked launch."""
-        return self._streaks.get(key)
+    def streak(self, key: Hashable) -> CallKey | None:
+        """The state of a call key (its streak), None before its first lookup."""
+        return self._keys.get(key)
 
-    def streaks(self) -> list[Streak]:
-        return list(self._streaks.values())
+    def streaks(self) -> list[CallKey]:
+        return list(self._keys.values())
 
     def launchers(self) -> list[Launcher]:
         """Every launcher found so far, one per signature."""
@@ -326,7 +430,7 @@ def check_addresses(
     `fallback` serves the call), both bases 16-byte aligned (TmaConfigError); False where the
     `fallback` serves the call instead: unaligned bases, or spans that meet in layouts whose
     overlap only torch's own element-wise check can decide."""
-    if may_overlap(src, dst, spans):
+    if may_overlap(dst, src, spans):
         if fallback is not None and overlap_of(dst, src, shape, src_strides, dst_strides) == "unknown":
             return False
         check_no_partial_overlap(dst, src, shape, src_strides, dst_strides)
@@ -338,18 +442,13 @@ def check_addresses(
     return True
 
 
-def may_overlap(src: Any, dst: Any, spans: Spans) -> bool:
+def may_overlap(dst: Any, src: Any, spans: Spans) -> bool:
     """Whether the destination's span meets the source's other than at the very same view (two
     address reads; `check_no_partial_overlap` then decides)."""
     try:
         source, destination = src.data_ptr(), dst.data_ptr()
     except Exception:  # not tensors: the lookup names what is wrong
         return True
-    return addresses_may_overlap(source, destination, spans)
-
-
-def addresses_may_overlap(source: int, destination: int, spans: Spans) -> bool:
-    """`may_overlap` on base addresses already read."""
     src_bytes, dst_bytes, same_strides = spans
     if source == destination and same_strides:
         return False

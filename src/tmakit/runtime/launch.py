@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..config import DTYPES, RAW_BYTE, LoadConfig
@@ -256,29 +257,42 @@ def raise_if_timed_out(guard: torch.Tensor) -> None:
 
 
 # -- the launchers -------------------------------------------------------------------------------
-Launcher = Callable[..., None]
-"""tmakit's one launcher type: a callable on the kernel's tensors ((src, dst) for a copy or a
-reduce, what `CopyDispatch` calls) that launches and returns nothing. Besides the call, a launcher
-may carry these attributes, set with plain assignment and read with `getattr(launcher, name,
-False)` (absent: False), so a plain function is a launcher that claims none of them:
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """tmakit's one launcher: `launch`, a callable on the kernel's tensors that launches and
+    returns nothing ((dst, src) for a pair family's: a copy, a reduce store), and what the
+    dispatcher (`runtime.dispatch.Dispatch`) may do with it:
 
-- `checks_arguments`: its compiled function raises TypeError/ValueError on a tensor it was not
-  built for (dtype, shape, strides, alignment, device), before it launches, so it may be tried
-  first. Set by `guarded_launcher` (True through TVM-FFI, False on the plain path), copied onto a
-  wrapper by `api.copy_views.restrided` and `reduce.call.ReduceKernel.launcher`; read by
-  `runtime.dispatch.CopyDispatch.copy_` (the streak to FAST) and `CopyDispatch.guard`.
-- `shape_generic`: one kernel for every shape of its class, so it takes any extents and strides
-  and is pinned to the shape its last lookup checked. Set by `copy_launcher`,
-  `reduce.launch.reduce_launcher`, `api.copy_views.restrided` (True) and
-  `reduce.call.ReduceKernel.launcher`; read by `CopyDispatch.copy_`.
-- `moves_nothing`: an empty copy's, whose tensors' addresses do not matter. Set on
-  `api.copy_views.copy_nothing`; read by `CopyDispatch.copy_` (no address check).
-- `any_address`: it takes any base address (torch's op serves the call). Set on
-  `api.copy_views.torch_copy`, `api.copy_views.driver_launcher`'s and
-  `reduce.call.torch_launcher`'s; read by `CopyDispatch.copy_` (no address check).
-- `compiled`: the `CompiledKernel` it calls (how it was built: compile time, from the disk cache
-  or not). Set by `guarded_launcher` on its TVM-FFI path; read by `bench.hostcost`.
-"""
+    - `checks_arguments`: its compiled function raises TypeError/ValueError on a tensor it was
+      not built for (dtype, shape, strides, alignment, device) before it launches: it may be
+      tried first (TVM-FFI's functions; `guarded_launcher` says which).
+    - `shape_generic`: one kernel for every shape of its class: it takes any extents and strides,
+      so it is pinned to the shape its last lookup checked.
+    - `moves_nothing`: an empty call's; its tensors' addresses do not matter.
+    - `any_address`: it takes any base address (torch's op serves the call).
+    - `compiled`: the `CompiledKernel` it calls, where one was built through TVM-FFI (compile
+      time, from the disk cache or not: what `bench.hostcost` reads).
+
+    Calling the record calls `launch`; the dispatcher's hot path reads `launch` once and calls it
+    directly. A wrapper keeps what it wraps claims with `dataclasses.replace(launcher,
+    launch=...)`."""
+
+    launch: Callable[..., None]
+    checks_arguments: bool = False
+    shape_generic: bool = False
+    moves_nothing: bool = False
+    any_address: bool = False
+    compiled: CompiledKernel | None = None
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        self.launch(*tensors)
+
+
+def _launch_nothing(*tensors: object) -> None:
+    """An empty call: no element to move (as torch's ops on empty tensors)."""
+
+
+NOTHING = Launcher(_launch_nothing, moves_nothing=True)  # the launcher of an empty call
 
 
 @functools.cache
@@ -295,8 +309,8 @@ def copy_launcher(
     device: str,
     shape_generic: bool = False,
 ) -> Launcher:
-    """A callable (src, dst) for one copy configuration on one device (its hang-guard words live
-    there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
+    """The `Launcher` (dst, src) of one copy configuration on one device (its hang-guard words
+    live there), compiled once (`tensor_shape`: called with compact tensors of this shape, viewed as
     the plan's rows). Through the DSL's TVM-FFI path when `apache-tvm-ffi` is installed (torch
     tensors passed directly, torch's current stream taken by the compiled function itself, the
     compiled function kept on disk); otherwise the plain path. A TVM-FFI launcher's
@@ -308,7 +322,7 @@ def copy_launcher(
     each new shape (`plan.check_copy_shape`) before it launches."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
-    launch = guarded_launcher(
+    launcher = guarded_launcher(
         lambda tvm_ffi: compile_copy(
             copy,
             tvm_ffi=tvm_ffi,
@@ -317,36 +331,44 @@ def copy_launcher(
             shape_generic=shape_generic and tvm_ffi,
         ),
         device,
+        dst_first=True,
     )
-    launch.shape_generic = shape_generic
-    return launch
+    return replace(launcher, shape_generic=shape_generic)
 
 
-def guarded_launcher(compile_for: Callable[[bool], CompiledKernel], device: str) -> Launcher:
-    """A callable (tensor, ...) around the kernel `compile_for(tvm_ffi)` compiles, its hang-guard
-    words on `device`, passed after the tensors. Through the DSL's TVM-FFI path when
-    `apache-tvm-ffi` is installed: torch tensors passed directly, torch's current stream taken by
-    the compiled function, which checks every argument against what it was compiled for
-    (`checks_arguments` True); otherwise the plain path (each tensor converted by DLPack, the
-    stream read from torch, on the first tensor's device)."""
+def guarded_launcher(
+    compile_for: Callable[[bool], CompiledKernel], device: str, dst_first: bool = False
+) -> Launcher:
+    """The `Launcher` of the kernel `compile_for(tvm_ffi)` compiles, its hang-guard words on
+    `device`, passed after the tensors (`dst_first`: the launcher takes (dst, src), as a pair
+    family's calls do, and passes them to a kernel compiled for (src, dst)). Through the DSL's
+    TVM-FFI path when `apache-tvm-ffi` is installed: torch tensors passed directly, torch's
+    current stream taken by the compiled function, which checks every argument against what it
+    was compiled for (`checks_arguments`); otherwise the plain path (each tensor converted by
+    DLPack, the stream read from torch, on the first tensor's device)."""
     guard = new_guard(device)
     if not tvm_ffi_available():
         import torch
 
         plain, cute_guard = compile_for(False), to_cute_tensor(guard)
 
-        def launch(*tensors: torch.Tensor) -> None:
+        def launch_plain(*tensors: torch.Tensor) -> None:
             with torch.cuda.device(tensors[0].device):
                 plain(*map(to_cute_tensor, tensors), cute_guard, current_stream())
 
-        launch.checks_arguments = False
-        return launch
+        if dst_first:
+            return Launcher(lambda dst, src: launch_plain(src, dst))
+        return Launcher(launch_plain)
     compiled = compile_for(True)
     function = compiled.function
+    if dst_first:
 
-    def launch(*tensors: torch.Tensor) -> None:
-        function(*tensors, guard)
+        def launch(dst: torch.Tensor, src: torch.Tensor) -> None:
+            function(src, dst, guard)
 
-    launch.compiled = compiled  # how it was built (compile time, from the disk cache or not)
-    launch.checks_arguments = True
-    return launch
+    else:
+
+        def launch(*tensors: torch.Tensor) -> None:
+            function(*tensors, guard)
+
+    return Launcher(launch, checks_arguments=True, compiled=compiled)
