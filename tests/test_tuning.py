@@ -1,8 +1,12 @@
 """The measured thresholds' table (`tmakit.plan.tuning`): every entry names committed results that
-exist, and every module that decides by a threshold reads the table's own object."""
+exist, and every module that decides by a threshold reads the table's own object; the probe that
+would measure the defaults the table does not hold plans its cases on the CPU."""
 
 import importlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -41,3 +45,25 @@ def test_each_threshold_is_what_its_module_reads(name):
 def test_each_threshold_says_what_it_decides_and_why(name):
     entry = TUNING[name]
     assert entry.decides.strip() and entry.why.strip()
+
+
+def test_the_defaults_probe_plans_its_cases_on_the_cpu():
+    """benchmarks/probes/copy_defaults.py, which measures the defaults no committed results compare,
+    as the lead runs it: its dry run resolves every default it studies (a renamed one fails here)
+    and lists every group."""
+    probe = ROOT / "benchmarks" / "probes" / "copy_defaults.py"
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(probe), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for group in ("copy-tile-fp16", "transpose-ring", "rows-view-small", "rows-ring"):
+        assert f"\n{group}: " in done.stdout
+    assert "tmakit.rows.plan.DEFAULT_ROW_STAGES = " in done.stdout

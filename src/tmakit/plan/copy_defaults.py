@@ -8,25 +8,38 @@ from ..config import DTYPES, ROW_VIEW_WIDTHS, rows_view
 from ..limits import MAX_BOX_EXTENT
 from .tuning import TUNING
 
-# The defaults, as measured on the H200 (docs/results.md): 16 rows of 512 bytes for a copy of
-# one layout (8 KiB beat 32 KiB tiles from 1 MiB to 2 GiB but for 16 MiB); 32 KiB tiles for a
-# layout-changing copy, 128 x 128 for 2-byte types; about 64 KiB of loads in flight per block,
-# at least 4 stages (8 stages of 8 KiB beat 16).
-COPY_TILE_ROWS = 16
+# A copy of one layout: tiles of `COPY_TILE_ROWS` rows (measured: `plan.tuning`), each row
+# `COPY_TILE_ROW_BYTES` (the box limit caps the columns). The row bytes are not in the committed
+# results: only fp16 tiles were compared, whose 512-byte rows are also the box's 256 elements
+# (benchmarks/probes/copy_defaults.py compares 4-byte types' rows).
+COPY_TILE_ROWS: int = TUNING["COPY_TILE_ROWS"].value
 COPY_TILE_ROW_BYTES = 512
-TRANSPOSE_TILE_BYTES = 32 * 1024
+# A layout-changing copy: tiles of `TRANSPOSE_TILE_BYTES` (measured: `plan.tuning`), their rows by
+# element size. 1-byte types take 128, the fewest a layout change allows (both extents whole
+# 128-byte multiples: `CopyPlan`); 2-byte types 128 and wider ones 64, never compared with other
+# rows of the same bytes (benchmarks/probes/copy_defaults.py does).
+TRANSPOSE_TILE_BYTES: int = TUNING["TRANSPOSE_TILE_BYTES"].value
+TRANSPOSE_TILE_ROWS = {1: 128, 2: 128, 4: 64, 8: 64}
+# The ring: about `BYTES_IN_FLIGHT` of loads in flight per block, at least `MIN_STAGES` stages, and
+# half as many TMA stores in flight, at least `MIN_STORES_IN_FLIGHT` (the newest store may still
+# read its stage while the consumer moves on). Chosen on earlier H200 runs that the committed
+# results no longer hold (benchmarks/probes/copy_defaults.py measures them).
 BYTES_IN_FLIGHT = 64 * 1024
 MIN_STAGES = 4
+MIN_STORES_IN_FLIGHT = 2
 # A ring of tiny tiles stays this deep: each stage is unrolled at compile time, and past this many
 # the loads in flight are bounded by their count, not their bytes.
 MAX_DEFAULT_STAGES = 32
-MIN_STORES_IN_FLIGHT = 2
+# The warps that transpose each stage: the mapping serves any count (`TransposeMapping`); four is a
+# choice no run has compared, and no copy option reaches it.
 TRANSPOSE_CONSUMER_WARPS = 4
 # A layout-changing copy of fewer default tiles than SMs takes smaller ones, by element size where
 # measured (`plan.tuning`).
 SMALL_TRANSPOSE_TILES: dict[int, tuple[int, int]] = TUNING["SMALL_TRANSPOSE_TILES"].value
 # A compact copy's rows view: tiles of 32 KiB while that leaves at least 4 tiles per SM, else
-# halved down to 4 KiB, so that small copies still reach every SM.
+# halved down to 4 KiB, so that small copies still reach every SM. Not in the committed results
+# (the view was measured at these tiles only, against the tensors' own: `ROWS_BEYOND_L2`);
+# benchmarks/probes/copy_defaults.py measures them.
 ROWS_VIEW_TILE_BYTES = 32 * 1024
 ROWS_VIEW_MIN_TILE_BYTES = 4 * 1024
 ROWS_VIEW_TILES_PER_SM = 4
@@ -68,7 +81,7 @@ def copy_tile(dtype_name: str, transpose: bool = False) -> tuple[int, int]:
     """The copy's default tile for a strided tensor (the box limit caps the columns)."""
     nbytes = DTYPES[dtype_name].nbytes
     if transpose:
-        rows = 128 if nbytes <= 2 else 64
+        rows = TRANSPOSE_TILE_ROWS[nbytes]
         return rows, min(MAX_BOX_EXTENT, TRANSPOSE_TILE_BYTES // (rows * nbytes))
     return COPY_TILE_ROWS, min(MAX_BOX_EXTENT, COPY_TILE_ROW_BYTES // nbytes)
 

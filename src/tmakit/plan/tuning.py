@@ -4,7 +4,9 @@ its value, what it decides, why this value, the module that reads it, and the co
 (`benchmarks/results/FILE`, a key path inside it) that justify it; tests/test_tuning.py resolves
 every key path and checks that each module reads its value from here.
 
-A new run of a study that moves a threshold changes its entry here, and nothing else.
+A new run of a study that moves a threshold changes its entry here, and nothing else. A default
+that no committed results compare stays in its module, saying so, until a run does
+(benchmarks/probes/copy_defaults.py measures the copy's and the rows ring's).
 """
 
 from __future__ import annotations
@@ -98,6 +100,31 @@ TUNING: dict[str, Tuned] = {
         ),
         used_by="tmakit.plan.copy_defaults",
         results=(Results("transpose.json", ("parts", "small-tiles")),),
+    ),
+    "COPY_TILE_ROWS": Tuned(
+        value=16,
+        decides="the rows of a same-layout copy's default tile (rows of `COPY_TILE_ROW_BYTES`)",
+        why=(
+            "H100, fp16 past the L2: 16 x 256 tiles 188.5 and 737.5 us at 256 MiB and 1 GiB, 32 x 256 188.9 "
+            "and 739.8 (eagerly 189.1, 738.2 against 189.4, 740.2): level, at half the bytes a stage. Fewer "
+            "rows, and copies within the L2, not measured."
+        ),
+        used_by="tmakit.plan.copy_defaults",
+        results=(Results("copy.json", ("parts", "options")),),
+    ),
+    "TRANSPOSE_TILE_BYTES": Tuned(
+        value=32 * 1024,
+        decides="the bytes of a layout-changing copy's default tile (its rows by element size)",
+        why=(
+            "H100, fp16: 128 x 128 tiles (32 KiB) 12.51 us at 16 MiB against 13.08-13.32 with 16 and 8 KiB "
+            "tiles; 190.7 and 750.9 us at 256 MiB and 1 GiB against 200.3 and 790.8 with 64 x 128. Larger "
+            "tiles and other element sizes not measured."
+        ),
+        used_by="tmakit.plan.copy_defaults",
+        results=(
+            Results("transpose.json", ("parts", "small-tiles")),
+            Results("copy.json", ("parts", "route", "rows")),
+        ),
     ),
     "STAGE_TARGET_BYTES": Tuned(
         value=32 * 1024,

@@ -61,6 +61,9 @@ ROW_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
 REDUCE_ROW_OPS = tuple(ROW_REDUCE_DTYPES)
 # Wrapping adds are the same bits signed or unsigned: an int64 add is the bulk reduce's u64 add.
 ROW_ADD_AS = {"int64": "uint64"}
+# The ring's depth (a call takes the deepest up to this that fits: `rows.call`): a choice the
+# committed results hold no comparison for, unlike the grouped copy's `DEFAULT_MANY_STAGES`
+# (benchmarks/probes/copy_defaults.py measures it).
 DEFAULT_ROW_STAGES = 4
 MAX_INDEX_ENTRIES = MAX_DEVICE_INT  # the kernel's entry count is a 32-bit integer
 
