@@ -508,7 +508,7 @@ def test_a_repeated_tma_call_reads_no_route_and_no_device_again(as_gpu, torch, m
     for module in (api_reduce, reduce_call):  # each reads its own
         for name in ("reduce_route", "pair_facts"):
             monkeypatch.setattr(module, name, not_again)
-    for name in ("device_facts", "plan_reduce", "class_launcher"):  # the planner's
+    for name in ("device_facts", "decide_reduce", "class_launcher"):  # the planner's
         monkeypatch.setattr(reduce_call, name, not_again)
     for _ in range(3):
         tmakit.add_(dst, src)

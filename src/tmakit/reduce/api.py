@@ -29,7 +29,6 @@ from ..plan.route import Route, torch_route
 from ..runtime.dispatch import CallTable, Dispatch
 from ..validate import flag
 from .call import (
-    TMA_KERNEL_PATHS,
     check_reduce_arguments,
     check_reduce_options,
     reduce_decision,
@@ -40,7 +39,7 @@ from .call import (
     torch_fallback,
     torch_reduce,
 )
-from .plan import ReducePlan, chosen_kernel, reduce_route
+from .plan import TMA_KERNEL_PATHS, ReducePlan, chosen_kernel, reduce_route
 
 if TYPE_CHECKING:
     import torch

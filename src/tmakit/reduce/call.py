@@ -20,26 +20,18 @@ from ..api.tensors import (
     import_torch,
     pair_facts,
 )
-from ..config import DTYPES, LoadConfig, dtype_of, major_of
+from ..config import LoadConfig, dtype_of, major_of
 from ..errors import TmaConfigError, TorchOpError
-from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
-from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan import CopyOptions, check_copy_shape, check_reduce, copy_destination
 from ..plan.route import PairFacts, Route, torch_route
 from ..runtime.dispatch import Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
 from ..runtime.launch import NOTHING, Launcher, tvm_ffi_available
-from ..validate import check_rank
 from .launch import class_launcher, reduce_launcher
 from .plan import (
-    RING_REASON,
-    TMA_KERNEL_PATHS,
     ReduceDecision,
     ReducePlan,
     decide_reduce,
-    moved_bytes,
-    plan_reduce_class,
-    reduce_kernel,
-    reduce_plan,
     reduce_route,
 )
 
@@ -180,36 +172,12 @@ def plan_reduce_call(
     reduce_by: str | None = None,
     on: tuple[int, int] | None = None,
 ) -> tuple[Route, ReduceKernel | None]:
-    """A new call's checks in full: the tensors, the route (for 16-byte aligned bases: each call
-    checks its own) and a TMA route's kernel (None on torch's and the empty path) on the kernel
-    `reduce_by` chose or the rule gives (`reduce.plan.reduce_kernel`). A TMA route the planner
-    refuses becomes torch's, with the planner's reason, unless the refusal is of options the
-    caller chose (a `reduce_by` among them). Where the rule's ring cannot take the call, reduce
-    stores do. `on`: plan the route TMA would take (no rule of the L2) on a GPU of these (SM
-    count, L2 bytes), the tensors read as on its device 0 (`check_reduce_options`)."""
-    facts = checked_facts(dst, src, op, strict, on_device_0=on is not None)
-    l2_bytes = None if on is not None or facts.src.device < 0 else device_facts(dst.device)[1]
-    route = reduce_route(facts, op, l2_bytes, reduce_by, strict)
-    kernel = None
-    if route.path in TMA_KERNEL_PATHS:
-        by = reduce_kernel(reduce_by, reduce_op(op), facts.src.dtype, moved_bytes(facts), l2_bytes)
-        kernel, error = planned_or_refused(dst, src, route, op, copy_options, by, on)
-        if kernel is None and reduce_by is None and by == "ring":
-            # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
-            # stage): reduce stores serve it
-            route, by = replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
-            kernel, error = planned_or_refused(dst, src, route, op, copy_options, by, on)
-        if kernel is None:
-            if strict or reduce_by is not None:  # what the call asked for is refused, naming why
-                raise error
-            if copy_options != _DEFAULT_REDUCE_OPTIONS and serves_by_default(dst, src, route, op, by, on):
-                raise TmaConfigError(
-                    f"{error} (with the default options TMA serves these tensors: leave the options out)"
-                ) from error
-            route = torch_route(op, str(error))
-    if route.path == "torch" and strict:
-        raise strict_refusal(route)
-    return route, kernel
+    """A new call's route and, on a TMA route, its kernel (not compiled yet): `reduce_decision`,
+    the one decision `reduce_path` and `tmakit plan`/`explain --kernel reduce` read."""
+    decision = reduce_decision(dst, src, op, copy_options, strict, reduce_by, on)
+    if decision.plan is None:
+        return decision.route, None
+    return decision.route, reduce_kernel_of(decision, dst, src, specialised(on))
 
 
 def reduce_decision(
@@ -219,56 +187,57 @@ def reduce_decision(
     copy_options: CopyOptions,
     strict: bool,
     reduce_by: str | None = None,
+    on: tuple[int, int] | None = None,
 ) -> ReduceDecision:
-    """What a new call decides, compiling nothing (`reduce_path`'s): the tensors checked as
-    `plan_reduce_call` checks them, then the pure decision (`reduce.plan.decide_reduce`) on their
-    facts at address 0 (each call checks its own), on their GPU (SM count and L2; off a GPU, as
-    on a Hopper GPU, with no rule of the L2) where the planner plans the class, else
-    `plan_reduce_call`'s route (a kernel for this shape). A strict call's torch route raises."""
-    if not tvm_ffi_available():
-        return ReduceDecision(plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)[0])
-    facts = checked_facts(dst, src, op, strict)
+    """What a new call decides, compiling nothing: the tensors checked (`checked_facts`), then
+    the pure decision (`reduce.plan.decide_reduce`) on their facts at address 0 (each call checks
+    its own), on their GPU (SM count and L2; off a GPU, as on a Hopper GPU, with no rule of the
+    L2): the class's plan where TVM-FFI compiles shape-generic kernels, else this shape's. `on`:
+    plan the route TMA would take (no rule of the L2) on a GPU of these (SM count, L2 bytes), the
+    tensors read as on its device 0 (`check_reduce_options`). A strict call's torch route raises."""
+    facts = checked_facts(dst, src, op, strict, on_device_0=on is not None)
     on_gpu = facts.src.device >= 0
-    device = device_facts(src.device) if on_gpu else HOPPER
-    l2_rule = device[1] if on_gpu else None
+    device = on or (device_facts(src.device) if on_gpu else HOPPER)
+    l2_rule = device[1] if on is None and on_gpu else None
     decision = decide_reduce(
-        facts, op, copy_options, device, l2_rule, reduce_by, strict, check_shape=check_copy_shape
+        facts, op, copy_options, device, l2_rule, reduce_by, strict, check_copy_shape, specialised(on)
     )
     if decision.route.path == "torch" and strict:
         raise strict_refusal(decision.route)
     return decision
 
 
-def planned_or_refused(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    route: Route,
-    op: str,
-    options: CopyOptions,
-    kernel: str,
-    on: tuple[int, int] | None = None,
-) -> tuple[ReduceKernel | None, TmaConfigError | None]:
-    """(the planned kernel, None), or (None, the planner's refusal)."""
-    try:
-        return plan_reduce(dst, src, route, op, options, kernel, on), None
-    except TmaConfigError as error:
-        return None, error
+def specialised(on: tuple[int, int] | None) -> bool:
+    """Whether a call's kernel is planned for its exact shape: the plain launch path (no TVM-FFI)
+    on the tensors' own GPU (`on`: a plan for another GPU checks the class's rules)."""
+    return on is None and not tvm_ffi_available()
 
 
-def serves_by_default(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    route: Route,
-    op: str,
-    kernel: str = "store",
-    on: tuple[int, int] | None = None,
-) -> bool:
-    """Whether the planner takes this TMA route with the default options, on `kernel`."""
-    try:
-        plan_reduce(dst, src, route, op, _DEFAULT_REDUCE_OPTIONS, kernel, on)
-    except TmaConfigError:
-        return False
-    return True
+def reduce_kernel_of(
+    decision: ReduceDecision, dst: torch.Tensor, src: torch.Tensor, specialised: bool
+) -> ReduceKernel:
+    """The kernel of a TMA decision on these tensors: the plan, the destination's layout where it
+    is not the source's, and the strides each tensor is launched with (the route's view, or the
+    strides a class pins; None: the tensor as it is)."""
+    route, reduce = decision.route, decision.plan
+    as_view = route.view is not None
+    if as_view:
+        shape, src_strides, dst_strides = route.view
+    else:
+        shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    device = str(src.device)
+    if specialised:
+        config = reduce.copy.load.config
+        destination = LoadConfig(shape, config.dtype, config.tile, 0, dst_major, dst_strides)
+        same_layout = config.element_strides == destination.element_strides
+        views = (src_strides, dst_strides) if as_view else (None, None)
+        return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
+    fixed_src, fixed_dst = decision.fixed
+    if as_view:
+        fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
+    destination = copy_destination(reduce.copy) if src_major != dst_major else None
+    return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
 
 
 def strict_refusal(route: Route) -> TmaConfigError:
@@ -315,58 +284,6 @@ def check_no_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
     (`runtime.dispatch.check_no_partial_overlap`); disjoint slices of one tensor pass."""
     if dst.numel():
         dispatch_overlap_check(dst, src, tuple(src.shape), src.stride(), dst.stride())
-
-
-def plan_reduce(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    route: Route,
-    op: str,
-    options: CopyOptions = _DEFAULT_REDUCE_OPTIONS,
-    kernel: str = "store",
-    on: tuple[int, int] | None = None,
-) -> ReduceKernel:
-    """Check a TMA route's layouts (the copy's rules, on the route's view where it has one) and
-    plan its kernel: the shape-generic class's where TVM-FFI is installed (`reduce.plan.reduce_class`,
-    this shape checked by `plan.check_copy_shape`), else a kernel for this shape. Compiles
-    nothing. `options`: `reduce_options`; `kernel`: one of `reduce.plan.REDUCE_KERNELS`; `on`:
-    the (SM count, L2 bytes) of the GPU planned for, the class's path (None: the tensors' GPU)."""
-    dtype = dtype_of(src.dtype)
-    nbytes = DTYPES[dtype].nbytes
-    sm_count, l2_bytes = device_facts(src.device) if on is None else on
-    if route.view is None:
-        shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
-    else:
-        shape, src_strides, dst_strides = route.view
-    check_rank(len(shape))
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
-    transpose = src_major != dst_major
-    tile = options.default_tile(dtype, transpose, None, sm_count)
-    fits_l2 = copy_fits_l2(src.numel() * nbytes, l2_bytes)
-    device = str(src.device)
-    as_view = route.view is not None  # launched on views of these strides
-    if on is None and not tvm_ffi_available():
-        source = LoadConfig(shape, dtype, tile, 0, src_major, src_strides)
-        destination = LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides)
-        LoadPlan(destination)  # its strides and the tile, checked as the source's are
-        copy = options.plan(LoadPlan(source), transpose, sm_count, fits_l2)
-        reduce = reduce_plan(copy, op, kernel, options.stages is not None)
-        same_layout = source.element_strides == destination.element_strides
-        views = (src_strides, dst_strides) if as_view else (None, None)
-        return ReduceKernel(reduce, None if same_layout else destination, False, device, shape, *views)
-    reduce, fixed_src, fixed_dst = plan_reduce_class(
-        (shape, src_strides, dst_strides),
-        str(src.dtype).removeprefix("torch."),
-        op,
-        options,
-        kernel,
-        (sm_count, l2_bytes),
-        check_copy_shape,  # this module's name: what the call checks the shape with
-    )
-    if as_view:
-        fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
-    destination = copy_destination(reduce.copy) if transpose else None
-    return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
 
 
 # torch's own op for each reduce, as its messages name it (`torch_reduce` runs them).

@@ -36,12 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import DTYPES, contiguous_index, dtype_of, major_of, rows_view
+from ..config import DTYPES, LoadConfig, contiguous_index, dtype_of, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import GLOBAL_BASE_ALIGN
 from ..plan.copy import CopyOptions, CopyPlan
 from ..plan.copy_class import check_copy_shape, copy_class
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
+from ..plan.load import LoadPlan
 from ..plan.reduce_ops import REDUCE_DTYPES, check_reduce, reduce_op
 from ..plan.ring import check_stages, stages_fitting
 from ..plan.route import (
@@ -321,6 +322,7 @@ def decide_reduce(
     reduce_by: str | None = None,
     strict: bool = False,
     check_shape: Callable[..., Any] | None = None,
+    specialised: bool = False,
 ) -> ReduceDecision:
     """The decision of `dst = dst op src` on `facts`' tensors with `options` (a reduce's
     `CopyOptions`: no as_rows or bulk) on a GPU of `device` = (SM count, L2 bytes). Options given
@@ -334,7 +336,9 @@ def decide_reduce(
     refused (a strict call, a `reduce_by`, options TMA takes the tensors without): TmaConfigError.
     A torch route is returned as it is, strict or not (the call's strict refusal is its own).
     The addresses are read as given: the call plans at 0 and checks each call's own.
-    `check_shape`: the shape's check (None: `plan.check_copy_shape`; the call passes its own)."""
+    `check_shape`: the shape's check (None: `plan.check_copy_shape`; the call passes its own).
+    `specialised`: the reduce planned for this exact shape and these strides (`plan_reduce_shape`:
+    where no shape-generic kernel can be compiled) instead of its class."""
     op = reduce_op(op)
     if options != CopyOptions():
         at_zero = dataclasses.replace(
@@ -343,8 +347,8 @@ def decide_reduce(
             src=dataclasses.replace(facts.src, address=0),
         )
         # the planner's refusal, raised
-        decided(at_zero, op, options, device, None, reduce_by, False, check_shape)
-    return decided(facts, op, options, device, l2_rule, reduce_by, strict, check_shape)
+        decided(at_zero, op, options, device, None, reduce_by, False, check_shape, specialised)
+    return decided(facts, op, options, device, l2_rule, reduce_by, strict, check_shape, specialised)
 
 
 def decided(
@@ -356,24 +360,26 @@ def decided(
     reduce_by: str | None,
     strict: bool,
     check_shape: Callable[..., Any] | None = None,
+    specialised: bool = False,
 ) -> ReduceDecision:
     """`decide_reduce`'s decision on one route (`reduce_route` with `l2_rule`), options unchecked
-    before it: what `reduce.call.plan_reduce_call` decides on the class's path."""
+    before it."""
     route = reduce_route(facts, op, l2_rule, reduce_by, strict)
     if route.path not in TMA_KERNEL_PATHS:
         return ReduceDecision(route)
     by = reduce_kernel(reduce_by, op, facts.src.dtype, moved_bytes(facts), l2_rule)
-    planned, error = class_or_refused(facts, route, op, options, by, device, check_shape)
+    planner = plan_reduce_shape if specialised else plan_reduce_class
+    planned, error = planned_or_refused(planner, facts, route, op, options, by, device, check_shape)
     if planned is None and reduce_by is None and by == "ring":
         # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
         # stage): reduce stores serve it
         route, by = dataclasses.replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
-        planned, error = class_or_refused(facts, route, op, options, by, device, check_shape)
+        planned, error = planned_or_refused(planner, facts, route, op, options, by, device, check_shape)
     if planned is not None:
         return ReduceDecision(route, planned[0], planned[1:])
     if strict or reduce_by is not None:  # what the call asked for is refused, naming why
         raise error
-    defaults = class_or_refused(facts, route, op, CopyOptions(), by, device, check_shape)
+    defaults = planned_or_refused(planner, facts, route, op, CopyOptions(), by, device, check_shape)
     if options != CopyOptions() and defaults[0] is not None:
         raise TmaConfigError(
             f"{error} (with the default options TMA serves these tensors: leave the options out)"
@@ -381,7 +387,8 @@ def decided(
     return ReduceDecision(torch_route(op, str(error)))
 
 
-def class_or_refused(
+def planned_or_refused(
+    planner: Callable[..., tuple[ReducePlan, Any, Any]],
     facts: PairFacts,
     route: Route,
     op: str,
@@ -390,10 +397,10 @@ def class_or_refused(
     device: tuple[int, int],
     check_shape: Callable[..., Any] | None = None,
 ) -> tuple[tuple[ReducePlan, Any, Any] | None, TmaConfigError | None]:
-    """(`plan_reduce_class`'s plan and strides, None), or (None, the planner's refusal)."""
+    """(`planner`'s plan and strides, None), or (None, the planner's refusal)."""
     view = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
     try:
-        return plan_reduce_class(view, facts.src.dtype, op, options, kernel, device, check_shape), None
+        return planner(view, facts.src.dtype, op, options, kernel, device, check_shape), None
     except TmaConfigError as error:
         return None, error
 
@@ -430,3 +437,30 @@ def plan_reduce_class(
         reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
     )
     return reduce, fixed_src, fixed_dst
+
+
+def plan_reduce_shape(
+    view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+    torch_dtype: str,
+    op: str,
+    options: CopyOptions,
+    kernel: str,
+    device: tuple[int, int],
+    check_shape: Callable[..., Any] | None = None,
+) -> tuple[ReducePlan, tuple[int, ...], tuple[int, ...]]:
+    """`plan_reduce_class`'s counterpart for a kernel of this exact shape and these strides (the
+    plain launch path, without TVM-FFI): the plan, and the strides its launch passes (the view's
+    own). The source's and the destination's tensor maps are checked as a load's are.
+    `check_shape` is unused: a specialised plan checks the shape whole. Compiles nothing."""
+    shape, src_strides, dst_strides = view
+    dtype = dtype_of(torch_dtype)
+    sm_count, l2_bytes = device
+    check_rank(len(shape))
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    tile = options.default_tile(dtype, transpose, None, sm_count)
+    fits_l2 = copy_fits_l2(math.prod(shape) * DTYPES[dtype].nbytes, l2_bytes)
+    LoadPlan(LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides))  # checked as the source's
+    copy = options.plan(LoadPlan(LoadConfig(shape, dtype, tile, 0, src_major, src_strides)), transpose,
+                        sm_count, fits_l2)  # fmt: skip
+    return reduce_plan(copy, op, kernel, options.stages is not None), src_strides, dst_strides
