@@ -5,7 +5,7 @@ and reason), or all three refuse.
 
 The call runs on CPU tensors standing in for an H200's (`stand_ins.gpu_stand_ins`: its SMs and L2,
 launchers that launch nothing); what it takes is read where it decides (`api.copy.routed`, the
-driver's launcher, `reduce.call.plan_reduce_call`, the rows call's rule, im2col's placed call).
+driver's launcher, `reduce.call.reduce_decision`, the rows call's rule, im2col's placed call).
 The facts the CLI assumes (`cli.kernels.ASSUMED`: one GPU, aligned bases, tensors apart, no
 autograd, no capture) are what the drawn tensors are."""
 
@@ -338,22 +338,22 @@ def reduces(draw):
 @pytest.fixture
 def reducing_on_a_stand_in_h200(monkeypatch):
     """CPU tensors as an H200's, `reduce_into_` routed as on the GPU, the route its planner takes
-    recorded (`reduce.call.plan_reduce_call` on the tensors' GPU: not the options' check, which
+    recorded (`reduce.call.reduce_decision` on the tensors' GPU: not the options' check, which
     plans `on` a GPU named)."""
     gpu_stand_ins(monkeypatch)
     from tmakit.reduce import api as reduce_api
     from tmakit.reduce import call as reduce_call
 
     taken: list[tuple[str, str]] = []
-    plan_call = reduce_call.plan_reduce_call
+    decide = reduce_call.reduce_decision
 
-    def plan_seen(*args, **kwargs):
-        route, kernel = plan_call(*args, **kwargs)
+    def decision_seen(*args, **kwargs):
+        decision = decide(*args, **kwargs)
         if kwargs.get("on") is None and len(args) < 7:
-            taken.append((route.path, route.reason))
-        return route, kernel
+            taken.append((decision.route.path, decision.route.reason))
+        return decision
 
-    monkeypatch.setattr(reduce_call, "plan_reduce_call", plan_seen)
+    monkeypatch.setattr(reduce_call, "reduce_decision", decision_seen)
 
     def first_call() -> list[tuple[str, str]]:
         """No dispatch made yet (each drawn call a first call, as the CLI plans one), no route."""

@@ -468,14 +468,14 @@ def test_a_repeated_call_is_planned_once_and_a_changed_one_again(torch, monkeypa
     from tmakit.reduce import call as reduce_call
 
     planned = []
-    plan = reduce_call.plan_reduce_call
+    plan = reduce_call.reduce_decision
 
     def counted(*args, **kwargs):
         if "on" not in kwargs:  # the call's own planning, not its options' check
             planned.append(args[2:])
         return plan(*args, **kwargs)
 
-    monkeypatch.setattr(reduce_call, "plan_reduce_call", counted)
+    monkeypatch.setattr(reduce_call, "reduce_decision", counted)
     dst, src = torch.zeros(8, 8), torch.ones(8, 8)
     for _ in range(3):
         tmakit.add_(dst, src)

@@ -128,9 +128,10 @@ def measure_ops_host_cost() -> dict:
     }
     for launch in launches.values():
         launch()  # compiled now
-    # The add's compiled launch alone, as the copy's: what its call adds on top.
-    _, kernel = reduce.plan_reduce_call(dst, src, "add", CopyOptions(), strict=False)
-    add_launch = kernel.launcher().launch
+    # The add's compiled launch alone, as the copy's: what its call adds on top (the one launcher
+    # its dispatch found, for these tensors).
+    (add_launcher,) = reduce.reduce_dispatch("add", False, {}).launchers()
+    add_launch = add_launcher.launch
     launches["tmakit_add_compiled_launch_us"] = lambda: add_launch(dst, src)
     return host_costs_us(launches)
 

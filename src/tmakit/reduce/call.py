@@ -95,12 +95,12 @@ def routed_reduce_launcher(
     options' `as_rows`/`bulk` were refused before (`reduce_dispatch`)."""
     if options != _DEFAULT_REDUCE_OPTIONS:
         check_reduce_options(dst, src, op, options, reduce_by)
-    route, kernel = plan_reduce_call(dst, src, op, options, strict, reduce_by)
-    if route.path == "empty":
+    decision = reduce_decision(dst, src, op, options, strict, reduce_by)
+    if decision.route.path == "empty":
         return NOTHING
-    if kernel is None:
-        return torch_launcher(op, route.reason)
-    return kernel.launcher()
+    if decision.plan is None:
+        return torch_launcher(op, decision.route.reason)
+    return reduce_kernel_of(decision, dst, src, specialised(None)).launcher()
 
 
 def check_reduce_options(
@@ -112,7 +112,7 @@ def check_reduce_options(
     the call (`api.copy.check_options`'s rule, for a reduce)."""
     src_device = cuda_index(src)
     on_gpu = src_device >= 0 and cuda_index(dst) == src_device
-    plan_reduce_call(
+    reduce_decision(
         dst, src, op, options, False, reduce_by, on=device_facts(src.device) if on_gpu else HOPPER
     )
 
@@ -163,23 +163,6 @@ def checked_facts(
     return replace(read, dst=replace(read.dst, **placed), src=replace(read.src, **placed))
 
 
-def plan_reduce_call(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    op: str,
-    copy_options: CopyOptions,
-    strict: bool,
-    reduce_by: str | None = None,
-    on: tuple[int, int] | None = None,
-) -> tuple[Route, ReduceKernel | None]:
-    """A new call's route and, on a TMA route, its kernel (not compiled yet): `reduce_decision`,
-    the one decision `reduce_path` and `tmakit plan`/`explain --kernel reduce` read."""
-    decision = reduce_decision(dst, src, op, copy_options, strict, reduce_by, on)
-    if decision.plan is None:
-        return decision.route, None
-    return decision.route, reduce_kernel_of(decision, dst, src, specialised(on))
-
-
 def reduce_decision(
     dst: torch.Tensor,
     src: torch.Tensor,
@@ -189,7 +172,8 @@ def reduce_decision(
     reduce_by: str | None = None,
     on: tuple[int, int] | None = None,
 ) -> ReduceDecision:
-    """What a new call decides, compiling nothing: the tensors checked (`checked_facts`), then
+    """What a new call decides, compiling nothing (what `reduce_path`, `tmakit plan`/`explain
+    --kernel reduce` and the call's planner read): the tensors checked (`checked_facts`), then
     the pure decision (`reduce.plan.decide_reduce`) on their facts at address 0 (each call checks
     its own), on their GPU (SM count and L2; off a GPU, as on a Hopper GPU, with no rule of the
     L2): the class's plan where TVM-FFI compiles shape-generic kernels, else this shape's. `on`:

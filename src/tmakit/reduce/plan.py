@@ -330,15 +330,15 @@ def decide_reduce(
     so that whatever then serves the call, options its planner refuses raise. Then the route
     `reduce_route` gives (`l2_rule`: the L2 its measured rules read, None for tensors off a GPU;
     `reduce_by`: the kernel chosen; `strict`: no torch for speed) and, on a TMA route, the reduce
-    planned as the call plans it (`plan_reduce_class` on the route's view, on the kernel chosen or
+    planned as the call plans it (`plan_reduce_view` on the route's view, on the kernel chosen or
     `reduce_kernel`'s; where the rule's ring cannot take the call, reduce stores). A TMA route the
     planner refuses becomes torch's with the planner's words, unless what the call chose is
     refused (a strict call, a `reduce_by`, options TMA takes the tensors without): TmaConfigError.
     A torch route is returned as it is, strict or not (the call's strict refusal is its own).
     The addresses are read as given: the call plans at 0 and checks each call's own.
     `check_shape`: the shape's check (None: `plan.check_copy_shape`; the call passes its own).
-    `specialised`: the reduce planned for this exact shape and these strides (`plan_reduce_shape`:
-    where no shape-generic kernel can be compiled) instead of its class."""
+    `specialised`: the reduce planned for this exact shape and these strides, where no
+    shape-generic kernel can be compiled (`plan_reduce_view`), instead of its class."""
     op = reduce_op(op)
     if options != CopyOptions():
         at_zero = dataclasses.replace(
@@ -367,45 +367,36 @@ def decided(
     route = reduce_route(facts, op, l2_rule, reduce_by, strict)
     if route.path not in TMA_KERNEL_PATHS:
         return ReduceDecision(route)
+
+    def planned(options: CopyOptions, kernel: str) -> tuple[tuple | None, TmaConfigError | None]:
+        """(`plan_reduce_view`'s plan and strides, None), or (None, the planner's refusal)."""
+        view = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
+        try:
+            return plan_reduce_view(
+                view, facts.src.dtype, op, options, kernel, device, check_shape, specialised
+            ), None
+        except TmaConfigError as error:
+            return None, error
+
     by = reduce_kernel(reduce_by, op, facts.src.dtype, moved_bytes(facts), l2_rule)
-    planner = plan_reduce_shape if specialised else plan_reduce_class
-    planned, error = planned_or_refused(planner, facts, route, op, options, by, device, check_shape)
-    if planned is None and reduce_by is None and by == "ring":
+    plan, error = planned(options, by)
+    if plan is None and reduce_by is None and by == "ring":
         # the rule's ring cannot take the call (layouts that differ, a depth for one tile a
         # stage): reduce stores serve it
         route, by = dataclasses.replace(route, reason=route.reason.removesuffix(RING_REASON)), "store"
-        planned, error = planned_or_refused(planner, facts, route, op, options, by, device, check_shape)
-    if planned is not None:
-        return ReduceDecision(route, planned[0], planned[1:])
+        plan, error = planned(options, by)
+    if plan is not None:
+        return ReduceDecision(route, plan[0], plan[1:])
     if strict or reduce_by is not None:  # what the call asked for is refused, naming why
         raise error
-    defaults = planned_or_refused(planner, facts, route, op, CopyOptions(), by, device, check_shape)
-    if options != CopyOptions() and defaults[0] is not None:
+    if options != CopyOptions() and planned(CopyOptions(), by)[0] is not None:
         raise TmaConfigError(
             f"{error} (with the default options TMA serves these tensors: leave the options out)"
         ) from error
     return ReduceDecision(torch_route(op, str(error)))
 
 
-def planned_or_refused(
-    planner: Callable[..., tuple[ReducePlan, Any, Any]],
-    facts: PairFacts,
-    route: Route,
-    op: str,
-    options: CopyOptions,
-    kernel: str,
-    device: tuple[int, int],
-    check_shape: Callable[..., Any] | None = None,
-) -> tuple[tuple[ReducePlan, Any, Any] | None, TmaConfigError | None]:
-    """(`planner`'s plan and strides, None), or (None, the planner's refusal)."""
-    view = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
-    try:
-        return planner(view, facts.src.dtype, op, options, kernel, device, check_shape), None
-    except TmaConfigError as error:
-        return None, error
-
-
-def plan_reduce_class(
+def plan_reduce_view(
     view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
     torch_dtype: str,
     op: str,
@@ -413,11 +404,14 @@ def plan_reduce_class(
     kernel: str,
     device: tuple[int, int],
     check_shape: Callable[..., Any] | None = None,
+    specialised: bool = False,
 ) -> tuple[ReducePlan, tuple[int, ...] | None, tuple[int, ...] | None]:
-    """A TMA route's reduce of `view` = (shape, src strides, dst strides) on `torch_dtype`,
-    planned for its shape-generic class (`reduce_class`) on a GPU of `device` = (SM count, L2
-    bytes), this shape checked by `check_shape` (None: `plan.check_copy_shape`): the plan and
-    the strides the launch pins (None: any). TmaConfigError naming the first rule broken.
+    """A TMA route's reduce of `view` = (shape, src strides, dst strides) on `torch_dtype` on a
+    GPU of `device` = (SM count, L2 bytes), planned for its shape-generic class (`reduce_class`),
+    this shape checked by `check_shape` (None: `plan.check_copy_shape`): the plan and the strides
+    the launch pins (None: any). `specialised`: planned for this exact shape and these strides
+    (the plain launch path, without TVM-FFI; both tensor maps checked as a load's are), the
+    strides the launch passes the view's own. TmaConfigError naming the first rule broken.
     Compiles nothing."""
     shape, src_strides, dst_strides = view
     dtype = dtype_of(torch_dtype)
@@ -428,6 +422,11 @@ def plan_reduce_class(
     transpose = src_major != dst_major
     tile = options.default_tile(dtype, transpose, None, sm_count)
     fits_l2 = copy_fits_l2(math.prod(shape) * nbytes, l2_bytes)
+    if specialised:
+        LoadPlan(LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides))  # checked as the source's
+        source = LoadPlan(LoadConfig(shape, dtype, tile, 0, src_major, src_strides))
+        copy = options.plan(source, transpose, sm_count, fits_l2)
+        return reduce_plan(copy, op, kernel, options.stages is not None), src_strides, dst_strides
     rank = len(shape)
     reduce = reduce_class(
         options, op, dtype, rank, src_major, transpose, tile, sm_count, fits_l2, kernel=kernel
@@ -437,30 +436,3 @@ def plan_reduce_class(
         reduce.copy, shape, (src_strides, dst_strides), contiguous, nbytes
     )
     return reduce, fixed_src, fixed_dst
-
-
-def plan_reduce_shape(
-    view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
-    torch_dtype: str,
-    op: str,
-    options: CopyOptions,
-    kernel: str,
-    device: tuple[int, int],
-    check_shape: Callable[..., Any] | None = None,
-) -> tuple[ReducePlan, tuple[int, ...], tuple[int, ...]]:
-    """`plan_reduce_class`'s counterpart for a kernel of this exact shape and these strides (the
-    plain launch path, without TVM-FFI): the plan, and the strides its launch passes (the view's
-    own). The source's and the destination's tensor maps are checked as a load's are.
-    `check_shape` is unused: a specialised plan checks the shape whole. Compiles nothing."""
-    shape, src_strides, dst_strides = view
-    dtype = dtype_of(torch_dtype)
-    sm_count, l2_bytes = device
-    check_rank(len(shape))
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
-    transpose = src_major != dst_major
-    tile = options.default_tile(dtype, transpose, None, sm_count)
-    fits_l2 = copy_fits_l2(math.prod(shape) * DTYPES[dtype].nbytes, l2_bytes)
-    LoadPlan(LoadConfig(shape, dtype, tile, 0, dst_major, dst_strides))  # checked as the source's
-    copy = options.plan(LoadPlan(LoadConfig(shape, dtype, tile, 0, src_major, src_strides)), transpose,
-                        sm_count, fits_l2)  # fmt: skip
-    return reduce_plan(copy, op, kernel, options.stages is not None), src_strides, dst_strides
