@@ -123,13 +123,15 @@ def run_target(case: dict, launches: int) -> None:
 
     from tmakit import SEED
     from tmakit.bench.ncu import profiled_program
-    from tmakit.bench.pipeline import PipelineVariant
     from tmakit.check.inputs import make_input_tensor
     from tmakit.check.isolate import config_to_json
-    from tmakit.plan import DEFAULT_RELEASE, LoadPlan, MulticastPlan
+    from tmakit.cluster.plan import MulticastPlan
+    from tmakit.load.bench import PipelineVariant
+    from tmakit.load.launch import compile_pipelined_load
+    from tmakit.plan import DEFAULT_RELEASE, LoadPlan
     from tmakit.runtime.compile import to_cute_tensor
     from tmakit.runtime.device import current_stream
-    from tmakit.runtime.launch import compile_pipelined_load, max_active_clusters, new_guard
+    from tmakit.runtime.launch import max_active_clusters, new_guard
 
     sys.path.insert(0, str(LAB))
     from timeline.kernels import compile_cluster_ring

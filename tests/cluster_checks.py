@@ -8,7 +8,7 @@ import re
 from dataclasses import replace
 
 from tmakit import SEED, LoadConfig
-from tmakit.plan import MulticastPlan
+from tmakit.cluster.plan import MulticastPlan
 
 # Every GPU variant runs on these shapes; `test_larger_and_odd_clusters` runs a few cases of the
 # others (up to 8 CTAs, sizes that are not powers of two, slices at the swizzle's own alignment).

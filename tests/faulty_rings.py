@@ -8,12 +8,13 @@ from __future__ import annotations
 import cutlass.cute as cute
 
 from tmakit.kernels.copy import CopyKernel
-from tmakit.kernels.pipeline import PipelinedLoadKernel
 from tmakit.kernels.tile_ring import TileRing
+from tmakit.load.kernel import PipelinedLoadKernel
+from tmakit.load.launch import pipelined_load_arguments
 from tmakit.plan import CopyPlan, PipelinePlan
 from tmakit.plan.ring import CONSUMER
 from tmakit.runtime.compile import CompiledKernel, compile_kernel
-from tmakit.runtime.launch import copy_arguments, pipelined_load_arguments
+from tmakit.runtime.launch import copy_arguments
 
 
 class OverdeclaringRing(TileRing):

@@ -14,8 +14,8 @@ def gpu_stand_ins(monkeypatch) -> None:
     H200 whose launchers launch nothing."""
     import torch
 
-    from tmakit.api import load as api_load
     from tmakit.api import tensors as api_tensors
+    from tmakit.load import api as api_load
     from tmakit.reduce import call as api_reduce
     from tmakit.rows import call as api_rows
     from tmakit.runtime.dispatch import CallTable, Dispatch
@@ -33,7 +33,7 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
     monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr("tmakit.ops_base.check_traced", lambda op, **tensors: None)  # a pair's fake check
-    monkeypatch.setattr("tmakit.ops_tiles.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr("tmakit.load.op.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())

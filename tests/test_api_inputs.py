@@ -16,8 +16,8 @@ import pytest
 
 import tmakit
 from tmakit import TmaConfigError
-from tmakit.api import load as api_load
 from tmakit.api import tensors as api_tensors
+from tmakit.load import api as api_load
 from tmakit.reduce import call as api_reduce
 from tmakit.runtime.dispatch import Dispatch
 from tmakit.runtime.launch import Launcher

@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.runtime",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_base", "tmakit.ops_tiles"),
+    ("tmakit.ops", "tmakit.ops_base"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),
@@ -81,7 +81,6 @@ IMPURE_TMAKIT = (
     "tmakit.explain",
     "tmakit.ops",
     "tmakit.ops_base",
-    "tmakit.ops_tiles",
 )
 PURE_PARTS = ("plan", "model")  # a family's parts that are pure Python, as the pure layers
 # What a function may import: heavy optional dependencies (numpy is not one: it is a dependency and
@@ -291,7 +290,7 @@ def test_the_source_is_found_and_parsed():
     assert {"tmakit", "tmakit.cli", "tmakit.plan.ring", "tmakit.kernels.tma"} <= set(modules())
     assert any(e.target == "tmakit.plan.ring" and e.module == "tmakit.kernels.tile_ring" for e in imports())
     assert "tmakit.check.reference" in graph()["tmakit.check.run"]  # `from . import reference`
-    assert "tmakit.plan" in graph()["tmakit.kernels.pipeline"]  # `from ..plan.ring import ...`
+    assert "tmakit.plan" in graph()["tmakit.runtime.launch"]  # `from ..plan.ring import ...`
     assert family_packages() and all(package in modules() for package in family_packages())
     assert part_of("tmakit.rows.plan") == "plan" and family_of("tmakit.plan.ring") is None
 

@@ -6,9 +6,9 @@ import pytest
 
 from tmakit import CopyOptions, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.bench import ncu, report, suites
-from tmakit.bench.pipeline import PipelineVariant
 from tmakit.bench.report import BenchRow
 from tmakit.families import bench_shape
+from tmakit.load.bench import PipelineVariant
 from tmakit.reduce import bench as reduce_bench
 
 GIB = 2**30

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.plan import CLUSTER_SHAPES, ClusterDotPlan
+from tmakit.cluster.launch import compile_cluster_dot
+from tmakit.cluster.plan import CLUSTER_SHAPES, ClusterDotPlan
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_cluster_dot
 
 SEED_X = (8448, 1792)
 

@@ -13,10 +13,11 @@ import pytest
 from tmakit import TmaConfigError
 from tmakit.api import tensors as api_tensors
 from tmakit.config import LoadConfig
+from tmakit.load.launch import compile_tile_load
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.dispatch import Dispatch
-from tmakit.runtime.launch import Launcher, compile_copy, compile_tile_load
+from tmakit.runtime.launch import Launcher, compile_copy
 
 api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
@@ -200,7 +201,7 @@ def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
     with pytest.raises(TmaConfigError, match="a kernel compiled for one shape"):
         compile_copy(CopyOptions().plan(over, False, 132, False))
     with pytest.raises(TmaConfigError, match="a kernel compiled for one shape"):
-        from tmakit.runtime.launch import compile_pipelined_load
+        from tmakit.load.launch import compile_pipelined_load
 
         compile_pipelined_load(PipelinePlan(over, 2, persistent=True))
     LoadPlan(LoadConfig((2**28, 16), "uint8", (1, 16))).check_specialised()  # 2^32: exact on the H200

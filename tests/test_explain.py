@@ -8,8 +8,9 @@ import pytest
 from entry_point import ROOT, tmakit
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.cli import main
+from tmakit.cluster.plan import CLUSTER_SHAPES, MulticastPlan
 from tmakit.explain import explain, highlight_tile, to_text
-from tmakit.plan import CLUSTER_SHAPES, MulticastPlan, PipelinePlan
+from tmakit.plan import PipelinePlan
 
 
 def test_seed_facts(capsys):

@@ -5,9 +5,14 @@ a registry line and its docs: tests/test_toy_family.py."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
+
+import pytest
 
 import tmakit.families
+from tmakit import registry
 from tmakit.cli import build_parser
 from tmakit.families import Family, chosen, families, tabled_study
 
@@ -54,3 +59,27 @@ def test_a_tabled_study_is_one_row_a_part_under_its_context():
     document = study([("a", [1, 2]), ("b", [])], {"device": "x"})
     assert list(document) == ["study", "what", "extra", "context", "rows"]
     assert document["rows"] == [{"part": "a", "rows": 2}, {"part": "b", "rows": 0}]
+
+
+def test_every_name_the_core_reads_from_a_family_is_there():
+    """The core runs a family's piece by name (`registry.exporting(name, part)`: `verify` the load
+    family's verifications, `explain --cluster` the cluster family's section, the bench the rows of
+    --pipeline and --cluster): each name the source reads is in its part's `__all__`, so a rename
+    fails here on a CPU rather than on the GPU paths that read it."""
+    source = Path(tmakit.families.__file__).parents[1]
+    read = {
+        (name, part or "api")
+        for path in source.rglob("*.py")
+        for name, part in re.findall(r'registry\.exporting\("(\w+)"(?:, "(\w+)")?\)', path.read_text())
+    }
+    assert {("check_on_gpu", "check"), ("cluster_section", "explain"), ("pipeline_rows", "bench")} <= read
+    for name, part in sorted(read):
+        module = registry.exporting(name, part)
+        assert callable(getattr(module, name)) or name.isupper(), (name, part)
+
+
+def test_a_name_no_family_part_exports_is_refused():
+    with pytest.raises(LookupError, match="no family's check exports 'compile_tile_load'"):
+        registry.exporting("compile_tile_load", "check")  # the load family's launch part has it
+    with pytest.raises(ValueError, match="no family part is named 'checks'"):
+        registry.exporting("check_on_gpu", "checks")

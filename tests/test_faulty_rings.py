@@ -14,9 +14,10 @@ from faulty_rings import (
     compile_faulty_load,
 )
 from tmakit import SEED, LoadPlan
+from tmakit.load.launch import compile_pipelined_load
 from tmakit.plan import CopyPlan, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.launch import compile_copy, compile_pipelined_load
+from tmakit.runtime.launch import compile_copy
 
 # The plans test_gpu_pipeline runs the faulty rings on.
 HANG = PipelinePlan(LoadPlan(SEED), stages=3)

@@ -27,6 +27,7 @@ import pytest
 
 from tmakit import LoadConfig, LoadPlan, MulticastPlan, PipelinePlan, TmaConfigError
 from tmakit.check import sweep
+from tmakit.cluster.plan import CLUSTER_SHAPES
 from tmakit.config import DTYPES, padded_strides
 from tmakit.limits import (
     GLOBAL_STRIDE_ALIGN,
@@ -41,13 +42,13 @@ from tmakit.limits import (
     SMEM_PER_BLOCK,
     SWIZZLE_MODES,
 )
+from tmakit.load.launch import compile_tile_load
 from tmakit.many.plan import ManyPlan
-from tmakit.plan import CLUSTER_SHAPES, CopyOptions, CopyPlan, copy_destination
+from tmakit.plan import CopyOptions, CopyPlan, copy_destination
 from tmakit.plan.copy_defaults import copy_tile
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.reduce.plan import ReducePlan, reduce_class
 from tmakit.rows.plan import STAGE_TARGET_BYTES, RowsPlan
-from tmakit.runtime.launch import compile_tile_load
 
 CONFIGURATIONS = 2000
 EXTENTS = (0, 1, 2, 3, 7, 16, 61, 64, 127, 256, 1000, 4099, 2**20, 2**31, 2**31 + 1, 2**32, 2**40)

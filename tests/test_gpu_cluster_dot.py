@@ -4,7 +4,7 @@ persistent clusters (stage reuse across strips, the drain at the exit)."""
 
 import pytest
 
-from tmakit.plan import ClusterDotPlan
+from tmakit.cluster.plan import ClusterDotPlan
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def size(cluster: tuple[int, int]) -> int:
     ids=["seed-4st", "partial-2st", "partial-bf16-swizzled-3st"],
 )
 def test_every_row_dot(x_shape, dtype, tile, swizzle, stages, cluster, multicast):
-    from tmakit.check.run import verify_cluster_dot
+    from tmakit.cluster.check import verify_cluster_dot
 
     dot = ClusterDotPlan((size(cluster), *x_shape), dtype, tile, cluster, multicast, stages, swizzle=swizzle)
     verdict = verify_cluster_dot(dot)
@@ -41,7 +41,7 @@ def test_every_row_dot(x_shape, dtype, tile, swizzle, stages, cluster, multicast
 def test_several_batch_groups_share_x(cluster, multicast):
     """Three clusters per strip (B = 3 x cluster size): each group's CTAs take their own batch
     elements and read the same X tiles."""
-    from tmakit.check.run import verify_cluster_dot
+    from tmakit.cluster.check import verify_cluster_dot
 
     dot = ClusterDotPlan((3 * size(cluster), 1000, 776), cluster=cluster, multicast=multicast)
     verdict = verify_cluster_dot(dot)
@@ -60,7 +60,7 @@ def test_several_batch_groups_share_x(cluster, multicast):
     ids=["seed-32-clusters", "partial-2-groups-5-clusters", "seed-auto"],
 )
 def test_persistent_clusters(shape_of, clusters, cluster, multicast):
-    from tmakit.check.run import verify_cluster_dot
+    from tmakit.cluster.check import verify_cluster_dot
     from tmakit.runtime.launch import max_active_clusters
 
     resident = max_active_clusters(size(cluster)) if clusters == "auto" else clusters
@@ -91,7 +91,7 @@ def test_persistent_clusters(shape_of, clusters, cluster, multicast):
 )
 def test_larger_and_odd_clusters(x_shape, dtype, tile, swizzle, cluster, multicast, clusters):
     """Clusters of 8 CTAs and of 3, X slices of exactly the 32B and 64B swizzles' repeats."""
-    from tmakit.check.run import verify_cluster_dot
+    from tmakit.cluster.check import verify_cluster_dot
     from tmakit.runtime.launch import max_active_clusters
 
     resident = max_active_clusters(size(cluster)) if clusters == "auto" else clusters

@@ -16,7 +16,7 @@ WIDTH_DTYPES = {1: "uint8", 2: "bf16", 4: "fp32"}
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 def test_shared_memory_bytes_match_the_model(swizzle, width, partial):
     from tmakit.check import reference
-    from tmakit.check.run import dump_shared_bytes
+    from tmakit.load.check import dump_shared_bytes
 
     inner = (swizzle or 64) // width
     shape = (64 * 3 + (17 if partial else 0), inner * 4 + (5 if partial else 0))

@@ -4,7 +4,7 @@ import pytest
 
 from cluster_checks import GPU_CLUSTER_SHAPES as CLUSTER_SHAPES
 from tmakit import SEED, LoadConfig, LoadPlan
-from tmakit.plan import MulticastPlan
+from tmakit.cluster.plan import MulticastPlan
 
 pytestmark = pytest.mark.gpu
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
     "config", [SEED, LoadConfig((1000, 776), "bf16", (64, 64), 128)], ids=["seed", "partial-swizzled"]
 )
 def test_every_cta_receives_every_tile(config, cluster, multicast):
-    from tmakit.check.run import verify_multicast_load
+    from tmakit.cluster.check import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast))
     for rank, verdict in enumerate(verdicts):
@@ -35,7 +35,7 @@ def test_every_cta_receives_every_tile(config, cluster, multicast):
 )
 def test_pipelined_multicast_every_cta_receives_every_tile(config, stages, cluster, multicast):
     """Many tiles per CTA through a ring: a stage is reused only once every CTA released it."""
-    from tmakit.check.run import verify_multicast_load
+    from tmakit.cluster.check import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages))
     for rank, verdict in enumerate(verdicts):
@@ -52,7 +52,7 @@ def test_pipelined_multicast_every_cta_receives_every_tile(config, stages, clust
 def test_every_release_protocol_delivers_every_tile(config, stages, cluster, release):
     """The other consumer-release protocols with many stage reuses: every CTA's copy of every
     tile complete (the ring as CUTLASS's PipelineTmaAsync writes it: test_timeline)."""
-    from tmakit.check.run import verify_multicast_load
+    from tmakit.cluster.check import verify_multicast_load
 
     verdicts = verify_multicast_load(MulticastPlan(LoadPlan(config), cluster, stages=stages), release=release)
     for rank, verdict in enumerate(verdicts):
@@ -72,7 +72,7 @@ def test_every_release_protocol_delivers_every_tile(config, stages, cluster, rel
 def test_persistent_clusters_deliver_every_tile(config, stages, clusters, cluster, multicast):
     """Persistent clusters walk every so-many-th tile and each CTA's ring runs on across strips
     (stage reuse over many trips); every CTA drains its ring before it exits."""
-    from tmakit.check.run import verify_multicast_load
+    from tmakit.cluster.check import verify_multicast_load
 
     plan = MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages, persistent_clusters=clusters)
     for rank, verdict in enumerate(verify_multicast_load(plan)):
@@ -102,7 +102,7 @@ def test_larger_and_odd_clusters(config, cluster, multicast, stages, clusters, r
     """Clusters of 6 and 8 CTAs, of 3 and 6 (tile rows that split into 16 and 10), and slices of
     exactly the 32B swizzle's repeat (256 bytes; the 64B one's: test_timeline): every CTA's copy
     complete."""
-    from tmakit.check.run import verify_multicast_load
+    from tmakit.cluster.check import verify_multicast_load
 
     plan = MulticastPlan(LoadPlan(config), cluster, multicast, stages=stages, persistent_clusters=clusters)
     for rank, verdict in enumerate(verify_multicast_load(plan, release=release)):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("stages", range(1, 8))
 @pytest.mark.parametrize("consumer", ["store", "rowsum"])
 def test_every_stage_count_of_the_seed(stages, consumer):
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.load.check import verify_pipelined_load
 
     verdict = verify_pipelined_load(PipelinePlan(LoadPlan(SEED), stages=stages), consumer, hang_guard=True)
     assert str(verdict).startswith(("924/924 tiles correct", "ok")), str(verdict)
@@ -28,7 +28,7 @@ def test_every_stage_count_of_the_seed(stages, consumer):
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("consumer", ["store", "rowsum"])
 def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.load.check import verify_pipelined_load
 
     config = LoadConfig((2, 1000, 777), "bf16", (64, 64), 128, strides=padded_strides((2, 1000, 777), 2))
     pipeline = PipelinePlan(
@@ -48,7 +48,7 @@ def test_consumer_warps_and_persistent_grid(warps, persistent, consumer):
     ids=str,
 )
 def test_layouts_dtypes_swizzles(config):
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.load.check import verify_pipelined_load
 
     verdict = verify_pipelined_load(
         PipelinePlan(LoadPlan(config), stages=4, consumer_warps=2), hang_guard=True
@@ -62,7 +62,7 @@ sys.path.insert(0, {tests!r})
 from faulty_rings import compile_faulty_load, {ring}
 from tmakit import SEED, LoadPlan
 from tmakit.plan import PipelinePlan
-from tmakit.check.run import verify_pipelined_load
+from tmakit.load.check import verify_pipelined_load
 pipeline = PipelinePlan(LoadPlan(SEED), {plan})
 faulty = compile_faulty_load(pipeline, {ring})
 print(verify_pipelined_load(pipeline, "store", hang_guard=True, compiled=faulty))
@@ -107,7 +107,7 @@ def test_race_variants_are_caught(persistent, ring):
 @pytest.mark.parametrize("stages, prefetch", [(1, 2), (1, 6), (3, 4)])
 def test_prefetching_changes_no_data(stages, prefetch):
     """Prefetch into L2 only warms the cache: every element still verifies."""
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.load.check import verify_pipelined_load
 
     pipeline = PipelinePlan(LoadPlan(SEED), stages=stages, prefetch_tiles=prefetch, prefetch_descriptor=True)
     verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
@@ -117,7 +117,7 @@ def test_prefetching_changes_no_data(stages, prefetch):
 def test_row_sums_of_narrow_column_major_tiles():
     """Column-major tiles 1 and 4 wide (fp16: 2 and 8 bytes per row) sum their rows with scalar
     reads; the 16-byte chunk view of row-major tiles is not built for them."""
-    from tmakit.check.run import verify_pipelined_load
+    from tmakit.load.check import verify_pipelined_load
 
     for width in (1, 4, 8):
         config = LoadConfig((64, 64), "fp16", (64, width), major="col")

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_seed_kernel_loads_every_tile_correctly():
-    from tmakit.check.run import verify_tile_load
+    from tmakit.load.check import verify_tile_load
 
     verdict = verify_tile_load(LoadPlan(SEED))
     assert verdict.ok, str(verdict)
@@ -26,7 +26,7 @@ def test_seed_kernel_loads_every_tile_correctly():
     ids=str,
 )
 def test_other_shapes_including_partial_tiles(config):
-    from tmakit.check.run import verify_tile_load
+    from tmakit.load.check import verify_tile_load
 
     verdict = verify_tile_load(LoadPlan(config))
     assert verdict.ok, str(verdict)
@@ -34,7 +34,7 @@ def test_other_shapes_including_partial_tiles(config):
 
 @pytest.mark.parametrize("tile_shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])
 def test_verifier_catches_a_kernel_that_loads_the_neighbouring_tile(tile_shift):
-    from tmakit.check.run import verify_tile_load
+    from tmakit.load.check import verify_tile_load
 
     verdict = verify_tile_load(LoadPlan(SEED), tile_shift=tile_shift)
     assert not verdict.ok

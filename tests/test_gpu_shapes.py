@@ -34,7 +34,7 @@ CASES = [
 
 @pytest.mark.parametrize("config", CASES, ids=str)
 def test_logical_and_physical_bytes_match(config):
-    from tmakit.check.run import check_on_gpu
+    from tmakit.load.check import check_on_gpu
 
     result = check_on_gpu(config)
     assert result["status"] == "ok", result

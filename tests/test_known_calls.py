@@ -36,8 +36,8 @@ def test_a_known_call_is_planned_once_and_the_table_stays_bounded(monkeypatch):
 
 def test_a_repeated_load_tiles_skips_the_planning_not_the_address_check(monkeypatch):
     torch = pytest.importorskip("torch")
-    from tmakit.api import load as api_load
     from tmakit.api import tensors as api_tensors
+    from tmakit.load import api as api_load
 
     compiles, launches = [], []
     compiled = SimpleNamespace(function=lambda tensor, out: launches.append(tensor.shape))

@@ -6,9 +6,9 @@ import json
 import statistics
 
 from entry_point import ROOT
+from tmakit.cluster.plan import CLUSTER_SHAPES
 from tmakit.explain import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP
 from tmakit.explain.measured import MEASURED
-from tmakit.plan import CLUSTER_SHAPES
 
 
 def results(source: str) -> dict:

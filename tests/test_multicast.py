@@ -12,16 +12,17 @@ from cluster_checks import (
     splitting,
 )
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
+from tmakit.cluster.launch import compile_multicast_load
+from tmakit.cluster.plan import CLUSTER_SHAPES, MulticastPlan
 from tmakit.limits import MAX_CLUSTER_SIZE, SWIZZLE_DESTINATION_ALIGN
-from tmakit.plan import CLUSTER_SHAPES, RELEASES, MulticastPlan
+from tmakit.plan import RELEASES
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
-from tmakit.runtime.launch import compile_multicast_load
 
 
 def traced_slices(multicast: MulticastPlan, tile: tuple[int, int]) -> list[tuple[int, int]]:
     """(first tile row, shared alignment in bytes) of each CTA's slice of `tile`, from the kernel's
     own atom and `slice_views` (the shared tile at a 1024-aligned address)."""
-    from tmakit.explain import trace_cluster_slices
+    from tmakit.cluster.explain import trace_cluster_slices
 
     origin_row = multicast.load.tile_origin(*tile)[0]
     found = []

@@ -33,7 +33,7 @@ from tmakit import TmaConfigError  # noqa: E402
 from tmakit.im2col.api import torch_im2col  # noqa: E402
 
 ops = tmakit.ops
-ops_tiles = tmakit.ops_tiles
+op_load = tmakit.load.op  # the load family's op (registered by tmakit.ops)
 ops_reduce = tmakit.reduce.op  # the reduce family's op (registered by tmakit.ops)
 op_im2col = importlib.import_module("tmakit.im2col.op")  # tmakit.im2col is the function
 
@@ -332,7 +332,7 @@ def cpu_kernels(monkeypatch):
 
     def load_tiles(tensor, tile, swizzle):
         calls.append(("load_tiles", tile, swizzle))
-        out = torch.zeros(ops_tiles.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
+        out = torch.zeros(op_load.padded_shape(tensor, tile, swizzle), dtype=tensor.dtype)
         out[..., : tensor.shape[-2], : tensor.shape[-1]] = tensor.data
         return out
 
@@ -377,11 +377,11 @@ def cpu_kernels(monkeypatch):
         calls.append(("im2col", kernel, stride, padding, dilation))
         return torch_im2col(x.data, kernel, stride, padding, dilation)
 
-    monkeypatch.setattr(ops_tiles, "tma_load_tiles", load_tiles)
+    monkeypatch.setattr(op_load, "tma_load_tiles", load_tiles)
     monkeypatch.setattr(op_im2col, "tma_im2col", im2col)
     monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(tmakit.ops_base, "check_traced", lambda op, **tensors: None)  # a pair's fake check
-    monkeypatch.setattr(ops_tiles, "check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(op_load, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     return calls
 
@@ -706,7 +706,7 @@ def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
         ops_reduce.reduce_into__impl(x, x)
     with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
-        ops_tiles.load_tiles_impl(x)
+        op_load.load_tiles_impl(x)
 
 
 def test_a_meta_tensor_in_the_real_implementation_is_refused():
@@ -718,7 +718,7 @@ def test_a_meta_tensor_in_the_real_implementation_is_refused():
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
         ops_reduce.reduce_into__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="tensor is on the meta device"):
-        ops_tiles.load_tiles_impl(meta)
+        op_load.load_tiles_impl(meta)
 
 
 def test_a_cpu_tensor_while_tracing_is_refused(fake):

@@ -6,10 +6,11 @@ import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan, TmaConfigError
 from tmakit.limits import L2_HINTS
+from tmakit.load.launch import compile_pipelined_load
 from tmakit.model import pipeline_schedule, replay
 from tmakit.plan import TILE_ORDERS, CopyPlan, PipelinePlan
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
-from tmakit.runtime.launch import compile_copy, compile_pipelined_load
+from tmakit.runtime.launch import compile_copy
 
 
 def test_seed_ring_fits_seven_stages_and_refuses_eight():

@@ -3,8 +3,8 @@
 import pytest
 
 from tmakit import SEED, LoadConfig, LoadPlan
+from tmakit.load.launch import compile_tile_load
 from tmakit.ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
-from tmakit.runtime.launch import compile_tile_load
 
 CONFIGS = [
     SEED,

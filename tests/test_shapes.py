@@ -8,8 +8,8 @@ from tmakit import LoadConfig, LoadPlan, TmaConfigError
 from tmakit.check.sweep import LAYOUTS, is_prime_or_one, sweep_configs
 from tmakit.config import DTYPES, padded_strides
 from tmakit.limits import SWIZZLE_MODES
+from tmakit.load.launch import compile_tile_load
 from tmakit.ptx import expect_tx_byte_counts, find_instructions
-from tmakit.runtime.launch import compile_tile_load
 
 
 @pytest.fixture

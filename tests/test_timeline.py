@@ -17,7 +17,7 @@ from cluster_checks import (
     splitting,
 )
 from tmakit import SEED, LoadConfig, LoadPlan
-from tmakit.plan import MulticastPlan
+from tmakit.cluster.plan import MulticastPlan
 
 
 @pytest.mark.parametrize("cluster", [(1, 2), (2, 2)])
@@ -113,7 +113,7 @@ def test_timeline_summary_leaves_out_steps_a_persistent_cta_never_ran():
 
 def verify_pipeline_tma_async(plan: MulticastPlan) -> None:
     """The comparison ring stores what each CTA received: every CTA's copy of every tile."""
-    from tmakit.check.run import verify_multicast_kernel
+    from tmakit.cluster.check import verify_multicast_kernel
 
     verdicts = verify_multicast_kernel(plan, compile_cluster_ring(plan, PIPELINE_TMA_ASYNC))
     for rank, verdict in enumerate(verdicts):

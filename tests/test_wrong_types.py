@@ -33,7 +33,8 @@ from tmakit import (
     ReducePlan,
     TmaConfigError,
 )
-from tmakit.plan import ClusterDotPlan, CopyPlan, copy_class
+from tmakit.cluster.plan import ClusterDotPlan
+from tmakit.plan import CopyPlan, copy_class
 
 EXAMPLES = 200
 HAS_TORCH = importlib.util.find_spec("torch") is not None

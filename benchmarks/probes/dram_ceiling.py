@@ -91,10 +91,11 @@ def operations(case: str, mib: int, buffers: int) -> tuple[list[Callable[[], Any
     direction = CASES[case][0]
     if case.startswith("read-tmakit-load"):
         from tmakit.config import LoadConfig
+        from tmakit.load.launch import compile_pipelined_load
         from tmakit.plan import LoadPlan, PipelinePlan
         from tmakit.runtime.compile import to_cute_tensor
         from tmakit.runtime.device import current_stream
-        from tmakit.runtime.launch import compile_pipelined_load, new_guard
+        from tmakit.runtime.launch import new_guard
 
         tile, stages = ((16, 256), 8) if "16x256" in case else ((64, 256), 4)
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count

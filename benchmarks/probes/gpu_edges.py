@@ -25,12 +25,12 @@ import tmakit
 from tmakit import LoadConfig, LoadPlan, PipelinePlan
 from tmakit.bench.report import device_context
 from tmakit.check.inputs import make_input_tensor
-from tmakit.check.run import verify_pipelined_load, verify_tile_load
 from tmakit.config import DTYPES
 from tmakit.limits import POISON
+from tmakit.load.check import verify_pipelined_load, verify_tile_load
+from tmakit.load.launch import compile_tile_load
 from tmakit.runtime.compile import to_cute_tensor
 from tmakit.runtime.device import current_stream
-from tmakit.runtime.launch import compile_tile_load
 
 
 def big_input(shape: tuple[int, ...], dtype: str) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The cluster ring instrumented and compared, kept out of tmakit (whose ring is
-`tmakit.kernels.multicast.PipelinedMulticastKernel`), for `scripts/multicast_timeline.py`:
+`tmakit.cluster.kernel.PipelinedMulticastKernel`), for `scripts/multicast_timeline.py`:
 
 - `TimelineMulticastKernel`: tmakit's ring whose hooks (`TmaRingKernel`'s `acquire_stage`,
   `load_stage`, `wait_stage`, `release_stage`, `producer_end`, and the set-up) are wrapped in time
@@ -22,12 +22,13 @@ import cutlass.cute as cute
 from cutlass import pipeline as cutlass_pipeline
 from cutlass.cute.nvgpu import cpasync
 
+from tmakit.cluster.kernel import PipelinedMulticastKernel, cluster_slice_views
+from tmakit.cluster.launch import compile_multicast_load, multicast_load_arguments
+from tmakit.cluster.plan import MulticastPlan
 from tmakit.config import DTYPES
-from tmakit.kernels.multicast import PipelinedMulticastKernel, cluster_slice_views
 from tmakit.kernels.ring import RingContext
-from tmakit.plan import DEFAULT_RELEASE, RELEASES, MulticastPlan
+from tmakit.plan import DEFAULT_RELEASE, RELEASES
 from tmakit.runtime.compile import CompiledKernel, compiles, fake_tensor
-from tmakit.runtime.launch import compile_multicast_load, multicast_load_arguments
 
 from .layout import TimelineLayout
 

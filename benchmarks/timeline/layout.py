@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-    from tmakit.plan import MulticastPlan
+    from tmakit.cluster.plan import MulticastPlan
 
 IDENTITY = ("smid", "cluster", "rank")  # written once per CTA, the same in both planes
 CTA_EVENTS = (

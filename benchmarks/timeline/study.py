@@ -13,11 +13,13 @@ import numpy as np
 
 from tmakit.bench.timing import graph_samples_us
 from tmakit.check.inputs import make_input_tensor
-from tmakit.check.run import verify_multicast_kernel
-from tmakit.plan import RELEASES, LoadPlan, MulticastPlan, PipelinePlan
+from tmakit.cluster.check import verify_multicast_kernel
+from tmakit.cluster.plan import MulticastPlan
+from tmakit.load.launch import compile_pipelined_load
+from tmakit.plan import RELEASES, LoadPlan, PipelinePlan
 from tmakit.runtime.compile import to_cute_tensor
 from tmakit.runtime.device import current_stream
-from tmakit.runtime.launch import compile_pipelined_load, new_guard
+from tmakit.runtime.launch import new_guard
 
 from .kernels import PIPELINE_TMA_ASYNC, compile_cluster_ring
 from .layout import IDENTITY, STEP_EVENTS, TimelineLayout

@@ -19,14 +19,13 @@ from . import api, registry
 from .api import *  # noqa: F403  the ops: `api.__all__`
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
-from .plan import CopyOptions, LoadPlan, MulticastPlan, PipelinePlan
+from .plan import CopyOptions, LoadPlan, PipelinePlan
 
 __all__ = [
     "SEED",
     "CopyOptions",
     "LoadConfig",
     "LoadPlan",
-    "MulticastPlan",
     "PipelinePlan",
     "TmaConfigError",
     "TmaHangError",

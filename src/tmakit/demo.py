@@ -1,20 +1,19 @@
 """`tmakit demo`: the seed's kernel (or, with a cluster, the multicast kernel), end to end, on
-whatever machine this is."""
+whatever machine this is. The kernels, their compiles and their GPU runs are the load and cluster
+families', read by name (`tmakit.registry.exporting`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from .bench.suites import run_load_on_gpu
-from .check.run import verify_multicast_load
+from . import registry
 from .explain import highlight_tile
 from .model import SHOWN_TILES, multicast_schedule, replay, seed_schedule, tiles_to_replay
-from .plan import LoadPlan, MulticastPlan
+from .plan import LoadPlan
 from .ptx import TMA_INSTRUCTIONS, expect_tx_byte_counts, find_instructions
 from .runtime.compile import TARGET_ARCH, dsl_version_warning, installed_dsl_version
 from .runtime.device import find_hopper_gpu
-from .runtime.launch import compile_multicast_load, compile_tile_load
 
 MULTICAST_OPCODE = "multicast::cluster"  # what marks a TMA load that lands in several CTAs
 
@@ -23,13 +22,14 @@ def run_demo(
     plan: LoadPlan,
     highlight: tuple[int, int] | None = None,
     echo: Callable = print,
-    multicast: MulticastPlan | None = None,
+    multicast: Any = None,
     report: dict[str, Any] | None = None,
 ) -> bool:
     """Print the plan, then run and verify the kernel on a Hopper GPU, or, without one, compile it
-    for sm_90a and show its TMA instructions. With `multicast`, the cluster kernel: every CTA's
-    copy is verified (GPU) or the multicast load is found in the PTX (CPU). Returns whether
-    everything checked out; `report` (`tmakit demo --json`) gets what was found, by name."""
+    for sm_90a and show its TMA instructions. With `multicast` (a `MulticastPlan`), the cluster
+    kernel: every CTA's copy is verified (GPU) or the multicast load is found in the PTX (CPU).
+    Returns whether everything checked out; `report` (`tmakit demo --json`) gets what was found,
+    by name."""
     report = {} if report is None else report
     diagram = plan.diagram(highlight_tile(plan, highlight))  # a wrong tile is refused before printing
     plan.check_specialised()  # the demo's kernel is compiled for this shape: refused before printing too
@@ -62,7 +62,7 @@ def run_demo(
 
 def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable, report: dict[str, Any]) -> bool:
     echo(f"GPU: {gpu_name}")
-    run = run_load_on_gpu(plan)
+    run = registry.exporting("run_load_on_gpu", "bench").run_load_on_gpu(plan)
     report.update(
         compile_seconds=run.compile_seconds,
         verify=str(run.verdict),
@@ -79,11 +79,9 @@ def _demo_on_gpu(plan: LoadPlan, gpu_name: str, echo: Callable, report: dict[str
     return run.verdict.ok
 
 
-def _demo_multicast_on_gpu(
-    multicast: MulticastPlan, gpu_name: str, echo: Callable, report: dict[str, Any]
-) -> bool:
+def _demo_multicast_on_gpu(multicast: Any, gpu_name: str, echo: Callable, report: dict[str, Any]) -> bool:
     echo(f"GPU: {gpu_name}")
-    verdicts = verify_multicast_load(multicast)
+    verdicts = registry.exporting("verify_multicast_load", "check").verify_multicast_load(multicast)
     report["verify"] = [str(verdict) for verdict in verdicts]
     report["correct"] = all(verdict.ok for verdict in verdicts)
     for rank, verdict in enumerate(verdicts):
@@ -131,6 +129,7 @@ def _replayed(plan: LoadPlan, echo: Callable) -> int:
 
 def _demo_compile_only(plan: LoadPlan, echo: Callable, report: dict[str, Any] | None = None) -> bool:
     report = {} if report is None else report
+    compile_tile_load = registry.exporting("compile_tile_load", "launch").compile_tile_load
     compiled = compile_tile_load(plan, consumer="store", keep_ptx=True)
     echo(f"compile:  {compiled.compile_seconds:.2f} s")
     report["compile_seconds"] = compiled.compile_seconds
@@ -146,10 +145,11 @@ def _demo_compile_only(plan: LoadPlan, echo: Callable, report: dict[str, Any] | 
 
 
 def _demo_multicast_compile_only(
-    multicast: MulticastPlan, echo: Callable, report: dict[str, Any] | None = None
+    multicast: Any, echo: Callable, report: dict[str, Any] | None = None
 ) -> bool:
     report = {} if report is None else report
     plan = multicast.load
+    compile_multicast_load = registry.exporting("compile_multicast_load", "launch").compile_multicast_load
     compiled = compile_multicast_load(multicast, keep_ptx=True)
     echo(f"compile:  {compiled.compile_seconds:.2f} s")
     report["compile_seconds"] = compiled.compile_seconds

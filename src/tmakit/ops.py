@@ -1,10 +1,10 @@
-"""tmakit's copies and tile loads as torch operators, and each family's (its `op` part,
+"""tmakit's copies as torch operators, and each family's (its `op` part,
 `tmakit.registry`); `import tmakit.ops` registers them.
 
     torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
     torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
     torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(...) (`tmakit.reduce.op`)
-    torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
+    torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor (`tmakit.load.op`)
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (`tmakit.im2col.op`)
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.many.op`)
@@ -20,9 +20,9 @@ directly for a plain CUDA (or CPU) tensor, an autograd.Function for one that nee
 tensors, a conjugate view). An op's `typed` overload takes each `CopyOptions` field as a typed
 keyword; `default` takes the options text `CopyOptions.parse` reads, and boxes fewer arguments.
 
-`load_tiles`' kernels are in `tmakit.ops_tiles`; what every op module shares (the library, the
-checks of tensors without memory, the device guard, the copy's options as schema arguments, the
-Autograd kernel of an op without a gradient) in `tmakit.ops_base`.
+What every op module shares (the library, the checks of tensors without memory, the device guard,
+the copy's options as schema arguments, the Autograd kernel of an op without a gradient) is in
+`tmakit.ops_base`.
 
 One rule for every op, these and the families' alike: an op is strict. It runs
 its `tmakit` function with `strict=True`, on torch's current stream and under the tensor's GPU's
@@ -42,7 +42,6 @@ from . import registry
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import copy_dispatch
-from .config import SEED
 from .ops_base import (
     BELOW_AUTOGRAD,
     NO_OPTIONS,
@@ -56,14 +55,12 @@ from .ops_base import (
     define,
     gpu_count,
     increment_versions,
-    not_differentiable,
     on_its_device,
     op_kwargs,
     plain_pair,
     refuse_memoryless,
     run_in_place,
 )
-from .ops_tiles import load_tiles_fake, load_tiles_impl
 
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
 # dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
@@ -72,11 +69,6 @@ SCHEMAS = {
     "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",
     "copy": 'copy(Tensor src, str options="") -> Tensor',
     "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}) -> Tensor",
-    # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
-    "load_tiles": (
-        f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
-        "int swizzle=0) -> Tensor"
-    ),
 }
 
 
@@ -174,27 +166,22 @@ def register() -> torch.library.Library:
             ("copy_.typed", copy__typed_impl, copy__fake),
             ("copy", copy_impl, copy_fake),
             ("copy.typed", copy_impl, copy_fake),
-            ("load_tiles", load_tiles_impl, load_tiles_fake),
         ),
     )
     library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
     library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
-    load_tiles_autograd = not_differentiable("load_tiles", "tensor", load_tiles_impl)
-    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
     return library
 
 
 LIBRARY = register()
 copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
-load_tiles = torch.ops.tmakit.load_tiles.default
 
 
 __all__ = [
     "copy",
     "copy_",
     "copy_kwargs",
-    "load_tiles",
 ]
 # Each family's ops: importing its op module registers them, its `__all__` names them here.
 _family_ops = {name: getattr(module, name) for module in registry.parts("op") for name in module.__all__}

@@ -1,4 +1,4 @@
-"""What tmakit's torch operators share (`tmakit.ops`, `ops_tiles` and each family's `op` part):
+"""What tmakit's torch operators share (`tmakit.ops` and each family's `op` part):
 the namespace, the library each defines its ops in, the checks of tensors without memory or off
 the GPU, the device guard, the keysets an Autograd kernel reads, the Autograd kernel of an op
 without a gradient (`not_differentiable`), and what the ops on a pair of tensors with the copy's

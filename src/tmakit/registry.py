@@ -15,7 +15,15 @@ neither torch nor the DSL). Its parts are modules of fixed names, each with one 
     bench    its bench studies: `STUDIES`, read by `tmakit bench`
     explain  `tmakit plan`/`explain` of its `--kernel` names: `KERNELS`, `FLAGS` (the options only
              it reads), `WHAT` (for the help), `add_arguments(parser)`, `plan(args)`,
-             `explain(args)`
+             `explain(args)`; a family with no `--kernel` of its own (KERNELS empty) explains a
+             section of another's output, read by name
+    check    its GPU experiments: its kernels run on position-hashed inputs, what they wrote
+             compared with the reference (needs a GPU and torch)
+
+A part other than `api` may name in `__all__` what the core reads from it by name
+(`exporting(name, part)`): a study's rows the core's bench adds to others, a verification the
+`verify` and `demo` commands run, a plan the commands draw. The family stays the one that defines
+them; the core holds no import of it.
 
 A new family is its package and its line in `PACKAGES` (and its page in the docs).
 """
@@ -34,9 +42,11 @@ PACKAGES: tuple[str, ...] = (
     "many",
     "reduce",
     "im2col",
+    "load",
+    "cluster",
 )
 
-PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain")
+PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain", "check")
 
 
 @dataclass(frozen=True)
@@ -78,11 +88,18 @@ def parts(part: str) -> list[ModuleType]:
     return [importlib.import_module(f"{p}.{part}") for p, record in records().items() if part in record.parts]
 
 
-def exporting(name: str) -> ModuleType:
-    """The family `api` module whose `__all__` names `name` (one of `tmakit`'s public functions):
-    what a core study that times a family's op beside torch's reads that op, and its building
-    blocks, from."""
-    for module in parts("api"):
-        if name in module.__all__:
+def exporting(name: str, part: str = "api") -> ModuleType:
+    """The family module of `part` whose `__all__` names `name`. For `api`, `name` is one of
+    `tmakit`'s public names: what a core study that times a family's op beside torch's reads that
+    op, and its building blocks, from. For another part, a name the core reads from it (a
+    verification `tmakit verify` runs, a plan the commands draw). Only the families with that part
+    are imported, one at a time until one names it."""
+    if part not in PARTS:
+        raise ValueError(f"no family part is named {part!r}; the parts: {', '.join(PARTS)}")
+    for package, record in records().items():
+        if part not in record.parts:
+            continue
+        module = importlib.import_module(f"{package}.{part}")
+        if name in getattr(module, "__all__", ()):
             return module
-    raise LookupError(f"no family exports {name!r}; the families: {', '.join(PACKAGES)}")
+    raise LookupError(f"no family's {part} exports {name!r}; the families: {', '.join(PACKAGES)}")

@@ -18,7 +18,6 @@ from ..config import LoadConfig
 from ..plan import CopyOptions, LoadPlan
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
-from ..runtime.launch import compile_tile_load
 from .report import device_context
 from .timing import host_costs_us, host_launch_us
 
@@ -101,8 +100,8 @@ def measure_ops_host_cost() -> dict:
     each beside torch's equivalent, all timed interleaved: `add_` and `dst.add_(src)`; `im2col`
     into an `out` and torch's expression of it (the im2col family's `strided_patches`, read through
     `registry.exporting`: `F.pad` + `as_strided` into the same `out`), and `im2col` allocating;
-    `load_tiles` and torch's `clone`; each op through torch.ops.tmakit too (`reduce_into_`,
-    `im2col`, `load_tiles`), beside its direct call."""
+    `load_tiles` (the load family's) and torch's `clone`; each op through torch.ops.tmakit too
+    (`reduce_into_`, `im2col`, `load_tiles`), beside its direct call."""
     import torch
 
     from .. import ops as tmakit_ops  # noqa: F401  # registers torch.ops.tmakit (imports torch)
@@ -111,6 +110,7 @@ def measure_ops_host_cost() -> dict:
     dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
     x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
     im2col = registry.exporting("im2col")
+    load_tiles = registry.exporting("load_tiles").load_tiles
     conv = im2col.im2col_conv(tuple(x.shape), 3, 1, 1)
     patches = torch.empty(conv.patch_shape, dtype=x.dtype, device="cuda")
     tiles = torch.randn(64, 256, device="cuda").to(torch.float16)
@@ -120,7 +120,7 @@ def measure_ops_host_cost() -> dict:
         "tmakit_im2col_call_us": lambda: im2col.im2col(x, 3, 1, 1, out=patches),
         "torch_im2col_call_us": lambda: im2col.strided_patches(x, conv, patches),
         "tmakit_im2col_new_tensor_call_us": lambda: im2col.im2col(x, 3, 1, 1),
-        "tmakit_load_tiles_call_us": lambda: api.load_tiles(tiles),
+        "tmakit_load_tiles_call_us": lambda: load_tiles(tiles),
         "torch_clone_call_us": lambda: tiles.clone(),
         "tmakit_add_op_call_us": lambda: torch.ops.tmakit.reduce_into_.default(dst, src),
         "tmakit_im2col_op_call_us": lambda: torch.ops.tmakit.im2col.default(x, [3, 3], [1, 1], [1, 1]),
@@ -298,10 +298,10 @@ def host_cost_report(commit: str | None) -> dict:
 
 
 def measure_host_overhead() -> dict:
-    """Host microseconds per call of a compiled tiny load kernel, by the plain path and, when the
-    apache-tvm-ffi package is importable, by the DSL's TVM-FFI path (the compiled functions
-    called directly in both)."""
-
+    """Host microseconds per call of a compiled tiny load kernel (the load family's tile load), by
+    the plain path and, when the apache-tvm-ffi package is importable, by the DSL's TVM-FFI path
+    (the compiled functions called directly in both)."""
+    compile_tile_load = registry.exporting("compile_tile_load", "launch").compile_tile_load
     plan = LoadPlan(LoadConfig((64, 256)))
     src = make_input_tensor(plan)
     plain = compile_tile_load(plan, consumer="none").function

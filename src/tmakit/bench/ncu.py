@@ -1,5 +1,6 @@
 """Nsight Compute: the command line tmakit profiles with, its CSV parsed into microseconds and
-bytes, and the program it profiles (`python -m tmakit.bench.ncu CONFIG_JSON LAUNCHES`)."""
+bytes, and the program it profiles (`python -m tmakit.bench.ncu CONFIG_JSON LAUNCHES`: the load
+family's load-only tile load, read by name)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import statistics
 import subprocess
 import sys
 
+from .. import registry
 from ..check.inputs import make_input_tensor
 from ..check.isolate import config_from_json, config_to_json
 from ..plan import LoadPlan
 from ..runtime.compile import to_cute_tensor
 from ..runtime.device import current_stream
-from ..runtime.launch import compile_tile_load
 
 # Nsight Compute's units, to microseconds and bytes.
 NCU_UNIT_SCALE = {
@@ -80,6 +81,7 @@ def profiled_program(config_json: str, launches: int) -> None:
     import torch
 
     plan = LoadPlan(config_from_json(config_json))
+    compile_tile_load = registry.exporting("compile_tile_load", "launch").compile_tile_load
     compiled = compile_tile_load(plan, consumer="none")
     src = to_cute_tensor(make_input_tensor(plan))
     for _ in range(launches):

@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+from .. import registry
 from ..config import LoadConfig
-from .run import check_on_gpu
 
 WORKER_START_SECONDS = 120.0  # importing torch and the DSL, creating the CUDA context
 
@@ -107,9 +107,11 @@ def run_isolated(
 
 
 def _serve() -> None:
-    """Worker side: read configurations, check each on the GPU, answer one JSON line each."""
+    """Worker side: read configurations, check each on the GPU (the load family's `check_on_gpu`:
+    the tile load's every element and shared-memory byte), answer one JSON line each."""
     import torch  # noqa: F401  (create the CUDA context before saying ready)
 
+    check_on_gpu = registry.exporting("check_on_gpu", "check").check_on_gpu
     torch.cuda.init()
     print("ready", flush=True)
     for line in sys.stdin:

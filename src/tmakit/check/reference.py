@@ -163,7 +163,8 @@ def expected_shared_bytes(plan: LoadPlan, input_bits: np.ndarray) -> np.ndarray:
 
 
 def compare_shared_bytes(plan: LoadPlan, found: np.ndarray) -> Verdict:
-    """Compare a raw shared-memory dump (`run.dump_shared_bytes`) with the model, byte for byte."""
+    """Compare a raw shared-memory dump (the load family's `dump_shared_bytes`) with the model,
+    byte for byte."""
     expected = expected_shared_bytes(plan, make_input_bits(plan))
     wrong = expected != found
     bad = np.flatnonzero(wrong.any(axis=1))

@@ -14,17 +14,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import registry
 from ..config import SEED, LoadConfig, dtype_from_text, dtype_named, padded_strides, parse_extents
 from ..errors import TmaConfigError
 from ..explain import highlight_tile
 from ..limits import GLOBAL_STRIDE_ALIGN, MAX_RANK, SWIZZLE_MODES
-from ..plan import LoadPlan, MulticastPlan, reduce_op
-from ..plan.multicast import CLUSTER_SHAPES
+from ..plan import LoadPlan, reduce_op
 from ..runtime.device import find_hopper_gpu
 from ..validate import check_load_config, check_rank
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
+# --cluster's shapes: the cluster family's (its plan part, read by name).
+CLUSTER_SHAPES = registry.exporting("CLUSTER_SHAPES", "plan").CLUSTER_SHAPES
 CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
 STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of the text
 # The CLI's own remedy for rows TMA cannot address (the library's error names tmakit.padded_empty).
@@ -243,13 +245,19 @@ def load_plan(args: argparse.Namespace) -> LoadPlan:
     return LoadPlan(config)
 
 
-def multicast_plan(args: argparse.Namespace, load: LoadPlan, stages: int = 1) -> MulticastPlan | None:
-    return MulticastPlan(load, args.cluster, stages=stages) if args.cluster else None
+def cluster_plan() -> type:
+    """The cluster family's `MulticastPlan` (its plan part, read by name): what `--cluster` draws."""
+    return registry.exporting("MulticastPlan", "plan").MulticastPlan
 
 
-def shown_load(args: argparse.Namespace) -> tuple[LoadPlan, MulticastPlan | None, tuple[int, int]]:
-    """The load the options of `add_load_arguments` name, its cluster (None without --cluster)
-    and the tile to mark."""
+def multicast_plan(args: argparse.Namespace, load: LoadPlan, stages: int = 1) -> Any:
+    """The `MulticastPlan` of --cluster on `load` (None without --cluster)."""
+    return cluster_plan()(load, args.cluster, stages=stages) if args.cluster else None
+
+
+def shown_load(args: argparse.Namespace) -> tuple[LoadPlan, Any, tuple[int, int]]:
+    """The load the options of `add_load_arguments` name, its cluster (a `MulticastPlan`; None
+    without --cluster) and the tile to mark."""
     load = load_plan(args)
     return load, multicast_plan(args, load), highlight_tile(load, args.highlight)
 

@@ -16,8 +16,7 @@ from ..bench import hostcost, ncu, report, suites
 from ..bench.report import BenchRow
 from ..bench.timing import MIN_SAMPLES
 from ..config import SEED
-from ..families import Family, families
-from ..families.load import CLUSTER_STAGES
+from ..families import CLUSTER_STAGES, Family, families
 from ..plan import CopyOptions
 from .args import (
     COUNT,

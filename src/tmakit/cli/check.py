@@ -18,12 +18,13 @@ from ..model import (
     seed_schedule,
     tiles_to_replay,
 )
-from ..plan import LoadPlan, MulticastPlan, PipelinePlan
+from ..plan import LoadPlan, PipelinePlan
 from .args import (
     CommandError,
     Subparsers,
     add_json,
     add_schedule_arguments,
+    cluster_plan,
     emit,
     load_plan,
 )
@@ -91,7 +92,7 @@ def _schedule(args: argparse.Namespace, load: LoadPlan) -> tuple[str, str, int, 
     tile_bytes = load.expected_tx_bytes
     expected = {"expect-more": tile_bytes + EXPECT_MORE_BYTES, "expect-less": tile_bytes + EXPECT_LESS_BYTES}
     if kind == "cluster":
-        multicast = MulticastPlan(load, args.cluster)
+        multicast = cluster_plan()(load, args.cluster)
         expected["expect-slice"] = multicast.issued_bytes_per_cta
         tiles, period = load.tiles_per_block, 2
         cluster = "x".join(map(str, multicast.cluster))

@@ -170,8 +170,9 @@ def family_kernels() -> dict[str, ModuleType]:
 
 
 def family_help() -> str:
-    """What the families' `--kernel` names plan, for the commands' help: each family's `WHAT`."""
-    return ", ".join(family.WHAT for family in registry.parts("explain"))
+    """What the families' `--kernel` names plan, for the commands' help: each family's `WHAT`
+    (a family with no `--kernel` of its own has none)."""
+    return ", ".join(family.WHAT for family in registry.parts("explain") if family.KERNELS)
 
 
 def family_flags(but: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..explain import describe_plan
-from ..plan import LoadPlan, MulticastPlan, PipelinePlan
+from ..plan import LoadPlan, PipelinePlan
 from .args import (
     COUNT,
     Subparsers,
@@ -14,6 +14,7 @@ from .args import (
     add_json,
     add_load_arguments,
     check_listed_tiles,
+    cluster_plan,
     emit,
     refuse_given,
     shown_load,
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
-        multicast = MulticastPlan(load, args.cluster, stages=args.stages)
+        multicast = cluster_plan()(load, args.cluster, stages=args.stages)
     ring = PipelinePlan(load, stages=args.stages) if multicast is None and args.stages > 1 else None
     if multicast is not None:
         summary = "\n".join([load.summary(multicast.grid_line()), multicast.summary()])
@@ -61,10 +62,11 @@ def _numbers(
     args: argparse.Namespace,
     load: LoadPlan,
     highlight: tuple[int, int],
-    multicast: MulticastPlan | None,
+    multicast: Any,
     ring: PipelinePlan | None,
 ) -> dict[str, Any]:
-    """`plan --json`'s numbers: they list block 0's phases, a tile each (the text needs none)."""
+    """`plan --json`'s numbers: they list block 0's phases, a tile each (the text needs none);
+    `multicast`: --cluster's `MulticastPlan`, or None."""
     check_listed_tiles(load.tiles_per_block, "plan --json", "use larger tiles, or drop --json")
     numbers = describe_plan(load, highlight, multicast)
     if ring is not None:

@@ -1,5 +1,7 @@
 """`tmakit verify`: loads verified element for element on a Hopper GPU: one configuration (its
-pipelined ring or its clusters too) or a sweep of random ones, each in a worker of its own."""
+pipelined ring or its clusters too) or a sweep of random ones, each in a worker of its own. The
+verifications are the load and cluster families' `check` parts, read by name
+(`tmakit.registry.exporting`)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from .. import registry
 from ..check.isolate import run_isolated
-from ..check.run import verify_multicast_load, verify_pipelined_load
 from ..check.sweep import summarize, sweep_configs
 from ..config import LoadConfig
-from ..plan import MulticastPlan, PipelinePlan
+from ..plan import PipelinePlan
 from .args import (
     NON_NEGATIVE,
     CommandError,
@@ -22,6 +24,7 @@ from .args import (
     add_count,
     add_json,
     add_schedule_arguments,
+    cluster_plan,
     hopper_gpu,
     load_plan,
     number,
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     load = load_plan(args)
     _check_flags(args)
     clusters = [
-        MulticastPlan(load, args.cluster, multicast, args.stages)
+        cluster_plan()(load, args.cluster, multicast, args.stages)
         for multicast in (True, False)
         if args.cluster
     ]
@@ -108,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _verify_clusters(args: argparse.Namespace, clusters: list[MulticastPlan]) -> tuple[bool, dict[str, Any]]:
-    """Every CTA of every cluster, multicast and the baseline."""
+def _verify_clusters(args: argparse.Namespace, clusters: list[Any]) -> tuple[bool, dict[str, Any]]:
+    """Every CTA of every cluster (`MulticastPlan`s), multicast and the baseline."""
     out = text_stream(args)
+    verify_multicast_load = registry.exporting("verify_multicast_load", "check").verify_multicast_load
     ctas = []
     for cluster in clusters:
         for rank, verdict in enumerate(verify_multicast_load(cluster)):
@@ -126,6 +130,7 @@ def _verify_pipeline(args: argparse.Namespace, pipeline: PipelinePlan) -> tuple[
     """The pipelined load, store-back verified, guarded against a hang."""
     out = text_stream(args)
     print(pipeline.summary(), file=out)
+    verify_pipelined_load = registry.exporting("verify_pipelined_load", "check").verify_pipelined_load
     verdict = verify_pipelined_load(pipeline, "store", hang_guard=True)
     print(verdict, file=out)
     result = {

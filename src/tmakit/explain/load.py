@@ -9,22 +9,33 @@ the numbers come from those objects or from the plan - none is retyped here.
 3. Why an arrival count and a byte count? -> bytes per transfer, shared memory requested vs bytes
    each phase expects, the parity sequence (per stage when pipelined).
 
-With a cluster or a reduce op, their sections (`cluster`, `reduce`) follow.
+With a cluster or a reduce op, their sections (`clusters`, `reduce`) follow: a cluster's is the
+cluster family's explain part (`cluster_numbers`, `cluster_section`, `cluster_lines`, read by name
+through `tmakit.registry`), a multicast plan the cluster family's `MulticastPlan`.
 """
 
+from types import ModuleType
 from typing import Any
 
-from ..plan import LoadPlan, MulticastPlan, PipelinePlan, check_reduce
+from .. import registry
+from ..plan import LoadPlan, PipelinePlan, check_reduce
 from ..runtime.compile import compile_kernel, fake_source
-from .cluster import cluster_lines, cluster_numbers, cluster_section
 from .common import configuration, highlight_tile
 from .reduce_store import reduce_lines, reduce_store
 
+SINGLE_CTA = "single CTA: no multicast (pass --cluster to see each CTA's slice)"  # no cluster section
+
+
+def cluster_explain() -> ModuleType:
+    """The cluster family's explain part: the cluster section of a load's explanation."""
+    return registry.exporting("cluster_section", "explain")
+
 
 def describe_plan(
-    plan: LoadPlan, highlight: tuple[int, int] | None = None, multicast: MulticastPlan | None = None
+    plan: LoadPlan, highlight: tuple[int, int] | None = None, multicast: Any = None
 ) -> dict[str, Any]:
-    """`tmakit plan --json`: the plan's numbers (no tracing, no DSL), in explain's vocabulary."""
+    """`tmakit plan --json`: the plan's numbers (no tracing, no DSL), in explain's vocabulary;
+    `multicast`, a `MulticastPlan`, adds its cluster's."""
     highlight = highlight_tile(plan, highlight)
     return {
         "configuration": configuration(plan),
@@ -45,7 +56,7 @@ def describe_plan(
             "barrier_bytes": plan.barrier_bytes,
         },
         "phases": {"block_0_parity": [plan.phase_parity(j) for j in range(plan.tiles_per_block)]},
-        "clusters": None if multicast is None else cluster_numbers(multicast),
+        "clusters": None if multicast is None else cluster_explain().cluster_numbers(multicast),
     }
 
 
@@ -106,12 +117,13 @@ def trace_views(plan: LoadPlan, highlight: tuple[int, int]) -> dict[str, Any]:
 def explain(
     pipeline: PipelinePlan,
     highlight: tuple[int, int] | None = None,
-    multicast: MulticastPlan | None = None,
+    multicast: Any = None,
     reduce_op: str | None = None,
 ) -> dict[str, Any]:
     """Everything `tmakit explain` prints, as a dict (the `--json` output). `highlight` defaults
-    as in `highlight_tile`; a tile outside the grid, or a `reduce_op` TMA does not apply to the
-    dtype, is refused before anything is traced."""
+    as in `highlight_tile`; `multicast`, a `MulticastPlan`, adds each CTA's slice of the tile; a
+    tile outside the grid, or a `reduce_op` TMA does not apply to the dtype, is refused before
+    anything is traced."""
     plan = pipeline.load
     if reduce_op is not None:
         check_reduce(reduce_op, plan.config.dtype)
@@ -147,7 +159,9 @@ def explain(
             if pipeline.stages == 1
             else [list(pipeline.stage_and_parity(j)) for j in range(steps)],
         },
-        "clusters": cluster_section(highlight, multicast),
+        "clusters": SINGLE_CTA
+        if multicast is None
+        else cluster_explain().cluster_section(highlight, multicast),
         "reduce": reduce_store(plan, highlight, reduce_op),
     }
 
@@ -215,6 +229,11 @@ def to_text(report: dict[str, Any]) -> str:
             f"  block 0 waits on parity {', '.join(map(str, parity[:12]))}"
             + (", ..." if len(parity) > 12 else "")
         )
-    lines += cluster_lines(report["clusters"])
+    clusters = report["clusters"]
+    lines += (
+        ["", f"clusters: {clusters}"]
+        if isinstance(clusters, str)
+        else cluster_explain().cluster_lines(clusters)
+    )
     lines += reduce_lines(report["reduce"])
     return "\n".join(lines)

@@ -3,7 +3,12 @@ choices) read instead of naming each family in code.
 
 A study is found, not listed: each family's `bench` part (`tmakit.registry`) and every module of
 this package (and of any folder added to its `__path__`) that defines `STUDIES`, a sequence of
-`Family`, contribute theirs."""
+`Family`, contribute theirs.
+
+The load-shaped studies (loads, copies, a cluster's loads, reduces) share their plans
+(`load_plans`: a `LoadPlan` of each --shape and --sizes) and the ring rows timed beside their own
+(`ring_rows`: --pipeline's variants, the load family's, and --cluster's multicast loads, the
+cluster family's, each read by name from its `bench` part)."""
 
 from __future__ import annotations
 
@@ -19,10 +24,15 @@ from typing import Any, TypeVar
 from .. import registry
 from ..bench.report import BenchRow
 from ..bench.timing import EAGER
+from ..config import LoadConfig, dtype_named
+from ..plan import LoadPlan
 from ..runtime.compile import CompiledKernel
 
 Options = argparse.Namespace  # the bench command's options, as parsed
 T = TypeVar("T")
+CLUSTER_STAGES = 4  # ring stages per CTA for --cluster without --stages
+# What --pipeline and --cluster read: every load-shaped family times them beside its own rows.
+RING_OPTIONS = frozenset({"pipeline", "prefetch", "cluster", "stages", "persistent_clusters", "ncu"})
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,28 @@ def bench_shapes(options: Options, itemsize: int) -> list[tuple[int, ...]]:
     """--shape and a matrix of each --sizes, of elements of `itemsize` bytes."""
     sizes = (bench_shape(size, itemsize) for size in options.sizes)
     return [*([options.shape] if options.shape else []), *sizes]
+
+
+def load_plans(options: Options, dtype: str | None = None) -> list[LoadPlan]:
+    """A `LoadPlan` of each shape (--shape, --sizes) of `dtype` (default --dtype), with every
+    ring `ring_rows` will time on it planned now (`check_pipelines`, `check_clusters`: a wrong one
+    is refused before any GPU work)."""
+    element = dtype_named(dtype or options.dtype)
+    shapes = bench_shapes(options, element.nbytes)
+    plans = [LoadPlan(LoadConfig(shape, element.name, options.tile, options.swizzle)) for shape in shapes]
+    check_pipelines = registry.exporting("check_pipelines", "bench").check_pipelines
+    check_clusters = registry.exporting("check_clusters", "bench").check_clusters
+    for plan in plans:
+        check_pipelines(plan, options)
+        check_clusters(plan, options)
+    return plans
+
+
+def ring_rows(plan: LoadPlan, options: Options, l2_bytes: int) -> list[BenchRow]:
+    """--pipeline's variants (`pipeline_rows`) and --cluster's multicast loads (`cluster_rows`)
+    on `plan`: none without those options."""
+    rows = registry.exporting("pipeline_rows", "bench").pipeline_rows(plan, options, l2_bytes)
+    return rows + registry.exporting("cluster_rows", "bench").cluster_rows(plan, options, l2_bytes)
 
 
 def chosen(options: Options, parts: Sequence[T], name: Callable[[T], str] = attrgetter("name")) -> list[T]:

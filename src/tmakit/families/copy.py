@@ -12,8 +12,7 @@ from ..check.run import verify_copy
 from ..config import SEED
 from ..plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan
 from ..runtime.launch import compile_copy
-from . import Family, Options
-from .load import RING_OPTIONS, load_plans, ring_rows
+from . import RING_OPTIONS, Family, Options, load_plans, ring_rows
 
 
 def copy_options(options: Options) -> list[CopyOptions]:

@@ -11,10 +11,11 @@ The building blocks for your own kernel, one import path:
 - `ring`: `TmaRingKernel`, the ring kernel written once (set-up, one producer loop, one consumer
   loop) that every ring family subclasses;
 - `one_stage`: `OneStageKernel`, the seed's one-tile schedule written once;
-- one module per kernel family: `tile_load` (the seed's kernel), `pipeline` (load-only, store,
-  row sums), `copy` (TMA-store copies, transposing copies, bulk copies), `multicast` (clusters),
-  `cluster_dot` (the cluster row dot), `reduce` (reduce stores). A family's kernel is in its
-  package (`tmakit.im2col.kernel`: `make_im2col_load_atom` feeds a TileRing with im2col loads).
+- `copy`: TMA-store copies, transposing copies, bulk copies.
+A family's kernel is in its package: the seed's tile load and the pipelined load in
+`tmakit.load.kernel`, the multicast loads and the cluster row dot in `tmakit.cluster.kernel`
+(`make_cluster_load_atom`), `tmakit.im2col.kernel` (`make_im2col_load_atom` feeds a TileRing
+with im2col loads), and so on.
 """
 
 from ..plan.ring import GUARD_WORDS

@@ -45,9 +45,10 @@ class TileRing:
     """The ring's host-side construction and device-side protocol for one `PipelinePlan`.
 
     `multicast_peers` > 1: the ring of one CTA in a cluster whose producers multicast every slice
-    into every CTA's stage (`kernels.multicast`). A stage is then free only when the consumers of
-    *every* CTA released it: each CTA's empty barrier expects consumer_warps x peers arrivals and
-    a consumer warp releases a stage by arriving on that barrier in every CTA of the cluster.
+    into every CTA's stage (the cluster family's kernels). A stage is then free only when the
+    consumers of *every* CTA released it: each CTA's empty barrier expects consumer_warps x peers
+    arrivals and a consumer warp releases a stage by arriving on that barrier in every CTA of the
+    cluster.
 
     `remote_release` (multicast peers only): how a consumer warp's arrivals reach the peers'
     empty barriers, one of `plan.RELEASES`."""

@@ -164,7 +164,7 @@ def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:
 
 def torch_copy_pair(dsts: list, srcs: list, i: int) -> None:
     """torch's copy_ of a list's pair `i`, its refusal (TorchOpError) naming the pair: the list's
-    counterpart of `api.copy_views.torch_copy` (src, dst), `copy_`'s launcher of torch's op."""
+    counterpart of `api.copy_views.copy_by_torch`, `copy_`'s launch of torch's op."""
     try:
         dsts[i].copy_(srcs[i])
     except (RuntimeError, TypeError, ValueError) as error:

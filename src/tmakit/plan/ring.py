@@ -30,6 +30,17 @@ TILE_ORDERS = ("interleaved", "columns", "blocked")  # a persistent grid's walk 
 GUARD_RECORD = 8
 GUARD_WORDS = 2 * GUARD_RECORD
 PRODUCER, CONSUMER = 0, 1  # the roles, in record order
+# How a ring's consumer warp frees a stage in every CTA of its cluster (`TileRing.release`):
+# "elected-cluster": one elected lane arrives on each CTA's empty barrier in turn, each arrival
+#   a release at cluster scope (tmakit's first protocol);
+# "elected-cta": the same lane and order, each arrival a release at CTA scope (the DSL's default
+#   for remote arrivals, and CUTLASS's `ClusterBarrier::arrive(cta_id)`);
+# "lanes": lane i arrives on CTA i's barrier, CTA scope, all at once (`PipelineTmaAsync`'s
+#   consumer_release with multicast signalling).
+RELEASES = ("elected-cluster", "elected-cta", "lanes")
+# The rings' protocol: on the H200 (seed shape, L2 hot) cluster-scope arrivals cost 3x at 2x2
+# (docs/results.md, "Multicast: the release scope"); CTA scope is what CUTLASS relies on too.
+DEFAULT_RELEASE = "lanes"
 
 
 @dataclass(frozen=True)

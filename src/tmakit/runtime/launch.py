@@ -16,17 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..config import DTYPES, RAW_BYTE, LoadConfig
+from ..config import LoadConfig
 from ..errors import TmaHangError
-from ..plan import (
-    DEFAULT_RELEASE,
-    ClusterDotPlan,
-    CopyPlan,
-    LoadPlan,
-    MulticastPlan,
-    PipelinePlan,
-    copy_destination,
-)
+from ..plan import CopyPlan, copy_destination
 from ..plan.ring import GUARD_RECORD, GUARD_WORDS
 from .compile import (
     CompiledKernel,
@@ -41,76 +33,6 @@ from .device import current_stream
 
 if TYPE_CHECKING:
     import torch
-
-
-@compiles
-def compile_tile_load(
-    plan: LoadPlan,
-    consumer: str = "store",
-    tile_shift: tuple[int, int] = (0, 0),
-    keep_ptx: bool = False,
-    tvm_ffi: bool = False,
-    shape_generic: bool = False,
-) -> tuple:
-    """The tile-load kernel (`kernels.tile_load`) for sm_90a. `consumer="none"` is the seed's
-    load-only kernel; `tile_shift` is for verifier tests only; `tvm_ffi` as in `compile_kernel`.
-    `shape_generic` (with TVM-FFI): one compile for every shape of the plan's dtype, rank, layout,
-    tile and swizzle (`plan.stand_in_config`); the scratch is then the compact padded output of
-    whatever shape is loaded."""
-    if not shape_generic:
-        plan.check_specialised()
-    from ..kernels.tile_load import TileLoadKernel
-
-    config = plan.config
-    rank = len(config.shape)
-    if shape_generic:
-        src = symbolic_tensors(config.element, (config.contiguous_index,), rank)[0]
-        scratch = {
-            "none": src,
-            "store": symbolic_tensors(config.element, (rank - 1,), rank, aligned_strides=False)[0],
-        }[consumer]
-    else:
-        src = fake_source(config)
-        scratch = {
-            "none": src,
-            "store": fake_tensor(config.element, plan.padded_shape),
-            "raw": fake_tensor(RAW_BYTE, (plan.total_tile_loads, plan.expected_tx_bytes)),
-        }[consumer]
-    kernel = TileLoadKernel(plan, consumer=consumer, tile_shift=tile_shift, shape_generic=shape_generic)
-    return kernel, src, scratch, placeholder_stream(env=tvm_ffi)
-
-
-@compiles
-def compile_pipelined_load(
-    pipeline: PipelinePlan,
-    consumer: str = "store",
-    hang_guard: bool = False,
-    keep_ptx: bool = False,
-    tvm_ffi: bool = False,
-) -> tuple:
-    """A pipelined load (`kernels.pipeline`: the consumers "none", "store" and "rowsum") for
-    sm_90a, no GPU needed. `hang_guard` is the debug hang guard; `tvm_ffi` as in `compile_kernel`."""
-    pipeline.load.check_specialised()
-    from ..kernels.pipeline import PipelinedLoadKernel
-
-    kernel = PipelinedLoadKernel(pipeline, consumer, hang_guard=hang_guard)
-    return kernel, *pipelined_load_arguments(pipeline, consumer, tvm_ffi)
-
-
-def pipelined_load_arguments(pipeline: PipelinePlan, consumer: str, tvm_ffi: bool) -> tuple:
-    """The example arguments a pipelined load is compiled against, (src, out, guard, stream); the
-    parameters as `compile_pipelined_load` takes them."""
-    import cutlass
-
-    plan = pipeline.load
-    src = fake_source(plan.config)
-    out = {
-        "none": src,
-        "store": fake_tensor(plan.config.element, plan.padded_shape),
-        "rowsum": fake_tensor(DTYPES["fp32"], pipeline.rowsum_shape),
-    }[consumer]
-    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
-    return src, out, guard, placeholder_stream(env=tvm_ffi)
 
 
 @compiles
@@ -185,50 +107,6 @@ def max_active_clusters(cluster_size: int) -> int:
 
     torch.cuda.synchronize()  # makes the device's primary context current: HardwareInfo reads it
     return HardwareInfo().get_max_active_clusters(cluster_size)
-
-
-@compiles
-def compile_multicast_load(
-    multicast: MulticastPlan,
-    keep_ptx: bool = False,
-    store: bool = True,
-    release: str = DEFAULT_RELEASE,
-) -> tuple:
-    """The cluster kernel (`kernels.multicast`) for sm_90a: multicast, or the baseline;
-    single-tile, or an N-stage ring per CTA when the plan has stages > 1 (`store=False`: the
-    ring's consumers only wait and release, for timing). `release`: how its consumers free a
-    stage in the peers (`plan.RELEASES`)."""
-    if multicast.stages == 1 and not store:
-        raise ValueError("the single-tile multicast kernel always stores (use stages > 1)")
-    multicast.load.check_specialised()
-    from ..kernels.multicast import MulticastLoadKernel, PipelinedMulticastKernel
-
-    if multicast.stages == 1:
-        kernel = MulticastLoadKernel(multicast)
-    else:
-        kernel = PipelinedMulticastKernel(multicast, store, release)
-    return kernel, *multicast_load_arguments(multicast)
-
-
-def multicast_load_arguments(multicast: MulticastPlan) -> tuple:
-    """The example arguments a cluster kernel is compiled against, (src, copies, stream): the
-    input and each CTA's copy of the padded scratch."""
-    plan = multicast.load
-    copies = fake_tensor(plan.config.element, multicast.copies_shape)
-    return fake_source(plan.config), copies, placeholder_stream()
-
-
-@compiles
-def compile_cluster_dot(dot: ClusterDotPlan, keep_ptx: bool = False) -> tuple:
-    """The cluster row dot (`kernels.cluster_dot`) for sm_90a, multicast or the baseline, called
-    with A (B, M, K), X (M, K), out (B, M) fp32 and a stream."""
-    dot.a_load.check_specialised()
-    from ..kernels.cluster_dot import ClusterDotKernel
-
-    a = fake_source(dot.a_load.config)
-    x = fake_source(dot.x_load.config)
-    out = fake_tensor(DTYPES["fp32"], dot.out_shape)
-    return ClusterDotKernel(dot), a, x, out, placeholder_stream()
 
 
 # -- the hang guard's words -------------------------------------------------------------------

@@ -1,6 +1,10 @@
-"""`load_tiles` as a torch operator, defined with the copies in `tmakit.ops`: its real
-implementation (`tmakit.api`'s, strict) and its fake (the output's shape, what TMA serves checked
-while tracing); its Autograd kernel is `ops_base.not_differentiable`'s."""
+"""`load_tiles` as a torch operator (registered when `tmakit.ops` is imported):
+
+    torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor
+
+Defined in a fragment of the `tmakit` library: its real implementation (`tmakit.load_tiles`,
+TMA's loads only), its fake (the output's shape, what TMA serves checked while tracing) and the Autograd
+kernel of an op without a gradient (`ops_base.not_differentiable`)."""
 
 from __future__ import annotations
 
@@ -8,12 +12,20 @@ from typing import Any
 
 import torch
 
+from ..config import SEED, LoadConfig, dtype_of, major_of
+from ..ops_base import check_traced, define, not_differentiable, on_its_device, refuse_memoryless
+from ..plan import LoadPlan
+from ..plan.load import padded_extents
+from ..validate import check_rank
 from .api import load_tiles as tma_load_tiles
-from .config import SEED, LoadConfig, dtype_of, major_of
-from .ops_base import check_traced, on_its_device, refuse_memoryless
-from .plan import LoadPlan
-from .plan.load import padded_extents
-from .validate import check_rank
+
+SCHEMAS = {
+    # `int`, not SymInt: a tile and a swizzle are constants of the compiled kernel
+    "load_tiles": (
+        f"load_tiles(Tensor tensor, int tile_rows={SEED.tile[0]}, int tile_cols={SEED.tile[1]}, "
+        "int swizzle=0) -> Tensor"
+    ),
+}
 
 
 def load_tiles_impl(
@@ -49,3 +61,18 @@ def load_tiles_fake(
     check_traced("load_tiles", tensor=tensor)
     shape = padded_shape(tensor, (tile_rows, tile_cols), swizzle)
     return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+
+
+def register() -> torch.library.Library:
+    """Define the load_tiles op in a fragment of the `tmakit` library and register its kernels: the
+    implementation, the fake and the Autograd kernel of an op without a gradient."""
+    library = define("FRAGMENT", SCHEMAS, (("load_tiles", load_tiles_impl, load_tiles_fake),))
+    load_tiles_autograd = not_differentiable("load_tiles", "tensor", load_tiles_impl)
+    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
+    return library
+
+
+LIBRARY = register()
+load_tiles = torch.ops.tmakit.load_tiles.default
+
+__all__ = ["load_tiles"]

@@ -1,11 +1,30 @@
 """`tmakit explain --cluster` (and `plan --cluster`): each CTA's slice of the marked tile in a
-cluster sharing it by multicast, and whether multicast paid on the H200."""
+cluster sharing it by multicast, and whether multicast paid on the H200. A section of the load's
+explanation (`tmakit.explain`, which reads these by name): the family has no `--kernel` of its
+own, and `--cluster` is the core's option."""
 
+# No `from __future__ import annotations`: the DSL reads the traced function's annotations as objects.
+import argparse
 from typing import Any
 
-from ..plan import MulticastPlan
+from ..explain.measured import (
+    H200_HOT_L2_TIME_RATIO,
+    H200_SHARED_TILE_SPEEDUP,
+    HOT_L2_SOURCE,
+    SHARED_TILE_SOURCE,
+)
 from ..runtime.compile import compile_kernel, fake_source
-from .measured import H200_HOT_L2_TIME_RATIO, H200_SHARED_TILE_SPEEDUP, HOT_L2_SOURCE, SHARED_TILE_SOURCE
+from .plan import MulticastPlan
+
+KERNELS = ()  # no --kernel: a cluster is drawn and explained with the load's --cluster
+FLAGS = ()  # --cluster is the core's: plan, explain, check, verify, demo and bench take it
+WHAT = ""  # nothing for --kernel's help
+# What the core reads by name (`registry.exporting`): the cluster section of the load's explanation.
+__all__ = ["cluster_lines", "cluster_numbers", "cluster_section"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """None of its own: `--cluster` is the core's (`cli.args.add_cluster`)."""
 
 
 def cluster_numbers(multicast: MulticastPlan) -> dict[str, Any]:
@@ -37,7 +56,7 @@ def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -
     import cutlass
     import cutlass.cute as cute
 
-    from ..kernels.multicast import MulticastLoadKernel, make_cluster_load_atom
+    from .kernel import MulticastLoadKernel, make_cluster_load_atom
 
     plan = multicast.load
     kernel = MulticastLoadKernel(multicast)
@@ -60,20 +79,17 @@ def trace_cluster_slices(multicast: MulticastPlan, highlight: tuple[int, int]) -
     return slices
 
 
-def cluster_section(highlight: tuple[int, int], multicast: MulticastPlan | None) -> Any:
-    """The report's "clusters": a sentence for one CTA, else the numbers and the traced slices."""
-    if multicast is None:
-        return "single CTA: no multicast (pass --cluster to see each CTA's slice)"
+def cluster_section(highlight: tuple[int, int], multicast: MulticastPlan) -> dict[str, Any]:
+    """The report's "clusters": the numbers and the traced slices of each CTA."""
     numbers = cluster_numbers(multicast)
     for cta, traced in zip(numbers["ctas"], trace_cluster_slices(multicast, highlight), strict=True):
         cta.update(traced)
     return numbers
 
 
-def cluster_lines(clusters: Any) -> list[str]:
-    """The text's cluster section: each CTA's slice, then whether multicast pays."""
-    if isinstance(clusters, str):
-        return ["", f"clusters: {clusters}"]
+def cluster_lines(clusters: dict[str, Any]) -> list[str]:
+    """The text's cluster section (`cluster_section`'s): each CTA's slice, then whether multicast
+    pays."""
     lines = [
         "",
         f"clusters: {clusters['cluster'][0]}x{clusters['cluster'][1]}, multicast mask "
