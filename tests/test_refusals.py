@@ -12,11 +12,10 @@ import pytest
 
 import tmakit
 from tmakit import CopyOptions, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError
+from tmakit.copies import call as copies_call
 from tmakit.plan import copy_class
 from tmakit.runtime.dispatch import CopyDispatch
 from tmakit.validate import overlap_verdict
-
-api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 LOAD = LoadPlan(LoadConfig())
 
@@ -140,7 +139,7 @@ def stub_copies(monkeypatch):
         calls.append((src.data_ptr(), dst.data_ptr()))
 
     launcher.shape_generic = True
-    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    dispatch = CopyDispatch(lambda dst, src, options, facts: launcher, copies_call.check_copy_tensors)
 
     def copy_(dst, src, tile=None, stages=None, **options):
         return dispatch.copy_(dst, src, tile, stages, options)
@@ -181,7 +180,7 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
     launcher.shape_generic = True
     dispatch = CopyDispatch(
         lambda dst, src, options, facts: launcher,
-        api_copy.check_copy_tensors,
+        copies_call.check_copy_tensors,
         fallback=lambda s, d: fell_back.append(d.copy_(s)),
     )
     memory = torch.arange(64 * 2 * 64, dtype=torch.float32).view(64, 2, 64)
@@ -189,7 +188,7 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
     expected = src.clone()
     dispatch.copy_(dst, src, None, None, {})
     assert len(fell_back) == 1 and launched == [] and torch.equal(dst, expected)
-    strict = CopyDispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    strict = CopyDispatch(lambda dst, src, options, facts: launcher, copies_call.check_copy_tensors)
     with pytest.raises(TmaConfigError, match="partly overlaps"):  # no fallback: tmakit's own rule
         strict.copy_(dst, src, None, None, {})
     flat = torch.empty(4160, dtype=torch.float16)

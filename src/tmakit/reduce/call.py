@@ -10,8 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..api.copy import HOPPER
-from ..api.copy_views import copy_nothing
 from ..api.tensors import (
     check_tensor_pair,
     check_torch_tensor,
@@ -22,12 +20,13 @@ from ..api.tensors import (
 )
 from ..config import DTYPES, LoadConfig, dtype_of, major_of
 from ..errors import TmaConfigError, TorchOpError
+from ..limits import DEFAULT_DEVICE_FACTS
 from ..plan import CopyOptions, LoadPlan, check_copy_shape, check_reduce, copy_destination, reduce_op
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.route import PairFacts, Route, torch_route
 from ..runtime.dispatch import Signature
 from ..runtime.dispatch import check_no_partial_overlap as dispatch_overlap_check
-from ..runtime.launch import Launcher, tvm_ffi_available
+from ..runtime.launch import Launcher, copy_nothing, tvm_ffi_available
 from ..validate import check_rank
 from .launch import class_launcher, reduce_launcher
 from .plan import (
@@ -116,14 +115,13 @@ def check_reduce_options(
     dst: torch.Tensor, src: torch.Tensor, op: str, options: CopyOptions, reduce_by: str | None
 ) -> None:
     """Options given, checked the same way on every path, before the route is taken: the call
-    planned on the route TMA would take (no rule of the L2), as on a Hopper GPU (`api.copy.
-    HOPPER`) for tensors that are not on one, its planner's refusal raised whatever then serves
-    the call (`api.copy.check_options`'s rule, for a reduce)."""
+    planned on the route TMA would take (no rule of the L2), as on a Hopper GPU
+    (`limits.DEFAULT_DEVICE_FACTS`) for tensors that are not on one, its planner's refusal raised
+    whatever then serves the call (`copies.call.check_options`'s rule, for a reduce)."""
     src_device = cuda_index(src)
     on_gpu = src_device >= 0 and cuda_index(dst) == src_device
-    plan_reduce_call(
-        dst, src, op, options, False, reduce_by, on=device_facts(src.device) if on_gpu else HOPPER
-    )
+    device = device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS
+    plan_reduce_call(dst, src, op, options, False, reduce_by, on=device)
 
 
 def torch_launcher(op: str, reason: str) -> Launcher:
@@ -231,7 +229,7 @@ def reduce_decision(
         return ReduceDecision(plan_reduce_call(dst, src, op, copy_options, strict, reduce_by)[0])
     facts = checked_facts(dst, src, op, strict)
     on_gpu = facts.src.device >= 0
-    device = device_facts(src.device) if on_gpu else HOPPER
+    device = device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS
     l2_rule = device[1] if on_gpu else None
     decision = decide_reduce(
         facts, op, copy_options, device, l2_rule, reduce_by, strict, check_shape=check_copy_shape

@@ -129,7 +129,7 @@ def compile_copy(
     is called with compact tensors of this shape, whose memory the kernel views as the plan's
     compact matrix (a copy of the tensor's memory as rows).
 
-    `shape_generic`: one compile serves every shape of the plan's class (`api.copy_class`): the
+    `shape_generic`: one compile serves every shape of the plan's class (`plan.copy_class`): the
     plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
     strides at each call. The destination has the source's shape and the contiguous dim of
     `destination` (default: the source's)."""
@@ -265,20 +265,28 @@ False)` (absent: False), so a plain function is a launcher that claims none of t
 - `checks_arguments`: its compiled function raises TypeError/ValueError on a tensor it was not
   built for (dtype, shape, strides, alignment, device), before it launches, so it may be tried
   first. Set by `guarded_launcher` (True through TVM-FFI, False on the plain path), copied onto a
-  wrapper by `api.copy_views.restrided` and `reduce.call.ReduceKernel.launcher`; read by
+  wrapper by `copies.views.restrided` and `reduce.call.ReduceKernel.launcher`; read by
   `runtime.dispatch.CopyDispatch.copy_` (the streak to FAST) and `CopyDispatch.guard`.
 - `shape_generic`: one kernel for every shape of its class, so it takes any extents and strides
   and is pinned to the shape its last lookup checked. Set by `copy_launcher`,
-  `reduce.launch.reduce_launcher`, `api.copy_views.restrided` (True) and
+  `reduce.launch.reduce_launcher`, `copies.views.restrided` (True) and
   `reduce.call.ReduceKernel.launcher`; read by `CopyDispatch.copy_`.
 - `moves_nothing`: an empty copy's, whose tensors' addresses do not matter. Set on
-  `api.copy_views.copy_nothing`; read by `CopyDispatch.copy_` (no address check).
+  `copy_nothing`; read by `CopyDispatch.copy_` (no address check).
 - `any_address`: it takes any base address (torch's op serves the call). Set on
-  `api.copy_views.torch_copy`, `api.copy_views.driver_launcher`'s and
+  `copies.views.torch_copy`, `copies.views.driver_launcher`'s and
   `reduce.call.torch_launcher`'s; read by `CopyDispatch.copy_` (no address check).
 - `compiled`: the `CompiledKernel` it calls (how it was built: compile time, from the disk cache
   or not). Set by `guarded_launcher` on its TVM-FFI path; read by `bench.hostcost`.
 """
+
+
+def copy_nothing(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The launcher of an empty copy (or reduce): no element to move, as torch's copy_ of empty
+    tensors."""
+
+
+copy_nothing.moves_nothing = True  # type: ignore[attr-defined]  # its tensors' addresses do not matter
 
 
 @functools.cache
