@@ -69,7 +69,7 @@ def page() -> str:
     sections.append("## torch ops\n")
     sections.append(f"```text\n{inspect.getdoc(tmakit.ops)}\n```\n")
     families = [module.SCHEMAS for module in tmakit.registry.parts("op")]  # each family's ops
-    schemas = {**tmakit.ops.SCHEMAS, **{name: s for family in families for name, s in family.items()}}
+    schemas = {name: s for family in families for name, s in family.items()}
     for name in sorted(schemas):
         op, _, overload = name.partition(".")
         schema = getattr(getattr(torch.ops.tmakit, op), overload or "default")._schema

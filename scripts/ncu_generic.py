@@ -29,7 +29,7 @@ def target(mib: int) -> None:
     import torch
 
     import tmakit
-    from tmakit.api.copy import specialised_copy_
+    from tmakit.copies.api import specialised_copy_
 
     x = torch.randn(mib * 2**19 // 4096, 4096, device="cuda").to(torch.float16)
     for copy_ in (tmakit.copy_, specialised_copy_):  # shape-generic, then for this shape

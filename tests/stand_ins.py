@@ -15,13 +15,14 @@ def gpu_stand_ins(monkeypatch) -> None:
     import torch
 
     from tmakit.api import tensors as api_tensors
+    from tmakit.copies import api as copies_api
+    from tmakit.copies import call as copies_call
     from tmakit.load import api as api_load
     from tmakit.reduce import call as api_reduce
     from tmakit.rows import call as api_rows
     from tmakit.runtime.dispatch import CallTable, Dispatch
     from tmakit.runtime.launch import Launcher
 
-    api_copy = importlib.import_module("tmakit.api.copy")  # the modules: tmakit.api.copy is the function
     api_im2col = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
     op_im2col = importlib.import_module("tmakit.im2col.op")
 
@@ -31,15 +32,15 @@ def gpu_stand_ins(monkeypatch) -> None:
     launcher = Launcher(launch, checks_arguments=True, shape_generic=True)
     properties = SimpleNamespace(multi_processor_count=132, L2_cache_size=60 * 2**20)
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr("tmakit.ops.check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr("tmakit.copies.op.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr("tmakit.ops_base.check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr("tmakit.load.op.check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    for module in (api_copy, api_reduce):
+    for module in (copies_call, api_reduce):
         monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
-    monkeypatch.setattr(api_copy, "copy_launcher", lambda *args, **kwargs: launcher)
+    monkeypatch.setattr(copies_call, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_reduce, "reduce_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)
@@ -51,8 +52,9 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
-    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
+    copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
+    monkeypatch.setattr(copies_api, "_COPIES", copies)
+    monkeypatch.setattr(copies_call, "_CLASSES", {})
 
 
 def strictly(function):

@@ -150,8 +150,8 @@ def test_a_public_function_taken_from_the_other_tree_is_refused(tmp_path, forget
         ROOT / "src" / "tmakit", tmp_path / "src" / "tmakit", ignore=shutil.ignore_patterns("__pycache__")
     )
     init = tmp_path / "src" / "tmakit" / "__init__.py"
-    init.write_text(init.read_text() + "\nfrom tmakit.api.copy import copy_ as copy_  # the other tree's\n")
-    with pytest.raises(ImportError, match=r"copy_ \(tmakit\.api\.copy\)"):
+    init.write_text(init.read_text() + "\nfrom tmakit.copies.api import copy_ as copy_  # the other tree's\n")
+    with pytest.raises(ImportError, match=r"copy_ \(tmakit\.copies\.api\)"):
         ab.import_as_base(tmp_path / "src", name="tmakit_leaky")
 
 

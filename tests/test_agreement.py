@@ -4,7 +4,7 @@ route `tmakit plan --kernel K --gpu G --json -` prints, the route the `*_path` f
 and reason), or all three refuse.
 
 The call runs on CPU tensors standing in for an H200's (`stand_ins.gpu_stand_ins`: its SMs and L2,
-launchers that launch nothing); what it takes is read where it decides (`api.copy.routed`, the
+launchers that launch nothing); what it takes is read where it decides (`copies.call.routed`, the
 driver's launcher, `reduce.call.reduce_decision`, the rows call's rule, im2col's placed call).
 The facts the CLI assumes (`cli.kernels.ASSUMED`: one GPU, aligned bases, tensors apart, no
 autograd, no capture) are what the drawn tensors are."""
@@ -27,9 +27,9 @@ import tmakit  # noqa: E402
 from stand_ins import gpu_stand_ins  # noqa: E402
 from tmakit import TmaConfigError, cli  # noqa: E402
 from tmakit.config import DTYPES, LoadConfig, padded_strides  # noqa: E402
+from tmakit.copies.plan import AS_ROWS_BEYOND_L2, BY_THE_DRIVER  # noqa: E402
 from tmakit.limits import GPUS  # noqa: E402
-from tmakit.plan.copy_layout import AS_ROWS_BEYOND_L2  # noqa: E402
-from tmakit.plan.route import BY_THE_DRIVER, Route  # noqa: E402
+from tmakit.plan.route import Route  # noqa: E402
 from tmakit.rows.plan import NO_ROWS  # noqa: E402
 from tmakit.runtime.dispatch import CallTable  # noqa: E402
 
@@ -113,11 +113,12 @@ def options_of(text: str) -> dict:
 def on_a_stand_in_h200(monkeypatch):
     """CPU tensors as an H200's, `copy_` routed as on the GPU, what the call takes recorded."""
     gpu_stand_ins(monkeypatch)
-    api_copy = importlib.import_module("tmakit.api.copy")
+    from tmakit.copies import api as copies_api
+    from tmakit.copies import call as copies_call
     from tmakit.runtime.dispatch import Dispatch
 
     taken: list[tuple[str, str]] = []
-    routed, driver = api_copy.routed, api_copy.driver_launcher
+    routed, driver = copies_call.routed, copies_call.driver_launcher
 
     def routed_seen(*args, **kwargs):
         route, launcher = routed(*args, **kwargs)
@@ -128,19 +129,19 @@ def on_a_stand_in_h200(monkeypatch):
         taken.append(("torch", BY_THE_DRIVER))
         return driver(nbytes)
 
-    monkeypatch.setattr(api_copy, "routed", routed_seen)
-    monkeypatch.setattr(api_copy, "driver_launcher", driver_seen)
-    monkeypatch.setattr(api_copy, "l2_of", lambda src: GPUS["h200"][2])  # the stand-ins' GPU
+    monkeypatch.setattr(copies_call, "routed", routed_seen)
+    monkeypatch.setattr(copies_call, "driver_launcher", driver_seen)
+    monkeypatch.setattr(copies_call, "l2_of", lambda src: GPUS["h200"][2])  # the stand-ins' GPU
 
     def first_call() -> list[tuple[str, str]]:
         """A new dispatch (each drawn call a first call, as the CLI plans one) and no route yet."""
         dispatch = Dispatch(
-            api_copy.routed_copy_launcher,
-            api_copy.check_copy_tensors,
-            fallback=api_copy.TORCH_COPY,
-            guard_of=api_copy.pair_guard,
+            copies_call.routed_copy_launcher,
+            copies_call.check_copy_tensors,
+            fallback=copies_call.TORCH_COPY,
+            guard_of=copies_api.pair_guard,
         )
-        monkeypatch.setattr(api_copy, "_COPIES", dispatch)
+        monkeypatch.setattr(copies_api, "_COPIES", dispatch)
         taken.clear()
         return taken
 

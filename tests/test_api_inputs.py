@@ -17,12 +17,12 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.api import tensors as api_tensors
+from tmakit.copies import api as copies_api
+from tmakit.copies import call as copies_call
 from tmakit.load import api as api_load
 from tmakit.reduce import call as api_reduce
 from tmakit.runtime.dispatch import Dispatch
 from tmakit.runtime.launch import Launcher
-
-api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 GPU_EXTRA = re.escape("pip install 'tmakit[gpu]'")
 
@@ -36,11 +36,12 @@ def nothing_compiles(monkeypatch):
     """Any compile, launcher or device-properties read during a test fails it; each test has its own
     copy_ dispatch (nothing a test planned is found by the next)."""
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
-    monkeypatch.setattr(api_copy, "copy_launcher", refuse)
+    monkeypatch.setattr(copies_call, "copy_launcher", refuse)
     monkeypatch.setattr(api_reduce, "reduce_launcher", refuse)
     monkeypatch.setattr(api_reduce, "class_launcher", refuse)
     monkeypatch.setattr(api_load, "compile_tile_load", refuse)
-    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
+    monkeypatch.setattr(copies_api, "_COPIES", copies)
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -413,11 +414,12 @@ def test_padded_empty_pads_the_contiguous_dim(torch):
 @pytest.mark.gpu
 def test_gpu_empty_copy_and_refusals(torch, monkeypatch):
     monkeypatch.undo()  # the real device properties
-    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
+    copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
+    monkeypatch.setattr(copies_api, "_COPIES", copies)
     cuda = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
     empty = torch.zeros(0, 64, dtype=torch.float16, device="cuda")
     monkeypatch.setattr("tmakit.runtime.compile.compile_kernel", refuse)
-    monkeypatch.setattr(api_copy, "copy_launcher", refuse)
+    monkeypatch.setattr(copies_call, "copy_launcher", refuse)
     monkeypatch.setattr(api_reduce, "reduce_launcher", refuse)
     monkeypatch.setattr(api_reduce, "class_launcher", refuse)
     assert tmakit.copy_(torch.empty_like(empty), empty).shape == (0, 64)

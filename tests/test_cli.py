@@ -83,7 +83,7 @@ def test_bad_arguments_are_refused_before_anything_prints(args, error):
         (["verify", "--sweep", "5", "--stages", "4"], "--sweep verifies one-stage loads"),
         (["verify", "--seed", "7"], "--seed picks the configurations of --sweep"),
         (["verify", "--stages", "4", "--timeout", "5"], "--timeout limits each one-stage load's worker"),
-        (["bench", "--copy", "stages=8"], "--copy configures --kernel reduce, copy or transpose"),
+        (["bench", "--copy", "stages=8"], "--copy configures --kernel copy, transpose or reduce"),
         (["bench", "--specialised"], "--specialised configures --kernel copy or transpose"),
         (
             ["bench", "--kernel", "reduce", "--specialised"],

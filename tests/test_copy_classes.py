@@ -4,7 +4,6 @@ extents and strides (their PTX)."""
 
 from __future__ import annotations
 
-import importlib
 import random
 import re
 
@@ -13,13 +12,13 @@ import pytest
 from tmakit import TmaConfigError
 from tmakit.api import tensors as api_tensors
 from tmakit.config import LoadConfig
+from tmakit.copies import api as copies_api
+from tmakit.copies import call as copies_call
 from tmakit.load.launch import compile_tile_load
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
 from tmakit.runtime.dispatch import Dispatch
 from tmakit.runtime.launch import Launcher, compile_copy
-
-api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 
 @pytest.fixture
@@ -50,15 +49,16 @@ def classes(torch, monkeypatch):
     compiles and launches are recorded, not run."""
     recorder = Classes()
     monkeypatch.setattr(api_tensors, "check_on_gpu", lambda tensor, name: None)
-    monkeypatch.setattr(api_copy, "device_facts", lambda device: (132, 60 * 2**20))
-    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api_copy, "copy_launcher", recorder.copy_launcher)
-    monkeypatch.setattr(api_copy, "_COPIES", Dispatch(api_copy.plan_copy, api_copy.check_copy_tensors))
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
-    monkeypatch.setattr(api_copy, "_DEVICE_FACTS", {})
-    api_copy.class_launcher.cache_clear()
+    monkeypatch.setattr(copies_call, "device_facts", lambda device: (132, 60 * 2**20))
+    monkeypatch.setattr(copies_call, "tvm_ffi_available", lambda: True)
+    monkeypatch.setattr(copies_call, "copy_launcher", recorder.copy_launcher)
+    copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
+    monkeypatch.setattr(copies_api, "_COPIES", copies)
+    monkeypatch.setattr(copies_call, "_CLASSES", {})
+    monkeypatch.setattr(copies_call, "_DEVICE_FACTS", {})
+    copies_call.class_launcher.cache_clear()
     yield recorder
-    api_copy.class_launcher.cache_clear()
+    copies_call.class_launcher.cache_clear()
 
 
 def padded(torch, rows, cols):
@@ -72,7 +72,7 @@ def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
     for _ in range(100):
         rows, cols = rng.randint(1, 16384), rng.randint(8, 16384)
         src, dst = padded(torch, rows, cols), padded(torch, rows, cols)
-        api_copy.copy_(dst, src)
+        copies_api.copy_(dst, src)
     names = [
         f"{copy.load.config.dtype} {copy.load.config.major}-major rank {len(copy.load.config.shape)}, "
         f"tile {copy.load.config.tile}, {copy.ring.stages} stages, evict_first={copy.ring.evict_first}"
@@ -92,19 +92,19 @@ def test_a_hundred_random_shapes_compile_at_most_four_classes(classes, torch):
 
 def test_a_new_shape_breaking_a_rule_in_a_warm_class_raises_before_launch(classes, torch):
     good = padded(torch, 64, 64)
-    api_copy.copy_(torch.empty_like(good), good)
+    copies_api.copy_(torch.empty_like(good), good)
     odd = torch.empty(64, 63, dtype=torch.float16)  # 126-byte rows: the class takes it, TMA does not
     with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
-        api_copy.copy_(torch.empty_like(odd), odd)
+        copies_api.copy_(torch.empty_like(odd), odd)
     expanded = torch.empty(1, 64, dtype=torch.float16).expand(64, 64)
     with pytest.raises(TmaConfigError, match=r"src: stride of dim 0 is 0 \(a broadcast view\)"):
-        api_copy.copy_(torch.empty(64, 64, dtype=torch.float16), expanded)
+        copies_api.copy_(torch.empty(64, 64, dtype=torch.float16), expanded)
     assert len(classes.compiled) == 1 and len(classes.launched) == 1  # only the good copy launched
 
 
 def test_an_extent_one_dim_gets_a_stride_tma_accepts(classes, torch):
     row = torch.empty(1, 777, dtype=torch.float16)  # a 1554-byte row stride that is never stepped
-    api_copy.copy_(torch.empty_like(row), row)
+    copies_api.copy_(torch.empty_like(row), row)
     assert classes.launched == [((1, 777), (8, 1), (8, 1))]  # 16 bytes' worth stands in
 
 
@@ -120,17 +120,17 @@ def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatc
         return torch.Tensor._make_subclass(OnDevice0, tensor)
 
     first = on_device0(padded(torch, 64, 64))
-    api_copy.copy_(on_device0(padded(torch, 64, 64)), first)
+    copies_api.copy_(on_device0(padded(torch, 64, 64)), first)
 
     def no_planning(*args, **kwargs):
         raise AssertionError("a new shape of a known class was planned again")
 
-    monkeypatch.setattr(api_copy, "plan_pair", no_planning)
+    monkeypatch.setattr(copies_call, "plan_pair", no_planning)
     for rows, cols in [(1000, 776), (3, 8), (2048, 4096)]:  # all in the class that fits L2
-        api_copy.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
+        copies_api.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
     odd = on_device0(torch.empty(64, 63, dtype=torch.float16))
     with pytest.raises(TmaConfigError, match="src: global stride of dim 0 is 126 bytes"):
-        api_copy.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
+        copies_api.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
     assert len(classes.compiled) == 1
     assert [shape for shape, _, _ in classes.launched] == [(64, 64), (1000, 776), (3, 8), (2048, 4096)]
 
@@ -209,10 +209,10 @@ def test_kernels_compiled_for_one_shape_refuse_more_than_2_to_the_32_elements():
 
 def test_a_warm_class_refuses_a_tensor_without_a_stride_1_dim(classes, torch):
     good = padded(torch, 64, 64)
-    api_copy.copy_(torch.empty_like(good), good)
+    copies_api.copy_(torch.empty_like(good), good)
     every_other = torch.empty(64, 128, dtype=torch.float16)[:, ::2]  # strides (128, 2)
     with pytest.raises(TmaConfigError, match=r"src: strides \(128, 2\) have no stride 1"):
-        api_copy.copy_(torch.empty(64, 64, dtype=torch.float16), every_other)
+        copies_api.copy_(torch.empty(64, 64, dtype=torch.float16), every_other)
     assert len(classes.launched) == 1
 
 
@@ -239,7 +239,7 @@ def test_a_small_transposing_copy_takes_its_own_tile_and_class(classes, torch):
 
     def transposing(rows, cols, dtype=torch.float16):
         src = torch.empty(cols, rows, dtype=dtype).t()  # column-major (rows, cols)
-        api_copy.copy_(torch.empty(rows, cols, dtype=dtype), src)
+        copies_api.copy_(torch.empty(rows, cols, dtype=dtype), src)
         copy = classes.compiled[-1][0]
         return copy.load.config.tile
 
@@ -258,13 +258,13 @@ def test_compact_copies_beyond_the_l2_are_copied_as_rows_whatever_came_first(cla
     rank, dtype and size after it is not found as that class but copied as rows of its memory."""
     rows, cols = 8192, 4096  # 64 MiB of fp16: beyond the stand-in's 60 MiB L2 for two tensors
     src = padded(torch, rows, cols - 4)  # rows of 4092 elements 4096 apart
-    api_copy.copy_(padded(torch, rows, cols - 4), src)
+    copies_api.copy_(padded(torch, rows, cols - 4), src)
     compact = torch.empty(rows, cols, dtype=torch.float16)
-    api_copy.copy_(torch.empty_like(compact), compact)
+    copies_api.copy_(torch.empty_like(compact), compact)
     (own, _, _), (as_rows, _, _) = classes.compiled
     assert own.load.config.tile == (16, 256) and as_rows.load.config.tile == (64, 256)
     assert as_rows.load.config.shape[-1] == 256 and len(classes.launched) == 2
     monkeypatch.setattr(api_tensors, "cuda_index", lambda tensor: 0)  # the route's stand-in GPU
-    reason = api_copy.copy_path(torch.empty_like(compact), compact).reason
+    reason = copies_api.copy_path(torch.empty_like(compact), compact).reason
     assert reason.endswith("as rows of its memory: beyond the L2"), reason
-    assert "rows" not in api_copy.copy_path(padded(torch, rows, cols - 4), src).reason
+    assert "rows" not in copies_api.copy_path(padded(torch, rows, cols - 4), src).reason

@@ -16,17 +16,11 @@ import pytest
 
 from route_facts import flat_pair
 from tmakit.config import contiguous_index, major_of
+from tmakit.copies.plan import BY_THE_DRIVER, copy_route
 from tmakit.errors import TmaConfigError
 from tmakit.limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
 from tmakit.plan import CopyOptions, check_copy_shape, copy_class
-from tmakit.plan.route import (
-    BY_THE_DRIVER,
-    TORCH_FASTER_BEYOND_L2,
-    PairFacts,
-    canonical_pair,
-    copy_route,
-    moved_dtype,
-)
+from tmakit.plan.route import TORCH_FASTER_BEYOND_L2, PairFacts, canonical_pair, moved_dtype
 
 # torch dtype name -> element bytes: every dtype torch's copy_ takes that a user is likely to pass
 DTYPE_BYTES = {
@@ -161,7 +155,7 @@ def fine_strides(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) 
 
 
 def planner_takes(facts: PairFacts, route) -> None:
-    """The copy class planner's checks of a TMA route (what `api.plan_copy` runs on its views)."""
+    """The copy class planner's checks of a TMA route (what `copies.call.plan_copy` runs on its views)."""
     shape, src_strides, dst_strides = route.view or (facts.dst.shape, facts.src.strides, facts.dst.strides)
     dtype = route.moved_as or moved_dtype(facts.src.dtype)
     options = CopyOptions()
@@ -297,7 +291,7 @@ def test_the_views_a_route_moves_copy_the_right_elements():
     """The launcher on a route's views (dtype as a same-size one, the canonical view) writes what
     torch's copy_ writes, on CPU tensors with a copy standing in for the kernel."""
     torch = pytest.importorskip("torch")
-    from tmakit.api.copy import viewed_launcher
+    from tmakit.copies.views import viewed_launcher
     from tmakit.runtime.launch import Launcher
 
     moved = 0
@@ -405,8 +399,8 @@ def test_the_drivers_launcher_is_torchs_copy_but_its_element_wise_kernel_in_a_la
     past it, torch's copy_ eagerly and its element-wise kernel on the same bits inside a capture,
     as the widest integer the bytes and both addresses allow; a conjugate view, torch's copy_."""
     torch = pytest.importorskip("torch")
-    from tmakit.api import copy_views
-    from tmakit.plan.route import GRAPH_MEMCPY_MOST_BYTES
+    from tmakit.copies import views as copy_views
+    from tmakit.copies.plan import GRAPH_MEMCPY_MOST_BYTES
 
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
@@ -454,17 +448,16 @@ def gpu_copies(monkeypatch):
     """copy_, add_ and copy_path with CPU tensors taken as on CUDA device 0 of an H200 with
     TVM-FFI, and the real routed dispatches: each launch records (op, dtype moved) and does on
     the views it is given what the kernel would (a copy, or the reduce's add). Returns the
-    records and the patched `tmakit.api.copy` module."""
+    records and the patched `tmakit.copies.call` module."""
     pytest.importorskip("torch")
-    import importlib
-
     from tmakit.api import tensors as api_tensors
+    from tmakit.copies import api as copies_api
+    from tmakit.copies import call as copies_call
     from tmakit.reduce import call as api_reduce
     from tmakit.reduce import launch as reduce_launch
     from tmakit.runtime.dispatch import Dispatch
     from tmakit.runtime.launch import Launcher
 
-    api_copy = importlib.import_module("tmakit.api.copy")
     launched = []
 
     def copy_launcher(plan, destination, tensor_shape, device, shape_generic=False):
@@ -483,22 +476,22 @@ def gpu_copies(monkeypatch):
     def reduce_launcher(plan, destination, device, shape_generic=False):
         return copy_launcher(plan, destination, None, device, shape_generic)
 
-    for module in (api_copy, api_reduce):
+    for module in (copies_call, api_reduce):
         monkeypatch.setattr(module, "device_facts", lambda device: (132, 60 << 20))
         monkeypatch.setattr(module, "tvm_ffi_available", lambda: True)
-    monkeypatch.setattr(api_copy, "copy_launcher", copy_launcher)
+    monkeypatch.setattr(copies_call, "copy_launcher", copy_launcher)
     for module in (api_reduce, reduce_launch):  # a shape's compile and the class's
         monkeypatch.setattr(module, "reduce_launcher", reduce_launcher)
-    monkeypatch.setattr(api_copy, "_CLASSES", {})
-    monkeypatch.setattr(api_copy, "l2_of", lambda src: 60 << 20)
-    plan, check = api_copy.routed_copy_launcher, api_copy.check_copy_tensors
-    copies = Dispatch(plan, check, fallback=api_copy.TORCH_COPY, guard_of=api_copy.pair_guard)
-    monkeypatch.setattr(api_copy, "_COPIES", copies)
-    monkeypatch.setattr(api_copy, "_STRICT_COPIES", Dispatch(lambda *a: plan(*a, strict=True), check))
-    api_copy.class_launcher.cache_clear()
+    monkeypatch.setattr(copies_call, "_CLASSES", {})
+    monkeypatch.setattr(copies_call, "l2_of", lambda src: 60 << 20)
+    plan, check = copies_call.routed_copy_launcher, copies_call.check_copy_tensors
+    copies = Dispatch(plan, check, fallback=copies_call.TORCH_COPY, guard_of=copies_api.pair_guard)
+    monkeypatch.setattr(copies_api, "_COPIES", copies)
+    monkeypatch.setattr(copies_api, "_STRICT_COPIES", Dispatch(lambda *a: plan(*a, strict=True), check))
+    copies_call.class_launcher.cache_clear()
     reduce_launch.class_launcher.cache_clear()
-    yield launched, api_copy
-    api_copy.class_launcher.cache_clear()
+    yield launched, copies_call
+    copies_call.class_launcher.cache_clear()
     reduce_launch.class_launcher.cache_clear()
 
 
@@ -518,7 +511,9 @@ def test_a_destination_saved_for_backward_and_then_written_is_caught_at_backward
         assert dst._version == version + 1
     assert len(gpu_copies[0]) == 4  # the kernel's stand-in ran each time
     dispatch = (
-        gpu_copies[1]._COPIES if call == "copy_" else tmakit.reduce.api.reduce_dispatch("add", False, {})
+        tmakit.copies.api.copy_dispatch()
+        if call == "copy_"
+        else tmakit.reduce.api.reduce_dispatch("add", False, {})
     )
     assert dispatch._guarded is not None  # the last call took the guarded path
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -531,7 +526,7 @@ def test_a_copy_past_the_l2_runs_the_drivers_launcher(gpu_copies, monkeypatch):
     TMA launch either way, any base address taken; strict is TMA's always."""
     torch = pytest.importorskip("torch")
     import tmakit
-    from tmakit.api import copy_views
+    from tmakit.copies import views as copy_views
 
     launched, _ = gpu_copies
     capturing = [False]
@@ -648,9 +643,9 @@ def test_copy_path_checks_a_new_pair_and_compiles_nothing(gpu_copies, monkeypatc
     torch = pytest.importorskip("torch")
     import tmakit
 
-    _, api_copy = gpu_copies
-    monkeypatch.setattr(api_copy, "tvm_ffi_available", lambda: tvm_ffi)
-    monkeypatch.setattr(api_copy, "copy_launcher", lambda *a, **k: pytest.fail("compiled"))
+    _, copies_call = gpu_copies
+    monkeypatch.setattr(copies_call, "tvm_ffi_available", lambda: tvm_ffi)
+    monkeypatch.setattr(copies_call, "copy_launcher", lambda *a, **k: pytest.fail("compiled"))
     x = torch.zeros(64, 128, dtype=torch.float16)
     for dst, src, path in [
         (torch.zeros(128, 64, dtype=torch.float16), x.t(), "tma"),  # transposing, as laid out

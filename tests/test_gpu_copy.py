@@ -49,9 +49,9 @@ def test_a_repeated_copy_still_meets_each_tensor_on_its_own_terms(specialised):
     pointer or mismatched destination after it must still be copied exactly or get a clear error."""
     import torch
 
-    api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
-    dispatch = api_copy._SPECIALISED_COPIES if specialised else api_copy.copy_dispatch()
-    copy_ = api_copy.specialised_copy_ if specialised else tmakit.copy_
+    copies_api = importlib.import_module("tmakit.copies.api")
+    dispatch = copies_api._SPECIALISED_COPIES if specialised else copies_api.copy_dispatch()
+    copy_ = copies_api.specialised_copy_ if specialised else tmakit.copy_
 
     def poisoned_like(x):  # x's shape and strides over memory filled with 0xFF bytes
         extent = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
@@ -207,15 +207,17 @@ def test_a_copy_past_the_l2_is_the_drivers_eagerly_and_exact_in_a_graph(monkeypa
     bit-exact both ways into a poisoned destination; strict stays TMA's."""
     import torch
 
-    from tmakit.api import copy_views
-    from tmakit.plan.route import BY_THE_DRIVER
+    from tmakit.copies import api as copies_api
+    from tmakit.copies import call as copies_call
+    from tmakit.copies import views as copy_views
+    from tmakit.copies.plan import BY_THE_DRIVER
+    from tmakit.runtime.dispatch import Dispatch
 
-    api_copy = importlib.import_module("tmakit.api.copy")
     if graph_memcpy_most is not None:  # launchers made from now on, by a dispatch of their own
         monkeypatch.setattr(copy_views, "GRAPH_MEMCPY_MOST_BYTES", graph_memcpy_most)
-        fresh = api_copy.Dispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors,
-                                  fallback=api_copy.TORCH_COPY, guard_of=api_copy.pair_guard)  # fmt: skip
-        monkeypatch.setattr(api_copy, "_COPIES", fresh)
+        fresh = Dispatch(copies_call.routed_copy_launcher, copies_call.check_copy_tensors,
+                             fallback=copies_call.TORCH_COPY, guard_of=copies_api.pair_guard)  # fmt: skip
+        monkeypatch.setattr(copies_api, "_COPIES", fresh)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     cases = ((l2 // 2 + 4096, torch.float16), (l2 // 2 + 8, torch.bfloat16), (l2 + 17, torch.uint8))
     for numel, dtype in cases:
@@ -313,7 +315,7 @@ def test_the_disk_cache_serves_a_fresh_process(tmp_path):
         "start = time.perf_counter(); tmakit.copy_(y, x); torch.cuda.synchronize()\n"
         "first = time.perf_counter() - start\n"
         "assert torch.equal(y, x)\n"
-        "(launcher,) = tmakit.api.copy_dispatch().launchers()\n"
+        "(launcher,) = tmakit.copies.api.copy_dispatch().launchers()\n"
         "print(round(launcher.compiled.compile_seconds, 3), launcher.compiled.from_disk, round(first, 3))\n"
     )
     env = {**os.environ, "TMAKIT_CACHE_DIR": str(tmp_path)}

@@ -21,7 +21,7 @@ from tmakit.limits import POISON
 
 pytestmark = pytest.mark.gpu
 
-api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
+copies_call = importlib.import_module("tmakit.copies.call")
 
 TORCH_DTYPES = {name: element.torch_name for name, element in DTYPES.items()}
 
@@ -79,7 +79,7 @@ def test_random_copies_through_one_compile_per_class():
     import torch
 
     rng = random.Random(2026)
-    before = api_copy.class_launcher.cache_info().misses
+    before = copies_call.class_launcher.cache_info().misses
     checked = 0
     for index in range(120):
         name = list(DTYPES)[index % len(DTYPES)]
@@ -95,7 +95,7 @@ def test_random_copies_through_one_compile_per_class():
             f"copy {index}: {shape} {name} {major}, strides {src.stride()} -> {dst.stride()}: {wrong}"
         )
         checked += 1
-    classes = api_copy.class_launcher.cache_info().misses - before
+    classes = copies_call.class_launcher.cache_info().misses - before
     print(f"{checked} copies, {classes} classes compiled")
     assert classes <= 2 * len(DTYPES) * 2 * 3  # dtype x layout x rank x fits-L2, at most
 

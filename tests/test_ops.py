@@ -34,6 +34,7 @@ from tmakit.im2col.api import torch_im2col  # noqa: E402
 
 ops = tmakit.ops
 op_load = tmakit.load.op  # the load family's op (registered by tmakit.ops)
+ops_copy = tmakit.copies.op  # the copy family's op (registered by tmakit.ops)
 ops_reduce = tmakit.reduce.op  # the reduce family's op (registered by tmakit.ops)
 op_im2col = importlib.import_module("tmakit.im2col.op")  # tmakit.im2col is the function
 
@@ -310,7 +311,8 @@ def test_torch_export_keeps_the_three_ops(fake):
 # -- the gradient of copy ---------------------------------------------------------------------------
 def test_the_gradient_of_copy_is_the_incoming_gradient():
     grad = torch.randn(4, 8)
-    assert ops.CopyFunction.backward(None, grad) == (None, grad, None, None)  # (keyset, src, options, typed)
+    # (keyset, src, options, typed): the gradient is src's alone
+    assert ops_copy.CopyFunction.backward(None, grad) == (None, grad, None, None)
 
 
 @pytest.fixture
@@ -368,9 +370,9 @@ def cpu_kernels(monkeypatch):
 
     monkeypatch.setattr(ops_reduce, "tma_reduce_into_", api_call(reduce_into_))
     monkeypatch.setattr(ops_reduce, "reduce_dispatch", reduce_dispatch)
-    monkeypatch.setattr(ops, "tma_copy_", api_call(copy_))
-    monkeypatch.setattr(ops, "STRICT_COPIES", Dispatch(copy_))
-    monkeypatch.setattr(ops, "tma_copy", copy)
+    monkeypatch.setattr(ops_copy, "tma_copy_", api_call(copy_))
+    monkeypatch.setattr(ops_copy, "STRICT_COPIES", Dispatch(copy_))
+    monkeypatch.setattr(ops_copy, "tma_copy", copy)
 
     def im2col(x, kernel, stride, padding, dilation, strict=False):
         assert strict  # the op's eager call refuses what its fake refuses
@@ -379,7 +381,7 @@ def cpu_kernels(monkeypatch):
 
     monkeypatch.setattr(op_load, "tma_load_tiles", load_tiles)
     monkeypatch.setattr(op_im2col, "tma_im2col", im2col)
-    monkeypatch.setattr(ops, "check_traced", lambda op, **tensors: None)
+    monkeypatch.setattr(ops_copy, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(tmakit.ops_base, "check_traced", lambda op, **tensors: None)  # a pair's fake check
     monkeypatch.setattr(op_load, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
@@ -700,9 +702,9 @@ def test_a_meta_tensor_into_an_eager_op_is_refused(call, name):
 def test_a_fake_or_meta_tensor_in_the_real_implementation_is_refused(fake):
     x = cuda(128, 256)
     with pytest.raises(TmaConfigError, match="src is a fake tensor .*on cuda:0.*real CUDA tensors"):
-        ops.copy_impl(x)
+        ops_copy.copy_impl(x)
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
-        ops.copy__impl(x, x)
+        ops_copy.copy__impl(x, x)
     with pytest.raises(TmaConfigError, match="dst is a fake tensor"):
         ops_reduce.reduce_into__impl(x, x)
     with pytest.raises(TmaConfigError, match="tensor is a fake tensor"):
@@ -714,7 +716,7 @@ def test_a_meta_tensor_in_the_real_implementation_is_refused():
     the real one is refused too, with tmakit.api's message."""
     meta = torch.empty(64, 64, device="meta")
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
-        ops.copy__impl(torch.empty(64, 64), meta)
+        ops_copy.copy__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="src is on the meta device"):
         ops_reduce.reduce_into__impl(torch.empty(64, 64), meta)
     with pytest.raises(TmaConfigError, match="tensor is on the meta device"):

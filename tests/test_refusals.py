@@ -12,12 +12,11 @@ import pytest
 
 import tmakit
 from tmakit import CopyOptions, LoadConfig, LoadPlan, PipelinePlan, TmaConfigError
+from tmakit.copies import call as copies_call
 from tmakit.plan import copy_class
 from tmakit.runtime.dispatch import Dispatch
 from tmakit.runtime.launch import Launcher
 from tmakit.validate import overlap_verdict
-
-api_copy = importlib.import_module("tmakit.api.copy")  # the module: tmakit.api.copy is the function
 
 LOAD = LoadPlan(LoadConfig())
 
@@ -141,7 +140,7 @@ def stub_copies(monkeypatch):
         calls.append((src.data_ptr(), dst.data_ptr()))
 
     launcher = Launcher(launch, shape_generic=True)
-    dispatch = Dispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    dispatch = Dispatch(lambda dst, src, options, facts: launcher, copies_call.check_copy_tensors)
 
     def copy_(dst, src, tile=None, stages=None, **options):
         return dispatch.call(dst, src, tile, stages, options)
@@ -179,7 +178,7 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
     launcher = Launcher(lambda dst, src: launched.append(src.data_ptr()), shape_generic=True)
     dispatch = Dispatch(
         lambda dst, src, options, facts: launcher,
-        api_copy.check_copy_tensors,
+        copies_call.check_copy_tensors,
         fallback=Launcher(lambda d, s: fell_back.append(d.copy_(s))),
     )
     memory = torch.arange(64 * 2 * 64, dtype=torch.float32).view(64, 2, 64)
@@ -187,7 +186,7 @@ def test_meeting_spans_of_different_layouts_go_to_the_fallback_a_proven_overlap_
     expected = src.clone()
     dispatch.call(dst, src, None, None, {})
     assert len(fell_back) == 1 and launched == [] and torch.equal(dst, expected)
-    strict = Dispatch(lambda dst, src, options, facts: launcher, api_copy.check_copy_tensors)
+    strict = Dispatch(lambda dst, src, options, facts: launcher, copies_call.check_copy_tensors)
     with pytest.raises(TmaConfigError, match="partly overlaps"):  # no fallback: tmakit's own rule
         strict.call(dst, src, None, None, {})
     flat = torch.empty(4160, dtype=torch.float16)

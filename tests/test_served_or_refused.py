@@ -312,9 +312,12 @@ def on_a_stand_in_gpu(monkeypatch):
     def stand_in():
         with pytest.MonkeyPatch.context() as patch:
             gpu_stand_ins(patch)
-            api_copy = importlib.import_module("tmakit.api.copy")
-            routed = Dispatch(api_copy.routed_copy_launcher, api_copy.check_copy_tensors, api_copy.TORCH_COPY)
-            patch.setattr(api_copy, "_COPIES", routed)  # the call's route, not the planner alone
+            copies_api = importlib.import_module("tmakit.copies.api")
+            copies_call = importlib.import_module("tmakit.copies.call")
+            routed = Dispatch(
+                copies_call.routed_copy_launcher, copies_call.check_copy_tensors, copies_call.TORCH_COPY
+            )
+            patch.setattr(copies_api, "_COPIES", routed)  # the call's route, not the planner alone
             forget_calls()
             yield
         forget_calls()

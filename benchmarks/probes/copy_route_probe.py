@@ -1,7 +1,7 @@
 """Which kernel a large copy should take inside a CUDA graph and eagerly (GPU): TMA's copy
 (`tmakit.copy_`, strict) with its default plan and with other options, the grouped copy of one
 pair (`tmakit.copy_many_`), torch's `copy_` (the driver's memcpy eagerly, a memcpy node in a
-graph), torch's element-wise kernel moving the same bits (`copy_views.same_bits`, the driver's
+graph), torch's element-wise kernel moving the same bits (`copies.views.same_bits`, the driver's
 rule's kernel inside a large capture) and inductor's compiled `copy_`; same-layout fp16 copies
 and transposing ones (a column-major source), past the L2.
 
@@ -20,11 +20,11 @@ import statistics
 
 import torch
 
-from tmakit import api
-from tmakit.api.copy_views import same_bits
+import tmakit
 from tmakit.bench.report import device_context
 from tmakit.bench.suites import rotation_buffers
 from tmakit.bench.timing import eager_samples_us, interleaved_graph_samples_us
+from tmakit.copies.views import same_bits
 from tmakit.errors import TmaConfigError
 
 COLUMNS = 8192
@@ -43,12 +43,13 @@ TMA_OPTIONS = {  # name: copy_'s keywords, each beside the default plan
 def calls_of(op: str) -> dict:
     compiled = torch.compile(lambda x, o: o.copy_(x), dynamic=False)
     calls = {
-        name: (lambda x, o, kw=kw: api.copy_(o, x, strict=True, **kw)) for name, kw in TMA_OPTIONS[op].items()
+        name: (lambda x, o, kw=kw: tmakit.copy_(o, x, strict=True, **kw))
+        for name, kw in TMA_OPTIONS[op].items()
     }
     calls["inductor"] = compiled
     calls["torch"] = lambda x, o: o.copy_(x)
     if op == "copy":
-        calls["grouped"] = lambda x, o: api.copy_many_([o], [x])
+        calls["grouped"] = lambda x, o: tmakit.copy_many_([o], [x])
         calls["elementwise"] = same_bits
     return calls
 

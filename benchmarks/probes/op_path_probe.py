@@ -20,9 +20,11 @@ import time
 import torch
 
 import tmakit
-import tmakit.ops as ops
-from tmakit import api, ops_base
+import tmakit.ops  # noqa: F401  registers the ops
+from tmakit import ops_base
 from tmakit.bench.report import device_context
+from tmakit.copies import api as copies_api
+from tmakit.copies import op as copies_op
 from tmakit.im2col import op as im2col_op
 from tmakit.plan import CopyOptions
 
@@ -34,7 +36,7 @@ def cases() -> tuple[dict[str, tuple[str, object]], torch.library.Library]:
     dst, src = torch.randn(256, 512, device="cuda"), torch.randn(256, 512, device="cuda")
     x = torch.randn(4, 16, 16, 64, device="cuda").to(torch.float16)
     tiles = torch.randn(64, 256, device="cuda").to(torch.float16)
-    launcher = api.plan_copy(dst, src, CopyOptions())
+    launcher = copies_api.plan_copy(dst, src, CopyOptions())
     library = torch.library.Library("op_path_probe", "DEF")
     kernels = {
         "noop_": lambda d, s, options="": None,
@@ -71,9 +73,9 @@ def cases() -> tuple[dict[str, tuple[str, object]], torch.library.Library]:
         "copy_direct": ("tmakit.copy_(dst, src)", lambda: tmakit.copy_(dst, src)),
         "copy_dispatch_strict": (
             "the strict copy dispatch (what the op's kernel calls)",
-            lambda: ops.STRICT_COPIES.copy_(dst, src, None, None, ops.NO_OPTIONS),
+            lambda: copies_op.STRICT_COPIES.copy_(dst, src, None, None, ops_base.NO_OPTIONS),
         ),
-        "copy_impl": ("the op's kernel called directly", lambda: ops.copy__impl(dst, src)),
+        "copy_impl": ("the op's kernel called directly", lambda: copies_op.copy__impl(dst, src)),
         "copy_op": ("torch.ops.tmakit.copy_", lambda: torch.ops.tmakit.copy_.default(dst, src)),
         "add_direct": ("tmakit.add_(dst, src)", lambda: tmakit.add_(dst, src)),
         "add_impl": ("the op's kernel called directly", lambda: tmakit.reduce.op.reduce_into__impl(dst, src)),

@@ -16,7 +16,7 @@ modules as `from tmakit.im2col import kernel` or `importlib.import_module("tmaki
 """
 
 from . import api, registry
-from .api import *  # noqa: F403  the ops: `api.__all__`
+from .api import *  # noqa: F403  the ops: `api.__all__` (the copy's among them: `tmakit.copies`)
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
 from .plan import CopyOptions, LoadPlan, PipelinePlan
@@ -32,9 +32,10 @@ __all__ = [
     "TorchOpError",
 ]
 __all__ += api.__all__
-# Each family's public functions: its api's `__all__` (`tmakit.registry`).
+# Each family's public functions: its api's `__all__` (`tmakit.registry`); the copy's are also
+# `api`'s, listed once.
 _exports = {name: getattr(module, name) for module in registry.parts("api") for name in module.__all__}
 globals().update(_exports)
-__all__ += list(_exports)
+__all__ += [name for name in _exports if name not in api.__all__]
 del _exports
 __version__ = "0.1.0"

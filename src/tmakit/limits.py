@@ -78,6 +78,9 @@ GPUS: dict[str, tuple[str, int, int]] = {
 }
 DEFAULT_GPU = "h200"  # what a plan assumes where no GPU is named or at hand
 _, DEFAULT_SM_COUNT, DEFAULT_L2_BYTES = GPUS[DEFAULT_GPU]
+# The (SM count, L2 bytes) a call is planned for where its tensors are on no GPU, so that options
+# its planner refuses raise there as on a Hopper GPU; the L2 picks only defaults, never a refusal.
+DEFAULT_DEVICE_FACTS = (DEFAULT_SM_COUNT, DEFAULT_L2_BYTES)
 # Datasheet DRAM bandwidth in bytes/s, by a substring of the device name.
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12, "H100 SXM": 3.35e12}
 

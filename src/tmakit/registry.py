@@ -31,13 +31,16 @@ A new family is its package and its line in `PACKAGES` (and its page in the docs
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
+from typing import Any
 
 # Each family by its package's name under tmakit (read relative to this package, so that a copy of
 # the tree imported under another name reads its own families).
 PACKAGES: tuple[str, ...] = (
+    "copies",
     "rows",
     "many",
     "reduce",
@@ -103,3 +106,19 @@ def exporting(name: str, part: str = "api") -> ModuleType:
         if name in getattr(module, "__all__", ()):
             return module
     raise LookupError(f"no family's {part} exports {name!r}; the families: {', '.join(PACKAGES)}")
+
+
+def bound_on_first_call(name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    """A stand-in for the public function `name` (of the family `exporting` names), to be kept as
+    `namespace[name]` (a module's globals) by a family that calls another's function, which it may
+    not import: the stand-in's first call reads the function through the registry, puts it in its
+    own place and calls it. Every later call reads that global, the function itself: the call path
+    pays what an imported name costs, one global read."""
+
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        function = getattr(exporting(name), name)
+        namespace[name] = function
+        return function(*args, **kwargs)
+
+    first_call.__name__ = first_call.__qualname__ = name
+    return first_call

@@ -6,7 +6,7 @@ every tmakit result checked element for element first, each row naming the path 
 The ops: `copy_` (the same layout), the transposing `copy_` (a column-major source into a
 row-major destination), `add_`, and `im2col` (torch: `F.pad` + `as_strided`, written into the
 patch matrix: the im2col family's `strided_patches`, the expression `im2col` itself falls back
-to; the family's functions are read through `registry.exporting`). Eager times
+to); the families' functions are read through `registry.exporting`. Eager times
 are back-to-back calls, host included (wall time per call of a loop, the GPU synchronised at its
 ends); device times are CUDA-graph replays.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import api, registry
+from .. import registry
 from ..config import DTYPES
 from .report import BenchRow
 from .suites import rotation_buffers
@@ -85,15 +85,15 @@ def operands(case: DropinCase, count: int) -> tuple[list, list, Callable, Callab
     if case.op == "add":
         add_ = registry.exporting("add_").add_
         return xs, outs, (lambda x, o: add_(o, x)), (lambda x, o: o.add_(x))
-    return xs, outs, (lambda x, o: api.copy_(o, x)), (lambda x, o: o.copy_(x))
+    copy_ = registry.exporting("copy_").copy_
+    return xs, outs, (lambda x, o: copy_(o, x)), (lambda x, o: o.copy_(x))
 
 
 def path_of(case: DropinCase, x: Any, out: Any) -> str:
     """The path tmakit takes for this call, as its planner names it (`tmakit.copy_path` and
     the like where tmakit has one), else the kernel family."""
     named = {"copy": "copy_path", "transpose": "copy_path", "add": "reduce_path", "im2col": "im2col_path"}
-    module = registry.exporting(named[case.op]) if case.op in ("add", "im2col") else api  # a family's op
-    explain = getattr(module, named[case.op], None)
+    explain = getattr(registry.exporting(named[case.op]), named[case.op], None)
     if explain is None:
         return FAMILY_PATHS[case.op]
     if case.op == "im2col":

@@ -1,5 +1,7 @@
 """Host microseconds per call: `tmakit.copy_` and its parts beside torch's own calls, and plain
-compiled calls, all timed interleaved (`timing.host_costs_us`)."""
+compiled calls, all timed interleaved (`timing.host_costs_us`). The families' functions and their
+building blocks (the copy's `plan_copy` and `specialised_copy_`, the reduce's planner) are read
+through `registry.exporting`."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .. import api, registry
-from ..api.copy import specialised_copy_
+from .. import registry
 from ..check.inputs import make_input_tensor
 from ..config import LoadConfig
 from ..plan import CopyOptions, LoadPlan
@@ -29,6 +30,7 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     lookup and alignment check) and torch's own calls, all timed interleaved."""
     import torch
 
+    copies = registry.exporting("copy_")  # the copy family's api: copy_, copy and plan_copy
     x = torch.randn(256, 512, device="cuda").to(torch.float16)
     src = x.t() if transpose else x
     dst = torch.empty(src.shape, dtype=src.dtype, device="cuda")
@@ -40,19 +42,22 @@ def measure_copy_host_cost(transpose: bool = False) -> dict:
     if not transpose:
         variants.update({"bulk_": {"bulk": True}, "bulk_no_pdl_": {"bulk": True, "pdl": False}})
     for label, knobs in variants.items():
-        api.copy_(dst, src, **knobs)
-        launcher = api.plan_copy(dst, src, CopyOptions(**knobs))  # the compiled launch this call looks up
-        launches[f"{prefix}{label}call_us"] = lambda k=knobs: api.copy_(dst, src, **k)
+        copies.copy_(dst, src, **knobs)
+        launcher = copies.plan_copy(dst, src, CopyOptions(**knobs))  # the compiled launch this call looks up
+        launches[f"{prefix}{label}call_us"] = lambda k=knobs: copies.copy_(dst, src, **k)
         # The launcher alone (tmakit's closure around the compiled TVM-FFI function).
         launches[f"{prefix}{label}compiled_launch_us"] = lambda f=launcher.launch: f(dst, src)
     # `tmakit.copy`: a new tensor each call, then the copy.
-    launches[f"{prefix}new_tensor_call_us"] = lambda: api.copy(src)
+    launches[f"{prefix}new_tensor_call_us"] = lambda: copies.copy(src)
     # A caller alternating between two configurations (per copy: half of each call here).
     other_src = torch.empty(tuple(s + 16 for s in src.shape), dtype=src.dtype, device="cuda")
     other_src = other_src.t().contiguous().t() if transpose else other_src
     other_dst = torch.empty(other_src.shape, dtype=src.dtype, device="cuda")
-    api.copy_(other_dst, other_src)
-    launches[f"{prefix}alternating_pair_us"] = lambda: (api.copy_(dst, src), api.copy_(other_dst, other_src))
+    copies.copy_(other_dst, other_src)
+    launches[f"{prefix}alternating_pair_us"] = lambda: (
+        copies.copy_(dst, src),
+        copies.copy_(other_dst, other_src),
+    )
     # What torch's own calls cost the host, for scale.
     launches[f"torch_copy_{'transpose_' if transpose else ''}call_us"] = lambda: dst.copy_(src)
     launches["torch_clone_call_us"] = lambda: src.clone()
@@ -169,31 +174,32 @@ def measure_new_shape_host_cost() -> dict:
     new shape's parts: its checks alone, the compiled launch alone on new shapes and on one."""
     import torch
 
+    copies = registry.exporting("copy_")  # the copy family's api: copy_, plan_copy, specialised_copy_
     source = torch.randn(1000, 64, device="cuda").to(torch.float16)
     target = torch.empty_like(source)
     shapes = [(rows, cols) for cols in range(8, 72, 8) for rows in range(1, 1001)]  # 8,000
     pairs = [(target[:rows, :cols], source[:rows, :cols]) for rows, cols in shapes]
-    api.copy_(*pairs[-1])  # the class compiled (or loaded from disk)
+    copies.copy_(*pairs[-1])  # the class compiled (or loaded from disk)
     fresh = iter(pairs[:-1] * 2)  # the table of seen shapes holds 4,096: a second pass is new again
     fresh_checks, fresh_launches = iter(pairs[:-1] * 2), iter(pairs[:-1] * 2)
     src, dst = source[:256, :64], target[:256, :64]
-    specialised_copy_(dst, src)
+    copies.specialised_copy_(dst, src)
     options = CopyOptions()
-    class_launch = api.plan_copy(dst, src, options).launch  # the class's compiled launch, no checks
+    class_launch = copies.plan_copy(dst, src, options).launch  # the class's compiled launch, no checks
 
     def launch_fresh() -> None:
         fresh_dst, fresh_src = next(fresh_launches)
         class_launch(fresh_dst, fresh_src)
 
     launches = {
-        "new_shape_call_us": lambda: api.copy_(*next(fresh)),
+        "new_shape_call_us": lambda: copies.copy_(*next(fresh)),
         # Its parts: a new shape's checks alone (`plan_copy`, nothing launched) and the class's
         # compiled launch alone, on new shapes and on one shape.
-        "new_shape_checks_us": lambda: api.plan_copy(*next(fresh_checks), options),
+        "new_shape_checks_us": lambda: copies.plan_copy(*next(fresh_checks), options),
         "new_shape_launch_us": launch_fresh,
         "repeated_launch_us": lambda: class_launch(dst, src),
-        "repeated_call_us": lambda: api.copy_(dst, src),
-        "specialised_repeated_call_us": lambda: specialised_copy_(dst, src),
+        "repeated_call_us": lambda: copies.copy_(dst, src),
+        "specialised_repeated_call_us": lambda: copies.specialised_copy_(dst, src),
         "torch_copy_call_us": lambda: dst.copy_(src),
     }
     result = host_costs_us(launches, calls=1000, repeats=7)
@@ -240,13 +246,13 @@ assert torch.equal(x, y)
 t = x.t()
 z = tmakit.padded_empty(tuple(t.shape), t.dtype)
 start = time.perf_counter()
-launcher = tmakit.api.plan_copy(z, t, tmakit.CopyOptions())
+launcher = tmakit.copies.api.plan_copy(z, t, tmakit.CopyOptions())
 plan_s = time.perf_counter() - start
 start = time.perf_counter()
 launcher(z, t)
 torch.cuda.synchronize()
 launch_s = time.perf_counter() - start
-compiled = tmakit.api.plan_copy(y, x, tmakit.CopyOptions()).compiled
+compiled = tmakit.copies.api.plan_copy(y, x, tmakit.CopyOptions()).compiled
 print(json.dumps({"import_torch_and_tensors_s": torch_s, "import_dsl_s": dsl_s, "import_tvm_ffi_s": tvm_ffi_s,
                   "import_tmakit_s": tmakit_s,
                   "first_copy_s": first_s, "from_disk": compiled.from_disk,

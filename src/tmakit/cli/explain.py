@@ -36,9 +36,7 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     kernels.add_kernel_arguments(
         parser,
-        "what to explain: the tile load or its ring (default), the ring tmakit.copy_ runs into the "
-        "tensor's layout (copy) or the other (transpose), or "
-        f"{kernels.family_help()}",
+        f"what to explain: the tile load or its ring (default), or {kernels.family_help()}",
         f"also explain the reduce store of the tile with this op ({', '.join(REDUCE_OPS)}; "
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
     )
@@ -55,12 +53,9 @@ def run(args: argparse.Namespace) -> int:
                 f"--{flag.replace('_', '-')} explains {owner.EXPLAINS_ALONE}: drop --kernel {args.kernel}"
             )
         return owner.explain(args)
-    family = kernels.family_kernels().get(args.kernel)
-    if family is not None:
-        return family.explain(args)
     if args.kernel != "load":
-        return _explain_copy(args)  # copy, transpose: argparse's choices leave no other
-    named = ", ".join(("copy", "transpose", *kernels.family_kernels()))
+        return kernels.family_kernels()[args.kernel].explain(args)  # argparse's choices leave no other
+    named = ", ".join(kernels.family_kernels())
     refuse_given(args, ("copy", "gpu", *kernels.family_flags()), f"without --kernel {named}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
@@ -70,20 +65,4 @@ def run(args: argparse.Namespace) -> int:
     check_listed_tiles(pipeline.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
     result = explain(pipeline, highlight_tile(load, args.highlight), multicast, args.reduce)
     emit(args, result, to_text(result))
-    return 0
-
-
-def _explain_copy(args: argparse.Namespace) -> int:
-    """`explain --kernel copy|transpose`: the route `tmakit.copy_` takes on --gpu, then, where TMA
-    serves it, the seed's three questions of its ring."""
-    choice = kernels.copy_choice(args)
-    lines = choice.lines(args.gpu)
-    if choice.plan is None:
-        emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
-        return 0
-    copy = choice.plan
-    check_listed_tiles(copy.ring.tiles_of_block(0), "explain", TOO_MANY_TILES_FIX)
-    result = explain(copy.ring, highlight_tile(copy.load, None), None, None)
-    result["kernel"] = {"kind": args.kernel, **choice.described(args.gpu)}
-    emit(args, result, "\n".join([*lines, "", to_text(result)]))
     return 0

@@ -19,7 +19,7 @@ from .args import (
     refuse_given,
     shown_load,
 )
-from .kernels import add_kernel_arguments, copy_choice, family_flags, family_help, family_kernels
+from .kernels import add_kernel_arguments, family_flags, family_help, family_kernels
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -28,8 +28,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_count(parser, "--stages", COUNT, "ring stages (default 1: the seed's one-stage kernel)", default=1)
     add_kernel_arguments(
         parser,
-        "what to plan: the tile load (default), tmakit.copy_ of the tensor into one of its layout "
-        f"(copy) or of the other (transpose), or {family_help()}",
+        f"what to plan: the tile load (default), or {family_help()}",
         "--kernel reduce: the op (add, max, ...)",
     )
     add_json(parser, "the plan's numbers")
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_given(
         args,
         ("copy", "reduce", "gpu", *family_flags()),
-        f"without --kernel {', '.join(('copy', 'transpose', *family_kernels()))}",
+        f"without --kernel {', '.join(family_kernels())}",
     )
     load, multicast, highlight = shown_load(args)
     if multicast is not None and args.stages > 1:
@@ -83,13 +82,6 @@ def _numbers(
 
 
 def _plan_kernel(args: argparse.Namespace) -> int:
-    """`plan --kernel copy|transpose` (or a family's `--kernel`, its `explain` part's): the route
-    the call takes on --gpu, then the plan of that route, from the tensor's flags and the kernel's
-    options."""
-    family = family_kernels().get(args.kernel)
-    if family is not None:
-        return family.plan(args)
-    choice = copy_choice(args)  # copy, transpose: argparse's choices leave no other
-    lines = choice.lines(args.gpu)
-    emit(args, {"kernel": {"kind": args.kernel, **choice.described(args.gpu)}}, "\n".join(lines))
-    return 0
+    """`plan --kernel K` of a family (its `explain` part's `plan`): the route the call takes on
+    --gpu, then the plan of that route, from the tensor's flags and the kernel's options."""
+    return family_kernels()[args.kernel].plan(args)  # argparse's choices leave no other

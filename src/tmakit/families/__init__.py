@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 
 from .. import registry
 from ..bench.report import BenchRow
+from ..bench.suites import STREAM_TIMED
 from ..bench.timing import EAGER
 from ..config import LoadConfig, dtype_named
-from ..plan import LoadPlan
+from ..plan import CopyOptions, LoadPlan
 from ..runtime.compile import CompiledKernel
 
 Options = argparse.Namespace  # the bench command's options, as parsed
@@ -123,6 +124,16 @@ def chosen(options: Options, parts: Sequence[T], name: Callable[[T], str] = attr
     """The parts of a study that --only's prefixes choose, by `name` (all without)."""
     prefixes = [p for p in (options.only or "").split(",") if p]
     return [part for part in parts if not prefixes or any(name(part).startswith(p) for p in prefixes)]
+
+
+def copy_options(options: Options) -> list[CopyOptions]:
+    """--copy's configurations (the defaults without): what the copy and reduce studies time."""
+    return [CopyOptions.parse(text) for text in options.copy or ["default"]]
+
+
+def torch_rows(name: str) -> list[str]:
+    """A torch row graph-timed and its eager twin on a stream (`bench.suites.STREAM_TIMED`)."""
+    return [name, f"{name} {STREAM_TIMED}"]
 
 
 def medians(rows: list[BenchRow]) -> tuple[dict[str, BenchRow], dict[str, float]]:

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..api.copy import copy_
+from .. import registry
 from ..api.tensors import (
     bump_versions,
     check_torch_tensor,
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 # What `tmakit` exports: the functions and the plan (`tmakit.Im2colPlan`, for a kernel of one's own).
 __all__ = ["Im2colPlan", "im2col", "im2col_path"]
+
+# The copy family's `copy_`, bound at its first call (`registry.bound_on_first_call`: a family
+# imports no other): then each call reads one global, as an imported name's.
+copy_ = registry.bound_on_first_call("copy_", globals())
 
 Launch = Callable[["torch.Tensor", "torch.Tensor"], None]
 

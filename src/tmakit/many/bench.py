@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import registry
 from ..bench.report import BenchRow
 from ..bench.suites import rotation_buffers
 from ..bench.timing import EAGER, eager_samples_us, interleaved_graph_samples_us
@@ -136,11 +137,12 @@ def bench_many(case: ManyCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     verdict = verify(built[0])
     flats = [torch.empty(case.tensor_bytes // 2, dtype=torch.bfloat16, device="cuda") for _ in range(count)]
     copies = [torch.empty_like(f) for f in flats]
+    copy_ = registry.exporting("copy_").copy_  # the copy family's (a family imports no other)
     launches = {
         "tmakit": [b.ours for b in built],
         PEERS[case.op]: [b.theirs for b in built],
         "torch copy_": [lambda f=f, c=c: c.copy_(f) for f, c in zip(flats, copies, strict=True)],
-        SINGLE: [lambda f=f, c=c: api.copy_(c, f) for f, c in zip(flats, copies, strict=True)],
+        SINGLE: [lambda f=f, c=c: copy_(c, f) for f, c in zip(flats, copies, strict=True)],
     }
     device = interleaved_graph_samples_us(launches, samples)
     eager_launches = {name: launches[name] for name in list(launches)[:2]}

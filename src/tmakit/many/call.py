@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ..api.copy import copy_, copy_path
+from .. import registry
 from ..api.tensors import (
     check_torch_tensor,
     cuda_index,
@@ -30,6 +30,10 @@ from .plan import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 if TYPE_CHECKING:
     import torch
 
+# The copy family's functions, bound at their first call (`registry.bound_on_first_call`: a family
+# imports no other): then each call reads one global, as an imported name's.
+copy_ = registry.bound_on_first_call("copy_", globals())
+copy_path = registry.bound_on_first_call("copy_path", globals())
 CAPTURED: dict[int, object] = {}  # tables a captured graph reads: kept for the process
 GRAD = attrgetter("requires_grad")
 
@@ -164,7 +168,7 @@ def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:
 
 def torch_copy_pair(dsts: list, srcs: list, i: int) -> None:
     """torch's copy_ of a list's pair `i`, its refusal (TorchOpError) naming the pair: the list's
-    counterpart of `api.copy_views.copy_by_torch`, `copy_`'s launch of torch's op."""
+    counterpart of `copies.views.copy_by_torch`, `copy_`'s launch of torch's op."""
     try:
         dsts[i].copy_(srcs[i])
     except (RuntimeError, TypeError, ValueError) as error:

@@ -2,25 +2,13 @@
 cannot. Pure Python: the facts a route is a function of (shapes, strides, dtype names, element
 size, base addresses, device indices) are read off the tensors by the API.
 
-A copy's route, in order (`copy_route`):
-
-1. torch's `copy_` for what no TMA path takes (`torch_pair_rule`, a reduce's too): tensors not
-   on one CUDA device, a dtype change, a broadcast source, a bit torch applies lazily (a
-   conjugate or negative view), a destination that may overlap itself; then a dtype with no
-   same-size type TMA moves, and a base address that is not 16-byte aligned;
-2. nothing to move: an empty copy; then torch's `copy_` for a row-major copy of one layout past
-   `TORCH_FASTER_BEYOND_L2["copy"]` of the L2 (`BY_THE_DRIVER`: the driver's memcpy, measured
-   faster there; never for a strict call, which asks for TMA);
-3. TMA as the tensors are laid out: rank 2 to 5, a stride-1 dim among the last two, outer strides
-   multiples of 16 bytes (the copy's own planner has the last word on these);
-4. TMA on the canonical view of the same memory (`canonical_pair`): dims permuted together so the
-   source's stride-1 dim comes last, runs both tensors walk contiguously merged, extent-1 dims
-   dropped; a compact run becomes a rows view (`config.rows_view`), or rows with a tail of fewer
-   than a row's elements that torch's copy_ moves;
-5. else torch's `copy_`, with the rule that failed as the reason.
-
-A dtype TMA has no type for is moved as the same-size type it has (`MOVED_AS`): a copy moves
-bits, so bool moves as uint8 and float64 as int64.
+What the families' routes share: `Route` (a path of `PATHS` and why), the facts they read
+(`TensorFacts`, `PairFacts`), the rules a copy's and a reduce's route take first
+(`torch_pair_rule`), TMA's layout rules on a pair (`strided_rule`) and the canonical view of the
+same memory (`canonical_pair`), the measured rule that gives torch a call past the L2
+(`torch_faster`), and the dtype a copy moves a torch dtype as (`moved_dtype`: a copy moves bits, so
+bool moves as uint8 and float64 as int64). A copy's route is the copy family's
+(`copies.plan.copy_route`), a reduce's the reduce family's.
 """
 
 from __future__ import annotations
@@ -28,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..config import DTYPES, MOVED_AS, ROW_VIEW_WIDTHS, contiguous_index, is_compact, major_of, rows_view
+from ..config import DTYPES, MOVED_AS, contiguous_index, major_of
 from ..errors import TmaConfigError
-from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN, MAX_RANK
+from ..limits import MAX_RANK
 from ..validate import check_outer_strides, overlaps_itself
 from .tuning import TUNING, BeyondL2
 
@@ -48,16 +36,9 @@ TMA_PATHS = frozenset({"tma", "tma-view", "tma-rows", "tma-rows-bulk", "empty"})
 _TMAKIT_BY_TORCH = {element.torch_name: name for name, element in DTYPES.items()}
 
 
-# Which non-strict calls torch's op serves past the L2, and from what size a captured copy takes
-# torch's element-wise kernel: measured thresholds, each justified in `plan.tuning`.
+# Which non-strict calls torch's op serves past the L2: measured thresholds, each justified in
+# `plan.tuning`.
 TORCH_FASTER_BEYOND_L2: dict[str, BeyondL2] = TUNING["TORCH_FASTER_BEYOND_L2"].value
-GRAPH_MEMCPY_MOST_BYTES: int = TUNING["GRAPH_MEMCPY_MOST_BYTES"].value
-# The reason of a copy `TORCH_FASTER_BEYOND_L2` gives torch (`api.copy_views.driver_launcher`).
-BY_THE_DRIVER = (
-    "a row-major copy of one layout past the L2: the driver's memcpy (torch's copy_), measured faster "
-    f"there; inside a CUDA graph past {GRAPH_MEMCPY_MOST_BYTES >> 20} MiB, torch's element-wise kernel on "
-    "the same bits (a graph's memcpy node is slower there)"
-)
 
 
 @dataclass(frozen=True)
@@ -233,78 +214,17 @@ def moved_dtype(torch_name: str) -> str | None:
     return _TMAKIT_BY_TORCH.get(torch_name) or MOVED_AS.get(torch_name)
 
 
+def moved_as_dtype(torch_name: str) -> str | None:
+    """The same-size tmakit dtype a copy moves a torch dtype as where tmakit has no dtype of that
+    name (`Route.moved_as`); None for tmakit's own dtypes and for those TMA has no type for."""
+    return None if torch_name in _TMAKIT_BY_TORCH else MOVED_AS.get(torch_name)
+
+
 def torch_faster(call: str, dtype: str, moved_bytes: int, l2_bytes: int | None) -> bool:
     """Whether `TORCH_FASTER_BEYOND_L2` gives a call on `dtype` (torch's name) moving
     `moved_bytes` to torch's kernel (never without an L2 size: a pure plan, a strict call)."""
     rule = TORCH_FASTER_BEYOND_L2.get(call)
     return rule is not None and rule.covers(dtype, moved_bytes, l2_bytes)
-
-
-def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
-    """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
-    copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
-    tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
-    device's L2, for the measured rule (None: a pure plan, a strict call)."""
-    dst, src = facts.dst, facts.src
-    shared = torch_pair_rule(
-        facts, op, "they must match (tmakit.copy(src) allocates a matching one)", "TMA moves bits"
-    )
-    if shared is not None:
-        return shared
-    dtype = moved_dtype(src.dtype)
-    if dtype is None:
-        return torch_route(op, f"TMA has no {src.nbytes}-byte type for {src.dtype}")
-    moved_as = None if _TMAKIT_BY_TORCH.get(src.dtype) == dtype else dtype
-    if 0 in dst.shape:
-        return Route(op, "empty", "no element to move", moved_as)
-    for name, address in (("src", src.address), ("dst", dst.address)):
-        if address % GLOBAL_BASE_ALIGN:
-            return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
-    if by_the_driver(facts, l2_bytes):
-        return torch_route(op, BY_THE_DRIVER)
-    as_laid_out = strided_rule(dst.shape, src.strides, dst.strides, src.nbytes)
-    if as_laid_out is None:
-        return Route(op, "tma", "the tensors as laid out", moved_as)
-    shape, src_strides, dst_strides = canonical_pair(dst.shape, src.strides, dst.strides)
-    if len(shape) == 1 and src_strides == dst_strides == (1,):
-        return compact_route(op, shape[0], src.nbytes, moved_as)
-    if len(shape) == 1:
-        name, step = ("src", src_strides[0]) if src_strides[0] != 1 else ("dst", dst_strides[0])
-        return torch_route(op, f"{name} walks its memory {step} elements apart; TMA needs a stride-1 dim")
-    broken = strided_rule(shape, src_strides, dst_strides, src.nbytes)
-    if broken is not None:
-        return torch_route(op, broken)
-    return Route(op, "tma-view", "a view of the same memory", moved_as, (shape, src_strides, dst_strides))
-
-
-def by_the_driver(facts: PairFacts, l2_bytes: int | None) -> bool:
-    """Whether `TORCH_FASTER_BEYOND_L2` gives a copy to the driver's memcpy: row-major, one
-    layout, both streams past its share of the L2."""
-    dst, src = facts.dst, facts.src
-    if l2_bytes is None or src.strides != dst.strides:
-        return False
-    moved = 2 * math.prod(dst.shape) * src.nbytes
-    return is_compact(dst.shape, src.strides) and torch_faster("copy", src.dtype, moved, l2_bytes)
-
-
-def compact_route(op: str, numel: int, nbytes: int, moved_as: str | None) -> Route:
-    """A compact run's route: rows of the widest `ROW_VIEW_WIDTHS` that divides it, else rows of
-    the widest it fills with the last `tail` elements (fewer than a row) copied by torch's copy_
-    after them; torch's alone for a run shorter than a row."""
-    view = rows_view(numel, nbytes)
-    if view is not None:
-        return Route(op, "tma-rows", f"a compact run as {view[0]} x {view[1]} rows", moved_as, rows_of(view))
-    for width in ROW_VIEW_WIDTHS:
-        if width * nbytes % GLOBAL_STRIDE_ALIGN == 0 and numel >= width:
-            rows, tail = divmod(numel, width)
-            reason = f"a compact run as {rows} x {width} rows, its last {tail} elements by torch's copy_"
-            return Route(op, "tma-rows", reason, moved_as, rows_of((rows, width)), tail)
-    return torch_route(op, f"a compact run of {numel} elements, shorter than a row of TMA's")
-
-
-def rows_of(view: tuple[int, int]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """A rows view's (shape, src strides, dst strides)."""
-    return view, (view[1], 1), (view[1], 1)
 
 
 def strided_rule(

@@ -78,7 +78,7 @@ TUNING: dict[str, Tuned] = {
             "H100: a graph's memcpy node led the ring up to 256 MiB and was 1.2-1.5x behind it from 512 MiB, "
             "where the element-wise kernel ran 2.5% ahead of the ring and within 1.1% of inductor's copy."
         ),
-        used_by="tmakit.plan.route",
+        used_by="tmakit.copies.plan",
         results=(Results("copy.json", ("parts", "route", "rows")),),
     ),
     "ROWS_BEYOND_L2": Tuned(

@@ -16,8 +16,7 @@ from ..check.inputs import make_input_tensor
 from ..check.run import first_wrong_tile, signed_bits
 from ..config import SEED, dtype_from_text
 from ..errors import TmaConfigError
-from ..families import Family, Options, load_plans
-from ..families.copy import copy_options, torch_rows
+from ..families import Family, Options, copy_options, load_plans, torch_rows
 from ..limits import DEFAULT_SM_COUNT
 from ..plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan, check_reduce, reduce_op
 from ..plan.copy_defaults import copy_tile

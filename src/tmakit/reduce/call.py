@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..api.copy import HOPPER
 from ..api.tensors import (
     check_tensor_pair,
     check_torch_tensor,
@@ -22,6 +21,7 @@ from ..api.tensors import (
 )
 from ..config import LoadConfig, dtype_of, major_of
 from ..errors import TmaConfigError, TorchOpError
+from ..limits import DEFAULT_DEVICE_FACTS
 from ..plan import CopyOptions, check_copy_shape, check_reduce, copy_destination
 from ..plan.route import PairFacts, Route, torch_route
 from ..runtime.dispatch import Signature
@@ -107,14 +107,13 @@ def check_reduce_options(
     dst: torch.Tensor, src: torch.Tensor, op: str, options: CopyOptions, reduce_by: str | None
 ) -> None:
     """Options given, checked the same way on every path, before the route is taken: the call
-    planned on the route TMA would take (no rule of the L2), as on a Hopper GPU (`api.copy.
-    HOPPER`) for tensors that are not on one, its planner's refusal raised whatever then serves
-    the call (`api.copy.check_options`'s rule, for a reduce)."""
+    planned on the route TMA would take (no rule of the L2), as on a Hopper GPU
+    (`limits.DEFAULT_DEVICE_FACTS`) for tensors that are not on one, its planner's refusal raised
+    whatever then serves the call (`copies.call.check_options`'s rule, for a reduce)."""
     src_device = cuda_index(src)
     on_gpu = src_device >= 0 and cuda_index(dst) == src_device
-    reduce_decision(
-        dst, src, op, options, False, reduce_by, on=device_facts(src.device) if on_gpu else HOPPER
-    )
+    on = device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS
+    reduce_decision(dst, src, op, options, False, reduce_by, on=on)
 
 
 def torch_launcher(op: str, reason: str) -> Launcher:
@@ -181,7 +180,7 @@ def reduce_decision(
     tensors read as on its device 0 (`check_reduce_options`). A strict call's torch route raises."""
     facts = checked_facts(dst, src, op, strict, on_device_0=on is not None)
     on_gpu = facts.src.device >= 0
-    device = on or (device_facts(src.device) if on_gpu else HOPPER)
+    device = on or (device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS)
     l2_rule = device[1] if on is None and on_gpu else None
     decision = decide_reduce(
         facts, op, copy_options, device, l2_rule, reduce_by, strict, check_copy_shape, specialised(on)

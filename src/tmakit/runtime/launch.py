@@ -1,7 +1,8 @@
-"""Each kernel family compiled once per configuration (`compile.compiles`: the cache key is the
-compile function's name and its arguments), and what a launch needs beside it: the hang guard's
-words and the launcher around a compiled kernel (`guarded_launcher`). A family's kernel compiles in
-its own `launch` part (`tmakit.registry`), with these.
+"""The core's kernels compiled once per configuration (`compile.compiles`: the cache key is the
+compile function's name and its arguments: the copy ring every ring family runs on), and what a
+launch needs beside it: the hang guard's words and the launcher around a compiled kernel
+(`Launcher`, `guarded_launcher`). A family's own kernel compiles in its `launch` part
+(`tmakit.registry`), with these.
 
 Compiling needs no GPU (the tensors are descriptions only). The kernel modules import the DSL,
 which takes seconds; they are imported where a kernel is built, so that `import tmakit` (plans,
@@ -52,7 +53,7 @@ def compile_copy(
     is called with compact tensors of this shape, whose memory the kernel views as the plan's
     compact matrix (a copy of the tensor's memory as rows).
 
-    `shape_generic`: one compile serves every shape of the plan's class (`api.copy_class`): the
+    `shape_generic`: one compile serves every shape of the plan's class (`plan.copy_class`): the
     plan's shape (and `tensor_shape`'s extents) only stand in, the kernel reads extents and
     strides at each call. The destination has the source's shape and the contiguous dim of
     `destination` (default: the source's)."""

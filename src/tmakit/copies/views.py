@@ -1,8 +1,8 @@
 """The launchers around a copy's route: the TMA launch on the views the route moves (extent-1
 strides TMA takes, a dtype as a same-size one, a canonical view, a compact run's tail), torch's
-`copy_` (the fallback) and the driver's rule's launcher, the empty copy's, and a kernel compiled
-for one exact shape (the benchmarks' comparison). What `api.copy` hands the dispatch, beside its
-planned kernels."""
+`copy_` (the fallback) and the driver's rule's launcher, and a kernel compiled for one exact shape
+(the benchmarks' comparison). What `copies.call` hands the dispatch, beside its planned kernels
+(the empty copy's launcher is the core's, `runtime.launch.NOTHING`: a reduce's too)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..api.load import config_for
+from ..api.tensors import checked_tensor, import_torch, lazy_bit
 from ..config import LoadConfig
 from ..errors import TmaConfigError, TorchOpError
 from ..plan import CopyOptions, LoadPlan
-from ..plan.route import GRAPH_MEMCPY_MOST_BYTES, lazy_reason
+from ..plan.route import lazy_reason
 from ..runtime.launch import Launcher, copy_launcher
-from .load import config_for
-from .tensors import checked_tensor, import_torch, lazy_bit
+from .plan import GRAPH_MEMCPY_MOST_BYTES
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +92,7 @@ TORCH_COPY = Launcher(copy_by_torch, any_address=True)  # the fallback: torch's 
 
 
 def driver_launcher(nbytes: int) -> Launcher:
-    """`plan.route.BY_THE_DRIVER`'s launcher of a copy of `nbytes`: torch's copy_ (the driver's
+    """`copies.plan.BY_THE_DRIVER`'s launcher of a copy of `nbytes`: torch's copy_ (the driver's
     memcpy), but inside a CUDA-graph capture of a copy past `GRAPH_MEMCPY_MOST_BYTES`, where
     torch's would be a memcpy node, torch's element-wise kernel moving the same bits (a view
     whose bits torch applies lazily, conjugate or negative, takes torch's copy_ either way)."""

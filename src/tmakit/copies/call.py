@@ -1,22 +1,31 @@
-"""`copy_` and `copy` through TMA, planned once per class (`plan_copy`), then found by `copy_`'s
-dispatch (`runtime.dispatch`)."""
+"""How a copy call is planned (`copies.api`'s dispatch planner and `copy_path`'s decision): its
+tensors' checks, its route (`copies.plan.copy_route`), the launcher of that route (TMA planned once
+per class, `plan_copy`, on the views the route moves; torch's `copy_`; the driver's memcpy past
+the L2), options given checked the same way on every path, and a strict call's refusal."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..api.tensors import (
+    check_tensor_pair,
+    check_torch_tensor,
+    device_facts,
+    import_torch,
+    lazy_bit,
+    pair_facts,
+)
 from ..config import DTYPES, LoadConfig, dtype_of, is_compact, major_of
 from ..errors import TmaConfigError
-from ..limits import DEFAULT_L2_BYTES, DEFAULT_SM_COUNT
+from ..limits import DEFAULT_DEVICE_FACTS
 from ..plan import CopyOptions, CopyPlan, check_copy_shape, copy_destination
 from ..plan.copy import default_as_rows
 from ..plan.copy_defaults import fits_l2 as copy_fits_l2
 from ..plan.copy_defaults import small_transpose
-from ..plan.copy_layout import decide_copy, plan_pair
-from ..plan.route import BY_THE_DRIVER, PairFacts, Route, TensorFacts, copy_route
+from ..plan.route import PairFacts, Route, TensorFacts
 from ..runtime.dispatch import (
     DST_DEVICE,
     DST_DTYPE,
@@ -27,160 +36,21 @@ from ..runtime.dispatch import (
     SRC_DTYPE,
     SRC_SHAPE,
     SRC_STRIDES,
-    Dispatch,
     Signature,
 )
 from ..runtime.launch import NOTHING, Launcher, copy_launcher, tvm_ffi_available
-from ..validate import flag
-from .copy_views import (
+from .plan import BY_THE_DRIVER, CopyDecision, copy_route, decide_copy, plan_pair
+from .views import (
     TORCH_COPY,
-    copy_by_torch,
     driver_launcher,
     restrided,
     specialised_copy_launcher,
     viewed,
     viewed_launcher,
 )
-from .tensors import (
-    bump_versions,
-    check_gpu_tensor,
-    check_tensor_pair,
-    check_torch_tensor,
-    count_write,
-    detached,
-    device_facts,
-    import_torch,
-    lazy_bit,
-    out_of_the_plain_path,
-    pair_facts,
-    pair_guard,
-    special_route,
-    version_of,
-)
 
 if TYPE_CHECKING:
     import torch
-    from typing_extensions import Unpack  # typing's from Python 3.11
-
-    from ..plan.copy import CopyKeywords
-
-
-def copy_(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    tile: tuple[int, int] | None = None,
-    stages: int | None = None,
-    *,
-    strict: bool = False,
-    **options: Unpack[CopyKeywords],
-) -> torch.Tensor:
-    """Copy `src` into `dst` (`dst.copy_(src)`) through TMA: pipelined loads into shared memory,
-    TMA stores out. Every pair torch's `copy_` takes is served (`plan.route`): by TMA as the
-    tensors are laid out (a column-major source into a row-major destination is transposed tile
-    by tile in shared memory), on a view of the same memory (dims permuted together, runs merged,
-    a compact run as rows), a dtype TMA has no type for moved as a same-size one; else by torch's
-    `copy_`, the fallback `copy_path` names with its reason. Compiled once per class (dtype, rank,
-    contiguous dims, tile, options; not the extents), kept in memory and on disk.
-
-    Args:
-        dst: the tensor written, of `src`'s shape and dtype.
-        src: the tensor read; an empty one launches nothing.
-        tile: (rows, columns) of each TMA box; None: tmakit's default for the class.
-        stages: the ring's depth; None: tmakit's default.
-        strict: raise TmaConfigError where TMA does not serve the pair, instead of torch's copy_.
-        **options: the other fields of `CopyOptions` (store_depth, blocks_per_sm, as_rows,
-            evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left out takes the
-            default, the fastest measured.
-
-    Returns:
-        `dst`.
-    Raises:
-        TmaConfigError: before anything compiles or launches, for arguments wrong in themselves
-            (not tensors, shapes or dtypes that differ, `dst` partly overlapping `src`, unknown or
-            ill-typed options, options the planner refuses for a pair TMA serves), and with
-            `strict=True` for a pair TMA does not serve."""
-    if strict is False and tile is None and stages is None and not options and _COPIES.guarded(dst, src):
-        bump_versions((dst,))  # the repeated default call: its guard stands for every read below
-        return dst
-    if out_of_the_plain_path(dst, src):
-        return copy_special(dst, src, tile, stages, strict, options)
-    before = version_of(dst)
-    if strict is False:
-        _COPIES.call(dst, src, tile, stages, options)
-    elif strict is True:
-        _STRICT_COPIES.call(dst, src, tile, stages, options)
-    else:
-        (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).call(dst, src, tile, stages, options)
-    count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
-    return dst
-
-
-def specialised_copy_(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    tile: tuple[int, int] | None = None,
-    stages: int | None = None,
-    **options: Any,
-) -> torch.Tensor:
-    """`copy_` (TMA only) through a kernel compiled for this exact shape, not its class's: what the
-    benchmarks set beside `copy_` to price shape-generic kernels."""
-    return _SPECIALISED_COPIES.call(dst, src, tile, stages, options)
-
-
-def copy_special(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    tile: tuple[int, int] | None,
-    stages: int | None,
-    strict: object,
-    options: dict[str, Any],
-) -> torch.Tensor:
-    """A copy out of the plain path (`tensors.out_of_the_plain_path`): torch's copy_ for a
-    negative view and where autograd records the call (it records the graph and refuses a leaf;
-    strict: TmaConfigError), else the plain copy on detached views of the same memory (an
-    update under torch.no_grad()), dst's version bumped as torch's in-place ops do."""
-    strict = flag(strict, "copy_'s strict")
-    chosen = CopyOptions.of(tile=tile, stages=stages, **options)  # named if wrong, on every path
-    reason = special_route(dst, src, "copy_")
-    if reason is not None:
-        if chosen != _DEFAULT_OPTIONS:  # checked as on TMA's path, whose dispatch checks its own
-            check_options(detached(dst), detached(src), chosen, pair_facts(dst, src))
-        if strict:
-            raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
-        copy_by_torch(dst, src)
-        return dst
-    before = version_of(dst)
-    (_STRICT_COPIES if strict else _COPIES).call(detached(dst), detached(src), tile, stages, options)
-    count_write(dst, before)
-    return dst
-
-
-def copy(
-    src: torch.Tensor,
-    tile: tuple[int, int] | None = None,
-    stages: int | None = None,
-    *,
-    strict: bool = False,
-    **options: Unpack[CopyKeywords],
-) -> torch.Tensor:
-    """`src.clone()` by `copy_`: a new tensor with `src`'s shape, strides (compact for an expanded
-    source) and values.
-
-    Args:
-        src: the tensor copied. tile, stages, strict, **options: as `copy_`'s.
-    Returns:
-        The new tensor, on `src`'s device.
-    Raises:
-        TmaConfigError: as `copy_`'s (strict: also for a `src` not on a CUDA device)."""
-    torch = import_torch("copy")
-    (check_gpu_tensor if strict else check_torch_tensor)(src, "copy", "src")
-    if src.is_contiguous():  # the usual source: its row-major strides, allocated the cheapest way
-        dst = torch.empty_like(src)
-    elif any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
-        dst = torch.empty_like(src)  # an expanded source's strides would make dst overlap itself
-    else:
-        dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
-    return copy_(dst, src, tile, stages, strict=strict, **options)
 
 
 def plan_copy(
@@ -330,48 +200,24 @@ def check_copy_tensors(dst: object, src: object) -> None:
     dtype_of(src.dtype)
 
 
-def copy_path(
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    tile: tuple[int, int] | None = None,
-    stages: int | None = None,
-    *,
-    strict: bool = False,
-    **options: Unpack[CopyKeywords],
-) -> Route:
-    """The path `copy_(dst, src, ...)` takes and why, without copying (`plan.route`).
-
-    Args:
-        dst, src: the tensors `copy_` would take.
-        tile, stages, options: `copy_`'s options (`CopyOptions`).
-        strict: the path of `copy_(..., strict=True)`, which takes TMA's or refuses.
-    Returns:
-        The `plan.route.Route`: its `path` ("tma", "tma-view", "tma-rows", "empty" or "torch"),
-        its `reason`, the dtype the data moves as where not its own.
-    Raises:
-        TmaConfigError: what `copy_` refuses in the same mode (not tensors, unknown options, a
-        TMA-served pair's planner refusing the options given; strict: a pair TMA does not serve)."""
-    strict = flag(strict, "copy_path's strict")
-    chosen = CopyOptions.of(tile=tile, stages=stages, **options)
-    if out_of_the_plain_path(dst, src):
-        reason = special_route(dst, src, "copy_")
-        if reason is not None:
-            if strict:
-                raise TmaConfigError(f"copy_ with strict=True: no TMA path, {reason}")
-            return Route("copy_", "torch", reason)
-    dst, src = detached(dst), detached(src)
+def copy_decision(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, strict: bool) -> CopyDecision:
+    """What a new call decides, compiling nothing (`copy_path`'s; `dst` and `src` detached): the
+    tensors checked as the call checks them, options given checked on every path
+    (`check_options`), then the pure decision (`copies.plan.decide_copy`) on their facts, on their
+    GPU (SM count and L2, whose measured rule a strict call skips; off a GPU, as on a Hopper GPU).
+    A strict call raises where TMA does not serve the pair whole."""
     try:
         facts = pair_facts(dst, src)
     except KEY_ERRORS:
         check_copy_tensors(dst, src)  # names what is wrong
         raise
-    if chosen != _DEFAULT_OPTIONS:
-        check_options(dst, src, chosen, facts)
-    device = device_facts(src.device) if facts.src.device >= 0 else HOPPER
-    route = decide_copy(facts, chosen, device, None if strict else l2_of(src)).route  # strict: no rule
+    if options != _DEFAULT_OPTIONS:
+        check_options(dst, src, options, facts)
+    device = device_facts(src.device) if facts.src.device >= 0 else DEFAULT_DEVICE_FACTS
+    decision = decide_copy(facts, options, device, None if strict else l2_of(src))  # strict: no rule
     if strict:
-        refuse_unless_tma(dst, src, chosen, route)
-    return route
+        refuse_unless_tma(dst, src, options, decision.route)
+    return decision
 
 
 def routed_copy_launcher(
@@ -397,9 +243,10 @@ def routed_copy_launcher(
 
 def check_options(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, facts: PairFacts) -> None:
     """Options given, checked the same way on every path, before the route is taken: planned on
-    the route a strict call takes (as on a Hopper GPU, `HOPPER`, for tensors that are not on one),
-    so whatever then serves the call (TMA, the driver's memcpy past the L2, torch's copy_ off a
-    Hopper GPU) a call with options its planner refuses raises, on a laptop as on an H100."""
+    the route a strict call takes (as on a Hopper GPU, `limits.DEFAULT_DEVICE_FACTS`, for tensors
+    that are not on one), so whatever then serves the call (TMA, the driver's memcpy past the L2,
+    torch's copy_ off a Hopper GPU) a call with options its planner refuses raises, on a laptop as
+    on an H100."""
     src_device, dst_device = facts.src.device, facts.dst.device
     if src_device >= 0 and dst_device == src_device:
         routed(dst, src, options, copy_route(facts), compiled=False)  # the planner's refusal, raised
@@ -410,7 +257,7 @@ def check_options(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, fa
     shape, src_strides, dst_strides = route.view or (facts.src.shape, facts.src.strides, facts.dst.strides)
     dtype = route.moved_as or dtype_of(src.dtype)
     compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
-    plan_pair(options, dtype, shape, (src_strides, dst_strides), compact, HOPPER)
+    plan_pair(options, dtype, shape, (src_strides, dst_strides), compact, DEFAULT_DEVICE_FACTS)
 
 
 def on_a_hopper(tensor: TensorFacts) -> TensorFacts:
@@ -473,18 +320,5 @@ def l2_of(src: torch.Tensor) -> int | None:
 
 
 _DEFAULT_OPTIONS = CopyOptions()
-# The GPU a call with options is planned for where its tensors are on none (`check_options`):
-# an H100's or H200's 132 SMs; the L2 picks only defaults, never a refusal.
-HOPPER = (DEFAULT_SM_COUNT, DEFAULT_L2_BYTES)
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())
-# Every copy_ call's launcher and fast-path state (the shape-specialised kernels: benchmarks only);
-# `runtime.dispatch.forget_calls` forgets them with the tables of known calls.
-_COPIES = Dispatch(routed_copy_launcher, check_copy_tensors, fallback=TORCH_COPY, guard_of=pair_guard)
-_STRICT_COPIES = Dispatch(functools.partial(routed_copy_launcher, strict=True), check_copy_tensors)
-_SPECIALISED_COPIES = Dispatch(functools.partial(plan_copy, shape_generic=False), check_copy_tensors)
-
-
-def copy_dispatch(strict: bool = False) -> Dispatch:
-    """The dispatch behind `copy_` (its launchers and fast-path state, for tests and tools)."""
-    return _STRICT_COPIES if strict else _COPIES

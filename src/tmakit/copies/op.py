@@ -1,0 +1,159 @@
+"""Copies as torch operators (registered when `tmakit.ops` is imported):
+
+    torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
+    torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
+
+Defined in a fragment of the `tmakit` library with a fake implementation that is also its Meta
+kernel, as every tmakit op (`tmakit.ops`): `copy_` under CompositeExplicitAutograd, returning None
+(aot_autograd functionalizes it from `Tensor(a0!) dst`), dst's version counter bumped; `copy` with
+an Autograd kernel that calls the real implementation directly for a plain tensor, an
+autograd.Function (the identity's gradient) for one that needs a gradient, and redispatches
+anything else. The `typed` overloads take each `CopyOptions` field as a typed keyword
+(`ops_base.OPTIONS`); `default` takes the options text `CopyOptions.parse` reads, and boxes fewer
+arguments. Strict: TMA on a Hopper GPU, TmaConfigError for what TMA does not serve
+(`tmakit.copy_path` says why; the functions `tmakit.copy_` and `tmakit.copy` take torch's copy_
+there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..ops_base import (
+    BELOW_AUTOGRAD,
+    NO_OPTIONS,
+    OPTIONS,
+    PLAIN,
+    BelowAutograd,
+    Tensor,
+    check_traced,
+    check_traced_pair,
+    copy_kwargs,
+    define,
+    gpu_count,
+    increment_versions,
+    on_its_device,
+    op_kwargs,
+    plain_pair,
+    refuse_memoryless,
+    run_in_place,
+)
+from .api import copy as tma_copy
+from .api import copy_ as tma_copy_
+from .api import copy_dispatch
+
+# Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
+# dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
+SCHEMAS = {
+    "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
+    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",
+    "copy": 'copy(Tensor src, str options="") -> Tensor',
+    "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}) -> Tensor",
+}
+
+
+# -- copy_ --------------------------------------------------------------------------------------
+STRICT_COPIES = copy_dispatch(strict=True)
+
+
+def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
+    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`, strict). The call without
+    options, on one GPU, of tensors that need no autograd check (`plain_pair`), goes straight to
+    the strict copy's dispatch: it is the op's repeated call."""
+    if options or not plain_pair(dst, src):
+        run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
+        return
+    STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
+    increment_versions((dst,))
+
+
+def copy__typed_impl(dst: torch.Tensor, src: torch.Tensor, **typed: Any) -> None:
+    """The typed overload's kernel: `tmakit.copy_` with the typed options given, strict."""
+    run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs("", typed))
+
+
+def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
+    check_traced_pair("copy_", dst, src, op_kwargs(options, typed))
+
+
+# -- copy ---------------------------------------------------------------------------------------
+def copy_impl(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
+    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with the options)."""
+    if type(src) is not Tensor or src.is_meta:
+        refuse_memoryless("copy", src=src)
+    if typed or options or gpu_count() > 1:
+        return on_its_device(src, tma_copy, src, strict=True, **op_kwargs(options, typed))
+    return tma_copy(src, strict=True)  # the repeated call without options, on one GPU
+
+
+def copy_fake(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
+    """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
+    check_traced("copy", src=src)
+    check_traced_pair("copy", src, src, op_kwargs(options, typed))
+    return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
+
+
+class CopyFunction(torch.autograd.Function):
+    """copy's autograd rule. The forward is the op below autograd (`below`: the Autograd kernel's
+    keyset past autograd); the derivative of copy(src) with respect to src is the identity, so
+    the gradient is the incoming one. `below`, `options` and `typed` (the typed options) get none."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]
+    ) -> torch.Tensor:
+        with BelowAutograd():
+            return copy_below(below, src, options, typed)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
+        return None, grad, None, None
+
+
+def copy_autograd(
+    keyset: torch._C.DispatchKeySet, src: torch.Tensor, options: str = "", **typed: Any
+) -> torch.Tensor:
+    """copy's Autograd kernel: the autograd.Function when src needs a gradient, else the real
+    implementation called directly (plain tensors) or the kernels below autograd."""
+    if src is None:  # the dispatcher passes None for a Tensor argument
+        refuse_memoryless("copy", src=src)
+    if src.requires_grad and torch.is_grad_enabled():
+        return CopyFunction.apply(keyset & BELOW_AUTOGRAD, src, options, typed)
+    if keyset.raw_repr() in PLAIN:
+        return copy_impl(src, options, **typed)
+    with BelowAutograd():
+        return copy_below(keyset & BELOW_AUTOGRAD, src, options, typed)
+
+
+def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]) -> Any:
+    """copy redispatched below autograd: the overload it was called as (`typed` given: the typed
+    one, which has no options text)."""
+    if typed:
+        return torch.ops.tmakit.copy.typed.redispatch(below, src, **typed)
+    return torch.ops.tmakit.copy.default.redispatch(below, src, options)
+
+
+def register() -> torch.library.Library:
+    """Define the copy ops' overloads in a fragment of the `tmakit` library and register their
+    kernels, copy's Autograd kernel among them."""
+    library = define(
+        "FRAGMENT",
+        SCHEMAS,
+        (
+            ("copy_", copy__impl, copy__fake),
+            ("copy_.typed", copy__typed_impl, copy__fake),
+            ("copy", copy_impl, copy_fake),
+            ("copy.typed", copy_impl, copy_fake),
+        ),
+    )
+    library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
+    library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
+    return library
+
+
+LIBRARY = register()
+copy_ = torch.ops.tmakit.copy_.default
+copy = torch.ops.tmakit.copy.default
+
+__all__ = ["copy", "copy_"]
