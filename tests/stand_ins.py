@@ -38,8 +38,7 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(op_im2col, "check_traced", lambda op, **tensors: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    for module in (copies_call, api_reduce):
-        monkeypatch.setattr(module, "class_launcher", lambda *args: launcher)
+    monkeypatch.setattr(api_reduce, "class_launcher", lambda *args: launcher)
     monkeypatch.setattr(copies_call, "copy_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_reduce, "reduce_launcher", lambda *args, **kwargs: launcher)
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *args: launcher)
@@ -54,7 +53,7 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)
     copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
     monkeypatch.setattr(copies_api, "_COPIES", copies)
-    monkeypatch.setattr(copies_call, "_CLASSES", {})
+    monkeypatch.setattr(copies_call, "_CLASSES", CallTable())
 
 
 def strictly(function):

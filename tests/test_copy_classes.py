@@ -17,7 +17,7 @@ from tmakit.copies import call as copies_call
 from tmakit.load.launch import compile_tile_load
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
-from tmakit.runtime.dispatch import Dispatch
+from tmakit.runtime.dispatch import CallTable, Dispatch
 from tmakit.runtime.launch import Launcher, compile_copy
 
 
@@ -54,11 +54,8 @@ def classes(torch, monkeypatch):
     monkeypatch.setattr(copies_call, "copy_launcher", recorder.copy_launcher)
     copies = Dispatch(copies_call.plan_copy, copies_call.check_copy_tensors)
     monkeypatch.setattr(copies_api, "_COPIES", copies)
-    monkeypatch.setattr(copies_call, "_CLASSES", {})
-    monkeypatch.setattr(copies_call, "_DEVICE_FACTS", {})
-    copies_call.class_launcher.cache_clear()
-    yield recorder
-    copies_call.class_launcher.cache_clear()
+    monkeypatch.setattr(copies_call, "_CLASSES", CallTable())
+    return recorder
 
 
 def padded(torch, rows, cols):
@@ -133,6 +130,30 @@ def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatc
         copies_api.copy_(on_device0(torch.empty(64, 63, dtype=torch.float16)), odd)
     assert len(classes.compiled) == 1
     assert [shape for shape, _, _ in classes.launched] == [(64, 64), (1000, 776), (3, 8), (2048, 4096)]
+
+
+@pytest.mark.parametrize("options", [{"as_rows": True}, {"bulk": True}], ids=["as_rows", "bulk"])
+def test_a_new_shape_of_a_known_rows_view_class_is_only_checked(classes, torch, monkeypatch, options):
+    """A rows view's class is found by what picks it too (its width and tile), so a compact
+    copy's new shape of a seen rows class is checked, not planned or compiled again; a shape
+    whose rows take another tile is another class."""
+
+    class OnDevice0(torch.Tensor):  # a CPU tensor that reports device 0, as a CUDA tensor does
+        def get_device(self):
+            return 0
+
+    def pair(elements):
+        memory = torch.empty(2 * elements, dtype=torch.float16)
+        return [torch.Tensor._make_subclass(OnDevice0, half.view(-1, 256)) for half in memory.chunk(2)]
+
+    copies_api.copy_(*pair(256 * 4096), **options)  # 4096 rows of 512 bytes: 4 KiB tiles reach every SM
+    planned = copies_call.plan_pair
+    monkeypatch.setattr(copies_call, "plan_pair", lambda *a, **k: pytest.fail("a known rows class planned"))
+    copies_api.copy_(*pair(256 * 8192), **options)  # twice the rows, the same tile: the same class
+    assert len(classes.compiled) == 1 and len(classes.launched) == 2
+    monkeypatch.setattr(copies_call, "plan_pair", planned)
+    copies_api.copy_(*pair(256 * 40000), **options)  # rows enough for 32 KiB tiles: another class
+    assert len(classes.compiled) == 2 and classes.compiled[0][0] != classes.compiled[1][0]
 
 
 def test_the_plain_path_never_calls_a_shape_generic_kernel(monkeypatch):

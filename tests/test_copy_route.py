@@ -455,7 +455,7 @@ def gpu_copies(monkeypatch):
     from tmakit.copies import call as copies_call
     from tmakit.reduce import call as api_reduce
     from tmakit.reduce import launch as reduce_launch
-    from tmakit.runtime.dispatch import Dispatch
+    from tmakit.runtime.dispatch import CallTable, Dispatch
     from tmakit.runtime.launch import Launcher
 
     launched = []
@@ -482,16 +482,14 @@ def gpu_copies(monkeypatch):
     monkeypatch.setattr(copies_call, "copy_launcher", copy_launcher)
     for module in (api_reduce, reduce_launch):  # a shape's compile and the class's
         monkeypatch.setattr(module, "reduce_launcher", reduce_launcher)
-    monkeypatch.setattr(copies_call, "_CLASSES", {})
+    monkeypatch.setattr(copies_call, "_CLASSES", CallTable())
     monkeypatch.setattr(copies_call, "l2_of", lambda src: 60 << 20)
     plan, check = copies_call.routed_copy_launcher, copies_call.check_copy_tensors
     copies = Dispatch(plan, check, fallback=copies_call.TORCH_COPY, guard_of=copies_api.pair_guard)
     monkeypatch.setattr(copies_api, "_COPIES", copies)
     monkeypatch.setattr(copies_api, "_STRICT_COPIES", Dispatch(lambda *a: plan(*a, strict=True), check))
-    copies_call.class_launcher.cache_clear()
     reduce_launch.class_launcher.cache_clear()
     yield launched, copies_call
-    copies_call.class_launcher.cache_clear()
     reduce_launch.class_launcher.cache_clear()
 
 

@@ -79,7 +79,7 @@ def test_random_copies_through_one_compile_per_class():
     import torch
 
     rng = random.Random(2026)
-    before = copies_call.class_launcher.cache_info().misses
+    before = len(copies_call._CLASSES)  # each class compiled (or loaded from disk) once, kept there
     checked = 0
     for index in range(120):
         name = list(DTYPES)[index % len(DTYPES)]
@@ -95,7 +95,7 @@ def test_random_copies_through_one_compile_per_class():
             f"copy {index}: {shape} {name} {major}, strides {src.stride()} -> {dst.stride()}: {wrong}"
         )
         checked += 1
-    classes = copies_call.class_launcher.cache_info().misses - before
+    classes = len(copies_call._CLASSES) - before
     print(f"{checked} copies, {classes} classes compiled")
     assert classes <= 2 * len(DTYPES) * 2 * 3  # dtype x layout x rank x fits-L2, at most
 

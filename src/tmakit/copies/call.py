@@ -6,7 +6,7 @@ the L2), options given checked the same way on every path, and a strict call's r
 from __future__ import annotations
 
 import dataclasses
-import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ from ..api.tensors import (
     lazy_bit,
     pair_facts,
 )
-from ..config import DTYPES, LoadConfig, dtype_of, is_compact, major_of
+from ..config import DTYPES, dtype_of, is_compact, major_of, rows_view
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_DEVICE_FACTS
 from ..plan import CopyOptions, CopyPlan, check_copy_shape, copy_destination
@@ -36,10 +36,11 @@ from ..runtime.dispatch import (
     SRC_DTYPE,
     SRC_SHAPE,
     SRC_STRIDES,
+    CallTable,
     Signature,
 )
 from ..runtime.launch import NOTHING, Launcher, copy_launcher, tvm_ffi_available
-from .plan import BY_THE_DRIVER, CopyDecision, copy_route, decide_copy, plan_pair
+from .plan import BY_THE_DRIVER, CopyDecision, PairPlan, copy_route, decide_copy, plan_pair
 from .views import (
     TORCH_COPY,
     driver_launcher,
@@ -93,36 +94,38 @@ def plan_copy(
             dst, src, pair.options, dtype, pair.view, pair.tile, pair.transpose, device_read[0],
             pair.fits_l2, compiled,
         )  # fmt: skip
-    device = str(src.device)
-    if pair.view is not None:
-        return class_launcher(pair.copy, None, len(shape), device) if compiled else None
     if not compiled:
         return None
     nbytes = DTYPES[dtype].nbytes
-    destination = copy_destination(pair.copy) if pair.transpose else None
-    known = CopyClass(
-        pair.copy, class_launcher(pair.copy, destination, None, device), pair.contiguous, nbytes
-    )
-    small = small_transpose(nbytes, pair.transpose, src.numel() * nbytes, device_read[0])
-    key = class_key(pair.options, src.dtype, src.get_device(), shape, *pair.majors, pair.fits_l2, small)
-    _CLASSES[key] = known  # `known_class` finds it for the next new shape
-    _DEVICE_FACTS[src.get_device()] = device_read
+    key = class_key(options, src.dtype, src.get_device(), shape, strides, src.numel(), nbytes, device_read)
+    known = _CLASSES.get(key) if key is not None else None
+    if known is None:
+        known = compiled_class(pair, len(shape), str(src.device), nbytes)
+        if key is not None:
+            _CLASSES.keep(key, known)  # `known_class` finds it for the next new shape
     return known.launcher_for(shape, *strides)
 
 
 @dataclass(frozen=True)
 class CopyClass:
-    """A compiled shape-generic copy class (not a rows view's) and what a new shape's checks need:
-    the stride-1 dims of source and destination and the element size."""
+    """A compiled shape-generic copy class and what a new shape's checks need: the stride-1 dims
+    of source and destination (None for a rows view's class), the element size, and the width of
+    the rows a rows view's class copies (None for the tensors' own layout)."""
 
     copy: CopyPlan
     launcher: Launcher
-    contiguous: tuple[int, int]
+    contiguous: tuple[int, int] | None
     nbytes: int
+    rows_width: int | None = None
 
     def launcher_for(self, shape: tuple[int, ...], src_strides: tuple, dst_strides: tuple) -> Launcher:
         """The launcher for tensors of this shape and these strides, after their checks
-        (`plan.check_copy_shape`); extent-1 strides TMA would refuse replaced (`restrided`)."""
+        (`plan.check_copy_shape`: of the rows a rows view copies, or of the tensors' own layout,
+        extent-1 strides TMA would refuse replaced: `restrided`)."""
+        if self.rows_width is not None:
+            width = self.rows_width
+            check_copy_shape(self.copy, (math.prod(shape) // width, width), ((width, 1),), (1,), self.nbytes)
+            return self.launcher
         fixed_src, fixed_dst = check_copy_shape(
             self.copy, shape, (src_strides, dst_strides), self.contiguous, self.nbytes
         )
@@ -131,9 +134,21 @@ class CopyClass:
         return restrided(self.launcher, shape, fixed_src, fixed_dst)
 
 
-# `class_key` -> class; device -> (SM count, L2 bytes): filled by `plan_copy`, read by `known_class`.
-_CLASSES: dict[tuple, CopyClass] = {}
-_DEVICE_FACTS: dict[int, tuple[int, int]] = {}
+def compiled_class(pair: PairPlan, rank: int, device: str, nbytes: int) -> CopyClass:
+    """A planned pair's class (`copies.plan.plan_pair`) compiled, or loaded from the disk cache,
+    for one device: a rows view's for compact tensors of `rank` viewed as its rows, else the
+    tensors' own layout's (the destination's stride-1 dim its own where the copy transposes)."""
+    if pair.view is not None:
+        tensor_shape = (1,) * (rank - 1) + (pair.view[1],)
+        launcher = copy_launcher(pair.copy, None, tensor_shape, device, shape_generic=True)
+        return CopyClass(pair.copy, launcher, None, nbytes, rows_width=pair.view[1])
+    destination = copy_destination(pair.copy) if pair.transpose else None
+    launcher = copy_launcher(pair.copy, destination, None, device, shape_generic=True)
+    return CopyClass(pair.copy, launcher, pair.contiguous, nbytes)
+
+
+# The compiled copy classes, by `class_key`: what a copy's next new shape finds (`known_class`).
+_CLASSES = CallTable()
 
 
 def class_key(
@@ -141,52 +156,52 @@ def class_key(
     dtype: object,
     device: int,
     shape: tuple,
-    src_major: str,
-    dst_major: str,
-    fits_l2: bool,
-    small: bool,
-) -> tuple:
-    """What picks a copy's class besides what the options fix (the tile follows the dtype, whether
-    the copy transposes and, `small`, whether it takes a small transpose's tile; the SM count, the
-    device)."""
+    strides: tuple[tuple, tuple],
+    numel: int,
+    nbytes: int,
+    device_read: tuple[int, int],
+) -> tuple | None:
+    """What picks a copy's class, read off a new shape cheaply, as `copies.plan.plan_pair` plans
+    it: the options as planned (a compact copy beyond the L2 takes the rows view), the torch
+    dtype, the device, the rank, and either the rows view's width and tile or both tensors' major
+    modes, whether they fit in the L2 and whether a small transpose's tile is taken (the tile
+    follows from these and the dtype). None: a bulk copy without a rows view, which the planner
+    refuses."""
+    src_strides, dst_strides = strides
+    sm_count, l2_bytes = device_read
+    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
+    transpose = src_major != dst_major
+    fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
+    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
+    if default_as_rows(options, transpose, compact, fits_l2, numel, nbytes):
+        options = _AS_ROWS
+    view = (
+        rows_view(numel, nbytes) if (options.as_rows or options.bulk) and compact and not transpose else None
+    )
+    if view is not None:
+        tile = options.default_tile(dtype_of(dtype), False, view, sm_count, numel * nbytes)
+        return (options, dtype, device, len(shape), view[1], tile, fits_l2)
+    if options.bulk:
+        return None
+    small = small_transpose(nbytes, transpose, numel * nbytes, sm_count)
     return (options, dtype, device, len(shape), src_major, dst_major, fits_l2, small)
 
 
 def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> CopyClass | None:
     """The compiled class of a copy whose class was seen before, read off the tensors cheaply (a
     new shape's lookup; `facts`: `runtime.dispatch.Signature`); None for anything else - other
-    tensors, other classes, rows views, empty tensors - which then takes `plan_copy`'s full path.
-    Equal dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was
-    checked when the class was made."""
-    if options.as_rows or options.bulk:
-        return None
+    tensors, other classes, empty tensors - which then takes `plan_copy`'s full path. Equal
+    dtypes, one CUDA device and equal shapes are checked here; what a class key fixes was checked
+    when the class was made."""
     shape, dtype, device = facts[SRC_SHAPE], facts[SRC_DTYPE], facts[SRC_DEVICE]
     if device < 0 or facts[DST_DEVICE] != device or facts[DST_SHAPE] != shape or facts[DST_DTYPE] != dtype:
         return None
-    device_facts_known = _DEVICE_FACTS.get(device)
     numel = src.numel()
-    if device_facts_known is None or numel == 0:
+    if numel == 0:
         return None
-    sm_count, l2_bytes = device_facts_known
-    src_strides, dst_strides = facts[SRC_STRIDES], facts[DST_STRIDES]
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
-    nbytes = src.element_size()
-    fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
-    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
-    if default_as_rows(options, src_major != dst_major, compact, fits_l2, numel, nbytes):
-        return None  # a rows view, which `plan_copy` plans
-    small = small_transpose(nbytes, src_major != dst_major, numel * nbytes, sm_count)
-    return _CLASSES.get(class_key(options, dtype, device, shape, src_major, dst_major, fits_l2, small))
-
-
-@functools.lru_cache(maxsize=1024)
-def class_launcher(
-    copy: CopyPlan, destination: LoadConfig | None, rows_rank: int | None, device: str
-) -> Launcher:
-    """The launcher of a shape-generic copy class on one device (`rows_rank`: the
-    rank of the compact tensors a rows view copies), compiled or loaded from the disk cache once."""
-    tensor_shape = None if rows_rank is None else (1,) * (rows_rank - 1) + (copy.load.config.shape[-1],)
-    return copy_launcher(copy, destination, tensor_shape, device, shape_generic=True)
+    strides = (facts[SRC_STRIDES], facts[DST_STRIDES])
+    key = class_key(options, dtype, device, shape, strides, numel, src.element_size(), device_facts(device))
+    return None if key is None else _CLASSES.get(key)
 
 
 def check_copy_tensors(dst: object, src: object) -> None:
@@ -320,5 +335,6 @@ def l2_of(src: torch.Tensor) -> int | None:
 
 
 _DEFAULT_OPTIONS = CopyOptions()
+_AS_ROWS = CopyOptions(as_rows=True)  # the options a compact copy beyond the L2 is planned with
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())

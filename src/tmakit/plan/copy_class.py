@@ -3,8 +3,6 @@ tile, options), planned once, and the checks each new shape of a class gets. Pur
 
 from __future__ import annotations
 
-import functools
-
 from ..config import DTYPES, LoadConfig, dtype_named, padded_strides
 from ..errors import TmaConfigError
 from ..limits import MAX_DEVICE_INT, MAX_RANK
@@ -53,18 +51,9 @@ def copy_class(
 ) -> CopyPlan:
     """The plan of a shape-generic copy: everything but the extents and strides, which the
     kernel takes at each call (and `check_copy_shape` checks before each new one). A copy of a
-    rows view is a rank-2 row-major class of that width (`rows_width`). Planned (and checked)
-    once per class; TmaConfigError for an argument of the wrong type or range."""
-    arguments = (options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
-    try:
-        return _copy_class(*arguments)
-    except TypeError:  # an unhashable argument: name it, or take a list for the tile
-        check_class_arguments(*arguments)
-        return _copy_class(options, dtype, rank, major, transpose, tuple(tile), sm_count, fits_l2, rows_width)
-
-
-@functools.lru_cache(maxsize=1024, typed=True)  # typed: 2.0 or True is refused, not 2's or 1's plan
-def _copy_class(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width) -> CopyPlan:
+    rows view is a rank-2 row-major class of that width (`rows_width`). Planned once per class
+    where a call compiles it (`copies.call`'s table of classes keeps it with its kernel);
+    TmaConfigError for an argument of the wrong type or range."""
     check_class_arguments(options, dtype, rank, major, transpose, tile, sm_count, fits_l2, rows_width)
     config = stand_in_config(rank, dtype, tuple(tile), major, rows_width)
     return options.plan(LoadPlan(config), transpose, sm_count, fits_l2)
