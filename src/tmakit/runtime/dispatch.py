@@ -190,8 +190,8 @@ CheckTensors = Callable[[Any, Any], None]
 class CallKey:
     """One call key's state: its options, built once; which launcher its last full lookups found,
     how many times in a row, and how many in a row make it the launcher tried first; and the
-    launcher tried first (`first`: (launcher, spans, the [dst shape, dst strides, src shape, src
-    strides] a shape-generic one is pinned to, else None); None: LOOKING)."""
+    launcher tried first (`first`: (its launch, spans, the [dst shape, dst strides, src shape, src
+    strides] a shape-generic one is pinned to, else None, the launcher); None: LOOKING)."""
 
     FIRST_NEEDED = 2
     MOST_NEEDED = 64
@@ -214,6 +214,9 @@ class CallKey:
         """The launcher tried first refused a call: ask twice as many calls in a row next time."""
         self.first = None
         self.needed = min(2 * self.needed, self.MOST_NEEDED)
+
+
+_LOOKING = CallKey(CopyOptions())  # a call key seen for the first time: nothing tried first
 
 
 class Dispatch:
@@ -290,18 +293,18 @@ class Dispatch:
                 if tile is None and stages is None and not options
                 else typed((tile, stages, *options.items()))
             )
-            state = self._keys.get(key)
+            state = self._keys.get(key, _LOOKING)
         except TypeError:  # an unhashable option: named, or a list tile taken as the tuple it means
             chosen = CopyOptions.of(tile=tile, stages=stages, **options)
             return self.call(dst, src, chosen.tile, chosen.stages, {n: getattr(chosen, n) for n in options})
         read = None  # [dst shape, dst strides, src shape, src strides], once read
-        first = None if state is None else state.first
+        first = state.first
         if first is not None:
-            launcher, spans, pinned = first
+            launch, spans, pinned, launcher = first
             if pinned is None:  # tried blindly: its compiled function checks the rest
                 if not may_overlap(dst, src, spans):
                     try:
-                        launcher.launch(dst, src)
+                        launch(dst, src)
                         return dst
                     except (TypeError, ValueError):
                         state.rejected()
@@ -312,7 +315,7 @@ class Dispatch:
                     pass
                 if read == pinned and not may_overlap(dst, src, spans):
                     try:
-                        launcher.launch(dst, src)
+                        launch(dst, src)
                         if self._guarded is None and key is _DEFAULT_KEY:
                             self.guard(key, launcher, dst, src, spans)  # unguarded since a refusal
                         return dst
@@ -335,7 +338,7 @@ class Dispatch:
             if self.check_tensors is not None:
                 self.check_tensors(dst, src)  # raises the error naming what is wrong
             raise
-        if state is None:
+        if state is _LOOKING:
             state = self._keys[key] = CallKey(CopyOptions.of(tile=tile, stages=stages, **options))
         checked = False
         if found is None:
@@ -365,10 +368,10 @@ class Dispatch:
             return dst
         launcher.launch(dst, src)
         if launcher.shape_generic:
-            state.first = (launcher, spans, read)
+            state.first = (launcher.launch, spans, read, launcher)
             self.guard(key, launcher, dst, src, spans)
         elif launcher.checks_arguments and state.count(launcher):
-            state.first = (launcher, spans, None)
+            state.first = (launcher.launch, spans, None, launcher)
             self.guard(key, launcher, dst, src, spans)
         return dst
 
@@ -390,7 +393,7 @@ class Dispatch:
     def tried_first(self) -> dict[Hashable, Launcher]:
         """Call key -> the launcher tried first (the keys in the FAST state), shape-generic ones
         pinned to a shape and the default call's guarded one included."""
-        tried = {key: state.first[0] for key, state in self._keys.items() if state.first is not None}
+        tried = {key: state.first[3] for key, state in self._keys.items() if state.first is not None}
         if self._guarded is not None and _DEFAULT_KEY not in tried:
             tried[_DEFAULT_KEY] = self._guarded[3]
         return tried
