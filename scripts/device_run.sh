@@ -25,6 +25,8 @@
 #   ncu mcncu copyncu ncugeneric   Nsight Compute (scripts/ncu_profile.py, ncu_generic.py); ARGs: theirs
 #   ceiling      benchmarks/probes/dram_ceiling.py; ARGs: theirs (e.g. --ncu PREFIXES)
 #   edges        benchmarks/probes/gpu_edges.py; ARGs: theirs (e.g. --only PREFIX)
+#   copydefaults benchmarks/probes/copy_defaults.py: the copy's and rows' defaults no committed results
+#                hold, each swept around its value (copy-defaults.json); ARGs: theirs (e.g. --only GROUP)
 #   manystages   benchmarks/probes/many_stages.py: the grouped copy's ring shapes on a layer (many.json, part stages); ARGs: theirs
 #   sanitize     compute-sanitizer racecheck, memcheck and synccheck on a grouped copy of 100 tensors
 #                (benchmarks/probes/sanitize_many.py); ARGs: the script's (e.g. --count 300)
@@ -108,6 +110,7 @@ run_step() {
     copyncu) timeout "$limit" python3 scripts/ncu_profile.py --out "$OUT/copyncu" "$@" 2>&1 | tail -8 ;;
     ncugeneric) timeout "$limit" python3 scripts/ncu_generic.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -5 ;;
     ceiling) timeout "$limit" python3 benchmarks/probes/dram_ceiling.py --out "$OUT/ceiling" "$@" 2>&1 | tail -30 ;;
+    copydefaults) timeout "$limit" python3 benchmarks/probes/copy_defaults.py --out "$OUT/copy-defaults.json" "$@" 2>&1 | tail -40 ;;
     edges) timeout "$limit" python3 benchmarks/probes/gpu_edges.py --commit "$commit" --out "$OUT" "$@" 2>&1 | tail -12 ;;
     sanitize) for tool in racecheck memcheck synccheck; do  # a hazard or error exits 1, logged
         timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
