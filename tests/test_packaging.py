@@ -73,6 +73,7 @@ def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "tmakit/py.typed" in names
     assert "tmakit/data/h200-measured.json" in names  # what `tmakit explain --cluster` quotes
+    assert "tmakit/data/tuning.json" in names  # the measured thresholds every route reads
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert f"Version: {tmakit.__version__}" in metadata and "License-Expression: MIT" in metadata
     assert (

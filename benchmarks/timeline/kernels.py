@@ -264,13 +264,11 @@ def compile_cluster_ring(
     (`compile_multicast_load`) for one of its release protocols unstamped, else this lab's."""
     if protocol in RELEASES and not timeline:
         return compile_multicast_load(multicast, keep_ptx=keep_ptx, store=store, release=protocol)
-    return compile_lab_ring(multicast, protocol, store, timeline, keep_ptx)
+    return compile_lab_ring(multicast, protocol, store, timeline, keep_ptx=keep_ptx)
 
 
 @compiles
-def compile_lab_ring(
-    multicast: MulticastPlan, protocol: str, store: bool, timeline: bool, keep_ptx: bool = False
-) -> tuple:
+def compile_lab_ring(multicast: MulticastPlan, protocol: str, store: bool, timeline: bool) -> tuple:
     """`PipelineTmaAsyncMulticastKernel` for "pipeline-tma-async", else `TimelineMulticastKernel`
     with that release protocol; stamped when `timeline` (int64 of `TimelineLayout.of(multicast).shape`)."""
     if multicast.stages == 1:

@@ -34,11 +34,13 @@ torch takes (docs/api.md, "torch ops"). This module imports torch; `import tmaki
 
 from __future__ import annotations
 
+import torch
+
 from . import registry
-from .ops_base import copy_kwargs, define
+from .ops_base import NAMESPACE, copy_kwargs
 
 # The namespace, defined once; each family's op module adds its ops to it as a fragment.
-LIBRARY = define("DEF", {}, ())
+LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 
 __all__ = [
     "copy_kwargs",

@@ -41,13 +41,13 @@ PLAIN = frozenset(
 )
 
 
-def define(kind: str, schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
-    """A `tmakit` library ("DEF" once, else "FRAGMENT") defining `schemas`, each op of `kernels`
-    ((name, implementation, fake)) registered under CompositeExplicitAutograd with its fake (also
-    its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. An op that writes a tensor
-    also gets its kernels for tensors with a lazily applied bit (`lazy_bit_kernel`). The library
-    returned must live as long as the process (dropping it unregisters the ops)."""
-    library = torch.library.Library(NAMESPACE, kind)
+def define(schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
+    """A fragment of the `tmakit` library (`tmakit.ops` defines the namespace) defining `schemas`,
+    each op of `kernels` ((name, implementation, fake)) registered under CompositeExplicitAutograd
+    with its fake (also its Meta kernel); pt2_compliant_tag, as custom_op gives its ops. An op that
+    writes a tensor also gets its kernels for tensors with a lazily applied bit (`lazy_bit_kernel`).
+    The library returned must live as long as the process (dropping it unregisters the ops)."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
     for schema in schemas.values():
         library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
     for name, impl, fake in kernels:

@@ -6,9 +6,10 @@ command that needs a Hopper GPU where there is none). Every argument is checked,
 built, before a GPU is looked for or a line is printed. `--json [PATH]` writes a command's result
 as JSON to PATH, or prints it instead of the text.
 
-Each command is a module of this package that registers its own subparser (`add_parser`) and
-runs it (`run`); what they share is in `args`, and what `plan` and `explain` share (`--kernel`
-and the plans it makes) in `kernels`.
+Each command is a module of this package that adds its options to its subparser
+(`add_arguments`) and runs it (`run`); `COMMANDS` lists them, each with the line `--help` shows.
+What they share is in `args`, and what `plan` and `explain` share (`--kernel` and the plans it
+makes) in `kernels`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ from ..runtime.compile import installed_dsl_version
 from . import bench, check, demo, explain, plan, verify
 from .args import CommandError
 
-# The subcommands in the order --help lists them.
-COMMANDS = (plan, demo, verify, explain, check, bench)
+# The subcommands in the order --help lists them, each with its line there.
+COMMANDS = {
+    "plan": (plan, "the seed's arithmetic for a configuration (no GPU)"),
+    "demo": (demo, "run and verify the seed's kernel (or compile it, without a GPU)"),
+    "verify": (verify, "verify loads on the GPU: one configuration or a sweep"),
+    "explain": (explain, "the seed's three questions answered from the real CuTe objects (no GPU)"),
+    "check": (check, "replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"),
+    "bench": (bench, "device time vs the hardware peak and torch, same run (GPU)"),
+}
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
@@ -99,8 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:  # each a _Parser too: add_subparsers makes them of the parser's class
-        command.add_parser(subparsers)
+    for name, (command, summary) in COMMANDS.items():  # each a _Parser too: of the parser's class
+        command_parser = subparsers.add_parser(name, help=summary)
+        command.add_arguments(command_parser)
+        command_parser.set_defaults(run=command.run)
     return parser
 
 

@@ -32,9 +32,6 @@ STDOUT = "-"  # `--json -` (or a bare `--json`): the JSON on stdout instead of t
 # The CLI's own remedy for rows TMA cannot address (the library's error names tmakit.padded_empty).
 PAD_FIX = f"add --pad to pad the contiguous dim to a multiple of {GLOBAL_STRIDE_ALIGN} bytes"
 
-# The argparse object `add_subparsers` returns, which each command registers itself with.
-Subparsers = argparse._SubParsersAction
-
 
 class CommandError(Exception):
     """A command that cannot run as asked, for a reason outside the configuration (no GPU,

@@ -26,7 +26,6 @@ from .args import (
     SEED_SHAPE,
     SHAPE_METAVAR,
     CommandError,
-    Subparsers,
     add_cluster,
     add_count,
     add_element_arguments,
@@ -70,8 +69,7 @@ def _sizes(text: str) -> list[float]:
     return [MIB(item) for item in items]
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="device time vs the hardware peak and torch, same run (GPU)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape_help = f"one shape to time besides --sizes (default {SEED_SHAPE}; '' for none)"
     add_value(parser, "--shape", OPTIONAL_SHAPE, SHAPE_METAVAR, shape_help, SEED.shape)
     sizes_help = f"matrix sizes in MiB to sweep (default {','.join(map(str, SIZE_SWEEP_MIB))}; '' for none)"
@@ -159,7 +157,6 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="PATH",
         help="write a PNG of GB/s against size here (needs the plot extra: matplotlib)",
     )
-    parser.set_defaults(run=run)
 
 
 def _reduce_cases(texts: list[str]) -> int:

@@ -21,7 +21,6 @@ from ..model import (
 from ..plan import LoadPlan, PipelinePlan
 from .args import (
     CommandError,
-    Subparsers,
     add_json,
     add_schedule_arguments,
     cluster_plan,
@@ -46,10 +45,7 @@ EXPECT_MORE_BYTES, EXPECT_LESS_BYTES = 8, -16
 MAX_FULL_TILES = 1 << 13
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "check", help="replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_schedule_arguments(
         parser,
         "replay the N-stage ring of block 0 (producer and consumer warps) instead of the seed's loop",
@@ -71,7 +67,6 @@ def add_parser(subparsers: Subparsers) -> None:
         f"last tiles, {SHOWN_TILES} per CTA)",
     )
     add_json(parser, "the findings and the trace")
-    parser.set_defaults(run=run)
 
 
 # `check` replays block 0 (or cluster 0) as a block of its first tiles, as many as show every

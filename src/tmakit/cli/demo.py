@@ -8,7 +8,6 @@ from typing import Any
 from ..demo import run_demo
 from ..explain import describe_plan
 from .args import (
-    Subparsers,
     add_json,
     add_load_arguments,
     check_listed_tiles,
@@ -18,13 +17,9 @@ from .args import (
 )
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="run and verify the seed's kernel (or compile it, without a GPU)"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_load_arguments(parser, "run (or compile) the multicast kernel of this cluster shape instead")
     add_json(parser, "the plan and what the run found (verdict, device time; or the PTX's instructions)")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ from . import kernels
 from .args import (
     COUNT,
     CommandError,
-    Subparsers,
     add_json,
     add_load_arguments,
     check_listed_tiles,
@@ -23,10 +22,7 @@ from .args import (
 from .kernels import TOO_MANY_TILES_FIX
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "explain", help="the seed's three questions answered from the real CuTe objects (no GPU)"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_load_arguments(parser, "also trace each CTA's slice of the tile in a cluster of this shape")
     parser.add_argument(
         "--stages", type=COUNT, default=1, metavar="N", help="ring stages (default 1: the seed's kernel)"
@@ -41,7 +37,6 @@ def add_parser(subparsers: Subparsers) -> None:
         f"torch's {', '.join(REDUCE_OP_ALIASES)} too)",
     )
     add_json(parser, "the explanation")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

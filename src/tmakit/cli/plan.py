@@ -9,7 +9,6 @@ from ..explain import describe_plan
 from ..plan import LoadPlan, PipelinePlan
 from .args import (
     COUNT,
-    Subparsers,
     add_count,
     add_json,
     add_load_arguments,
@@ -22,8 +21,7 @@ from .args import (
 from .kernels import add_kernel_arguments, family_flags, family_help, family_kernels
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("plan", help="the seed's arithmetic for a configuration (no GPU)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_load_arguments(parser, "also show each CTA's slice in a cluster sharing every tile by multicast")
     add_count(parser, "--stages", COUNT, "ring stages (default 1: the seed's one-stage kernel)", default=1)
     add_kernel_arguments(
@@ -32,7 +30,6 @@ def add_parser(subparsers: Subparsers) -> None:
         "--kernel reduce: the op (add, max, ...)",
     )
     add_json(parser, "the plan's numbers")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

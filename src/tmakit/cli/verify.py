@@ -20,7 +20,6 @@ from ..plan import PipelinePlan
 from .args import (
     NON_NEGATIVE,
     CommandError,
-    Subparsers,
     add_count,
     add_json,
     add_schedule_arguments,
@@ -42,8 +41,7 @@ SECONDS = number(float, 0, MAX_TIMEOUT_SECONDS, " of seconds")
 TENSOR_FLAGS = ("shape", "dtype", "tile", "swizzle", "layout", "pad")
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser("verify", help="verify loads on the GPU: one configuration or a sweep")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_schedule_arguments(
         parser,
         "> 1: verify the N-stage pipelined load (or multicast ring)",
@@ -65,7 +63,6 @@ def add_parser(subparsers: Subparsers) -> None:
         default=0,
     )
     add_json(parser, "the verdicts")
-    parser.set_defaults(run=run)
 
 
 def _check_flags(args: argparse.Namespace) -> None:

@@ -18,7 +18,6 @@ __all__ = ["compile_multicast_load"]
 @compiles
 def compile_multicast_load(
     multicast: MulticastPlan,
-    keep_ptx: bool = False,
     store: bool = True,
     release: str = DEFAULT_RELEASE,
 ) -> tuple:
@@ -47,7 +46,7 @@ def multicast_load_arguments(multicast: MulticastPlan) -> tuple:
 
 
 @compiles
-def compile_cluster_dot(dot: ClusterDotPlan, keep_ptx: bool = False) -> tuple:
+def compile_cluster_dot(dot: ClusterDotPlan) -> tuple:
     """The cluster row dot (`kernel.ClusterDotKernel`) for sm_90a, multicast or the baseline,
     called with A (B, M, K), X (M, K), out (B, M) fp32 and a stream."""
     dot.a_load.check_specialised()

@@ -134,25 +134,17 @@ def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, 
     return torch.ops.tmakit.copy.default.redispatch(below, src, options)
 
 
-def register() -> torch.library.Library:
-    """Define the copy ops' overloads in a fragment of the `tmakit` library and register their
-    kernels, copy's Autograd kernel among them."""
-    library = define(
-        "FRAGMENT",
-        SCHEMAS,
-        (
-            ("copy_", copy__impl, copy__fake),
-            ("copy_.typed", copy__typed_impl, copy__fake),
-            ("copy", copy_impl, copy_fake),
-            ("copy.typed", copy_impl, copy_fake),
-        ),
-    )
-    library.impl("copy", copy_autograd, "Autograd", with_keyset=True)
-    library.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
-    return library
-
-
-LIBRARY = register()
+LIBRARY = define(
+    SCHEMAS,
+    (
+        ("copy_", copy__impl, copy__fake),
+        ("copy_.typed", copy__typed_impl, copy__fake),
+        ("copy", copy_impl, copy_fake),
+        ("copy.typed", copy_impl, copy_fake),
+    ),
+)
+LIBRARY.impl("copy", copy_autograd, "Autograd", with_keyset=True)
+LIBRARY.impl("copy.typed", copy_autograd, "Autograd", with_keyset=True)
 copy_ = torch.ops.tmakit.copy_.default
 copy = torch.ops.tmakit.copy.default
 

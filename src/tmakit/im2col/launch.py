@@ -11,9 +11,7 @@ from .plan import Im2colPlan
 
 
 @compiles
-def compile_im2col(
-    im2col: Im2colPlan, hang_guard: bool = False, keep_ptx: bool = False, tvm_ffi: bool = False
-) -> tuple:
+def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, tvm_ffi: bool = False) -> tuple:
     """The im2col kernel (`im2col.kernel.Im2colKernel`: the copy with im2col loads) for sm_90a,
     compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
     (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream (none

@@ -87,15 +87,8 @@ def im2col_fake(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     return torch.empty((n * p * q, r * s * c), dtype=x.dtype, device=x.device)
 
 
-def register() -> torch.library.Library:
-    """Define the im2col op in a fragment of the `tmakit` library and register its kernels: the
-    implementation, the fake and the Autograd kernel of an op without a gradient."""
-    library = define("FRAGMENT", SCHEMAS, (("im2col", im2col_impl, im2col_fake),))
-    library.impl("im2col", not_differentiable("im2col", "x", im2col_impl), "Autograd", with_keyset=True)
-    return library
-
-
-LIBRARY = register()
+LIBRARY = define(SCHEMAS, (("im2col", im2col_impl, im2col_fake),))
+LIBRARY.impl("im2col", not_differentiable("im2col", "x", im2col_impl), "Autograd", with_keyset=True)
 im2col = torch.ops.tmakit.im2col.default
 
 __all__ = ["im2col"]

@@ -18,7 +18,6 @@ def compile_tile_load(
     plan: LoadPlan,
     consumer: str = "store",
     tile_shift: tuple[int, int] = (0, 0),
-    keep_ptx: bool = False,
     tvm_ffi: bool = False,
     shape_generic: bool = False,
 ) -> tuple:
@@ -55,7 +54,6 @@ def compile_pipelined_load(
     pipeline: PipelinePlan,
     consumer: str = "store",
     hang_guard: bool = False,
-    keep_ptx: bool = False,
     tvm_ffi: bool = False,
 ) -> tuple:
     """A pipelined load (`kernel.PipelinedLoadKernel`: the consumers "none", "store" and

@@ -63,16 +63,10 @@ def load_tiles_fake(
     return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
 
 
-def register() -> torch.library.Library:
-    """Define the load_tiles op in a fragment of the `tmakit` library and register its kernels: the
-    implementation, the fake and the Autograd kernel of an op without a gradient."""
-    library = define("FRAGMENT", SCHEMAS, (("load_tiles", load_tiles_impl, load_tiles_fake),))
-    load_tiles_autograd = not_differentiable("load_tiles", "tensor", load_tiles_impl)
-    library.impl("load_tiles", load_tiles_autograd, "Autograd", with_keyset=True)
-    return library
-
-
-LIBRARY = register()
+LIBRARY = define(SCHEMAS, (("load_tiles", load_tiles_impl, load_tiles_fake),))
+LIBRARY.impl(
+    "load_tiles", not_differentiable("load_tiles", "tensor", load_tiles_impl), "Autograd", with_keyset=True
+)
 load_tiles = torch.ops.tmakit.load_tiles.default
 
 __all__ = ["load_tiles"]

@@ -26,7 +26,7 @@ torch's own loop in C++; a `GroupedCopy` reads only each tensor's address per ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from ..api.tensors import check_torch_tensor, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
@@ -38,6 +38,7 @@ from .plan import has_gaps
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
@@ -139,6 +140,13 @@ def unpack_(
     copy_many_(dsts, srcs, grouped=grouped, strict=strict)
 
 
+class GroupedCopyKeywords(TypedDict, total=False):
+    """`GroupedCopy`'s keyword options, which `GroupedCopy.packing` and `.unpacking` pass on."""
+
+    grouped: bool
+    check_addresses: bool
+
+
 class GroupedCopy:
     """`copy_many_` of fixed lists, prepared once: each call launches it, the host reading only
     where each tensor is and, with grad mode on, which tensors require grad. It keeps its tensors
@@ -202,15 +210,13 @@ class GroupedCopy:
         cls,
         tensors: Sequence[torch.Tensor],
         out: torch.Tensor | None = None,
-        *,
-        grouped: bool = True,
-        check_addresses: bool = True,
+        **options: Unpack[GroupedCopyKeywords],
     ) -> GroupedCopy:
         """`pack(tensors, out)` prepared: each call writes the buffer `.flat` at `.offsets`.
 
         Args:
-            tensors, out, grouped: as `pack`'s.
-            check_addresses: as `GroupedCopy`'s.
+            tensors, out: as `pack`'s.
+            **options: `grouped` and `check_addresses`, as `GroupedCopy`'s.
 
         Returns:
             the prepared copy, its buffer and offsets as attributes `flat` and `offsets`.
@@ -225,24 +231,19 @@ class GroupedCopy:
         def remake() -> list:
             return _pack_pairs(torch, tensors, flat)[2:]
 
-        prepared = cls._of_buffer(torch, flat, tensors, pairs, remake, grouped, check_addresses)
+        prepared = cls._of_buffer(torch, flat, tensors, pairs, remake, options)
         prepared.offsets = offsets
         return prepared
 
     @classmethod
     def unpacking(
-        cls,
-        flat: torch.Tensor,
-        tensors: Sequence[torch.Tensor],
-        *,
-        grouped: bool = True,
-        check_addresses: bool = True,
+        cls, flat: torch.Tensor, tensors: Sequence[torch.Tensor], **options: Unpack[GroupedCopyKeywords]
     ) -> GroupedCopy:
         """`unpack_(flat, tensors)` prepared.
 
         Args:
-            flat, tensors, grouped: as `unpack_`'s.
-            check_addresses: as `GroupedCopy`'s.
+            flat, tensors: as `unpack_`'s.
+            **options: `grouped` and `check_addresses`, as `GroupedCopy`'s.
 
         Returns:
             the prepared copy.
@@ -257,13 +258,15 @@ class GroupedCopy:
         def remake() -> tuple[list, list]:
             return _unpack_pairs(torch, flat, tensors)
 
-        return cls._of_buffer(torch, flat, tensors, pairs, remake, grouped, check_addresses)
+        return cls._of_buffer(torch, flat, tensors, pairs, remake, options)
 
     @classmethod
-    def _of_buffer(cls, torch, flat, tensors: list, pairs, remake, grouped, check_addresses) -> GroupedCopy:
+    def _of_buffer(
+        cls, torch, flat, tensors: list, pairs, remake, options: GroupedCopyKeywords
+    ) -> GroupedCopy:
         """A prepared pack or unpack: `pairs` (destinations, sources; `remake()` makes them again),
         each call watching the buffer and the caller's `tensors` rather than the pairs' views."""
-        prepared = cls(*pairs, grouped=grouped, check_addresses=check_addresses)
+        prepared = cls(*pairs, **options)
         names = ["the buffer"] + [f"tensors[{i}]" for i in range(len(tensors))]
         prepared._watch(torch, [flat, *tensors], names, remake)
         prepared.flat = flat

@@ -12,9 +12,7 @@ from .plan import TABLE_WORDS, ManyPlan
 
 
 @compiles
-def compile_many(
-    many: ManyPlan, relative: str | None = None, keep_ptx: bool = False, tvm_ffi: bool = False
-) -> tuple:
+def compile_many(many: ManyPlan, relative: str | None = None, tvm_ffi: bool = False) -> tuple:
     """The grouped copy (`kernels.many.ManyKernel`) for sm_90a, one compile per plan and
     `relative` side: called with the chunk table's two int64 tensors (`ManyPlan.chunk_table`:
     the (count, 4) chunks and the steps' first chunks), with `relative`, the uint8 buffer that

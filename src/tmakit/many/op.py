@@ -76,20 +76,14 @@ def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
         raise TmaConfigError(f"torch.ops.{NAMESPACE}.unpack_: the buffer is {tuple(flat.shape)}; it is 1-D")
 
 
-def register() -> torch.library.Library:
-    """Define the ops in a fragment of the `tmakit` library and register their kernels."""
-    return define(
-        "FRAGMENT",
-        SCHEMAS,
-        (
-            ("copy_many_", copy_many__impl, copy_many__fake),
-            ("pack", pack_impl, pack_fake),
-            ("unpack_", unpack__impl, unpack__fake),
-        ),
-    )
-
-
-LIBRARY = register()
+LIBRARY = define(
+    SCHEMAS,
+    (
+        ("copy_many_", copy_many__impl, copy_many__fake),
+        ("pack", pack_impl, pack_fake),
+        ("unpack_", unpack__impl, unpack__fake),
+    ),
+)
 copy_many_ = torch.ops.tmakit.copy_many_.default
 pack = torch.ops.tmakit.pack.default
 unpack_ = torch.ops.tmakit.unpack_.default

@@ -16,7 +16,6 @@ from .plan import ReducePlan
 def compile_reduce(
     reduce: ReducePlan,
     hang_guard: bool = False,
-    keep_ptx: bool = False,
     tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
     shape_generic: bool = False,

@@ -69,19 +69,13 @@ def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **t
     check_traced_pair("reduce_into_", dst, src, {}, check_ring_layouts if kernel == "ring" else None)
 
 
-def register() -> torch.library.Library:
-    """Define the op's overloads in a fragment of the `tmakit` library and register their kernels."""
-    return define(
-        "FRAGMENT",
-        SCHEMAS,
-        (
-            ("reduce_into_", reduce_into__impl, reduce_into__fake),
-            ("reduce_into_.typed", reduce_into__typed_impl, reduce_into__fake),
-        ),
-    )
-
-
-LIBRARY = register()
+LIBRARY = define(
+    SCHEMAS,
+    (
+        ("reduce_into_", reduce_into__impl, reduce_into__fake),
+        ("reduce_into_.typed", reduce_into__typed_impl, reduce_into__fake),
+    ),
+)
 reduce_into_ = torch.ops.tmakit.reduce_into_.default
 
 __all__ = ["reduce_into_"]

@@ -16,9 +16,7 @@ INDEX_DTYPES = ("int32", "int64")
 
 
 @compiles
-def compile_rows(
-    rows: RowsPlan, index_dtype: str = "int64", keep_ptx: bool = False, tvm_ffi: bool = False
-) -> tuple:
+def compile_rows(rows: RowsPlan, index_dtype: str = "int64", tvm_ffi: bool = False) -> tuple:
     """The rows kernel (`kernels.rows.RowsKernel`) for sm_90a, one compile per
     `RowsPlan.kernel_plan` and index dtype ("int32" or "int64"): called with the table (rows,
     row_bytes) uint8 whose rows are a run-time count apart by a run-time stride (a multiple of 16

@@ -93,21 +93,15 @@ def in_place_fake(op: str):
     return fake
 
 
-def register() -> torch.library.Library:
-    """Define the rows ops in a fragment of the `tmakit` library and register their kernels."""
-    return define(
-        "FRAGMENT",
-        SCHEMAS,
-        (
-            ("gather_rows", gather_rows_impl, gather_rows_fake),
-            ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
-            ("index_add_", index_add__impl, in_place_fake("index_add_")),
-            ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
-        ),
-    )
-
-
-LIBRARY = register()
+LIBRARY = define(
+    SCHEMAS,
+    (
+        ("gather_rows", gather_rows_impl, gather_rows_fake),
+        ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
+        ("index_add_", index_add__impl, in_place_fake("index_add_")),
+        ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
+    ),
+)
 gather_rows = torch.ops.tmakit.gather_rows.default
 scatter_rows_ = torch.ops.tmakit.scatter_rows_.default
 index_add_ = torch.ops.tmakit.index_add_.default

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import TYPE_CHECKING, Any
 
 from ..config import LoadConfig
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
@@ -112,31 +112,25 @@ def compiled_once(
     return compiled
 
 
-# What `compiles` hands `compiled_once` beside the key: how to compile, not what is compiled.
-COMPILE_MODES = ("keep_ptx", "tvm_ffi")
-Arguments = ParamSpec("Arguments")
-
-
-def compiles(build: Callable[Arguments, tuple]) -> Callable[Arguments, CompiledKernel]:
+def compiles(build: Callable[..., tuple]) -> Callable[..., CompiledKernel]:
     """A kernel family's compile, cached under a key derived from the call: `build(...)` returns
     (host function, *example arguments), and its arguments, bound to its signature with the
     defaults applied, are everything the kernel is built from. So the key is `build`'s name and
-    those arguments (`keep_ptx` and `tvm_ffi`, where `build` takes them, go to `compiled_once` as
-    the compile's mode): no argument can be left out of it. `build` runs only on a miss, after
-    the disk cache (TVM-FFI) is asked, so its checks of the plan run once per key too."""
+    those arguments: no argument can be left out of it. How to compile is not in the key but goes
+    to `compiled_once` as the compile's mode: `keep_ptx`, a keyword of every compile that no
+    `build` reads, and `tvm_ffi` where `build` takes it (its example stream depends on it). `build`
+    runs only on a miss, after the disk cache (TVM-FFI) is asked, so its checks of the plan run
+    once per key too."""
     signature = inspect.signature(build)
 
     @functools.wraps(build)
-    def compile_family(*args: Any, **kwargs: Any) -> CompiledKernel:
+    def compile_family(*args: Any, keep_ptx: bool = False, **kwargs: Any) -> CompiledKernel:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments = bound.arguments
-        key = (
-            build.__name__,
-            *((name, value) for name, value in arguments.items() if name not in COMPILE_MODES),
-        )
-        mode = (bool(arguments.get(name, False)) for name in COMPILE_MODES)
-        return compiled_once(key, lambda: build(*bound.args, **bound.kwargs), *mode)
+        key = (build.__name__, *((name, value) for name, value in arguments.items() if name != "tvm_ffi"))
+        tvm_ffi = bool(arguments.get("tvm_ffi", False))
+        return compiled_once(key, lambda: build(*bound.args, **bound.kwargs), bool(keep_ptx), tvm_ffi)
 
     return compile_family
 

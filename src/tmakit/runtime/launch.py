@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 def compile_copy(
     copy: CopyPlan,
     hang_guard: bool = False,
-    keep_ptx: bool = False,
     tvm_ffi: bool = False,
     destination: LoadConfig | None = None,
     tensor_shape: tuple[int, ...] | None = None,
