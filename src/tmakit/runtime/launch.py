@@ -193,21 +193,23 @@ def copy_launcher(
     tensors passed directly, torch's current stream taken by the compiled function itself, the
     compiled function kept on disk); otherwise the plain path. A TVM-FFI launcher's
     `checks_arguments` is True: its compiled function raises on a tensor it was not built for.
+    `shape_generic`: one kernel for every shape of the plan's class (`plan.copy_class`,
+    `pair_launcher`)."""
+    compile_for = functools.partial(compile_copy, copy, destination=destination, tensor_shape=tensor_shape)
+    return pair_launcher(compile_for, device, shape_generic)
 
-    `shape_generic` (TVM-FFI only): one kernel for every shape of the plan's class
-    (`plan.copy_class`); the launcher's `shape_generic` is then True and its compiled function
-    checks dtypes, devices and alignment but takes any extents and strides, so the caller checks
-    each new shape (`plan.check_copy_shape`) before it launches."""
+
+def pair_launcher(compile_for: Callable[..., CompiledKernel], device: str, shape_generic: bool) -> Launcher:
+    """The `Launcher` (dst, src) of a pair family's kernel (a copy's, a reduce's) on one device,
+    `compile_for(tvm_ffi=, shape_generic=)` compiling it once (`guarded_launcher`).
+    `shape_generic` (TVM-FFI only): one kernel for every shape of the plan's class, the launcher's
+    `shape_generic` then True: its compiled function checks dtypes, devices and alignment but
+    takes any extents and strides, so the caller checks each new shape (`plan.check_copy_shape`)
+    before it launches."""
     if shape_generic and not tvm_ffi_available():
         raise ValueError("shape-generic copies launch through TVM-FFI: install apache-tvm-ffi")
     launcher = guarded_launcher(
-        lambda tvm_ffi: compile_copy(
-            copy,
-            tvm_ffi=tvm_ffi,
-            destination=destination,
-            tensor_shape=tensor_shape,
-            shape_generic=shape_generic and tvm_ffi,
-        ),
+        lambda tvm_ffi: compile_for(tvm_ffi=tvm_ffi, shape_generic=shape_generic and tvm_ffi),
         device,
         dst_first=True,
     )
