@@ -22,8 +22,8 @@ import cutlass.cute as cute
 from tmakit import Im2colPlan
 from tmakit.bench.timing import graph_samples_us
 from tmakit.config import DTYPES
-from tmakit.im2col.kernel import make_im2col_load_atom
 from tmakit.kernels import TileRing, shared_tile_layout, tma_load_views
+from tmakit.patches.kernel import make_im2col_load_atom
 from tmakit.plan import PipelinePlan
 from tmakit.runtime import (
     compile_kernel,

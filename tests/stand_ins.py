@@ -23,8 +23,8 @@ def gpu_stand_ins(monkeypatch) -> None:
     from tmakit.runtime.dispatch import CallTable, Dispatch
     from tmakit.runtime.launch import Launcher
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
-    op_im2col = importlib.import_module("tmakit.im2col.op")
+    api_im2col = importlib.import_module("tmakit.patches.api")  # the module: tmakit.im2col is the function
+    op_im2col = importlib.import_module("tmakit.patches.op")
 
     def launch(dst: object, src: object) -> None:
         pass

@@ -282,7 +282,7 @@ def convolutions(draw):
 def test_plan_im2col_path_and_im2col_agree(case, monkeypatch):
     """The route of `tmakit plan --kernel im2col`, `im2col_path` and `im2col` are one."""
     gpu_stand_ins(monkeypatch)
-    api_im2col = importlib.import_module("tmakit.im2col.api")
+    api_im2col = importlib.import_module("tmakit.patches.api")
     calls: list = []  # the layout's decision each call reads (`plan_im2col`), then where it is placed
     planned_call, placed = api_im2col.plan_im2col, api_im2col.Im2colCall.placed
     monkeypatch.setattr(api_im2col, "_CALLS", CallTable())  # each drawn call a first call

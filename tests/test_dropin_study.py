@@ -8,7 +8,7 @@ from tmakit.bench.dropin import EAGER, DropinCase
 from tmakit.bench.report import BenchRow
 from tmakit.families import family_named
 from tmakit.families.dropin import case_row, cases
-from tmakit.im2col.api import torch_im2col
+from tmakit.patches.api import torch_im2col
 
 
 def test_the_cases_cover_each_op_at_each_size_and_the_resnet_layers():

@@ -1,6 +1,6 @@
 """`tmakit.im2col` on the device: the patch matrix gathered by TMA im2col loads and tiled TMA stores,
 every element compared with `torch.nn.functional.unfold` (permuted to (N*P*Q, R*S*C), channels
-fastest, then s, then r) and, bit for bit, with the NumPy model (`im2col.model.patch_matrix`).
+fastest, then s, then r) and, bit for bit, with the NumPy model (`patches.model.patch_matrix`).
 
 Inputs are position-dependent bit patterns, every one a finite non-zero number, so a zero can
 only be padding; the output is poisoned with all-ones bits (a NaN in every float type) first, so
@@ -17,9 +17,9 @@ import pytest
 
 import tmakit
 from tmakit.config import DTYPES
-from tmakit.im2col.model import patch_matrix
-from tmakit.im2col.plan import Im2colPlan
-from tmakit.im2col.route import WINDOWS_MIN_RUN_BYTES
+from tmakit.patches.model import patch_matrix
+from tmakit.patches.plan import Im2colPlan
+from tmakit.patches.route import WINDOWS_MIN_RUN_BYTES
 
 pytestmark = pytest.mark.gpu
 

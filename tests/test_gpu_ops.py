@@ -17,7 +17,7 @@ import pytest
 import tmakit
 from tmakit import TmaConfigError
 from tmakit.check.reference import position_hash
-from tmakit.im2col.api import torch_im2col
+from tmakit.patches.api import torch_im2col
 
 pytestmark = pytest.mark.gpu
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.im2col.launch import compile_im2col
-from tmakit.im2col.model import box_values, im2col_box, patch_matrix
-from tmakit.im2col.plan import Im2colPlan, default_channel_tile, output_extent
+from tmakit.patches.launch import compile_im2col
+from tmakit.patches.model import box_values, im2col_box, patch_matrix
+from tmakit.patches.plan import Im2colPlan, default_channel_tile, output_extent
 from tmakit.ptx import expect_tx_byte_counts
 
 RESNET = Im2colPlan((2, 56, 56, 64), "fp16", 3, padding=1)
@@ -287,7 +287,7 @@ def test_the_kernel_issues_one_4d_im2col_load_and_one_2d_tiled_store_per_box(pla
 
 # -- tmakit explain --im2col -------------------------------------------------------------------------
 def test_explain_names_the_box_its_tap_its_first_pixel_and_the_whole_box_as_the_phases_bytes():
-    from tmakit.im2col.explain import explain_im2col, im2col_to_text
+    from tmakit.patches.explain import explain_im2col, im2col_to_text
 
     plan = Im2colPlan((2, 10, 10, 64), "fp16", 3, stride=2, padding=1, tile=(16, 32))
     report = explain_im2col(plan, (1, 3))
@@ -349,7 +349,7 @@ def test_the_kernel_compiles_for_tvm_ffi_and_its_launcher_passes_torch_tensors(m
     the guard words (no DLPack conversion, no stream read in Python) and checks every argument."""
     pytest.importorskip("tvm_ffi")
     torch = pytest.importorskip("torch")
-    from tmakit.im2col import launch as im2col_launch
+    from tmakit.patches import launch as im2col_launch
     from tmakit.runtime import launch
 
     compiled = compile_im2col(Im2colPlan((3, 7, 9, 24), "fp32", 3), tvm_ffi=True)
@@ -378,9 +378,9 @@ def test_the_kernel_compiles_for_tvm_ffi_and_its_launcher_passes_torch_tensors(m
 def test_explain_windows_counts_the_tiles_zeros_on_the_padded_input(shape, spec):
     """The explained tile (n, p, r) = (0, 1, 1), its runs read from a padded input built in numpy:
     the source origin, the rows and columns it names and the zeros it counts are the padding's."""
-    from tmakit.im2col.explain import explain_windows
-    from tmakit.im2col.plan import im2col_windows
-    from tmakit.im2col.route import planned_route
+    from tmakit.patches.explain import explain_windows
+    from tmakit.patches.plan import im2col_windows
+    from tmakit.patches.route import planned_route
 
     plan = Im2colPlan.parse(shape, "fp16", spec)
     call = planned_route(plan, "windows")

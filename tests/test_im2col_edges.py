@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from tmakit import TmaConfigError
-from tmakit.im2col.api import torch_im2col
-from tmakit.im2col.model import box_values, patch_matrix
-from tmakit.im2col.plan import Im2colPlan, Im2colTooSmall
+from tmakit.patches.api import torch_im2col
+from tmakit.patches.model import box_values, patch_matrix
+from tmakit.patches.plan import Im2colPlan, Im2colTooSmall
 
 # (shape, dtype, kernel, options, expected): "compiled" with the tile tmakit chooses, or the
 # start of the refusal's message.
@@ -50,9 +50,9 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from tmakit import TmaConfigError
-    from tmakit.im2col.plan import Im2colPlan
+    from tmakit.patches.plan import Im2colPlan
     from tmakit.ptx import expect_tx_byte_counts
-    from tmakit.im2col.launch import compile_im2col
+    from tmakit.patches.launch import compile_im2col
 
     for shape, dtype, kernel, options in json.loads(sys.stdin.read()):
         if "tile" in options:
@@ -205,7 +205,7 @@ def cpu_im2col(monkeypatch):
 
     from tmakit.api import tensors as api_tensors
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
+    api_im2col = importlib.import_module("tmakit.patches.api")  # the module: tmakit.im2col is the function
     copies = []
 
     def copy_(dst, src, strict=False):
@@ -413,7 +413,7 @@ def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_
     torch = pytest.importorskip("torch")
     import importlib
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")
+    api_im2col = importlib.import_module("tmakit.patches.api")
     plans, launches = [], []
     planned = api_im2col.im2col_call
     monkeypatch.setattr(api_im2col, "im2col_call", lambda facts: plans.append(facts) or planned(facts))

@@ -18,9 +18,9 @@ import pytest
 
 import tmakit
 from tmakit import TmaConfigError
-from tmakit.im2col.api import copy_windows, gathered
-from tmakit.im2col.plan import Im2colPlan, im2col_conv
-from tmakit.im2col.route import Im2colFacts, PatchFacts, im2col_call, im2col_route
+from tmakit.patches.api import copy_windows, gathered
+from tmakit.patches.plan import Im2colPlan, im2col_conv
+from tmakit.patches.route import Im2colFacts, PatchFacts, im2col_call, im2col_route
 from tmakit.plan.route import PATHS, TensorFacts
 
 torch = pytest.importorskip("torch")
@@ -251,7 +251,7 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
     other rules by its value, rule and fix; non-strict computes the same matrix by torch."""
     import importlib
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")
+    api_im2col = importlib.import_module("tmakit.patches.api")
     monkeypatch.setattr(importlib.import_module("tmakit.api.tensors"), "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
     monkeypatch.setattr(api_im2col, "im2col_launcher", lambda *a: pytest.fail("launched"))
@@ -298,11 +298,11 @@ def test_strict_names_each_rule_where_the_gpu_is_stood_in(monkeypatch):
 
 @pytest.fixture
 def gpu_stood_in(monkeypatch):
-    """tmakit.im2col.api with CPU tensors taken as on GPU 0 and a launch that records its tensors
+    """tmakit.patches.api with CPU tensors taken as on GPU 0 and a launch that records its tensors
     (nothing runs): what a TMA call would launch, and what takes torch's path instead."""
     import importlib
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")
+    api_im2col = importlib.import_module("tmakit.patches.api")
     launched = []
     monkeypatch.setattr(importlib.import_module("tmakit.api.tensors"), "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
@@ -389,7 +389,7 @@ def test_arguments_past_any_extent_are_refused_naming_them(name):
 def test_running_out_of_memory_is_torchs_own_error(monkeypatch):
     import importlib
 
-    api_im2col = importlib.import_module("tmakit.im2col.api")
+    api_im2col = importlib.import_module("tmakit.patches.api")
 
     def exhausted(x, conv, out=None):
         raise torch.OutOfMemoryError("CUDA out of memory")
@@ -471,10 +471,10 @@ WINDOWS_CASES = [
 
 @pytest.mark.parametrize("shape, dtype, kernel, stride, padding", WINDOWS_CASES)
 def test_the_windows_view_is_the_patch_matrix(shape, dtype, kernel, stride, padding):
-    """`im2col.plan.Im2colWindows`' arithmetic, copied by torch on the CPU: the padded input's
+    """`patches.plan.Im2colWindows`' arithmetic, copied by torch on the CPU: the padded input's
     overlapping windows land on every element of the patch matrix (position-dependent values,
     the padding's zeros told from the data)."""
-    from tmakit.im2col.plan import im2col_windows
+    from tmakit.patches.plan import im2col_windows
 
     x = positions(shape, dtype)
     conv = im2col_conv(shape, kernel, stride, padding)

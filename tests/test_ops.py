@@ -30,13 +30,13 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 import tmakit  # noqa: E402
 import tmakit.ops  # noqa: E402
 from tmakit import TmaConfigError  # noqa: E402
-from tmakit.im2col.api import torch_im2col  # noqa: E402
+from tmakit.patches.api import torch_im2col  # noqa: E402
 
 ops = tmakit.ops
 op_load = tmakit.load.op  # the load family's op (registered by tmakit.ops)
 ops_copy = tmakit.copies.op  # the copy family's op (registered by tmakit.ops)
 ops_reduce = tmakit.reduce.op  # the reduce family's op (registered by tmakit.ops)
-op_im2col = importlib.import_module("tmakit.im2col.op")  # tmakit.im2col is the function
+op_im2col = importlib.import_module("tmakit.patches.op")  # tmakit.im2col is the function
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ def test_the_families_that_call_the_copy_hold_its_functions_after_a_first_call()
     torch = pytest.importorskip("torch")
     x = torch.zeros(4, 4)
     many_call = importlib.import_module("tmakit.many.call")
-    im2col_api = importlib.import_module("tmakit.im2col.api")  # the module: tmakit.im2col is the function
+    im2col_api = importlib.import_module("tmakit.patches.api")  # the module: tmakit.im2col is the function
     for module, name in ((many_call, "copy_path"), (many_call, "copy_"), (im2col_api, "copy_")):
         getattr(module, name)(torch.empty_like(x), x)
         assert getattr(module, name) is getattr(tmakit, name), (module.__name__, name)

@@ -31,8 +31,8 @@ COMPILING_TEST = textwrap.dedent(
 
     def test_compile_a_kernel_kept_on_disk():
         pytest.importorskip("tvm_ffi")
-        from tmakit.im2col.launch import compile_im2col
-        from tmakit.im2col.plan import Im2colPlan
+        from tmakit.patches.launch import compile_im2col
+        from tmakit.patches.plan import Im2colPlan
         from tmakit.runtime.compile import cache_dir
 
         compile_im2col(Im2colPlan((3, 7, 9, 24), "fp32", 3), tvm_ffi=True)

@@ -25,7 +25,7 @@ from tmakit import ops_base
 from tmakit.bench.report import device_context
 from tmakit.copies import api as copies_api
 from tmakit.copies import op as copies_op
-from tmakit.im2col import op as im2col_op
+from tmakit.patches import op as im2col_op
 from tmakit.plan import CopyOptions
 
 ROUNDS, CALLS, WARM_UP = 9, 300, 20

@@ -10,9 +10,9 @@ launch; `GroupedCopy` prepares them once for lists that stay put), the configura
 types and the errors (`TmaConfigError`; `TorchOpError`, torch's own op refusing a call
 tmakit handed it, is also a `RuntimeError`).
 Building blocks for your own kernel: `tmakit.plan` (the plans), `tmakit.kernels` (`TileRing`
-and the TMA view helpers) and a family's kernel (`tmakit.im2col.kernel.make_im2col_load_atom`).
-The function `im2col` shadows the name of its family's package on this module: reach the package's
-modules as `from tmakit.im2col import kernel` or `importlib.import_module("tmakit.im2col.kernel")`.
+and the TMA view helpers) and a family's kernel (`tmakit.patches.kernel.make_im2col_load_atom`).
+Each family is a package named apart from its functions (`tmakit.copies` beside `tmakit.copy`,
+`tmakit.patches` beside `tmakit.im2col`), so no function shadows a module.
 """
 
 from . import api, registry

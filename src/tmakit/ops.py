@@ -5,7 +5,7 @@
     torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(...) (`tmakit.copies.op`)
     torch.ops.tmakit.reduce_into_(dst, src, op="add") -> None; .typed(...) (`tmakit.reduce.op`)
     torch.ops.tmakit.load_tiles(tensor, tile_rows=64, tile_cols=256, swizzle=0) -> Tensor (`tmakit.load.op`)
-    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (`tmakit.im2col.op`)
+    torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1) -> Tensor (`tmakit.patches.op`)
     torch.ops.tmakit.gather_rows, scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack, unpack_ (`tmakit.many.op`)
 

@@ -44,7 +44,7 @@ PACKAGES: tuple[str, ...] = (
     "rows",
     "many",
     "reduce",
-    "im2col",
+    "patches",
     "load",
     "cluster",
 )

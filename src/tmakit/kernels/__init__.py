@@ -14,7 +14,7 @@ The building blocks for your own kernel, one import path:
 - `copy`: TMA-store copies, transposing copies, bulk copies.
 A family's kernel is in its package: the seed's tile load and the pipelined load in
 `tmakit.load.kernel`, the multicast loads and the cluster row dot in `tmakit.cluster.kernel`
-(`make_cluster_load_atom`), `tmakit.im2col.kernel` (`make_im2col_load_atom` feeds a TileRing
+(`make_cluster_load_atom`), `tmakit.patches.kernel` (`make_im2col_load_atom` feeds a TileRing
 with im2col loads), and so on.
 """
 

@@ -62,10 +62,10 @@ def im2col(
 
     TMA serves a contiguous (N, H, W, C) CUDA tensor of fp16, bf16 or fp32 (a channels_last NCHW
     tensor `t` is `t.permute(0, 2, 3, 1)`), with C * element size a multiple of 16 bytes, that
-    `im2col.plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
+    `patches.plan.Im2colPlan` accepts (channel counts, corner and stride ranges, sizes, no patch matrix
     of one row or one box, which CuTe's im2col atom cannot build); a 1x1 stride-1 unpadded one
     that small is x.reshape(N*H*W, C), copied by TMA (`copy_`); narrow channels in long filter
-    rows (`im2col.route`'s rule) are the zero-padded input's overlapping windows copied by
+    rows (`patches.route`'s rule) are the zero-padded input's overlapping windows copied by
     TMA (`im2col_by`). Any other 4-D tensor torch can
     pad and view - on the CPU, of another dtype, strided, misaligned - takes torch's expression
     of the same matrix (`torch_im2col`); `im2col_path` names the path a call takes and why.
@@ -86,7 +86,7 @@ def im2col(
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's
             expression.
         im2col_by: "loads" (TMA im2col loads) or "windows" (the padded input's overlapping
-            windows copied by TMA); None: tmakit's rule (`im2col.route`: windows for
+            windows copied by TMA); None: tmakit's rule (`patches.route`: windows for
             narrow channels in long filter rows). A kernel chosen that cannot serve the call raises.
 
     Returns:
@@ -235,7 +235,7 @@ _CALLS: CallTable = CallTable()
 def im2col_facts(
     x: object, kernel: object, stride: object, padding: object, dilation: object, im2col_by: object = None
 ) -> Im2colFacts:
-    """What `im2col.route.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
+    """What `patches.route.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
     check_torch_tensor(x, "im2col", "x")
     read = tensor_facts(x)
@@ -258,7 +258,7 @@ def plan_im2col(
     dilation: object,
     im2col_by: object = None,
 ) -> tuple[Im2colCall, Launch | None]:
-    """A new call's checks in full: its layout's route (`im2col.route.im2col_call`) and how TMA's im2col
+    """A new call's checks in full: its layout's route (`patches.route.im2col_call`) and how TMA's im2col
     loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
     path serves."""
     import_torch("im2col")
@@ -278,7 +278,7 @@ def plan_im2col(
 
 
 def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
-    """The patch matrix as TMA copies (`im2col.plan.Im2colWindows`): x into the interior of a
+    """The patch matrix as TMA copies (`patches.plan.Im2colWindows`): x into the interior of a
     zero-filled padded input (x itself without padding), then the padded input's overlapping
     windows into `out`'s rows, a run of taps a tile row."""
     torch = import_torch("im2col")
@@ -301,7 +301,7 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
 def check_im2col_out(out: object, x: torch.Tensor, patch_shape: tuple[int, int]) -> None:
     """A caller's patch matrix: a dense (M, K) tensor of `x`'s dtype on `x`'s device, sharing no
     memory with `x` (every path reads x while it writes out). What TMA needs besides, contiguity
-    and alignment, is the route's: `im2col.route.placement_rule`."""
+    and alignment, is the route's: `patches.route.placement_rule`."""
     check_torch_tensor(out, "im2col", "out")
     check_written(out, "im2col", "out")
     if out.shape != patch_shape or out.dtype != x.dtype or out.device != x.device:

@@ -14,8 +14,8 @@ expression of the same matrix where TMA cannot serve (`im2col_path` says which a
     bench    the im2col study against torch's unfold + permute; its cases of the drop-in study
     explain  `tmakit plan`/`explain --kernel im2col --im2col SPEC` (explain: `--im2col` alone too)
 
-The function `tmakit.im2col` shadows this package's name on `tmakit`: reach its modules as
-`from tmakit.im2col import plan` or `importlib.import_module("tmakit.im2col.plan")`.
+The package is `tmakit.patches` (the patch matrix it makes), not `tmakit.im2col`: that name is the
+function's, on `tmakit`, as `tmakit.copy` is the copy's (its family `tmakit.copies`).
 """
 
 from ..registry import FamilyRecord

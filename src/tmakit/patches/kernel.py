@@ -1,5 +1,5 @@
 """im2col through the ring: TMA im2col loads of an NHWC activation into shared memory, tiled TMA
-stores of each box into the patch matrix (`im2col.plan.Im2colPlan`).
+stores of each box into the patch matrix (`patches.plan.Im2colPlan`).
 
 The kernel is the copy (`kernels.copy.CopyKernel`: the producer warp, the ring, the consumer
 warp's stores in flight and its releases) with another load atom: an im2col one

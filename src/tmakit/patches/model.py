@@ -1,5 +1,5 @@
 """Which input element each element of a TMA im2col box reads, and the whole patch matrix, in
-NumPy: the CPU model and reference of `tmakit.im2col` (`im2col.plan.Im2colPlan`).
+NumPy: the CPU model and reference of `tmakit.im2col` (`patches.plan.Im2colPlan`).
 
 An im2col load of box (row_block, column_tile) starts at patch-matrix row m0 = row_block * pixels
 and covers one tap (r, s) and the channels c0..c0 + channels - 1 of it. Its pixel i is output

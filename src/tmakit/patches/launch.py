@@ -12,7 +12,7 @@ from .plan import Im2colPlan
 
 @compiles
 def compile_im2col(im2col: Im2colPlan, hang_guard: bool = False, tvm_ffi: bool = False) -> tuple:
-    """The im2col kernel (`im2col.kernel.Im2colKernel`: the copy with im2col loads) for sm_90a,
+    """The im2col kernel (`patches.kernel.Im2colKernel`: the copy with im2col loads) for sm_90a,
     compiled for one plan (shape, dtype, convolution parameters, box, stages); called with the
     (N, H, W, C) activation, the (N*P*Q, R*S*C) patch matrix, the guard words and a stream (none
     with `tvm_ffi`, as in `compile_copy`)."""

@@ -74,7 +74,7 @@ def patch_bytes(plan: Im2colPlan) -> int:
 def bench_im2col(plan: Im2colPlan, l2_bytes: int, hot_l2: bool, samples: int) -> list[BenchRow]:
     """`tmakit.im2col(x, ..., out=)` and each torch expression on `plan`'s activations (seeded
     randn), tmakit's row verified bit for bit against the first torch expression's result; then
-    each kernel `im2col_by` may choose where it serves the call (`im2col.route`'s rule
+    each kernel `im2col_by` may choose where it serves the call (`patches.route`'s rule
     compares them), each verified the same way."""
     import torch
 
@@ -107,7 +107,7 @@ def bench_im2col(plan: Im2colPlan, l2_bytes: int, hot_l2: bool, samples: int) ->
             verdict = f"ok: bit-exact against {name}" if same else f"MISMATCH against {name}"
         rows.append(row(name, graph_samples_us(launches, samples)))
     launches = [lambda x=x, o=o: ours(x, o) for x, o in zip(xs, outs, strict=True)]
-    rows.insert(0, row("tmakit.im2col", graph_samples_us(launches, samples), verdict))
+    rows.insert(0, row("tmakit.patches", graph_samples_us(launches, samples), verdict))
     for kernel in IM2COL_KERNELS:  # each kernel the call may choose, where it serves: the rule's data
         try:
             api.im2col_path(xs[0], plan.filter, **knobs, out=outs[0], im2col_by=kernel)
