@@ -23,6 +23,7 @@ from tmakit import TmaConfigError
 from tmakit.patches.api import torch_im2col
 from tmakit.patches.model import box_values, patch_matrix
 from tmakit.patches.plan import Im2colPlan, Im2colTooSmall
+from tmakit.runtime.launch import Launcher
 
 # (shape, dtype, kernel, options, expected): "compiled" with the tile tmakit chooses, or the
 # start of the refusal's message.
@@ -417,7 +418,9 @@ def test_a_repeated_im2col_skips_the_planning_not_the_checks_of_where_x_and_out_
     plans, launches = [], []
     planned = api_im2col.im2col_call
     monkeypatch.setattr(api_im2col, "im2col_call", lambda facts: plans.append(facts) or planned(facts))
-    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launches.append(x))
+    monkeypatch.setattr(
+        api_im2col, "im2col_launcher", lambda plan, device: Launcher(lambda x, out: launches.append(x))
+    )
     monkeypatch.setattr(api_im2col, "copy_windows", lambda conv, x, out: launches.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     im2col = api_im2col.im2col

@@ -22,6 +22,7 @@ from tmakit.patches.api import copy_windows, gathered
 from tmakit.patches.plan import Im2colPlan, im2col_conv
 from tmakit.patches.route import Im2colFacts, PatchFacts, im2col_call, im2col_route
 from tmakit.plan.route import PATHS, TensorFacts
+from tmakit.runtime.launch import Launcher
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -306,7 +307,9 @@ def gpu_stood_in(monkeypatch):
     launched = []
     monkeypatch.setattr(importlib.import_module("tmakit.api.tensors"), "cuda_index", lambda tensor: 0)
     monkeypatch.setattr(api_im2col, "device_facts", lambda device: (132, 50 << 20))
-    monkeypatch.setattr(api_im2col, "im2col_launcher", lambda plan, device: lambda x, out: launched.append(x))
+    monkeypatch.setattr(
+        api_im2col, "im2col_launcher", lambda plan, device: Launcher(lambda x, out: launched.append(x))
+    )
     monkeypatch.setattr(api_im2col, "copy_windows", lambda conv, x, out: launched.append(x))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     return api_im2col, launched

@@ -139,8 +139,8 @@ def launch_table(torch, device, table: tuple, relative: str | None = None, buffe
             CAPTURED[id(table)] = table
         # both views are one buffer's: freed only after this stream's use
         table[0].record_stream(torch.cuda.current_stream(device))
-        launcher = many_launcher(plan_of(device.index), str(device), relative)
-        launcher(*table) if relative is None else launcher(*table, buffer.view(torch.uint8))
+        launch = many_launcher(plan_of(device.index), str(device), relative).launch
+        launch(*table) if relative is None else launch(*table, buffer.view(torch.uint8))
 
 
 def refuse_pair(dsts: list, srcs: list, i: int, by_tma: bool) -> None:

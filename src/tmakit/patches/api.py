@@ -271,7 +271,7 @@ def plan_im2col(
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
         if not launchers:  # compiled at the first launch: after out's checks
-            launchers.append(im2col_launcher(plan, device))
+            launchers.append(im2col_launcher(plan, device).launch)
         launchers[0](x, out)
 
     return call, launch

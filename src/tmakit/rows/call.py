@@ -159,8 +159,9 @@ def _launch(launch: Callable, op: str, table, index, compact, check_index: bool)
 
 @functools.lru_cache(maxsize=256)
 def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int):
-    """The compiled rows kernel for one (op, row size, reduce dtype, index dtype) on one device:
-    the deepest ring of up to `DEFAULT_ROW_STAGES` stages that fits."""
+    """The launch of the compiled rows kernel for one (op, row size, reduce dtype, index dtype) on
+    one device (the `Launcher`'s function itself: a repeated call pays no wrapper): the deepest
+    ring of up to `DEFAULT_ROW_STAGES` stages that fits."""
     sm_count, _ = device_facts(torch_module().device("cuda", device))
     for stages in range(DEFAULT_ROW_STAGES, 0, -1):
         try:
@@ -169,9 +170,8 @@ def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, devi
             if stages == 1:
                 raise
             continue
-        return rows_launcher(
-            plan.kernel_plan(), "int64" if index_dtype == "int64" else "int32", f"cuda:{device}"
-        )
+        index = "int64" if index_dtype == "int64" else "int32"
+        return rows_launcher(plan.kernel_plan(), index, f"cuda:{device}").launch
     raise AssertionError("unreachable")
 
 
