@@ -152,21 +152,30 @@ def test_the_gpus_planned_for_are_the_stand_ins():
     assert GPUS["h200"][1:] == (132, 60 * 2**20)
 
 
+def path_and_call(path, call, taken: list) -> tuple:
+    """The route `path()` names and the one `call()` takes (the last `taken` records), each
+    `REFUSED` where it raises TmaConfigError."""
+    try:
+        path_route = seen(path())
+    except TmaConfigError:
+        path_route = REFUSED
+    try:
+        call()
+        call_route = taken[-1] if taken else None
+    except TmaConfigError:
+        call_route = REFUSED
+    return path_route, call_route
+
+
 def agreed_copy(case: dict, first_call) -> tuple[str, str] | str:
     """The route `tmakit plan`, `copy_path` and `copy_` take for `case`, asserted one."""
     taken = first_call()
     cli_route = planned(["--kernel", case["kernel"], *tensor_flags(case)])
     dst, src = copy_tensors(case)
     options = options_of(case["options"])
-    try:
-        path_route = seen(tmakit.copy_path(dst, src, **options))
-    except TmaConfigError:
-        path_route = REFUSED
-    try:
-        tmakit.copy_(dst, src, **options)
-        call_route = taken[-1] if taken else None
-    except TmaConfigError:
-        call_route = REFUSED
+    path_route, call_route = path_and_call(
+        lambda: tmakit.copy_path(dst, src, **options), lambda: tmakit.copy_(dst, src, **options), taken
+    )
     assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
     return cli_route
 
@@ -372,15 +381,11 @@ def agreed_reduce(case: dict, first_call) -> tuple[str, str] | str:
     cli_route = planned(["--kernel", "reduce", "--reduce", case["op"], *tensor_flags(case)])
     dst, src = copy_tensors(case, torch.zeros)
     options = options_of(case["options"])
-    try:
-        path_route = seen(tmakit.reduce_path(dst, src, case["op"], **options))
-    except TmaConfigError:
-        path_route = REFUSED
-    try:
-        tmakit.reduce_into_(dst, src, case["op"], **options)
-        call_route = taken[-1] if taken else None
-    except TmaConfigError:
-        call_route = REFUSED
+    path_route, call_route = path_and_call(
+        lambda: tmakit.reduce_path(dst, src, case["op"], **options),
+        lambda: tmakit.reduce_into_(dst, src, case["op"], **options),
+        taken,
+    )
     assert cli_route == path_route == call_route, (case, cli_route, path_route, call_route)
     return cli_route
 

@@ -14,6 +14,7 @@ from tmakit.api import tensors as api_tensors
 from tmakit.config import LoadConfig
 from tmakit.copies import api as copies_api
 from tmakit.copies import call as copies_call
+from tmakit.copies import plan as copies_plan
 from tmakit.load.launch import compile_tile_load
 from tmakit.plan import CopyOptions, LoadPlan, copy_class, copy_destination, stand_in_config
 from tmakit.ptx import expect_tx_byte_counts
@@ -122,7 +123,7 @@ def test_a_new_shape_of_a_known_class_is_only_checked(classes, torch, monkeypatc
     def no_planning(*args, **kwargs):
         raise AssertionError("a new shape of a known class was planned again")
 
-    monkeypatch.setattr(copies_call, "plan_pair", no_planning)
+    monkeypatch.setattr(copies_plan, "copy_class", no_planning)  # the class's plan (its layout is read)
     for rows, cols in [(1000, 776), (3, 8), (2048, 4096)]:  # all in the class that fits L2
         copies_api.copy_(on_device0(padded(torch, rows, cols)), on_device0(padded(torch, rows, cols)))
     odd = on_device0(torch.empty(64, 63, dtype=torch.float16))
@@ -147,11 +148,11 @@ def test_a_new_shape_of_a_known_rows_view_class_is_only_checked(classes, torch, 
         return [torch.Tensor._make_subclass(OnDevice0, half.view(-1, 256)) for half in memory.chunk(2)]
 
     copies_api.copy_(*pair(256 * 4096), **options)  # 4096 rows of 512 bytes: 4 KiB tiles reach every SM
-    planned = copies_call.plan_pair
-    monkeypatch.setattr(copies_call, "plan_pair", lambda *a, **k: pytest.fail("a known rows class planned"))
+    planned = copies_plan.copy_class
+    monkeypatch.setattr(copies_plan, "copy_class", lambda *a, **k: pytest.fail("a known rows class planned"))
     copies_api.copy_(*pair(256 * 8192), **options)  # twice the rows, the same tile: the same class
     assert len(classes.compiled) == 1 and len(classes.launched) == 2
-    monkeypatch.setattr(copies_call, "plan_pair", planned)
+    monkeypatch.setattr(copies_plan, "copy_class", planned)
     copies_api.copy_(*pair(256 * 40000), **options)  # rows enough for 32 KiB tiles: another class
     assert len(classes.compiled) == 2 and classes.compiled[0][0] != classes.compiled[1][0]
 

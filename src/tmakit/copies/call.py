@@ -18,13 +18,10 @@ from ..api.tensors import (
     lazy_bit,
     pair_facts,
 )
-from ..config import DTYPES, dtype_of, is_compact, major_of, rows_view
+from ..config import DTYPES, dtype_of, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_DEVICE_FACTS
 from ..plan import CopyOptions, CopyPlan, check_copy_shape, copy_destination
-from ..plan.copy import default_as_rows
-from ..plan.copy_defaults import fits_l2 as copy_fits_l2
-from ..plan.copy_defaults import small_transpose
 from ..plan.route import PairFacts, Route, TensorFacts
 from ..runtime.dispatch import (
     DST_DEVICE,
@@ -96,13 +93,10 @@ def plan_copy(
         )  # fmt: skip
     if not compiled:
         return None
-    nbytes = DTYPES[dtype].nbytes
-    key = class_key(options, src.dtype, src.get_device(), shape, strides, src.numel(), nbytes, device_read)
-    known = _CLASSES.get(key) if key is not None else None
+    key = class_key(pair, src.dtype, src.get_device(), len(shape))
+    known = _CLASSES.get(key)
     if known is None:
-        known = compiled_class(pair, len(shape), str(src.device), nbytes)
-        if key is not None:
-            _CLASSES.keep(key, known)  # `known_class` finds it for the next new shape
+        known = _CLASSES.keep(key, compiled_class(pair, len(shape), str(src.device), DTYPES[dtype].nbytes))
     return known.launcher_for(shape, *strides)
 
 
@@ -151,40 +145,14 @@ def compiled_class(pair: PairPlan, rank: int, device: str, nbytes: int) -> CopyC
 _CLASSES = CallTable()
 
 
-def class_key(
-    options: CopyOptions,
-    dtype: object,
-    device: int,
-    shape: tuple,
-    strides: tuple[tuple, tuple],
-    numel: int,
-    nbytes: int,
-    device_read: tuple[int, int],
-) -> tuple | None:
-    """What picks a copy's class, read off a new shape cheaply, as `copies.plan.plan_pair` plans
-    it: the options as planned (a compact copy beyond the L2 takes the rows view), the torch
-    dtype, the device, the rank, and either the rows view's width and tile or both tensors' major
-    modes, whether they fit in the L2 and whether a small transpose's tile is taken (the tile
-    follows from these and the dtype). None: a bulk copy without a rows view, which the planner
-    refuses."""
-    src_strides, dst_strides = strides
-    sm_count, l2_bytes = device_read
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
-    transpose = src_major != dst_major
-    fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
-    compact = is_compact(shape, src_strides) and is_compact(shape, dst_strides)
-    if default_as_rows(options, transpose, compact, fits_l2, numel, nbytes):
-        options = _AS_ROWS
-    view = (
-        rows_view(numel, nbytes) if (options.as_rows or options.bulk) and compact and not transpose else None
-    )
-    if view is not None:
-        tile = options.default_tile(dtype_of(dtype), False, view, sm_count, numel * nbytes)
-        return (options, dtype, device, len(shape), view[1], tile, fits_l2)
-    if options.bulk:
-        return None
-    small = small_transpose(nbytes, transpose, numel * nbytes, sm_count)
-    return (options, dtype, device, len(shape), src_major, dst_major, fits_l2, small)
+def class_key(pair: PairPlan, dtype: object, device: int, rank: int) -> tuple:
+    """What picks a copy's class, read off its planned pair (`copies.plan.plan_pair`, the class
+    itself left out): the options as planned (a compact copy beyond the L2 takes the rows view),
+    the torch dtype, the device, the rank, the rows view's width or both tensors' major modes, the
+    tile (a small transpose's included) and whether both tensors fit in the L2: the arguments of
+    `plan.copy_class`, the SM count as the device's."""
+    form = pair.majors if pair.view is None else pair.view[1]
+    return (pair.options, dtype, device, rank, form, pair.tile, pair.fits_l2)
 
 
 def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> CopyClass | None:
@@ -196,12 +164,18 @@ def known_class(src: torch.Tensor, options: CopyOptions, facts: Signature) -> Co
     shape, dtype, device = facts[SRC_SHAPE], facts[SRC_DTYPE], facts[SRC_DEVICE]
     if device < 0 or facts[DST_DEVICE] != device or facts[DST_SHAPE] != shape or facts[DST_DTYPE] != dtype:
         return None
-    numel = src.numel()
-    if numel == 0:
+    if src.numel() == 0:
         return None
     strides = (facts[SRC_STRIDES], facts[DST_STRIDES])
-    key = class_key(options, dtype, device, shape, strides, numel, src.element_size(), device_facts(device))
-    return None if key is None else _CLASSES.get(key)
+    compact = is_compact(shape, strides[0]) and is_compact(shape, strides[1])
+    try:  # the pair's layout alone: its class is what the key finds
+        layout = plan_pair(
+            options, dtype_of(dtype), shape, strides, compact, device_facts(device), classed=False
+        )
+    except TmaConfigError:
+        return None  # refused: the full path names the rule
+    key = class_key(layout, dtype, device, len(shape))
+    return _CLASSES.get(key)
 
 
 def check_copy_tensors(dst: object, src: object) -> None:
@@ -335,6 +309,5 @@ def l2_of(src: torch.Tensor) -> int | None:
 
 
 _DEFAULT_OPTIONS = CopyOptions()
-_AS_ROWS = CopyOptions(as_rows=True)  # the options a compact copy beyond the L2 is planned with
 # The torch dtypes tmakit's planner loads as they are (not moved as another: bool, complex...).
 _LOADED_DTYPES = frozenset(f"torch.{element.torch_name}" for element in DTYPES.values())

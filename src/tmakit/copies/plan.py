@@ -168,7 +168,7 @@ def plan_pair(
     transpose = majors[0] != majors[1]
     fits_l2 = copy_fits_l2(numel * nbytes, l2_bytes)
     if default_as_rows(options, transpose, compact, fits_l2, numel, nbytes):
-        options = CopyOptions(as_rows=True)
+        options = _AS_ROWS
     rows = (options.as_rows or options.bulk) and not transpose and compact
     view = copy_rows_view(options, shape, dtype, strides, rows)
     tile = options.default_tile(dtype, transpose, view, sm_count, numel * nbytes)
@@ -185,6 +185,10 @@ def plan_pair(
     check_copy_shape(copy, shape, strides, contiguous, nbytes)  # before anything compiles
     return replace(layout, copy=copy, contiguous=contiguous)
 
+
+# The options a compact pair beyond the L2 is planned with (built once: `CopyOptions` checks its
+# fields' types as it is made).
+_AS_ROWS = CopyOptions(as_rows=True)
 
 # The words a route's reason gains where the defaults copy a compact pair as rows (`plan_pair`).
 AS_ROWS_BEYOND_L2 = "as rows of its memory: beyond the L2"

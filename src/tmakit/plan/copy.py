@@ -46,7 +46,7 @@ def default_as_rows(
     options: CopyOptions, transpose: bool, compact: bool, in_l2: bool, numel: int, nbytes: int
 ) -> bool:
     """Whether a copy given no options takes the rows view (`copy_defaults.rows_beyond_l2`)."""
-    return options == CopyOptions() and rows_beyond_l2(transpose, compact, in_l2, numel, nbytes)
+    return options == _DEFAULT_OPTIONS and rows_beyond_l2(transpose, compact, in_l2, numel, nbytes)
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,9 @@ class CopyOptions:
         )
         store_depth = max(MIN_STORES_IN_FLIGHT, stages // 2) if self.store_depth is None else self.store_depth
         return CopyPlan(ring, transpose, store_depth, self.store_hint, self.bulk)
+
+
+_DEFAULT_OPTIONS = CopyOptions()  # every option left out (built once: its fields' types are checked)
 
 
 @dataclass(frozen=True)

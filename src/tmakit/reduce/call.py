@@ -208,10 +208,10 @@ def reduce_kernel_of(
         shape, src_strides, dst_strides = route.view
     else:
         shape, src_strides, dst_strides = tuple(src.shape), tuple(src.stride()), tuple(dst.stride())
-    src_major, dst_major = major_of(src_strides, shape), major_of(dst_strides, shape)
     device = str(src.device)
     if specialised:
         config = reduce.copy.load.config
+        dst_major = major_of(dst_strides, shape)
         destination = LoadConfig(shape, config.dtype, config.tile, 0, dst_major, dst_strides)
         same_layout = config.element_strides == destination.element_strides
         views = (src_strides, dst_strides) if as_view else (None, None)
@@ -219,7 +219,7 @@ def reduce_kernel_of(
     fixed_src, fixed_dst = decision.fixed
     if as_view:
         fixed_src, fixed_dst = fixed_src or src_strides, fixed_dst or dst_strides
-    destination = copy_destination(reduce.copy) if src_major != dst_major else None
+    destination = copy_destination(reduce.copy) if reduce.copy.transpose else None
     return ReduceKernel(reduce, destination, True, device, shape, fixed_src, fixed_dst)
 
 

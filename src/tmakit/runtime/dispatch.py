@@ -53,7 +53,6 @@ element-wise check could tell (layouts that differ), the fallback serves the cal
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -102,15 +101,15 @@ class GuardedCalls(CallTable):
     """A table of known calls keyed by a call's addresses (a list's thousands of tensors): each
     key holds up to `layouts` entries (views of other dtypes or shapes at the same addresses),
     each beside the check (`guard(tensors) -> bool`) that the tensors are laid out as when it was
-    kept; the least recently used key dropped past `most`. A key is hashed once a call: the
-    table holds its hash, beside it the key itself."""
+    kept; the least recently used key dropped past `most` (the dict's own order: a key found is
+    put back as the newest). A key is hashed once a call: the table holds its hash, beside it the
+    key itself. Shared by threads: a race costs a new route at most."""
 
     MISSING = object()
 
     def __init__(self, most: int = 64, layouts: int = 4) -> None:
         super().__init__()
         self.most, self.layouts = most, layouts
-        self._order: OrderedDict[int, None] = OrderedDict()  # the hashes, least recent first
 
     def find(self, key: tuple | None, tensors: list) -> object:
         """The entry kept for `key` whose guard `tensors` pass, else `MISSING`."""
@@ -120,10 +119,7 @@ class GuardedCalls(CallTable):
             return self.MISSING
         for same, known in entry[1]:
             if same(tensors):
-                try:
-                    self._order.move_to_end(slot)
-                except KeyError:  # dropped by another thread meanwhile
-                    pass
+                self[slot] = self.pop(slot, entry)  # the newest now
                 return known
         return self.MISSING
 
@@ -131,25 +127,18 @@ class GuardedCalls(CallTable):
         """Keep `known` for `key` and the layouts `guard` checks, as the newest."""
         slot = hash(key)
         entry = self.pop(slot, None)
-        self._order.pop(slot, None)
         kept = entry[1] if entry is not None and entry[0] == key else []
         self[slot] = (key, [(guard, known), *kept][: self.layouts])
-        self._order[slot] = None
-        while len(self._order) > self.most:
-            oldest, _ = self._order.popitem(last=False)
-            self.pop(oldest, None)
-
-    def clear(self) -> None:
-        super().clear()
-        self._order.clear()
+        while len(self) > self.most:
+            self.pop(next(iter(self)), None)
 
     def counts(self) -> list[int]:
         """How many layouts each kept key holds, least recent first."""
-        return [len(self[slot][1]) for slot in self._order]
+        return [len(kept) for _, kept in self.values()]
 
     def newest(self) -> list:
         """The newest key's entries, newest first."""
-        return [known for _, known in self[next(reversed(self._order))][1]]
+        return [known for _, known in next(reversed(self.values()))[1]]
 
     def __contains__(self, key: object) -> bool:
         entry = self.get(hash(key))
