@@ -18,6 +18,7 @@ def gpu_stand_ins(monkeypatch) -> None:
     from tmakit.copies import api as copies_api
     from tmakit.copies import call as copies_call
     from tmakit.load import api as api_load
+    from tmakit.moe import call as moe_call
     from tmakit.reduce import call as api_reduce
     from tmakit.rows import call as api_rows
     from tmakit.runtime.dispatch import CallTable, Dispatch
@@ -48,6 +49,10 @@ def gpu_stand_ins(monkeypatch) -> None:
     monkeypatch.setattr(api_rows, "device_name", lambda index: "a stand-in GPU")
     monkeypatch.setattr(api_rows, "_launcher", lambda *args: lambda table, index, compact: None)
     monkeypatch.setattr(api_rows, "_KNOWN", CallTable())
+    monkeypatch.setattr(moe_call, "cuda_index", lambda tensor: 0)
+    launch_any = Launcher(lambda *tensors: None, checks_arguments=True, shape_generic=True)
+    monkeypatch.setattr(moe_call, "dispatch_launcher", lambda *args: launch_any)
+    monkeypatch.setattr(moe_call, "combine_launcher", lambda *args: launch_any)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     compiled = SimpleNamespace(function=launcher)
     monkeypatch.setattr(api_load, "compile_tile_load", lambda *args, **kwargs: compiled)

@@ -209,6 +209,34 @@ def torch_entries() -> list[Entry]:
             {"flat": half(48), "tensors": [half(4, 8), half(3)], "grouped": True},
         ),
     ]
+    ids, row_map = torch.tensor([[0, 1], [3, 2], [1, 1], [0, 3]]), torch.zeros(4, 2, dtype=torch.int32)
+    entries += [
+        Entry(
+            "moe_dispatch",
+            tmakit.moe_dispatch,
+            {
+                "x": half(4, 64),
+                "routing": ids,
+                "num_experts": 4,
+                "topk": None,
+                "probs": None,
+                "scales": None,
+                "align": 16,
+                "check_ids": True,
+                "strict": False,
+            },
+        ),
+        Entry(
+            "moe_combine",
+            tmakit.moe_combine,
+            {"y": half(8, 64), "row_map": row_map, "probs": None, "strict": False},
+        ),
+        Entry(
+            "moe_path",
+            tmakit.moe_path,
+            {"op": "dispatch", "rows": half(4, 64), "row_map": row_map, "out_rows": 8},
+        ),
+    ]
     # every option of copy_ and reduce_into_ is a keyword argument of its own
     for name in CopyOptions.names():
         if name not in ("tile", "stages"):
@@ -231,6 +259,16 @@ def torch_entries() -> list[Entry]:
         ),
         Entry(
             "torch.ops.tmakit.gather_rows", ops.gather_rows, {"src": half(64, 64), "index": torch.arange(8)}
+        ),
+        Entry(
+            "torch.ops.tmakit.moe_permute",
+            ops.moe_permute,
+            {"x": half(4, 64), "row_map": row_map, "rows": 8, "zero_rest": True, "strict": False},
+        ),
+        Entry(
+            "torch.ops.tmakit.moe_combine",
+            ops.moe_combine,
+            {"y": half(8, 64), "row_map": row_map, "probs": None},
         ),
         Entry(
             "torch.ops.tmakit.index_reduce_",
@@ -285,7 +323,13 @@ def test_a_wrong_type_returns_or_raises_tmaconfigerror(stand_ins, entry, data):
 
 def test_every_public_entry_is_drawn_on():
     """The entries above cover `tmakit.__all__` but its constant and its error types."""
-    drawn = {entry.name for entry in ENTRIES} | {"TmaConfigError", "TmaHangError", "TorchOpError", "SEED"}
+    drawn = {entry.name for entry in ENTRIES} | {
+        "TmaConfigError",
+        "TmaHangError",
+        "TorchOpError",
+        "SEED",
+        "MoeDispatch",
+    }
     missing = set(tmakit.__all__) - drawn
     torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty gather_rows"
     rows = {
@@ -297,6 +341,9 @@ def test_every_public_entry_is_drawn_on():
         "pack",
         "unpack_",
         "GroupedCopy",
+        "moe_dispatch",
+        "moe_combine",
+        "moe_path",
     }
     assert (
         not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path", *rows}

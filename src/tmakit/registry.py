@@ -47,6 +47,7 @@ PACKAGES: tuple[str, ...] = (
     "patches",
     "load",
     "cluster",
+    "moe",
 )
 
 PARTS = ("plan", "kernel", "launch", "model", "api", "op", "bench", "explain", "check")

@@ -310,11 +310,11 @@ class LateRelease:
                 self.ring.release(context.empty, step % self.pipeline.stages, failed)
 
 
-class BulkRingKernel(LateRelease, TmaRingKernel):
-    """A ring filled and emptied by non-tensor bulk copies (`cp.async.bulk`: an address and a
-    byte count, no tensor map), a lane per copy: each lane declares its own bytes on the stage's
-    full barrier, then the warp meets and one lane arrives; each lane commits its stores of a step
-    as one bulk group, and a stage is freed `late` steps on (`LateRelease`)."""
+class BulkLoadRing(TmaRingKernel):
+    """A ring filled by non-tensor bulk copies (`cp.async.bulk`: an address and a byte count, no
+    tensor map), a lane per copy: each lane declares its own bytes on the stage's full barrier,
+    then the warp meets and one lane arrives. Its consumers read the stages themselves and free
+    each as they leave it (`TmaRingKernel.release_stage`)."""
 
     @cute.jit
     def prefetch_descriptors(self, source):
@@ -342,6 +342,11 @@ class BulkRingKernel(LateRelease, TmaRingKernel):
         if not failed:
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(barrier)
+
+
+class BulkRingKernel(LateRelease, BulkLoadRing):
+    """A ring filled and emptied by bulk copies (`BulkLoadRing`): each lane commits its stores of
+    a step as one bulk group, and a stage is freed `late` steps on (`LateRelease`)."""
 
     @cute.jit
     def commit_stores(self):

@@ -1,0 +1,24 @@
+"""Mixture-of-experts token movement: `moe_dispatch` (each token's row to its experts' rows,
+expert-major, groups padded for grouped GEMMs) and `moe_combine` (each token's expert rows summed
+back, weighted by the router's probabilities, in fp32), with their backward passes, by bulk copies
+addressed from a row map built on the device.
+
+    plan     DispatchPlan and CombinePlan (the rings), moe_tma_rule (when the kernels serve)
+    kernel   DispatchKernel (a row loaded once, stored topk times), CombineKernel (a token's rows
+             loaded a chunk at a time and summed)
+    launch   compile_dispatch, compile_combine and their launchers
+    model    a plan's bulk copies replayed on the CPU
+    call     the routing on the device (the row map), the route, the launches, torch's expressions
+    api      moe_dispatch, moe_combine, moe_path
+    op       torch.ops.tmakit.moe_route, moe_permute, moe_combine (fakes, autograd)
+    bench    the MoE study against torch's expressions and TransformerEngine's kernels
+    explain  `tmakit plan`/`explain --kernel moe`
+"""
+
+from ..registry import FamilyRecord
+
+FAMILY = FamilyRecord(
+    name="moe",
+    summary="mixture-of-experts dispatch and combine, a bulk copy a row",
+    parts=frozenset({"plan", "kernel", "launch", "api", "op"}),
+)

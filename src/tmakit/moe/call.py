@@ -1,0 +1,252 @@
+"""How a mixture-of-experts call runs (`moe.api` holds the public functions): the routing made on
+the device (the row map, each expert's tokens and group offsets: torch's sort and scans, no host
+synchronisation), the checks of the ids on the host where one may synchronise, the route
+(`plan.moe_tma_rule`) and the launches, and torch's expressions where the kernels cannot serve."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, NamedTuple
+
+from .. import registry
+from ..api.tensors import cuda_index, device_facts, dtype_name, import_torch, lazy_bit, tensor_facts
+from ..errors import TmaConfigError
+from ..limits import DEFAULT_SM_COUNT
+from .launch import combine_launcher, dispatch_launcher
+from .plan import CombinePlan, DispatchPlan, MoeFacts, moe_route
+
+if TYPE_CHECKING:
+    import torch
+
+# The rows family's gather, bound at its first call (a family imports no other): it writes the
+# rows no token lands on from a zero row.
+gather_rows = registry.bound_on_first_call("gather_rows", globals())
+
+
+class Routing(NamedTuple):
+    """A routing on the device: `row_map` (T, topk) int32, the output row of token t's slot j
+    (-1: none); `tokens_per_expert` (E,) int32; `expert_offsets` (E + 1,) int32, each expert's
+    first row in the padded output and, last, the rows used; `dropped` () int32, the slots skipped
+    because their id was out of range (or past topk in a mask), which only a capture lets through."""
+
+    row_map: torch.Tensor
+    tokens_per_expert: torch.Tensor
+    expert_offsets: torch.Tensor
+    dropped: torch.Tensor
+
+
+def torch_module():
+    return import_torch("moe")
+
+
+def host_checks_allowed(*tensors: torch.Tensor) -> bool:
+    """Whether a check may read values on the host: not inside a CUDA-graph capture (nothing may
+    synchronise) nor while a trace (torch.compile, make_fx, torch.export) runs on fake tensors."""
+    torch = torch_module()
+    from torch._guards import detect_fake_mode
+
+    if torch.compiler.is_compiling() or detect_fake_mode(tensors) is not None:
+        return False
+    return not (tensors[0].is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def check_id_range(ids: torch.Tensor, experts: int) -> None:
+    """Every id in [0, experts), or TmaConfigError naming the first that is not (a sync)."""
+    if not ids.numel():
+        return
+    low, high = (int(v) for v in ids.aminmax())
+    if low >= 0 and high < experts:
+        return
+    token, slot = (int(v) for v in ((ids < 0) | (ids >= experts)).nonzero()[0])
+    raise TmaConfigError(
+        f"topk_ids[{token}, {slot}] is {int(ids[token, slot])}; with num_experts={experts} every id must "
+        f"be in [0, {experts}): fix the router's output (or pass a boolean mask for tokens routed to "
+        "fewer experts)"
+    )
+
+
+def check_mask_rows(mask: torch.Tensor, topk: int) -> None:
+    """No token of a (T, E) mask routed to more than `topk` experts (a sync), or TmaConfigError."""
+    if not mask.numel():
+        return
+    counts = mask.sum(dim=1)
+    most = int(counts.max())
+    if most <= topk:
+        return
+    token = int((counts > topk).nonzero()[0, 0])
+    raise TmaConfigError(
+        f"routing mask row {token} names {int(counts[token])} experts; with topk={topk} a token takes at "
+        f"most {topk}: pass topk={most} or fix the mask"
+    )
+
+
+def ids_of_mask(mask: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids (T, topk) int64: each token's experts in order, -1 past its last; the slots past
+    topk the mask names, () int32)."""
+    torch = torch_module()
+    ordered, experts = torch.sort(mask.to(torch.uint8), dim=1, descending=True, stable=True)
+    kept = ordered[:, :topk] > 0
+    ids = torch.where(kept, experts[:, :topk], -1)
+    extra = (mask.sum(dim=1) - topk).clamp(min=0).sum().to(torch.int32)
+    return ids, extra
+
+
+def route_ids(ids: torch.Tensor, experts: int, align: int) -> Routing:
+    """The routing of `ids` (T, topk): an id in [0, experts) is a slot's expert; any other value
+    is no expert (a -1 from a mask's short row; another is counted as dropped). Expert-major rows,
+    tokens in order within an expert (a stable sort), each expert's group padded to a multiple of
+    `align`; all on the device."""
+    torch = torch_module()
+    tokens, topk = ids.shape
+    flat = ids.reshape(-1).long()
+    inside = (flat >= 0) & (flat < experts)
+    dropped = (~inside & (flat != -1)).sum().to(torch.int32)
+    key = torch.where(inside, flat, experts)  # the unrouted last
+    order = torch.sort(key, stable=True).indices
+    counts = torch.zeros(experts + 1, dtype=torch.int64, device=ids.device)
+    counts.scatter_add_(0, key, torch.ones_like(key))
+    padded = (counts[:experts] + (align - 1)) // align * align
+    ends = torch.cumsum(padded, 0)
+    starts = torch.cat([ends.new_zeros(1), ends])  # each expert's first row, then the rows used
+    sorted_starts = torch.cumsum(counts, 0) - counts  # where each expert's slots begin in `order`
+    sorted_key = key[order]
+    rank = torch.arange(flat.numel(), device=ids.device) - sorted_starts[sorted_key]
+    rows = torch.where(sorted_key < experts, starts[sorted_key] + rank, -1)
+    row_map = torch.empty_like(rows).scatter_(0, order, rows)
+    return Routing(
+        row_map.to(torch.int32).view(tokens, topk),
+        counts[:experts].to(torch.int32),
+        starts.to(torch.int32),
+        dropped,
+    )
+
+
+# -- the route ------------------------------------------------------------------------------------
+def facts(op: str, rows: torch.Tensor, out_rows: int, row_map: torch.Tensor) -> MoeFacts:
+    """What the route of a dispatch (of x) or combine (of y) reads, writing `out_rows` rows."""
+    return MoeFacts(
+        op=op,
+        rows=tensor_facts(rows),
+        out_rows=out_rows,
+        routing_device=cuda_index(row_map),
+        topk=row_map.shape[1],
+        lazy=lazy_bit(rows),
+    )
+
+
+def refuse_strict(strict: bool, what: str, reason: str) -> None:
+    if strict:
+        raise TmaConfigError(f"{what}: the bulk-copy kernels cannot serve this call: {reason}")
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: int) -> int:
+    torch = torch_module()
+    return device_facts(torch.device("cuda", device))[0] if device >= 0 else DEFAULT_SM_COUNT
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+def permute(x: torch.Tensor, row_map: torch.Tensor, rows: int, zero_rest: bool, strict: bool) -> torch.Tensor:
+    """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]; with `zero_rest` the rows
+    no slot names are zero (else they hold whatever the allocation held)."""
+    torch = torch_module()
+    out = torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    if not rows or not x.shape[0]:
+        if zero_rest:
+            out.zero_()
+        return out
+    route = moe_route(facts("dispatch", x, rows, row_map))
+    if not route.by_tma:
+        refuse_strict(strict, "moe_dispatch", route.reason)
+        return _permute_by_torch(x, row_map, rows)
+    width = x[0].numel() * x.element_size()
+    plan = DispatchPlan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
+    launch = dispatch_launcher(plan, str(x.device)).launch
+    if zero_rest:
+        _zero_unnamed_rows(out, row_map, width)
+    launch(_bytes(x), row_map, _bytes(out))
+    return out
+
+
+def _zero_unnamed_rows(out: torch.Tensor, row_map: torch.Tensor, width: int) -> None:
+    """Write zeros to the rows of `out` no slot names: the rows family's gather of a zero row,
+    an entry 0 for such a row and -1 (moves nothing) for the others."""
+    torch = torch_module()
+    rows = out.shape[0]
+    named = torch.zeros(rows + 1, dtype=torch.int32, device=out.device)
+    flat = row_map.reshape(-1).long()
+    named.index_fill_(0, torch.where((flat >= 0) & (flat < rows), flat, rows), 1)
+    gather_rows(_zero_row(width, out.device), -named[:rows], _bytes(out), check_index=False, strict=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _zero_row(width: int, device) -> torch.Tensor:
+    return torch_module().zeros((1, width), dtype=torch_module().uint8, device=device)
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """A (rows, ...) tensor's memory as (rows, row bytes) uint8 with its row stride."""
+    torch = torch_module()
+    return tensor.view(tensor.shape[0], -1).view(torch.uint8)
+
+
+def _permute_by_torch(x: torch.Tensor, row_map: torch.Tensor, rows: int) -> torch.Tensor:
+    """The dispatch in torch's expressions: each row's source token (a scatter of the slots),
+    x gathered, the rows of no token zero."""
+    torch = torch_module()
+    tokens, topk = row_map.shape
+    flat = row_map.reshape(-1).long()
+    source = torch.full((rows + 1,), tokens, dtype=torch.int64, device=x.device)
+    token_of_slot = torch.arange(tokens * topk, device=x.device) // topk
+    source.scatter_(0, torch.where((flat >= 0) & (flat < rows), flat, rows), token_of_slot)
+    padded = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])
+    return padded.index_select(0, source[:rows])
+
+
+# -- combine --------------------------------------------------------------------------------------
+def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, strict: bool) -> torch.Tensor:
+    """(T, *y.shape[1:]) of y's dtype: out[t] = sum over slots j, in order, of probs[t, j] *
+    y[row_map[t, j]] in fp32 (weight 1 without probs; a slot naming no row of y adds nothing)."""
+    torch = torch_module()
+    tokens, topk = row_map.shape
+    out = torch.empty((tokens, *y.shape[1:]), dtype=y.dtype, device=y.device)
+    if not tokens:
+        return out
+    route = moe_route(facts("combine", y, tokens, row_map))
+    if route.path == "empty":
+        return out.zero_()
+    if not route.by_tma:
+        refuse_strict(strict, "moe_combine", route.reason)
+        return _combine_by_torch(y, row_map, probs)
+    width = y[0].numel() * y.element_size()
+    plan = CombinePlan(width, topk, _dtype(y), weighted=probs is not None, sm_count=_sm_count(y.get_device()))
+    weights = _no_weights(y.device) if probs is None else probs.to(torch.float32).contiguous()
+    combine_launcher(plan, str(y.device)).launch(_bytes(y), row_map, weights, out.view(tokens, -1))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _no_weights(device) -> torch.Tensor:
+    return torch_module().zeros((1, 1), dtype=torch_module().float32, device=device)
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype_name(tensor.dtype)]
+
+
+def _combine_by_torch(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    """The combine in torch's expressions, slot by slot in order, in fp32 (float64 stays float64)."""
+    torch = torch_module()
+    tokens, topk = row_map.shape
+    rows = y.shape[0]
+    valid = (row_map >= 0) & (row_map < rows)
+    accumulate = torch.float64 if y.dtype == torch.float64 else torch.float32
+    total = torch.zeros((tokens, *y.shape[1:]), dtype=accumulate, device=y.device)
+    shape = (tokens,) + (1,) * (y.dim() - 1)
+    for slot in range(topk):
+        named = valid[:, slot]
+        values = y.index_select(0, torch.where(named, row_map[:, slot], 0).long()).to(accumulate)
+        if probs is not None:
+            values = values * probs[:, slot].to(accumulate).view(shape)
+        total += torch.where(named.view(shape), values, 0)
+    return total.to(y.dtype)

@@ -1,0 +1,86 @@
+"""The dispatch and combine kernels compiled once per plan, and their launchers."""
+
+from __future__ import annotations
+
+import functools
+
+from ..config import DTYPES
+from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
+from ..plan.ring import GUARD_WORDS
+from ..runtime.compile import compiles, fake_tensor, placeholder_stream
+from ..runtime.launch import Launcher, guarded_launcher
+from .plan import CombinePlan, DispatchPlan
+
+
+def _byte_rows(symbol: str, width: int, compact: bool = False):
+    """A fake (rows, width) uint8 tensor: `symbol` rows, a run-time row stride (16-byte multiple)
+    unless `compact`."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    rows = cute.sym_int64(symbol=symbol)
+    if compact:
+        return make_fake_compact_tensor(cutlass.Uint8, (rows, width), stride_order=(1, 0), assumed_align=16)
+    stride = cute.sym_int64(divisibility=GLOBAL_STRIDE_ALIGN, symbol=f"{symbol}_stride")
+    return make_fake_tensor(cutlass.Uint8, (rows, width), (stride, 1), assumed_align=GLOBAL_BASE_ALIGN)
+
+
+def _row_map(tokens, topk: int):
+    import cutlass
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    return make_fake_compact_tensor(cutlass.Int32, (tokens, topk), stride_order=(1, 0), assumed_align=4)
+
+
+@compiles
+def compile_dispatch(dispatch: DispatchPlan, tvm_ffi: bool = False) -> tuple:
+    """The dispatch (`moe.kernel.DispatchKernel`) for sm_90a, one compile per plan: called with
+    x (tokens, row_bytes) uint8 compact, the row map (tokens, topk) int32, out (rows, row_bytes)
+    uint8 with a run-time row stride, the guard words and a stream (none with `tvm_ffi`)."""
+    import cutlass
+
+    from .kernel import DispatchKernel
+
+    x = _byte_rows("tokens", dispatch.row_bytes, compact=True)
+    row_map = _row_map(x.shape[0], dispatch.topk)
+    out = _byte_rows("rows", dispatch.row_bytes)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return DispatchKernel(dispatch), x, row_map, out, guard, placeholder_stream(env=tvm_ffi)
+
+
+@compiles
+def compile_combine(combine: CombinePlan, tvm_ffi: bool = False) -> tuple:
+    """The combine (`moe.kernel.CombineKernel`) for sm_90a, one compile per plan: called with y
+    (rows, row_bytes) uint8 with a run-time row stride, the row map (tokens, topk) int32, the
+    probabilities (tokens, topk) fp32 (unweighted: a (1, 1) fp32 tensor), out (tokens, row
+    elements) of the plan's dtype with a run-time row stride, the guard words and a stream."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    from .kernel import CombineKernel
+
+    y = _byte_rows("rows", combine.row_bytes)
+    tokens = cute.sym_int64(symbol="tokens")
+    row_map = _row_map(tokens, combine.topk)
+    shape = (tokens, combine.topk) if combine.weighted else (1, 1)
+    probs = make_fake_compact_tensor(cutlass.Float32, shape, stride_order=(1, 0), assumed_align=4)
+    element = getattr(cutlass, DTYPES[combine.dtype].cutlass_name)
+    width = combine.row_bytes // combine.element_bytes
+    stride = cute.sym_int64(divisibility=GLOBAL_STRIDE_ALIGN // combine.element_bytes, symbol="out_stride")
+    out = make_fake_tensor(element, (tokens, width), (stride, 1), assumed_align=GLOBAL_BASE_ALIGN)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return CombineKernel(combine), y, row_map, probs, out, guard, placeholder_stream(env=tvm_ffi)
+
+
+@functools.lru_cache(maxsize=64)
+def dispatch_launcher(dispatch: DispatchPlan, device: str) -> Launcher:
+    """A callable (x, row_map, out) for one dispatch plan on one device (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_dispatch(dispatch, tvm_ffi=tvm_ffi), device)
+
+
+@functools.lru_cache(maxsize=64)
+def combine_launcher(combine: CombinePlan, device: str) -> Launcher:
+    """A callable (y, row_map, probs, out) for one combine plan on one device (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_combine(combine, tvm_ffi=tvm_ffi), device)

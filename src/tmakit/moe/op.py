@@ -1,0 +1,145 @@
+"""Mixture-of-experts token movement as torch operators (registered when `tmakit.ops` is
+imported), differentiable, with fakes (torch.compile, make_fx and CUDA graphs know every size):
+
+    torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rest=True, strict=False) -> Tensor
+    torch.ops.tmakit.moe_combine(y, row_map, probs=None, strict=False) -> Tensor
+
+`moe_permute` writes x[t] to row row_map[t, j] of a (rows, H) output (`zero_rest`: the rows no
+slot names are zero); its backward is a combine of the gradient with weight 1. `moe_combine` sums
+each token's rows weighted by `probs` in fp32; its backward is the gradient permuted and scaled by
+the slots' probabilities (y's) and each slot's dot product of the gradient with its row (probs').
+`tmakit.moe_dispatch` and `tmakit.moe_combine` call them; they run on any device (torch's
+expressions where the kernels cannot serve, unless `strict`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..api.tensors import check_torch_tensor
+from ..errors import TmaConfigError
+from ..limits import MAX_DEVICE_INT
+from ..ops_base import NAMESPACE, define
+from . import call
+
+SCHEMAS = {
+    "moe_permute": (
+        "moe_permute(Tensor x, Tensor row_map, SymInt rows, bool zero_rest=True, bool strict=False) -> Tensor"
+    ),
+    "moe_combine": "moe_combine(Tensor y, Tensor row_map, Tensor? probs=None, bool strict=False) -> Tensor",
+}
+
+
+def _check(op: str, rows: torch.Tensor, row_map: torch.Tensor) -> None:
+    check_torch_tensor(rows, f"torch.ops.{NAMESPACE}.{op}", "x" if op == "moe_permute" else "y")
+    check_torch_tensor(row_map, f"torch.ops.{NAMESPACE}.{op}", "row_map")
+    if rows.dim() != 2 or row_map.dim() != 2 or row_map.dtype != torch.int32:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op}: rows {tuple(rows.shape)} and row_map {tuple(row_map.shape)} "
+            f"{row_map.dtype}; it takes (rows, hidden) and a (tokens, topk) int32 row map"
+        )
+    if row_map.device != rows.device:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.{op}: row_map is on {row_map.device}, the rows on {rows.device}"
+        )
+
+
+def _check_probs(probs, row_map: torch.Tensor) -> None:
+    if probs is None:
+        return
+    check_torch_tensor(probs, f"torch.ops.{NAMESPACE}.moe_combine", "probs")
+    if probs.shape != row_map.shape or not probs.is_floating_point() or probs.device != row_map.device:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_combine: probs is {tuple(probs.shape)} {probs.dtype} on "
+            f"{probs.device}; it takes float weights {tuple(row_map.shape)} on {row_map.device} (the row "
+            "map's shape)"
+        )
+
+
+def _check_rows(rows) -> None:
+    if not 0 <= rows <= MAX_DEVICE_INT:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_permute: rows={rows}; it writes 0 to {MAX_DEVICE_INT} rows"
+        )
+
+
+def moe_permute_impl(x, row_map, rows, zero_rest=True, strict=False):
+    _check("moe_permute", x, row_map)
+    _check_rows(rows)
+    return call.permute(x, row_map.contiguous(), rows, zero_rest, strict)
+
+
+def moe_permute_fake(x, row_map, rows, zero_rest=True, strict=False):
+    _check("moe_permute", x, row_map)
+    torch._check(rows >= 0)
+    return x.new_empty((rows, x.shape[1]))
+
+
+def moe_combine_impl(y, row_map, probs=None, strict=False):
+    _check("moe_combine", y, row_map)
+    _check_probs(probs, row_map)
+    return call.combine(y, row_map.contiguous(), probs, strict)
+
+
+def moe_combine_fake(y, row_map, probs=None, strict=False):
+    _check("moe_combine", y, row_map)
+    _check_probs(probs, row_map)
+    return y.new_empty((row_map.shape[0], y.shape[1]))
+
+
+LIBRARY = define(
+    SCHEMAS,
+    (
+        ("moe_permute", moe_permute_impl, moe_permute_fake),
+        ("moe_combine", moe_combine_impl, moe_combine_fake),
+    ),
+)
+moe_permute = torch.ops.tmakit.moe_permute.default
+moe_combine = torch.ops.tmakit.moe_combine.default
+
+
+# -- autograd -------------------------------------------------------------------------------------
+def _permute_context(ctx, inputs, output) -> None:
+    x, row_map, *_ = inputs
+    ctx.save_for_backward(row_map)
+
+
+def _permute_backward(ctx, grad):
+    (row_map,) = ctx.saved_tensors
+    return moe_combine(grad.contiguous(), row_map, None), None, None, None, None
+
+
+def _combine_context(ctx, inputs, output) -> None:
+    y, row_map, probs, *_ = inputs
+    ctx.rows = y.shape[0]
+    ctx.weighted = probs is not None
+    ctx.save_for_backward(y, row_map, probs if probs is not None else row_map)
+
+
+def _combine_backward(ctx, grad):
+    y, row_map, probs = ctx.saved_tensors
+    grad = grad.contiguous()
+    rows = ctx.rows
+    spread = moe_permute(grad, row_map, rows, True, False)
+    if not ctx.weighted:
+        return spread, None, None, None
+    flat = row_map.reshape(-1).long()
+    valid = (flat >= 0) & (flat < rows)
+    weights = probs.new_zeros(rows + 1).scatter(0, torch.where(valid, flat, rows), probs.reshape(-1))[:rows]
+    grad_y = (spread.float() * weights.float()[:, None]).to(y.dtype) if ctx.needs_input_grad[0] else None
+    grad_probs = None
+    if ctx.needs_input_grad[2]:
+        tokens, topk = row_map.shape
+        named = y.index_select(0, torch.where(valid, flat, 0)).view(tokens, topk, -1)
+        dots = torch.bmm(named.float(), grad.float().unsqueeze(-1)).squeeze(-1)
+        grad_probs = torch.where(valid.view(tokens, topk), dots, 0).to(probs.dtype)
+    return grad_y, None, grad_probs, None
+
+
+torch.library.register_autograd(
+    f"{NAMESPACE}::moe_permute", _permute_backward, setup_context=_permute_context, lib=LIBRARY
+)
+torch.library.register_autograd(
+    f"{NAMESPACE}::moe_combine", _combine_backward, setup_context=_combine_context, lib=LIBRARY
+)
+
+__all__ = ["moe_combine", "moe_permute"]

@@ -1,0 +1,220 @@
+"""Mixture-of-experts dispatch and combine on the device, through the kernels (`strict=True`):
+the row map against a plain-Python reference, every output row bit for bit (a token's row where a
+slot names it, zero elsewhere, over a poisoned allocation), the combine within fp32 accumulation
+of a float64 reference, ids refused eagerly and skipped under capture, gradients against torch's
+autograd of the same expressions, torch.compile(fullgraph=True) and CUDA graphs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tmakit
+from moe_reference import combine_reference, expected_rows, mask_ids, within_output_rounding
+from tmakit import TmaConfigError
+
+pytestmark = pytest.mark.gpu
+
+POISON = 0x5A
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+def hashed(torch, shape, dtype, salt=0):
+    """Values that depend on position and salt (distinct rows), exact in every float dtype."""
+    count = shape[0] * shape[1]
+    base = torch.arange(count, device="cuda", dtype=torch.int64) * 2654435761 + salt * 97
+    return ((base % 251) - 125).to(dtype).reshape(shape) / 8
+
+
+def poison_the_allocator(torch, nbytes):
+    """Fill freed memory with POISON so that a new allocation starts poisoned (the caching
+    allocator hands the block back)."""
+    block = torch.full((nbytes + (1 << 20),), POISON, dtype=torch.uint8, device="cuda")
+    del block
+
+
+def random_ids(torch, rng, tokens, topk, experts, dtype):
+    rows = [
+        rng.sample(range(experts), topk) if topk <= experts else [rng.randrange(experts) for _ in range(topk)]
+        for _ in range(tokens)
+    ]
+    return rows, torch.tensor(rows, dtype=dtype, device="cuda").reshape(tokens, topk)
+
+
+def check_dispatch(torch, x, result, ids_rows, experts, align):
+    row_map, counts, offsets = expected_rows(ids_rows, experts, align)
+    assert result.row_map.tolist() == row_map
+    assert result.tokens_per_expert.tolist() == counts
+    assert result.expert_offsets.tolist() == offsets
+    out = result.out
+    assert out.shape == (len(ids_rows) * len(ids_rows[0]) + experts * (align - 1), x.shape[1])
+    expected = torch.zeros_like(out)
+    for token, slots in enumerate(row_map):
+        for row in slots:
+            if row >= 0:
+                expected[row] = x[token]
+    wrong = (
+        out.view(torch.uint8).view(out.shape[0], -1) != expected.view(torch.uint8).view(out.shape[0], -1)
+    ).any(1)
+    if wrong.any():
+        first = int(wrong.nonzero()[0, 0])
+        pytest.fail(f"dispatch row {first} of {out.shape[0]} wrong ({int(wrong.sum())} rows wrong)")
+
+
+CASES = [
+    # tokens, topk, experts, hidden, dtype, align, ids dtype
+    (1, 1, 1, 64, "bfloat16", 1, "int32"),
+    (5, 2, 4, 2048, "bfloat16", 16, "int64"),
+    (257, 8, 64, 7168, "bfloat16", 1, "int32"),
+    (300, 6, 64, 2048, "float16", 128, "int64"),
+    (1000, 2, 8, 4096, "float32", 16, "int32"),
+    (64, 8, 256, 7168, "bfloat16", 128, "int32"),  # most experts take no token
+    (33, 3, 5, 8, "float32", 1, "int64"),  # 32-byte rows
+]
+
+
+@pytest.mark.parametrize("tokens,topk,experts,hidden,dtype,align,ids_dtype", CASES)
+def test_dispatch_and_combine_are_exact(torch, tokens, topk, experts, hidden, dtype, align, ids_dtype):
+    rng = random.Random(tokens * 31 + topk)
+    element = getattr(torch, dtype)
+    x = hashed(torch, (tokens, hidden), element, salt=1)
+    ids_rows, ids = random_ids(torch, rng, tokens, topk, experts, getattr(torch, ids_dtype))
+    probs = torch.rand(tokens, topk, device="cuda")
+    rows = tokens * topk + experts * (align - 1)
+    poison_the_allocator(torch, rows * hidden * x.element_size())
+    result = tmakit.moe_dispatch(x, ids, num_experts=experts, probs=probs, align=align, strict=True)
+    check_dispatch(torch, x, result, ids_rows, experts, align)
+    assert int(result.dropped) == 0
+    row_map = result.row_map
+    for slot in range(topk):  # the permuted probabilities follow the rows
+        named = row_map[:, slot].long()
+        assert torch.equal(result.probs[named], probs[:, slot])
+    y = hashed(torch, (rows, hidden), element, salt=2)
+    for weights in (probs, None):
+        out = tmakit.moe_combine(y, row_map, weights, strict=True)
+        total, bound = combine_reference(y, row_map, weights)
+        assert out.dtype == element and within_output_rounding(out, total, bound), (dtype, weights is None)
+
+
+def test_a_mask_routes_tokens_to_no_expert_and_fewer_than_topk(torch):
+    tokens, experts, topk, hidden = 40, 6, 3, 256
+    rng = random.Random(7)
+    mask_rows = [[rng.random() < 0.3 for _ in range(experts)] for _ in range(tokens)]
+    for row in mask_rows:  # at most topk a token
+        while sum(row) > topk:
+            row[row.index(True)] = False
+    mask_rows[0] = [False] * experts  # a token routed to no expert
+    mask = torch.tensor(mask_rows, device="cuda")
+    x = hashed(torch, (tokens, hidden), torch.bfloat16)
+    probs = torch.rand(tokens, experts, device="cuda")
+    poison_the_allocator(torch, (tokens * topk + experts * 15) * hidden * 2)
+    result = tmakit.moe_dispatch(x, mask, topk=topk, probs=probs, align=16, strict=True)
+    ids_rows = mask_ids(mask_rows, topk)
+    check_dispatch(torch, x, result, ids_rows, experts, 16)
+    for token, slots in enumerate(ids_rows):
+        for slot, expert in enumerate(slots):
+            assert float(result.token_probs[token, slot]) == (
+                float(probs[token, expert]) if expert >= 0 else 0.0
+            )
+    out = tmakit.moe_combine(result.out, result.row_map, result.token_probs, strict=True)
+    total, bound = combine_reference(result.out, result.row_map, result.token_probs)
+    assert within_output_rounding(out, total, bound)
+    assert not out[0].any()  # no expert: zero
+
+
+def test_bad_ids_are_refused_before_anything_is_written_and_skipped_under_capture(torch):
+    tokens, topk, experts, hidden = 64, 2, 8, 512
+    x = hashed(torch, (tokens, hidden), torch.bfloat16)
+    ids = torch.randint(0, experts, (tokens, topk), device="cuda", dtype=torch.int32)
+    ids[17, 1] = experts
+    with pytest.raises(TmaConfigError, match=r"topk_ids\[17, 1\] is 8"):
+        tmakit.moe_dispatch(x, ids, num_experts=experts, strict=True)
+    static = tmakit.moe_dispatch(x, ids.clamp(max=experts - 1), num_experts=experts, strict=True)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up (compiles) outside the capture
+        tmakit.moe_dispatch(x, ids, num_experts=experts, strict=True, check_ids=False)
+        with torch.cuda.graph(graph, stream=stream):
+            captured = tmakit.moe_dispatch(x, ids, num_experts=experts, strict=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert int(captured.dropped) == 1
+    assert int(captured.row_map[17, 1]) == -1
+    ids_rows = ids.tolist()
+    ids_rows[17][1] = -1
+    check_dispatch(torch, x, captured, ids_rows, experts, 1)
+    del static
+
+
+def test_gradients_match_torchs_autograd_of_the_same_expressions(torch):
+    tokens, topk, experts, hidden = 96, 4, 16, 1024
+    rng = random.Random(3)
+    _, ids = random_ids(torch, rng, tokens, topk, experts, torch.int64)
+    x = hashed(torch, (tokens, hidden), torch.float32).requires_grad_()
+    probs = torch.rand(tokens, topk, device="cuda", requires_grad=True)
+    weight = torch.randn(hidden, device="cuda")
+    result = tmakit.moe_dispatch(x, ids, num_experts=experts, probs=probs, align=16, strict=True)
+    y = result.out * weight  # an identity expert, scaled
+    out = tmakit.moe_combine(y, result.row_map, result.token_probs, strict=True)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    # The same layer in torch: each slot's row, scaled, summed with its weight.
+    x2 = x.detach().clone().requires_grad_()
+    probs2 = probs.detach().clone().requires_grad_()
+    expected = sum((x2 * weight) * probs2[:, slot, None] for slot in range(topk))
+    expected.backward(grad)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(x.grad, x2.grad, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(probs.grad, probs2.grad, rtol=1e-4, atol=1e-3)
+
+
+def test_torch_compile_fullgraph_and_cuda_graphs_take_the_ops(torch):
+    tokens, topk, experts, hidden = 128, 2, 8, 2048
+    rng = random.Random(5)
+    _, ids = random_ids(torch, rng, tokens, topk, experts, torch.int32)
+    x = hashed(torch, (tokens, hidden), torch.bfloat16)
+    probs = torch.rand(tokens, topk, device="cuda")
+
+    def layer(x, ids, probs):
+        routed = tmakit.moe_dispatch(x, ids, num_experts=experts, probs=probs, align=16)
+        return tmakit.moe_combine(routed.out * 2, routed.row_map, routed.token_probs)
+
+    eager = layer(x, ids, probs)
+    compiled = torch.compile(layer, fullgraph=True)(x, ids, probs)
+    assert torch.equal(compiled, eager)
+    total, bound = combine_reference(
+        x.float() * 2,
+        torch.arange(tokens, device="cuda", dtype=torch.int32)[:, None].expand(tokens, topk).contiguous(),
+        probs,
+    )
+    assert within_output_rounding(eager, total, bound)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = layer(x, ids, probs)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+def test_paths(torch):
+    x = torch.zeros(8, 64, dtype=torch.bfloat16, device="cuda")
+    row_map = torch.zeros(8, 2, dtype=torch.int32, device="cuda")
+    assert tmakit.moe_path("dispatch", x, row_map, 16).path == "tma-rows-bulk"
+    assert tmakit.moe_path("combine", x, row_map).path == "tma-rows-bulk"
+    odd = torch.zeros(8, 5, dtype=torch.bfloat16, device="cuda")  # 10-byte rows
+    assert tmakit.moe_path("dispatch", odd, row_map, 16).path == "torch"
+    with pytest.raises(TmaConfigError, match="16"):
+        tmakit.moe_dispatch(odd, row_map.long(), num_experts=8, strict=True)
