@@ -215,3 +215,46 @@ def test_the_kernels_compile_for_sm90a_with_their_plans_instructions():
     assert "mbarrier.expect_tx" in combine
     unweighted = compile_combine(CombinePlan(8192, 2, "fp32", weighted=False), keep_ptx=True).ptx
     assert "fma.rn.f32" not in unweighted and re.search(r"add\.(rn\.)?f32", unweighted)
+
+
+# -- the CPU model of the rings -------------------------------------------------------------------
+def test_the_model_replays_both_rings_to_the_reference():
+    import numpy as np
+
+    from tmakit.moe.model import ModelHang, Ring, replay_combine, replay_dispatch
+
+    rng = np.random.default_rng(4)
+    tokens, topk, experts, align = 37, 3, 5, 4
+    ids = [[int(v) for v in rng.choice(experts, topk, replace=False)] for _ in range(tokens)]
+    row_map = np.array(expected_rows(ids, experts, align)[0], np.int64)
+    rows = dispatch_rows(tokens, topk, experts, align)
+    x = rng.integers(0, 255, (tokens, 48), dtype=np.uint8)
+    plan = DispatchPlan(48, topk, sm_count=4)
+    out = replay_dispatch(plan, row_map, x, rows)
+    expected = torch.zeros(rows, 48, dtype=torch.uint8)
+    result = tmakit.moe_dispatch(torch.from_numpy(x), torch.tensor(ids), num_experts=experts, align=align)
+    assert np.array_equal(out, result.out.numpy()) and not np.array_equal(out, expected.numpy())
+    y = rng.standard_normal((rows, 64)).astype(np.float32)
+    probs = rng.random((tokens, topk)).astype(np.float32)
+    sums = replay_combine(CombinePlan(256, topk, "fp32", stages=2, sm_count=3), row_map, probs, y)
+    combined = tmakit.moe_combine(torch.from_numpy(y), torch.from_numpy(row_map).int(), torch.from_numpy(probs))
+    assert np.allclose(sums, combined.numpy(), rtol=1e-6, atol=1e-6)
+    ring = Ring(stages=2, consumer_warps=1)
+    with pytest.raises(ModelHang, match="declared 2048 bytes and its loads delivered 1024"):
+        ring.fill(0, [2048], [1024])  # a slot counted that no load fills: the phase never completes
+    with pytest.raises(ModelHang, match="never freed"):
+        Ring(stages=1, consumer_warps=1).fill(1, [16], [16])  # a stage the consumer never released
+
+
+def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
+    from tmakit.cli import main
+
+    assert main(["explain", "--kernel", "moe", "--moe", "combine:8:256", "--shape", "4096x7168", "--dtype", "bf16"]) == 0
+    text = capsys.readouterr().out
+    assert "tma-rows-bulk" in text and "6 x 8 chunks of 2048 bytes" in text and "16384 for a token with 8" in text
+    assert main(["plan", "--kernel", "moe", "--moe", "dispatch:8:256", "--shape", "4096x7168", "--dtype", "bf16"]) == 0
+    assert "each stored to its top-8 rows" in capsys.readouterr().out
+    assert main(["plan", "--kernel", "moe", "--moe", "dispatch:2:8", "--shape", "64x5", "--dtype", "bf16"]) == 0
+    assert "torch (a row is 10 bytes" in capsys.readouterr().out
+    assert main(["plan", "--kernel", "moe", "--moe", "gather:2:8", "--shape", "64x64"]) != 0
+    assert "OP is dispatch or combine" in capsys.readouterr().err

@@ -1,0 +1,125 @@
+"""What the mixture-of-experts kernels do, replayed on the CPU: each block of the persistent grid
+walks its steps round its ring of stages; each stage's full barrier (`model.mbarrier.MBarrier`,
+one arrival) is told the bytes the producer's lanes declare and then the bytes each bulk load
+delivers, and the consumer waits for the phase of the step's trip round the ring (parity = trip
+mod 2) before it reads the stage, so a declaration that differs from the loads shows as a phase
+that never completes (or completes early: the consumer would read a stage still landing).
+Each empty barrier takes one arrival a consumer warp, the producer waits for it a trip later.
+
+The replays return what the kernels write (NumPy, row bytes for the dispatch, float32 sums for
+the combine), the reference the GPU tests check the kernels against, and raise `ModelHang` where a
+wait could never be satisfied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.mbarrier import MBarrier
+from .plan import CombinePlan, DispatchPlan
+
+
+class ModelHang(RuntimeError):
+    """A wait that no arrival or byte left in the replay could satisfy: the kernel would hang."""
+
+
+@dataclass
+class Ring:
+    """One block's barriers: full[s] (one arrival and the stage's bytes), empty[s] (one arrival
+    a consumer warp)."""
+
+    stages: int
+    consumer_warps: int
+
+    def __post_init__(self) -> None:
+        self.full = [MBarrier(1) for _ in range(self.stages)]
+        self.empty = [MBarrier(self.consumer_warps) for _ in range(self.stages)]
+
+    def stage_and_parity(self, step: int) -> tuple[int, int]:
+        return step % self.stages, (step // self.stages) & 1
+
+    def fill(self, step: int, declared: list[int], delivered: list[int]) -> int:
+        """The producer's `step`: wait for the stage to be free (parity of the trip before), each
+        lane's declaration and one arrival, then each load's bytes; the consumer's wait. Returns
+        the stage."""
+        stage, parity = self.stage_and_parity(step)
+        if not self.empty[stage].try_wait(parity ^ 1):
+            raise ModelHang(f"step {step}: stage {stage} never freed (parity {parity ^ 1})")
+        barrier = self.full[stage]
+        for nbytes in declared[:-1]:
+            barrier.expect_tx(nbytes)
+        if declared:
+            barrier.arrive_expect_tx(declared[-1])
+        else:
+            barrier.arrive()
+        landed_early = barrier.try_wait(parity) and sum(delivered) > 0
+        for nbytes in delivered:
+            barrier.complete_tx(nbytes)
+        if landed_early or not barrier.try_wait(parity):
+            raise ModelHang(
+                f"step {step}: stage {stage}'s full barrier was declared {sum(declared)} bytes and its loads "
+                f"delivered {sum(delivered)}: its phase {'completed before the bytes landed' if landed_early else 'never completes'}"
+            )
+        return stage
+
+    def release(self, stage: int) -> None:
+        for _ in range(self.consumer_warps):
+            self.empty[stage].arrive()
+
+
+def blocks_of(steps: int, sm_count: int) -> list[range]:
+    """Each persistent block's steps: every grid-th, from its own."""
+    grid = max(1, min(steps, sm_count))
+    return [range(block, steps, grid) for block in range(grid)]
+
+
+def replay_dispatch(plan: DispatchPlan, row_map: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The dispatch of `x` (T, row_bytes) uint8 by `row_map` (T, topk) into a new (rows,
+    row_bytes) uint8 array (rows no slot names stay 0, as the call zeroes them)."""
+    tokens = len(x)
+    out = np.zeros((rows, plan.row_bytes), np.uint8)
+    stage_rows = np.zeros((plan.stages, plan.tokens_per_stage, plan.row_bytes), np.uint8)
+    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
+        ring = Ring(plan.stages, 1)
+        for step in walk:
+            first = step * plan.tokens_per_stage
+            moved = min(plan.tokens_per_stage, tokens - first)
+            nbytes = plan.expected_bytes(tokens, step)
+            stage = ring.fill(walk.index(step), [nbytes], [moved * plan.row_bytes])
+            stage_rows[stage, :moved] = x[first : first + moved]
+            for slot in range(moved):
+                for row in row_map[first + slot]:
+                    if 0 <= row < rows:
+                        out[row] = stage_rows[stage, slot]
+            ring.release(stage)  # the model's stores read the stage at once
+    return out
+
+
+def replay_combine(plan: CombinePlan, row_map: np.ndarray, probs: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+    """The combine's fp32 sums (T, row elements) of `y` (rows, row elements) of the plan's dtype
+    (bf16 as float32 values) by `row_map` (T, topk), weighted by `probs` (T, topk) or 1."""
+    tokens, topk = row_map.shape
+    rows = len(y)
+    width = plan.chunk_bytes // plan.element_bytes
+    out = np.zeros((tokens, y.shape[1]), np.float32)
+    stage_values = np.zeros((plan.stages, topk, width), np.float32)
+    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
+        ring = Ring(plan.stages, plan.consumer_warps)
+        for step in walk:
+            token, chunk = divmod(step, plan.chunks)
+            named = [int(row) for row in row_map[token]]
+            declared = [plan.chunk_bytes for row in named if 0 <= row < rows]
+            stage = ring.fill(walk.index(step), declared, list(declared))
+            columns = slice(chunk * width, (chunk + 1) * width)
+            for slot, row in enumerate(named):
+                if 0 <= row < rows:
+                    stage_values[stage, slot] = y[row, columns]
+            total = np.zeros(width, np.float32)
+            for slot, row in enumerate(named):
+                if 0 <= row < rows:
+                    weight = np.float32(1.0 if probs is None else probs[token, slot])
+                    total = (total + stage_values[stage, slot] * weight).astype(np.float32)
+            out[token, columns] = total
+            ring.release(stage)
+    return out
