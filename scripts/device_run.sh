@@ -17,6 +17,8 @@
 #   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
 #   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
 #   rowsbench    tmakit bench --kernel rows (a part of rows.json); ARGs: bench's (e.g. --only gather)
+#   moebench     tmakit bench --kernel moe (the study moe.json); ARGs: bench's (e.g. --only dispatch); its
+#                TransformerEngine rows need .peers carried (scripts/fetch_peers.py, here), else skipped
 #   manybench    tmakit bench --kernel many (many.json, part lists); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
 #                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,
@@ -89,6 +91,7 @@ run_step() {
     im2colbench) timeout "$limit" "${bench[@]}" --kernel im2col --samples 30 --json "$OUT/im2col.json" "$@" 2>&1 | tail -12 ;;
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
     rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/bench-rows.json" "$@" 2>&1 | tail -45 ;;
+    moebench) timeout "$limit" "${bench[@]}" --kernel moe --samples 30 --json "$OUT/moe.json" "$@" 2>&1 | tee "$OUT/moe.log" | tail -60 ;;
     allgather) local nproc=$1; shift
       mkdir -p "$OUT/many"
       timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" benchmarks/probes/allgather_pack.py --json "$OUT/many/allgather.json" "$@" 2>&1 | tail -8
@@ -153,6 +156,7 @@ limit_of() {
   case $1 in
     check|sweep|ncu|ceiling|edges|mctimeline|reducebench|abbench) echo 420 ;;
     floor|seedbench|clusterbench) echo 120 ;;
+    moebench) echo 540 ;;  # each shape compiles tmakit's kernels, inductor's and Triton's autotuned ones
     *) echo 300 ;;
   esac
 }

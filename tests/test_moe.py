@@ -237,7 +237,9 @@ def test_the_model_replays_both_rings_to_the_reference():
     y = rng.standard_normal((rows, 64)).astype(np.float32)
     probs = rng.random((tokens, topk)).astype(np.float32)
     sums = replay_combine(CombinePlan(256, topk, "fp32", stages=2, sm_count=3), row_map, probs, y)
-    combined = tmakit.moe_combine(torch.from_numpy(y), torch.from_numpy(row_map).int(), torch.from_numpy(probs))
+    combined = tmakit.moe_combine(
+        torch.from_numpy(y), torch.from_numpy(row_map).int(), torch.from_numpy(probs)
+    )
     assert np.allclose(sums, combined.numpy(), rtol=1e-6, atol=1e-6)
     ring = Ring(stages=2, consumer_warps=1)
     with pytest.raises(ModelHang, match="declared 2048 bytes and its loads delivered 1024"):
@@ -249,12 +251,38 @@ def test_the_model_replays_both_rings_to_the_reference():
 def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
     from tmakit.cli import main
 
-    assert main(["explain", "--kernel", "moe", "--moe", "combine:8:256", "--shape", "4096x7168", "--dtype", "bf16"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--kernel",
+                "moe",
+                "--moe",
+                "combine:8:256",
+                "--shape",
+                "4096x7168",
+                "--dtype",
+                "bf16",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    assert "tma-rows-bulk" in text and "6 x 8 chunks of 2048 bytes" in text and "16384 for a token with 8" in text
-    assert main(["plan", "--kernel", "moe", "--moe", "dispatch:8:256", "--shape", "4096x7168", "--dtype", "bf16"]) == 0
+    assert (
+        "tma-rows-bulk" in text
+        and "6 x 8 chunks of 2048 bytes" in text
+        and "16384 for a token with 8" in text
+    )
+    assert (
+        main(
+            ["plan", "--kernel", "moe", "--moe", "dispatch:8:256", "--shape", "4096x7168", "--dtype", "bf16"]
+        )
+        == 0
+    )
     assert "each stored to its top-8 rows" in capsys.readouterr().out
-    assert main(["plan", "--kernel", "moe", "--moe", "dispatch:2:8", "--shape", "64x5", "--dtype", "bf16"]) == 0
+    assert (
+        main(["plan", "--kernel", "moe", "--moe", "dispatch:2:8", "--shape", "64x5", "--dtype", "bf16"]) == 0
+    )
     assert "torch (a row is 10 bytes" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "gather:2:8", "--shape", "64x64"]) != 0
     assert "OP is dispatch or combine" in capsys.readouterr().err

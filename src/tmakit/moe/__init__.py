@@ -20,5 +20,5 @@ from ..registry import FamilyRecord
 FAMILY = FamilyRecord(
     name="moe",
     summary="mixture-of-experts dispatch and combine, a bulk copy a row",
-    parts=frozenset({"plan", "kernel", "launch", "model", "api", "op", "explain"}),
+    parts=frozenset({"plan", "kernel", "launch", "model", "api", "op", "bench", "explain"}),
 )

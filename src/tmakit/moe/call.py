@@ -54,7 +54,7 @@ def check_id_range(ids: torch.Tensor, experts: int) -> None:
     """Every id in [0, experts), or TmaConfigError naming the first that is not (a sync)."""
     if not ids.numel():
         return
-    low, high = (int(v) for v in ids.aminmax())
+    low, high = torch_module().stack(ids.aminmax()).tolist()  # one synchronisation
     if low >= 0 and high < experts:
         return
     token, slot = (int(v) for v in ((ids < 0) | (ids >= experts)).nonzero()[0])

@@ -11,7 +11,15 @@ from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..errors import TmaConfigError
 from ..plan.route import Route, TensorFacts
-from .plan import COMBINE_DTYPES, CombinePlan, DispatchPlan, MoeFacts, check_routing_sizes, dispatch_rows, moe_route
+from .plan import (
+    COMBINE_DTYPES,
+    CombinePlan,
+    DispatchPlan,
+    MoeFacts,
+    check_routing_sizes,
+    dispatch_rows,
+    moe_route,
+)
 
 KERNELS = ("moe",)
 FLAGS = ("moe",)
@@ -75,7 +83,8 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
         f"  the full barrier expects {plan.chunk_bytes} bytes a slot whose row exists (each lane declares "
         f"its own, mbarrier.expect_tx), {plan.stage_bytes} for a token with {plan.topk}; then one arrival",
         f"  sum    {plan.consumer_warps * 32} threads, 16 bytes of each slot a thread, fp32, slots in order",
-        f"  store  out row 0, bytes 0-{plan.chunk_bytes - 1}  (st.global, 16 bytes a thread); the stage is freed",
+        f"  store  out row 0, bytes 0-{plan.chunk_bytes - 1}  (st.global, 16 bytes a thread); the stage is "
+        "freed",
     ]
 
 
@@ -93,5 +102,9 @@ def explain(args: argparse.Namespace) -> int:
     lines = route_lines(route, args.gpu, [] if ring is None else ring.summary(tokens).splitlines())
     steps = [] if ring is None or not tokens else first_step(ring, tokens)
     text = "\n".join([*lines, *(["", "The first step (block 0)", *steps] if steps else [])])
-    emit(args, {"kernel": {"kind": "moe", **described_route(route, args.gpu, lines), "first_step": steps}}, text)
+    emit(
+        args,
+        {"kernel": {"kind": "moe", **described_route(route, args.gpu, lines), "first_step": steps}},
+        text,
+    )
     return 0

@@ -57,9 +57,10 @@ class Ring:
         for nbytes in delivered:
             barrier.complete_tx(nbytes)
         if landed_early or not barrier.try_wait(parity):
+            how = "completed before the bytes landed" if landed_early else "never completes"
             raise ModelHang(
                 f"step {step}: stage {stage}'s full barrier was declared {sum(declared)} bytes and its loads "
-                f"delivered {sum(delivered)}: its phase {'completed before the bytes landed' if landed_early else 'never completes'}"
+                f"delivered {sum(delivered)}: its phase {how}"
             )
         return stage
 
@@ -96,7 +97,9 @@ def replay_dispatch(plan: DispatchPlan, row_map: np.ndarray, x: np.ndarray, rows
     return out
 
 
-def replay_combine(plan: CombinePlan, row_map: np.ndarray, probs: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+def replay_combine(
+    plan: CombinePlan, row_map: np.ndarray, probs: np.ndarray | None, y: np.ndarray
+) -> np.ndarray:
     """The combine's fp32 sums (T, row elements) of `y` (rows, row elements) of the plan's dtype
     (bf16 as float32 values) by `row_map` (T, topk), weighted by `probs` (T, topk) or 1."""
     tokens, topk = row_map.shape
