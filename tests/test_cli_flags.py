@@ -55,6 +55,7 @@ VALUE = {
     "only": "hot",
     "copy": "stages=4",
     "rows": "gather:100",
+    "moe": "dispatch:2:8",
     "many": "4096x10",
     "gpu": "h100",
     "specialised": None,

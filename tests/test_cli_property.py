@@ -181,6 +181,12 @@ KERNELS = {
         "--kernel rows --rows add:N --dtype fp32 --shape Nx4",
         "--kernel rows --rows scatter:16 --shape Nx16 --stages N",
     ),
+    "moe": lines(
+        "--kernel moe --moe dispatch:N:8 --shape 64x64",
+        "--kernel moe --moe combine:8:N --shape 64x64",
+        "--kernel moe --moe combine:2:8 --shape NxN --dtype bf16",
+        "--kernel moe --moe dispatch:2:8 --shape 64xN --stages N",
+    ),
     "many": lines(
         "--kernel many --many N",
         "--kernel many --many 16xN",
