@@ -286,3 +286,13 @@ def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
     assert "torch (a row is 10 bytes" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "gather:2:8", "--shape", "64x64"]) != 0
     assert "OP is dispatch or combine" in capsys.readouterr().err
+
+
+def test_empty_shapes_move_nothing():
+    ids = torch.tensor([[0, 1], [1, 0]])
+    for x in (torch.zeros(2, 0), torch.zeros(0, 8)):
+        routing = ids[: x.shape[0]]
+        result = tmakit.moe_dispatch(x, routing, num_experts=2, align=2)
+        assert result.out.shape == (x.shape[0] * 2 + 2, x.shape[1]) and not result.out.any()
+        combined = tmakit.moe_combine(result.out, result.row_map, None)
+        assert combined.shape == x.shape

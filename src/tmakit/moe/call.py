@@ -156,6 +156,8 @@ def permute(x: torch.Tensor, row_map: torch.Tensor, rows: int, zero_rest: bool, 
             out.zero_()
         return out
     route = moe_route(facts("dispatch", x, rows, row_map))
+    if route.path == "empty":  # rows of no bytes
+        return out
     if not route.by_tma:
         refuse_strict(strict, "moe_dispatch", route.reason)
         return _permute_by_torch(x, row_map, rows)
