@@ -16,9 +16,11 @@
 #                (e.g. 1x2 2x2 : --hot-l2 --persistent-clusters auto)
 #   dotbench im2colbench   tmakit bench --kernel cluster-dot / im2col (the studies cluster-dot.json, im2col.json); ARGs: bench's
 #   dropinbench  tmakit bench --kernel dropin (the study dropin.json); ARGs: bench's (e.g. --only copy,add)
-#   rowsbench    tmakit bench --kernel rows (a part of rows.json); ARGs: bench's (e.g. --only gather)
-#   moebench     tmakit bench --kernel moe (the study moe.json); ARGs: bench's (e.g. --only dispatch); its
-#                TransformerEngine rows need .peers carried (scripts/fetch_peers.py, here), else skipped
+#   rowsbench    tmakit bench --kernel rows (a part of rows.json); ARGs: bench's (e.g. --only gather); its
+#                torch TMA scatter_add rows (--only torch) need .peers carried (scripts/fetch_peers.py,
+#                here), else skipped
+#   moebench     tmakit bench --kernel moe (the study moe.json); ARGs: bench's (e.g. --only dispatch; --only
+#                layer: forward and backward); its TransformerEngine rows need .peers carried, else skipped
 #   manybench    tmakit bench --kernel many (many.json, part lists); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
 #                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,

@@ -34,11 +34,11 @@ def load_fetch_script():
 
 
 # -- the cases ------------------------------------------------------------------------------------
-def test_each_layer_is_a_dispatch_and_a_combine_of_bf16_rows():
+def test_each_layer_is_a_dispatch_a_combine_and_both_forward_and_backward_of_bf16_rows():
     every = bench.cases()
     names = [case.name for case in every]
-    assert len(set(names)) == len(names) == 8
-    assert [case.op for case in every] == ["dispatch"] * 4 + ["combine"] * 4
+    assert len(set(names)) == len(names) == 12
+    assert [case.op for case in every] == ["dispatch"] * 4 + ["combine"] * 4 + ["layer"] * 4
     shapes = {(c.tokens, c.topk, c.experts, c.hidden) for c in every}
     assert shapes == {(4096, 8, 256, 7168), (16384, 8, 256, 7168), (8192, 2, 8, 4096), (16384, 6, 64, 2048)}
     assert all(case.dtype == "bfloat16" for case in every)
@@ -162,7 +162,7 @@ def test_the_fetch_unpacks_the_kernels_their_license_and_empty_packages(tmp_path
     dest = tmp_path / ".peers"
     (dest / "transformer_engine" / "stale.py").parent.mkdir(parents=True)
     (dest / "transformer_engine" / "stale.py").write_text("# from an earlier fetch\n")
-    assert fetch.main(["--wheel", str(wheel), "--dest", str(dest)]) == 0
+    assert fetch.main(["--peer", "transformer_engine", "--wheel", str(wheel), "--dest", str(dest)]) == 0
     found = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert found == sorted(
         [*fetch.KERNELS, *(f"{p}/__init__.py" for p in fetch.PACKAGES)]
@@ -177,11 +177,12 @@ def test_the_fetch_unpacks_the_kernels_their_license_and_empty_packages(tmp_path
 def test_the_fetch_refuses_a_wheel_of_another_release_or_without_the_kernels(tmp_path):
     fetch = load_fetch_script()
     other = fake_wheel(tmp_path / "transformer_engine-2.19.0-py3-none-any.whl", {})
+    te_only = ["--peer", "transformer_engine", "--dest", str(tmp_path / ".peers")]
     with pytest.raises(SystemExit, match="is not release 2.20.2"):
-        fetch.main(["--wheel", str(other), "--dest", str(tmp_path / ".peers")])
+        fetch.main([*te_only, "--wheel", str(other)])
     empty = fake_wheel(tmp_path / "transformer_engine-2.20.2-py3-none-any.whl", {"x.py": ""})
     with pytest.raises(SystemExit, match="holds no transformer_engine/pytorch/triton/permutation.py"):
-        fetch.main(["--wheel", str(empty), "--dest", str(tmp_path / ".peers")])
+        fetch.main([*te_only, "--wheel", str(empty)])
 
 
 # -- the torch expressions and TransformerEngine's row order --------------------------------------
@@ -321,17 +322,32 @@ def te_permute(torch, inp, row_id_map, rows):
     return out
 
 
+def te_slots(row_id_map, experts):
+    """Each (token, row, expert) a TransformerEngine row map routes."""
+    for token in range(row_id_map.shape[0]):
+        for slot in range(int(row_id_map[token, 2 * experts])):
+            yield token, int(row_id_map[token, slot]), int(row_id_map[token, experts + slot])
+
+
 def stand_in_transformer_engine(torch, token_major):
-    """TransformerEngine's three wrappers, as the study calls them, in torch code of their
-    definitions (its unpermute sums in fp32, its rows highest first)."""
+    """TransformerEngine's four wrappers, as the study calls them, in torch code of their
+    definitions (its unpermute sums in fp32, without merging probs with weight 1; its rows highest
+    first; its unpermute's backward with merging probs zeroes the probs' gradient off the routed
+    experts)."""
 
     def unpermute(inp, row_id_map, merging, permuted_probs, pad_offsets, tokens, experts, hidden):
         total = torch.zeros((tokens, hidden), dtype=torch.float32)
-        for token in range(tokens):
-            for slot in range(int(row_id_map[token, 2 * experts])):
-                row, expert = int(row_id_map[token, slot]), int(row_id_map[token, experts + slot])
-                total[token] += inp[row].float() * merging[token, expert]
+        for token, row, expert in te_slots(row_id_map, experts):
+            total[token] += inp[row].float() * (1.0 if merging is None else merging[token, expert])
         return total.to(inp.dtype), None
+
+    def unpermute_backward(grad, row_id_map, fwd_input, merging, pad, tokens, experts, rows, hidden):
+        act_grad = torch.empty((rows, hidden), dtype=grad.dtype)
+        probs_grad = torch.zeros((tokens, experts), dtype=merging.dtype)
+        for token, row, expert in te_slots(row_id_map, experts):
+            act_grad[row] = (grad[token].float() * merging[token, expert]).to(grad.dtype)
+            probs_grad[token, expert] = (fwd_input[row].float() * grad[token].float()).sum()
+        return act_grad, probs_grad
 
     return SimpleNamespace(
         make_row_id_map=lambda mask, tokens, experts: te_row_id_map(torch, mask, token_major),
@@ -341,6 +357,7 @@ def stand_in_transformer_engine(torch, token_major):
             None,
         ),
         unpermute_with_mask_map=unpermute,
+        unpermute_with_mask_map_bwd_with_merging_probs=unpermute_backward,
     )
 
 
@@ -363,6 +380,7 @@ def on_the_cpu(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda function, **options: function)
     monkeypatch.setattr(bench, "interleaved_graph_samples_us", timer)
     monkeypatch.setattr(bench, "eager_samples_us", timer)
+    monkeypatch.setattr(bench, "replayed", lambda launch: (None, launch()))  # no graph: the call
     return torch
 
 
@@ -447,3 +465,176 @@ def test_a_peer_that_fails_is_noted_with_its_error_and_not_timed(on_the_cpu, mon
     assert "inductor could not compile this" in row["not_timed"]["inductor argsort + index_select"]
     timed = {r.kernel for r in rows}
     assert "inductor argsort + index_select" not in timed and "inductor index_select" in timed
+
+
+# -- the layer: dispatch, identity expert and combine, forward and backward -----------------------
+def layer_case(tokens=24, topk=3, experts=5, hidden=32):
+    return bench.MoeCase("layer", "tiny", tokens, topk, experts, hidden)
+
+
+def test_the_layer_cases_count_the_four_passes_bytes_and_only_picks_them():
+    case = bench.MoeCase("layer", "deepseek-v3", 4096, 8, 256, 7168)
+    assert case.name == "layer deepseek-v3: 4096 tokens, top-8 of 256 experts, hidden 7168 bf16"
+    # forward: dispatch T -> T*k, combine T*k -> T; backward: the combine's gradient (T read, y's
+    # T*k read, y's gradient T*k written), the dispatch's (T*k read, T written)
+    assert case.bytes_moved == (4 * 4096 + 5 * 4096 * 8) * 7168 * 2
+    chosen = family_named("moe").plans(SimpleNamespace(only="layer"))
+    assert [c.op for c in chosen] == ["layer"] * 4
+    assert {(c.tokens, c.hidden) for c in chosen} == {(s[1], s[4]) for s in bench.SHAPES}
+    assert bench.TORCH_LAYER in family_named("moe").compared_with(SimpleNamespace())
+
+
+def small_layer(torch, case):
+    generator = torch.Generator().manual_seed(bench.SEED)
+    return bench.layer_operands(case, generator, "cpu")
+
+
+def torch_gradients(s):
+    """torch's layer on a set of operands: (out, x's gradient, probs' gradient)."""
+    out = bench.torch_layer(s["x"], s["ids"], s["probs"])
+    return bench.with_gradients(out, (s["x"], s["probs"]), s["grad"])
+
+
+def test_torchs_layer_and_its_autograd_are_the_float64_reference():
+    torch = pytest.importorskip("torch")
+    s = small_layer(torch, layer_case())
+    assert s["x"].requires_grad and s["probs"].requires_grad and s["merging"].requires_grad
+    assert not s["grad"].requires_grad and s["x"].dtype == torch.bfloat16
+    got = torch_gradients(s)
+    reference = bench.layer_reference(s["x"], s["probs"], s["grad"])
+    verdict = bench.layer_verdict(got, reference)
+    assert verdict.startswith("ok: ") and "4 bf16 roundings" in verdict, verdict
+    (total, grad_x, grad_probs), _ = reference
+    # the identity expert: out = x * sum_j p, x's gradient grad * sum_j p, p's grad . x
+    p, x, g = s["probs"].detach().double(), s["x"].detach().double(), s["grad"].double()
+    assert torch.allclose(total, x * p.sum(1, keepdim=True))
+    assert torch.allclose(grad_x, g * p.sum(1, keepdim=True))
+    assert torch.allclose(grad_probs, (g * x).sum(1, keepdim=True).expand(-1, 3))
+
+
+def test_a_wrong_or_unwritten_layer_output_or_gradient_is_named():
+    torch = pytest.importorskip("torch")
+    s = small_layer(torch, layer_case())
+    reference = bench.layer_reference(s["x"], s["probs"], s["grad"])
+    right = [t.detach().clone() for t in torch_gradients(s)]
+    for index, token, expected in [
+        (0, 5, "output: MISMATCH first at token 5"),
+        (1, 7, "MISMATCH: x's gradient first at token 7"),
+        (2, 9, "MISMATCH: probs' gradient first at token 9"),
+    ]:
+        wrong = [t.clone() for t in right]
+        wrong[index][token, 1] += 0.25
+        assert bench.layer_verdict(wrong, reference).startswith(expected)
+        wrong[index][token, 1] = float("nan")  # poisoned and never written
+        assert bench.layer_verdict(wrong, reference).startswith(expected)
+    short = [right[0], right[1], right[2][:, :2]]
+    assert bench.layer_verdict(short, reference).startswith("MISMATCH: probs' gradient is (24, 2)")
+
+
+def test_transformer_engines_probs_gradient_is_read_at_each_slots_expert():
+    torch = pytest.importorskip("torch")
+    s = small_layer(torch, layer_case())
+    reference = bench.layer_reference(s["x"], s["probs"], s["grad"])
+    out, grad_x, grad_probs = torch_gradients(s)
+    spread = torch.zeros(24, 5).scatter_(1, s["ids"], grad_probs)
+    assert bench.layer_verdict((out, grad_x, spread), reference, s["ids"]).startswith("ok")
+    off = spread.clone()
+    off[0, int(torch.ones(5).scatter_(0, s["ids"][0], 0).nonzero()[0, 0])] = 1.0
+    assert "not zero off the routed experts" in bench.layer_verdict((out, grad_x, off), reference, s["ids"])
+
+
+@pytest.mark.parametrize("token_major", [False, True])
+def test_a_layer_case_times_forward_and_backward_each_verified_twice(on_the_cpu, monkeypatch, token_major):
+    case = layer_case()
+    rows, document = run_case(monkeypatch, case, stand_in_transformer_engine(on_the_cpu, token_major))
+    (row,) = document["rows"]
+    assert row["op"] == "layer" and row["case"].startswith("layer tiny: ")
+    names = [entry["name"] for entry in row["timed"]]
+    assert names == [
+        bench.TMAKIT_LAYER,
+        bench.TORCH_LAYER,
+        "inductor index_select + index_add_ fwd+bwd",
+        bench.TE_LAYER,
+    ]
+    for entry in row["timed"]:
+        assert entry["verified"].startswith("ok: "), entry
+        assert "replayed from a CUDA graph" in entry["verified"]
+        assert entry["scope"] == bench.BUILT and entry["of_copy_rate"] is None
+    assert all(e["compared_with"] == bench.TMAKIT_LAYER for e in row["timed"][1:])
+    assert row["timed"][3]["tmakit_speedup_graph"] == 1.0 and row["timed"][3]["tmakit_speedup_eager"] == 1.0
+    assert row["copy_graph_us"] is None and row["copy_tb_per_s"] is None and row["not_timed"] == {}
+    assert bench.COPY not in {r.kernel for r in rows}
+    moved = (4 * 24 + 5 * 72) * 32 * 2
+    assert row["bytes_moved"] == moved and row["timed"][0]["tb_per_s"] == pytest.approx(moved / 2.0 / 1e6)
+    assert row["path"].startswith("dispatch: ") and "; combine: " in row["path"]
+
+
+def test_a_layer_without_transformer_engine_notes_its_row(on_the_cpu, monkeypatch):
+    _, document = run_case(monkeypatch, layer_case(), None)
+    (row,) = document["rows"]
+    assert bench.TE_LAYER not in [e["name"] for e in row["timed"]]
+    assert row["not_timed"] == {bench.TE_LAYER: "skipped: no transformer_engine here"}
+
+
+def test_a_peer_whose_backward_cannot_be_captured_is_noted_and_not_timed(on_the_cpu, monkeypatch):
+    capturing = []
+
+    def replayed(launch):
+        capturing.append(True)
+        try:
+            return None, launch()
+        finally:
+            capturing.pop()
+
+    te = stand_in_transformer_engine(on_the_cpu, False)
+    backward = te.unpermute_with_mask_map_bwd_with_merging_probs
+
+    def refusing(*args):
+        if capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return backward(*args)
+
+    te.unpermute_with_mask_map_bwd_with_merging_probs = refusing
+    monkeypatch.setattr(bench, "replayed", replayed)
+    rows, document = run_case(monkeypatch, layer_case(), te)
+    (row,) = document["rows"]
+    note = row["not_timed"][bench.TE_LAYER]
+    assert note.startswith("failed: ") and "capturing its forward and backward in a CUDA graph" in note
+    assert "operation not permitted when stream is capturing" in note
+    assert bench.TE_LAYER not in {r.kernel for r in rows}
+    assert [e["name"] for e in row["timed"]][0] == bench.TMAKIT_LAYER
+
+
+def test_tmakits_own_layer_failing_its_capture_fails_the_study(on_the_cpu, monkeypatch):
+    def replayed(launch):
+        raise RuntimeError("captured nothing")
+
+    monkeypatch.setattr(bench, "replayed", replayed)
+    with pytest.raises(RuntimeError, match="capturing its forward and backward in a CUDA graph"):
+        run_case(monkeypatch, layer_case(), None)
+
+
+def test_transformer_engines_autograd_pair_is_torchs_gradient():
+    """The autograd functions around TransformerEngine's kernels (stood in for by their
+    definitions) give torch's autograd's gradients of x and of the (T, E) merging probs."""
+    torch = pytest.importorskip("torch")
+    te = stand_in_transformer_engine(torch, True)
+    s = small_layer(torch, layer_case())
+    functions = bench.te_layer_functions(te)
+    out = bench.te_layer(te, functions, s["x"], s["mask"], s["merging"], 72)
+    got = bench.with_gradients(out, (s["x"], s["merging"]), s["grad"])
+    reference = bench.layer_reference(s["x"], s["probs"], s["grad"])
+    assert bench.layer_verdict(got, reference, s["ids"]).startswith("ok")
+
+
+def test_torchs_layer_compiles_whole_with_its_backward():
+    """torch.compile traces torch's layer as one graph and AOTAutograd its backward (aot_eager:
+    no compiler needed), its output and gradients unchanged."""
+    torch = pytest.importorskip("torch")
+    s = small_layer(torch, layer_case())
+    torch._dynamo.reset()
+    compiled = torch.compile(bench.torch_layer, dynamic=False, backend="aot_eager", fullgraph=True)
+    got = bench.with_gradients(compiled(s["x"], s["ids"], s["probs"]), (s["x"], s["probs"]), s["grad"])
+    for theirs, ours in zip(got, torch_gradients(s), strict=True):
+        assert torch.equal(theirs, ours)
+    torch._dynamo.reset()

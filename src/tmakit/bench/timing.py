@@ -95,6 +95,24 @@ def _prepare_pass(
     return timed, passes * len(launches)
 
 
+def captured(launch: Callable[[], Any]) -> tuple[Any, Any]:
+    """(a CUDA graph of one call of `launch`, what that call returned): the call made once on a
+    side stream first, outside the capture (what a first call makes lazily: a compile, autograd's
+    state for the stream), as a timed pass is warmed up. Nothing of the captured call runs until
+    the graph is replayed; the graph holds its outputs' memory."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        launch()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            outputs = launch()
+    torch.cuda.synchronize()
+    return graph, outputs
+
+
 def _pass_samples_us(
     launches: list[Callable[[], Any]], samples: int, min_launches: int, graph: bool
 ) -> list[float]:

@@ -15,37 +15,46 @@ permute given its row map), or built inside it (the whole `tmakit.moe_dispatch`;
 then gather; TransformerEngine's `make_row_id_map` then permute). Every timed output is checked
 first: dispatches bit for bit against torch's gather over every used row (TransformerEngine's
 after mapping its rows to tmakit's, its order said in the row), combines within fp32 accumulation
-and one bf16 rounding of the float64 sum. `--only` picks cases by the start of their names. Its
-JSON: one row a case."""
+and one bf16 rounding of the float64 sum.
+
+The layer cases ("layer ...") time a layer's token movement as training runs it: the dispatch, an
+identity expert and the combine, forward and backward together (`torch.autograd.grad` of x and
+the probabilities for a random output gradient), the routing built in each call: tmakit's
+`moe_dispatch` and `moe_combine`, torch's argsort, gather and `index_add_` (and their
+torch.compile) through torch's autograd, and TransformerEngine's permute and unpermute with merging
+probabilities in autograd functions whose backwards are its own kernels. Each is checked first,
+eagerly and replayed from a CUDA graph (a capture that fails is noted, the row not timed), against
+torch's autograd in float64; no copy is timed beside them. `--only` picks cases by the start of
+their names. Its JSON: one row a case."""
 
 from __future__ import annotations
 
 import functools
-import importlib
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..bench.peers import PEERS, PEERS_VARIABLE, Peer, load_peer, peer_folders
 from ..bench.report import BenchRow
 from ..bench.suites import rotation_buffers
-from ..bench.timing import EAGER, eager_samples_us, interleaved_graph_samples_us
+from ..bench.timing import EAGER, captured, eager_samples_us, interleaved_graph_samples_us
 from ..families import case_study, medians, tabled_study
 from . import api, call
 
 SEED = 2026  # the routing's and the activations' generator
 DEVICE = "cuda"  # where the study runs (its CPU tests run the same code on "cpu", timers faked)
-# (label, tokens, topk, experts, hidden): the layers the study times, each a dispatch and a combine.
+# (label, tokens, topk, experts, hidden): the layers the study times, each a dispatch, a combine and
+# the two around an identity expert, forward and backward.
 SHAPES = (
     ("deepseek-v3", 4096, 8, 256, 7168),
     ("deepseek-v3", 16384, 8, 256, 7168),
     ("mixtral", 8192, 2, 8, 4096),
     ("small-hidden", 16384, 6, 64, 2048),
 )
-OPS = ("dispatch", "combine")
+LAYER = "layer"  # the op of a case timing dispatch, identity expert and combine, forward and backward
+OPS = ("dispatch", "combine", LAYER)
 
 # The scopes of a timed row: what its timed region holds besides the rows' movement.
 GIVEN = "index built before"  # the row map (or source index) built before the timed region
@@ -62,23 +71,26 @@ INDUCTOR = "inductor"  # the prefix of a torch expression's torch.compile row
 TE_PERMUTE = "TE permute_with_mask_map"
 TE_DISPATCH = "TE make_row_id_map + permute_with_mask_map"
 TE_COMBINE = "TE unpermute_with_mask_map"
+TMAKIT_LAYER = "tmakit moe_dispatch + moe_combine fwd+bwd"
+TORCH_LAYER = "torch index_select + index_add_ fwd+bwd"
+TE_LAYER = "TE permute + unpermute fwd+bwd"
 
 # TransformerEngine's Triton permutation kernels: the version fetched, where they are unpacked
 # (`scripts/fetch_peers.py`), the module imported.
 TE_VERSION = "2.20.2"
-PEERS = ".peers"
-PEERS_VARIABLE = "TMAKIT_PEERS"  # a folder holding transformer_engine/ elsewhere than ./.peers
 TE_MODULE = "transformer_engine.pytorch.triton.permutation"
 FETCH = (
     f"fetch them with `python scripts/fetch_peers.py` (pip download transformer_engine=={TE_VERSION} "
-    f"--no-deps; the permutation kernels unpacked into {PEERS}/) and carry {PEERS} to the GPU machine"
+    f"--no-deps; the permutation kernels unpacked into {PEERS}/) and carry {PEERS} to the GPU machine "
+    f"(or name a folder holding them in ${PEERS_VARIABLE})"
 )
 
 
 @dataclass(frozen=True)
 class MoeCase:
-    """One row of the study: a dispatch or a combine of `tokens` rows of `hidden` elements of
-    `dtype`, each token routed to `topk` of `experts` experts (`label`: the model whose layer)."""
+    """One row of the study: a dispatch, a combine or a layer (`LAYER`: the dispatch, an identity
+    expert and the combine, forward and backward) of `tokens` rows of `hidden` elements of `dtype`,
+    each token routed to `topk` of `experts` experts (`label`: the model whose layer)."""
 
     op: str
     label: str
@@ -106,8 +118,13 @@ class MoeCase:
 
     @property
     def bytes_moved(self) -> int:
-        """The fewest bytes that must cross DRAM, the input read once and the output written once:
-        a dispatch reads T rows and writes T*topk, a combine reads T*topk and writes T."""
+        """The fewest bytes that must cross DRAM, each input read once and each output written
+        once: a dispatch reads T rows and writes T*topk, a combine reads T*topk and writes T; a
+        layer is four such passes: the two forward, then the combine's gradient (the output's
+        gradient read, T rows; y read for the probabilities' gradient and y's gradient written,
+        T*topk each) and the dispatch's (y's gradient read, x's written): 4T + 5T*topk rows."""
+        if self.op == LAYER:
+            return (4 * self.tokens + 5 * self.rows) * self.row_bytes
         return (self.tokens + self.rows) * self.row_bytes
 
 
@@ -116,7 +133,8 @@ ELEMENT_BYTES = {"bfloat16": 2}
 
 
 def cases() -> list[MoeCase]:
-    """Every case of the study, in its order: the dispatches, then the combines, of each shape."""
+    """Every case of the study, in its order: the dispatches, the combines, then the layers, of
+    each shape."""
     return [MoeCase(op, *shape) for op in OPS for shape in SHAPES]
 
 
@@ -156,6 +174,41 @@ def torch_combine(y, rows, token_of_row, weights, tokens: int):
 
     total = torch.zeros((tokens, y.shape[1]), dtype=torch.float32, device=y.device)
     return total.index_add_(0, token_of_row, y.index_select(0, rows).float() * weights[:, None]).to(y.dtype)
+
+
+def torch_layer(x, ids, probs):
+    """The layer's forward as a practitioner writes it in torch, the expert the identity: x
+    gathered by the expert-major source index (the stable argsort of the ids, in the call), each
+    row weighted by its slot's probability and added into an fp32 sum by its token (`index_add_`),
+    cast back to x's dtype. torch's autograd differentiates it in x and probs."""
+    import torch
+
+    tokens, topk = ids.shape
+    order = torch.argsort(ids.reshape(-1), stable=True)
+    source = order // topk
+    y = x.index_select(0, source)  # the dispatch; the identity expert hands y to the combine
+    weights = probs.reshape(-1).index_select(0, order)
+    total = torch.zeros((tokens, x.shape[1]), dtype=torch.float32, device=x.device)
+    return total.index_add_(0, source, y.float() * weights[:, None]).to(x.dtype)
+
+
+def tmakit_layer(x, ids, probs, experts: int):
+    """The layer's forward by tmakit, the expert the identity: `moe_dispatch` with the
+    probabilities, `moe_combine` of its rows weighted by its `token_probs` (strict: the kernels,
+    not torch's expressions; no host check of the ids, as a CUDA-graph capture does)."""
+    routed = api.moe_dispatch(x, ids, num_experts=experts, probs=probs, check_ids=False, strict=True)
+    return api.moe_combine(routed.out, routed.row_map, routed.token_probs, strict=True)
+
+
+def with_gradients(out, leaves: tuple, grad) -> tuple:
+    """(out, the gradient of each of `leaves`): autograd's backward of `out` for the output
+    gradient `grad`, the gradients returned (`torch.autograd.grad`) rather than accumulated into
+    `.grad` (`out.backward(grad)` would add each into the leaf's `.grad`, one more pass over x's):
+    in a model x is an activation whose gradient flows on, and a graph replay then depends on no
+    `.grad` left by an earlier call."""
+    import torch
+
+    return (out, *torch.autograd.grad(out, leaves, grad))
 
 
 def combine_indices(row_map, probs) -> tuple:
@@ -203,47 +256,72 @@ def te_row_order(te_map, ids, row_map, experts: int) -> Any:
 
 
 # -- TransformerEngine's kernels ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Peer:
-    """A peer's kernels as the study found them: the module (None: not loaded), its version, and
-    where it was loaded from or why not."""
-
-    module: ModuleType | None
-    version: str | None
-    note: str
-
-
-def peer_folders() -> list[Path]:
-    """Where `.peers` may be: the folder $TMAKIT_PEERS names, else ./.peers and the source tree's."""
-    named = os.environ.get(PEERS_VARIABLE)
-    if named:
-        return [Path(named)]
-    found = [Path.cwd() / PEERS, Path(__file__).resolve().parents[3] / PEERS]
-    return list({folder.resolve(): folder for folder in found}.values())  # once where they are one
-
-
 def load_transformer_engine(folders: list[Path]) -> Peer:
-    """TransformerEngine's permutation module from the first of `folders` holding it, imported
-    with that folder on sys.path for the import alone (its package `__init__`s are the fetch's
-    empty stand-ins: nothing else of TransformerEngine is there); a note saying why not where it
-    is absent or does not import."""
-    folder = next((f for f in folders if (f / "transformer_engine" / "VERSION").is_file()), None)
-    if folder is None:
-        return Peer(
-            None, None, f"skipped: no transformer_engine in {' or '.join(map(str, folders))}; {FETCH}"
-        )
-    version = (folder / "transformer_engine" / "VERSION").read_text().strip()
-    sys.path.insert(0, str(folder))
-    try:
-        module = importlib.import_module(TE_MODULE)
-    except Exception as error:  # a missing triton, a triton it cannot run on: the rows skipped, said why
-        return Peer(None, version, f"skipped: importing {TE_MODULE} from {folder} failed: {error!r}")
-    finally:
-        sys.path.remove(str(folder))
-    where = Path(module.__file__).resolve()
-    if folder.resolve() not in where.parents:
-        return Peer(None, version, f"skipped: {TE_MODULE} came from {where}, not from {folder}")
-    return Peer(module, version, f"transformer_engine {version}'s permutation kernels from {folder}")
+    """TransformerEngine's permutation module from the first of `folders` holding it (`load_peer`:
+    its package `__init__`s are the fetch's empty stand-ins, nothing else of TransformerEngine is
+    there); a note saying why not where it is absent or does not import."""
+    return load_peer(folders, "transformer_engine", TE_MODULE, "permutation kernels", FETCH)
+
+
+def te_layer_functions(te: ModuleType) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(permute, unpermute): TransformerEngine's permute (no probabilities) and its unpermute with
+    (T, E) merging probabilities as autograd functions, each backward TransformerEngine's own
+    kernel as its torch wrappers pair them: the permute's is its unpermute without probabilities
+    (each token's rows of the gradient summed in fp32), the unpermute's is
+    `unpermute_with_mask_map_bwd_with_merging_probs` (y's gradient: the output's gradient scaled by
+    each slot's probability; the probabilities': each slot's dot product of the output's gradient
+    with its row, in fp32, zero off the routed experts). Both take the row map built before them
+    (`make_row_id_map`, nothing to differentiate)."""
+    import torch
+
+    class Permute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, te_map, rows):
+            tokens, hidden = x.shape
+            experts = (te_map.shape[1] - 1) // 2
+            ctx.save_for_backward(te_map)
+            ctx.sizes = (tokens, experts, hidden)
+            permuted = te.permute_with_mask_map(
+                x, te_map, None, None, None, tokens, experts, rows, hidden, None
+            )
+            return permuted[0]
+
+        @staticmethod
+        def backward(ctx, grad):
+            (te_map,) = ctx.saved_tensors
+            tokens, experts, hidden = ctx.sizes
+            summed = te.unpermute_with_mask_map(
+                grad.contiguous(), te_map, None, None, None, tokens, experts, hidden
+            )[0]
+            return summed, None, None
+
+    class Unpermute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, y, te_map, merging):
+            tokens, experts = merging.shape
+            ctx.save_for_backward(y, te_map, merging)
+            return te.unpermute_with_mask_map(y, te_map, merging, None, None, tokens, experts, y.shape[1])[0]
+
+        @staticmethod
+        def backward(ctx, grad):
+            y, te_map, merging = ctx.saved_tensors
+            tokens, experts = merging.shape
+            grad_y, grad_merging = te.unpermute_with_mask_map_bwd_with_merging_probs(
+                grad.contiguous(), te_map, y, merging, None, tokens, experts, y.shape[0], y.shape[1]
+            )
+            return grad_y, None, grad_merging
+
+    return Permute.apply, Unpermute.apply
+
+
+def te_layer(te: ModuleType, functions: tuple, x, mask, merging, rows: int):
+    """The layer's forward by TransformerEngine, the expert the identity: its row map of the mask
+    (`make_row_id_map`), its permute, its unpermute weighted by the (T, E) merging probabilities,
+    differentiable through `te_layer_functions`."""
+    permute, unpermute = functions
+    tokens, experts = mask.shape
+    te_map = te.make_row_id_map(mask, tokens, experts)
+    return unpermute(permute(x, te_map, rows), te_map, merging)
 
 
 @functools.cache
@@ -319,11 +397,72 @@ def combine_verdict(got, total, bound) -> str:
     eps = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 2.0**-23}[got.dtype]
     if tuple(got.shape) != tuple(total.shape):
         return f"MISMATCH: shape {tuple(got.shape)}, not {tuple(total.shape)}"
-    beyond = ((got.double() - total).abs() > bound + eps * (total.abs() + bound) + 1e-30).any(dim=1).nonzero()
-    if len(beyond):
-        return f"MISMATCH first at token {int(beyond[0, 0])} (beyond fp32 accumulation and one rounding)"
+    wrong = first_beyond(got, total, bound + eps * (total.abs() + bound))
+    if wrong is not None:
+        return f"MISMATCH first at token {wrong} (beyond fp32 accumulation and one rounding)"
     name = DTYPE_NAMES.get(str(got.dtype).removeprefix("torch."), got.dtype)
     return f"ok: within fp32 accumulation and one {name} rounding of the float64 sum"
+
+
+def first_beyond(got, expected, bound) -> int | None:
+    """The first row of `got` with an element farther than `bound` from `expected` (float64), a
+    NaN (an output poisoned and never written) counting as farther; None: none."""
+    within = (got.double() - expected).abs() <= bound + 1e-30
+    found = (~within).reshape(got.shape[0], -1).any(dim=1).nonzero()
+    return int(found[0, 0]) if len(found) else None
+
+
+def layer_reference(x, probs, grad) -> tuple:
+    """((out, x's gradient, probs' gradient) by torch's autograd in float64, the same of x's,
+    probs' and grad's magnitudes: each sum's terms' magnitudes summed, what its rounding is bounded
+    by). The expert is the identity, so each slot's row is its own token's and the layer is
+    out[t] = sum over j of probs[t, j] * x[t] whatever the routing: the reference needs none."""
+    import torch
+
+    def differentiated(x, probs, grad):
+        x = x.detach().double().requires_grad_()
+        probs = probs.detach().double().requires_grad_()
+        out = sum(probs[:, slot, None] * x for slot in range(probs.shape[1]))
+        return (out.detach(), *torch.autograd.grad(out, (x, probs), grad.double()))
+
+    return differentiated(x, probs, grad), differentiated(x.detach().abs(), probs.detach().abs(), grad.abs())
+
+
+def layer_verdict(got, reference, ids=None) -> str:
+    """A layer's (out, x's gradient, probs' gradient) against `layer_reference`: out within fp32
+    accumulation and one rounding (`combine_verdict`); x's gradient within topk + 1 roundings to its
+    dtype of the magnitudes of its slots' terms (each term rounded, then their sum, which torch's
+    backward of index_select adds in x's dtype); probs' gradient within the rounding of an fp32
+    sum of `hidden` products (hidden units of fp32 rounding of their magnitudes). `ids`: probs'
+    gradient is TransformerEngine's (T, E), compared at each slot's expert and zero elsewhere."""
+    import torch
+
+    out, grad_x, grad_probs = got
+    (total, expected_x, expected_probs), (magnitude, magnitude_x, magnitude_probs) = reference
+    topk, hidden = expected_probs.shape[1], expected_x.shape[1]
+    verdict = combine_verdict(out, total, (topk + 1) * 2.0**-23 * magnitude)
+    if not verdict.startswith("ok"):
+        return f"output: {verdict}"
+    if ids is not None:
+        if grad_probs.shape[0] != ids.shape[0]:
+            return f"MISMATCH: probs' gradient is {tuple(grad_probs.shape)}"
+        if bool(grad_probs.scatter(1, ids, 0).ne(0).any()):
+            return "MISMATCH: probs' (T, E) gradient is not zero off the routed experts"
+        grad_probs = grad_probs.gather(1, ids)
+    for name, gradient, expected, bound in (
+        ("x's", grad_x, expected_x, (topk + 1) * torch.finfo(grad_x.dtype).eps * magnitude_x),
+        ("probs'", grad_probs, expected_probs, hidden * torch.finfo(grad_probs.dtype).eps * magnitude_probs),
+    ):
+        if tuple(gradient.shape) != tuple(expected.shape):
+            return f"MISMATCH: {name} gradient is {tuple(gradient.shape)}, not {tuple(expected.shape)}"
+        wrong = first_beyond(gradient, expected, bound)
+        if wrong is not None:
+            return f"MISMATCH: {name} gradient first at token {wrong} (beyond its rounding bound)"
+    return (
+        "ok: out, x's and probs' gradients within their rounding bounds of torch's float64 autograd "
+        f"(fp32 sums; x's gradient {topk + 1} {DTYPE_NAMES.get(str(grad_x.dtype).removeprefix('torch.'))} "
+        "roundings)"
+    )
 
 
 # -- the rows a case times ------------------------------------------------------------------------
@@ -461,6 +600,64 @@ def combine_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
     return found
 
 
+def layer_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
+    """The layer's rows, each the forward and backward of a dispatch, an identity expert and a
+    combine, its routing index built in the call: tmakit's, torch's and inductor's expressions
+    through torch's autograd, TransformerEngine's permute and unpermute with their backwards."""
+    experts, rows = case.experts, case.rows
+    leaves = lambda s: (s["x"], s["probs"])  # noqa: E731
+    found = [
+        Timed(
+            TMAKIT_LAYER,
+            BUILT,
+            f"routed = tmakit.moe_dispatch(x, ids, num_experts={experts}, probs=probs, check_ids=False, "
+            "strict=True); out = tmakit.moe_combine(routed.out, routed.row_map, routed.token_probs, "
+            "strict=True); torch.autograd.grad(out, (x, probs), grad): the row map built, the rows "
+            "moved and summed, then their backwards (the combine's: the gradient permuted and scaled, "
+            "the probabilities' dot products; the dispatch's: a combine of weight 1)",
+            lambda s: with_gradients(
+                tmakit_layer(s["x"], s["ids"], s["probs"], experts), leaves(s), s["grad"]
+            ),
+        ),
+        Timed(
+            TORCH_LAYER,
+            BUILT,
+            "order = torch.argsort(ids.flatten(), stable=True); y = x.index_select(0, order // topk); "
+            "out = torch.zeros(T, H, fp32).index_add_(0, order // topk, y.float() * "
+            "probs.flatten()[order][:, None]).to(bf16); torch.autograd.grad(out, (x, probs), grad)",
+            lambda s: with_gradients(torch_layer(s["x"], s["ids"], s["probs"]), leaves(s), s["grad"]),
+            TMAKIT_LAYER,
+        ),
+        Timed(
+            f"{INDUCTOR} index_select + index_add_ fwd+bwd",
+            BUILT,
+            "torch.compile (mode default) of torch's layer, its backward compiled by AOTAutograd",
+            lambda s: with_gradients(s["compiled layer"](s["x"], s["ids"], s["probs"]), leaves(s), s["grad"]),
+            TMAKIT_LAYER,
+        ),
+    ]
+    if te is not None:
+        functions = te_layer_functions(te)
+        found.append(
+            Timed(
+                TE_LAYER,
+                BUILT,
+                "TransformerEngine's make_row_id_map of the (T, E) bool mask, its permute, its unpermute "
+                "with (T, E) fp32 merging probs (the leaf: what its router hands it), then their "
+                "backwards (unpermute_with_mask_map_bwd_with_merging_probs; the permute's: its unpermute "
+                "without probs), in torch.autograd.Functions as its torch wrappers pair them; "
+                "torch.autograd.grad(out, (x, merging_probs), grad)",
+                lambda s: with_gradients(
+                    te_layer(te, functions, s["x"], s["mask"], s["merging"], rows),
+                    (s["x"], s["merging"]),
+                    s["grad"],
+                ),
+                TMAKIT_LAYER,
+            )
+        )
+    return found
+
+
 def operands(case: MoeCase, generator, device) -> dict:
     """One rotated set of a case's operands, seeded: the routing (ids, probs, tmakit's row map,
     torch's source index or combine indices, the (T, E) mask) and x (a dispatch) or y (a combine)
@@ -479,6 +676,26 @@ def operands(case: MoeCase, generator, device) -> dict:
         found.update(y=rows, merging=merging_probs(ids, probs, case.experts))
         found["combine indices"] = combine_indices(row_map, probs)
     return found
+
+
+def layer_operands(case: MoeCase, generator, device) -> dict:
+    """One rotated set of a layer's operands, seeded: the routing (ids, probs, the (T, E) mask and
+    merging probabilities TransformerEngine takes), x and the output's gradient of random rows; x,
+    probs and the merging probabilities require grad (the leaves differentiated)."""
+    import torch
+
+    element = getattr(torch, case.dtype)
+    ids, probs = make_routing(case.tokens, case.topk, case.experts, generator, device)
+    x = torch.randn(case.tokens, case.hidden, generator=generator, device=device).to(element)
+    grad = torch.randn(case.tokens, case.hidden, generator=generator, device=device).to(element)
+    return {
+        "ids": ids,
+        "mask": routing_mask(ids, case.experts),
+        "merging": merging_probs(ids, probs, case.experts).requires_grad_(),
+        "probs": probs.requires_grad_(),
+        "x": x.requires_grad_(),
+        "grad": grad,
+    }
 
 
 def add_te_operands(case: MoeCase, found: dict, te: ModuleType) -> None:
@@ -502,6 +719,8 @@ def compiled(case: MoeCase) -> dict[str, Callable[..., Any]]:
 
     if case.op == "dispatch":
         functions = {"compiled gather": torch_dispatch, "compiled sorted gather": torch_sorted_dispatch}
+    elif case.op == LAYER:
+        functions = {"compiled layer": torch_layer}
     else:
         functions = {"compiled combine": torch_combine}
     return {name: torch.compile(function, dynamic=False) for name, function in functions.items()}
@@ -540,12 +759,126 @@ def row_map_verdict(first: dict, experts: int, verdict: str) -> str:
     return "MISMATCH: its rows are torch's but its row map is not the inverse of torch's stable argsort"
 
 
-def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
-    """Every row of `case` (`dispatch_rows` or `combine_rows`) and torch's copy of the same bytes:
-    device time, then eager back-to-back calls (the copy only in graphs). A peer that fails to
-    compile or run is not timed; its error is the case's note instead."""
+def replayed(launch: Callable[[], Any]) -> tuple[Any, Any]:
+    """(the CUDA graph, its outputs): `launch` captured (`captured`: a first call outside the
+    capture makes what autograd makes on a stream's first backward), its outputs poisoned (NaN)
+    and the graph replayed once: what a replay computes, the backward captured with the forward.
+    The graph holds the outputs' memory: keep it while they are read."""
     import torch
 
+    graph, outputs = captured(launch)
+    for output in outputs:
+        output.detach().fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, outputs
+
+
+def verify_layer(timed: Timed, first: dict, reference: Any) -> str:
+    """A layer row's output and gradients on the first operands against `layer_reference`, called
+    eagerly (its outputs poisoned afterwards, as `verify`'s) and then replayed from a CUDA graph
+    (`replayed`): the verdict of both, the first that is not ok. A capture that fails raises,
+    saying so."""
+    import torch
+
+    ids = first["ids"] if timed.name.startswith("TE ") else None
+    got = timed.call(first)
+    verdict = layer_verdict(got, reference, ids)
+    torch.cuda.synchronize()
+    for output in got:
+        output.detach().fill_(float("nan"))
+    del got
+    if not verdict.startswith("ok"):
+        return verdict
+    try:
+        graph, got = replayed(lambda: timed.call(first))
+    except Exception as error:
+        raise RuntimeError(f"capturing its forward and backward in a CUDA graph: {error!r}") from error
+    replay = layer_verdict(got, reference, ids)
+    del graph, got
+    if not replay.startswith("ok"):
+        return f"replayed from a CUDA graph: {replay}"
+    return f"{verdict}; the same replayed from a CUDA graph"
+
+
+def layer_path(case: MoeCase, first: dict) -> str:
+    """The paths tmakit's dispatch and combine take on the layer's rows, and why."""
+    row_map = call.route_ids(first["ids"], case.experts, 1).row_map
+    x = first["x"].detach()
+    dispatch = api.moe_path("dispatch", x, row_map, case.rows)
+    combine = api.moe_path("combine", x.new_empty((case.rows, case.hidden)), row_map)
+    return f"dispatch: {dispatch.path} ({dispatch.reason}); combine: {combine.path} ({combine.reason})"
+
+
+def bench_layer(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
+    """Every row of a layer case (`layer_rows`), each verified eagerly and replayed from a CUDA
+    graph first: device time, then eager back-to-back calls. No copy is timed beside them (its
+    tensor would be the four passes' bytes: gigabytes beside the graphs' own); their rate counts
+    `MoeCase.bytes_moved`. A peer that fails to compile, run or be captured is not timed; its
+    error is the case's note instead."""
+    import torch
+
+    peer = transformer_engine()
+    te = peer.module
+    not_timed = {} if te is not None else {name: peer.note for name in te_names(case)}
+    torch._dynamo.reset()  # each case's compiles anew: no recompile limit reached across cases
+    generator = torch.Generator(device=DEVICE).manual_seed(SEED)
+    count = rotation_buffers(case.bytes_moved, l2_bytes)
+    sets = [layer_operands(case, generator, DEVICE) for _ in range(count)]
+    functions = compiled(case)  # compiled on their first call, in `verify_layer`
+    for found in sets:
+        found.update(functions)
+    first = sets[0]
+    reference = layer_reference(first["x"], first["probs"], first["grad"])
+    timed = layer_rows(case, te)
+    verdicts = {}
+    for row in timed:
+        if row.name.startswith("tmakit"):  # tmakit's own: a failure is the study's, not a note
+            verdicts[row.name] = verify_layer(row, first, reference)
+            continue
+        try:
+            verdicts[row.name] = verify_layer(row, first, reference)
+        except Exception as error:  # a peer's compile, run or capture failing: noted, not timed
+            not_timed[row.name] = f"failed: {error!r}"[:2000]
+    del reference
+    timed = [row for row in timed if row.name in verdicts]
+    path = layer_path(case, first)
+    launches = {row.name: [lambda s=s, f=row.call: f(s) for s in sets] for row in timed}
+    device = interleaved_graph_samples_us(launches, samples)
+    eager = eager_samples_us(launches)
+    shared = {"op": case.name, "path": path, "rotated_buffers": count, "not_timed": not_timed}
+    rows = case_rows(case, timed, shared, device, eager, verdicts)
+    del sets, first, launches, functions
+    torch.cuda.empty_cache()
+    return rows
+
+
+def case_rows(
+    case: MoeCase, timed: list[Timed], shared: dict, device: dict, eager: dict, verdicts: dict
+) -> list[BenchRow]:
+    """The case's `BenchRow`s: each timed row's device samples (with its verdict), then its eager
+    twin's; the copy's, if `device` holds it. Every row counts the case's bytes moved as a copy of
+    half as many: `kind` "copy" counts 2x its tensor's bytes, so each row's rate is comparable with
+    the copy's."""
+    notes = {row.name: {**shared, "scope": row.scope, "what": row.what, "compared_with": row.compared_with}
+             for row in timed}  # fmt: skip
+    notes[COPY] = {**shared, "what": "torch's copy_ of a flat tensor of half the bytes moved: the copy rate"}
+    row = lambda name, us, verified=None: BenchRow(  # noqa: E731
+        name, "copy", (case.tokens, case.topk, case.experts, case.hidden), case.dtype,
+        case.bytes_moved // 2, us, verified, None, notes[name.removesuffix(f" {EAGER}")],
+    )  # fmt: skip
+    rows = [row(name, us, verdicts.get(name)) for name, us in device.items()]
+    return rows + [row(f"{name} {EAGER}", us) for name, us in eager.items()]
+
+
+def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
+    """Every row of `case` (`dispatch_rows` or `combine_rows`) and torch's copy of the same bytes:
+    device time, then eager back-to-back calls (the copy only in graphs); a layer's, `bench_layer`.
+    A peer that fails to compile or run is not timed; its error is the case's note instead."""
+    import torch
+
+    if case.op == LAYER:
+        return bench_layer(case, l2_bytes, samples)
     peer = transformer_engine()
     te = peer.module
     not_timed = {} if te is not None else {name: peer.note for name in te_names(case)}
@@ -595,18 +928,7 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
         "rotated_buffers": count,
         "not_timed": not_timed,
     }
-    notes = {row.name: {**shared, "scope": row.scope, "what": row.what, "compared_with": row.compared_with}
-             for row in timed}  # fmt: skip
-    notes[COPY] = {**shared, "what": "torch's copy_ of a flat tensor of half the bytes moved: the copy rate"}
-    # Every row counts the case's bytes moved (input read once, output written once) as a copy of
-    # half as many: `kind` "copy" counts 2x its tensor's bytes, so each row's rate is comparable
-    # with the copy's.
-    row = lambda name, us, verified=None: BenchRow(  # noqa: E731
-        name, "copy", (case.tokens, case.topk, case.experts, case.hidden), case.dtype,
-        case.bytes_moved // 2, us, verified, None, notes[name.removesuffix(f" {EAGER}")],
-    )  # fmt: skip
-    rows = [row(name, us, verdicts.get(name)) for name, us in device.items()]
-    rows += [row(f"{name} {EAGER}", us) for name, us in eager.items()]
+    rows = case_rows(case, timed, shared, device, eager, verdicts)
     del sets, first, sources, copies, launches, functions
     torch.cuda.empty_cache()
     return rows
@@ -614,16 +936,17 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
 
 def te_names(case: MoeCase) -> list[str]:
     """The TransformerEngine rows of the case's op."""
-    return [TE_PERMUTE, TE_DISPATCH] if case.op == "dispatch" else [TE_COMBINE]
+    return {"dispatch": [TE_PERMUTE, TE_DISPATCH], "combine": [TE_COMBINE], LAYER: [TE_LAYER]}[case.op]
 
 
 # -- the study's JSON -----------------------------------------------------------------------------
 def case_row(case: MoeCase, rows: list[BenchRow]) -> dict:
     """One case: its shape, the copy rate, each timed row's median device and eager time, rate,
     share of the copy rate and verdict; each peer's ratios to its tmakit row (above 1: tmakit
-    faster); the peers not timed and why."""
+    faster); the peers not timed and why. A layer times no copy: its copy fields are None."""
     by_name, us = medians(rows)
-    copy = by_name[COPY]
+    copy = by_name.get(COPY)
+    shared = next(iter(by_name.values())).notes  # every row of a case holds the case's notes
     timed = []
     for name, row in by_name.items():
         if name == COPY or name.endswith(f" {EAGER}"):
@@ -636,7 +959,7 @@ def case_row(case: MoeCase, rows: list[BenchRow]) -> dict:
             "graph_us": us[name],
             "eager_us": us.get(f"{name} {EAGER}"),
             "tb_per_s": row.gbps / 1e3,
-            "of_copy_rate": row.gbps / copy.gbps,
+            "of_copy_rate": None if copy is None else row.gbps / copy.gbps,
         }
         ours = row.notes["compared_with"]
         if ours is not None and ours in us:
@@ -654,13 +977,13 @@ def case_row(case: MoeCase, rows: list[BenchRow]) -> dict:
         "hidden": case.hidden,
         "dtype": case.dtype,
         "bytes_moved": case.bytes_moved,
-        "path": copy.notes["path"],
+        "path": shared["path"],
         "verified": [e["verified"] for e in timed if e["name"].startswith("tmakit")],
-        "copy_graph_us": us[COPY],
-        "copy_tb_per_s": copy.gbps / 1e3,
+        "copy_graph_us": us.get(COPY),
+        "copy_tb_per_s": None if copy is None else copy.gbps / 1e3,
         "timed": timed,
-        "not_timed": copy.notes["not_timed"],
-        "rotated_buffers": copy.notes["rotated_buffers"],
+        "not_timed": shared["not_timed"],
+        "rotated_buffers": shared["rotated_buffers"],
     }
 
 
@@ -672,7 +995,13 @@ tabled = tabled_study(
     "(back-to-back calls, host included), L2 cold (inputs rotated), each routing index given or built "
     "in the timed region as each row says, beside a torch copy of the same bytes in the same run; "
     "rate = (input once + output) bytes / median time; every output checked first (dispatch "
-    "bit-exact, combine within fp32 accumulation and one rounding)",
+    "bit-exact, combine within fp32 accumulation and one rounding). The layer cases time the "
+    "dispatch, an identity expert and the combine forward and backward together (the gradients of "
+    "x and the probabilities for a random output gradient, by torch.autograd.grad), the routing "
+    "built in each call, no copy beside them; their rate counts the four passes' fewest bytes "
+    "(4T + 5T*topk rows: MoeCase.bytes_moved), the speedups are what they report; each checked "
+    "first, eagerly and replayed from a CUDA graph, against torch's autograd in float64 (output "
+    "and probabilities' gradient within fp32 sums, x's gradient within topk + 1 bf16 roundings)",
     case_row,
     ratios="a peer's tmakit_speedup_graph and tmakit_speedup_eager: its median time over that of "
     "the tmakit row it is compared_with (the same scope); above 1, tmakit faster",
@@ -687,12 +1016,13 @@ def study(results: list[tuple[Any, list[BenchRow]]], context: dict) -> dict:
 STUDIES = (
     case_study(
         "moe",
-        "mixture-of-experts dispatch and combine on DeepSeek-V3, Mixtral and small-hidden layers "
-        "against torch, torch.compile and TransformerEngine's Triton kernels (see --only)",
+        "mixture-of-experts dispatch and combine on DeepSeek-V3, Mixtral and small-hidden layers, "
+        "alone and forward and backward around an identity expert, against torch, torch.compile "
+        "and TransformerEngine's Triton kernels (see --only)",
         "MoE dispatch and combine against torch and TransformerEngine",
         cases,
         bench_moe,
-        [TORCH_GATHER, TORCH_SORTED_GATHER, TORCH_COMBINE, TE_PERMUTE, TE_COMBINE],
+        [TORCH_GATHER, TORCH_SORTED_GATHER, TORCH_COMBINE, TORCH_LAYER, TE_PERMUTE, TE_COMBINE, TE_LAYER],
         study,
     ),
 )
