@@ -296,3 +296,49 @@ def test_empty_shapes_move_nothing():
         assert result.out.shape == (x.shape[0] * 2 + 2, x.shape[1]) and not result.out.any()
         combined = tmakit.moe_combine(result.out, result.row_map, None)
         assert combined.shape == x.shape
+
+
+@pytest.mark.parametrize("align, masked", [(1, False), (4, False), (16, False), (4, True)])
+def test_the_kernel_route_zeroes_exactly_the_rows_no_slot_names(monkeypatch, align, masked):
+    """The kernel's route on CPU tensors standing in for GPU ones: the launch emulated (each slot's
+    row written, nothing else), every allocation poisoned, so a row the call does not zero on
+    purpose shows."""
+    from stand_ins import gpu_stand_ins
+    from tmakit.moe import call
+    from tmakit.runtime.launch import Launcher
+
+    gpu_stand_ins(monkeypatch)
+
+    def emulated(x_bytes, row_map, out_bytes):
+        for token, rows in enumerate(row_map.tolist()):
+            for row in rows:
+                if 0 <= row < out_bytes.shape[0]:
+                    out_bytes[row] = x_bytes[token]
+
+    poison = float("nan")
+
+    def poisoned(shape, like, zeroed):
+        return torch.zeros(shape, dtype=like.dtype) if zeroed else torch.full(shape, poison, dtype=like.dtype)
+
+    monkeypatch.setattr(call, "dispatch_launcher", lambda *args: Launcher(emulated))
+    monkeypatch.setattr(call, "_new_rows", poisoned)
+    monkeypatch.setattr(call, "_sm_count", lambda device: 132)
+    tokens, topk, experts = 23, 3, 5
+    generator = torch.Generator().manual_seed(align)
+    x = torch.randn(tokens, 8, generator=generator)
+    if masked:
+        mask = torch.rand(tokens, experts, generator=generator) < 0.4
+        mask[:, 3:] &= ~mask[:, :3].all(dim=1, keepdim=True)  # at most topk a token
+        mask[mask.sum(dim=1) > topk] = False
+        result = tmakit.moe_dispatch(x, mask, topk=topk, align=align, strict=True)
+        ids = mask_ids(mask.tolist(), topk)
+    else:
+        ids = [torch.randperm(experts, generator=generator)[:topk].tolist() for _ in range(tokens)]
+        result = tmakit.moe_dispatch(x, torch.tensor(ids), num_experts=experts, align=align, strict=True)
+    row_map = expected_rows(ids, experts, align)[0]
+    expected = torch.zeros(dispatch_rows(tokens, topk, experts, align), 8)
+    for token, rows in enumerate(row_map):
+        for row in rows:
+            if row >= 0:
+                expected[row] = x[token]
+    assert torch.equal(result.out, expected)  # no NaN left: every unnamed row zeroed

@@ -263,7 +263,7 @@ def torch_entries() -> list[Entry]:
         Entry(
             "torch.ops.tmakit.moe_permute",
             ops.moe_permute,
-            {"x": half(4, 64), "row_map": row_map, "rows": 8, "zero_rest": True, "strict": False},
+            {"x": half(4, 64), "row_map": row_map, "rows": 8, "zero_rows": None, "strict": False},
         ),
         Entry(
             "torch.ops.tmakit.moe_combine",

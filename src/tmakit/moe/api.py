@@ -24,6 +24,7 @@ from .call import (
     host_checks_allowed,
     ids_of_mask,
     route_ids,
+    unnamed_rows,
 )
 from .plan import check_routing_sizes, dispatch_rows, moe_route
 
@@ -39,7 +40,8 @@ class MoeDispatch(NamedTuple):
     Attributes:
         out: (T*topk + E*(align-1), H) of x's dtype: expert e's tokens' rows, in token order, from
             row `expert_offsets[e]`, its group padded with zero rows to a multiple of `align`;
-            rows from `expert_offsets[E]` on are zero.
+            rows from `expert_offsets[E]` on are zero (but those of `dropped` slots, which are
+            not written).
         row_map: (T, topk) int32: the row of `out` holding token t's slot j (-1: the slot has no
             expert); what `moe_combine` reads.
         tokens_per_expert: (E,) int32, the tokens routed to each expert (padding not counted).
@@ -157,11 +159,14 @@ def moe_dispatch(
     routed = route_ids(ids, experts, align)
     dropped = routed.dropped if extra is None else routed.dropped + extra
     rows = dispatch_rows(tokens, topk, experts, align)
-    # Rows no token lands on: padding, and what a mask's short rows or a skipped id leave.
-    zero_rest = align > 1 or extra is not None or not checking
+    # The rows no slot names: with ids, the padding and the rows past the last group (a static
+    # list); a mask's short rows may leave any number, so its output is zeroed first.
+    zero_rows = None if extra is not None else unnamed_rows(routed, topk, align)
     ops = _ops()
-    out = ops.moe_permute(x, routed.row_map, rows, zero_rest, strict)
-    permuted_scales = None if scales is None else ops.moe_permute(scales, routed.row_map, rows, True, False)
+    out = ops.moe_permute(x, routed.row_map, rows, zero_rows, strict)
+    permuted_scales = (
+        None if scales is None else ops.moe_permute(scales, routed.row_map, rows, zero_rows, False)
+    )
     permuted_probs = None
     if token_probs is not None:
         flat = routed.row_map.reshape(-1).long()

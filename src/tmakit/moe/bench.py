@@ -488,15 +488,14 @@ def dispatch_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
             GIVEN,
             "tmakit's dispatch kernel alone: moe.call.permute(x, row_map, rows) given the row map "
             "built before (moe.call.route_ids)",
-            lambda s: call.permute(s["x"], s["row_map"], rows, False, True),
+            lambda s: call.permute(s["x"], s["row_map"], rows, s["row_map"].new_empty(0), True),
         ),
         Timed(
             TMAKIT_DISPATCH,
             BUILT,
             f"the whole tmakit.moe_dispatch(x, ids, num_experts={experts}, check_ids=False, strict=True): "
-            "the row map built on the device (sort, scans) and the kernel; with no host check of the ids "
-            "it zeroes the rows no slot names (one gather pass, writing none here), as a CUDA-graph "
-            "capture does whatever check_ids says",
+            "the row map built on the device (sort, scans), the list of rows it may leave unnamed "
+            "(none at align 1) and the kernel; no host check of the ids, as in a CUDA-graph capture",
             lambda s: (
                 api.moe_dispatch(s["x"], s["ids"], num_experts=experts, check_ids=False, strict=True).out
             ),

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, NamedTuple
 
-from .. import registry
 from ..api.tensors import cuda_index, device_facts, dtype_name, import_torch, lazy_bit, tensor_facts
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
@@ -17,10 +16,6 @@ from .plan import CombinePlan, DispatchPlan, MoeFacts, moe_route
 
 if TYPE_CHECKING:
     import torch
-
-# The rows family's gather, bound at its first call (a family imports no other): it writes the
-# rows no token lands on from a zero row.
-gather_rows = registry.bound_on_first_call("gather_rows", globals())
 
 
 class Routing(NamedTuple):
@@ -146,44 +141,61 @@ def _sm_count(device: int) -> int:
 
 
 # -- dispatch -------------------------------------------------------------------------------------
-def permute(x: torch.Tensor, row_map: torch.Tensor, rows: int, zero_rest: bool, strict: bool) -> torch.Tensor:
-    """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]; with `zero_rest` the rows
-    no slot names are zero (else they hold whatever the allocation held)."""
+def unnamed_rows(routed: Routing, topk: int, align: int) -> torch.Tensor:
+    """The rows of a dispatch's output a routing of ids may leave unnamed, as a static-size int64
+    index (an entry -1: none): each expert's padding (E x (align - 1) candidates) and the rows past
+    the last group, which start at T * topk or later when no slot is skipped (E x (align - 1)
+    more). Empty for align 1: every row is a slot's. A skipped slot's rows (`dropped`) are not
+    among them."""
     torch = torch_module()
-    out = torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    if not rows or not x.shape[0]:
-        if zero_rest:
-            out.zero_()
-        return out
+    counts = routed.tokens_per_expert.long()
+    device, experts = counts.device, counts.numel()
+    if align == 1:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    starts = routed.expert_offsets[:-1].long()
+    padding = (counts + (align - 1)) // align * align - counts
+    step = torch.arange(align - 1, device=device)
+    pads = torch.where(step[None, :] < padding[:, None], (starts + counts)[:, None] + step[None, :], -1)
+    first = routed.row_map.shape[0] * topk
+    tail = torch.arange(first, first + experts * (align - 1), device=device)
+    tail = torch.where(tail >= routed.expert_offsets[-1].long(), tail, -1)
+    return torch.cat([pads.reshape(-1), tail])
+
+
+def _new_rows(shape: tuple[int, ...], like: torch.Tensor, zeroed: bool) -> torch.Tensor:
+    """The output's memory: zeros, or as allocated (the rows the call writes)."""
+    torch = torch_module()
+    return (torch.zeros if zeroed else torch.empty)(shape, dtype=like.dtype, device=like.device)
+
+
+def permute(
+    x: torch.Tensor, row_map: torch.Tensor, rows: int, zero_rows: torch.Tensor | None, strict: bool
+) -> torch.Tensor:
+    """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]. The rows no slot names are
+    zero where `zero_rows` is None; else only those `zero_rows` lists (entries outside [0, rows)
+    name none) are zeroed, the others no slot names left as allocated."""
+    torch = torch_module()
+    shape = (rows, *x.shape[1:])
+    if not rows or not x.shape[0] or not x[0].numel():
+        return _new_rows(shape, x, True)
     route = moe_route(facts("dispatch", x, rows, row_map))
-    if route.path == "empty":  # rows of no bytes
-        return out
     if not route.by_tma:
         refuse_strict(strict, "moe_dispatch", route.reason)
         return _permute_by_torch(x, row_map, rows)
     width = x[0].numel() * x.element_size()
     plan = DispatchPlan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
     launch = dispatch_launcher(plan, str(x.device)).launch
-    if zero_rest:
-        _zero_unnamed_rows(out, row_map, width)
+    if zero_rows is None:  # every row no slot names: a memset first, then the slots' rows
+        out = _new_rows(shape, x, True)
+    elif not zero_rows.numel():
+        out = _new_rows(shape, x, False)
+    else:  # a scratch row past the end takes the entries that name no row
+        spare = _new_rows((rows + 1, *x.shape[1:]), x, False)
+        named = (zero_rows >= 0) & (zero_rows < rows)
+        spare.index_fill_(0, torch.where(named, zero_rows, rows), 0)
+        out = spare[:rows]
     launch(_bytes(x), row_map, _bytes(out))
     return out
-
-
-def _zero_unnamed_rows(out: torch.Tensor, row_map: torch.Tensor, width: int) -> None:
-    """Write zeros to the rows of `out` no slot names: the rows family's gather of a zero row,
-    an entry 0 for such a row and -1 (moves nothing) for the others."""
-    torch = torch_module()
-    rows = out.shape[0]
-    named = torch.zeros(rows + 1, dtype=torch.int32, device=out.device)
-    flat = row_map.reshape(-1).long()
-    named.index_fill_(0, torch.where((flat >= 0) & (flat < rows), flat, rows), 1)
-    gather_rows(_zero_row(width, out.device), -named[:rows], _bytes(out), check_index=False, strict=True)
-
-
-@functools.lru_cache(maxsize=16)
-def _zero_row(width: int, device) -> torch.Tensor:
-    return torch_module().zeros((1, width), dtype=torch_module().uint8, device=device)
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:

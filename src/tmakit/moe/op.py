@@ -1,13 +1,14 @@
 """Mixture-of-experts token movement as torch operators (registered when `tmakit.ops` is
 imported), differentiable, with fakes (torch.compile, make_fx and CUDA graphs know every size):
 
-    torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rest=True, strict=False) -> Tensor
+    torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rows=None, strict=False) -> Tensor
     torch.ops.tmakit.moe_combine(y, row_map, probs=None, strict=False) -> Tensor
 
-`moe_permute` writes x[t] to row row_map[t, j] of a (rows, H) output (`zero_rest`: the rows no
-slot names are zero); its backward is a combine of the gradient with weight 1. `moe_combine` sums
-each token's rows weighted by `probs` in fp32; its backward is the gradient permuted and scaled by
-the slots' probabilities (y's) and each slot's dot product of the gradient with its row (probs').
+`moe_permute` writes x[t] to row row_map[t, j] of a (rows, H) output (the rows no slot names
+zero, or only those `zero_rows` lists: `moe.call.permute`); its backward is a combine of the
+gradient with weight 1. `moe_combine` sums each token's rows weighted by `probs` in fp32; its
+backward is the gradient permuted and scaled by the slots' probabilities (y's) and each slot's dot
+product of the gradient with its row (probs').
 `tmakit.moe_dispatch` and `tmakit.moe_combine` call them; they run on any device (torch's
 expressions where the kernels cannot serve, unless `strict`)."""
 
@@ -23,7 +24,8 @@ from . import call
 
 SCHEMAS = {
     "moe_permute": (
-        "moe_permute(Tensor x, Tensor row_map, SymInt rows, bool zero_rest=True, bool strict=False) -> Tensor"
+        "moe_permute(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, bool strict=False) "
+        "-> Tensor"
     ),
     "moe_combine": "moe_combine(Tensor y, Tensor row_map, Tensor? probs=None, bool strict=False) -> Tensor",
 }
@@ -62,14 +64,31 @@ def _check_rows(rows) -> None:
         )
 
 
-def moe_permute_impl(x, row_map, rows, zero_rest=True, strict=False):
+def _check_zero_rows(zero_rows, x) -> None:
+    if zero_rows is None:
+        return
+    check_torch_tensor(zero_rows, f"torch.ops.{NAMESPACE}.moe_permute", "zero_rows")
+    if (
+        zero_rows.dim() != 1
+        or zero_rows.dtype not in (torch.int32, torch.int64)
+        or zero_rows.device != x.device
+    ):
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_permute: zero_rows is {tuple(zero_rows.shape)} {zero_rows.dtype} on "
+            f"{zero_rows.device}; it takes a 1-D int32 or int64 index on {x.device}"
+        )
+
+
+def moe_permute_impl(x, row_map, rows, zero_rows=None, strict=False):
     _check("moe_permute", x, row_map)
     _check_rows(rows)
-    return call.permute(x, row_map.contiguous(), rows, zero_rest, strict)
+    _check_zero_rows(zero_rows, x)
+    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict)
 
 
-def moe_permute_fake(x, row_map, rows, zero_rest=True, strict=False):
+def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False):
     _check("moe_permute", x, row_map)
+    _check_zero_rows(zero_rows, x)
     torch._check(rows >= 0)
     return x.new_empty((rows, x.shape[1]))
 
@@ -119,7 +138,7 @@ def _combine_backward(ctx, grad):
     y, row_map, probs = ctx.saved_tensors
     grad = grad.contiguous()
     rows = ctx.rows
-    spread = moe_permute(grad, row_map, rows, True, False)
+    spread = moe_permute(grad, row_map, rows, None, False)  # every row no slot names: zero
     if not ctx.weighted:
         return spread, None, None, None
     flat = row_map.reshape(-1).long()
