@@ -809,6 +809,18 @@ def layer_path(case: MoeCase, first: dict) -> str:
     return f"dispatch: {dispatch.path} ({dispatch.reason}); combine: {combine.path} ({combine.reason})"
 
 
+def case_start(case: MoeCase, l2_bytes: int) -> tuple:
+    """(TransformerEngine's module or None, the rows not timed and why, the case's generator, how
+    many operand sets rotate past the L2): what every case starts from, its compiles reset."""
+    import torch
+
+    peer = transformer_engine()
+    not_timed = {} if peer.module is not None else {name: peer.note for name in te_names(case)}
+    torch._dynamo.reset()  # each case's compiles anew: no recompile limit reached across cases
+    generator = torch.Generator(device=DEVICE).manual_seed(SEED)
+    return peer.module, not_timed, generator, rotation_buffers(case.bytes_moved, l2_bytes)
+
+
 def bench_layer(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     """Every row of a layer case (`layer_rows`), each verified eagerly and replayed from a CUDA
     graph first: device time, then eager back-to-back calls. No copy is timed beside them (its
@@ -817,12 +829,7 @@ def bench_layer(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     error is the case's note instead."""
     import torch
 
-    peer = transformer_engine()
-    te = peer.module
-    not_timed = {} if te is not None else {name: peer.note for name in te_names(case)}
-    torch._dynamo.reset()  # each case's compiles anew: no recompile limit reached across cases
-    generator = torch.Generator(device=DEVICE).manual_seed(SEED)
-    count = rotation_buffers(case.bytes_moved, l2_bytes)
+    te, not_timed, generator, count = case_start(case, l2_bytes)
     sets = [layer_operands(case, generator, DEVICE) for _ in range(count)]
     functions = compiled(case)  # compiled on their first call, in `verify_layer`
     for found in sets:
@@ -878,12 +885,7 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
 
     if case.op == LAYER:
         return bench_layer(case, l2_bytes, samples)
-    peer = transformer_engine()
-    te = peer.module
-    not_timed = {} if te is not None else {name: peer.note for name in te_names(case)}
-    torch._dynamo.reset()  # each case's compiles anew: no recompile limit reached across cases
-    generator = torch.Generator(device=DEVICE).manual_seed(SEED)
-    count = rotation_buffers(case.bytes_moved, l2_bytes)
+    te, not_timed, generator, count = case_start(case, l2_bytes)
     sets = [operands(case, generator, DEVICE) for _ in range(count)]
     if te is not None:
         try:
