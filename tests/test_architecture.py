@@ -6,7 +6,8 @@ subprocess test at the end. tmakit is a shared core (the layers below) and kerne
 package listed in `tmakit.registry.PACKAGES`. The rules:
 
 1. tmakit's own modules form no import cycle.
-2. The pure layers (limits, errors, config, registry, validate, ptx, plan, model) and each family's
+2. The pure layers (limits, errors, config, registry, validate, ptx, plan, model, the linter's
+   analysis) and each family's
    pure parts (`plan`, `model`) import neither torch nor the DSL, nor any tmakit module that does,
    at any level; a family's `kernel` imports no torch; its record (`__init__`) only the registry.
 3. The core imports no family: the core and the front ends read the families through the
@@ -46,6 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.model",),
     ("tmakit.kernels",),
     ("tmakit.runtime",),
+    ("tmakit.linter",),
     ("tmakit.api",),
     ("tmakit",),
     ("tmakit.ops", "tmakit.ops_base"),
@@ -67,6 +69,10 @@ PURE = (
     "tmakit.ptx",
     "tmakit.plan",
     "tmakit.model",
+    "tmakit.linter.program",
+    "tmakit.linter.mlir",
+    "tmakit.linter.checks",
+    "tmakit.linter.report",
 )
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")
 IMPURE_TMAKIT = (
@@ -81,6 +87,8 @@ IMPURE_TMAKIT = (
     "tmakit.explain",
     "tmakit.ops",
     "tmakit.ops_base",
+    "tmakit.linter.capture",
+    "tmakit.linter.kernels",
 )
 PURE_PARTS = ("plan", "model")  # a family's parts that are pure Python, as the pure layers
 # What a function may import: heavy optional dependencies (numpy is not one: it is a dependency and

@@ -486,3 +486,22 @@ def test_a_kernel_plan_is_the_plan_copy_makes():
     assert "no TMA plan" in strided  # a tile given is checked, and the driver's memcpy still copies
     rows_past = tmakit("plan", "--kernel", "copy", "--shape", "8192x8192", "--copy", "as_rows=true").stdout
     assert "route             torch" in rows_past  # the rule reads no option: copy_ takes the memcpy too
+
+
+def test_lint_checks_the_seeds_kernel_and_names_every_check():
+    run = tmakit("lint")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.stdout.startswith("load: the seed's tile load") and "no findings in 1 kernel" in run.stdout
+    for check in ("expect-tx", "init-fence", "store-groups", "multicast-mask", "reduce-type", "wait-parity"):
+        assert check in run.stdout, check
+
+
+def test_lint_of_a_cluster_kernel_writes_its_json_and_refuses_an_unknown_kernel():
+    run = tmakit("lint", "--kernel", "multicast-ring", "--json", "-")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    (report,) = json.loads(run.stdout)["kernels"].values()
+    assert report["ok"] and report["checks"]["multicast-mask"]["proven"] == 1
+    assert report["checks"]["expect-tx"]["proven_share"] == 1.0
+    assert "tmakit: argument --kernel: invalid choice: 'nope'" in one_error_line(
+        tmakit("lint", "--kernel", "nope")
+    )

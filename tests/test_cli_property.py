@@ -251,6 +251,8 @@ HUGE_FLAGS = {
         "samples": lines("--samples N"),
         "json": lines("--json - --sizes N"),
     },
+    # lint takes no number: its --kernel names a variant and --json a path (drawn huge all the same).
+    "lint": {"json": lines("--json N", "--json - --kernel load")},
 }
 # The options that take no number (a name, a choice of words, a path): nothing in them to be huge.
 NOT_NUMERIC = {"dtype", "layout", "kernel", "mistake", "only", "commit", "plot", "gpu"}

@@ -83,6 +83,26 @@ def fields_of(cls: type, **given: object) -> dict[str, object]:
     return values
 
 
+# A kernel `tmakit.lint_text` reads: one barrier initialised, fenced, declared and waited on.
+LINTED_PTX = """\
+.version 8.8
+.target sm_90a
+.address_size 64
+.extern .shared .align 1024 .b8 __dynamic_shmem__0[];
+.visible .entry k(
+    .param .u64 k_param_0
+)
+{
+    mov.b32 %r1, __dynamic_shmem__0;
+    mov.b32 %r2, 1;
+    mbarrier.init.shared.b64 [%r1], %r2;
+    fence.mbarrier_init.release.cluster;
+    mbarrier.arrive.expect_tx.shared.b64 %rd1, [%r1], 0;
+    mbarrier.try_wait.parity.shared.b64 %p1, [%r1], 0;
+    ret;
+}
+"""
+
 CLASS_ARGUMENTS = {
     "options": CopyOptions(),
     "dtype": "fp16",
@@ -107,6 +127,18 @@ PURE = [
     Entry("MulticastPlan", MulticastPlan, fields_of(MulticastPlan, load=LOAD)),
     Entry("ClusterDotPlan", ClusterDotPlan, fields_of(ClusterDotPlan, shape=(2, 4096, 4096))),
     Entry("copy_class", copy_class, dict(CLASS_ARGUMENTS)),
+    Entry(
+        "lint_text",
+        tmakit.lint_text,
+        {"ptx": LINTED_PTX, "mlir": None, "tensor_elements": ("Float16",), "reduce_dtype": "fp16"},
+    ),
+    # lint's refusals before it compiles: a host that is no function (the base one, None, too: so
+    # nothing compiles here; tests/test_lint_corpus.py compiles) and a dtype tmakit does not know.
+    Entry(
+        "lint",
+        lambda **kw: tmakit.lint(kw["host_function"], reduce_dtype=kw["reduce_dtype"]),
+        {"host_function": None, "reduce_dtype": "int32"},
+    ),
 ]
 
 
@@ -329,6 +361,7 @@ def test_every_public_entry_is_drawn_on():
         "TorchOpError",
         "SEED",
         "MoeDispatch",
+        "LintReport",  # a result: built by lint and lint_text
     }
     missing = set(tmakit.__all__) - drawn
     torch_only = "add_ config_for copy copy_ copy_path im2col im2col_path load_tiles padded_empty gather_rows"

@@ -8,7 +8,8 @@ neither torch nor the DSL). Its parts are modules of fixed names, each with one 
 
     plan     its plans and route rules: pure Python, no torch, no DSL
     kernel   its CuTe DSL kernel: no torch
-    launch   its compile (sm_90a, any machine) and the launcher around a compiled kernel
+    launch   its compile (sm_90a, any machine) and the launcher around a compiled kernel;
+             `LINT_VARIANTS`: the small plans of its kernels `tmakit lint --kernel` checks
     model    what its kernel moves, replayed on the CPU model (NumPy)
     api      its public functions: `__all__` is what `tmakit` exports
     op       its torch operators (`import tmakit.ops` imports it: that registers them)

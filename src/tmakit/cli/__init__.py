@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..errors import TmaConfigError
 from ..runtime.compile import installed_dsl_version
-from . import bench, check, demo, explain, plan, verify
+from . import bench, check, demo, explain, lint, plan, verify
 from .args import CommandError
 
 # The subcommands in the order --help lists them, each with its line there.
@@ -33,6 +33,10 @@ COMMANDS = {
     "explain": (explain, "the seed's three questions answered from the real CuTe objects (no GPU)"),
     "check": (check, "replay a barrier schedule on the CPU model: hangs, races, parity (no GPU)"),
     "bench": (bench, "device time vs the hardware peak and torch, same run (GPU)"),
+    "lint": (
+        lint,
+        "tmakit's kernels compiled and their barriers' bytes, fences and store groups checked (no GPU)",
+    ),
 }
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
 INTERRUPTED_EXIT = 130  # 128 + SIGINT

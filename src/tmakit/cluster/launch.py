@@ -6,8 +6,11 @@ kernel is built. How many clusters stay resident on the GPU is the core's
 
 from __future__ import annotations
 
-from ..config import DTYPES
-from ..plan import DEFAULT_RELEASE
+from dataclasses import replace
+
+from ..config import DTYPES, SEED
+from ..linter.kernels import LintVariant
+from ..plan import DEFAULT_RELEASE, LoadPlan
 from ..runtime.compile import compiles, fake_source, fake_tensor, placeholder_stream
 from .plan import ClusterDotPlan, MulticastPlan
 
@@ -56,3 +59,40 @@ def compile_cluster_dot(dot: ClusterDotPlan) -> tuple:
     x = fake_source(dot.x_load.config)
     out = fake_tensor(DTYPES["fp32"], dot.out_shape)
     return ClusterDotKernel(dot), a, x, out, placeholder_stream()
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+def _multicast_ring(cluster: tuple[int, int] = (2, 2)) -> MulticastPlan:
+    return replace(MulticastPlan(LoadPlan(SEED), cluster, True), stages=3)
+
+
+LINT_VARIANTS = {
+    "multicast": LintVariant(
+        "the seed's tile multicast over a 2x1 cluster, each CTA loading its slice",
+        lambda: compile_multicast_load.__wrapped__(MulticastPlan(LoadPlan(SEED), (2, 1), True)),
+    ),
+    "multicast-baseline": LintVariant(
+        "the same 2x1 cluster, each CTA loading the whole tile itself",
+        lambda: compile_multicast_load.__wrapped__(MulticastPlan(LoadPlan(SEED), (2, 1), False)),
+    ),
+    "multicast-ring": LintVariant(
+        "a 3-stage multicast ring per CTA of a 2x2 cluster",
+        lambda: compile_multicast_load.__wrapped__(_multicast_ring()),
+    ),
+    "multicast-lanes": LintVariant(
+        "the 2x2 multicast ring, consumers releasing the peers' stages a lane each, not storing",
+        lambda: compile_multicast_load.__wrapped__(_multicast_ring(), store=False, release="lanes"),
+    ),
+    "cluster-dot": LintVariant(
+        "the cluster row dot: an A tile and a multicast X tile a stage, a 1x2 cluster",
+        lambda: compile_cluster_dot.__wrapped__(
+            ClusterDotPlan((2, 8448, 1792), tile=(64, 128), cluster=(1, 2))
+        ),
+    ),
+    "cluster-dot-3x1": LintVariant(
+        "the cluster row dot on a 3x1 cluster (X slices of 8 rows)",
+        lambda: compile_cluster_dot.__wrapped__(
+            ClusterDotPlan((3, 8448, 1792), tile=(24, 128), cluster=(3, 1))
+        ),
+    ),
+}

@@ -4,7 +4,8 @@ against. Compiling needs no GPU; the kernel module (the DSL) is imported where a
 
 from __future__ import annotations
 
-from ..config import DTYPES, RAW_BYTE
+from ..config import DTYPES, RAW_BYTE, SEED
+from ..linter.kernels import LintVariant
 from ..plan import LoadPlan, PipelinePlan
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_source, fake_tensor, placeholder_stream, symbolic_tensors
@@ -80,3 +81,22 @@ def pipelined_load_arguments(pipeline: PipelinePlan, consumer: str, tvm_ffi: boo
     }[consumer]
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
     return src, out, guard, placeholder_stream(env=tvm_ffi)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+LINT_VARIANTS = {
+    "load": LintVariant(
+        "the seed's tile load: fp16 8448x1792, 64x256 tiles, one stage, stored back",
+        lambda: compile_tile_load.__wrapped__(LoadPlan(SEED)),
+    ),
+    "load-ring": LintVariant(
+        "the seed's load on a 4-stage ring, two consumer warps storing each stage",
+        lambda: compile_pipelined_load.__wrapped__(PipelinePlan(LoadPlan(SEED), stages=4, consumer_warps=2)),
+    ),
+    "load-rowsum-guard": LintVariant(
+        "the seed's load on a 2-stage ring summing rows, with the hang guard's bounded waits",
+        lambda: compile_pipelined_load.__wrapped__(
+            PipelinePlan(LoadPlan(SEED), stages=2), "rowsum", hang_guard=True
+        ),
+    ),
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
@@ -39,3 +40,16 @@ def compile_many(many: ManyPlan, relative: str | None = None, tvm_ffi: bool = Fa
 def many_launcher(many: ManyPlan, device: str, relative: str | None = None) -> Launcher:
     """A callable (chunks, starts[, buffer]) for the grouped copy on one device (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_many(many, relative, tvm_ffi=tvm_ffi), device)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+LINT_VARIANTS = {
+    "many": LintVariant(
+        "the grouped copy: a chunk table's bulk copies in and out (run-time bytes)",
+        lambda: compile_many.__wrapped__(ManyPlan()),
+    ),
+    "many-relative": LintVariant(
+        "the grouped copy with offsets relative to a packed source buffer",
+        lambda: compile_many.__wrapped__(ManyPlan(), "source"),
+    ),
+}

@@ -6,6 +6,7 @@ import functools
 
 from ..config import DTYPES
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
+from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
@@ -84,3 +85,20 @@ def dispatch_launcher(dispatch: DispatchPlan, device: str) -> Launcher:
 def combine_launcher(combine: CombinePlan, device: str) -> Launcher:
     """A callable (y, row_map, probs, out) for one combine plan on one device (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_combine(combine, tvm_ffi=tvm_ffi), device)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+LINT_VARIANTS = {
+    "moe-dispatch": LintVariant(
+        "the MoE dispatch: bf16 rows of 7168, top-8, each row stored to its experts' rows",
+        lambda: compile_dispatch.__wrapped__(DispatchPlan(14336, 8)),
+    ),
+    "moe-combine": LintVariant(
+        "the MoE combine: bf16 rows of 7168, top-8, weighted sums in fp32",
+        lambda: compile_combine.__wrapped__(CombinePlan(14336, 8, "bf16")),
+    ),
+    "moe-combine-unweighted": LintVariant(
+        "the MoE combine of fp32 rows, top-2, unweighted",
+        lambda: compile_combine.__wrapped__(CombinePlan(8192, 2, "fp32", weighted=False)),
+    ),
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
@@ -32,3 +33,16 @@ def im2col_launcher(im2col: Im2colPlan, device: str) -> Launcher:
     """A callable (x, out) for one im2col plan on one device (its guard words live there),
     compiled once for the plan's shape, through TVM-FFI where it is installed (`guarded_launcher`)."""
     return guarded_launcher(lambda tvm_ffi: compile_im2col(im2col, tvm_ffi=tvm_ffi), device)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+LINT_VARIANTS = {
+    "im2col": LintVariant(
+        "im2col loads: ResNet's 3x3 convolution of fp16 (2, 56, 56, 64), padding 1",
+        lambda: compile_im2col.__wrapped__(Im2colPlan((2, 56, 56, 64), "fp16", 3, padding=1)),
+    ),
+    "im2col-strided": LintVariant(
+        "im2col loads: a 3x5 bf16 window, strides (2, 1), dilation (1, 2)",
+        lambda: compile_im2col.__wrapped__(Im2colPlan((1, 13, 21, 16), "bf16", (3, 5), (2, 1), (1, 2))),
+    ),
+}

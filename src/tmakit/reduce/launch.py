@@ -6,9 +6,12 @@ from __future__ import annotations
 import functools
 
 from ..config import LoadConfig
+from ..linter.kernels import LintVariant
+from ..plan import CopyOptions, CopyPlan, LoadPlan, PipelinePlan
+from ..plan.copy_defaults import copy_tile
 from ..runtime.compile import compiles
 from ..runtime.launch import Launcher, copy_arguments, pair_launcher
-from .plan import ReducePlan
+from .plan import ReducePlan, reduce_class
 
 
 @compiles
@@ -47,3 +50,37 @@ def class_launcher(reduce: ReducePlan, destination: LoadConfig | None, device: s
     """The launcher of a shape-generic reduce class on one device, compiled or loaded from the
     disk cache once."""
     return reduce_launcher(reduce, destination, device, shape_generic=True)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+def _lint_class(op: str, dtype: str, kernel: str = "store") -> LintVariant:
+    what = "the load-add-store ring" if kernel == "ring" else "TMA reduce stores"
+    return LintVariant(
+        f"a shape-generic {op} of {dtype} by {what}",
+        lambda: compile_reduce.__wrapped__(
+            reduce_class(
+                CopyOptions(), op, dtype, 2, "row", False, copy_tile(dtype), 132, False, kernel=kernel
+            ),
+            shape_generic=True,
+        ),
+    )
+
+
+LINT_VARIANTS = {
+    "reduce": LintVariant(
+        "an fp16 add by TMA reduce stores, (1000, 776) in 16x256 tiles, a persistent 4-stage ring",
+        lambda: compile_reduce.__wrapped__(
+            ReducePlan(
+                CopyPlan(
+                    PipelinePlan(
+                        LoadPlan(LoadConfig((1000, 776), "fp16", (16, 256))), stages=4, persistent=True
+                    )
+                ),
+                "add",
+            )
+        ),
+    ),
+    "reduce-max": _lint_class("max", "uint32"),
+    "reduce-and": _lint_class("and", "int64"),
+    "reduce-ring": _lint_class("add", "bf16", "ring"),
+}

@@ -6,6 +6,7 @@ import functools
 
 from ..config import DTYPES
 from ..limits import GLOBAL_BASE_ALIGN, GLOBAL_STRIDE_ALIGN
+from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
@@ -50,3 +51,21 @@ def rows_launcher(rows: RowsPlan, index_dtype: str, device: str) -> Launcher:
     """A callable (table, index, compact) for one rows kernel on one device (`guarded_launcher`);
     `rows` is a `RowsPlan.kernel_plan`."""
     return guarded_launcher(lambda tvm_ffi: compile_rows(rows, index_dtype, tvm_ffi=tvm_ffi), device)
+
+
+# The variants `tmakit lint --kernel` compiles (`tmakit.linter.kernels`): a small plan of each kernel.
+def _lint_rows(op: str, dtype: str | None = None, index_dtype: str = "int64") -> LintVariant:
+    return LintVariant(
+        f"rows by index: {op}{f' of {dtype}' if dtype else ''}, 512-byte rows, {index_dtype} index",
+        lambda: compile_rows.__wrapped__(RowsPlan(op, 1, 512, 64, dtype=dtype).kernel_plan(), index_dtype),
+        dtype,
+    )
+
+
+LINT_VARIANTS = {
+    "rows-gather": _lint_rows("gather"),
+    "rows-scatter": _lint_rows("scatter"),
+    "rows-add": _lint_rows("add", "bf16"),
+    "rows-min": _lint_rows("min", "int32", "int32"),
+    "rows-max": _lint_rows("max", "int64"),
+}

@@ -120,7 +120,8 @@ def compiles(build: Callable[..., tuple]) -> Callable[..., CompiledKernel]:
     to `compiled_once` as the compile's mode: `keep_ptx`, a keyword of every compile that no
     `build` reads, and `tvm_ffi` where `build` takes it (its example stream depends on it). `build`
     runs only on a miss, after the disk cache (TVM-FFI) is asked, so its checks of the plan run
-    once per key too."""
+    once per key too. The compile's `__wrapped__` is `build` itself: what `tmakit lint` compiles
+    with the PTX and the MLIR kept (`linter.kernels`)."""
     signature = inspect.signature(build)
 
     @functools.wraps(build)
