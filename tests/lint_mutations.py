@@ -220,6 +220,63 @@ MISSING_OP = Citation(
     "review: a hand-written cp.reduce.async.bulk ... .bulk_group.noftz.f16 without its .add",
 )
 
+CLAMPED_BOX = Citation(
+    "mirage-project/mirage",
+    705,
+    "fix: clamp TMA box dims for splitk linear on SM100 to fix deadlock",
+    "expect_tx computed from a clamped tile (1024 bytes) while TMA lands the full box (2048): the "
+    "barrier's phase never flips and the consumer warp waits forever",
+)
+EXPECT_SIZE = Citation(
+    "triton-lang/triton",
+    9046,
+    "[CONSAN] Fix for false positive deadlock detection",
+    "treating barrier_expect as an arrive still allows deadlocks caused by a wrong transfer size in "
+    "the expect",
+)
+CLUSTER_INIT_FENCE = Citation(
+    "triton-lang/triton",
+    9076,
+    "[Gluon] Expose finer grained cluster fences",
+    "fence_cluster_init: every CTA must see the mbarriers' initialisation before multi-CTA ops",
+)
+MASK_PER_CLUSTER = Citation(
+    "facebookexperimental/triton",
+    783,
+    "[10/N][TLX-2cta] Support cluster sizes larger than 2",
+    "a multicast mask fixed for one cluster shape used in another: the wrong CTAs signalled, a hang",
+)
+NO_F32_MIN_MAX = Citation(
+    "pytorch/pytorch",
+    183594,
+    "TMA scatter_reduce min/max for sm_90+ (CUDA 12.8+)",
+    "cp.reduce.async.bulk's type matrix: min/max have f16, bf16, s32, s64 forms and no f32",
+)
+NO_F64_TENSOR_REDUCE = Citation(
+    "triton-lang/triton",
+    10013,
+    "[BACKEND] Make TMAReduce more robust",
+    "an f64 descriptor_reduce add: the TMA tensor reduce has no such form and must not be emitted",
+)
+REJECT_REDUCE_DTYPES = Citation(
+    "tile-ai/tilelang",
+    2830,
+    "[BugFix] Reject unsupported TMA atomic add dtypes",
+    "the accepted set is the tensor reduce's (f16, bf16, f32, i32, u32, u64); float64 is rejected",
+)
+DRAIN_AT_EXIT = Citation(
+    "facebookexperimental/triton",
+    3286,
+    "[WSTMAStoreLowering] [store-wait] Rotate FA backward TMA store waits by staging slot (#3286)",
+    "waits rotated to each staging slot's reuse must still drain the remaining groups at loop exit",
+)
+PENDING_COUNT = Citation(
+    "triton-lang/triton",
+    10567,
+    "[TMA] Add a token to the lower local_to_global to allow more flexible wait pending counts",
+    "a store wait's pending count chosen without knowing which store must finish is unsafe",
+)
+
 EXPECT = r"^\s*mbarrier\.arrive\.expect_tx"
 FIRST_INIT = r"^\s*mbarrier\.init"
 
@@ -457,5 +514,87 @@ MUTATIONS: list[Mutation] = [
         "reduce-type",
         r"^\s*cp\.reduce\.async\.bulk\.global",
         ptx=((r"\.bulk_group\.add\.noftz\.bf16", ".bulk_group.noftz.bf16"),),
+    ),
+    Mutation(
+        "dot-expect-tx-of-a-clamped-box",
+        "cluster-dot",
+        "the 2x1 cluster dot's stage declares half its tiles' bytes (16384 of 32768), as an expect_tx "
+        "computed from a clamped tile while the descriptor's box lands whole",
+        (CLAMPED_BOX,),
+        "expect-tx",
+        EXPECT,
+        ptx=((r"(mov\.b32\s+%r\d+, )32768;", r"\g<1>16384;"),),
+    ),
+    Mutation(
+        "dot-3x1-expect-tx-of-a-wider-tile",
+        "cluster-dot-3x1",
+        "the 3-CTA cluster dot's stage declares 16384 bytes where its copies land 12288: the phase "
+        "never completes",
+        (EXPECT_SIZE,),
+        "expect-tx",
+        EXPECT,
+        ptx=((r"(mov\.b32\s+%r\d+, )12288;", r"\g<1>16384;"),),
+    ),
+    Mutation(
+        "cluster-dot-init-fence-dropped",
+        "cluster-dot",
+        "the cluster dot's eight barriers published by the cluster barrier with no fence.mbarrier_init",
+        (CLUSTER_INIT_FENCE, CLUSTER_FENCE),
+        "init-fence",
+        FIRST_INIT,
+        ptx=((r"^\s*fence\.mbarrier_init\.release\.cluster;\n", ""),),
+    ),
+    Mutation(
+        "cluster-init-fence-after-first-use",
+        "multicast-lanes",
+        "the fence moved past the first expect_tx: the multicast ring's barriers are used before their "
+        "initialisation is visible to the cluster",
+        (CLUSTER_INIT_FENCE, LEADER_FENCE),
+        "init-fence",
+        FIRST_INIT,
+        ptx=(
+            (r"^\s*fence\.mbarrier_init\.release\.cluster;\n", ""),
+            (
+                r"(^\s*mbarrier\.arrive\.expect_tx[^\n]*\n)",
+                r"\g<1>\tfence.mbarrier_init.release.cluster;\n",
+            ),
+        ),
+    ),
+    Mutation(
+        "ring-mask-for-a-larger-cluster",
+        "multicast-ring",
+        "the 2x2 cluster's multicast mask written for a cluster of 8 (0xff): ranks 4 to 7 do not exist",
+        (MASK_PER_CLUSTER, OUT_OF_CLUSTER),
+        "multicast-mask",
+        r"^\s*cp\.async\.bulk\.tensor[^\n]*multicast",
+        ptx=((r"(mov\.b16\s+%rs\d+, )15;", r"\g<1>255;"),),
+    ),
+    Mutation(
+        "bulk-max-on-f32",
+        "rows-max",
+        "the rows max stored with cp.reduce.async.bulk .max.f32: the bulk reduce has no f32 max",
+        (NO_F32_MIN_MAX,),
+        "reduce-type",
+        r"^\s*cp\.reduce\.async\.bulk\.global",
+        ptx=((r"\.max\.s64", ".max.f32"),),
+    ),
+    Mutation(
+        "tensor-reduce-add-of-f64",
+        "reduce",
+        "the tensor reduce add's atom built for f64: cp.reduce.async.bulk.tensor .add has no f64 form",
+        (NO_F64_TENSOR_REDUCE, REJECT_REDUCE_DTYPES),
+        "reduce-type",
+        r"^\s*cp\.reduce\.async\.bulk\.tensor",
+        mlir=((r"(?g)non_exec_tiled_tma_reduce<ADD, f16,", "non_exec_tiled_tma_reduce<ADD, f64,"),),
+    ),
+    Mutation(
+        "dispatch-exit-wait-leaves-two-groups",
+        "moe-dispatch",
+        "the MoE dispatch's exit waits with the ring's steady-state depth (wait_group.read 2): its last "
+        "two row stores may still read the shared memory",
+        (DRAIN_AT_EXIT, PENDING_COUNT),
+        "store-groups",
+        r"^\s*cp\.async\.bulk\.global\.shared::cta\.bulk_group",
+        ptx=((r"(cp\.async\.bulk\.wait_group\.read\s+)0;", r"\g<1>2;"),),
     ),
 ]

@@ -114,7 +114,7 @@ def test_each_mutation_is_found_by_its_check_at_its_instruction(mutation):
 
 
 def test_the_mutations_are_many_cited_and_span_the_checks():
-    assert len(MUTATIONS) >= 15 and len({m.name for m in MUTATIONS}) == len(MUTATIONS)
+    assert len(MUTATIONS) >= 30 and len({m.name for m in MUTATIONS}) == len(MUTATIONS)
     assert {m.check for m in MUTATIONS} >= set(CHECKS) - {"wait-parity"}
     for mutation in MUTATIONS:
         assert mutation.cites and mutation.variant in variants(), mutation.name
