@@ -40,7 +40,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = "2.20.2"  # the release the study's TransformerEngine rows are timed on (tmakit.moe.bench)
+VERSION = "2.20.2"  # the release the study's TransformerEngine rows are timed on (tmakit.moe.peers)
 PACKAGE = "transformer_engine"
 KERNELS = (
     "transformer_engine/pytorch/triton/permutation.py",  # the torch wrappers the study calls

@@ -70,3 +70,11 @@ def strictly(function):
         return function(*args, **kwargs)
 
     return call
+
+
+def calling_timer(launches: dict, *args: object) -> dict:
+    """A stand-in for the bench's timers: every launch called once, three samples of 1-3 us each."""
+    for calls in launches.values():
+        for launch in calls:
+            launch()
+    return {name: [1.0, 2.0, 3.0] for name in launches}

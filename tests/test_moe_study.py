@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import pytest
 
 from entry_point import one_error_line, tmakit
+from stand_ins import calling_timer
 from tmakit import registry
 from tmakit.bench.timing import EAGER
 from tmakit.families import families, family_named
-from tmakit.moe import bench
+from tmakit.moe import bench, peers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,17 +97,17 @@ def test_device_run_has_the_moe_step_writing_the_studys_file():
 # -- the peers ------------------------------------------------------------------------------------
 def test_without_peers_the_transformer_engine_rows_are_skipped_saying_how_to_fetch(tmp_path):
     path = list(sys.path)
-    peer = bench.load_transformer_engine([tmp_path / ".peers"])
+    peer = peers.load_transformer_engine([tmp_path / ".peers"])
     assert peer.module is None and peer.version is None
     assert peer.note.startswith("skipped: ") and "scripts/fetch_peers.py" in peer.note
-    assert bench.TE_VERSION in peer.note and sys.path == path
+    assert peers.TE_VERSION in peer.note and sys.path == path
 
 
 def test_peers_named_by_the_environment_are_the_only_ones_looked_at(monkeypatch, tmp_path):
-    monkeypatch.setenv(bench.PEERS_VARIABLE, str(tmp_path))
-    assert bench.peer_folders() == [tmp_path]
-    monkeypatch.delenv(bench.PEERS_VARIABLE)
-    assert all(folder.name == bench.PEERS for folder in bench.peer_folders())
+    monkeypatch.setenv(peers.PEERS_VARIABLE, str(tmp_path))
+    assert peers.peer_folders() == [tmp_path]
+    monkeypatch.delenv(peers.PEERS_VARIABLE)
+    assert all(folder.name == peers.PEERS for folder in peers.peer_folders())
 
 
 def peers_tree(root: Path, kernels: str) -> Path:
@@ -130,7 +131,7 @@ def forget_transformer_engine():
 def test_a_peer_that_does_not_import_is_skipped_with_its_error(tmp_path, forget_transformer_engine):
     path = list(sys.path)
     root = peers_tree(tmp_path / ".peers", "import triton_that_is_not_installed\n")
-    peer = bench.load_transformer_engine([root])
+    peer = peers.load_transformer_engine([root])
     assert peer.module is None and peer.version == "2.20.2"
     assert "skipped: importing" in peer.note and "triton_that_is_not_installed" in peer.note
     assert sys.path == path  # .peers was on the path for the import alone
@@ -139,7 +140,7 @@ def test_a_peer_that_does_not_import_is_skipped_with_its_error(tmp_path, forget_
 def test_the_peer_is_imported_from_peers_for_the_import_alone(tmp_path, forget_transformer_engine):
     path = list(sys.path)
     root = peers_tree(tmp_path / ".peers", "def make_row_id_map(*args):\n    return 'stand-in'\n")
-    peer = bench.load_transformer_engine([tmp_path / "absent", root])
+    peer = peers.load_transformer_engine([tmp_path / "absent", root])
     assert peer.module is not None and peer.module.make_row_id_map() == "stand-in"
     assert peer.version == "2.20.2" and str(root) in peer.note
     assert sys.path == path
@@ -171,7 +172,7 @@ def test_the_fetch_unpacks_the_kernels_their_license_and_empty_packages(tmp_path
     assert (dest / "transformer_engine" / "VERSION").read_text() == "2.20.2\n"
     assert (dest / "transformer_engine" / "__init__.py").read_text() == fetch.STAND_IN
     assert (dest / fetch.KERNELS[0]).read_text() == f"# {fetch.KERNELS[0]}\n"
-    assert fetch.VERSION == bench.TE_VERSION
+    assert fetch.VERSION == peers.TE_VERSION
 
 
 def test_the_fetch_refuses_a_wheel_of_another_release_or_without_the_kernels(tmp_path):
@@ -188,7 +189,7 @@ def test_the_fetch_refuses_a_wheel_of_another_release_or_without_the_kernels(tmp
 # -- the torch expressions and TransformerEngine's row order --------------------------------------
 def small_routing(torch, tokens=37, topk=3, experts=5, hidden=24):
     generator = torch.Generator().manual_seed(bench.SEED)
-    ids, probs = bench.make_routing(tokens, topk, experts, generator, "cpu")
+    ids, probs = peers.make_routing(tokens, topk, experts, generator, "cpu")
     return ids, probs, torch.randn(tokens * topk, hidden, generator=generator).to(torch.bfloat16)
 
 
@@ -208,11 +209,11 @@ def test_torchs_gather_is_tmakits_dispatch_and_its_index_add_its_combine():
     x = y[:37]
     row_map = call.route_ids(ids, 5, 1).row_map
     assert torch.equal(
-        bench.torch_dispatch(x, bench.source_index(ids)), call._permute_by_torch(x, row_map, 111)
+        peers.torch_dispatch(x, peers.source_index(ids)), call._permute_by_torch(x, row_map, 111)
     )
-    assert torch.equal(bench.torch_sorted_dispatch(x, ids), bench.torch_dispatch(x, bench.source_index(ids)))
+    assert torch.equal(peers.torch_sorted_dispatch(x, ids), peers.torch_dispatch(x, peers.source_index(ids)))
     ours = call._combine_by_torch(y, row_map, probs)
-    theirs = bench.torch_combine(y, *bench.combine_indices(row_map, probs), 37)
+    theirs = peers.torch_combine(y, *peers.combine_indices(row_map, probs), 37)
     total, bound = bench.combine_reference(y, row_map, probs)
     assert bench.combine_verdict(theirs, total, bound).startswith("ok")
     assert bench.combine_verdict(ours, total, bound).startswith("ok")
@@ -226,14 +227,14 @@ def test_the_torch_expressions_compile_whole_without_a_graph_break():
 
     ids, probs, y = small_routing(torch)
     x = y[:37]
-    indices = bench.combine_indices(call.route_ids(ids, 5, 1).row_map, probs)
+    indices = peers.combine_indices(call.route_ids(ids, 5, 1).row_map, probs)
     torch._dynamo.reset()
     compiled = lambda function: torch.compile(function, dynamic=False, backend="aot_eager", fullgraph=True)  # noqa: E731
-    expected = bench.torch_dispatch(x, bench.source_index(ids))
-    assert torch.equal(compiled(bench.torch_dispatch)(x, bench.source_index(ids)), expected)
-    assert torch.equal(compiled(bench.torch_sorted_dispatch)(x, ids), expected)
-    total = compiled(bench.torch_combine)(y, *indices, 37)
-    assert torch.equal(total, bench.torch_combine(y, *indices, 37))
+    expected = peers.torch_dispatch(x, peers.source_index(ids))
+    assert torch.equal(compiled(peers.torch_dispatch)(x, peers.source_index(ids)), expected)
+    assert torch.equal(compiled(peers.torch_sorted_dispatch)(x, ids), expected)
+    total = compiled(peers.torch_combine)(y, *indices, 37)
+    assert torch.equal(total, peers.torch_combine(y, *indices, 37))
     torch._dynamo.reset()
 
 
@@ -262,7 +263,7 @@ def test_transformer_engines_documented_row_map_is_tmakits_order():
     assert te_map[:, 6].tolist() == [2, 2, 1, 2, 0]
     ids = torch.tensor([[0, 1], [0, 2], [2, -1], [0, 1], [-1, -1]])
     row_map = call.route_ids(ids, 3, 1).row_map
-    order = bench.te_row_order(te_map, ids, row_map, 3)
+    order = peers.te_row_order(te_map, ids, row_map, 3)
     assert order[:7].tolist() == list(range(7))
 
 
@@ -273,10 +274,10 @@ def test_a_peer_in_another_row_order_is_compared_after_mapping_its_rows():
     ids, _, y = small_routing(torch)
     x = y[:37]
     row_map = call.route_ids(ids, 5, 1).row_map
-    expected = bench.torch_dispatch(x, bench.source_index(ids))
+    expected = peers.torch_dispatch(x, peers.source_index(ids))
     for token_major, says in [(False, "in tmakit's order"), (True, "after mapping")]:
-        te_map = te_row_id_map(torch, bench.routing_mask(ids, 5), token_major)
-        order = bench.te_row_order(te_map, ids, row_map, 5)
+        te_map = te_row_id_map(torch, peers.routing_mask(ids, 5), token_major)
+        order = peers.te_row_order(te_map, ids, row_map, 5)
         theirs = te_permute(torch, x, te_map, 111)
         verdict = bench.dispatch_verdict(theirs, expected, order)
         assert verdict.startswith("ok") and says in verdict, verdict
@@ -290,7 +291,7 @@ def test_a_wrong_row_or_sum_is_named():
 
     ids, probs, y = small_routing(torch)
     row_map = call.route_ids(ids, 5, 1).row_map
-    expected = bench.torch_dispatch(y[:37], bench.source_index(ids))
+    expected = peers.torch_dispatch(y[:37], peers.source_index(ids))
     assert bench.dispatch_verdict(expected.clone(), expected) == "ok: bit-exact against torch"
     assert bench.dispatch_verdict(expected[:-1], expected) == "MISMATCH first at row 0"
     total, bound = bench.combine_reference(y, row_map, probs)
@@ -368,25 +369,19 @@ def on_the_cpu(monkeypatch):
     torch = pytest.importorskip("torch")
     from tmakit.moe import call
 
-    def timer(launches, *args):
-        for calls in launches.values():
-            for launch in calls:
-                launch()
-        return {name: [1.0, 2.0, 3.0] for name in launches}
-
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.setattr(call, "refuse_strict", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch, "compile", lambda function, **options: function)
-    monkeypatch.setattr(bench, "interleaved_graph_samples_us", timer)
-    monkeypatch.setattr(bench, "eager_samples_us", timer)
+    monkeypatch.setattr(bench, "interleaved_graph_samples_us", calling_timer)
+    monkeypatch.setattr(bench, "eager_samples_us", calling_timer)
     monkeypatch.setattr(bench, "replayed", lambda launch: (None, launch()))  # no graph: the call
     return torch
 
 
 def run_case(monkeypatch, case, te):
     note = "stand-in" if te is not None else "skipped: no transformer_engine here"
-    monkeypatch.setattr(bench, "transformer_engine", lambda: bench.Peer(te, "2.20.2", note))
+    monkeypatch.setattr(peers, "transformer_engine", lambda: peers.Peer(te, "2.20.2", note))
     rows = bench.bench_moe(case, l2_bytes=1024, samples=3)
     document = family_named("moe").study([(case, rows)], {"device": "cpu"})
     return rows, json.loads(json.dumps(document))  # what --json writes
@@ -455,7 +450,7 @@ def test_a_peer_that_fails_is_noted_with_its_error_and_not_timed(on_the_cpu, mon
     def broken(*args, **kwargs):
         raise RuntimeError("inductor could not compile this")
 
-    failing = {bench.torch_sorted_dispatch}
+    failing = {peers.torch_sorted_dispatch}
     monkeypatch.setattr(
         on_the_cpu, "compile", lambda function, **options: broken if function in failing else function
     )
@@ -491,8 +486,8 @@ def small_layer(torch, case):
 
 def torch_gradients(s):
     """torch's layer on a set of operands: (out, x's gradient, probs' gradient)."""
-    out = bench.torch_layer(s["x"], s["ids"], s["probs"])
-    return bench.with_gradients(out, (s["x"], s["probs"]), s["grad"])
+    out = peers.torch_layer(s["x"], s["ids"], s["probs"])
+    return peers.with_gradients(out, (s["x"], s["probs"]), s["grad"])
 
 
 def test_torchs_layer_and_its_autograd_are_the_float64_reference():
@@ -620,9 +615,9 @@ def test_transformer_engines_autograd_pair_is_torchs_gradient():
     torch = pytest.importorskip("torch")
     te = stand_in_transformer_engine(torch, True)
     s = small_layer(torch, layer_case())
-    functions = bench.te_layer_functions(te)
-    out = bench.te_layer(te, functions, s["x"], s["mask"], s["merging"], 72)
-    got = bench.with_gradients(out, (s["x"], s["merging"]), s["grad"])
+    functions = peers.te_layer_functions(te)
+    out = peers.te_layer(te, functions, s["x"], s["mask"], s["merging"], 72)
+    got = peers.with_gradients(out, (s["x"], s["merging"]), s["grad"])
     reference = bench.layer_reference(s["x"], s["probs"], s["grad"])
     assert bench.layer_verdict(got, reference, s["ids"]).startswith("ok")
 
@@ -633,8 +628,8 @@ def test_torchs_layer_compiles_whole_with_its_backward():
     torch = pytest.importorskip("torch")
     s = small_layer(torch, layer_case())
     torch._dynamo.reset()
-    compiled = torch.compile(bench.torch_layer, dynamic=False, backend="aot_eager", fullgraph=True)
-    got = bench.with_gradients(compiled(s["x"], s["ids"], s["probs"]), (s["x"], s["probs"]), s["grad"])
+    compiled = torch.compile(peers.torch_layer, dynamic=False, backend="aot_eager", fullgraph=True)
+    got = peers.with_gradients(compiled(s["x"], s["ids"], s["probs"]), (s["x"], s["probs"]), s["grad"])
     for theirs, ours in zip(got, torch_gradients(s), strict=True):
         assert torch.equal(theirs, ours)
     torch._dynamo.reset()

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from stand_ins import calling_timer
 from tmakit.bench.timing import EAGER
 from tmakit.families import family_named
 from tmakit.rows import api, bench
@@ -246,12 +247,6 @@ def rows_on_the_cpu(monkeypatch):
     torch = pytest.importorskip("torch")
     from tmakit.rows import call
 
-    def timer(launches, *args):
-        for calls_ in launches.values():
-            for launch in calls_:
-                launch()
-        return {name: [1.0, 2.0, 3.0] for name in launches}
-
     def captured(launch):
         launch()  # the call before the capture
         return SimpleNamespace(replay=launch), None
@@ -259,8 +254,8 @@ def rows_on_the_cpu(monkeypatch):
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.setattr(call, "refuse_strict", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(bench, "interleaved_graph_samples_us", timer)
-    monkeypatch.setattr(bench, "eager_samples_us", timer)
+    monkeypatch.setattr(bench, "interleaved_graph_samples_us", calling_timer)
+    monkeypatch.setattr(bench, "eager_samples_us", calling_timer)
     monkeypatch.setattr(bench, "captured", captured)
     return torch
 

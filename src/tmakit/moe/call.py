@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..api.tensors import cuda_index, device_facts, dtype_name, import_torch, lazy_bit, tensor_facts
+from ..api.tensors import cuda_index, device_facts, import_torch, lazy_bit, tensor_facts
+from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from .launch import combine_launcher, dispatch_launcher
@@ -233,7 +234,9 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
         refuse_strict(strict, "moe_combine", route.reason)
         return _combine_by_torch(y, row_map, probs)
     width = y[0].numel() * y.element_size()
-    plan = CombinePlan(width, topk, _dtype(y), weighted=probs is not None, sm_count=_sm_count(y.get_device()))
+    plan = CombinePlan(
+        width, topk, dtype_of(y.dtype), weighted=probs is not None, sm_count=_sm_count(y.get_device())
+    )
     weights = _no_weights(y.device) if probs is None else probs.to(torch.float32).contiguous()
     combine_launcher(plan, str(y.device)).launch(_bytes(y), row_map, weights, out.view(tokens, -1))
     return out
@@ -242,10 +245,6 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
 @functools.lru_cache(maxsize=16)
 def _no_weights(device) -> torch.Tensor:
     return torch_module().zeros((1, 1), dtype=torch_module().float32, device=device)
-
-
-def _dtype(tensor: torch.Tensor) -> str:
-    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype_name(tensor.dtype)]
 
 
 def _combine_by_torch(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:

@@ -10,9 +10,11 @@ from ..cli.args import CommandError, emit, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..errors import TmaConfigError
+from ..limits import WARP_THREADS
 from ..plan.route import Route, TensorFacts
 from .plan import (
     COMBINE_DTYPES,
+    VECTOR_BYTES,
     CombinePlan,
     DispatchPlan,
     MoeFacts,
@@ -82,9 +84,10 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
         f"{plan.chunk_bytes}  (cp.async.bulk, j < {plan.topk})",
         f"  the full barrier expects {plan.chunk_bytes} bytes a slot whose row exists (each lane declares "
         f"its own, mbarrier.expect_tx), {plan.stage_bytes} for a token with {plan.topk}; then one arrival",
-        f"  sum    {plan.consumer_warps * 32} threads, 16 bytes of each slot a thread, fp32, slots in order",
-        f"  store  out row 0, bytes 0-{plan.chunk_bytes - 1}  (st.global, 16 bytes a thread); the stage is "
-        "freed",
+        f"  sum    {plan.consumer_warps * WARP_THREADS} threads, {VECTOR_BYTES} bytes of each slot a "
+        "thread, fp32, slots in order",
+        f"  store  out row 0, bytes 0-{plan.chunk_bytes - 1}  (st.global, {VECTOR_BYTES} bytes a "
+        "thread); the stage is freed",
     ]
 
 

@@ -32,6 +32,7 @@ from ..validate import check_field_types, one_of
 
 # What the combine sums (in fp32) and writes: the dtypes of expert outputs.
 COMBINE_DTYPES = ("bf16", "fp16", "fp32")
+COMBINE_TORCH_DTYPES = {DTYPES[name].torch_name: name for name in COMBINE_DTYPES}  # by torch's names
 VECTOR_BYTES = 16  # a consumer thread's share of a chunk: one 16-byte shared load per slot
 MAX_TOPK = 32  # a token's slots are one warp's lanes (the combine's producer loads one each)
 # The dispatch's ring: stages of a whole number of token rows, at least this deep, so that a
@@ -298,10 +299,9 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
         if facts.op == "dispatch":
             DispatchPlan(row_bytes, facts.topk, stages=1)
         else:
-            dtype = {element.torch_name: name for name, element in DTYPES.items()}.get(rows.dtype)
-            if dtype not in COMBINE_DTYPES:
+            if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
-            CombinePlan(row_bytes, facts.topk, dtype, stages=1)
+            CombinePlan(row_bytes, facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
     except TmaConfigError as error:
         return str(error)
     return None
