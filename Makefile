@@ -15,12 +15,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The torch-facing tests need torch; `make test` installs this one into .venv/ only where the venv
-# has none (an installed torch, a CUDA build above all, is never replaced). `make test TORCH=`
-# runs without torch: those tests then skip.
+# has none (an installed torch, a CUDA build above all, is never replaced), then the `lint` extra
+# (other projects' kernels for the lint's corpus; QuACK's needs torch, so it comes after it).
+# `make test TORCH=` runs without torch and without the extra: those tests then skip.
 TORCH ?= torch==2.13.0
 # pytest-xdist processes: one a core, at most four (the GPU tests share one GPU's memory).
 WORKERS ?= auto
 HAS_TORCH = $(VENV)/bin/python -c "import torch" 2>/dev/null
+HAS_LINT_EXTRA = $(VENV)/bin/python -c "import importlib.metadata as m; [m.version(d) for d in \
+	('nvidia-cutlass-operators', 'quack-kernels', 'triton')]" 2>/dev/null
 HAS_GPU = command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU
 
 # On a machine with an NVIDIA GPU the demo needs torch and the fast launch path: the `gpu` extra.
@@ -34,6 +37,9 @@ test: $(STAMP)
 	@if [ -n "$(TORCH)" ] && ! $(HAS_TORCH); then \
 		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
 		$(VENV)/bin/python -m pip install -q '$(TORCH)'; fi
+	@if [ -n "$(TORCH)" ] && ! $(HAS_LINT_EXTRA); then \
+		echo "installing tmakit[lint] into $(VENV)/ for the lint's corpus of other projects' kernels"; \
+		$(VENV)/bin/python -m pip install -q -e '.[lint]' $(DSL); fi
 	$(VENV)/bin/ruff check src tests scripts examples benchmarks
 	$(VENV)/bin/python -m pytest -q -n $(WORKERS) --maxprocesses 4
 

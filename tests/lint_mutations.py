@@ -1,7 +1,8 @@
 """The lint's mutation corpus: each record a bug put into the captured PTX (or MLIR, or the
-tensors' element types) of one of tmakit's kernel variants (`tmakit.linter.kernels`), modelled on
-a public bug report or DSL change it cites, with the finding the lint must report: its check and
-the instruction it names (`target`, a pattern of the mutated PTX's line).
+tensors' element types) of one of tmakit's kernel variants (`tmakit.linter.kernels`) or of another
+project's kernel (`lint_external`), modelled on a public bug report or DSL change it cites, with
+the finding the lint must report: its check and the instruction it names (`target`, a pattern of
+the mutated PTX's line).
 
 An edit is (pattern, replacement): the pattern must match the captured text exactly once, so a
 change in what the DSL emits fails here loudly instead of mutating nothing.
@@ -31,7 +32,8 @@ class Citation:
 
 @dataclass(frozen=True)
 class Mutation:
-    """One bug: the `variant` whose capture it edits, what it is (`what`), the reports it is
+    """One bug: the `variant` whose capture it edits (a name of `tmakit.linter.kernels.variants()`
+    or of `lint_external.EXTERNAL`), what it is (`what`), the reports it is
     modelled on (`cites`), the edits to the PTX and the MLIR, the tensors' element types where
     the bug is a signedness (`tensor_elements`), and the finding expected: `check` at the line
     `target` matches in the mutated PTX."""
@@ -276,9 +278,62 @@ PENDING_COUNT = Citation(
     "[TMA] Add a token to the lower local_to_global to allow more flexible wait pending counts",
     "a store wait's pending count chosen without knowing which store must finish is unsafe",
 )
+STRADDLING_CLUSTER = Citation(
+    "deepseek-ai/DeepGEMM",
+    415,
+    "Fix SM90 k-grouped GEMM hang and silent corruption when TMA multicast clusters straddle group "
+    "boundaries",
+    "only one CTA of the pair multicasts B: the other's full barrier never receives its B bytes, a hang",
+)
+UNCOMMITTED_REDUCE = Citation(
+    "NVIDIA/TensorRT-LLM",
+    18498,
+    "[None][feat] Add SM107 NVFP4 CuTe DSL fused MoE kernels and integration",
+    "review: the bulk scatter-add is never committed or waited on while the next tile overwrites its "
+    "single shared-memory buffer",
+)
+REDUCE_DTYPE = Citation(
+    "jax-ml/jax",
+    27086,
+    "[mosaic-gpu] add reduction support in copy_smem_to_gmem",
+    "a TMA reduction needs the data's exact dtype: a wrong one hangs, computes wrong results or is an "
+    "illegal instruction",
+)
 
 EXPECT = r"^\s*mbarrier\.arrive\.expect_tx"
 FIRST_INIT = r"^\s*mbarrier\.init"
+
+WAIT_PARITY_COMPLETED = Citation(
+    "tile-ai/tilelang",
+    3087,
+    "[Bugfix] Fix wait parity for explicit mbarriers in pipelined loops",
+    "a wait asked for a parity that had already completed: it returned at once and the next pass "
+    "overwrote a stage still being read",
+)
+START_PHASE = Citation(
+    "Dao-AILab/flash-attention",
+    1317,
+    "In the FlashAttention 3 (FA3) code, where is the barrier_O phase specified as 1 or 0?",
+    "a barrier's first wait at the wrong phase: one start works, the other is wrong",
+)
+RING_PARITY_LAW = Citation(
+    "NVIDIA/Fuser",
+    3155,
+    "Use parity to wait for mbarrier",
+    "a ring's wait parity is (i / stages) % 2 of the loop index: it flips once a wrap, not a pass",
+)
+UNDERARRIVAL_DEADLOCK = Citation(
+    "triton-lang/triton",
+    8285,
+    "[ConSan] Deadlock Detection",
+    "deadlocks where a barrier's phase never flips: its arrivals fall short when the wait comes",
+)
+ARRIVE_BEFORE_WAIT = Citation(
+    "triton-lang/triton",
+    10035,
+    "[nvidia] Always insert bar sync before all mbarrier arrives",
+    "a ring's partitions deadlock when an arrive and the waits of its phase come in the wrong order",
+)
 
 MUTATIONS: list[Mutation] = [
     Mutation(
@@ -596,5 +651,121 @@ MUTATIONS: list[Mutation] = [
         "store-groups",
         r"^\s*cp\.async\.bulk\.global\.shared::cta\.bulk_group",
         ptx=((r"(cp\.async\.bulk\.wait_group\.read\s+)0;", r"\g<1>2;"),),
+    ),
+    # Other projects' kernels (`lint_external`): the bug as their source would put it in.
+    Mutation(
+        "gemm-expect-tx-counts-a-only",
+        "cutlass-gemm",
+        "the CUTLASS GEMM's stages declare A's 16384 bytes, not A's and the multicast B's 32768: a CTA "
+        "that does not issue B still receives it",
+        (ALL_TARGETING_OPS,),
+        "expect-tx",
+        EXPECT,
+        ptx=((r"(?g)(mov\.b32\s+%r\d+, )32768;", r"\g<1>16384;"),),
+    ),
+    Mutation(
+        "gemm-multicast-to-itself-only",
+        "cutlass-gemm",
+        "the CUTLASS GEMM's B multicast masked to CTA 0 alone (1, not 3): its peer's barrier never "
+        "receives B's other half",
+        (STRADDLING_CLUSTER,),
+        "expect-tx",
+        EXPECT,
+        ptx=((r"(?g)(mov\.b16\s+%rs\d+, )3;", r"\g<1>1;"),),
+    ),
+    Mutation(
+        "gemm-mask-with-a-rank-past-the-cluster",
+        "cutlass-gemm",
+        "the CUTLASS GEMM's B multicast mask for its cluster of 2 with bit 2 set too (7): a CTA rank the "
+        "cluster does not have",
+        (OUT_OF_CLUSTER,),
+        "multicast-mask",
+        r"^\s*cp\.async\.bulk\.tensor[^\n]*multicast",
+        ptx=((r"(?g)(mov\.b16\s+%rs\d+, )3;", r"\g<1>7;"),),
+    ),
+    Mutation(
+        "quack-expect-tx-counts-the-issued-slice",
+        "quack-gemm",
+        "QuACK's GEMM declares the B slice each CTA issues (A 16384 + 12288), not the two slices of the "
+        "pair that land in it (40960)",
+        (PER_CTA_BYTES,),
+        "expect-tx",
+        r"^\s*mbarrier\.arrive\.expect_tx\.shared\.b64",
+        ptx=((r"(mov\.b32\s+%r\d+, )40960;", r"\g<1>28672;"),),
+    ),
+    Mutation(
+        "scatter-add-edge-chunk-counted-as-its-valid-bytes",
+        "torch-scatter-add",
+        "torch's scatter_add declares the last chunk's valid bytes of a 2000-byte row (464), where TMA "
+        "lands the whole 512-byte box, zero-filled past the row",
+        (OOB_BOXES,),
+        "expect-tx",
+        EXPECT,
+        ptx=((r"(mov\.b32\s+%r\d+, )512;", r"\g<1>464;"),),
+    ),
+    Mutation(
+        "scatter-add-reduce-never-committed",
+        "torch-scatter-add",
+        "torch's scatter_add issues its bulk reduce adds without commit_group and wait_group: the next "
+        "chunk's load, or the kernel's exit, may reuse the buffer the reduce still reads",
+        (UNCOMMITTED_REDUCE,),
+        "store-groups",
+        r"^\s*cp\.reduce\.async\.bulk\.global",
+        ptx=((r"(?g)\s*cp\.async\.bulk\.commit_group;\s*cp\.async\.bulk\.wait_group\s+0;", ""),),
+    ),
+    Mutation(
+        "scatter-add-bf16-reduced-as-f16",
+        "torch-scatter-add",
+        "torch's scatter_add of bf16 rows reduces them as f16 (.add.noftz.f16): each sum is of the wrong "
+        "format's bits",
+        (REDUCE_DTYPE,),
+        "reduce-type",
+        r"^\s*cp\.reduce\.async\.bulk\.global",
+        ptx=((r"(?g)\.add\.noftz\.bf16", ".add.noftz.f16"),),
+    ),
+    Mutation(
+        "ring-parity-frozen",
+        "copy",
+        "the copy ring's phase never advances at a wrap (selp 0, 0): from the second pass of a stage "
+        "on, each wait asks for a phase already complete and reads what the last pass left",
+        (WAIT_PARITY_COMPLETED, RING_PARITY_LAW),
+        "wait-parity",
+        r"^\s*mbarrier\.try_wait\.parity",
+        ptx=((r"(?g)(selp\.b32\s+%r\d+, )1, 0(, %p\d+;)", r"\g<1>0, 0\g<2>"),),
+    ),
+    Mutation(
+        "ring-parity-every-pass",
+        "copy",
+        "the copy ring's phase advanced every pass instead of every wrap: stage 1's first wait is at "
+        "parity 1 and passes before its tile lands",
+        (RING_PARITY_LAW, WAIT_PARITY_COMPLETED),
+        "wait-parity",
+        r"^\s*mbarrier\.try_wait\.parity",
+        ptx=((r"(?g)(selp\.b32\s+%r\d+, )1, 0(, %p\d+;)", r"\g<1>1, 1\g<2>"),),
+    ),
+    Mutation(
+        "consumer-starts-at-phase-one",
+        "copy",
+        "the copy ring's consumer starts its phase at 1, as a producer does: its first wait on a full "
+        "barrier passes at once, before the tile lands",
+        (START_PHASE,),
+        "wait-parity",
+        r"^\s*mbarrier\.try_wait\.parity",
+        ptx=(
+            (
+                r"(mov\.b32\s+)(%r\d+), 0;(\s+mov\.b32\s+%r\d+), \2;(\s+mov\.b32\s+%r\d+), \2;",
+                r"\g<1>\g<2>, 1;\g<3>, 0;\g<4>, 0;",
+            ),
+        ),
+    ),
+    Mutation(
+        "tile-load-waits-before-its-arrive",
+        "load",
+        "the seed's tile load with its arrive.expect_tx moved after its wait: the wait's phase needs "
+        "that arrive, so the thread waits for itself",
+        (UNDERARRIVAL_DEADLOCK, ARRIVE_BEFORE_WAIT),
+        "wait-order",
+        r"^\s*mbarrier\.try_wait\.parity",
+        ptx=((r"(\s*mbarrier\.arrive\.expect_tx[^\n]*\n)((?:.*\n)*?\s*DONE: *\n\s*\}\n)", r"\g<2>\g<1>"),),
     ),
 ]

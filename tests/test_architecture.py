@@ -72,6 +72,7 @@ PURE = (
     "tmakit.linter.program",
     "tmakit.linter.mlir",
     "tmakit.linter.checks",
+    "tmakit.linter.phases",
     "tmakit.linter.report",
 )
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")

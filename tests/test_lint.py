@@ -505,12 +505,106 @@ def test_a_tensor_reduce_against_its_atom_and_tensor(ptx_op, atom_op, element, t
     )
 
 
+# -- waits: parity and order -------------------------------------------------------------------------
+WAIT = "mbarrier.try_wait.parity.shared.b64 %p5, [%r1+32768], 0;"
+
+
+def wait_lint(text: str) -> LintReport:
+    return lint_text(text, mlir(LOAD_ATOM, LOAD_ATOM))
+
+
+def test_the_wait_after_a_tile_loads_arrive_is_proven():
+    report = wait_lint(load_kernel())
+    assert report.ok, report.text()
+    assert report.tallies["wait-parity"].proven == report.tallies["wait-order"].proven == 1
+
+
+def test_a_first_wait_at_parity_one_on_a_barrier_copies_complete_is_found():
+    report = wait_lint(load_kernel().replace(WAIT, WAIT.replace("], 0;", "], 1;")))
+    [finding] = findings(report, "wait-parity")
+    assert (finding.expected, finding.actual, finding.phase) == ("parity 0", "parity 1", "0")
+    assert finding.barrier == "smem+32768" and "before any byte lands" in finding.message
+
+
+def test_a_wait_before_the_threads_own_arrive_is_found():
+    """The seed's kernel with its wait moved above its arrive: the phase needs that arrive."""
+    early = load_kernel().replace(WAIT, "").replace("bar.sync 0;", f"bar.sync 0;\n        {WAIT}")
+    [finding] = findings(wait_lint(early), "wait-order")
+    assert (
+        "before its own arrive" in finding.message
+        and finding.line == early.splitlines().index("        " + WAIT) + 1
+    )
+
+
+def ring_loop(parity_update: str, stages: int = 1) -> str:
+    """One elected lane loads a tile a pass into a ring of `stages` barriers and waits on it,
+    for a count the launch gives; `parity_update` moves the parity register %r10 on."""
+    return ptx(f"""\
+        mov.b64 %rd1, k_param_0;
+        mov.b32 %r1, __dynamic_shmem__0;
+        ld.param.u32 %r12, [k_param_2];
+        elect.sync %r2|%p1, -1;
+        not.pred %p2, %p1;
+        @%p2 bra $L__BB0_2;
+        mov.b32 %r3, 1;
+        mbarrier.init.shared.b64 [%r1+32768], %r3;
+        mbarrier.init.shared.b64 [%r1+32776], %r3;
+    $L__BB0_2:
+        fence.mbarrier_init.release.cluster;
+        bar.sync 0;
+        mov.b32 %r10, 0;
+        mov.b32 %r11, 0;
+        mov.b32 %r13, 0;
+    $L__BB0_3:
+        shl.b32 %r14, %r13, 3;
+        add.s32 %r15, %r1, %r14;
+        add.s32 %r16, %r15, 32768;
+        mov.b32 %r5, 32768;
+        mbarrier.arrive.expect_tx.shared.b64 %rd2, [%r16], %r5;
+        cvta.param.u64 %rd3, %rd1;
+        mov.b32 %r6, 0;
+        {TILE_LOAD} [%r1], [%rd3, {{%r6, %r6}}], [%r16];
+        mbarrier.try_wait.parity.shared.b64 %p5, [%r16], %r10;
+        add.s32 %r13, %r13, 1;
+        setp.eq.b32 %p6, %r13, {stages};
+        selp.b32 %r13, 0, %r13, %p6;
+        {parity_update}
+        add.s32 %r11, %r11, 1;
+        setp.lt.s32 %p7, %r11, %r12;
+        @%p7 bra $L__BB0_3;
+        ret;
+    """)
+
+
+@pytest.mark.parametrize(
+    ("stages", "update", "found"),
+    [
+        (1, "xor.b32 %r10, %r10, 1;", False),  # one barrier: it flips every pass
+        (2, "selp.b32 %r7, 1, 0, %p6;\n        xor.b32 %r10, %r10, %r7;", False),  # at each wrap
+        (1, "", True),  # frozen: the second pass's wait passes at once
+        (2, "xor.b32 %r10, %r10, 1;", True),  # a pass, not a wrap: stage 1 first waits at 1
+    ],
+)
+def test_a_rings_parity_is_followed_around_its_loop(stages, update, found):
+    report = wait_lint(ring_loop(update, stages))
+    assert bool(findings(report, "wait-parity")) == found, report.text()
+    assert report.tallies["wait-order"].proven == 1
+    if not found:
+        assert report.ok and report.tallies["wait-parity"].proven == 1
+
+
+def test_a_parity_loaded_at_run_time_leaves_its_wait_unchecked():
+    report = wait_lint(ring_loop("ld.global.u32 %r10, [%rd1];"))
+    assert report.ok and report.tallies["wait-parity"].unchecked == 1
+    assert any(site.reason == "its parity is set at run time" for site in report.unchecked)
+
+
 # -- the report and its inputs ------------------------------------------------------------------------
-def test_waits_are_counted_unchecked_and_the_report_reads_as_text_and_json():
+def test_the_report_reads_as_text_and_json():
     report = lint_text(load_kernel(expect="16384"), mlir(LOAD_ATOM, LOAD_ATOM))
-    assert report.tallies["wait-parity"].unchecked == 1 and not report.ok
+    assert report.tallies["wait-parity"].proven == 1 and not report.ok
     text = report.text()
-    assert "expect-tx: line" in text and "proven share" in text and "wait-parity: line" in text
+    assert "expect-tx: line" in text and "proven share" in text and "wait-parity" in text
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data["checks"]) == set(CHECKS) and data["findings"][0]["expected"] == "16384"
     assert 0 < report.proven_share() < 1 and report.kernels == ["k"]

@@ -74,9 +74,10 @@ def lint(host_function: Any, *args: Any, reduce_dtype: str | None = None) -> Lin
     return lint_text(captured.ptx, captured.mlir, captured.tensor_elements, reduce_dtype)
 
 
-def capture(host_function: Any, *args: Any) -> Captured:
+def capture(host_function: Any, *args: Any, options: str = "") -> Captured:
     """`host_function` compiled for sm_90a with its PTX and MLIR kept (what `cute.compile`
-    raises, it raises)."""
+    raises, it raises). `options`: more of `cute.compile`'s options, where the kernel's owner
+    compiles it with some that change its code (`--enable-assertions` keeps bounds checks)."""
     import cutlass.cute as cute
     from cutlass.cutlass_dsl import CuTeDSL
 
@@ -93,8 +94,8 @@ def capture(host_function: Any, *args: Any) -> Captured:
             # the DSL starts; the environment variable would need setting before that).
             settings.keep_ir_clean = True
             settings.dump_dir = folder
-            options = f"--gpu-arch {TARGET_ARCH} --keep-ptx --dump-dir {folder}"
-            function = cute.compile(host_function, *args, options=options)
+            kept = f"{options} --gpu-arch {TARGET_ARCH} --keep-ptx --dump-dir {folder}".strip()
+            function = cute.compile(host_function, *args, options=kept)
         finally:
             for name, value in saved.items():
                 setattr(settings, name, value)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..config import DTYPES
 from ..errors import TmaConfigError
 from ..validate import type_name
+from . import phases
 from .mlir import Atom, LaunchFacts, kernel_for, parse_module
 from .program import Form, Kernel, parse_kernels
 from .report import Finding, LintReport, Unchecked
@@ -153,6 +154,8 @@ class KernelLint:
             barrier = self._barrier(brackets[2]) if len(brackets) >= 3 else None
             landed, why = self._landed_bytes(index)
             return Site(index, "copy", barrier, landed, why)
+        if opcode.startswith("st.async") and "mbarrier::complete_tx::bytes" in opcode and len(brackets) >= 2:
+            return Site(index, "copy", self._barrier(brackets[-1]), *self._stored_bytes(opcode))
         if opcode.startswith(("cp.async.bulk", "cp.reduce.async.bulk")) and ".bulk_group" in opcode:
             return Site(index, "store")
         if opcode.startswith("cp.async.bulk.commit_group"):
@@ -160,6 +163,15 @@ class KernelLint:
         if opcode.startswith("cp.async.bulk.wait_group"):
             return Site(index, "wait-group", bytes=self.kernel.value(instruction.operands[0]))
         return None
+
+    @staticmethod
+    def _stored_bytes(opcode: str) -> tuple[Form | None, str | None]:
+        """The bytes an `st.async` lands on its (remote) barrier: its vector's count of its type's
+        size (`.v4.s32`: 16)."""
+        match = re.search(r"(?:\.v(\d+))?\.[bsuf](8|16|32|64)$", opcode)
+        if not match:
+            return None, f"the store's type ({opcode}) is not read"
+        return Form.of(int(match.group(1) or 1) * int(match.group(2)) // 8), None
 
     def atom_of(self, index: int) -> Atom | None:
         """The atom whose tensor map a TMA tensor copy at `index` reads (its operand
@@ -645,10 +657,68 @@ class KernelLint:
 
     # waits -------------------------------------------------------------------------------------------
     def check_waits(self) -> None:
-        """Every wait: its parity and its place after the arrive that opens its phase are not
-        modelled in this version, so each is counted unchecked."""
-        for site in self._sites("wait"):
-            self._leave("wait-parity", site.index, "parity and wait-before-arrive are not modelled yet")
+        """Each wait's parity and its place among its thread's arrives, on every run `phases`
+        follows: the parity flips from the thread's last wait on the barrier; a first wait on a
+        barrier that copies complete waits for phase 0 (parity 1 would pass at once, before any
+        byte lands); no arrive of the thread's own follows a wait in the phase it waits for."""
+        sites = [site.index for site in self._sites("wait")]
+        if not sites:
+            return
+        followed = phases.follow(self.kernel)
+        found = dict(followed.findings)
+        for index, first in followed.first_at_one.items():
+            if first.barrier in followed.transactions:
+                found.setdefault(("wait-parity", index), first)
+        for check in ("wait-parity", "wait-order"):
+            for index in sites:
+                if (check, index) in found:
+                    self._find_wait(found[(check, index)])
+                elif not followed.complete:
+                    self._leave(check, index, f"its kernel's paths were not all followed ({followed.why})")
+                elif index not in followed.reached:
+                    self._leave(check, index, "no path followed reaches it")
+                elif index in followed.unread:
+                    self._leave(check, index, followed.unread[index])
+                else:
+                    self._prove(check)
+
+    def _find_wait(self, finding: phases.WaitFinding) -> None:
+        other = None if finding.other is None else self.kernel.instructions[finding.other].line
+        fields = {"barrier": self.barrier_name(finding.barrier), "phase": str(finding.phase)}
+        if finding.check == "wait-order":
+            message = (
+                f"this thread waits before its own arrive (line {other}) on the barrier: the phase "
+                "cannot complete without that arrive, so the warp hangs"
+            )
+            self._find(
+                finding.check,
+                finding.index,
+                message,
+                expected="its arrive, then the wait",
+                actual="the wait first",
+                **fields,
+            )
+        elif finding.other is None:
+            message = (
+                "the first wait on a barrier copies complete waits at parity 1: it passes at once, "
+                "before any byte lands (phase 0's parity is 0)"
+            )
+            self._find(
+                finding.check, finding.index, message, expected="parity 0", actual="parity 1", **fields
+            )
+        else:
+            message = (
+                f"the parity did not flip since this thread's last wait on the barrier (line {other}): "
+                "that phase has completed, so the wait passes at once and reads what it left"
+            )
+            self._find(
+                finding.check,
+                finding.index,
+                message,
+                expected=f"parity {1 - finding.parity}",
+                actual=f"parity {finding.parity}",
+                **fields,
+            )
 
 
 def check_reduce_dtype(reduce_dtype: object) -> None:

@@ -5,6 +5,11 @@ cluster shape). Pure Python.
 
 The PTX passes each atom's tensor map as a `.param .align 64 .b8 NAME[128]`, in the order of the
 atom arguments here: the n-th such parameter is the n-th atom.
+
+A multicast copy comes two ways: a multicast atom the host built with its factor
+(`num_multicast`), or a plain atom that the kernel's block-API copy multicasts (`cute.copy` with
+`from_block_api` and a `multicast_layout`, as QuACK's GEMM loads): there the compiler splits the
+atom's tile among the CTAs that share it, so it reads as a multicast atom of that many.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ _HOST = re.compile(
     r"^\s*func\.func\s+@\w+\((.*?)\)\s*(?:->[^{]*)?(?:attributes\s*\{[^}]*\})?\s*\{", re.MULTILINE
 )
 _DEFINITION = re.compile(r"^\s*(%[\w.#]+)(?:\s*,\s*%[\w.#]+)*\s*=\s*[\w.\"<>]+\(\s*(%[\w.#]+)", re.MULTILINE)
+_BLOCK_COPY = re.compile(r"cute\.copy\(\s*(%[\w.#]+)[^\n]*\{([^}\n]*\bfrom_block_api\b[^}\n]*)\}")
+_MULTICAST_LAYOUT = re.compile(r'multicast_layout\s*=\s*#cute\.layout<"\(([\d,]+)\):\(([\d,]+)\)">')
 
 KINDS = {
     "tiled_tma_load": "load",
@@ -159,9 +166,15 @@ def parse_module(mlir: str, tensor_elements: tuple[str | None, ...] = ()) -> lis
     elements = _host_elements(mlir, tensor_elements)
     definitions = {m.group(1): m.group(2) for m in _DEFINITION.finditer(mlir)}
     kernels = []
-    for match in _KERNEL.finditer(mlir):
+    matches = list(_KERNEL.finditer(mlir))
+    for number, match in enumerate(matches):
         name, arguments, attributes = match.groups()
         operands = launches.get(name, [])
+        # The kernel's body: up to the next kernel or the host's function (whose values reuse
+        # the kernel's names).
+        ends = [matches[number + 1].start()] if number + 1 < len(matches) else []
+        ends += [m.start() for m in _HOST.finditer(mlir, match.end())][:1]
+        sharing = _block_multicast(mlir[match.end() : min(ends, default=len(mlir))])
         atoms = []
         for index, argument in enumerate(_ARGUMENT.split(arguments)):
             if "grid_constant" not in argument:
@@ -170,7 +183,10 @@ def parse_module(mlir: str, tensor_elements: tuple[str | None, ...] = ()) -> lis
             if atom is None:
                 atom = Atom(len(atoms), "unknown", False, "?", None, None, None, None, argument.strip())
             operand = operands[index] if index < len(operands) else None
-            if operand in factors:
+            shared = sharing.get(argument.split(":", 1)[0].strip(), 1)
+            if shared != 1:
+                atom = replace(atom, multicast=True, num_multicast=shared)
+            elif operand in factors:
                 atom = replace(atom, num_multicast=factors[operand])
             elif not atom.multicast:
                 atom = replace(atom, num_multicast=1)
@@ -189,6 +205,31 @@ def parse_module(mlir: str, tensor_elements: tuple[str | None, ...] = ()) -> lis
             )
         kernels.append(ModuleKernel(name, tuple(atoms), launch))
     return kernels
+
+
+def _block_multicast(body: str) -> dict[str, int | None]:
+    """The kernel arguments (`%argN`) whose plain atom a block-API copy in `body` multicasts, each
+    with the count of CTAs that share one tile: the product of the extents its
+    `multicast_layout` maps to stride 0 (a CTA's slice lands in each of them). None where the
+    layout is not a flat one or the atom's copies share their tiles differently; an atom whose
+    copies share with no other CTA is left out."""
+    definitions = [(m.start(), m.group(1), m.group(2)) for m in _DEFINITION.finditer(body)]
+    shared: dict[str, set[int | None]] = {}
+    for copy in _BLOCK_COPY.finditer(body):
+        layout = _MULTICAST_LAYOUT.search(copy.group(2))
+        count: int | None = None
+        if layout:
+            extents, strides = (part.split(",") for part in layout.groups())
+            count = 1
+            for extent, stride in zip(extents, strides, strict=False):
+                count *= int(extent) if stride == "0" else 1
+        # Nested regions reuse names: each value is the one defined last before its use.
+        before = {name: operand for start, name, operand in definitions if start < copy.start()}
+        root = _root(copy.group(1), before)
+        if root is not None:
+            shared.setdefault(root, set()).add(count)
+    found = {root: counts.pop() if len(counts) == 1 else None for root, counts in shared.items()}
+    return {root: count for root, count in found.items() if count != 1}
 
 
 def _root(value: str | None, definitions: dict[str, str]) -> str | None:

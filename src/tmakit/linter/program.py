@@ -54,6 +54,26 @@ _NO_DESTINATION = (
     "call",
     "tensormap.",
 )
+# Opcodes whose result is a function of their operands alone (no memory, no other lane).
+_PURE = (
+    "add.",
+    "sub.",
+    "mul.",
+    "mad.",
+    "shl.",
+    "shr.",
+    "and.",
+    "or.",
+    "xor.",
+    "not.",
+    "neg.",
+    "min.",
+    "max.",
+    "mov.",
+    "cvt.",
+    "selp.",
+    "setp.",
+)
 # Opcodes that pass their source's value on, as far as which barrier or buffer it names goes:
 # address-space conversions and a warp's broadcast of a uniform value.
 _SAME_VALUE = ("cvta.", "cvt.u32.u64", "cvt.u64.u32", "cvt.s64.s32", "cvt.u64.u16", "cvt.u32.u16", "mapa.")
@@ -347,14 +367,23 @@ class Kernel:
 
     def invariant(self, form: Form) -> bool:
         """Whether `form` holds one value for the whole run of a thread: each leaf a symbol, a
-        special register, or a register written once, outside every loop."""
-        for name, _ in form.terms:
-            if not name.startswith("%") or _SPECIAL.match(name):
-                continue
-            writers = self.writers.get(name, [])
-            if len(writers) != 1 or self.block_of[writers[0]] in self.in_loop:
-                return False
-        return True
+        special register, or a register written once, outside every loop or (inside one) by an
+        arithmetic instruction of such values (`or.b32 %r206, %r5, 4` of a warp's index)."""
+        return all(self._invariant_register(name, 0) for name, _ in form.terms)
+
+    def _invariant_register(self, name: str, depth: int) -> bool:
+        if not name.startswith("%") or _SPECIAL.match(name):
+            return True
+        writers = self.writers.get(name, [])
+        if len(writers) != 1 or depth > 8:
+            return False
+        instruction = self.instructions[writers[0]]
+        if self.block_of[writers[0]] not in self.in_loop:
+            return True
+        if instruction.guard is not None or not instruction.opcode.startswith(_PURE):
+            return False
+        sources = [operand for operand in instruction.operands[1:] if operand.startswith("%")]
+        return all(self._invariant_register(source, depth + 1) for source in sources)
 
     def condition(self, predicate: str) -> tuple[tuple, bool] | None:
         """What a predicate register tests, as a key two predicates testing the same thing share,

@@ -17,7 +17,10 @@ CHECKS: dict[str, str] = {
     "before the kernel exits",
     "multicast-mask": "each multicast copy's mask names CTAs of the cluster only",
     "reduce-type": "each reduce store's op and type match its tensor's dtype and signedness",
-    "wait-parity": "each wait's parity flips once per phase (not modelled yet: every wait unchecked)",
+    "wait-parity": "each wait's parity flips from its thread's last wait on the barrier, and a first wait "
+    "on a barrier copies complete waits for phase 0, on every path followed (loops to a bound)",
+    "wait-order": "a thread that arrives on a barrier arrives before each of its waits there (its wait "
+    "would wait for its own arrive)",
 }
 
 
