@@ -10,10 +10,13 @@ a warp that left an inner loop after 3 iterations leaves it after 3 on the next 
 head is passed at most `loop_bound` times on a run (enough for the largest ring the kernel
 initialises barriers for to wrap twice); a run past that ends there, with what it saw.
 
-A run's events (waits with their parity, arrives, transaction bytes declared or landed, on which
-barrier) are what `checks` reads: parity flips on every wait of a barrier, the first wait on a
-barrier copies complete waits for phase 0, and a thread that arrives on a barrier it waits on
-arrives before each of its waits.
+Each event (a wait with its parity, an arrive, bytes declared or landed) is checked as the run
+meets it (`observe`): parity flips on every wait of a barrier, a first wait at parity 1 is noted
+(wrong on a barrier copies complete: `checks` decides, knowing them all), and no arrive of the
+thread's own follows a wait in the phase it waits for. Branches whose two ways rejoin with no
+barrier event between and nothing an event depends on are not forked (`skippable_branches`), and
+a run that reaches a loop head in a state another reached there is followed no further
+(`state_key`). A run that runs out of budget leaves the kernel's waits unchecked, never passed.
 """
 
 from __future__ import annotations
