@@ -8,6 +8,7 @@ check it names, at the instruction it names. Each variant is compiled once per p
 from __future__ import annotations
 
 import json
+import random
 import re
 from unittest import mock
 
@@ -15,7 +16,7 @@ import pytest
 
 from lint_external import EXTERNAL, built
 from lint_mutations import MUTATIONS, Mutation, edited
-from tmakit import cli
+from tmakit import TmaConfigError, cli
 from tmakit.linter import CHECKS, Tally, lint_text
 from tmakit.linter.kernels import captured, lint_variant, variants
 
@@ -163,3 +164,22 @@ def test_lint_of_a_build_is_the_variants_lint():
 
     report = tmakit.lint(*compile_tile_load.__wrapped__(LoadPlan(tmakit.SEED)))
     assert report.to_dict() == lint_variant("load").to_dict()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_variants_ptx_with_lines_dropped_or_repeated_lints_without_a_raw_error(seed):
+    """What a hand edit or a half-written kernel looks like: the lint answers (findings,
+    unchecked sites) or refuses with a TmaConfigError, within its budget."""
+    rng = random.Random(seed)
+    name = ("copy", "load", "multicast-ring", "rows-gather", "copy-generic", "moe-combine")[seed]
+    found = captured(name)
+    lines = found.ptx.splitlines()
+    body = [i for i, line in enumerate(lines) if line.startswith("\t") and ";" in line]
+    for _ in range(4):
+        i, j = rng.choice(body), rng.choice(body)
+        lines[i] = "" if rng.random() < 0.5 else lines[j]
+    try:
+        report = lint_text("\n".join(lines), found.mlir, found.tensor_elements, variants()[name].reduce_dtype)
+    except TmaConfigError:
+        return
+    json.dumps(report.to_dict())

@@ -30,6 +30,8 @@ from .program import Form, Instruction, Kernel
 
 MAX_RUNS = 3000  # runs followed through a kernel before its waits are left unchecked
 MAX_STEPS = 200_000  # instructions interpreted through a kernel, all runs together
+MAX_BARRIERS = 128  # barriers a run tells apart
+KEY_STEPS = 10  # what a loop head's state key costs, in instructions' time
 MIN_LOOP_BOUND, MAX_LOOP_BOUND = 8, 40
 INFINITY = float("inf")
 MAX_SPLIT_TERMS = 2  # a sign split's value: at most this many leaves
@@ -232,7 +234,7 @@ class Interpreter:
         """A value the forms cannot express: a leaf named by what computed it, so that the same
         computation on the same values is the same leaf."""
         name = f"{opcode}({', '.join(str(s) for s in sources)})"
-        return Form.leaf(self.names.setdefault(name, f"v{len(self.names)}"))
+        return Form.leaf(self.names.setdefault(name, f"?{len(self.names)}"))
 
     def compute(self, run: Run, index: int) -> None:
         """Runs a non-branch instruction: its destination's new value, or its event."""
@@ -617,6 +619,10 @@ class Interpreter:
         from the last, a first wait at parity 1 is noted (wrong on a barrier copies complete), and
         a wait the thread's own arrive follows in its phase is one that waits for itself."""
         barrier = event.barrier
+        if barrier is not None and not all(_FIXED.match(name) for name, _ in barrier.terms):
+            barrier = None  # an address of values the run does not know: no barrier it can name
+        if barrier is not None and barrier not in run.barriers and len(run.barriers) >= MAX_BARRIERS:
+            barrier = None  # past any kernel's count: an address that keeps moving
         if event.kind == "tx":
             if barrier is not None:
                 self.transactions.add(barrier)
@@ -659,29 +665,43 @@ class Interpreter:
         names: dict[str, str] = {}
 
         def canon(text: str) -> str:
+            if "#" not in text:
+                return text
             return _FRESH.sub(lambda m: names.setdefault(m.group(0), f"#{len(names)}"), text)
 
         def known(text: str) -> str | None:
             """`text` renamed, or None where it names a value read at run time that the
             registers do not hold (the future does not see it)."""
+            if "#" not in text:
+                return text
             if any(name not in names for name in _FRESH.findall(text)):
                 return None
             return canon(text)
 
-        values = []
+        values, leaves = [], set()
         for register in sorted(self.relevant):
             if register in run.registers:
-                values.append((register, canon(str(run.registers[register]))))
+                value = run.registers[register]
+                values.append((register, canon(str(value))))
+                leaves |= _leaves(value)
         waits = tuple(
-            (canon(str(barrier)), state) for barrier, state in sorted(run.barriers.items(), key=str)
+            sorted(
+                (name, state)
+                for barrier, state in run.barriers.items()
+                if (name := known(str(barrier))) is not None
+            )
         )
         facts = tuple(
             sorted((k, o) for k, o in ((known(key), outcome) for key, outcome in run.facts.items()) if k)
         )
+        for leaf in list(leaves):  # what bounds a leaf: the leaves it is computed from
+            while leaf in self.definitions:
+                leaf = self.definitions[leaf][0]
+                leaves.add(leaf)
         bounds = tuple(
             sorted(
                 (name, run.lows.get(leaf), run.highs.get(leaf), tuple(sorted(run.excluded.get(leaf, ()))))
-                for leaf in set(run.lows) | set(run.highs) | set(run.excluded)
+                for leaf in leaves
                 if (name := known(leaf)) is not None
             )
         )
@@ -706,6 +726,7 @@ class Interpreter:
                 if run.pc >= len(self.instructions):
                     state = "end"
                 elif run.pc in self.heads:
+                    self.steps += KEY_STEPS
                     key = self.state_key(run)
                     if key in seen:
                         state = "merged"
@@ -839,6 +860,9 @@ _SPECIAL_LOWS = {
 _SPECIAL_HIGHS = {"%laneid": 31, "%tid.x": 1023, "%tid.y": 1023, "%tid.z": 63, "%cluster_ctarank": 15}
 
 _REGISTER = re.compile(r"%[a-z]+\d+")
+# The leaves a barrier's address may hold for a run to name it: symbols (the shared memory's
+# base), the thread's and the cluster's special registers; not values it computed or read.
+_FIXED = re.compile(r"^(?:[A-Za-z_$][\w$]*|%(?:tid|ctaid|cluster_\w+|clusterid)[\w.]*)$")
 _FRESH = re.compile(r"[\w.@%]+#\d+")  # a value read at run time, named by when
 
 
@@ -957,6 +981,17 @@ def skippable_branches(
         tx = tuple(sorted(i for i in inside if _is_tx(instructions[i])))
         skips[index] = (kernel.blocks[join].start, written, tx)
     return skips, relevant
+
+
+def _leaves(value: object) -> set[str]:
+    """The leaves a register's value (a form, a condition, a predicate's tuple) is made of."""
+    if isinstance(value, Form):
+        return {name for name, _ in value.terms}
+    if isinstance(value, Condition):
+        return {name for name, _ in value.difference.terms}
+    if isinstance(value, tuple):
+        return set().union(*(_leaves(part) for part in value))
+    return set()
 
 
 _NEGATION = {
