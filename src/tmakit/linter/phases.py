@@ -279,7 +279,8 @@ class Interpreter:
             return
         run.registers[destination] = self._result(run, instruction, head)
 
-    def _result(self, run: Run, instruction, head: str) -> object:
+    def _result(self, run: Run, instruction: Instruction, head: str) -> object:
+        """The value `instruction` writes: a form, a predicate's outcome or Condition."""
         opcode, sources = instruction.opcode, instruction.operands[1:]
         if head == "setp" and len(sources) == 2:
             parts = opcode.split(".")
