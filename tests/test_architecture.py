@@ -73,6 +73,7 @@ PURE = (
     "tmakit.linter.mlir",
     "tmakit.linter.checks",
     "tmakit.linter.phases",
+    "tmakit.linter.regions",
     "tmakit.linter.report",
 )
 DSL_AND_TORCH = ("torch", "cutlass", "cuda", "tvm_ffi", "triton")

@@ -14,7 +14,7 @@ Each event (a wait with its parity, an arrive, bytes declared or landed) is chec
 meets it (`observe`): parity flips on every wait of a barrier, a first wait at parity 1 is noted
 (wrong on a barrier copies complete: `checks` decides, knowing them all), and no arrive of the
 thread's own follows a wait in the phase it waits for. Branches whose two ways rejoin with no
-barrier event between and nothing an event depends on are not forked (`skippable_branches`), and
+barrier event between and nothing an event depends on are not forked (`regions`), and
 a run that reaches a loop head in a state another reached there is followed no further
 (`state_key`). A run that runs out of budget leaves the kernel's waits unchecked, never passed.
 """
@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from .program import Form, Instruction, Kernel
+from .program import IMMEDIATE, SAME_VALUE, SPECIAL, Form, Instruction, Kernel, address_parts
+from .regions import barrier_operands, is_tx, registers, skippable_branches
 
 MAX_RUNS = 3000  # runs followed through a kernel before its waits are left unchecked
 MAX_STEPS = 200_000  # instructions interpreted through a kernel, all runs together
@@ -37,8 +38,6 @@ INFINITY = float("inf")
 MAX_SPLIT_TERMS = 2  # a sign split's value: at most this many leaves
 MAX_TERMS = 6  # a value of more leaves is followed as one unknown
 
-_IMMEDIATE = re.compile(r"^-?(?:0[xX][0-9a-fA-F]+|\d+)U?$")
-_SPECIAL = re.compile(r"^%(?:tid|ntid|ctaid|nctaid|laneid|warpid|cluster_\w+|clusterid|nclusterid)\b")
 _COMPARISONS = {
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
@@ -52,8 +51,9 @@ _COMPARISONS = {
     "hs": lambda a, b: a >= b,
 }
 _UNSIGNED_COMPARISONS = {"lo", "ls", "hi", "hs"}
-# Opcodes whose value is their first source's, as far as which barrier it names goes.
-_SAME_VALUE = ("mov.", "cvta.", "cvt.u32.u64", "cvt.u64.u32", "cvt.s64.s32", "cvt.u64.u16", "cvt.u32.u16")
+# Opcodes whose value is their first source's: `program`'s, but for mapa (a run names a remote
+# barrier apart from its own), and mov.
+_SAME_VALUE = ("mov.", *(opcode for opcode in SAME_VALUE if opcode != "mapa."))
 
 
 @dataclass(frozen=True)
@@ -207,24 +207,18 @@ class Interpreter:
     # -- values -------------------------------------------------------------------------------------
     def value(self, run: Run, operand: str) -> Form:
         operand = operand.strip()
-        if _IMMEDIATE.match(operand):
+        if IMMEDIATE.match(operand):
             return Form.of(int(operand.rstrip("U"), 0))
         if operand in run.registers:
             found = run.registers[operand]
             return found if isinstance(found, Form) else Form.leaf(f"?{operand}")
-        if operand.startswith("%") and not _SPECIAL.match(operand):
+        if operand.startswith("%") and not SPECIAL.match(operand):
             return Form.leaf(f"{operand}@entry")
         return Form.leaf(operand)
 
     def address(self, run: Run, operand: str) -> Form | None:
-        match = re.match(r"^\[\s*([^\]+\-\s]+)\s*(?:([+-])\s*(-?\w+))?\s*\]$", operand.strip())
-        if not match:
-            return None
-        base = self.value(run, match.group(1))
-        if match.group(2):
-            offset = int(match.group(3), 0)
-            base = base + Form.of(offset if match.group(2) == "+" else -offset)
-        return base
+        parts = address_parts(operand)
+        return None if parts is None else self.value(run, parts[0]) + Form.of(parts[1])
 
     def _fresh(self, run: Run, name: str) -> Form:
         run.loads += 1
@@ -261,7 +255,7 @@ class Interpreter:
             if destination.startswith("%"):
                 run.registers[destination] = self._fresh(run, "state")
             return
-        if _is_tx(instruction):
+        if is_tx(instruction):
             brackets = instruction.brackets()
             position = 0 if opcode.startswith("mbarrier") else -1  # a copy names its barrier last
             barrier = self.address(run, brackets[position]) if brackets else None
@@ -311,7 +305,7 @@ class Interpreter:
             self._bound_result(run, leaf, "selp", [a, b], _width(opcode))
             return leaf
         if opcode == "mov.pred" and len(sources) == 1:
-            constant = self.value(run, sources[0]).constant if _IMMEDIATE.match(sources[0]) else None
+            constant = self.value(run, sources[0]).constant if IMMEDIATE.match(sources[0]) else None
             return bool(constant) if constant is not None else self.predicate(run, sources[0])
         if opcode.startswith(_SAME_VALUE) and len(sources) == 1:
             return self.value(run, sources[0])
@@ -775,7 +769,7 @@ class Interpreter:
         if index in self.skips:  # both ways rejoin with no barrier event and nothing it reads
             target, written, bytes_ = self.skips[index]
             for at in bytes_:
-                if not set(_REGISTER.findall(" ".join(_barrier_operands(self.instructions[at])))) & written:
+                if not registers(barrier_operands(self.instructions[at])) & written:
                     self.compute(run, at)
             for register in written:
                 run.registers[register] = self._fresh(run, f"{register}@join")
@@ -860,128 +854,10 @@ _SPECIAL_LOWS = {
 } | {f"%{r}.{a}": 1 for r in ("ntid", "nctaid", "cluster_nctaid", "nclusterid") for a in "xyz"}
 _SPECIAL_HIGHS = {"%laneid": 31, "%tid.x": 1023, "%tid.y": 1023, "%tid.z": 63, "%cluster_ctarank": 15}
 
-_REGISTER = re.compile(r"%[a-z]+\d+")
 # The leaves a barrier's address may hold for a run to name it: symbols (the shared memory's
 # base), the thread's and the cluster's special registers; not values it computed or read.
 _FIXED = re.compile(r"^(?:[A-Za-z_$][\w$]*|%(?:tid|ctaid|cluster_\w+|clusterid)[\w.]*)$")
 _FRESH = re.compile(r"[\w.@%]+#\d+")  # a value read at run time, named by when
-
-
-def _is_tx(instruction: Instruction) -> bool:
-    """Bytes declared on a barrier or landing on it (no arrive)."""
-    opcode = instruction.opcode
-    return opcode.startswith("mbarrier.expect_tx") or (
-        opcode.startswith(("cp.", "st.async")) and "mbarrier::complete_tx" in opcode
-    )
-
-
-def _is_event(instruction: Instruction) -> bool:
-    """What a run's order of events holds: a wait, an arrive, an exit (bytes are apart: which
-    barriers take them is all the checks read of them)."""
-    opcode = instruction.opcode
-    return (
-        opcode.startswith(("mbarrier.", "cp.async.mbarrier.arrive"))
-        and not opcode.startswith(("mbarrier.init", "mbarrier.expect_tx"))
-        or opcode.split(".")[0] in ("ret", "exit", "trap")
-    )
-
-
-def _barrier_operands(instruction: Instruction) -> list[str]:
-    """The operands naming a barrier event's barrier and parity (none for other instructions)."""
-    brackets = instruction.brackets()
-    if instruction.opcode.startswith(("mbarrier.try_wait", "mbarrier.test_wait")):
-        return list(instruction.operands[1:3])
-    if _is_tx(instruction) and not instruction.opcode.startswith("mbarrier"):
-        return brackets[-1:]
-    if _is_event(instruction) or _is_tx(instruction):
-        return brackets[:1]
-    return []
-
-
-def _post_dominators(kernel: Kernel) -> list[set[int]]:
-    """Each block's post-dominators (the blocks every path from it to an exit passes)."""
-    every = set(range(len(kernel.blocks)))
-    found = [set(every) for _ in kernel.blocks]
-    changed = True
-    while changed:
-        changed = False
-        for block in reversed(kernel.blocks):
-            successors = block.successors
-            new = {block.index} | (set.intersection(*(found[s] for s in successors)) if successors else set())
-            if new != found[block.index]:
-                found[block.index], changed = new, True
-    return found
-
-
-def _written(instruction: Instruction) -> set[str]:
-    """The registers an instruction writes (elect.sync writes two)."""
-    if not instruction.operands or not (instruction.destination or instruction.opcode.startswith("elect")):
-        return set()
-    return set(_REGISTER.findall(instruction.operands[0]))
-
-
-def skippable_branches(
-    kernel: Kernel,
-) -> tuple[dict[int, tuple[int, frozenset[str], tuple[int, ...]]], set[str]]:
-    """The branches whose two ways rejoin with no barrier event between and nothing written that
-    a barrier event depends on (through values or branches): each branch's instruction -> the
-    instruction where its ways rejoin, the registers they write and the instructions declaring or
-    landing bytes between (a run records those whose barrier it knows). A run need not fork
-    there: a kernel's branches on its data (a row's index in range) would otherwise double its
-    runs at each. And the registers barrier events depend on."""
-    instructions = kernel.instructions
-    pdom = _post_dominators(kernel)
-    # Each two-way branch -> (the block where its ways rejoin, the instructions between, whether
-    # it closes a loop). A loop's branch is never skipped itself, but may be inside a skipped one.
-    regions: dict[int, tuple[int, set[int], bool]] = {}
-    for block in kernel.blocks:
-        last = instructions[block.end - 1] if block.end > block.start else None
-        if last is None or last.inline or last.guard is None or not last.opcode.startswith("bra"):
-            continue
-        if len(block.successors) < 2:
-            continue  # the elected lane's way only (`program`)
-        strict = pdom[block.index] - {block.index}
-        join = next((d for d in strict if strict <= pdom[d]), None)
-        if join is None:
-            continue
-        seen, work = set(), [s for s in block.successors if s != join]
-        while work:
-            node = work.pop()
-            if node not in seen and node != join:
-                seen.add(node)
-                work.extend(kernel.blocks[node].successors)
-        inside = {i for node in seen for i in range(kernel.blocks[node].start, kernel.blocks[node].end)}
-        regions[block.end - 1] = (join, inside, block.index in seen)
-    relevant: set[str] = set()
-    for instruction in instructions:
-        relevant.update(_REGISTER.findall(" ".join(_barrier_operands(instruction))))
-    kept: set[int] = set()  # the branches a run must follow
-    changed = True
-    while changed:
-        changed = False
-        for instruction in instructions:
-            if _written(instruction) & relevant:
-                sources = set(_REGISTER.findall(" ".join(instruction.operands[1:])))
-                if instruction.guard:
-                    sources.add(instruction.guard)
-                if not sources <= relevant:
-                    relevant |= sources
-                    changed = True
-        for index, (_, inside, _) in regions.items():
-            if index not in kept and any(
-                _is_event(instructions[i]) or _written(instructions[i]) & relevant for i in inside
-            ):
-                kept.add(index)
-                relevant.add(instructions[index].guard)
-                changed = True
-    skips = {}
-    for index, (join, inside, loop) in regions.items():
-        if index in kept or loop:
-            continue
-        written = frozenset(register for i in inside for register in _written(instructions[i]))
-        tx = tuple(sorted(i for i in inside if _is_tx(instructions[i])))
-        skips[index] = (kernel.blocks[join].start, written, tx)
-    return skips, relevant
 
 
 def _leaves(value: object) -> set[str]:

@@ -26,9 +26,9 @@ _ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\w+)")
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(\w+)(?:\[(\d+)\])?")
 _LABEL = re.compile(r"^\s*([$\w]+):\s*$")
 _GUARD = re.compile(r"^@(!?)(%?\w+)\s+")
-_INTEGER = re.compile(r"^-?(?:0[xX][0-9a-fA-F]+|\d+)U?$")
+IMMEDIATE = re.compile(r"^-?(?:0[xX][0-9a-fA-F]+|\d+)U?$")
 _SYMBOL = re.compile(r"^[A-Za-z_$][\w$]*$")
-_SPECIAL = re.compile(r"^%(?:tid|ntid|ctaid|nctaid|laneid|warpid|cluster_\w+|clusterid|nclusterid)\b[\w.]*$")
+SPECIAL = re.compile(r"^%(?:tid|ntid|ctaid|nctaid|laneid|warpid|cluster_\w+|clusterid|nclusterid)\b[\w.]*$")
 _ADDRESS = re.compile(r"^\[\s*([^\]+\-\s]+)\s*(?:([+-])\s*(-?\w+))?\s*\]$")
 
 # Opcodes (prefixes) whose first operand is read, not written: they define no register.
@@ -76,7 +76,7 @@ _PURE = (
 )
 # Opcodes that pass their source's value on, as far as which barrier or buffer it names goes:
 # address-space conversions and a warp's broadcast of a uniform value.
-_SAME_VALUE = ("cvta.", "cvt.u32.u64", "cvt.u64.u32", "cvt.s64.s32", "cvt.u64.u16", "cvt.u32.u16", "mapa.")
+SAME_VALUE = ("cvta.", "cvt.u32.u64", "cvt.u64.u32", "cvt.s64.s32", "cvt.u64.u16", "cvt.u32.u16", "mapa.")
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ class Kernel:
         return all(self._invariant_register(name, 0) for name, _ in form.terms)
 
     def _invariant_register(self, name: str, depth: int) -> bool:
-        if not name.startswith("%") or _SPECIAL.match(name):
+        if not name.startswith("%") or SPECIAL.match(name):
             return True
         writers = self.writers.get(name, [])
         if len(writers) != 1 or depth > 8:
@@ -456,10 +456,10 @@ class Kernel:
         """The linear form of an operand: an immediate, a register (followed back through the one
         instruction that writes it, where it has one), a special register or a symbol."""
         operand = operand.strip()
-        if _INTEGER.match(operand):
+        if IMMEDIATE.match(operand):
             return Form.of(int(operand.rstrip("U"), 0))
         if operand.startswith("%"):
-            if _SPECIAL.match(operand):
+            if SPECIAL.match(operand):
                 return Form.leaf(operand)
             return self._register(operand, depth)
         if _SYMBOL.match(operand):
@@ -502,7 +502,7 @@ class Kernel:
         try:
             if head == "mov" and len(operands) == 1:
                 return self.value(operands[0], depth + 1)
-            if opcode.startswith(_SAME_VALUE) and operands:
+            if opcode.startswith(SAME_VALUE) and operands:
                 return self.value(operands[0], depth + 1)
             if opcode.startswith("shfl.sync.idx") and operands:
                 return self.value(operands[0], depth + 1)
@@ -534,14 +534,8 @@ class Kernel:
 
     def address(self, operand: str) -> Form | None:
         """The form of a bracketed address operand (`[%r1+131072]`, `[%r4]`); None otherwise."""
-        match = _ADDRESS.match(operand.strip())
-        if not match:
-            return None
-        base = self.value(match.group(1))
-        if match.group(2):
-            offset = int(match.group(3), 0)
-            base = base + Form.of(offset if match.group(2) == "+" else -offset)
-        return base
+        parts = address_parts(operand)
+        return None if parts is None else self.value(parts[0]) + Form.of(parts[1])
 
     def descriptor(self, operand: str) -> int | None:
         """The position among the descriptor parameters (`.param .align 64 .b8 X[128]`) of the
@@ -558,6 +552,16 @@ class Kernel:
     def is_exit(self, index: int) -> bool:
         head = self.instructions[index].opcode.split(".")[0]
         return head in ("ret", "exit") and not self.instructions[index].inline
+
+
+def address_parts(operand: str) -> tuple[str, int] | None:
+    """A bracketed address operand's base and byte offset (`[%r1+131072]`: ("%r1", 131072));
+    None for another operand."""
+    match = _ADDRESS.match(operand.strip())
+    if not match:
+        return None
+    offset = int(match.group(3), 0) if match.group(2) else 0
+    return match.group(1), -offset if match.group(2) == "-" else offset
 
 
 def parse_kernels(ptx: str) -> list[Kernel]:
