@@ -178,6 +178,58 @@ def test_gradients_match_torchs_autograd_of_the_same_expressions(torch):
     assert torch.allclose(probs.grad, probs2.grad, rtol=1e-4, atol=1e-3)
 
 
+GRAD_CASES = [
+    # tokens, topk, experts, hidden, dtype, align
+    (1, 1, 1, 64, "bfloat16", 1),
+    (257, 8, 64, 7168, "bfloat16", 16),
+    (300, 6, 64, 2048, "float16", 128),
+    (100, 2, 8, 4096, "float32", 1),
+    (33, 3, 5, 8, "float32", 4),  # 32-byte rows
+]
+
+
+@pytest.mark.parametrize("tokens,topk,experts,hidden,dtype,align", GRAD_CASES)
+def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidden, dtype, align):
+    dtype = getattr(torch, dtype)
+    rng = random.Random(tokens)
+    _, ids = random_ids(torch, rng, tokens, topk, experts, torch.int32)
+    routed = tmakit.moe_dispatch(
+        hashed(torch, (tokens, hidden), dtype), ids, num_experts=experts, align=align, strict=True
+    )
+    row_map = routed.row_map.clone()
+    if topk > 1:
+        row_map[0, 1] = -1  # a slot that names no row: no load, no gradient
+    rows = routed.out.shape[0]
+    y = hashed(torch, (rows, hidden), dtype, salt=1)
+    grad = hashed(torch, (tokens, hidden), dtype, salt=2)
+    probs = torch.rand(tokens, topk, device="cuda")
+    poison_the_allocator(torch, rows * hidden * y.element_size())
+    grad_y, grad_probs = torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, True)
+    # y's gradient: a named row is probs * grad in fp32 rounded once; every other row zero
+    flat = row_map.reshape(-1).long()
+    valid = flat >= 0
+    token_of = torch.arange(tokens * topk, device="cuda") // topk
+    expected = torch.zeros_like(y)
+    expected[flat[valid]] = (grad.float()[token_of[valid]] * probs.reshape(-1)[valid, None]).to(dtype)
+    wrong = (grad_y.view(torch.uint8).view(rows, -1) != expected.view(torch.uint8).view(rows, -1)).any(1)
+    if wrong.any():
+        first = int(wrong.nonzero()[0, 0])
+        pytest.fail(f"y's gradient row {first} of {rows} wrong ({int(wrong.sum())} rows wrong)")
+    # probs' gradient: within fp32 accumulation of a float64 reference, 0 where no row is named
+    named = y.double()[flat.clamp(min=0)].view(tokens, topk, hidden) * grad.double()[:, None, :]
+    reference = torch.where(valid.view(tokens, topk), named.sum(-1), 0)
+    bound = named.abs().sum(-1) * hidden * 2.0**-24 + 1e-30
+    error = (grad_probs.double() - reference).abs()
+    if (error > bound).any():
+        token, slot = (int(v) for v in (error > bound).nonzero()[0])
+        pytest.fail(
+            f"probs' gradient [{token}, {slot}] {float(grad_probs[token, slot])} against "
+            f"{float(reference[token, slot])}"
+        )
+    again = torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, True)
+    assert torch.equal(again[0], grad_y) and torch.equal(again[1], grad_probs)  # a fixed order
+
+
 def test_torch_compile_fullgraph_and_cuda_graphs_take_the_ops(torch):
     tokens, topk, experts, hidden = 128, 2, 8, 2048
     rng = random.Random(5)

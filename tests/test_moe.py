@@ -217,6 +217,57 @@ def test_the_kernels_compile_for_sm90a_with_their_plans_instructions():
     assert "fma.rn.f32" not in unweighted and re.search(r"add\.(rn\.)?f32", unweighted)
 
 
+def test_the_combine_backward_compiles_with_a_load_a_slot_and_the_gradients_chunk():
+    pytest.importorskip("cutlass")
+    from tmakit.moe.launch import compile_combine_grad
+
+    ptx = compile_combine_grad(CombinePlan(14336, 8, "bf16", grad=True), keep_ptx=True).ptx
+    # lane j's load of slot j's chunk and the gradient's, each declared: two load sites
+    assert ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
+    assert ptx.count("mbarrier.expect_tx") == 2
+    # the gradient's 16 bytes and each slot's read once; a store of y's gradient a slot
+    assert len(re.findall(r"ld\.shared\.v4\.b32", ptx)) == 9
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8
+    assert "cp.async.bulk.global" not in ptx  # y's gradient leaves by plain stores, not bulk ones
+    assert len(re.findall(r"shfl\.sync\.bfly", ptx)) >= 8 * 5  # each slot's sum across a warp
+
+
+def test_the_combine_backward_plan_loads_the_gradient_beside_the_slots():
+    plan = CombinePlan(14336, 8, "bf16", grad=True)
+    assert (plan.loads, plan.chunk_bytes, plan.stage_bytes) == (9, 2048, 9 * 2048)
+    assert plan.partials == plan.chunks * plan.consumer_warps == 28
+    assert plan.expected_bytes([0, -1, 5], 4) == 2 * 2048  # row 5 is outside y's 4 rows
+    with pytest.raises(TmaConfigError, match="unweighted combine's backward"):
+        CombinePlan(14336, 8, "bf16", weighted=False, grad=True)
+
+
+def test_the_model_replays_the_combine_backward_to_torchs_gradients():
+    import numpy as np
+
+    from tmakit.moe.model import replay_combine_grad
+
+    rng = np.random.default_rng(6)
+    tokens, topk, experts, align = 29, 3, 5, 4
+    ids = [[int(v) for v in rng.choice(experts, topk, replace=False)] for _ in range(tokens)]
+    ids[3][1] = -1  # a slot with no expert: nothing loaded, no gradient
+    row_map = np.array(expected_rows(ids, experts, align)[0])
+    rows = dispatch_rows(tokens, topk, experts, align)
+    y = rng.standard_normal((rows, 1024)).astype(np.float32)
+    grad = rng.standard_normal((tokens, 1024)).astype(np.float32)
+    probs = rng.random((tokens, topk)).astype(np.float32)
+    plan = CombinePlan(4096, topk, "fp32", grad=True, stages=3, sm_count=5)
+    grad_y, partials = replay_combine_grad(plan, row_map, probs, y, grad)
+    y_t = torch.from_numpy(y).requires_grad_()
+    probs_t = torch.from_numpy(probs).requires_grad_()
+    out = tmakit.moe_combine(y_t, torch.from_numpy(row_map).int(), probs_t)
+    out.backward(torch.from_numpy(grad))
+    assert np.array_equal(grad_y, y_t.grad.numpy())  # one fp32 product each: the same bits
+    unnamed = np.setdiff1d(np.arange(rows), row_map[row_map >= 0])
+    assert len(unnamed) and not grad_y[unnamed].any()
+    assert np.allclose(partials.sum(axis=2), probs_t.grad.numpy(), rtol=1e-5, atol=1e-4)
+    assert partials[3, 1].sum() == 0 == probs_t.grad[3, 1]
+
+
 # -- the CPU model of the rings -------------------------------------------------------------------
 def test_the_model_replays_both_rings_to_the_reference():
     import numpy as np
@@ -246,6 +297,16 @@ def test_the_model_replays_both_rings_to_the_reference():
         ring.fill(0, [2048], [1024])  # a slot counted that no load fills: the phase never completes
     with pytest.raises(ModelHang, match="never freed"):
         Ring(stages=1, consumer_warps=1).fill(1, [16], [16])  # a stage the consumer never released
+
+
+def test_explain_shows_the_combine_backwards_ring_and_its_gradient_load(capsys):
+    from tmakit.cli import main
+
+    args = ["explain", "--kernel", "moe", "--moe", "combine-grad:8:256", "--shape", "4096x7168"]
+    assert main([*args, "--dtype", "bf16"]) == 0
+    text = capsys.readouterr().out
+    assert "6 x 9 chunks of 2048 bytes" in text and "lane 8: the output's gradient g row 0" in text
+    assert "18432 for a token with 8" in text and "28 a slot" in text
 
 
 def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
@@ -285,7 +346,7 @@ def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
     )
     assert "torch (a row is 10 bytes" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "gather:2:8", "--shape", "64x64"]) != 0
-    assert "OP is dispatch or combine" in capsys.readouterr().err
+    assert "OP is dispatch, combine, combine-grad" in capsys.readouterr().err
 
 
 def test_empty_shapes_move_nothing():

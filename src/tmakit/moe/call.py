@@ -12,6 +12,7 @@ from ..api.tensors import cuda_index, device_facts, import_torch, lazy_bit, tens
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
+from ..plan.route import torch_route
 from .launch import combine_launcher, dispatch_launcher
 from .plan import CombinePlan, DispatchPlan, MoeFacts, moe_route
 
@@ -240,6 +241,54 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
     weights = _no_weights(y.device) if probs is None else probs.to(torch.float32).contiguous()
     combine_launcher(plan, str(y.device)).launch(_bytes(y), row_map, weights, out.view(tokens, -1))
     return out
+
+
+def combine_grad(
+    grad: torch.Tensor, y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor, strict: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of a weighted combine out = moe_combine(y, row_map, probs) given the
+    output's gradient `grad` (T, H): (y's, (rows, H) of y's dtype: row row_map[t, j] holds
+    probs[t, j] * grad[t] computed in fp32, the rows no slot names zero; probs', (T, topk) of
+    probs' dtype: the dot product of grad[t] with row row_map[t, j] in fp32, 0 where the slot
+    names no row)."""
+    torch = torch_module()
+    tokens, topk = row_map.shape
+    rows = y.shape[0]
+    grad_y = torch.zeros_like(y)  # the rows no slot names (padding) take no gradient
+    if not tokens or not rows or not y.shape[1]:
+        return grad_y, torch.zeros_like(probs)
+    routes = [moe_route(facts("combine", tensor, tokens, row_map)) for tensor in (y, grad)]
+    refused = next((route for route in routes if not route.by_tma), None)
+    if refused is None and grad.dtype != y.dtype:
+        refused = torch_route("combine", f"the gradient is {grad.dtype} and y {y.dtype}")
+    if refused is not None:
+        refuse_strict(strict, "moe_combine's backward", refused.reason)
+        return _combine_grad_by_torch(grad, y, row_map, probs)
+    width = y[0].numel() * y.element_size()
+    plan = CombinePlan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
+    partials = torch.empty((tokens, topk, plan.partials), dtype=torch.float32, device=y.device)
+    weights = probs.to(torch.float32).contiguous()
+    combine_launcher(plan, str(y.device)).launch(_bytes(y), _bytes(grad), row_map, weights, grad_y, partials)
+    return grad_y, partials.sum(dim=2).to(probs.dtype)
+
+
+def _combine_grad_by_torch(
+    grad: torch.Tensor, y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`combine_grad` in torch's expressions, in fp32 (float64 stays float64)."""
+    torch = torch_module()
+    tokens, topk = row_map.shape
+    rows = y.shape[0]
+    flat = row_map.reshape(-1).long()
+    valid = (flat >= 0) & (flat < rows)
+    accumulate = torch.float64 if y.dtype == torch.float64 else torch.float32
+    token_of_slot = torch.arange(tokens * topk, device=y.device) // topk
+    scaled = grad.to(accumulate).index_select(0, token_of_slot) * probs.reshape(-1, 1).to(accumulate)
+    spare = y.new_zeros((rows + 1, *y.shape[1:]))
+    spare.index_copy_(0, torch.where(valid, flat, rows), scaled.to(y.dtype))
+    named = y.index_select(0, torch.where(valid, flat, 0)).to(accumulate).view(tokens, topk, -1)
+    dots = torch.bmm(named, grad.to(accumulate).view(tokens, -1, 1)).squeeze(-1)
+    return spare[:rows], torch.where(valid.view(tokens, topk), dots, 0).to(probs.dtype)
 
 
 @functools.lru_cache(maxsize=16)

@@ -8,6 +8,11 @@
   chunk of the row each slot names (lane j, slot j; each declares its own bytes), the consumer
   warps read the stage 16 bytes a thread, sum the slots in order in fp32 (times the slot's
   probability where weighted), store the token's chunk and free the stage.
+- `CombineGradKernel`: the combine's backward on the same ring, lane topk loading the chunk of
+  the output's gradient g[t] beside the slots' rows: each consumer thread stores probs[t, j] *
+  g[t] to slot j's row of y's gradient, 16 bytes at a time, and adds g[t] . y[row] into slot j's
+  fp32 partial sum; a warp's partial sums of a step are reduced across its lanes and written,
+  one a (token, slot, chunk, warp), for the caller to sum in a fixed order.
 
 A row-map entry outside the rows' tensor moves nothing: every lane checks it before it forms an
 address, the producer's and the consumers' alike, so the bytes a barrier expects and the slots
@@ -26,7 +31,7 @@ from ..kernels.tma import shared_tile_layout
 from ..limits import WARP_THREADS
 from .plan import CombinePlan, DispatchPlan
 
-__all__ = ["CombineKernel", "DispatchKernel"]
+__all__ = ["CombineGradKernel", "CombineKernel", "DispatchKernel"]
 
 
 @cute.jit
@@ -218,3 +223,120 @@ class CombineKernel(BulkLoadRing):
                         values = values * probs[token, slot]
                     total.store(total.load() + values)
             out_vectors[None, vector, chunk, token].store(total.load().to(out_vectors.element_type))
+
+
+class CombineGradKernel(CombineKernel):
+    """y's and probs' gradients of out[t] = sum over j of probs[t, j] * y[row_map[t, j]], a
+    token's chunk a step: probs[t, j] * g[t] stored to row row_map[t, j], g[t] . y[row] added up."""
+
+    @cute.jit
+    def __call__(
+        self,
+        y: cute.Tensor,
+        grad: cute.Tensor,
+        row_map: cute.Tensor,
+        probs: cute.Tensor,
+        grad_y: cute.Tensor,
+        partials: cute.Tensor,
+        guard: cute.Tensor,
+        stream: cuda.CUstream,
+    ):
+        """`y`: (rows, row_bytes) uint8, rows a run-time stride apart; `grad`: (tokens, row_bytes)
+        uint8, the output's gradient, rows a run-time stride apart; `row_map`: (tokens, topk)
+        int32; `probs`: (tokens, topk) fp32; `grad_y`: (rows, row elements) of the plan's dtype,
+        rows a run-time stride apart (the rows no slot names are not written); `partials`:
+        (tokens, topk, plan.partials) fp32, every entry written. The caller launches only for one
+        token or more."""
+        tokens = cutlass.Int32(cute.size(row_map, mode=[0]))
+        run_time = steps_walk(tokens * self.combine.chunks, self.pipeline.persistent_blocks)
+        shared_layout = shared_tile_layout(self.plan.config.tile)
+        self.launch(
+            (y, grad, row_map), (y, row_map, probs, grad_y, partials), guard, shared_layout, stream, run_time
+        )
+
+    @cute.jit
+    def load_stage(self, context: RingContext, source, stage, step, failed):
+        """Lane j loads slot j's chunk of y where its row is inside, lane topk the gradient's
+        chunk (each declaring its own bytes first); then one arrival."""
+        y, grad, row_map = source
+        combine = self.combine
+        barrier = context.full + stage
+        if not failed:
+            token, chunk = self.step_chunk(context, step)
+            lane = cute.arch.lane_idx()
+            offset = chunk * combine.chunk_bytes
+            if lane < combine.topk:
+                inside, row = slot_row(row_map, token, lane, cutlass.Int64(cute.size(y, mode=[0])))
+                if inside:
+                    start = y.iterator + row * cutlass.Int64(y.stride[0]) + offset
+                    self.lane_load(
+                        barrier,
+                        self.staged(context, stage, lane * combine.chunk_bytes),
+                        start,
+                        combine.chunk_bytes,
+                    )
+            if lane == combine.topk:
+                start = grad.iterator + cutlass.Int64(token) * cutlass.Int64(grad.stride[0]) + offset
+                self.lane_load(
+                    barrier,
+                    self.staged(context, stage, lane * combine.chunk_bytes),
+                    start,
+                    combine.chunk_bytes,
+                )
+        self.lanes_arrive(barrier, failed)
+
+    @cute.jit
+    def consumer_begin(self, context: RingContext, sink, consumer):
+        """(y, row_map, probs, y's gradient's vectors, the partial sums, the stages' vectors, this
+        thread, its slots' fp32 partial sums): as `CombineKernel.consumer_begin`, the stages'
+        vectors one slot more (the gradient's chunk, last)."""
+        y, row_map, probs, grad_y, partials = sink
+        combine = self.combine
+        element = grad_y.element_type
+        vector, vectors = combine.vector_elements, combine.vectors
+        chunk_elements = combine.chunk_bytes // combine.element_bytes
+        stage_elements = self.pipeline.stage_bytes // combine.element_bytes
+        slots = cute.make_tensor(
+            cute.recast_ptr(context.stages.iterator, dtype=element),
+            cute.make_layout(
+                (vector, vectors, combine.loads, self.pipeline.stages),
+                stride=(1, vector, chunk_elements, stage_elements),
+            ),
+        )
+        rows = cute.size(grad_y, mode=[0])
+        row_vectors = cute.make_tensor(
+            grad_y.iterator,
+            cute.make_layout(
+                (vector, vectors, combine.chunks, rows),
+                stride=(1, vector, chunk_elements, grad_y.stride[0]),
+            ),
+        )
+        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
+        sums = cute.make_rmem_tensor(combine.topk, cutlass.Float32)
+        return y, row_map, probs, row_vectors, partials, slots, thread, sums
+
+    @cute.jit
+    def use_stage(self, context: RingContext, state, stage, step, consumer):
+        """Each of this thread's vectors: g's values in fp32, times each slot's probability
+        stored to its row, and their products with the slot's values added to its partial sum;
+        then the warp's partial sums, one a slot, written by lane 0."""
+        y, row_map, probs, row_vectors, partials, slots, thread, sums = state
+        combine = self.combine
+        token, chunk = self.step_chunk(context, step)
+        rows = cutlass.Int64(cute.size(y, mode=[0]))
+        threads = self.pipeline.consumer_warps * WARP_THREADS
+        sums.fill(0.0)
+        for vector in cutlass.range(thread, combine.vectors, threads, unroll=1):
+            grad = slots[None, vector, combine.topk, stage].load().to(cutlass.Float32)
+            for slot in cutlass.range_constexpr(combine.topk):
+                inside, row = slot_row(row_map, token, slot, rows)
+                if inside:
+                    values = slots[None, vector, slot, stage].load().to(cutlass.Float32)
+                    sums[slot] += (grad * values).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                    scaled = grad * probs[token, slot]
+                    row_vectors[None, vector, chunk, row].store(scaled.to(row_vectors.element_type))
+        lane = cute.arch.lane_idx()
+        for slot in cutlass.range_constexpr(combine.topk):
+            total = cute.arch.warp_reduction(sums[slot], lambda a, b: a + b)
+            if lane == 0:
+                partials[token, slot, chunk * self.pipeline.consumer_warps + consumer] = total

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import WARP_THREADS
 from ..model.mbarrier import MBarrier
 from .plan import CombinePlan, DispatchPlan
 
@@ -126,3 +127,48 @@ def replay_combine(
             out[token, columns] = total
             ring.release(stage)
     return out
+
+
+def replay_combine_grad(
+    plan: CombinePlan, row_map: np.ndarray, probs: np.ndarray, y: np.ndarray, grad: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The combine's backward (a `grad` plan) of `y` (rows, row elements) and the output's
+    gradient `grad` (T, row elements), float32 values, by `row_map` (T, topk) weighted by `probs`:
+    (y's gradient (rows, row elements) float32, the rows no slot names 0; the partial sums (T,
+    topk, plan.partials), each consumer warp's share of a chunk: the vectors of 16 bytes
+    `consumer * 32 + lane`, then every `consumer_warps * 32`-th)."""
+    tokens, topk = row_map.shape
+    rows = len(y)
+    width = plan.chunk_bytes // plan.element_bytes
+    per_vector = plan.vector_elements
+    threads = plan.consumer_warps * WARP_THREADS
+    grad_y = np.zeros(y.shape, np.float32)
+    partials = np.zeros((tokens, topk, plan.partials), np.float32)
+    stage_values = np.zeros((plan.stages, plan.loads, width), np.float32)
+    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
+        ring = Ring(plan.stages, plan.consumer_warps)
+        for step in walk:
+            token, chunk = divmod(step, plan.chunks)
+            named = [int(row) for row in row_map[token]]
+            declared = [plan.chunk_bytes for row in named if 0 <= row < rows] + [plan.chunk_bytes]
+            stage = ring.fill(walk.index(step), declared, list(declared))
+            columns = slice(chunk * width, (chunk + 1) * width)
+            for slot, row in enumerate(named):
+                if 0 <= row < rows:
+                    stage_values[stage, slot] = y[row, columns]
+            stage_values[stage, topk] = grad[token, columns]
+            g = stage_values[stage, topk]
+            for slot, row in enumerate(named):
+                if not 0 <= row < rows:
+                    continue
+                grad_y[row, columns] = g * np.float32(probs[token, slot])
+                products = (
+                    (g * stage_values[stage, slot]).reshape(-1, per_vector).sum(axis=1, dtype=np.float32)
+                )
+                for consumer in range(plan.consumer_warps):
+                    mine = [v for v in range(len(products)) if (v % threads) // WARP_THREADS == consumer]
+                    partials[token, slot, chunk * plan.consumer_warps + consumer] = products[mine].sum(
+                        dtype=np.float32
+                    )
+            ring.release(stage)
+    return grad_y, partials

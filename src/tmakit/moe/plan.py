@@ -11,6 +11,11 @@ A layer of T tokens, each routed to up to `topk` of E experts, moves rows of `ro
   fp32 in the order j = 0, 1, ... (a slot with no row adds nothing). The ring's step is a token's
   `chunk_bytes` of columns: the producer lanes load the topk rows' chunks (one bulk copy each), the
   consumer warps sum them, 16 bytes a thread, and store the chunk of the token's row.
+- the combine's backward (`CombinePlan(grad=True)`): the same ring with the chunk of the output's
+  gradient g[t] loaded beside the topk rows' chunks; the consumers store probs[t, j] * g[t] to
+  row row_map[t, j] of y's gradient and add up each slot's dot product of g[t] with its row (the
+  probabilities' gradient): each consumer warp's share of a chunk is one partial sum, summed
+  after the kernel in a fixed order.
 
 Both read the row map the routing makes on the device (`moe.call`): no host synchronisation, so a
 CUDA graph may capture a layer. A slot whose row is outside the tensor moves nothing (the kernels
@@ -170,6 +175,7 @@ class CombinePlan:
     stages: int = COMBINE_STAGES
     consumer_warps: int = COMBINE_WARPS
     sm_count: int = DEFAULT_SM_COUNT
+    grad: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -178,7 +184,11 @@ class CombinePlan:
         if rule is not None:
             raise TmaConfigError(rule)
         check_routing_sizes(1, self.topk, 1, 1)
-        full = f" ({self.topk} chunks of {self.chunk_bytes} bytes)"
+        if self.grad and not self.weighted:
+            raise TmaConfigError(
+                "an unweighted combine's backward is a dispatch of the gradient (moe_permute), not this ring"
+            )
+        full = f" ({self.loads} chunks of {self.chunk_bytes} bytes)"
         check_bulk_ring(self.stages, self.sm_count, self.stage_bytes, full, "rows this long are torch's")
 
     @property
@@ -186,8 +196,13 @@ class CombinePlan:
         return DTYPES[self.dtype].nbytes
 
     @property
+    def loads(self) -> int:
+        """Chunks a step loads: one a slot, and the output gradient's with `grad`."""
+        return self.topk + int(self.grad)
+
+    @property
     def chunk_bytes(self) -> int:
-        return combine_chunk_bytes(self.row_bytes, self.topk, self.consumer_warps * WARP_THREADS)
+        return combine_chunk_bytes(self.row_bytes, self.loads, self.consumer_warps * WARP_THREADS)
 
     @property
     def chunks(self) -> int:
@@ -205,11 +220,16 @@ class CombinePlan:
 
     @property
     def stage_bytes(self) -> int:
-        return self.topk * self.chunk_bytes
+        return self.loads * self.chunk_bytes
+
+    @property
+    def partials(self) -> int:
+        """The backward's partial dot products a slot: one a chunk and consumer warp."""
+        return self.chunks * self.consumer_warps
 
     @property
     def pipeline(self) -> PipelinePlan:
-        """The ring: stages of topk chunks, a producer warp and `consumer_warps`, persistent."""
+        """The ring: stages of `loads` chunks, a producer warp and `consumer_warps`, persistent."""
         ring = stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
         return PipelinePlan(
             ring.load,
@@ -223,30 +243,50 @@ class CombinePlan:
         return tokens * self.chunks
 
     def slot_offset(self, slot: int) -> int:
-        """Where slot `slot`'s chunk lands in its stage."""
+        """Where slot `slot`'s chunk lands in its stage (slot `topk`: the output gradient's)."""
         return slot * self.chunk_bytes
 
     def expected_bytes(self, rows: list[int] | tuple[int, ...], y_rows: int) -> int:
         """What a step's full barrier expects for a token whose slots name `rows`: one chunk for
-        each row inside y's `y_rows` (the producer's lanes read the row map before they declare)."""
-        return sum(self.chunk_bytes for row in rows if 0 <= row < y_rows)
+        each row inside y's `y_rows` (the producer's lanes read the row map before they declare),
+        and the gradient's chunk with `grad`."""
+        return sum(self.chunk_bytes for row in rows if 0 <= row < y_rows) + int(self.grad) * self.chunk_bytes
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)
         weights = "probabilities (fp32)" if self.weighted else "weight 1"
+        if self.grad:
+            what = (
+                f"combine backward  {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
+                f"({self.dtype}): y's gradient probs * g[t] to each slot's row, probs' gradient the dot "
+                "product of g[t] with it in fp32"
+            )
+            use = (
+                f"{self.consumer_warps} consumer warps store {self.vectors} vectors of 16 bytes a slot "
+                f"and add up its dot product ({self.partials} partial sums a slot, summed after)"
+            )
+            extra = " and the gradient's chunk"
+        else:
+            what = (
+                f"combine           {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
+                f"({self.dtype}), summed in fp32 in slot order, {weights}"
+            )
+            use = (
+                f"{self.consumer_warps} consumer warps sum {self.vectors} vectors of 16 bytes a slot and "
+                "store the token's chunk"
+            )
+            extra = ""
         return "\n".join(
             [
-                f"combine           {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
-                f"({self.dtype}), summed in fp32 in slot order, {weights}",
-                f"stages            {self.stages} x {self.topk} chunks of {self.chunk_bytes} bytes "
+                what,
+                f"stages            {self.stages} x {self.loads} chunks of {self.chunk_bytes} bytes "
                 f"({self.stage_bytes} bytes); {self.pipeline.smem_bytes} bytes of shared memory",
                 f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} steps "
                 f"({self.chunks} a token)",
                 f"in flight         up to {self.stages * self.stage_bytes} bytes of loads a block "
-                f"({self.stages * self.topk} row chunks)",
-                f"each step         up to {self.topk} bulk loads of one chunk, its full barrier expects "
-                f"{self.chunk_bytes} bytes a row the token has; {self.consumer_warps} consumer warps sum "
-                f"{self.vectors} vectors of 16 bytes a slot and store the token's chunk",
+                f"({self.stages * self.loads} chunks)",
+                f"each step         up to {self.loads} bulk loads of one chunk, its full barrier expects "
+                f"{self.chunk_bytes} bytes a row the token has{extra}; {use}",
             ]
         )
 
