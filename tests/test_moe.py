@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moe_reference import combine_reference, expected_rows, mask_ids, within_output_rounding
+from moe_reference import (
+    ROUTING_CASES,
+    assert_routings_equal,
+    combine_reference,
+    expected_rows,
+    mask_ids,
+    routing_ids,
+    within_output_rounding,
+)
 from tmakit import TmaConfigError
 from tmakit.moe.plan import (
     COMBINE_TARGET_BYTES,
@@ -114,39 +122,6 @@ def test_the_row_map_is_expert_major_with_tokens_in_order(routing):
 
 
 # -- the routing kernels: plan, CPU model, PTX ------------------------------------------------------
-def routing_ids(rng, tokens: int, topk: int, experts: int, dtype, spoiled: float = 0.1):
-    """(T, topk) ids: mostly experts, some -1 (no expert) and some outside [0, E) (dropped),
-    among them values past 32 bits for int64 ids (the kernel must not cut them to 32)."""
-    wide = dtype == torch.int64
-    bad = [-2, experts, experts + 7, -(2**31)] + ([2**32, 2**32 + 1, -(2**40)] if wide else [2**31 - 1])
-    rows = []
-    for _ in range(tokens):
-        row = []
-        for _ in range(topk):
-            draw = rng.random()
-            row.append(
-                -1 if draw < spoiled else rng.choice(bad) if draw < 2 * spoiled else rng.randrange(experts)
-            )
-        rows.append(row)
-    return torch.tensor(rows, dtype=dtype)
-
-
-def assert_routings_equal(got, expected, what: str) -> None:
-    """Every field bit for bit; the first wrong slot named."""
-    names = ("row_map", "tokens_per_expert", "expert_offsets", "dropped")
-    for name, have, want in zip(names, got, expected, strict=True):
-        have, want = torch.as_tensor(have).to(torch.int64), torch.as_tensor(want).to(torch.int64)
-        assert have.shape == want.shape, f"{what}: {name} is {tuple(have.shape)}, not {tuple(want.shape)}"
-        wrong = (have != want).reshape(have.shape) if have.dim() else (have != want)
-        if wrong.any():
-            where = [int(v) for v in wrong.nonzero()[0]] if have.dim() else []
-            place = f"[{', '.join(map(str, where))}]" if where else ""
-            raise AssertionError(
-                f"{what}: {name}{place} is {int(have[tuple(where)])}, torch's routing has "
-                f"{int(want[tuple(where)])} ({int(wrong.sum())} wrong)"
-            )
-
-
 def test_the_routing_grid_covers_every_slot_within_its_limits():
     for slots in (1, 31, 2047, 2048, 2049, 131072, ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS,
                   ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS + 1, 10**9, 2**31 - 1):  # fmt: skip
@@ -183,20 +158,6 @@ def test_cpu_ids_take_torchs_routing():
     ids = torch.tensor([[0, 1], [1, -1]])
     assert not call.routes_by_kernel(ids, 2, 1)
     assert_routings_equal(call.route_ids(ids, 2, 1), call.route_ids_by_torch(ids, 2, 1), "cpu ids")
-
-
-ROUTING_CASES = [
-    # tokens, topk, experts, align
-    (1, 1, 1, 1),
-    (1, 8, 3, 16),
-    (7, 1, 1, 128),
-    (40, 6, 9, 16),
-    (300, 8, 256, 128),  # more than a block's warps, most experts one token or none
-    (600, 4, 512, 1),
-    (2049, 1, 8, 16),  # past one block, a partial last block and warp
-    (3000, 8, 256, 128),  # 12 blocks
-    (2000, 3, 1024, 1),  # the most experts
-]
 
 
 @pytest.mark.parametrize("tokens, topk, experts, align", ROUTING_CASES)
