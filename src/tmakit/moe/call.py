@@ -104,9 +104,11 @@ def routes_by_kernel(ids: torch.Tensor, experts: int, align: int) -> bool:
     """Whether the routing kernels route `ids`: real int32/int64 tensors on a Hopper (not a trace's
     fakes, whose routing torch's expressions describe), a size they take (`plan.routing_rule`)."""
     torch = torch_module()
+    if torch.compiler.is_compiling():
+        return False
     from torch._guards import detect_fake_mode
 
-    if torch.compiler.is_compiling() or detect_fake_mode((ids,)) is not None:
+    if detect_fake_mode((ids,)) is not None:
         return False
     if not ids.is_cuda or ids.dtype not in (torch.int32, torch.int64) or cuda_index(ids) < 0:
         return False
