@@ -120,7 +120,7 @@ def route_ids_by_kernel(ids: torch.Tensor, experts: int, align: int) -> Routing:
     synchronisation): ids (T, topk) int32 or int64 on a Hopper, a size `plan.routing_rule` takes."""
     torch = torch_module()
     tokens, topk = ids.shape
-    plan = RoutingPlan(experts, align, "int64" if ids.dtype == torch.int64 else "int32")
+    plan = _routing_plan(experts, align, "int64" if ids.dtype == torch.int64 else "int32")
     flat = ids.contiguous().view(-1)
     device = ids.device
     row_map = torch.empty(flat.numel(), dtype=torch.int32, device=device)
@@ -128,8 +128,15 @@ def route_ids_by_kernel(ids: torch.Tensor, experts: int, align: int) -> Routing:
     offsets = torch.empty(experts + 1, dtype=torch.int32, device=device)
     dropped = torch.empty(1, dtype=torch.int32, device=device)
     workspace = torch.empty(plan.workspace_shape(flat.numel()), dtype=torch.int32, device=device)
-    routing_launcher(plan, str(device)).launch(flat, row_map, counts, offsets, dropped, workspace)
+    launch = routing_launcher(plan, str(device)).launch
+    with torch.cuda.device(device):  # the launcher takes the current device's stream
+        launch(flat, row_map, counts, offsets, dropped, workspace)
     return Routing(row_map.view(tokens, topk), counts, offsets, dropped.view(()))
+
+
+@functools.lru_cache(maxsize=64)
+def _routing_plan(experts: int, align: int, id_dtype: str) -> RoutingPlan:
+    return RoutingPlan(experts, align, id_dtype)
 
 
 def route_ids_by_torch(ids: torch.Tensor, experts: int, align: int) -> Routing:

@@ -91,6 +91,11 @@ MAX_ROUTING_EXPERTS = min(
 )
 
 
+def _smem_array(words: int) -> int:
+    """The shared bytes of an int32 array of `words`, the next array aligned as the kernels ask."""
+    return -(-4 * words // ROUTING_SMEM_ALIGN) * ROUTING_SMEM_ALIGN
+
+
 def routing_block_slots(slots):
     """The slots each block of the routing kernels takes (the last block may take fewer): a
     multiple of `ROUTING_BLOCK_SLOTS`, the least that keeps the grid within `ROUTING_MAX_BLOCKS`.
@@ -146,18 +151,17 @@ class RoutingPlan:
     @property
     def count_smem_bytes(self) -> int:
         """The count's shared memory: a counter an expert and one for the dropped slots."""
-        return 4 * (self.experts + 1)
+        return _smem_array(self.experts + 1)
 
     @property
     def smem_bytes(self) -> int:
         """The assign's shared memory: a warp's row of counters (then first rows) an expert."""
-        return 4 * ROUTING_WARPS * self.experts
+        return _smem_array(ROUTING_WARPS * self.experts)
 
     @property
     def scan_smem_bytes(self) -> int:
         """The scan's shared memory: each expert's total and the dropped slots, a sum a warp."""
-        totals = -(-4 * (self.experts + 1) // ROUTING_SMEM_ALIGN) * ROUTING_SMEM_ALIGN
-        return totals + 4 * (ROUTING_SCAN_THREADS // WARP_THREADS)
+        return _smem_array(self.experts + 1) + _smem_array(ROUTING_SCAN_THREADS // WARP_THREADS)
 
     def workspace_shape(self, slots: int) -> tuple[int, int]:
         """The counts the kernels pass on: (block, expert and the dropped) int32."""
