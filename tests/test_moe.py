@@ -234,6 +234,15 @@ def test_the_routing_kernels_compile_for_sm90a_with_shared_counters_and_warp_ran
         assert "atom" not in assign and len(re.findall(r"bar\.warp\.sync", assign)) == 2 * ROUTING_ROUNDS
         assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, %r\d+", assign)) == ROUTING_ROUNDS
         assert "%lanemask_lt" in assign and "popc.b32" in assign
+    # the shared bytes each launch asks for are what the kernels' allocations take
+    from tmakit.linter.capture import capture
+
+    plan = RoutingPlan(MAX_ROUTING_EXPERTS, 16)
+    built = compile_routing.__wrapped__(plan)
+    mlir = capture(built[0], *built[1:]).mlir
+    sizes = [plan.count_smem_bytes, plan.scan_smem_bytes, plan.smem_bytes]
+    assert [int(v) for v in re.findall(r"smem_size = (\d+) : i64", mlir)] == sizes
+    assert [int(v) for v in re.findall(r"dynamicSmemBytes = %c(\d+)_i64", mlir)] == sizes
 
 
 def test_a_mask_gives_each_token_its_experts_in_order_and_probs_per_slot():

@@ -80,7 +80,8 @@ ROUTING_BLOCK_SLOTS = ROUTING_THREADS * ROUTING_ROUNDS
 # block's counts one after another, one expert a thread.
 ROUTING_MAX_BLOCKS = 512
 ROUTING_SCAN_THREADS = 1024  # the scan's one block: one expert a thread (the padded prefix over them)
-# Static shared memory a block takes without opting in: the assign's (warp, expert) rows must fit.
+# The assign's budget for its (warp, expert) counters: within 48 KiB, so that several blocks share
+# an SM and no launch needs the opt-in above the default.
 ROUTING_SMEM_BYTES = 48 * 1024
 ROUTING_ID_DTYPES = ("int32", "int64")
 ROUTING_SMEM_ALIGN = 16  # bytes: where the kernels' shared allocator starts each array
