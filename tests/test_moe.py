@@ -152,12 +152,22 @@ def test_routings_the_kernels_cannot_count_are_torchs():
     assert routing_rule(2**31 - 1, 1, 1) is None and routing_rule(1, 1024, 128) is None
 
 
-def test_cpu_ids_take_torchs_routing():
+def test_cpu_ids_and_traces_take_torchs_routing(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     from tmakit.moe import call
 
     ids = torch.tensor([[0, 1], [1, -1]])
     assert not call.routes_by_kernel(ids, 2, 1)
     assert_routings_equal(call.route_ids(ids, 2, 1), call.route_ids_by_torch(ids, 2, 1), "cpu ids")
+    # ids that pass for a Hopper's: the kernels route them, unless a trace runs
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda tensor: True))
+    monkeypatch.setattr(call, "cuda_index", lambda tensor: 0)
+    assert call.routes_by_kernel(ids, 2, 1) and not call.routes_by_kernel(ids, 1025, 1)
+    assert not call.routes_by_kernel(ids.double(), 2, 1)
+    seen = []
+    make_fx(lambda ids: seen.append(call.routes_by_kernel(ids, 2, 1)) or ids + 1)(ids)
+    assert seen == [False]
 
 
 @pytest.mark.parametrize("tokens, topk, experts, align", ROUTING_CASES)

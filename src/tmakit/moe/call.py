@@ -101,14 +101,16 @@ def route_ids(ids: torch.Tensor, experts: int, align: int) -> Routing:
 
 
 def routes_by_kernel(ids: torch.Tensor, experts: int, align: int) -> bool:
-    """Whether the routing kernels route `ids`: real int32/int64 tensors on a Hopper (not a trace's
-    fakes, whose routing torch's expressions describe), a size they take (`plan.routing_rule`)."""
+    """Whether the routing kernels route `ids`: real int32/int64 tensors on a Hopper, a size they
+    take (`plan.routing_rule`), and no trace running (torch.compile, make_fx, a fake or other
+    dispatch mode): a trace records torch's expressions, which it can see."""
     torch = torch_module()
     if torch.compiler.is_compiling():
         return False
     from torch._guards import detect_fake_mode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    if detect_fake_mode((ids,)) is not None:
+    if detect_fake_mode((ids,)) is not None or _get_current_dispatch_mode() is not None:
         return False
     if not ids.is_cuda or ids.dtype not in (torch.int32, torch.int64) or cuda_index(ids) < 0:
         return False
