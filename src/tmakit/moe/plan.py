@@ -69,7 +69,8 @@ def check_routing_sizes(tokens: int, topk: int, experts: int, align: int) -> Non
 
 
 # -- the routing on the device ---------------------------------------------------------------------
-# The routing kernels (`moe.kernel.RoutingKernel`) read the ids once to count, once to assign rows.
+# The routing kernels (`moe.kernel.RoutingKernel`) read the ids three times: the count's, and the
+# assign's two walks of each warp's share (its count, then its rows).
 ROUTING_WARPS = 8  # a counting or assigning block's warps, each a contiguous share of its slots
 ROUTING_THREADS = ROUTING_WARPS * WARP_THREADS
 # A thread's loads issued together before it uses any: a block's least share of the slots is that
