@@ -2,7 +2,8 @@
 the row map against a plain-Python reference, every output row bit for bit (a token's row where a
 slot names it, zero elsewhere, over a poisoned allocation), the combine within fp32 accumulation
 of a float64 reference, ids refused eagerly and skipped under capture, gradients against torch's
-autograd of the same expressions, torch.compile(fullgraph=True) and CUDA graphs."""
+autograd of the same expressions, torch.compile(fullgraph=True) and CUDA graphs; the routing
+kernels against torch's routing bit for bit, eagerly and in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import random
 import pytest
 
 import tmakit
-from moe_reference import combine_reference, expected_rows, mask_ids, within_output_rounding
+from moe_reference import (
+    ROUTING_CASES,
+    assert_routings_equal,
+    combine_reference,
+    expected_rows,
+    mask_ids,
+    routing_ids,
+    within_output_rounding,
+)
 from tmakit import TmaConfigError
 
 pytestmark = pytest.mark.gpu
@@ -270,3 +279,90 @@ def test_paths(torch):
     assert tmakit.moe_path("dispatch", odd, row_map, 16).path == "torch"
     with pytest.raises(TmaConfigError, match="16"):
         tmakit.moe_dispatch(odd, row_map.long(), num_experts=8, strict=True)
+
+
+# -- the routing kernels --------------------------------------------------------------------------
+LARGE_ROUTINGS = [
+    (16384, 8, 256, 1),  # 131072 slots: 64 blocks
+    (16384, 8, 256, 128),
+    (8192, 2, 8, 16),  # Mixtral
+    (4096, 8, 256, 128),  # DeepSeek
+    ((1 << 17) + 1, 8, 64, 16),  # past ROUTING_MAX_BLOCKS blocks of the least share: two a block
+]
+
+
+def route_both(torch, ids, experts, align):
+    """(the kernels' routing, torch's) of `ids` on the GPU, the allocator poisoned first so that
+    a slot the kernels leave unwritten shows."""
+    from tmakit.moe import call
+
+    assert call.routes_by_kernel(ids, experts, align)
+    poison_the_allocator(torch, 8 * ids.numel() + (1 << 16))
+    return call.route_ids_by_kernel(ids, experts, align), call.route_ids_by_torch(ids, experts, align)
+
+
+@pytest.mark.parametrize("tokens, topk, experts, align", ROUTING_CASES + LARGE_ROUTINGS)
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+def test_the_routing_kernels_route_as_torch_does(torch, tokens, topk, experts, align, ids_dtype):
+    rng = random.Random(tokens * 131 + experts * 7 + align)
+    ids = routing_ids(rng, tokens, topk, experts, getattr(torch, ids_dtype)).cuda()
+    got, expected = route_both(torch, ids, experts, align)
+    assert_routings_equal(got, expected, f"{tokens} x top-{topk} of {experts}, align {align}, {ids_dtype}")
+    clean = torch.randint(0, experts, (tokens, topk), device="cuda", dtype=getattr(torch, ids_dtype))
+    got, expected = route_both(torch, clean, experts, align)  # every slot routed, none dropped
+    assert_routings_equal(got, expected, f"clean {tokens} x top-{topk} of {experts}, align {align}")
+    assert int(got.dropped) == 0
+
+
+def test_one_compiled_routing_serves_every_size_and_a_strided_view(torch):
+    from tmakit.moe import call
+
+    rng = random.Random(3)
+    for tokens in (1, 5, 2048, 2049, 40000, 3):
+        ids = routing_ids(rng, tokens, 2, 8, torch.int32).cuda()
+        assert_routings_equal(*route_both(torch, ids, 8, 16), f"{tokens} tokens")
+    wide = routing_ids(rng, 999, 6, 8, torch.int64).cuda()[:, ::2]  # not contiguous
+    assert_routings_equal(*route_both(torch, wide, 8, 16), "a strided view")
+    assert call.route_ids(wide, 8, 16).row_map.shape == (999, 3)
+    assert not call.routes_by_kernel(wide, 1025, 1)  # more experts than the kernels count: torch's
+    assert_routings_equal(call.route_ids(wide, 1025, 1), call.route_ids_by_torch(wide, 1025, 1), "1025")
+
+
+def test_the_routing_kernels_in_a_cuda_graph_route_each_replays_ids(torch):
+    from tmakit.moe import call
+
+    rng = random.Random(11)
+    tokens, topk, experts, align = 16384, 8, 256, 128
+    ids = routing_ids(rng, tokens, topk, experts, torch.int64).cuda()
+    call.route_ids_by_kernel(ids, experts, align)  # compiled before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = call.route_ids(ids, experts, align)
+    torch.cuda.current_stream().wait_stream(stream)
+    for replay in range(3):
+        ids.copy_(routing_ids(rng, tokens, topk, experts, torch.int64, spoiled=0.05 * replay).cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_routings_equal(captured, call.route_ids_by_torch(ids, experts, align), f"replay {replay}")
+
+
+def test_moe_dispatch_routes_through_the_kernels_and_a_trace_through_torch(torch, monkeypatch):
+    from tmakit.moe import call
+
+    taken = []
+    kernel = call.route_ids_by_kernel
+    monkeypatch.setattr(call, "route_ids_by_kernel", lambda *args: taken.append(args[1:]) or kernel(*args))
+    x = hashed(torch, (64, 256), torch.bfloat16)
+    ids = torch.randint(0, 8, (64, 2), device="cuda")
+    eager = tmakit.moe_dispatch(x, ids, num_experts=8, align=16)
+    assert taken == [(8, 16)]
+    assert_routings_equal(
+        (eager.row_map, eager.tokens_per_expert, eager.expert_offsets, eager.dropped),
+        call.route_ids_by_torch(ids, 8, 16),
+        "moe_dispatch",
+    )
+    compiled = torch.compile(lambda x, ids: tmakit.moe_dispatch(x, ids, num_experts=8, align=16).row_map)
+    assert torch.equal(compiled(x, ids), eager.row_map) and taken == [(8, 16)]  # traced: torch's sort

@@ -2,7 +2,8 @@
 what is refused), the routing the device builds (against a plain-Python reference, for drawn
 routings), the combine in fp32 against float64, gradients (gradcheck in float64), the checks of
 bad input before anything is written, the ops' fakes (make_fx) and the kernels compiled for
-sm_90a with the instructions their plans name."""
+sm_90a with the instructions their plans name; the routing kernels' plan, their algorithm's CPU
+model against torch's routing, and their PTX."""
 
 from __future__ import annotations
 
@@ -12,14 +13,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moe_reference import combine_reference, expected_rows, mask_ids, within_output_rounding
+from moe_reference import (
+    ROUTING_CASES,
+    assert_routings_equal,
+    combine_reference,
+    expected_rows,
+    mask_ids,
+    routing_ids,
+    within_output_rounding,
+)
 from tmakit import TmaConfigError
 from tmakit.moe.plan import (
     COMBINE_TARGET_BYTES,
+    MAX_ROUTING_EXPERTS,
+    ROUTING_BLOCK_SLOTS,
+    ROUTING_MAX_BLOCKS,
+    ROUTING_ROUNDS,
+    ROUTING_SMEM_BYTES,
+    ROUTING_WARPS,
     CombinePlan,
     DispatchPlan,
+    RoutingPlan,
     combine_chunk_bytes,
     dispatch_rows,
+    routing_block_slots,
+    routing_blocks,
+    routing_rule,
 )
 
 torch = pytest.importorskip("torch")
@@ -100,6 +119,140 @@ def test_the_row_map_is_expert_major_with_tokens_in_order(routing):
         for row in slots:
             expected[row] = x[token]
     assert torch.equal(result.out, expected)  # padding and the tail zero
+
+
+# -- the routing kernels: plan, CPU model, PTX ------------------------------------------------------
+def test_the_routing_grid_covers_every_slot_within_its_limits():
+    for slots in (1, 31, 2047, 2048, 2049, 131072, ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS,
+                  ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS + 1, 10**9, 2**31 - 1):  # fmt: skip
+        per_block, blocks = routing_block_slots(slots), routing_blocks(slots)
+        assert (
+            per_block % ROUTING_BLOCK_SLOTS == 0 and (per_block // ROUTING_WARPS) % (32 * ROUTING_ROUNDS) == 0
+        )
+        assert 1 <= blocks <= ROUTING_MAX_BLOCKS and (blocks - 1) * per_block < slots <= blocks * per_block
+    assert (routing_block_slots(131072), routing_blocks(131072)) == (2048, 64)  # 16384 tokens x top-8
+    assert routing_blocks(16384) == 8  # 8192 tokens x top-2
+    assert RoutingPlan(256, 128).workspace_shape(131072) == (64, 257)
+    assert "64 block(s)" in RoutingPlan(256, 128, "int64").summary(131072)
+
+
+def test_routings_the_kernels_cannot_count_are_torchs():
+    assert MAX_ROUTING_EXPERTS == 1024
+    assert 4 * ROUTING_WARPS * MAX_ROUTING_EXPERTS <= ROUTING_SMEM_BYTES  # the assign's counters fit
+    assert RoutingPlan(MAX_ROUTING_EXPERTS, 1).smem_bytes <= ROUTING_SMEM_BYTES
+    with pytest.raises(TmaConfigError, match="at most 1024"):
+        RoutingPlan(MAX_ROUTING_EXPERTS + 1, 1)
+    with pytest.raises(TmaConfigError, match="routing id dtype"):
+        RoutingPlan(8, 1, "int16")
+    with pytest.raises(TmaConfigError, match="experts"):
+        RoutingPlan(0, 1)
+    assert routing_rule(0, 8, 1) == "no slot to route"
+    assert "at most 1024" in routing_rule(16, 2048, 1)
+    assert "32-bit" in routing_rule(2**31 - 1, 8, 2)
+    assert routing_rule(2**31 - 1, 1, 1) is None and routing_rule(1, 1024, 128) is None
+
+
+def test_cpu_ids_and_traces_take_torchs_routing(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tmakit.moe import call
+
+    ids = torch.tensor([[0, 1], [1, -1]])
+    assert not call.routes_by_kernel(ids, 2, 1)
+    assert_routings_equal(call.route_ids(ids, 2, 1), call.route_ids_by_torch(ids, 2, 1), "cpu ids")
+    # ids that pass for a Hopper's: the kernels route them, unless a trace runs
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda tensor: True))
+    monkeypatch.setattr(call, "cuda_index", lambda tensor: 0)
+    assert call.routes_by_kernel(ids, 2, 1) and not call.routes_by_kernel(ids, 1025, 1)
+    assert not call.routes_by_kernel(ids.double(), 2, 1)
+    seen = []
+    make_fx(lambda ids: seen.append(call.routes_by_kernel(ids, 2, 1)) or ids + 1)(ids)
+    assert seen == [False]
+
+
+@pytest.mark.parametrize("tokens, topk, experts, align", ROUTING_CASES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+def test_the_routing_kernels_model_is_torchs_routing(tokens, topk, experts, align, dtype):
+    import random
+
+    from tmakit.moe.call import route_ids_by_torch
+    from tmakit.moe.model import replay_routing
+
+    ids = routing_ids(random.Random(tokens * 31 + experts), tokens, topk, experts, dtype)
+    plan = RoutingPlan(experts, align, "int64" if dtype == torch.int64 else "int32")
+    what = f"{tokens} x top-{topk} of {experts}, align {align}, {dtype}"
+    assert_routings_equal(replay_routing(plan, ids.numpy()), route_ids_by_torch(ids, experts, align), what)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 700),
+    st.integers(1, 8),
+    st.sampled_from([1, 2, 5, 8, 64, 256, 512]),
+    st.sampled_from([1, 16, 128]),
+    st.sampled_from([torch.int32, torch.int64]),
+    st.floats(0, 0.5),
+    st.randoms(use_true_random=False),
+)
+def test_drawn_routings_model_as_torch_routes_them(tokens, topk, experts, align, dtype, spoiled, rng):
+    from tmakit.moe.call import route_ids_by_torch
+    from tmakit.moe.model import replay_routing
+
+    ids = routing_ids(rng, tokens, topk, experts, dtype, spoiled / 2)
+    plan = RoutingPlan(experts, align, "int64" if dtype == torch.int64 else "int32")
+    assert_routings_equal(replay_routing(plan, ids.numpy()), route_ids_by_torch(ids, experts, align), "drawn")
+
+
+def test_a_grid_of_larger_blocks_models_as_torch_routes_it():
+    """Past ROUTING_MAX_BLOCKS blocks of the least share each block takes two: the block and
+    warp ranges the kernel computes at run time."""
+    from tmakit.moe.call import route_ids_by_torch
+    from tmakit.moe.model import replay_routing
+
+    slots = ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS + 33
+    generator = torch.Generator().manual_seed(5)
+    ids = torch.randint(-1, 300, (slots, 1), generator=generator)
+    assert routing_block_slots(slots) == 2 * ROUTING_BLOCK_SLOTS
+    routed = replay_routing(RoutingPlan(300, 16, "int64"), ids.numpy())
+    assert_routings_equal(routed, route_ids_by_torch(ids, 300, 16), "a grid of two-share blocks")
+
+
+def test_the_routing_kernels_compile_for_sm90a_with_shared_counters_and_warp_ranks():
+    pytest.importorskip("cutlass")
+    from tmakit.moe.launch import compile_routing
+
+    for plan in (RoutingPlan(256, 16, "int64"), RoutingPlan(8, 1), RoutingPlan(MAX_ROUTING_EXPERTS, 128)):
+        ptx = compile_routing(plan, keep_ptx=True).ptx
+        entries = re.findall(r"\.entry (kernel_cutlass_(\w+?)_tmakit)", ptx)
+        assert [name for _, name in entries] == ["count", "scan", "assign"]
+        count, scan, assign = re.split(r"\.visible \.entry", ptx)[1:]
+        assert ".local" not in ptx and "atom.global" not in ptx and "red.global" not in ptx  # in registers
+        load = "ld.global.b64" if plan.id_dtype == "int64" else "ld.global.b32"
+        for kernel in (count, assign):  # a thread's rounds loaded together, then matched
+            assert len(re.findall(load, kernel)) >= ROUTING_ROUNDS
+            first_match = kernel.index("match.any.sync.b32")
+            assert len(re.findall(load, kernel[:first_match])) >= ROUTING_ROUNDS
+        # count: one shared atomic add a group of lanes a round, per block in shared memory
+        assert len(re.findall(r"match\.any\.sync\.b32", count)) == ROUTING_ROUNDS
+        assert len(re.findall(r"atom\.shared\.add\.u32", count)) == ROUTING_ROUNDS
+        # scan: warp prefixes by shuffles (a lane's and the warps' sums), a block's counts batched
+        assert len(re.findall(r"shfl\.sync\.up\.b32", scan)) == 10
+        assert "match" not in scan and "atom" not in scan
+        # assign: a warp's count and its ranks, no atomics (each warp's counters its own), the
+        # group's first row broadcast from the lane that moved it on
+        assert len(re.findall(r"match\.any\.sync\.b32", assign)) == 2 * ROUTING_ROUNDS
+        assert "atom" not in assign and len(re.findall(r"bar\.warp\.sync", assign)) == 2 * ROUTING_ROUNDS
+        assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, %r\d+", assign)) == ROUTING_ROUNDS
+        assert "%lanemask_lt" in assign and "popc.b32" in assign
+    # the shared bytes each launch asks for are what the kernels' allocations take
+    from tmakit.linter.capture import capture
+
+    plan = RoutingPlan(MAX_ROUTING_EXPERTS, 16)
+    built = compile_routing.__wrapped__(plan)
+    mlir = capture(built[0], *built[1:]).mlir
+    sizes = [plan.count_smem_bytes, plan.scan_smem_bytes, plan.smem_bytes]
+    assert [int(v) for v in re.findall(r"smem_size = (\d+) : i64", mlir)] == sizes
+    assert [int(v) for v in re.findall(r"dynamicSmemBytes = %c(\d+)_i64", mlir)] == sizes
 
 
 def test_a_mask_gives_each_token_its_experts_in_order_and_probs_per_slot():

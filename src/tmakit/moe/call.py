@@ -1,7 +1,8 @@
 """How a mixture-of-experts call runs (`moe.api` holds the public functions): the routing made on
-the device (the row map, each expert's tokens and group offsets: torch's sort and scans, no host
-synchronisation), the checks of the ids on the host where one may synchronise, the route
-(`plan.moe_tma_rule`) and the launches, and torch's expressions where the kernels cannot serve."""
+the device (the row map, each expert's tokens and group offsets, no host synchronisation: the
+routing kernels on a Hopper, torch's sort and scans elsewhere and in a trace), the checks of the
+ids on the host where one may synchronise, the route (`plan.moe_tma_rule`) and the launches, and
+torch's expressions where the kernels cannot serve."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan.route import torch_route
-from .launch import combine_launcher, dispatch_launcher
-from .plan import CombinePlan, DispatchPlan, MoeFacts, moe_route
+from .launch import combine_launcher, dispatch_launcher, routing_launcher
+from .plan import CombinePlan, DispatchPlan, MoeFacts, RoutingPlan, moe_route, routing_rule
 
 if TYPE_CHECKING:
     import torch
@@ -89,10 +90,61 @@ def ids_of_mask(mask: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def route_ids(ids: torch.Tensor, experts: int, align: int) -> Routing:
-    """The routing of `ids` (T, topk): an id in [0, experts) is a slot's expert; any other value
-    is no expert (a -1 from a mask's short row; another is counted as dropped). Expert-major rows,
-    tokens in order within an expert (a stable sort), each expert's group padded to a multiple of
-    `align`; all on the device."""
+    """The routing of `ids` (T, topk) int32 or int64: an id in [0, experts) is a slot's expert;
+    any other value is no expert (a -1 from a mask's short row; another is counted as dropped).
+    Expert-major rows, tokens in order within an expert (a stable order of the slots), each
+    expert's group padded to a multiple of `align`; all on the device, by the routing kernels
+    where they serve (`routes_by_kernel`), else by torch's expressions (`route_ids_by_torch`):
+    the two agree bit for bit."""
+    if routes_by_kernel(ids, experts, align):
+        return route_ids_by_kernel(ids, experts, align)
+    return route_ids_by_torch(ids, experts, align)
+
+
+def routes_by_kernel(ids: torch.Tensor, experts: int, align: int) -> bool:
+    """Whether the routing kernels route `ids`: real int32/int64 tensors on a Hopper, a size they
+    take (`plan.routing_rule`), and no trace running (torch.compile, make_fx, a fake or other
+    dispatch mode): a trace records torch's expressions, which it can see."""
+    torch = torch_module()
+    if torch.compiler.is_compiling():
+        return False
+    from torch._guards import detect_fake_mode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    if detect_fake_mode((ids,)) is not None or _get_current_dispatch_mode() is not None:
+        return False
+    if not ids.is_cuda or ids.dtype not in (torch.int32, torch.int64) or cuda_index(ids) < 0:
+        return False
+    return routing_rule(ids.numel(), experts, align) is None
+
+
+def route_ids_by_kernel(ids: torch.Tensor, experts: int, align: int) -> Routing:
+    """The routing by `moe.kernel.RoutingKernel` (three launches on the current stream, no
+    synchronisation): ids (T, topk) int32 or int64 on a Hopper, a size `plan.routing_rule` takes."""
+    torch = torch_module()
+    tokens, topk = ids.shape
+    plan = _routing_plan(experts, align, "int64" if ids.dtype == torch.int64 else "int32")
+    flat = ids.contiguous().view(-1)
+    device = ids.device
+    row_map = torch.empty(flat.numel(), dtype=torch.int32, device=device)
+    counts = torch.empty(experts, dtype=torch.int32, device=device)
+    offsets = torch.empty(experts + 1, dtype=torch.int32, device=device)
+    dropped = torch.empty(1, dtype=torch.int32, device=device)
+    workspace = torch.empty(plan.workspace_shape(flat.numel()), dtype=torch.int32, device=device)
+    launch = routing_launcher(plan, str(device)).launch
+    with torch.cuda.device(device):  # the launcher takes the current device's stream
+        launch(flat, row_map, counts, offsets, dropped, workspace)
+    return Routing(row_map.view(tokens, topk), counts, offsets, dropped.view(()))
+
+
+@functools.lru_cache(maxsize=64)
+def _routing_plan(experts: int, align: int, id_dtype: str) -> RoutingPlan:
+    return RoutingPlan(experts, align, id_dtype)
+
+
+def route_ids_by_torch(ids: torch.Tensor, experts: int, align: int) -> Routing:
+    """`route_ids` in torch's expressions (a stable sort, scans and scatters): any device, and
+    what a trace records."""
     torch = torch_module()
     tokens, topk = ids.shape
     flat = ids.reshape(-1).long()

@@ -17,6 +17,11 @@
 A row-map entry outside the rows' tensor moves nothing: every lane checks it before it forms an
 address, the producer's and the consumers' alike, so the bytes a barrier expects and the slots
 summed agree. Every row is viewed as bytes where only moved; the combine reads its dtype.
+
+- `RoutingKernel`: the routing the rings read (`row_map`, each expert's count and padded group),
+  three launches on one stream, plain SIMT: a count of each block's slots per expert, one block's
+  scan, an assign of each slot's row (`moe.plan.RoutingPlan`; `moe.model.replay_routing` is the
+  same algorithm on the CPU).
 """
 
 from __future__ import annotations
@@ -29,9 +34,19 @@ from cutlass.experimental import primitives as prims  # bulk copies with run-tim
 from ..kernels.ring import BulkLoadRing, BulkRingKernel, RingContext, RunTimeWalk
 from ..kernels.tma import shared_tile_layout
 from ..limits import WARP_THREADS
-from .plan import CombinePlan, DispatchPlan
+from .plan import (
+    ROUTING_ROUNDS,
+    ROUTING_SCAN_THREADS,
+    ROUTING_SMEM_ALIGN,
+    ROUTING_THREADS,
+    ROUTING_WARPS,
+    CombinePlan,
+    DispatchPlan,
+    RoutingPlan,
+    routing_block_slots,
+)
 
-__all__ = ["CombineGradKernel", "CombineKernel", "DispatchKernel"]
+__all__ = ["CombineGradKernel", "CombineKernel", "DispatchKernel", "RoutingKernel"]
 
 
 @cute.jit
@@ -340,3 +355,242 @@ class CombineGradKernel(CombineKernel):
             total = cute.arch.warp_reduction(sums[slot], lambda a, b: a + b)
             if lane == 0:
                 partials[token, slot, chunk * self.pipeline.consumer_warps + consumer] = total
+
+
+# -- the routing ----------------------------------------------------------------------------------
+ALL_LANES = 0xFFFFFFFF
+SCAN_BATCH = 8  # counts the scan loads before it adds them: loads in flight, not one at a time
+
+
+@cute.jit
+def slot_key(ids, slot, experts: int):
+    """A slot's key: its expert (an id in [0, experts)), `experts` for a dropped id, `experts + 1`
+    for -1 (no expert). Compared at the ids' width: an int64 id is never cut to 32 bits."""
+    value = ids[slot]
+    inside = value >= 0 and value < experts
+    outside = cutlass.Int32(experts + 1) if value == -1 else cutlass.Int32(experts)
+    return cutlass.Int32(value) if inside else outside
+
+
+@cute.jit
+def round_keys(ids, first, start, stride, share, experts: int):
+    """The keys of slots `first + start + k * stride`, k < ROUTING_ROUNDS, no expert's past
+    `share` (a lane's `start` is the round's first plus its own place): every load issued before
+    any key is used (a clamped slot read, not a branch), so a thread waits for its rounds' loads
+    once."""
+    keys = []
+    for k in cutlass.range_constexpr(ROUTING_ROUNDS):
+        index = start + k * stride
+        key = slot_key(ids, cutlass.Int64(first) + cutlass.min(index, share - 1), experts)
+        keys.append(key if index < share else cutlass.Int32(experts + 1))
+    return keys
+
+
+@cute.jit
+def lane_group(key):
+    """(the lanes whose key is this lane's, whether this lane is the highest of them): the
+    group's highest lane speaks for it, so one shared access a group and expert a round."""
+    peers = cute.arch.match_sync(ALL_LANES, key)
+    return peers, (peers & cute.arch.lanemask_gt()) == cutlass.Uint32(0)
+
+
+@cute.jit
+def warp_inclusive_sum(value):
+    """The sum of `value` over this lane and the lanes below it."""
+    lane = cute.arch.lane_idx()
+    for offset in cutlass.range_constexpr(5):
+        below = cute.arch.shuffle_sync_up(value, 1 << offset)
+        if lane >= (1 << offset):
+            value = value + below
+    return value
+
+
+class RoutingKernel:
+    """The routing of (T * topk) ids among `experts`: `row_map[s]` the output row of slot s
+    (expert-major, slots of an expert in order, each expert's group from `expert_offsets[e]`
+    padded to a multiple of `align`; -1 for no expert), each expert's tokens, the groups' first
+    rows and the rows used, the dropped slots. Deterministic (integer counts, a fixed order) and
+    free of host synchronisation.
+
+    1. count: block b takes `routing_block_slots` consecutive slots and counts them per expert
+       (and the dropped) in shared memory, writing its row of the workspace (all E + 1 counts).
+    2. scan (one block): each expert's counts over the blocks become each block's first rank in
+       the expert (in place); the experts' groups, padded, become the expert offsets.
+    3. assign: block b's warps each take a contiguous share of its range; each warp counts its
+       share per expert, the block turns those counts into each warp's first row per expert
+       (the expert's offset, the block's rank, the warps before), and each warp walks its share
+       again in rounds of 32 lanes: a slot's row is its warp's next row for the expert plus the
+       lanes below it with the same expert.
+    """
+
+    def __init__(self, routing: RoutingPlan):
+        self.routing = routing
+
+    @cute.jit
+    def __call__(
+        self,
+        ids: cute.Tensor,
+        row_map: cute.Tensor,
+        tokens_per_expert: cute.Tensor,
+        expert_offsets: cute.Tensor,
+        dropped: cute.Tensor,
+        workspace: cute.Tensor,
+        guard: cute.Tensor,
+        stream: cuda.CUstream,
+    ):
+        """`ids`: (slots,) int32 or int64, one or more; `row_map`: (slots,) int32;
+        `tokens_per_expert`: (E,), `expert_offsets`: (E + 1,), `dropped`: (1,) int32;
+        `workspace`: `RoutingPlan.workspace_shape(slots)` int32, any contents; `guard`: not
+        read (the launchers pass one to every kernel)."""
+        routing = self.routing
+        per_block = cutlass.Int32(routing_block_slots(cutlass.Int64(cute.size(ids, mode=[0]))))
+        blocks = cutlass.Int32(cute.size(workspace, mode=[0]))
+        self.count(ids, workspace, per_block).launch(
+            grid=(blocks, 1, 1), block=(ROUTING_THREADS, 1, 1), smem=routing.count_smem_bytes, stream=stream
+        )
+        self.scan(workspace, tokens_per_expert, expert_offsets, dropped).launch(
+            grid=(1, 1, 1), block=(ROUTING_SCAN_THREADS, 1, 1), smem=routing.scan_smem_bytes, stream=stream
+        )
+        self.assign(ids, workspace, expert_offsets, row_map, per_block).launch(
+            grid=(blocks, 1, 1), block=(ROUTING_THREADS, 1, 1), smem=routing.smem_bytes, stream=stream
+        )
+
+    @cute.jit
+    def block_range(self, ids, per_block):
+        """(this block's first slot, how many it takes)."""
+        block, _, _ = cute.arch.block_idx()
+        first = block * per_block
+        return first, cutlass.min(per_block, cutlass.Int32(cute.size(ids, mode=[0])) - first)
+
+    @cute.kernel
+    def count(self, ids: cute.Tensor, workspace: cute.Tensor, per_block: cutlass.Int32):
+        experts = self.routing.experts
+        thread, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        counters = cutlass.memory.SmemAllocator().allocate_tensor(
+            cutlass.Int32, cute.make_layout(experts + 1), ROUTING_SMEM_ALIGN
+        )
+        for key in cutlass.range(thread, experts + 1, ROUTING_THREADS, unroll=1):
+            counters[key] = 0
+        cute.arch.barrier()
+        first, share = self.block_range(ids, per_block)
+        # the bounds are the block's alike: every lane of a warp takes every round (match.sync)
+        for start in cutlass.range(0, share, ROUTING_THREADS * ROUTING_ROUNDS, unroll=1):
+            for key in round_keys(ids, first, start + thread, ROUTING_THREADS, share, experts):
+                peers, speaks = lane_group(key)
+                if speaks and key <= experts:  # other warps add to the same counters
+                    count = cute.arch.popc(peers).to(cutlass.Int32)
+                    cute.arch.atomic_add((counters.iterator + key).llvm_ptr, count)
+        cute.arch.barrier()
+        for key in cutlass.range(thread, experts + 1, ROUTING_THREADS, unroll=1):
+            workspace[block, key] = counters[key]
+
+    @cute.kernel
+    def scan(
+        self,
+        workspace: cute.Tensor,
+        tokens_per_expert: cute.Tensor,
+        expert_offsets: cute.Tensor,
+        dropped: cute.Tensor,
+    ):
+        routing = self.routing
+        experts, align = routing.experts, routing.align
+        thread, _, _ = cute.arch.thread_idx()
+        warp, lane = cute.arch.warp_idx(), cute.arch.lane_idx()
+        allocator = cutlass.memory.SmemAllocator()
+        totals = allocator.allocate_tensor(cutlass.Int32, cute.make_layout(experts + 1), ROUTING_SMEM_ALIGN)
+        warp_sums = allocator.allocate_tensor(
+            cutlass.Int32, cute.make_layout(ROUTING_SCAN_THREADS // WARP_THREADS), ROUTING_SMEM_ALIGN
+        )
+        blocks = cutlass.Int32(cute.size(workspace, mode=[0]))
+        for key in cutlass.range(thread, experts + 1, ROUTING_SCAN_THREADS, unroll=1):
+            running = cutlass.Int32(0)
+            for batch in cutlass.range(0, blocks, SCAN_BATCH, unroll=1):
+                counts = [
+                    workspace[cutlass.min(batch + k, blocks - 1), key] for k in range(SCAN_BATCH)
+                ]  # a load past the last block reads the last and adds nothing
+                for k in cutlass.range_constexpr(SCAN_BATCH):
+                    if batch + k < blocks:
+                        workspace[batch + k, key] = running
+                        running = running + counts[k]
+            totals[key] = running
+        cute.arch.barrier()
+        expert = cutlass.min(thread, cutlass.Int32(experts - 1))
+        total = totals[expert] if thread < experts else cutlass.Int32(0)
+        padded = (total + (align - 1)) // align * align
+        inclusive = warp_inclusive_sum(padded)
+        if lane == 31:
+            warp_sums[warp] = inclusive
+        cute.arch.barrier()
+        if warp == 0:
+            warp_total = warp_sums[lane]
+            warp_sums[lane] = warp_inclusive_sum(warp_total) - warp_total
+        cute.arch.barrier()
+        inclusive = inclusive + warp_sums[warp]
+        if thread < experts:
+            tokens_per_expert[thread] = total
+            expert_offsets[thread] = inclusive - padded
+        if thread == experts - 1:
+            expert_offsets[experts] = inclusive
+        if thread == 0:
+            dropped[0] = totals[experts]
+
+    @cute.kernel
+    def assign(
+        self,
+        ids: cute.Tensor,
+        workspace: cute.Tensor,
+        expert_offsets: cute.Tensor,
+        row_map: cute.Tensor,
+        per_block: cutlass.Int32,
+    ):
+        experts = self.routing.experts
+        thread, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        warp, lane = cute.arch.warp_idx(), cute.arch.lane_idx()
+        # (warp, expert): the warp's count of the expert, then its next row for the expert
+        counters = cutlass.memory.SmemAllocator().allocate_tensor(
+            cutlass.Int32, cute.make_layout(ROUTING_WARPS * experts), ROUTING_SMEM_ALIGN
+        )
+        rows = cute.make_tensor(
+            counters.iterator, cute.make_layout((ROUTING_WARPS, experts), stride=(experts, 1))
+        )
+        for index in cutlass.range(thread, ROUTING_WARPS * experts, ROUTING_THREADS, unroll=1):
+            counters[index] = 0
+        cute.arch.barrier()
+        block_first, block_share = self.block_range(ids, per_block)
+        warp_slots = per_block // ROUTING_WARPS
+        before = cutlass.min(warp * warp_slots, block_share)
+        first = block_first + before
+        share = cutlass.min(warp_slots, block_share - before)
+        for start in cutlass.range(0, share, WARP_THREADS * ROUTING_ROUNDS, unroll=1):
+            for key in round_keys(ids, first, start + lane, WARP_THREADS, share, experts):
+                peers, speaks = lane_group(key)
+                if speaks and key < experts:  # this warp's row alone: no other lane writes it
+                    rows[warp, key] = rows[warp, key] + cute.arch.popc(peers).to(cutlass.Int32)
+                cute.arch.sync_warp()  # the next round's speaker may be another lane
+        cute.arch.barrier()
+        for expert in cutlass.range(thread, experts, ROUTING_THREADS, unroll=1):
+            running = expert_offsets[expert] + workspace[block, expert]
+            for other in cutlass.range_constexpr(ROUTING_WARPS):
+                count = rows[other, expert]
+                rows[other, expert] = running
+                running = running + count
+        cute.arch.barrier()
+        below = cute.arch.lanemask_lt()
+        for start in cutlass.range(0, share, WARP_THREADS * ROUTING_ROUNDS, unroll=1):
+            keys = round_keys(ids, first, start + lane, WARP_THREADS, share, experts)
+            for k in cutlass.range_constexpr(ROUTING_ROUNDS):
+                key = keys[k]
+                peers, speaks = lane_group(key)
+                group_first = cutlass.Int32(0)
+                if speaks and key < experts:
+                    group_first = rows[warp, key]
+                    rows[warp, key] = group_first + cute.arch.popc(peers).to(cutlass.Int32)
+                highest = 31 - cute.arch.clz(peers.to(cutlass.Int32))
+                group_first = cute.arch.shuffle_sync(group_first, highest)
+                row = group_first + cute.arch.popc(peers & below).to(cutlass.Int32)
+                index = start + lane + k * WARP_THREADS
+                if index < share:
+                    row_map[cutlass.Int64(first) + index] = row if key < experts else cutlass.Int32(-1)
+                cute.arch.sync_warp()

@@ -1,4 +1,4 @@
-"""The dispatch and combine kernels compiled once per plan, and their launchers."""
+"""The dispatch, combine and routing kernels compiled once per plan, and their launchers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
-from .plan import CombinePlan, DispatchPlan
+from .plan import CombinePlan, DispatchPlan, RoutingPlan
 
 
 def _byte_rows(symbol: str, width: int, compact: bool = False):
@@ -120,6 +120,49 @@ def _element_rows(combine: CombinePlan, rows):
     width = combine.row_bytes // combine.element_bytes
     stride = cute.sym_int64(divisibility=GLOBAL_STRIDE_ALIGN // combine.element_bytes, symbol="out_stride")
     return make_fake_tensor(element, (rows, width), (stride, 1), assumed_align=GLOBAL_BASE_ALIGN)
+
+
+@compiles
+def compile_routing(routing: RoutingPlan, tvm_ffi: bool = False) -> tuple:
+    """The routing (`moe.kernel.RoutingKernel`, three launches) for sm_90a, one compile per plan:
+    called with the ids (slots,) of the plan's dtype, the row map (slots,) int32, the tokens per
+    expert (E,), the expert offsets (E + 1,) and the dropped count (1,) int32, the workspace
+    (`RoutingPlan.workspace_shape`) int32, the guard words (not read) and a stream."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from .kernel import RoutingKernel
+
+    def compact(dtype, shape, align: int = 4):
+        return make_fake_compact_tensor(
+            dtype, shape, stride_order=tuple(reversed(range(len(shape)))), assumed_align=align
+        )
+
+    slots = cute.sym_int64(symbol="slots")
+    blocks = cute.sym_int64(symbol="blocks")
+    experts = routing.experts
+    wide = routing.id_dtype == "int64"
+    ids = compact(cutlass.Int64 if wide else cutlass.Int32, (slots,), 8 if wide else 4)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return (
+        RoutingKernel(routing),
+        ids,
+        compact(cutlass.Int32, (slots,)),
+        compact(cutlass.Int32, (experts,)),
+        compact(cutlass.Int32, (experts + 1,)),
+        compact(cutlass.Int32, (1,)),
+        compact(cutlass.Int32, (blocks, experts + 1)),
+        guard,
+        placeholder_stream(env=tvm_ffi),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def routing_launcher(routing: RoutingPlan, device: str) -> Launcher:
+    """A callable (ids, row_map, tokens_per_expert, expert_offsets, dropped, workspace) for one
+    routing plan on one device (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_routing(routing, tvm_ffi=tvm_ffi), device)
 
 
 @functools.lru_cache(maxsize=64)

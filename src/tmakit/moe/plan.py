@@ -73,6 +73,123 @@ def check_routing_sizes(tokens: int, topk: int, experts: int, align: int) -> Non
         )
 
 
+# -- the routing on the device ---------------------------------------------------------------------
+# The routing kernels (`moe.kernel.RoutingKernel`) read the ids three times: the count's, and the
+# assign's two walks of each warp's share (its count, then its rows).
+ROUTING_WARPS = 8  # a counting or assigning block's warps, each a contiguous share of its slots
+ROUTING_THREADS = ROUTING_WARPS * WARP_THREADS
+# A thread's loads issued together before it uses any: a block's least share of the slots is that
+# many rounds of every thread (each warp's share a whole number of batches).
+ROUTING_ROUNDS = 8
+ROUTING_BLOCK_SLOTS = ROUTING_THREADS * ROUTING_ROUNDS
+# Past this many blocks a block takes a larger multiple of ROUTING_BLOCK_SLOTS: the scan walks every
+# block's counts one after another, one expert a thread.
+ROUTING_MAX_BLOCKS = 512
+ROUTING_SCAN_THREADS = 1024  # the scan's one block: one expert a thread (the padded prefix over them)
+# The assign's budget for its (warp, expert) counters: within 48 KiB, so that several blocks share
+# an SM and no launch needs the opt-in above the default.
+ROUTING_SMEM_BYTES = 48 * 1024
+ROUTING_ID_DTYPES = ("int32", "int64")
+ROUTING_SMEM_ALIGN = 16  # bytes: where the kernels' shared allocator starts each array
+# The most experts the kernels route: one a scan thread, and the assign's counters within
+# ROUTING_SMEM_BYTES (`RoutingPlan.smem_bytes`); more are torch's sort.
+MAX_ROUTING_EXPERTS = min(
+    ROUTING_SCAN_THREADS, ROUTING_SMEM_BYTES // (4 * (ROUTING_WARPS + 1)) // WARP_THREADS * WARP_THREADS
+)
+
+
+def _smem_array(words: int) -> int:
+    """The shared bytes of an int32 array of `words`, the next array aligned as the kernels ask."""
+    return -(-4 * words // ROUTING_SMEM_ALIGN) * ROUTING_SMEM_ALIGN
+
+
+def routing_block_slots(slots):
+    """The slots each block of the routing kernels takes (the last block may take fewer): a
+    multiple of `ROUTING_BLOCK_SLOTS`, the least that keeps the grid within `ROUTING_MAX_BLOCKS`.
+    Plain arithmetic, so that the kernel computes it from its run-time count alike (in 64 bits:
+    the sum may pass 2^31)."""
+    whole_grid = ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS
+    return (slots + (whole_grid - 1)) // whole_grid * ROUTING_BLOCK_SLOTS
+
+
+def routing_blocks(slots):
+    """The routing kernels' grid for `slots` (T * topk) slots, one or more: each block a range of
+    `routing_block_slots` consecutive slots."""
+    per_block = routing_block_slots(slots)
+    return (slots + (per_block - 1)) // per_block
+
+
+def routing_rule(slots: int, experts: int, align: int) -> str | None:
+    """Why the routing kernels cannot route `slots` ids among `experts` padded to `align` (None:
+    they can; the rule that refuses is torch's sort's to serve)."""
+    if slots < 1:
+        return "no slot to route"
+    if experts > MAX_ROUTING_EXPERTS:
+        return (
+            f"{experts} experts; the routing kernels count at most {MAX_ROUTING_EXPERTS} (a scan thread "
+            f"each, {ROUTING_WARPS} warps' counters in {ROUTING_SMEM_BYTES} bytes of shared memory)"
+        )
+    if slots + experts * (align - 1) > MAX_DEVICE_INT:
+        return f"{slots} slots and {experts} groups padded to {align}: rows past 32-bit row numbers"
+    return None
+
+
+@dataclass(frozen=True)
+class RoutingPlan:
+    """The routing kernels for `experts` experts, groups padded to `align` rows, ids of
+    `id_dtype` (`ROUTING_ID_DTYPES`): a count of each block's slots per expert, one block's scan
+    of those counts (each block's first row per expert, each expert's padded group), and an
+    assign of each slot's row, a block's warps each a contiguous share in rounds of 32 lanes, a
+    lane's rank the lanes below it with the same expert. Refused (TmaConfigError) where the
+    kernels could not count the experts."""
+
+    experts: int
+    align: int
+    id_dtype: str = "int32"
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        one_of(self.id_dtype, "routing id dtype", ROUTING_ID_DTYPES)
+        check_routing_sizes(0, 1, self.experts, self.align)
+        rule = routing_rule(1, self.experts, self.align)
+        if rule is not None:
+            raise TmaConfigError(f"{rule}: route them with torch (moe.call.route_ids_by_torch)")
+
+    @property
+    def count_smem_bytes(self) -> int:
+        """The count's shared memory: a counter an expert and one for the dropped slots."""
+        return _smem_array(self.experts + 1)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The assign's shared memory: a warp's row of counters (then first rows) an expert."""
+        return _smem_array(ROUTING_WARPS * self.experts)
+
+    @property
+    def scan_smem_bytes(self) -> int:
+        """The scan's shared memory: each expert's total and the dropped slots, a sum a warp."""
+        return _smem_array(self.experts + 1) + _smem_array(ROUTING_SCAN_THREADS // WARP_THREADS)
+
+    def workspace_shape(self, slots: int) -> tuple[int, int]:
+        """The counts the kernels pass on: (block, expert and the dropped) int32."""
+        return routing_blocks(slots), self.experts + 1
+
+    def summary(self, slots: int) -> str:
+        blocks = routing_blocks(slots)
+        return "\n".join(
+            [
+                f"routing           {slots} slots of {self.id_dtype} ids among {self.experts} experts, "
+                f"groups padded to {self.align} rows",
+                f"count             {blocks} block(s) of {ROUTING_THREADS} threads, "
+                f"{routing_block_slots(slots)} slots a block, {self.count_smem_bytes} bytes of shared memory",
+                f"scan              1 block of {ROUTING_SCAN_THREADS} threads, each expert's prefix over the "
+                f"blocks and the padded prefix over the experts",
+                f"assign            {blocks} block(s), {ROUTING_WARPS} warps a block in rounds of "
+                f"{WARP_THREADS} slots, {self.smem_bytes} bytes of shared memory",
+            ]
+        )
+
+
 def whole_rows_rule(row_bytes: int) -> str | None:
     """Why bulk copies cannot move a row of `row_bytes` (None: they can)."""
     if row_bytes < 1:
