@@ -361,8 +361,10 @@ def test_the_kernels_compile_for_sm90a_with_their_plans_instructions():
     assert "cp.async.bulk.global.shared::cta.bulk_group" in dispatch
     assert "mbarrier.arrive.expect_tx" in dispatch
     combine = compile_combine(CombinePlan(14336, 8, "bf16"), keep_ptx=True).ptx
-    # a slot's 16 bytes read once, its eight bf16 values converted and fused into the sum
-    assert len(re.findall(r"ld\.shared\.v4\.b32", combine)) == 8
+    # a slot's 16 bytes read once, its eight bf16 values converted and fused into the sum; the
+    # step's rows read from the stage's table (two 16-byte loads), not from global memory
+    assert len(re.findall(r"ld\.shared\.v4\.b32", combine)) == 8 + 2
+    assert len(re.findall(r"ld\.global\.", combine)) == 2  # the producer's row map and weight
     assert len(re.findall(r"fma\.rn\.f32", combine)) == 64
     assert re.search(r"st\.global\.v4\.b32", combine)
     assert "mbarrier.expect_tx" in combine
@@ -378,8 +380,10 @@ def test_the_combine_backward_compiles_with_a_load_a_slot_and_the_gradients_chun
     # lane j's load of slot j's chunk and the gradient's, each declared: two load sites
     assert ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
     assert ptx.count("mbarrier.expect_tx") == 2
-    # the gradient's 16 bytes and each slot's read once; a store of y's gradient a slot
-    assert len(re.findall(r"ld\.shared\.v4\.b32", ptx)) == 9
+    # the gradient's 16 bytes and each slot's read once, the table's rows in two; a store of y's
+    # gradient a slot; only the producer reads the row map and the weights from global memory
+    assert len(re.findall(r"ld\.shared\.v4\.b32", ptx)) == 9 + 2
+    assert len(re.findall(r"ld\.global\.", ptx)) == 2
     assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8
     assert "cp.async.bulk.global" not in ptx  # y's gradient leaves by plain stores, not bulk ones
     assert len(re.findall(r"shfl\.sync\.bfly", ptx)) >= 8 * 5  # each slot's sum across a warp
@@ -387,7 +391,8 @@ def test_the_combine_backward_compiles_with_a_load_a_slot_and_the_gradients_chun
 
 def test_the_combine_backward_plan_loads_the_gradient_beside_the_slots():
     plan = CombinePlan(14336, 8, "bf16", grad=True)
-    assert (plan.loads, plan.chunk_bytes, plan.stage_bytes) == (9, 2048, 9 * 2048)
+    assert (plan.loads, plan.chunk_bytes, plan.loaded_bytes) == (9, 2048, 9 * 2048)
+    assert plan.stage_bytes == 9 * 2048 + 8 * 8  # the slot table after the chunks
     assert plan.partials == plan.chunks * plan.consumer_warps == 28
     assert plan.expected_bytes([0, -1, 5], 4) == 2 * 2048  # row 5 is outside y's 4 rows
     with pytest.raises(TmaConfigError, match="unweighted combine's backward"):

@@ -88,7 +88,8 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
         ]
     load = (
         f"  load   lane j: y row row_map[0, j], bytes 0-{plan.chunk_bytes - 1} -> stage 0 at j x "
-        f"{plan.chunk_bytes}  (cp.async.bulk, j < {plan.topk})"
+        f"{plan.chunk_bytes}  (cp.async.bulk, j < {plan.topk}); the row and its weight noted in "
+        f"the stage's table at {plan.table_offset}, which the consumers read"
     )
     threads = f"{plan.consumer_warps * WARP_THREADS} threads, {VECTOR_BYTES} bytes of each slot a thread"
     if plan.grad:
@@ -97,7 +98,7 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
             f"  load   lane {plan.topk}: the output's gradient g row 0, the same bytes -> stage 0 at "
             f"{plan.slot_offset(plan.topk)}",
             f"  the full barrier expects {plan.chunk_bytes} bytes a slot whose row exists and "
-            f"{plan.chunk_bytes} for g (each lane declares its own), {plan.stage_bytes} for a token with "
+            f"{plan.chunk_bytes} for g (each lane declares its own), {plan.loaded_bytes} for a token with "
             f"{plan.topk}; then one arrival",
             f"  store  {threads}: probs[0, j] * g in fp32 to row row_map[0, j] of y's gradient (st.global)",
             f"  sum    each slot's g . y[row] in fp32, a warp's lanes reduced, {plan.consumer_warps} partial "
@@ -106,7 +107,7 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
     return [
         load,
         f"  the full barrier expects {plan.chunk_bytes} bytes a slot whose row exists (each lane declares "
-        f"its own, mbarrier.expect_tx), {plan.stage_bytes} for a token with {plan.topk}; then one arrival",
+        f"its own, mbarrier.expect_tx), {plan.loaded_bytes} for a token with {plan.topk}; then one arrival",
         f"  sum    {threads}, fp32, slots in order",
         f"  store  out row 0, bytes 0-{plan.chunk_bytes - 1}  (st.global, {VECTOR_BYTES} bytes a "
         "thread); the stage is freed",

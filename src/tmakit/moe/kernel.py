@@ -159,7 +159,7 @@ class CombineKernel(BulkLoadRing):
         tokens = cutlass.Int32(cute.size(row_map, mode=[0]))
         run_time = steps_walk(tokens * self.combine.chunks, self.pipeline.persistent_blocks)
         shared_layout = shared_tile_layout(self.plan.config.tile)
-        self.launch((y, row_map), (y, row_map, probs, out), guard, shared_layout, stream, run_time)
+        self.launch((y, row_map, probs), (y, row_map, probs, out), guard, shared_layout, stream, run_time)
 
     @cute.jit
     def step_chunk(self, context: RingContext, step):
@@ -169,16 +169,42 @@ class CombineKernel(BulkLoadRing):
         return token, index - token * self.combine.chunks
 
     @cute.jit
+    def slot_table(self, context: RingContext, stage):
+        """`stage`'s slot table: (each slot's row of y, -1 for none (topk,) int32, its weight
+        (topk,) fp32), after the stage's chunks (`CombinePlan.stage_bytes`)."""
+        topk = self.combine.topk
+        base = self.staged(context, stage, self.combine.table_offset)
+        rows = cute.make_tensor(cute.recast_ptr(base, dtype=cutlass.Int32), cute.make_layout(topk))
+        weights = cute.make_tensor(
+            cute.recast_ptr(base + topk * 4, dtype=cutlass.Float32), cute.make_layout(topk)
+        )
+        return rows, weights
+
+    @cute.jit
+    def note_slot(self, context: RingContext, stage, row_map, probs, token, slot, rows):
+        """Lane `slot` of the producer: its slot's row in y (whether inside, the row), written to
+        the stage's slot table with its weight. The warp meets and one lane arrives on the full
+        barrier after (`lanes_arrive`), so the consumers' wait orders the table before them."""
+        inside, row = slot_row(row_map, token, slot, rows)
+        table_rows, table_weights = self.slot_table(context, stage)
+        table_rows[slot] = cutlass.Int32(row) if inside else cutlass.Int32(-1)
+        if cutlass.const_expr(self.combine.weighted):
+            table_weights[slot] = probs[token, slot]
+        return inside, row
+
+    @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):
-        """Lane j loads slot j's chunk (declaring its bytes first); then one arrival."""
-        y, row_map = source
+        """Lane j notes slot j's row and weight in the stage's table and loads its chunk
+        (declaring its bytes first); then one arrival."""
+        y, row_map, probs = source
         combine = self.combine
         barrier = context.full + stage
         if not failed:
             token, chunk = self.step_chunk(context, step)
             lane = cute.arch.lane_idx()
             if lane < combine.topk:
-                inside, row = slot_row(row_map, token, lane, cutlass.Int64(cute.size(y, mode=[0])))
+                rows = cutlass.Int64(cute.size(y, mode=[0]))
+                inside, row = self.note_slot(context, stage, row_map, probs, token, lane, rows)
                 if inside:
                     start = y.iterator + row * cutlass.Int64(y.stride[0]) + chunk * combine.chunk_bytes
                     self.lane_load(
@@ -222,20 +248,19 @@ class CombineKernel(BulkLoadRing):
     @cute.jit
     def use_stage(self, context: RingContext, state, stage, step, consumer):
         """Each of this thread's vectors: the slots' values in order, in fp32, stored as the
-        output's dtype."""
+        output's dtype; which slots name a row, and their weights, from the stage's table."""
         y, row_map, probs, out_vectors, slots, thread, total = state
         combine = self.combine
         token, chunk = self.step_chunk(context, step)
-        rows = cutlass.Int64(cute.size(y, mode=[0]))
+        table_rows, table_weights = self.slot_table(context, stage)
         threads = self.pipeline.consumer_warps * WARP_THREADS
         for vector in cutlass.range(thread, combine.vectors, threads, unroll=1):
             total.fill(0.0)
             for slot in cutlass.range_constexpr(combine.topk):
-                inside, _ = slot_row(row_map, token, slot, rows)
-                if inside:
+                if table_rows[slot] >= 0:
                     values = slots[None, vector, slot, stage].load().to(cutlass.Float32)
                     if cutlass.const_expr(combine.weighted):
-                        values = values * probs[token, slot]
+                        values = values * table_weights[slot]
                     total.store(total.load() + values)
             out_vectors[None, vector, chunk, token].store(total.load().to(out_vectors.element_type))
 
@@ -266,14 +291,20 @@ class CombineGradKernel(CombineKernel):
         run_time = steps_walk(tokens * self.combine.chunks, self.pipeline.persistent_blocks)
         shared_layout = shared_tile_layout(self.plan.config.tile)
         self.launch(
-            (y, grad, row_map), (y, row_map, probs, grad_y, partials), guard, shared_layout, stream, run_time
+            (y, grad, row_map, probs),
+            (y, row_map, probs, grad_y, partials),
+            guard,
+            shared_layout,
+            stream,
+            run_time,
         )
 
     @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):
-        """Lane j loads slot j's chunk of y where its row is inside, lane topk the gradient's
-        chunk (each declaring its own bytes first); then one arrival."""
-        y, grad, row_map = source
+        """Lane j notes slot j's row and weight in the stage's table and loads its chunk of y
+        where its row is inside, lane topk the gradient's chunk (each declaring its own bytes
+        first); then one arrival."""
+        y, grad, row_map, probs = source
         combine = self.combine
         barrier = context.full + stage
         if not failed:
@@ -281,7 +312,8 @@ class CombineGradKernel(CombineKernel):
             lane = cute.arch.lane_idx()
             offset = chunk * combine.chunk_bytes
             if lane < combine.topk:
-                inside, row = slot_row(row_map, token, lane, cutlass.Int64(cute.size(y, mode=[0])))
+                rows = cutlass.Int64(cute.size(y, mode=[0]))
+                inside, row = self.note_slot(context, stage, row_map, probs, token, lane, rows)
                 if inside:
                     start = y.iterator + row * cutlass.Int64(y.stride[0]) + offset
                     self.lane_load(
@@ -338,18 +370,20 @@ class CombineGradKernel(CombineKernel):
         y, row_map, probs, row_vectors, partials, slots, thread, sums = state
         combine = self.combine
         token, chunk = self.step_chunk(context, step)
-        rows = cutlass.Int64(cute.size(y, mode=[0]))
+        table_rows, table_weights = self.slot_table(context, stage)
         threads = self.pipeline.consumer_warps * WARP_THREADS
         sums.fill(0.0)
         for vector in cutlass.range(thread, combine.vectors, threads, unroll=1):
             grad = slots[None, vector, combine.topk, stage].load().to(cutlass.Float32)
             for slot in cutlass.range_constexpr(combine.topk):
-                inside, row = slot_row(row_map, token, slot, rows)
-                if inside:
+                row = table_rows[slot]
+                if row >= 0:
                     values = slots[None, vector, slot, stage].load().to(cutlass.Float32)
                     sums[slot] += (grad * values).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
-                    scaled = grad * probs[token, slot]
-                    row_vectors[None, vector, chunk, row].store(scaled.to(row_vectors.element_type))
+                    scaled = grad * table_weights[slot]
+                    row_vectors[None, vector, chunk, cutlass.Int64(row)].store(
+                        scaled.to(row_vectors.element_type)
+                    )
         lane = cute.arch.lane_idx()
         for slot in cutlass.range_constexpr(combine.topk):
             total = cute.arch.warp_reduction(sums[slot], lambda a, b: a + b)

@@ -48,6 +48,7 @@ DISPATCH_STAGES = 4
 COMBINE_STAGES = 6
 COMBINE_WARPS = 4
 COMBINE_TARGET_BYTES = STAGE_TARGET_BYTES  # a step's loads: at most this, a whole chunk a slot
+SLOT_TABLE_BYTES = 8  # a slot's entry in a combine stage's table: its row (int32), its weight (fp32)
 
 
 def dispatch_rows(tokens: int, topk: int, experts: int, align: int) -> int:
@@ -336,8 +337,21 @@ class CombinePlan:
         return VECTOR_BYTES // self.element_bytes
 
     @property
-    def stage_bytes(self) -> int:
+    def loaded_bytes(self) -> int:
+        """A step's loads for a token every slot of which names a row: what its barrier expects."""
         return self.loads * self.chunk_bytes
+
+    @property
+    def table_offset(self) -> int:
+        """Where a stage's slot table starts: after its chunks."""
+        return self.loaded_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """A stage: its chunks, then the slot table the producer's lanes write as they read the
+        row map (each slot's row, -1 for none, then its fp32 weight), so that the consumers read
+        a step's rows and weights from shared memory, not from global memory after each wait."""
+        return self.table_offset + self.topk * SLOT_TABLE_BYTES
 
     @property
     def partials(self) -> int:
@@ -396,11 +410,12 @@ class CombinePlan:
         return "\n".join(
             [
                 what,
-                f"stages            {self.stages} x {self.loads} chunks of {self.chunk_bytes} bytes "
-                f"({self.stage_bytes} bytes); {self.pipeline.smem_bytes} bytes of shared memory",
+                f"stages            {self.stages} x {self.loads} chunks of {self.chunk_bytes} bytes and "
+                f"{self.topk} slots' rows and weights ({self.stage_bytes} bytes); {self.pipeline.smem_bytes} "
+                "bytes of shared memory",
                 f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} steps "
                 f"({self.chunks} a token)",
-                f"in flight         up to {self.stages * self.stage_bytes} bytes of loads a block "
+                f"in flight         up to {self.stages * self.loaded_bytes} bytes of loads a block "
                 f"({self.stages * self.loads} chunks)",
                 f"each step         up to {self.loads} bulk loads of one chunk, its full barrier expects "
                 f"{self.chunk_bytes} bytes a row the token has{extra}; {use}",
