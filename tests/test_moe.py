@@ -399,6 +399,12 @@ def test_the_combine_backward_plan_loads_the_gradient_beside_the_slots():
         CombinePlan(14336, 8, "bf16", weighted=False, grad=True)
 
 
+def test_a_combine_ring_of_two_blocks_a_sm_doubles_the_persistent_grid():
+    plan = CombinePlan(14336, 8, "bf16", blocks_per_sm=2, sm_count=132)
+    assert plan.pipeline.persistent_blocks == 264
+    assert "264 persistent block(s), 28672 steps" in plan.summary(4096)
+
+
 def test_the_model_replays_the_combine_backward_to_torchs_gradients():
     import numpy as np
 

@@ -284,7 +284,9 @@ class CombinePlan:
     """The combine's ring for rows of `row_bytes` of `dtype` (`COMBINE_DTYPES`), `topk` rows a
     token, `weighted` by fp32 probabilities or not: a step is one token's chunk of
     `chunk_bytes` columns from each of its rows, `stages` deep, `consumer_warps` warps summing,
-    steps dealt to a persistent grid of at most `sm_count` blocks."""
+    steps dealt to a persistent grid of at most `sm_count` x `blocks_per_sm` blocks (more than one
+    a SM where two rings fit its shared memory: a block's steps then overlap another's). `grad`:
+    the combine's backward on the same ring."""
 
     row_bytes: int
     topk: int
@@ -294,6 +296,7 @@ class CombinePlan:
     consumer_warps: int = COMBINE_WARPS
     sm_count: int = DEFAULT_SM_COUNT
     grad: bool = False
+    blocks_per_sm: int = 1
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -367,6 +370,7 @@ class CombinePlan:
             stages=self.stages,
             persistent=True,
             sm_count=self.sm_count,
+            blocks_per_sm=self.blocks_per_sm,
             consumer_warps=self.consumer_warps,
         )
 
@@ -413,8 +417,8 @@ class CombinePlan:
                 f"stages            {self.stages} x {self.loads} chunks of {self.chunk_bytes} bytes and "
                 f"{self.topk} slots' rows and weights ({self.stage_bytes} bytes); {self.pipeline.smem_bytes} "
                 "bytes of shared memory",
-                f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} steps "
-                f"({self.chunks} a token)",
+                f"grid              {min(max(steps, 1), self.pipeline.persistent_blocks)} persistent "
+                f"block(s), {steps} steps ({self.chunks} a token)",
                 f"in flight         up to {self.stages * self.loaded_bytes} bytes of loads a block "
                 f"({self.stages * self.loads} chunks)",
                 f"each step         up to {self.loads} bulk loads of one chunk, its full barrier expects "
