@@ -221,29 +221,43 @@ class CombineKernel(BulkLoadRing):
         accumulator): a vector is 16 bytes of one slot's chunk (the stages) or of the token's row
         (the output), (element, vector, slot or chunk, stage or token)."""
         y, row_map, probs, out = sink
+        out_vectors = self.row_vectors(out, cute.size(row_map, mode=[0]))
+        slots = self.stage_vectors(context, out.element_type)
+        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
+        total = cute.make_rmem_tensor(self.combine.vector_elements, cutlass.Float32)
+        return y, row_map, probs, out_vectors, slots, thread, total
+
+    @cute.jit
+    def stage_vectors(self, context: RingContext, element):
+        """The stages as 16-byte vectors of `element`: (element, vector, chunk of the step, stage)."""
         combine = self.combine
-        element = out.element_type
-        vector, vectors = combine.vector_elements, combine.vectors
-        chunk_elements = combine.chunk_bytes // combine.element_bytes
-        stage_elements = self.pipeline.stage_bytes // combine.element_bytes
-        slots = cute.make_tensor(
+        vector = combine.vector_elements
+        return cute.make_tensor(
             cute.recast_ptr(context.stages.iterator, dtype=element),
             cute.make_layout(
-                (vector, vectors, combine.topk, self.pipeline.stages),
-                stride=(1, vector, chunk_elements, stage_elements),
+                (vector, combine.vectors, combine.loads, self.pipeline.stages),
+                stride=(
+                    1,
+                    vector,
+                    combine.chunk_bytes // combine.element_bytes,
+                    self.pipeline.stage_bytes // combine.element_bytes,
+                ),
             ),
         )
-        tokens = cute.size(row_map, mode=[0])
-        out_vectors = cute.make_tensor(
-            out.iterator,
+
+    @cute.jit
+    def row_vectors(self, rows, count):
+        """`count` rows of a (rows, row elements) tensor as 16-byte vectors: (element, vector,
+        chunk, row)."""
+        combine = self.combine
+        vector = combine.vector_elements
+        return cute.make_tensor(
+            rows.iterator,
             cute.make_layout(
-                (vector, vectors, combine.chunks, tokens),
-                stride=(1, vector, chunk_elements, out.stride[0]),
+                (vector, combine.vectors, combine.chunks, count),
+                stride=(1, vector, combine.chunk_bytes // combine.element_bytes, rows.stride[0]),
             ),
         )
-        thread = consumer * WARP_THREADS + cute.arch.lane_idx()
-        total = cute.make_rmem_tensor(vector, cutlass.Float32)
-        return y, row_map, probs, out_vectors, slots, thread, total
 
     @cute.jit
     def use_stage(self, context: RingContext, state, stage, step, consumer):
@@ -338,28 +352,10 @@ class CombineGradKernel(CombineKernel):
         thread, its slots' fp32 partial sums): as `CombineKernel.consumer_begin`, the stages'
         vectors one slot more (the gradient's chunk, last)."""
         y, row_map, probs, grad_y, partials = sink
-        combine = self.combine
-        element = grad_y.element_type
-        vector, vectors = combine.vector_elements, combine.vectors
-        chunk_elements = combine.chunk_bytes // combine.element_bytes
-        stage_elements = self.pipeline.stage_bytes // combine.element_bytes
-        slots = cute.make_tensor(
-            cute.recast_ptr(context.stages.iterator, dtype=element),
-            cute.make_layout(
-                (vector, vectors, combine.loads, self.pipeline.stages),
-                stride=(1, vector, chunk_elements, stage_elements),
-            ),
-        )
-        rows = cute.size(grad_y, mode=[0])
-        row_vectors = cute.make_tensor(
-            grad_y.iterator,
-            cute.make_layout(
-                (vector, vectors, combine.chunks, rows),
-                stride=(1, vector, chunk_elements, grad_y.stride[0]),
-            ),
-        )
+        row_vectors = self.row_vectors(grad_y, cute.size(grad_y, mode=[0]))
+        slots = self.stage_vectors(context, grad_y.element_type)
         thread = consumer * WARP_THREADS + cute.arch.lane_idx()
-        sums = cute.make_rmem_tensor(combine.topk, cutlass.Float32)
+        sums = cute.make_rmem_tensor(self.combine.topk, cutlass.Float32)
         return y, row_map, probs, row_vectors, partials, slots, thread, sums
 
     @cute.jit
