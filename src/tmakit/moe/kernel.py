@@ -196,24 +196,32 @@ class CombineKernel(BulkLoadRing):
     def load_stage(self, context: RingContext, source, stage, step, failed):
         """Lane j notes slot j's row and weight in the stage's table and loads its chunk
         (declaring its bytes first); then one arrival."""
-        y, row_map, probs = source
-        combine = self.combine
         barrier = context.full + stage
         if not failed:
             token, chunk = self.step_chunk(context, step)
-            lane = cute.arch.lane_idx()
-            if lane < combine.topk:
-                rows = cutlass.Int64(cute.size(y, mode=[0]))
-                inside, row = self.note_slot(context, stage, row_map, probs, token, lane, rows)
-                if inside:
-                    start = y.iterator + row * cutlass.Int64(y.stride[0]) + chunk * combine.chunk_bytes
-                    self.lane_load(
-                        barrier,
-                        self.staged(context, stage, lane * combine.chunk_bytes),
-                        start,
-                        combine.chunk_bytes,
-                    )
+            if cute.arch.lane_idx() < self.combine.topk:
+                self.load_slot(context, source, stage, token, chunk, barrier)
         self.lanes_arrive(barrier, failed)
+
+    @cute.jit
+    def load_slot(self, context: RingContext, source, stage, token, chunk, barrier):
+        """A producer lane j < topk: slot j's row and weight noted in the stage's table, its
+        chunk of y loaded where the row is inside."""
+        y, row_map, probs = source
+        slot = cute.arch.lane_idx()
+        rows = cutlass.Int64(cute.size(y, mode=[0]))
+        inside, row = self.note_slot(context, stage, row_map, probs, token, slot, rows)
+        if inside:
+            self.load_chunk(
+                context, barrier, stage, slot, y.iterator + row * cutlass.Int64(y.stride[0]), chunk
+            )
+
+    @cute.jit
+    def load_chunk(self, context: RingContext, barrier, stage, slot, row_start, chunk):
+        """Chunk `chunk` of the row at `row_start` into `stage`'s place `slot` (its bytes declared
+        on `barrier` first)."""
+        size = self.combine.chunk_bytes
+        self.lane_load(barrier, self.staged(context, stage, slot * size), row_start + chunk * size, size)
 
     @cute.jit
     def consumer_begin(self, context: RingContext, sink, consumer):
@@ -319,31 +327,16 @@ class CombineGradKernel(CombineKernel):
         where its row is inside, lane topk the gradient's chunk (each declaring its own bytes
         first); then one arrival."""
         y, grad, row_map, probs = source
-        combine = self.combine
+        topk = self.combine.topk
         barrier = context.full + stage
         if not failed:
             token, chunk = self.step_chunk(context, step)
             lane = cute.arch.lane_idx()
-            offset = chunk * combine.chunk_bytes
-            if lane < combine.topk:
-                rows = cutlass.Int64(cute.size(y, mode=[0]))
-                inside, row = self.note_slot(context, stage, row_map, probs, token, lane, rows)
-                if inside:
-                    start = y.iterator + row * cutlass.Int64(y.stride[0]) + offset
-                    self.lane_load(
-                        barrier,
-                        self.staged(context, stage, lane * combine.chunk_bytes),
-                        start,
-                        combine.chunk_bytes,
-                    )
-            if lane == combine.topk:
-                start = grad.iterator + cutlass.Int64(token) * cutlass.Int64(grad.stride[0]) + offset
-                self.lane_load(
-                    barrier,
-                    self.staged(context, stage, lane * combine.chunk_bytes),
-                    start,
-                    combine.chunk_bytes,
-                )
+            if lane < topk:
+                self.load_slot(context, (y, row_map, probs), stage, token, chunk, barrier)
+            if lane == topk:
+                start = grad.iterator + cutlass.Int64(token) * cutlass.Int64(grad.stride[0])
+                self.load_chunk(context, barrier, stage, topk, start, chunk)
         self.lanes_arrive(barrier, failed)
 
     @cute.jit
