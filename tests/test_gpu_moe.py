@@ -194,6 +194,7 @@ GRAD_CASES = [
     (300, 6, 64, 2048, "float16", 128),
     (100, 2, 8, 4096, "float32", 1),
     (33, 3, 5, 8, "float32", 4),  # 32-byte rows
+    (64, 32, 64, 2048, "bfloat16", 1),  # the slots take the whole warp: lane 0 loads g's chunk too
 ]
 
 
@@ -206,9 +207,10 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
         hashed(torch, (tokens, hidden), dtype), ids, num_experts=experts, align=align, strict=True
     )
     row_map = routed.row_map.clone()
+    rows = routed.out.shape[0]
     if topk > 1:
         row_map[0, 1] = -1  # a slot that names no row: no load, no gradient
-    rows = routed.out.shape[0]
+        row_map[-1, 0] = rows + 3  # one past y's rows: the same
     y = hashed(torch, (rows, hidden), dtype, salt=1)
     grad = hashed(torch, (tokens, hidden), dtype, salt=2)
     probs = torch.rand(tokens, topk, device="cuda")
@@ -216,7 +218,7 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
     grad_y, grad_probs = torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, True)
     # y's gradient: a named row is probs * grad in fp32 rounded once; every other row zero
     flat = row_map.reshape(-1).long()
-    valid = flat >= 0
+    valid = (flat >= 0) & (flat < rows)
     token_of = torch.arange(tokens * topk, device="cuda") // topk
     expected = torch.zeros_like(y)
     expected[flat[valid]] = (grad.float()[token_of[valid]] * probs.reshape(-1)[valid, None]).to(dtype)
@@ -225,7 +227,7 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
         first = int(wrong.nonzero()[0, 0])
         pytest.fail(f"y's gradient row {first} of {rows} wrong ({int(wrong.sum())} rows wrong)")
     # probs' gradient: within fp32 accumulation of a float64 reference, 0 where no row is named
-    named = y.double()[flat.clamp(min=0)].view(tokens, topk, hidden) * grad.double()[:, None, :]
+    named = y.double()[torch.where(valid, flat, 0)].view(tokens, topk, hidden) * grad.double()[:, None, :]
     reference = torch.where(valid.view(tokens, topk), named.sum(-1), 0)
     bound = named.abs().sum(-1) * hidden * 2.0**-24 + 1e-30
     error = (grad_probs.double() - reference).abs()
@@ -237,6 +239,21 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
         )
     again = torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, True)
     assert torch.equal(again[0], grad_y) and torch.equal(again[1], grad_probs)  # a fixed order
+    # every partial sum written, a slot that names no row's as 0: the kernel on NaN-filled partials
+    from tmakit.moe import call
+    from tmakit.moe.launch import combine_launcher
+    from tmakit.moe.plan import COMBINE_TORCH_DTYPES, CombinePlan
+
+    sms = torch.cuda.get_device_properties(y.device).multi_processor_count
+    dtype_name = COMBINE_TORCH_DTYPES[str(y.dtype).removeprefix("torch.")]
+    plan = CombinePlan(hidden * y.element_size(), topk, dtype_name, grad=True, sm_count=sms)
+    partials = torch.full((tokens, topk, plan.partials), float("nan"), device="cuda")
+    spare = torch.zeros_like(y)
+    combine_launcher(plan, str(y.device)).launch(
+        call._bytes(y), call._bytes(grad), row_map, probs, spare, partials
+    )
+    assert torch.isfinite(partials).all() and torch.equal(spare, grad_y)
+    assert torch.equal(partials.sum(dim=2), grad_probs)
 
 
 def test_torch_compile_fullgraph_and_cuda_graphs_take_the_ops(torch):

@@ -8,6 +8,7 @@ model against torch's routing, and their PTX."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -330,6 +331,11 @@ def test_gradients_are_torchs_of_the_same_layer():
     x = torch.randn(tokens, hidden, dtype=torch.float64, generator=generator, requires_grad=True)
     probs = torch.rand(tokens, topk, dtype=torch.float64, generator=generator, requires_grad=True)
     assert torch.autograd.gradcheck(layer, (x, probs))
+    # a second backward (create_graph) through the combine's backward's own graph, with no op
+    # left without an autograd kernel on the way
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
+        assert torch.autograd.gradgradcheck(layer, (x, probs))
     expected = sum(x * weight * probs[:, slot, None] for slot in range(topk))
     assert torch.allclose(layer(x, probs), expected)
 
@@ -386,6 +392,10 @@ def test_the_combine_backward_compiles_with_a_load_a_slot_and_the_gradients_chun
     assert len(re.findall(r"ld\.global\.", ptx)) == 2
     assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8
     assert "cp.async.bulk.global" not in ptx  # y's gradient leaves by plain stores, not bulk ones
+    # top-32: the slots take the whole warp, lane 0 loads the gradient's chunk beside slot 0's
+    wide = compile_combine_grad(CombinePlan(4096, 32, "bf16", grad=True), keep_ptx=True).ptx
+    assert wide.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
+    assert wide.count("mbarrier.expect_tx") == 2
     assert len(re.findall(r"shfl\.sync\.bfly", ptx)) >= 8 * 5  # each slot's sum across a warp
 
 
@@ -395,6 +405,7 @@ def test_the_combine_backward_plan_loads_the_gradient_beside_the_slots():
     assert plan.stage_bytes == 9 * 2048 + 8 * 8  # the slot table after the chunks
     assert plan.partials == plan.chunks * plan.consumer_warps == 28
     assert plan.expected_bytes([0, -1, 5], 4) == 2 * 2048  # row 5 is outside y's 4 rows
+    assert plan.grad_lane == 8 and CombinePlan(4096, 32, "bf16", grad=True).grad_lane == 0
     with pytest.raises(TmaConfigError, match="unweighted combine's backward"):
         CombinePlan(14336, 8, "bf16", weighted=False, grad=True)
 

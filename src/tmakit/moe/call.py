@@ -306,16 +306,16 @@ def combine_grad(
     torch = torch_module()
     tokens, topk = row_map.shape
     rows = y.shape[0]
-    grad_y = torch.zeros_like(y)  # the rows no slot names (padding) take no gradient
+    grad_y = torch.zeros(y.shape, dtype=y.dtype, device=y.device)  # unnamed rows (padding): none
     if not tokens or not rows or not y.shape[1]:
-        return grad_y, torch.zeros_like(probs)
+        return grad_y, torch.zeros(probs.shape, dtype=probs.dtype, device=probs.device)
     routes = [moe_route(facts("combine", tensor, tokens, row_map)) for tensor in (y, grad)]
     refused = next((route for route in routes if not route.by_tma), None)
     if refused is None and grad.dtype != y.dtype:
         refused = torch_route("combine", f"the gradient is {grad.dtype} and y {y.dtype}")
     if refused is not None:
         refuse_strict(strict, "moe_combine's backward", refused.reason)
-        return _combine_grad_by_torch(grad, y, row_map, probs)
+        return combine_grad_by_torch(grad, y, row_map, probs)
     width = y[0].numel() * y.element_size()
     plan = CombinePlan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
     partials = torch.empty((tokens, topk, plan.partials), dtype=torch.float32, device=y.device)
@@ -324,10 +324,11 @@ def combine_grad(
     return grad_y, partials.sum(dim=2).to(probs.dtype)
 
 
-def _combine_grad_by_torch(
+def combine_grad_by_torch(
     grad: torch.Tensor, y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`combine_grad` in torch's expressions, in fp32 (float64 stays float64)."""
+    """`combine_grad` in torch's expressions, in fp32 (float64 stays float64): differentiable,
+    what a backward whose graph is kept (create_graph) takes."""
     torch = torch_module()
     tokens, topk = row_map.shape
     rows = y.shape[0]

@@ -95,7 +95,7 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
     if plan.grad:
         return [
             load,
-            f"  load   lane {plan.topk}: the output's gradient g row 0, the same bytes -> stage 0 at "
+            f"  load   lane {plan.grad_lane}: the output's gradient g row 0, the same bytes -> stage 0 at "
             f"{plan.slot_offset(plan.topk)}",
             f"  the full barrier expects {plan.chunk_bytes} bytes a slot whose row exists and "
             f"{plan.chunk_bytes} for g (each lane declares its own), {plan.loaded_bytes} for a token with "

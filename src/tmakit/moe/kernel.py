@@ -8,11 +8,12 @@
   chunk of the row each slot names (lane j, slot j; each declares its own bytes), the consumer
   warps read the stage 16 bytes a thread, sum the slots in order in fp32 (times the slot's
   probability where weighted), store the token's chunk and free the stage.
-- `CombineGradKernel`: the combine's backward on the same ring, lane topk loading the chunk of
-  the output's gradient g[t] beside the slots' rows: each consumer thread stores probs[t, j] *
-  g[t] to slot j's row of y's gradient, 16 bytes at a time, and adds g[t] . y[row] into slot j's
-  fp32 partial sum; a warp's partial sums of a step are reduced across its lanes and written,
-  one a (token, slot, chunk, warp), for the caller to sum in a fixed order.
+- `CombineGradKernel`: the combine's backward on the same ring, lane topk (lane 0 at topk 32)
+  also loading the chunk of the output's gradient g[t] beside the slots' rows: each consumer
+  thread stores probs[t, j] * g[t] to slot j's row of y's gradient, 16 bytes at a time, and adds
+  g[t] . y[row] into slot j's fp32 partial sum; a warp's partial sums of a step are reduced
+  across its lanes and written, one a (token, slot, chunk, warp), for the caller to sum in a
+  fixed order.
 
 A row-map entry outside the rows' tensor moves nothing: every lane checks it before it forms an
 address, the producer's and the consumers' alike, so the bytes a barrier expects and the slots
@@ -324,8 +325,8 @@ class CombineGradKernel(CombineKernel):
     @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):
         """Lane j notes slot j's row and weight in the stage's table and loads its chunk of y
-        where its row is inside, lane topk the gradient's chunk (each declaring its own bytes
-        first); then one arrival."""
+        where its row is inside, lane `grad_lane` the gradient's chunk too (each declaring its
+        own bytes first); then one arrival."""
         y, grad, row_map, probs = source
         topk = self.combine.topk
         barrier = context.full + stage
@@ -334,7 +335,7 @@ class CombineGradKernel(CombineKernel):
             lane = cute.arch.lane_idx()
             if lane < topk:
                 self.load_slot(context, (y, row_map, probs), stage, token, chunk, barrier)
-            if lane == topk:
+            if lane == self.combine.grad_lane:
                 start = grad.iterator + cutlass.Int64(token) * cutlass.Int64(grad.stride[0])
                 self.load_chunk(context, barrier, stage, topk, start, chunk)
         self.lanes_arrive(barrier, failed)
@@ -377,7 +378,7 @@ class CombineGradKernel(CombineKernel):
         for slot in cutlass.range_constexpr(combine.topk):
             total = cute.arch.warp_reduction(sums[slot], lambda a, b: a + b)
             if lane == 0:
-                partials[token, slot, chunk * self.pipeline.consumer_warps + consumer] = total
+                partials[cutlass.Int64(token), slot, chunk * self.pipeline.consumer_warps + consumer] = total
 
 
 # -- the routing ----------------------------------------------------------------------------------

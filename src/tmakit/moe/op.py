@@ -172,7 +172,10 @@ def _combine_backward(ctx, grad):
     grad = grad.contiguous()
     if not ctx.weighted:  # every row no slot names: zero
         return moe_permute(grad, row_map, ctx.rows, None, False), None, None, None
-    grad_y, grad_probs = moe_combine_grad(grad, y, row_map, probs, False)
+    if torch.is_grad_enabled():  # create_graph: a second backward reads these gradients' graph
+        grad_y, grad_probs = call.combine_grad_by_torch(grad, y, row_map, probs)
+    else:
+        grad_y, grad_probs = moe_combine_grad(grad, y, row_map, probs, False)
     needs = ctx.needs_input_grad
     return grad_y if needs[0] else None, None, grad_probs if needs[2] else None, None
 

@@ -340,6 +340,12 @@ class CombinePlan:
         return VECTOR_BYTES // self.element_bytes
 
     @property
+    def grad_lane(self) -> int:
+        """The producer lane that loads the output gradient's chunk in the backward: the one past
+        the slots', or lane 0 (beside slot 0's) when the slots take the whole warp."""
+        return self.topk % WARP_THREADS
+
+    @property
     def loaded_bytes(self) -> int:
         """A step's loads for a token every slot of which names a row: what its barrier expects."""
         return self.loads * self.chunk_bytes
