@@ -214,7 +214,7 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
     y = hashed(torch, (rows, hidden), dtype, salt=1)
     grad = hashed(torch, (tokens, hidden), dtype, salt=2)
     probs = torch.rand(tokens, topk, device="cuda")
-    poison_the_allocator(torch, rows * hidden * y.element_size())
+    poison_the_allocator(torch, rows * hidden * y.element_size())  # the rows no slot names
     grad_y, grad_probs = torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, True)
     # y's gradient: a named row is probs * grad in fp32 rounded once; every other row zero
     flat = row_map.reshape(-1).long()
@@ -248,10 +248,10 @@ def test_the_combine_backward_kernel_is_exact(torch, tokens, topk, experts, hidd
     dtype_name = COMBINE_TORCH_DTYPES[str(y.dtype).removeprefix("torch.")]
     plan = CombinePlan(hidden * y.element_size(), topk, dtype_name, grad=True, sm_count=sms)
     partials = torch.full((tokens, topk, plan.partials), float("nan"), device="cuda")
-    spare = torch.zeros_like(y)
-    combine_launcher(plan, str(y.device)).launch(
-        call._bytes(y), call._bytes(grad), row_map, probs, spare, partials
-    )
+    spare = torch.full_like(y, float("nan"))  # the rows no slot names zeroed by the kernel too
+    named = call.named_rows(row_map, rows)
+    launch = combine_launcher(plan, str(y.device)).launch
+    launch(call._bytes(y), call._bytes(grad), row_map, probs, spare, partials, named)
     assert torch.isfinite(partials).all() and torch.equal(spare, grad_y)
     assert torch.equal(partials.sum(dim=2), grad_probs)
 

@@ -389,8 +389,9 @@ def test_the_combine_backward_compiles_with_a_load_a_slot_and_the_gradients_chun
     # the gradient's 16 bytes and each slot's read once, the table's rows in two; a store of y's
     # gradient a slot; only the producer reads the row map and the weights from global memory
     assert len(re.findall(r"ld\.shared\.v4\.b32", ptx)) == 9 + 2
-    assert len(re.findall(r"ld\.global\.", ptx)) == 2
-    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8
+    assert len(re.findall(r"ld\.global\.", ptx)) == 2 + 1  # and a row's flag, before its zeros
+    assert ptx.count(".entry") == 2  # the zeroing of the rows no slot names, then the ring
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8 + 1  # and the unnamed rows' zeros
     assert "cp.async.bulk.global" not in ptx  # y's gradient leaves by plain stores, not bulk ones
     # top-32: the slots take the whole warp, lane 0 loads the gradient's chunk beside slot 0's
     wide = compile_combine_grad(CombinePlan(4096, 32, "bf16", grad=True), keep_ptx=True).ptx

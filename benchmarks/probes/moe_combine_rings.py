@@ -73,10 +73,11 @@ def main() -> int:
                 calls = []
                 for index, (_, row_map, y, grad, probs) in enumerate(sets):
                     if backward:
-                        grad_y = torch.zeros_like(y)
+                        grad_y = torch.empty_like(y)
                         partials = torch.empty((tokens, topk, plan.partials), device="cuda")
+                        named = call.named_rows(row_map, rows)
                         run = partial(
-                            launch, call._bytes(y), call._bytes(grad), row_map, probs, grad_y, partials
+                            launch, call._bytes(y), call._bytes(grad), row_map, probs, grad_y, partials, named
                         )
                         run()
                         got = (grad_y.clone(), partials.sum(dim=2))

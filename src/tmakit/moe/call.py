@@ -306,9 +306,9 @@ def combine_grad(
     torch = torch_module()
     tokens, topk = row_map.shape
     rows = y.shape[0]
-    grad_y = torch.zeros(y.shape, dtype=y.dtype, device=y.device)  # unnamed rows (padding): none
-    if not tokens or not rows or not y.shape[1]:
-        return grad_y, torch.zeros(probs.shape, dtype=probs.dtype, device=probs.device)
+    if not tokens or not rows or not y.shape[1]:  # nothing named: no gradient
+        zero_probs = torch.zeros(probs.shape, dtype=probs.dtype, device=probs.device)
+        return torch.zeros(y.shape, dtype=y.dtype, device=y.device), zero_probs
     routes = [moe_route(facts("combine", tensor, tokens, row_map)) for tensor in (y, grad)]
     refused = next((route for route in routes if not route.by_tma), None)
     if refused is None and grad.dtype != y.dtype:
@@ -320,8 +320,19 @@ def combine_grad(
     plan = CombinePlan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
     partials = torch.empty((tokens, topk, plan.partials), dtype=torch.float32, device=y.device)
     weights = probs.to(torch.float32).contiguous()
-    combine_launcher(plan, str(y.device)).launch(_bytes(y), _bytes(grad), row_map, weights, grad_y, partials)
+    grad_y = torch.empty(y.shape, dtype=y.dtype, device=y.device)  # the kernel zeroes the unnamed
+    launch = combine_launcher(plan, str(y.device)).launch
+    launch(_bytes(y), _bytes(grad), row_map, weights, grad_y, partials, named_rows(row_map, rows))
     return grad_y, partials.sum(dim=2).to(probs.dtype)
+
+
+def named_rows(row_map: torch.Tensor, rows: int) -> torch.Tensor:
+    """(rows + 1,) uint8: 1 for each of `rows` rows a slot of `row_map` names (the last entry
+    takes the slots that name none)."""
+    torch = torch_module()
+    flat = row_map.reshape(-1).long()
+    inside = torch.where((flat >= 0) & (flat < rows), flat, rows)
+    return torch.zeros(rows + 1, dtype=torch.uint8, device=row_map.device).index_fill_(0, inside, 1)
 
 
 def combine_grad_by_torch(

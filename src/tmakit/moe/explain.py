@@ -94,6 +94,8 @@ def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
     threads = f"{plan.consumer_warps * WARP_THREADS} threads, {VECTOR_BYTES} bytes of each slot a thread"
     if plan.grad:
         return [
+            f"  before the ring, one launch: the rows of y's gradient no slot names zeroed ({VECTOR_BYTES} "
+            "bytes a thread), the others left to the ring",
             load,
             f"  load   lane {plan.grad_lane}: the output's gradient g row 0, the same bytes -> stage 0 at "
             f"{plan.slot_offset(plan.topk)}",

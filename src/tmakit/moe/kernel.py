@@ -41,6 +41,7 @@ from .plan import (
     ROUTING_SMEM_ALIGN,
     ROUTING_THREADS,
     ROUTING_WARPS,
+    ZERO_ROWS_THREADS,
     CombinePlan,
     DispatchPlan,
     RoutingPlan,
@@ -301,15 +302,22 @@ class CombineGradKernel(CombineKernel):
         probs: cute.Tensor,
         grad_y: cute.Tensor,
         partials: cute.Tensor,
+        named: cute.Tensor,
         guard: cute.Tensor,
         stream: cuda.CUstream,
     ):
         """`y`: (rows, row_bytes) uint8, rows a run-time stride apart; `grad`: (tokens, row_bytes)
         uint8, the output's gradient, rows a run-time stride apart; `row_map`: (tokens, topk)
         int32; `probs`: (tokens, topk) fp32; `grad_y`: (rows, row elements) of the plan's dtype,
-        rows a run-time stride apart (the rows no slot names are not written); `partials`:
-        (tokens, topk, plan.partials) fp32, every entry written. The caller launches only for one
-        token or more."""
+        rows a run-time stride apart, any contents; `partials`: (tokens, topk, plan.partials)
+        fp32, every entry written; `named`: (rows + 1,) uint8, nonzero for each row a slot names
+        (the last entry not read): first the rows no slot names are zeroed (`zero_unnamed`), then
+        the ring writes the others. The caller launches only for one token and one row or more."""
+        rows = cutlass.Int32(cute.size(grad_y, mode=[0]))
+        blocks = cutlass.min(rows, cutlass.Int32(self.pipeline.persistent_blocks))
+        self.zero_unnamed(named, grad_y).launch(
+            grid=(blocks, 1, 1), block=(ZERO_ROWS_THREADS, 1, 1), stream=stream
+        )
         tokens = cutlass.Int32(cute.size(row_map, mode=[0]))
         run_time = steps_walk(tokens * self.combine.chunks, self.pipeline.persistent_blocks)
         shared_layout = shared_tile_layout(self.plan.config.tile)
@@ -321,6 +329,27 @@ class CombineGradKernel(CombineKernel):
             stream,
             run_time,
         )
+
+    @cute.kernel
+    def zero_unnamed(self, named: cute.Tensor, grad_y: cute.Tensor):
+        """The rows of y's gradient no slot names (padding, a skipped slot's) zeroed, 16 bytes a
+        thread, a row a block at a time: what a memset of the whole gradient did, writing only
+        those rows."""
+        combine = self.combine
+        thread, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        row_vectors = self.row_vectors(grad_y, cute.size(grad_y, mode=[0]))
+        rows = cutlass.Int32(cute.size(grad_y, mode=[0]))  # within 32 bits (`check_routing_sizes`)
+        zeros = cute.make_rmem_tensor(combine.vector_elements, grad_y.element_type)
+        zeros.fill(0)
+        vectors = combine.vectors * combine.chunks
+        for row in cutlass.range(block, rows, grid, unroll=1):
+            if named[row] == 0:
+                for index in cutlass.range(thread, vectors, ZERO_ROWS_THREADS, unroll=1):
+                    chunk = index // combine.vectors
+                    vector = index - chunk * combine.vectors
+                    row_vectors[None, vector, chunk, cutlass.Int64(row)].store(zeros.load())
 
     @cute.jit
     def load_stage(self, context: RingContext, source, stage, step, failed):

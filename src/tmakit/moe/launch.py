@@ -78,9 +78,10 @@ def compile_combine_grad(combine: CombinePlan, tvm_ffi: bool = False) -> tuple:
     one compile per plan: called with y (rows, row_bytes) uint8 and the output's gradient
     (tokens, row_bytes) uint8, each with a run-time row stride, the row map (tokens, topk) int32,
     the probabilities (tokens, topk) fp32, y's gradient (rows, row elements) of the plan's dtype
-    with a run-time row stride, the partial sums (tokens, topk, plan.partials) fp32, the guard
-    words and a stream (none with `tvm_ffi`)."""
+    with a run-time row stride, the partial sums (tokens, topk, plan.partials) fp32, the rows'
+    flags (rows + 1,) uint8, the guard words and a stream (none with `tvm_ffi`)."""
     import cutlass
+    import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     from .kernel import CombineGradKernel
@@ -96,6 +97,8 @@ def compile_combine_grad(combine: CombinePlan, tvm_ffi: bool = False) -> tuple:
     partials = make_fake_compact_tensor(
         cutlass.Float32, (tokens, combine.topk, combine.partials), stride_order=(2, 1, 0), assumed_align=4
     )
+    flags = cute.sym_int64(symbol="flags")  # rows + 1: symbols take no arithmetic
+    named = make_fake_compact_tensor(cutlass.Uint8, (flags,), stride_order=(0,), assumed_align=1)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
     return (
         CombineGradKernel(combine),
@@ -105,6 +108,7 @@ def compile_combine_grad(combine: CombinePlan, tvm_ffi: bool = False) -> tuple:
         probs,
         grad_y,
         partials,
+        named,
         guard,
         placeholder_stream(env=tvm_ffi),
     )

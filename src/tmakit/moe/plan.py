@@ -48,6 +48,7 @@ DISPATCH_STAGES = 4
 COMBINE_STAGES = 6
 COMBINE_WARPS = 4
 COMBINE_TARGET_BYTES = STAGE_TARGET_BYTES  # a step's loads: at most this, a whole chunk a slot
+ZERO_ROWS_THREADS = 128  # the combine's backward's zeroing of the rows no slot names: a block's threads
 SLOT_TABLE_BYTES = 8  # a slot's entry in a combine stage's table: its row (int32), its weight (fp32)
 
 
