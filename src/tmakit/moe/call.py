@@ -188,6 +188,11 @@ def refuse_strict(strict: bool, what: str, reason: str) -> None:
         raise TmaConfigError(f"{what}: the bulk-copy kernels cannot serve this call: {reason}")
 
 
+# A call's plans, built once per shape class: a plan checks itself as it is made.
+_dispatch_plan = functools.lru_cache(maxsize=256)(DispatchPlan)
+_combine_plan = functools.lru_cache(maxsize=256)(CombinePlan)
+
+
 @functools.lru_cache(maxsize=16)
 def _sm_count(device: int) -> int:
     torch = torch_module()
@@ -237,7 +242,7 @@ def permute(
         refuse_strict(strict, "moe_dispatch", route.reason)
         return _permute_by_torch(x, row_map, rows)
     width = x[0].numel() * x.element_size()
-    plan = DispatchPlan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
+    plan = _dispatch_plan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
     launch = dispatch_launcher(plan, str(x.device)).launch
     if zero_rows is None:  # every row no slot names: a memset first, then the slots' rows
         out = _new_rows(shape, x, True)
@@ -287,7 +292,7 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
         refuse_strict(strict, "moe_combine", route.reason)
         return _combine_by_torch(y, row_map, probs)
     width = y[0].numel() * y.element_size()
-    plan = CombinePlan(
+    plan = _combine_plan(
         width, topk, dtype_of(y.dtype), weighted=probs is not None, sm_count=_sm_count(y.get_device())
     )
     weights = _no_weights(y.device) if probs is None else probs.to(torch.float32).contiguous()
@@ -317,7 +322,7 @@ def combine_grad(
         refuse_strict(strict, "moe_combine's backward", refused.reason)
         return combine_grad_by_torch(grad, y, row_map, probs)
     width = y[0].numel() * y.element_size()
-    plan = CombinePlan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
+    plan = _combine_plan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
     partials = torch.empty((tokens, topk, plan.partials), dtype=torch.float32, device=y.device)
     weights = probs.to(torch.float32).contiguous()
     grad_y = torch.empty(y.shape, dtype=y.dtype, device=y.device)  # the kernel zeroes the unnamed

@@ -25,6 +25,7 @@ replays a plan's copies on the CPU, `moe.kernel` runs it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -269,6 +270,7 @@ class DispatchPlan:
         )
 
 
+@functools.lru_cache(maxsize=256)  # a search over the row's divisors, asked on every call's plan
 def combine_chunk_bytes(row_bytes: int, topk: int, threads: int = COMBINE_WARPS * WARP_THREADS) -> int:
     """The columns of a combine step: the longest run of 16-byte vectors that divides the row
     (a row's chunks are then all alike) and whose topk copies fit a step's target, a multiple of
