@@ -417,6 +417,27 @@ def test_a_combine_ring_of_two_blocks_a_sm_doubles_the_persistent_grid():
     assert "264 persistent block(s), 28672 steps" in plan.summary(4096)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.integers(1, 40),
+    topk=st.integers(1, 4),
+    experts=st.integers(1, 9),
+    align=st.sampled_from([1, 2, 16, 128]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_unnamed_rows_are_every_row_no_slot_names_each_once(tokens, topk, experts, align, seed):
+    from tmakit.moe import call
+
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, experts, (tokens, topk), generator=generator)
+    routed = call.route_ids_by_torch(ids, experts, align)
+    listed = call.unnamed_rows(routed, topk, align).tolist()
+    rows = dispatch_rows(tokens, topk, experts, align)
+    named = set(routed.row_map.reshape(-1).tolist())
+    assert len(listed) == experts * (align - 1) == len(set(listed))  # a static size, no repeat
+    assert set(listed) == set(range(rows)) - named  # every unnamed row, nothing else
+
+
 def test_the_model_replays_the_combine_backward_to_torchs_gradients():
     import numpy as np
 

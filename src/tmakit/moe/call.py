@@ -201,24 +201,24 @@ def _sm_count(device: int) -> int:
 
 # -- dispatch -------------------------------------------------------------------------------------
 def unnamed_rows(routed: Routing, topk: int, align: int) -> torch.Tensor:
-    """The rows of a dispatch's output a routing of ids may leave unnamed, as a static-size int64
-    index (an entry -1: none): each expert's padding (E x (align - 1) candidates) and the rows past
-    the last group, which start at T * topk or later when no slot is skipped (E x (align - 1)
-    more). Empty for align 1: every row is a slot's. A skipped slot's rows (`dropped`) are not
-    among them."""
+    """The rows of a dispatch's output no slot of a routing of ids names, as a static-size int64
+    index of E x (align - 1) rows, each named once: each expert's padding, then the rows from the
+    last group's end (`expert_offsets[E]`). Every unnamed row when every slot has an expert (the
+    rows are then T * topk + E x (align - 1)); a skipped slot's (`dropped`) leaves as many rows at
+    the end unlisted. Empty for align 1. Exact, so that zeroing them writes each once."""
     torch = torch_module()
     counts = routed.tokens_per_expert.long()
     device, experts = counts.device, counts.numel()
     if align == 1:
         return torch.empty(0, dtype=torch.int64, device=device)
-    starts = routed.expert_offsets[:-1].long()
     padding = (counts + (align - 1)) // align * align - counts
-    step = torch.arange(align - 1, device=device)
-    pads = torch.where(step[None, :] < padding[:, None], (starts + counts)[:, None] + step[None, :], -1)
-    first = routed.row_map.shape[0] * topk
-    tail = torch.arange(first, first + experts * (align - 1), device=device)
-    tail = torch.where(tail >= routed.expert_offsets[-1].long(), tail, -1)
-    return torch.cat([pads.reshape(-1), tail])
+    ends = torch.cumsum(padding, 0)  # where each expert's padding ends in the list
+    entry = torch.arange(experts * (align - 1), device=device)
+    expert = torch.searchsorted(ends, entry, right=True).clamp(max=experts - 1)
+    offsets = routed.expert_offsets.long()
+    pads = offsets[expert] + counts[expert] + entry - (ends - padding)[expert]
+    tail = offsets[-1] + entry - ends[-1]
+    return torch.where(entry < ends[-1], pads, tail)
 
 
 def _new_rows(shape: tuple[int, ...], like: torch.Tensor, zeroed: bool) -> torch.Tensor:
