@@ -268,10 +268,9 @@ def _permute_by_torch(x: torch.Tensor, row_map: torch.Tensor, rows: int) -> torc
     x gathered, the rows of no token zero."""
     torch = torch_module()
     tokens, topk = row_map.shape
-    flat = row_map.reshape(-1).long()
     source = torch.full((rows + 1,), tokens, dtype=torch.int64, device=x.device)
     token_of_slot = torch.arange(tokens * topk, device=x.device) // topk
-    source.scatter_(0, torch.where((flat >= 0) & (flat < rows), flat, rows), token_of_slot)
+    source.scatter_(0, slot_rows(row_map, rows), token_of_slot)
     padded = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])
     return padded.index_select(0, source[:rows])
 
@@ -331,13 +330,20 @@ def combine_grad(
     return grad_y, partials.sum(dim=2).to(probs.dtype)
 
 
+def slot_rows(row_map: torch.Tensor, rows: int) -> torch.Tensor:
+    """(T * topk,) int64: each slot's row of a tensor of `rows` rows, `rows` (a spare row past
+    the end) for a slot that names none of them."""
+    torch = torch_module()
+    flat = row_map.reshape(-1).long()
+    return torch.where((flat >= 0) & (flat < rows), flat, rows)
+
+
 def named_rows(row_map: torch.Tensor, rows: int) -> torch.Tensor:
     """(rows + 1,) uint8: 1 for each of `rows` rows a slot of `row_map` names (the last entry
     takes the slots that name none)."""
     torch = torch_module()
-    flat = row_map.reshape(-1).long()
-    inside = torch.where((flat >= 0) & (flat < rows), flat, rows)
-    return torch.zeros(rows + 1, dtype=torch.uint8, device=row_map.device).index_fill_(0, inside, 1)
+    flags = torch.zeros(rows + 1, dtype=torch.uint8, device=row_map.device)
+    return flags.index_fill_(0, slot_rows(row_map, rows), 1)
 
 
 def combine_grad_by_torch(
@@ -348,14 +354,14 @@ def combine_grad_by_torch(
     torch = torch_module()
     tokens, topk = row_map.shape
     rows = y.shape[0]
-    flat = row_map.reshape(-1).long()
-    valid = (flat >= 0) & (flat < rows)
+    named_row = slot_rows(row_map, rows)
+    valid = named_row < rows
     accumulate = torch.float64 if y.dtype == torch.float64 else torch.float32
     token_of_slot = torch.arange(tokens * topk, device=y.device) // topk
     scaled = grad.to(accumulate).index_select(0, token_of_slot) * probs.reshape(-1, 1).to(accumulate)
     spare = y.new_zeros((rows + 1, *y.shape[1:]))
-    spare.index_copy_(0, torch.where(valid, flat, rows), scaled.to(y.dtype))
-    named = y.index_select(0, torch.where(valid, flat, 0)).to(accumulate).view(tokens, topk, -1)
+    spare.index_copy_(0, named_row, scaled.to(y.dtype))
+    named = y.index_select(0, torch.where(valid, named_row, 0)).to(accumulate).view(tokens, topk, -1)
     dots = torch.bmm(named, grad.to(accumulate).view(tokens, -1, 1)).squeeze(-1)
     return spare[:rows], torch.where(valid.view(tokens, topk), dots, 0).to(probs.dtype)
 
