@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from .program import IMMEDIATE, SAME_VALUE, SPECIAL, Form, Instruction, Kernel, address_parts
+from .program import IMMEDIATE, SAME_VALUE, SPECIAL, Form, Instruction, Kernel, address_parts, linear_result
 from .regions import barrier_operands, is_tx, registers, skippable_branches
 
 MAX_RUNS = 3000  # runs followed through a kernel before its waits are left unchecked
@@ -313,7 +313,7 @@ class Interpreter:
             return self.value(run, sources[0])
         values = [self.value(run, s) for s in sources]
         bits = _width(opcode)
-        linear = self._linear(head, opcode, values)
+        linear = linear_result(opcode, values)
         if linear is not None and len(linear.terms) > MAX_TERMS:
             return self._fresh(run, "sum")  # a value run-time counts keep adding to
         if linear is not None:
@@ -347,29 +347,6 @@ class Interpreter:
             # a division by a constant's first step: monotone, and of its dividend's sign
             self.products.setdefault(leaf.terms[0][0], (values[0], factor, bits))
         return leaf
-
-    @staticmethod
-    def _linear(head: str, opcode: str, values: list[Form]) -> Form | None:
-        if ".f" in opcode:
-            return None
-        if head == "add" and len(values) == 2:
-            return values[0] + values[1]
-        if head == "sub" and len(values) == 2:
-            return values[0] - values[1]
-        if head == "neg" and len(values) == 1:
-            return values[0].scaled(-1)
-        if head == "shl" and len(values) == 2 and values[1].constant is not None:
-            if 0 <= values[1].constant < 64:
-                return values[0].scaled(1 << values[1].constant)
-        if opcode.startswith(("mul.lo", "mul.wide", "mad.lo", "mad.wide")) and len(values) >= 2:
-            a, b = values[0], values[1]
-            product = b.scaled(a.constant) if a.constant is not None else None
-            if product is None and b.constant is not None:
-                product = a.scaled(b.constant)
-            if product is None:
-                return None
-            return product + values[2] if head == "mad" and len(values) == 3 else product
-        return None
 
     @staticmethod
     def _arithmetic(head: str, opcode: str, values: list[int], bits: int) -> int | None:

@@ -506,31 +506,13 @@ class Kernel:
                 return self.value(operands[0], depth + 1)
             if opcode.startswith("shfl.sync.idx") and operands:
                 return self.value(operands[0], depth + 1)
-            if head == "add" and len(operands) == 2 and ".f" not in opcode:
-                return self.value(operands[0], depth + 1) + self.value(operands[1], depth + 1)
-            if head == "sub" and len(operands) == 2 and ".f" not in opcode:
-                return self.value(operands[0], depth + 1) - self.value(operands[1], depth + 1)
-            if head == "shl" and len(operands) == 2:
-                shift = self.value(operands[1], depth + 1).constant
-                if shift is not None and 0 <= shift < 64:
-                    return self.value(operands[0], depth + 1).scaled(1 << shift)
-            if opcode.startswith(("mul.lo", "mul.wide")) and len(operands) == 2:
-                return self._product(operands[0], operands[1], depth) or Form.leaf(register)
-            if opcode.startswith(("mad.lo", "mad.wide")) and len(operands) == 3:
-                product = self._product(operands[0], operands[1], depth)
-                if product is not None:
-                    return product + self.value(operands[2], depth + 1)
+            if head in LINEAR_HEADS:
+                linear = linear_result(opcode, [self.value(operand, depth + 1) for operand in operands])
+                if linear is not None:
+                    return linear
         except RecursionError:  # pragma: no cover - a pathological chain
             return Form.leaf(register)
         return Form.leaf(register)
-
-    def _product(self, left: str, right: str, depth: int) -> Form | None:
-        a, b = self.value(left, depth + 1), self.value(right, depth + 1)
-        if a.constant is not None:
-            return b.scaled(a.constant)
-        if b.constant is not None:
-            return a.scaled(b.constant)
-        return None
 
     def address(self, operand: str) -> Form | None:
         """The form of a bracketed address operand (`[%r1+131072]`, `[%r4]`); None otherwise."""
@@ -552,6 +534,36 @@ class Kernel:
     def is_exit(self, index: int) -> bool:
         head = self.instructions[index].opcode.split(".")[0]
         return head in ("ret", "exit") and not self.instructions[index].inline
+
+
+LINEAR_HEADS = ("add", "sub", "neg", "shl", "mul", "mad")
+
+
+def linear_result(opcode: str, values: list[Form]) -> Form | None:
+    """What an integer instruction computes of its sources' forms where that is linear in them
+    (add, sub, neg, shl by a constant, mul.lo/mul.wide and mad.lo/mad.wide by a constant); None
+    for any other, whose value is then a leaf of its own."""
+    head = opcode.split(".")[0]
+    if ".f" in opcode:
+        return None
+    if head == "add" and len(values) == 2:
+        return values[0] + values[1]
+    if head == "sub" and len(values) == 2:
+        return values[0] - values[1]
+    if head == "neg" and len(values) == 1:
+        return values[0].scaled(-1)
+    if head == "shl" and len(values) == 2 and values[1].constant is not None:
+        if 0 <= values[1].constant < 64:
+            return values[0].scaled(1 << values[1].constant)
+    if opcode.startswith(("mul.lo", "mul.wide", "mad.lo", "mad.wide")) and len(values) >= 2:
+        a, b = values[0], values[1]
+        product = b.scaled(a.constant) if a.constant is not None else None
+        if product is None and b.constant is not None:
+            product = a.scaled(b.constant)
+        if product is None:
+            return None
+        return product + values[2] if head == "mad" and len(values) == 3 else product
+    return None
 
 
 def address_parts(operand: str) -> tuple[str, int] | None:
