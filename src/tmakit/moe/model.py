@@ -6,6 +6,9 @@ mod 2) before it reads the stage, so a declaration that differs from the loads s
 that never completes (or completes early: the consumer would read a stage still landing).
 Each empty barrier takes one arrival a consumer warp, the producer waits for it a trip later.
 
+`replay_routing` is the routing kernels' algorithm (`moe.kernel.RoutingKernel`): block ranges,
+per-block counts, the scan, per-warp counts and first rows, lane ranks in rounds of 32.
+
 The replays return what the kernels write (NumPy, row bytes for the dispatch, float32 sums for
 the combine), the reference the GPU tests check the kernels against, and raise `ModelHang` where a
 wait could never be satisfied."""
@@ -16,8 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import WARP_THREADS
 from ..model.mbarrier import MBarrier
-from .plan import CombinePlan, DispatchPlan
+from .plan import (
+    ROUTING_WARPS,
+    CombinePlan,
+    DispatchPlan,
+    RoutingPlan,
+    routing_block_slots,
+    routing_blocks,
+)
 
 
 class ModelHang(RuntimeError):
@@ -126,3 +137,104 @@ def replay_combine(
             out[token, columns] = total
             ring.release(stage)
     return out
+
+
+def replay_combine_grad(
+    plan: CombinePlan, row_map: np.ndarray, probs: np.ndarray, y: np.ndarray, grad: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The combine's backward (a `grad` plan) of `y` (rows, row elements) and the output's
+    gradient `grad` (T, row elements), float32 values, by `row_map` (T, topk) weighted by `probs`:
+    (y's gradient (rows, row elements) float32, the rows no slot names 0; the partial sums (T,
+    topk, plan.partials), each consumer warp's share of a chunk: the vectors of 16 bytes
+    `consumer * 32 + lane`, then every `consumer_warps * 32`-th)."""
+    tokens, topk = row_map.shape
+    rows = len(y)
+    width = plan.chunk_bytes // plan.element_bytes
+    per_vector = plan.vector_elements
+    threads = plan.consumer_warps * WARP_THREADS
+    grad_y = np.zeros(y.shape, np.float32)
+    partials = np.zeros((tokens, topk, plan.partials), np.float32)
+    stage_values = np.zeros((plan.stages, plan.loads, width), np.float32)
+    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
+        ring = Ring(plan.stages, plan.consumer_warps)
+        for step in walk:
+            token, chunk = divmod(step, plan.chunks)
+            named = [int(row) for row in row_map[token]]
+            declared = [plan.chunk_bytes for row in named if 0 <= row < rows] + [plan.chunk_bytes]
+            stage = ring.fill(walk.index(step), declared, list(declared))
+            columns = slice(chunk * width, (chunk + 1) * width)
+            for slot, row in enumerate(named):
+                if 0 <= row < rows:
+                    stage_values[stage, slot] = y[row, columns]
+            stage_values[stage, topk] = grad[token, columns]
+            g = stage_values[stage, topk]
+            for slot, row in enumerate(named):
+                if not 0 <= row < rows:
+                    continue
+                grad_y[row, columns] = g * np.float32(probs[token, slot])
+                products = (
+                    (g * stage_values[stage, slot]).reshape(-1, per_vector).sum(axis=1, dtype=np.float32)
+                )
+                for consumer in range(plan.consumer_warps):
+                    mine = [v for v in range(len(products)) if (v % threads) // WARP_THREADS == consumer]
+                    partials[token, slot, chunk * plan.consumer_warps + consumer] = products[mine].sum(
+                        dtype=np.float32
+                    )
+            ring.release(stage)
+    return grad_y, partials
+
+
+def routing_keys(ids: np.ndarray, experts: int) -> np.ndarray:
+    """Each slot's key as the kernels form it (int64 compared whole): its expert, `experts` for a
+    dropped id, `experts + 1` for -1 (no expert)."""
+    flat = np.asarray(ids).reshape(-1).astype(np.int64)
+    keys = np.where(flat == -1, experts + 1, experts)
+    return np.where((flat >= 0) & (flat < experts), flat, keys)
+
+
+def lane_ranks(keys: np.ndarray) -> np.ndarray:
+    """One round's ranks: each lane's count of the lanes below it with its key (what the
+    kernel's `match.any` mask below the lane counts)."""
+    peers = keys[:, None] == keys[None, :]  # [lane, other]: the lanes of one match.any mask
+    return np.tril(peers, -1).sum(axis=1)
+
+
+def replay_routing(plan: RoutingPlan, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """What the three routing kernels write for `ids` (T, topk), one slot or more: (row map (T,
+    topk), tokens per expert (E,), expert offsets (E + 1,), dropped), all int64 values."""
+    experts, align = plan.experts, plan.align
+    keys = routing_keys(ids, experts)
+    slots = keys.size
+    per_block, blocks = routing_block_slots(slots), routing_blocks(slots)
+    # count: each block's range, per expert and the dropped
+    workspace = np.zeros((blocks, experts + 1), np.int64)
+    for block in range(blocks):
+        share = keys[block * per_block : (block + 1) * per_block]
+        workspace[block] = np.bincount(share[share <= experts], minlength=experts + 1)
+    # scan: each block's first rank in each expert, each expert's padded group
+    totals = workspace.sum(axis=0)
+    workspace = np.cumsum(workspace, axis=0) - workspace
+    counts = totals[:experts]
+    padded = (counts + (align - 1)) // align * align
+    offsets = np.concatenate([[0], np.cumsum(padded)])
+    # assign: each warp's share, counted, given its first rows, then walked in rounds of 32
+    row_map = np.full(slots, -1, np.int64)
+    warp_slots = per_block // ROUTING_WARPS
+    for block in range(blocks):
+        block_first = block * per_block
+        block_share = min(per_block, slots - block_first)
+        shares = []
+        for warp in range(ROUTING_WARPS):
+            before = min(warp * warp_slots, block_share)
+            shares.append(keys[block_first + before : block_first + min(before + warp_slots, block_share)])
+        warp_counts = np.array([np.bincount(s[s < experts], minlength=experts) for s in shares])
+        firsts = offsets[:experts] + workspace[block, :experts] + np.cumsum(warp_counts, axis=0) - warp_counts
+        for warp, share in enumerate(shares):
+            first = block_first + min(warp * warp_slots, block_share)
+            for start in range(0, len(share), WARP_THREADS):
+                round_keys = share[start : start + WARP_THREADS]
+                routed = round_keys < experts
+                lanes = first + start + np.flatnonzero(routed)
+                row_map[lanes] = firsts[warp, round_keys[routed]] + lane_ranks(round_keys)[routed]
+                firsts[warp] += np.bincount(round_keys[routed], minlength=experts)  # the speakers' adds
+    return row_map.reshape(np.shape(ids)), counts, offsets, int(totals[experts])

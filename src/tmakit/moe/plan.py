@@ -11,6 +11,11 @@ A layer of T tokens, each routed to up to `topk` of E experts, moves rows of `ro
   fp32 in the order j = 0, 1, ... (a slot with no row adds nothing). The ring's step is a token's
   `chunk_bytes` of columns: the producer lanes load the topk rows' chunks (one bulk copy each), the
   consumer warps sum them, 16 bytes a thread, and store the chunk of the token's row.
+- the combine's backward (`CombinePlan(grad=True)`): the same ring with the chunk of the output's
+  gradient g[t] loaded beside the topk rows' chunks; the consumers store probs[t, j] * g[t] to
+  row row_map[t, j] of y's gradient and add up each slot's dot product of g[t] with its row (the
+  probabilities' gradient): each consumer warp's share of a chunk is one partial sum, summed
+  after the kernel in a fixed order.
 
 Both read the row map the routing makes on the device (`moe.call`): no host synchronisation, so a
 CUDA graph may capture a layer. A slot whose row is outside the tensor moves nothing (the kernels
@@ -20,6 +25,7 @@ replays a plan's copies on the CPU, `moe.kernel` runs it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -43,6 +49,8 @@ DISPATCH_STAGES = 4
 COMBINE_STAGES = 6
 COMBINE_WARPS = 4
 COMBINE_TARGET_BYTES = STAGE_TARGET_BYTES  # a step's loads: at most this, a whole chunk a slot
+ZERO_ROWS_THREADS = 128  # the combine's backward's zeroing of the rows no slot names: a block's threads
+SLOT_TABLE_BYTES = 8  # a slot's entry in a combine stage's table: its row (int32), its weight (fp32)
 
 
 def dispatch_rows(tokens: int, topk: int, experts: int, align: int) -> int:
@@ -65,6 +73,123 @@ def check_routing_sizes(tokens: int, topk: int, experts: int, align: int) -> Non
         raise TmaConfigError(
             f"{tokens} tokens x top-{topk} + {experts} experts x (align {align} - 1) = {rows} rows; the "
             f"row map holds 32-bit rows (at most {MAX_DEVICE_INT}): split the tokens"
+        )
+
+
+# -- the routing on the device ---------------------------------------------------------------------
+# The routing kernels (`moe.kernel.RoutingKernel`) read the ids three times: the count's, and the
+# assign's two walks of each warp's share (its count, then its rows).
+ROUTING_WARPS = 8  # a counting or assigning block's warps, each a contiguous share of its slots
+ROUTING_THREADS = ROUTING_WARPS * WARP_THREADS
+# A thread's loads issued together before it uses any: a block's least share of the slots is that
+# many rounds of every thread (each warp's share a whole number of batches).
+ROUTING_ROUNDS = 8
+ROUTING_BLOCK_SLOTS = ROUTING_THREADS * ROUTING_ROUNDS
+# Past this many blocks a block takes a larger multiple of ROUTING_BLOCK_SLOTS: the scan walks every
+# block's counts one after another, one expert a thread.
+ROUTING_MAX_BLOCKS = 512
+ROUTING_SCAN_THREADS = 1024  # the scan's one block: one expert a thread (the padded prefix over them)
+# The assign's budget for its (warp, expert) counters: within 48 KiB, so that several blocks share
+# an SM and no launch needs the opt-in above the default.
+ROUTING_SMEM_BYTES = 48 * 1024
+ROUTING_ID_DTYPES = ("int32", "int64")
+ROUTING_SMEM_ALIGN = 16  # bytes: where the kernels' shared allocator starts each array
+# The most experts the kernels route: one a scan thread, and the assign's counters within
+# ROUTING_SMEM_BYTES (`RoutingPlan.smem_bytes`); more are torch's sort.
+MAX_ROUTING_EXPERTS = min(
+    ROUTING_SCAN_THREADS, ROUTING_SMEM_BYTES // (4 * (ROUTING_WARPS + 1)) // WARP_THREADS * WARP_THREADS
+)
+
+
+def _smem_array(words: int) -> int:
+    """The shared bytes of an int32 array of `words`, the next array aligned as the kernels ask."""
+    return -(-4 * words // ROUTING_SMEM_ALIGN) * ROUTING_SMEM_ALIGN
+
+
+def routing_block_slots(slots):
+    """The slots each block of the routing kernels takes (the last block may take fewer): a
+    multiple of `ROUTING_BLOCK_SLOTS`, the least that keeps the grid within `ROUTING_MAX_BLOCKS`.
+    Plain arithmetic, so that the kernel computes it from its run-time count alike (in 64 bits:
+    the sum may pass 2^31)."""
+    whole_grid = ROUTING_BLOCK_SLOTS * ROUTING_MAX_BLOCKS
+    return (slots + (whole_grid - 1)) // whole_grid * ROUTING_BLOCK_SLOTS
+
+
+def routing_blocks(slots):
+    """The routing kernels' grid for `slots` (T * topk) slots, one or more: each block a range of
+    `routing_block_slots` consecutive slots."""
+    per_block = routing_block_slots(slots)
+    return (slots + (per_block - 1)) // per_block
+
+
+def routing_rule(slots: int, experts: int, align: int) -> str | None:
+    """Why the routing kernels cannot route `slots` ids among `experts` padded to `align` (None:
+    they can; the rule that refuses is torch's sort's to serve)."""
+    if slots < 1:
+        return "no slot to route"
+    if experts > MAX_ROUTING_EXPERTS:
+        return (
+            f"{experts} experts; the routing kernels count at most {MAX_ROUTING_EXPERTS} (a scan thread "
+            f"each, {ROUTING_WARPS} warps' counters in {ROUTING_SMEM_BYTES} bytes of shared memory)"
+        )
+    if slots + experts * (align - 1) > MAX_DEVICE_INT:
+        return f"{slots} slots and {experts} groups padded to {align}: rows past 32-bit row numbers"
+    return None
+
+
+@dataclass(frozen=True)
+class RoutingPlan:
+    """The routing kernels for `experts` experts, groups padded to `align` rows, ids of
+    `id_dtype` (`ROUTING_ID_DTYPES`): a count of each block's slots per expert, one block's scan
+    of those counts (each block's first row per expert, each expert's padded group), and an
+    assign of each slot's row, a block's warps each a contiguous share in rounds of 32 lanes, a
+    lane's rank the lanes below it with the same expert. Refused (TmaConfigError) where the
+    kernels could not count the experts."""
+
+    experts: int
+    align: int
+    id_dtype: str = "int32"
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        one_of(self.id_dtype, "routing id dtype", ROUTING_ID_DTYPES)
+        check_routing_sizes(0, 1, self.experts, self.align)
+        rule = routing_rule(1, self.experts, self.align)
+        if rule is not None:
+            raise TmaConfigError(f"{rule}: route them with torch (moe.call.route_ids_by_torch)")
+
+    @property
+    def count_smem_bytes(self) -> int:
+        """The count's shared memory: a counter an expert and one for the dropped slots."""
+        return _smem_array(self.experts + 1)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The assign's shared memory: a warp's row of counters (then first rows) an expert."""
+        return _smem_array(ROUTING_WARPS * self.experts)
+
+    @property
+    def scan_smem_bytes(self) -> int:
+        """The scan's shared memory: each expert's total and the dropped slots, a sum a warp."""
+        return _smem_array(self.experts + 1) + _smem_array(ROUTING_SCAN_THREADS // WARP_THREADS)
+
+    def workspace_shape(self, slots: int) -> tuple[int, int]:
+        """The counts the kernels pass on: (block, expert and the dropped) int32."""
+        return routing_blocks(slots), self.experts + 1
+
+    def summary(self, slots: int) -> str:
+        blocks = routing_blocks(slots)
+        return "\n".join(
+            [
+                f"routing           {slots} slots of {self.id_dtype} ids among {self.experts} experts, "
+                f"groups padded to {self.align} rows",
+                f"count             {blocks} block(s) of {ROUTING_THREADS} threads, "
+                f"{routing_block_slots(slots)} slots a block, {self.count_smem_bytes} bytes of shared memory",
+                f"scan              1 block of {ROUTING_SCAN_THREADS} threads, each expert's prefix over the "
+                f"blocks and the padded prefix over the experts",
+                f"assign            {blocks} block(s), {ROUTING_WARPS} warps a block in rounds of "
+                f"{WARP_THREADS} slots, {self.smem_bytes} bytes of shared memory",
+            ]
         )
 
 
@@ -145,6 +270,7 @@ class DispatchPlan:
         )
 
 
+@functools.lru_cache(maxsize=256)  # a search over the row's divisors, asked on every call's plan
 def combine_chunk_bytes(row_bytes: int, topk: int, threads: int = COMBINE_WARPS * WARP_THREADS) -> int:
     """The columns of a combine step: the longest run of 16-byte vectors that divides the row
     (a row's chunks are then all alike) and whose topk copies fit a step's target, a multiple of
@@ -161,7 +287,9 @@ class CombinePlan:
     """The combine's ring for rows of `row_bytes` of `dtype` (`COMBINE_DTYPES`), `topk` rows a
     token, `weighted` by fp32 probabilities or not: a step is one token's chunk of
     `chunk_bytes` columns from each of its rows, `stages` deep, `consumer_warps` warps summing,
-    steps dealt to a persistent grid of at most `sm_count` blocks."""
+    steps dealt to a persistent grid of at most `sm_count` x `blocks_per_sm` blocks (more than one
+    a SM where two rings fit its shared memory: a block's steps then overlap another's). `grad`:
+    the combine's backward on the same ring."""
 
     row_bytes: int
     topk: int
@@ -170,6 +298,8 @@ class CombinePlan:
     stages: int = COMBINE_STAGES
     consumer_warps: int = COMBINE_WARPS
     sm_count: int = DEFAULT_SM_COUNT
+    grad: bool = False
+    blocks_per_sm: int = 1
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -178,7 +308,11 @@ class CombinePlan:
         if rule is not None:
             raise TmaConfigError(rule)
         check_routing_sizes(1, self.topk, 1, 1)
-        full = f" ({self.topk} chunks of {self.chunk_bytes} bytes)"
+        if self.grad and not self.weighted:
+            raise TmaConfigError(
+                "an unweighted combine's backward is a dispatch of the gradient (moe_permute), not this ring"
+            )
+        full = f" ({self.loads} chunks of {self.chunk_bytes} bytes)"
         check_bulk_ring(self.stages, self.sm_count, self.stage_bytes, full, "rows this long are torch's")
 
     @property
@@ -186,8 +320,13 @@ class CombinePlan:
         return DTYPES[self.dtype].nbytes
 
     @property
+    def loads(self) -> int:
+        """Chunks a step loads: one a slot, and the output gradient's with `grad`."""
+        return self.topk + int(self.grad)
+
+    @property
     def chunk_bytes(self) -> int:
-        return combine_chunk_bytes(self.row_bytes, self.topk, self.consumer_warps * WARP_THREADS)
+        return combine_chunk_bytes(self.row_bytes, self.loads, self.consumer_warps * WARP_THREADS)
 
     @property
     def chunks(self) -> int:
@@ -204,18 +343,43 @@ class CombinePlan:
         return VECTOR_BYTES // self.element_bytes
 
     @property
+    def grad_lane(self) -> int:
+        """The producer lane that loads the output gradient's chunk in the backward: the one past
+        the slots', or lane 0 (beside slot 0's) when the slots take the whole warp."""
+        return self.topk % WARP_THREADS
+
+    @property
+    def loaded_bytes(self) -> int:
+        """A step's loads for a token every slot of which names a row: what its barrier expects."""
+        return self.loads * self.chunk_bytes
+
+    @property
+    def table_offset(self) -> int:
+        """Where a stage's slot table starts: after its chunks."""
+        return self.loaded_bytes
+
+    @property
     def stage_bytes(self) -> int:
-        return self.topk * self.chunk_bytes
+        """A stage: its chunks, then the slot table the producer's lanes write as they read the
+        row map (each slot's row, -1 for none, then its fp32 weight), so that the consumers read
+        a step's rows and weights from shared memory, not from global memory after each wait."""
+        return self.table_offset + self.topk * SLOT_TABLE_BYTES
+
+    @property
+    def partials(self) -> int:
+        """The backward's partial dot products a slot: one a chunk and consumer warp."""
+        return self.chunks * self.consumer_warps
 
     @property
     def pipeline(self) -> PipelinePlan:
-        """The ring: stages of topk chunks, a producer warp and `consumer_warps`, persistent."""
+        """The ring: stages of `loads` chunks, a producer warp and `consumer_warps`, persistent."""
         ring = stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
         return PipelinePlan(
             ring.load,
             stages=self.stages,
             persistent=True,
             sm_count=self.sm_count,
+            blocks_per_sm=self.blocks_per_sm,
             consumer_warps=self.consumer_warps,
         )
 
@@ -223,30 +387,51 @@ class CombinePlan:
         return tokens * self.chunks
 
     def slot_offset(self, slot: int) -> int:
-        """Where slot `slot`'s chunk lands in its stage."""
+        """Where slot `slot`'s chunk lands in its stage (slot `topk`: the output gradient's)."""
         return slot * self.chunk_bytes
 
     def expected_bytes(self, rows: list[int] | tuple[int, ...], y_rows: int) -> int:
         """What a step's full barrier expects for a token whose slots name `rows`: one chunk for
-        each row inside y's `y_rows` (the producer's lanes read the row map before they declare)."""
-        return sum(self.chunk_bytes for row in rows if 0 <= row < y_rows)
+        each row inside y's `y_rows` (the producer's lanes read the row map before they declare),
+        and the gradient's chunk with `grad`."""
+        return sum(self.chunk_bytes for row in rows if 0 <= row < y_rows) + int(self.grad) * self.chunk_bytes
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)
         weights = "probabilities (fp32)" if self.weighted else "weight 1"
+        if self.grad:
+            what = (
+                f"combine backward  {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
+                f"({self.dtype}): y's gradient probs * g[t] to each slot's row, probs' gradient the dot "
+                "product of g[t] with it in fp32"
+            )
+            use = (
+                f"{self.consumer_warps} consumer warps store {self.vectors} vectors of 16 bytes a slot "
+                f"and add up its dot product ({self.partials} partial sums a slot, summed after)"
+            )
+            extra = " and the gradient's chunk"
+        else:
+            what = (
+                f"combine           {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
+                f"({self.dtype}), summed in fp32 in slot order, {weights}"
+            )
+            use = (
+                f"{self.consumer_warps} consumer warps sum {self.vectors} vectors of 16 bytes a slot and "
+                "store the token's chunk"
+            )
+            extra = ""
         return "\n".join(
             [
-                f"combine           {tokens} tokens x top-{self.topk} rows of {self.row_bytes} bytes "
-                f"({self.dtype}), summed in fp32 in slot order, {weights}",
-                f"stages            {self.stages} x {self.topk} chunks of {self.chunk_bytes} bytes "
-                f"({self.stage_bytes} bytes); {self.pipeline.smem_bytes} bytes of shared memory",
-                f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} steps "
-                f"({self.chunks} a token)",
-                f"in flight         up to {self.stages * self.stage_bytes} bytes of loads a block "
-                f"({self.stages * self.topk} row chunks)",
-                f"each step         up to {self.topk} bulk loads of one chunk, its full barrier expects "
-                f"{self.chunk_bytes} bytes a row the token has; {self.consumer_warps} consumer warps sum "
-                f"{self.vectors} vectors of 16 bytes a slot and store the token's chunk",
+                what,
+                f"stages            {self.stages} x {self.loads} chunks of {self.chunk_bytes} bytes and "
+                f"{self.topk} slots' rows and weights ({self.stage_bytes} bytes); {self.pipeline.smem_bytes} "
+                "bytes of shared memory",
+                f"grid              {min(max(steps, 1), self.pipeline.persistent_blocks)} persistent "
+                f"block(s), {steps} steps ({self.chunks} a token)",
+                f"in flight         up to {self.stages * self.loaded_bytes} bytes of loads a block "
+                f"({self.stages * self.loads} chunks)",
+                f"each step         up to {self.loads} bulk loads of one chunk, its full barrier expects "
+                f"{self.chunk_bytes} bytes a row the token has{extra}; {use}",
             ]
         )
 
