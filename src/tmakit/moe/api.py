@@ -50,8 +50,8 @@ class MoeDispatch(NamedTuple):
         scales: (rows, S) the per-token scales permuted as the rows (0 on padding), or None;
             with `quantize="fp8"`, the blockwise scales the call made: (rows, H / 128) fp32 (or
             float8_e8m0fnu with `scale_format="ue8m0"`), MN-major and TMA-aligned as DeepGEMM
-            reads them (strides (1, lead), lead the rows padded to 16 bytes of scales), 0 on
-            padding; out[r, 128 b: 128 (b + 1)] times scales[r, b] is the row's value.
+            reads them (strides (1, lead), lead the rows padded to 16 bytes of scales), zero
+            bytes on padding; out[r, 128 b: 128 (b + 1)] times scales[r, b] is the row's value.
         token_probs: (T, topk) each slot's probability, as `moe_combine` takes it (a mask's
             probabilities gathered per slot; 0 where a slot has no expert), or None.
         dropped: () int32 on the device: slots skipped because their id was out of range (only

@@ -504,10 +504,9 @@ class QuantizePlan:
 
     @property
     def tokens_per_stage(self) -> int:
-        """Token rows a stage holds: as many as fit the stage target (the loaded rows and their
-        fp8 rows) and one barrier phase."""
-        both = self.row_bytes + self.hidden
-        return max(1, min(STAGE_TARGET_BYTES // both, MAX_TX_BYTES // self.row_bytes))
+        """Token rows a stage holds: the dispatch's, as many loaded rows as fit the stage target
+        and one barrier phase (their fp8 rows half as many bytes again: four stages still fit)."""
+        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
 
     @property
     def loaded_bytes(self) -> int:
