@@ -443,7 +443,7 @@ AMAX_FLOOR = 1e-4  # a block's least amax, so that an all-zero block's scale sta
 SCALE_FORMATS = ("fp32", "ue8m0")  # a block's scale: fp32, or a power of two as its exponent byte
 QUANTIZE_DTYPES = ("bf16", "fp16")  # what the kernel quantizes (16-byte vectors of 8 elements)
 QUANTIZE_WARPS = 4  # consumer warps: a half-warp quantizes a block, the warps then store the rows
-QUANTIZE_OP = "dispatch-fp8"  # the route's name of a dispatch that quantizes
+QUANTIZE_OP = "fp8-dispatch"  # the route's name of a dispatch that quantizes
 SCALE_ROW_ALIGN_BYTES = 16  # the scales' rows padded so that each block's column starts 16-byte aligned (TMA)
 
 
