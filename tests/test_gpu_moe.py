@@ -383,3 +383,121 @@ def test_moe_dispatch_routes_through_the_kernels_and_a_trace_through_torch(torch
     )
     compiled = torch.compile(lambda x, ids: tmakit.moe_dispatch(x, ids, num_experts=8, align=16).row_map)
     assert torch.equal(compiled(x, ids), eager.row_map) and taken == [(8, 16)]  # traced: torch's sort
+
+
+# -- the dispatch that quantizes to fp8 ----------------------------------------------------------
+QUANTIZE_CASES = [  # tokens, topk, experts, hidden, dtype, align, ids dtype, scale format
+    (200, 8, 16, 7168, "bfloat16", 1, "int32", "fp32"),
+    (200, 8, 16, 7168, "bfloat16", 128, "int64", "ue8m0"),
+    (1, 1, 4, 128, "bfloat16", 1, "int32", "fp32"),
+    (333, 6, 64, 2048, "float16", 16, "int32", "fp32"),
+    (97, 2, 8, 4096, "float16", 1, "int64", "ue8m0"),
+    (65, 32, 40, 256, "bfloat16", 1, "int32", "fp32"),
+]
+
+
+def spread(torch, tokens, hidden, dtype):
+    """Values over many binades (a row's scale from 1e-6 to 1e4), with all-zero blocks, tiny
+    values beside large ones in a block (e4m3's subnormals) and exact ties of rounding."""
+    values = torch.randn(tokens, hidden, device="cuda", generator=torch.Generator("cuda").manual_seed(7))
+    values *= torch.logspace(-6, 4, tokens, device="cuda").view(-1, 1)
+    values[:, ::97] *= 1e-4  # tiny beside large: below e4m3's least normal once scaled
+    values[::5, :128] = 0  # all-zero blocks: amax takes the floor
+    return values.to(getattr(torch, dtype))
+
+
+def check_quantized(torch, x, result, ids_rows, experts, align, scale_format):
+    """out and scales bit for bit against torch's reference quantizer (`quantize_rows_by_torch`)
+    scattered by the plain-Python row map: a slot's row holds its token's e4m3 bytes and scales,
+    every other row zero bytes and scale 0."""
+    from tmakit.moe.call import quantize_rows_by_torch
+
+    row_map, _, _ = expected_rows(ids_rows, experts, align)
+    assert result.row_map.tolist() == row_map
+    quantized, scales = quantize_rows_by_torch(x, scale_format)
+    rows = result.out.shape[0]
+    blocks = x.shape[1] // 128
+    expected = torch.zeros((rows, x.shape[1]), dtype=torch.uint8, device="cuda")
+    scale_dtype = torch.uint8 if scale_format == "ue8m0" else torch.float32
+    expected_scales = torch.zeros((rows, blocks), dtype=scale_dtype, device="cuda")
+    raw_scales = scales.view(torch.uint8) if scale_format == "ue8m0" else scales
+    for token, slots in enumerate(row_map):
+        for row in slots:
+            if row >= 0:
+                expected[row] = quantized[token].view(torch.uint8)
+                expected_scales[row] = raw_scales[token]
+    assert result.out.dtype == torch.float8_e4m3fn
+    got_scales = result.scales
+    assert got_scales.shape == (rows, blocks) and got_scales.stride(0) == 1
+    lead = got_scales.stride(1)
+    assert lead >= rows and (lead * got_scales.element_size()) % 16 == 0  # TMA-aligned columns
+    wrong = (result.out.view(torch.uint8) != expected).any(1)
+    if wrong.any():
+        first = int(wrong.nonzero()[0, 0])
+        column = int((result.out[first].view(torch.uint8) != expected[first]).nonzero()[0, 0])
+        pytest.fail(
+            f"fp8 row {first} of {rows} wrong from block {column // 128} ({int(wrong.sum())} rows wrong)"
+        )
+    raw = got_scales.view(torch.uint8) if scale_format == "ue8m0" else got_scales
+    bad = (raw != expected_scales).any(1)
+    if bad.any():
+        pytest.fail(f"scales of row {int(bad.nonzero()[0, 0])} wrong ({int(bad.sum())} rows wrong)")
+
+
+@pytest.mark.parametrize("tokens,topk,experts,hidden,dtype,align,ids_dtype,scale_format", QUANTIZE_CASES)
+def test_the_fp8_dispatch_is_the_reference_quantizer_bit_for_bit(
+    torch, tokens, topk, experts, hidden, dtype, align, ids_dtype, scale_format
+):
+    rng = random.Random(tokens * 31 + hidden)
+    ids_rows, ids = random_ids(torch, rng, tokens, topk, experts, getattr(torch, ids_dtype))
+    x = spread(torch, tokens, hidden, dtype)
+    rows = tokens * topk + experts * (align - 1)
+    poison_the_allocator(torch, rows * hidden * 2)
+    result = tmakit.moe_dispatch(
+        x, ids, num_experts=experts, align=align, quantize="fp8", scale_format=scale_format, strict=True
+    )
+    path = tmakit.moe_path("dispatch", x, result.row_map, rows)
+    assert path.by_tma, path.reason
+    check_quantized(torch, x, result, ids_rows, experts, align, scale_format)
+
+
+def test_the_fp8_dispatch_of_a_mask_and_in_a_cuda_graph(torch):
+    """Tokens routed to no expert (a mask's empty rows) and an expert with no token; then the
+    same call captured in a CUDA graph and replayed on new values, still bit for bit."""
+    tokens, experts, topk, hidden = 300, 12, 4, 1024
+    generator = torch.Generator("cuda").manual_seed(3)
+    mask = torch.rand(tokens, experts, device="cuda", generator=generator) < 0.2
+    mask[:, 5] = False  # an expert no token takes
+    mask[::7] = False  # tokens routed to no expert
+    mask &= torch.rand(tokens, experts, device="cuda", generator=generator).argsort(1).argsort(1) < topk
+    ids_rows = mask_ids(mask.tolist(), topk)
+    x = spread(torch, tokens, hidden, "bfloat16")
+    result = tmakit.moe_dispatch(x, mask, topk=topk, quantize="fp8", strict=True)
+    check_quantized(torch, x, result, ids_rows, experts, 1, "fp32")
+    ids = torch.tensor([[e if e >= 0 else 0 for e in row] for row in ids_rows], device="cuda")
+    ids_rows = [[e if e >= 0 else 0 for e in row] for row in ids_rows]
+    static_x = x.clone()
+    tmakit.moe_dispatch(static_x, ids, num_experts=experts, quantize="fp8", scale_format="ue8m0", strict=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = tmakit.moe_dispatch(
+            static_x, ids, num_experts=experts, quantize="fp8", scale_format="ue8m0", strict=True
+        )
+    static_x.copy_(spread(torch, tokens, hidden, "bfloat16").flip(0))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_quantized(torch, static_x, captured, ids_rows, experts, 1, "ue8m0")
+
+
+def test_the_fp8_dispatch_traces_with_its_fake(torch):
+    tokens, experts, topk, hidden = 64, 8, 2, 512
+    x = spread(torch, tokens, hidden, "bfloat16")
+    ids = torch.randint(0, experts, (tokens, topk), device="cuda", dtype=torch.int32)
+
+    def layer(x, ids):
+        routed = tmakit.moe_dispatch(x, ids, num_experts=experts, quantize="fp8", check_ids=False)
+        return routed.out.view(torch.uint8), routed.scales
+
+    compiled = torch.compile(layer, fullgraph=True)
+    got, eager = compiled(x, ids), layer(x, ids)
+    assert torch.equal(got[0], eager[0]) and torch.equal(got[1], eager[1])

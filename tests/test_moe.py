@@ -34,6 +34,7 @@ from tmakit.moe.plan import (
     ROUTING_WARPS,
     CombinePlan,
     DispatchPlan,
+    QuantizePlan,
     RoutingPlan,
     combine_chunk_bytes,
     dispatch_rows,
@@ -600,3 +601,100 @@ def test_the_kernel_route_zeroes_exactly_the_rows_no_slot_names(monkeypatch, ali
             if row >= 0:
                 expected[row] = x[token]
     assert torch.equal(result.out, expected)  # no NaN left: every unnamed row zeroed
+
+
+# -- the dispatch that quantizes to fp8 ----------------------------------------------------------
+def spread_rows(tokens, hidden, dtype=torch.bfloat16, seed=0):
+    """Values over many binades, with all-zero blocks and tiny values beside large ones."""
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(tokens, hidden, generator=generator) * torch.logspace(-6, 4, tokens).view(-1, 1)
+    values[:, ::97] *= 1e-4
+    values[::5, :128] = 0
+    return values.to(dtype)
+
+
+def test_the_fp8_plan_stages_rows_beside_their_fp8_rows_and_refuses_what_it_cannot_quantize():
+    plan = QuantizePlan(7168, 8)
+    assert (plan.row_bytes, plan.blocks, plan.tokens_per_stage) == (14336, 56, 2)  # as the dispatch's
+    assert plan.loaded_bytes == 2 * 14336 and plan.stage_bytes == 2 * 14336 + 2 * 7168
+    assert plan.expected_bytes(5, 2) == 14336 and plan.steps(5) == 3  # the last stage's one row
+    assert plan.pipeline.consumer_warps == 4
+    assert "quantized to e4m3 in 56 blocks of 128" in plan.summary(4096)
+    for make, match in (
+        (lambda: QuantizePlan(7000, 8), "whole blocks of 128"),
+        (lambda: QuantizePlan(7168, 8, "fp32"), "quantizes bf16, fp16"),
+        (lambda: QuantizePlan(7168, 33), "at most 32"),
+        (lambda: QuantizePlan(7168, 8, scale_format="e5m2"), "scale format"),
+        (lambda: QuantizePlan(1 << 20, 8), "do not fit"),
+    ):
+        with pytest.raises(TmaConfigError, match=match):
+            make()
+
+
+@pytest.mark.parametrize("scale_format", ["fp32", "ue8m0"])
+def test_the_fp8_model_is_torchs_reference_quantizer(scale_format):
+    import numpy as np
+
+    from tmakit.moe.call import quantize_rows_by_torch
+    from tmakit.moe.model import replay_quantize_dispatch
+
+    tokens, topk, experts, align, hidden = 41, 3, 6, 8, 512
+    rng = np.random.default_rng(5)
+    ids = [[int(v) for v in rng.choice(experts, topk, replace=False)] for _ in range(tokens)]
+    row_map = np.array(expected_rows(ids, experts, align)[0], np.int64)
+    rows = dispatch_rows(tokens, topk, experts, align)
+    x = spread_rows(tokens, hidden)
+    plan = QuantizePlan(hidden, topk, scale_format=scale_format, stages=2, sm_count=3)
+    values, scales = replay_quantize_dispatch(plan, row_map, x.float().numpy(), rows)
+    quantized, stored = quantize_rows_by_torch(x, scale_format)
+    result = tmakit.moe_dispatch(
+        x, torch.tensor(ids), num_experts=experts, align=align, quantize="fp8", scale_format=scale_format
+    )
+    assert result.out.dtype == torch.float8_e4m3fn and result.scales.stride() == (1, result.scales.stride(1))
+    assert np.array_equal(values, result.out.double().numpy())  # the model's e4m3 rounding is torch's
+    unnamed = np.setdiff1d(np.arange(rows), row_map.reshape(-1))
+    assert np.array_equal(scales[row_map.reshape(-1)], result.scales.float().numpy()[row_map.reshape(-1)])
+    assert not result.scales[unnamed].view(torch.uint8 if scale_format == "ue8m0" else torch.int32).any()
+    named = row_map[:, 0]
+    assert np.array_equal(values[named], quantized.double().numpy())
+    assert np.array_equal(scales[named], stored.float().numpy())
+    dequantized = result.out.float().view(rows, -1, 128) * result.scales.float().view(rows, -1, 1)
+    relative = (dequantized.view(rows, -1)[named] - x.float()).abs() / x.float().abs().clamp(min=1e-30)
+    assert float(relative[x.float().abs() > 1e-3 * x.float().abs().amax(1, keepdim=True)].max()) <= 1 / 16
+
+
+def test_the_fp8_dispatch_refuses_what_it_cannot_quantize_before_any_write():
+    x = spread_rows(8, 256)
+    ids = torch.zeros(8, 2, dtype=torch.int32)
+    for kwargs, match in (
+        ({"quantize": "fp4"}, "takes None or 'fp8'"),
+        ({"quantize": "fp8", "scale_format": "e8m0"}, "scale_format"),
+        ({"quantize": "fp8", "scales": torch.ones(8, 2)}, "makes the scales"),
+    ):
+        with pytest.raises(TmaConfigError, match=match):
+            tmakit.moe_dispatch(x, ids, num_experts=2, **kwargs)
+    with pytest.raises(TmaConfigError, match="multiple of 128"):
+        tmakit.moe_dispatch(x[:, :200], ids, num_experts=2, quantize="fp8")
+    with pytest.raises(TmaConfigError, match="quantizes float"):
+        torch.ops.tmakit.moe_permute_fp8(torch.ones(8, 256, dtype=torch.int32), ids, 16)
+
+
+def test_the_fp8_dispatch_compiles_with_e4m3_conversions_and_correctly_rounded_divisions():
+    pytest.importorskip("cutlass")
+    from tmakit.moe.launch import compile_quantize_dispatch
+
+    for scale_format, divisions, scale_store in (("fp32", 2, "st.global.b32"), ("ue8m0", 1, "st.global.b8")):
+        ptx = compile_quantize_dispatch(QuantizePlan(7168, 8, scale_format=scale_format), keep_ptx=True).ptx
+        # a lane's eight values: one 16-byte shared load, four e4m3 pairs (round to nearest even,
+        # saturating), one 8-byte shared store; the block's amax across its half-warp in 4 steps
+        assert ptx.count("cvt.rn.satfinite.e4m3x2.f32") == 4
+        assert len(re.findall(r"ld\.shared\.v4\.b32", ptx)) == 1
+        assert len(re.findall(r"st\.shared\.v2\.b32", ptx)) == 1
+        assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == 4
+        # the scale and its reciprocal each one IEEE division (the reference's), none approximate
+        assert ptx.count("div.rn.f32") == divisions and "div.approx" not in ptx and "div.full" not in ptx
+        assert ptx.count(scale_store) == 1
+        # the fp8 rows fenced to the async proxy, the 4 consumer warps met, then bulk stores
+        assert "fence.proxy.async.shared::cta" in ptx and re.search(r"bar\.sync\s+1, 128;", ptx)
+        assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx

@@ -14,8 +14,21 @@ from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
 from ..plan.route import torch_route
-from .launch import combine_launcher, dispatch_launcher, routing_launcher
-from .plan import CombinePlan, DispatchPlan, MoeFacts, RoutingPlan, moe_route, routing_rule
+from .launch import combine_launcher, dispatch_launcher, quantize_launcher, routing_launcher
+from .plan import (
+    AMAX_FLOOR,
+    FP8_MAX,
+    QUANT_BLOCK,
+    QUANTIZE_OP,
+    CombinePlan,
+    DispatchPlan,
+    MoeFacts,
+    QuantizePlan,
+    RoutingPlan,
+    moe_route,
+    routing_rule,
+    scale_rows,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -191,6 +204,7 @@ def refuse_strict(strict: bool, what: str, reason: str) -> None:
 # A call's plans, built once per shape class: a plan checks itself as it is made.
 _dispatch_plan = functools.lru_cache(maxsize=256)(DispatchPlan)
 _combine_plan = functools.lru_cache(maxsize=256)(CombinePlan)
+_quantize_plan = functools.lru_cache(maxsize=256)(QuantizePlan)
 
 
 @functools.lru_cache(maxsize=16)
@@ -233,7 +247,6 @@ def permute(
     """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]. The rows no slot names are
     zero where `zero_rows` is None; else only those `zero_rows` lists (entries outside [0, rows)
     name none) are zeroed, the others no slot names left as allocated."""
-    torch = torch_module()
     shape = (rows, *x.shape[1:])
     if not rows or not x.shape[0] or not x[0].numel():
         return _new_rows(shape, x, True)
@@ -244,17 +257,24 @@ def permute(
     width = x[0].numel() * x.element_size()
     plan = _dispatch_plan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
     launch = dispatch_launcher(plan, str(x.device)).launch
-    if zero_rows is None:  # every row no slot names: a memset first, then the slots' rows
-        out = _new_rows(shape, x, True)
-    elif not zero_rows.numel():
-        out = _new_rows(shape, x, False)
-    else:  # a scratch row past the end takes the entries that name no row
-        spare = _new_rows((rows + 1, *x.shape[1:]), x, False)
-        named = (zero_rows >= 0) & (zero_rows < rows)
-        spare.index_fill_(0, torch.where(named, zero_rows, rows), 0)
-        out = spare[:rows]
+    out = _dispatch_out(shape, x, rows, zero_rows)
     launch(_bytes(x), row_map, _bytes(out))
     return out
+
+
+def _dispatch_out(shape: tuple[int, ...], like: torch.Tensor, rows: int, zero_rows: torch.Tensor | None):
+    """A dispatch's output of `like`'s dtype before the kernel writes the slots' rows: zeros
+    where `zero_rows` is None (every row no slot names), else only the rows it lists zeroed."""
+    torch = torch_module()
+    if zero_rows is None:  # every row no slot names: a memset first, then the slots' rows
+        return _new_rows(shape, like, True)
+    if not zero_rows.numel():
+        return _new_rows(shape, like, False)
+    # a scratch row past the end takes the entries that name no row
+    spare = _new_rows((rows + 1, *shape[1:]), like, False)
+    named = (zero_rows >= 0) & (zero_rows < rows)
+    spare.index_fill_(0, torch.where(named, zero_rows, rows), 0)
+    return spare[:rows]
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -273,6 +293,82 @@ def _permute_by_torch(x: torch.Tensor, row_map: torch.Tensor, rows: int) -> torc
     source.scatter_(0, slot_rows(row_map, rows), token_of_slot)
     padded = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])
     return padded.index_select(0, source[:rows])
+
+
+# -- the dispatch that quantizes to fp8 -----------------------------------------------------------
+def scale_dtype(scale_format: str):
+    """The scales' torch dtype: fp32, or UE8M0 (each scale's biased exponent, a byte)."""
+    torch = torch_module()
+    return torch.float32 if scale_format == "fp32" else torch.float8_e8m0fnu
+
+
+def quantize_rows_by_torch(x: torch.Tensor, scale_format: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (T, H) quantized to e4m3 by 1 x 128 blocks, in torch's expressions (the reference the
+    kernel equals bit for bit): (the e4m3 rows (T, H), the scales (T, H / 128) of
+    `scale_dtype`). A block's amax (at least AMAX_FLOOR) maps to FP8_MAX: its scale is amax /
+    FP8_MAX and its values are multiplied by FP8_MAX / amax (each one division in fp32), or
+    with UE8M0 the scale rounded up to a power of two and the values multiplied by its exact
+    reciprocal."""
+    torch = torch_module()
+    tokens, hidden = x.shape
+    blocks = x.reshape(tokens, hidden // QUANT_BLOCK, QUANT_BLOCK).float()
+    amax = blocks.abs().amax(dim=2).clamp(min=AMAX_FLOOR)
+    top = torch.full_like(amax, FP8_MAX)  # a tensor: torch divides by a scalar as a reciprocal's product
+    scale = amax / top
+    if scale_format == "fp32":
+        inverse, stored = top / amax, scale
+    else:
+        bits = scale.view(torch.int32)
+        exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+        inverse = ((254 - exponent) << 23).view(torch.float32)
+        stored = exponent.to(torch.uint8).view(torch.float8_e8m0fnu)
+    quantized = (blocks * inverse.unsqueeze(2)).to(torch.float8_e4m3fn)
+    return quantized.view(tokens, hidden), stored
+
+
+def permute_fp8(
+    x: torch.Tensor,
+    row_map: torch.Tensor,
+    rows: int,
+    zero_rows: torch.Tensor | None,
+    scale_format: str,
+    strict: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`permute` of x quantized to e4m3 (`quantize_rows_by_torch`): (the (rows, H) e4m3 rows, the
+    scales' memory (H / 128, lead) of `scale_dtype`, row r's block b at [b, r], lead =
+    `scale_rows(rows)`; a row no slot names has scale 0). The rows no slot names are zero as
+    `permute` says."""
+    torch = torch_module()
+    tokens, hidden = x.shape
+    blocks = hidden // QUANT_BLOCK
+    lead = scale_rows(rows, scale_format)
+    scales = torch.zeros((blocks, lead), dtype=scale_dtype(scale_format), device=x.device)
+    fp8 = torch.float8_e4m3fn
+    if not rows or not tokens or not hidden:
+        return _new_rows((rows, hidden), x.new_empty(0, dtype=fp8), True), scales
+    route = moe_route(facts(QUANTIZE_OP, x, rows, row_map))
+    if not route.by_tma:
+        refuse_strict(strict, "moe_dispatch(quantize='fp8')", route.reason)
+        quantized, stored = quantize_rows_by_torch(x, scale_format)
+        out = _permute_by_torch(quantized.view(torch.uint8), row_map, rows).view(fp8)
+        # each slot's scales to its row; the slots that name none to a spare row past the end
+        spare = _scale_words(torch.zeros((rows + 1, blocks), dtype=scales.dtype, device=x.device))
+        per_slot = _scale_words(stored).repeat_interleave(row_map.shape[1], 0)
+        spare.index_copy_(0, slot_rows(row_map, rows), per_slot)
+        _scale_words(scales)[:, :rows] = spare[:rows].t()
+        return out, scales
+    plan = _quantize_plan(
+        hidden, row_map.shape[1], dtype_of(x.dtype), scale_format, sm_count=_sm_count(x.get_device())
+    )
+    out = _dispatch_out((rows, hidden), x.new_empty(0, dtype=fp8), rows, zero_rows)
+    quantize_launcher(plan, str(x.device)).launch(_bytes(x), row_map, _bytes(out), _scale_words(scales))
+    return out, scales
+
+
+def _scale_words(scales: torch.Tensor) -> torch.Tensor:
+    """Scales as the kernel and torch's copies take them: fp32 as is, UE8M0 as its bytes."""
+    torch = torch_module()
+    return scales if scales.dtype == torch.float32 else scales.view(torch.uint8)
 
 
 # -- combine --------------------------------------------------------------------------------------

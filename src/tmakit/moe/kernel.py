@@ -4,6 +4,10 @@
   the consumer warp's lanes store each row to every row its token's slots name
   (`row_map[t, j]`), a bulk copy each, committed as one bulk group a lane per step, a stage freed
   once every store that reads it has (`LateRelease`).
+- `QuantizeDispatchKernel`: the dispatch's ring, the consumer warps first quantizing the stage's
+  rows to e4m3 by 1 x 128 blocks (a half-warp a block: amax across its lanes, the scale, the
+  bytes into the stage's fp8 rows, the scale to each slot's row of the scales), then, fenced to
+  the async proxy and met at a named barrier, storing each fp8 row to its slots' rows.
 - `CombineKernel`: a step is one token's chunk of columns: the producer warp's lanes load the
   chunk of the row each slot names (lane j, slot j; each declares its own bytes), the consumer
   warps read the stage 16 bytes a thread, sum the slots in order in fp32 (times the slot's
@@ -36,6 +40,9 @@ from ..kernels.ring import BulkLoadRing, BulkRingKernel, RingContext, RunTimeWal
 from ..kernels.tma import shared_tile_layout
 from ..limits import WARP_THREADS
 from .plan import (
+    AMAX_FLOOR,
+    FP8_MAX,
+    QUANT_BLOCK,
     ROUTING_ROUNDS,
     ROUTING_SCAN_THREADS,
     ROUTING_SMEM_ALIGN,
@@ -44,11 +51,12 @@ from .plan import (
     ZERO_ROWS_THREADS,
     CombinePlan,
     DispatchPlan,
+    QuantizePlan,
     RoutingPlan,
     routing_block_slots,
 )
 
-__all__ = ["CombineGradKernel", "CombineKernel", "DispatchKernel", "RoutingKernel"]
+__all__ = ["CombineGradKernel", "CombineKernel", "DispatchKernel", "QuantizeDispatchKernel", "RoutingKernel"]
 
 
 @cute.jit
@@ -133,6 +141,125 @@ class DispatchKernel(BulkRingKernel):
                     out.iterator + row * cutlass.Int64(out.stride[0]),
                     self.staged(context, stage, slot * row_bytes),
                     row_bytes,
+                )
+        self.commit_stores()
+
+
+QUANT_VECTOR = 8  # a lane's share of a block: 16 bytes of 16-bit elements
+QUANT_LANES = QUANT_BLOCK // QUANT_VECTOR  # a block's lanes: half a warp
+FP32_EXPONENT_BIAS = 127
+FP32_MANTISSA_BITS = 23
+
+
+@cute.jit
+def block_scale(amax, ue8m0: cutlass.Constexpr[bool]):
+    """A block's (scale, its reciprocal the values are multiplied by, the scale's stored bits):
+    amax / FP8_MAX and FP8_MAX / amax in fp32 (each one correctly rounded division); with
+    `ue8m0`, amax / FP8_MAX rounded up to a power of two, its reciprocal exact, the stored byte
+    its biased exponent."""
+    amax = cute.arch.fmax(amax, cutlass.Float32(AMAX_FLOOR))
+    scale = amax / cutlass.Float32(FP8_MAX)
+    if cutlass.const_expr(ue8m0):
+        bits = scale.bitcast(cutlass.Int32)
+        exponent = (bits >> FP32_MANTISSA_BITS) & 0xFF
+        if bits & ((1 << FP32_MANTISSA_BITS) - 1):
+            exponent = exponent + 1
+        power = (exponent << FP32_MANTISSA_BITS).bitcast(cutlass.Float32)
+        inverse = ((2 * FP32_EXPONENT_BIAS - exponent) << FP32_MANTISSA_BITS).bitcast(cutlass.Float32)
+        return power, inverse, exponent
+    return scale, cutlass.Float32(FP8_MAX) / amax, scale
+
+
+class QuantizeDispatchKernel(DispatchKernel):
+    """x's token rows quantized to e4m3 by 1 x 128 blocks and stored to their experts' rows, each
+    block's scale to its rows' scales: the dispatch's load, a quantize and a store a (row, slot)."""
+
+    def __init__(self, quantize: QuantizePlan, hang_guard: bool = False):
+        super().__init__(quantize, hang_guard=hang_guard)  # the dispatch's stage, load and walk
+
+    @cute.jit
+    def __call__(
+        self,
+        x: cute.Tensor,
+        row_map: cute.Tensor,
+        out: cute.Tensor,
+        scales: cute.Tensor,
+        guard: cute.Tensor,
+        stream: cuda.CUstream,
+    ):
+        """`x`: (tokens, row_bytes) uint8, its rows back to back; `row_map`: (tokens, topk)
+        int32; `out`: (rows, hidden) uint8, rows a run-time stride apart; `scales`: (blocks,
+        lead) fp32 (or uint8 exponents), block b's scale of row r at [b, r]; `guard`: GUARD_WORDS
+        int32 zeros. The caller launches only for one token or more."""
+        per_stage = self.dispatch.tokens_per_stage
+        tokens = cutlass.Int32(cute.size(x, mode=[0]))
+        run_time = steps_walk((tokens + (per_stage - 1)) // per_stage, self.pipeline.persistent_blocks)
+        shared_layout = shared_tile_layout(self.plan.config.tile)
+        self.launch((x,), (row_map, out, scales), guard, shared_layout, stream, run_time)
+
+    @cute.jit
+    def consumer_begin(self, context: RingContext, sink, consumer):
+        """(row_map, out, scales, the stages' loaded vectors, their fp8 vectors): a vector is a
+        lane's 8 elements of a block, (element, lane, block, token, stage)."""
+        row_map, out, scales = sink
+        plan = self.dispatch
+        element = cutlass.BFloat16 if cutlass.const_expr(plan.dtype == "bf16") else cutlass.Float16
+        shape = (QUANT_VECTOR, QUANT_LANES, plan.blocks, plan.tokens_per_stage, self.pipeline.stages)
+        stage_bytes = self.pipeline.stage_bytes
+        loaded = cute.make_tensor(
+            cute.recast_ptr(context.stages.iterator, dtype=element),
+            cute.make_layout(shape, stride=(1, QUANT_VECTOR, QUANT_BLOCK, plan.hidden, stage_bytes // 2)),
+        )
+        base = cute.recast_ptr(context.stages.iterator, dtype=cutlass.Uint8) + plan.loaded_bytes
+        quantized = cute.make_tensor(
+            cute.recast_ptr(base, dtype=cutlass.Float8E4M3FN),
+            cute.make_layout(shape, stride=(1, QUANT_VECTOR, QUANT_BLOCK, plan.hidden, stage_bytes)),
+        )
+        return row_map, out, scales, loaded, quantized
+
+    @cute.jit
+    def use_stage(self, context: RingContext, state, stage, step, consumer):
+        """The stage's blocks quantized, two a warp at a time (a half-warp each); the fp8 rows
+        fenced to the async proxy and the consumer warps met; then each (row, slot) stored to
+        the row it names, a consumer lane each, as one bulk group a lane."""
+        row_map, out, scales, loaded, quantized = state
+        plan = self.dispatch
+        first, moved = self.step_tokens(context, cutlass.Int32(cute.size(row_map, mode=[0])), step)
+        rows = cutlass.Int64(cute.size(out, mode=[0]))
+        lane = cute.arch.lane_idx()
+        part = lane % QUANT_LANES
+        warps = self.pipeline.consumer_warps
+        units = moved * plan.blocks
+        # A warp takes two blocks a round, every lane in every round: the shuffles span the warp.
+        for pair in cutlass.range(consumer, (units + 1) // 2, warps, unroll=1):
+            unit = pair * 2 + lane // QUANT_LANES
+            inside = unit < units
+            token = unit // plan.blocks if inside else cutlass.Int32(0)
+            block = unit - token * plan.blocks if inside else cutlass.Int32(0)
+            values = loaded[None, part, block, token, stage].load().to(cutlass.Float32)
+            amax = cutlass.Float32(0.0)
+            for i in cutlass.range_constexpr(QUANT_VECTOR):
+                amax = cute.arch.fmax(amax, cute.arch.fmax(values[i], -values[i]))
+            for offset in cutlass.range_constexpr(4):
+                amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, QUANT_LANES >> (offset + 1)))
+            scale, inverse, stored = block_scale(amax, plan.scale_format == "ue8m0")
+            if inside:
+                quantized[None, part, block, token, stage].store((values * inverse).to(cutlass.Float8E4M3FN))
+                for slot in cutlass.range(part, plan.topk, QUANT_LANES, unroll=1):
+                    named, row = slot_row(row_map, first + token, slot, rows)
+                    if named:
+                        scales[block, row] = stored.to(scales.element_type)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=1, number_of_threads=warps * WARP_THREADS)
+        thread = consumer * WARP_THREADS + lane
+        for pair in cutlass.range(thread, moved * plan.topk, warps * WARP_THREADS, unroll=1):
+            slot = pair // plan.topk
+            named, row = slot_row(row_map, first + slot, pair - slot * plan.topk, rows)
+            if named:
+                prims.cp_async_bulk_global_shared_cta(
+                    out.iterator + row * cutlass.Int64(out.stride[0]),
+                    self.staged(context, stage, plan.loaded_bytes + slot * plan.hidden),
+                    plan.hidden,
                 )
         self.commit_stores()
 

@@ -10,7 +10,7 @@ from ..linter.kernels import LintVariant
 from ..plan.ring import GUARD_WORDS
 from ..runtime.compile import compiles, fake_tensor, placeholder_stream
 from ..runtime.launch import Launcher, guarded_launcher
-from .plan import CombinePlan, DispatchPlan, RoutingPlan
+from .plan import CombinePlan, DispatchPlan, QuantizePlan, RoutingPlan
 
 
 def _byte_rows(symbol: str, width: int, compact: bool = False):
@@ -48,6 +48,30 @@ def compile_dispatch(dispatch: DispatchPlan, tvm_ffi: bool = False) -> tuple:
     out = _byte_rows("rows", dispatch.row_bytes)
     guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
     return DispatchKernel(dispatch), x, row_map, out, guard, placeholder_stream(env=tvm_ffi)
+
+
+@compiles
+def compile_quantize_dispatch(quantize: QuantizePlan, tvm_ffi: bool = False) -> tuple:
+    """The dispatch that quantizes to fp8 (`moe.kernel.QuantizeDispatchKernel`) for sm_90a, one
+    compile per plan: called with x (tokens, row_bytes) uint8 compact, the row map (tokens, topk)
+    int32, out (rows, hidden) uint8 with a run-time row stride, the scales (blocks, lead) fp32 or
+    uint8 compact (lead: a run-time multiple of 16 bytes of scales), the guard words and a stream
+    (none with `tvm_ffi`)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from .kernel import QuantizeDispatchKernel
+
+    x = _byte_rows("tokens", quantize.row_bytes, compact=True)
+    row_map = _row_map(x.shape[0], quantize.topk)
+    out = _byte_rows("rows", quantize.hidden)
+    fp32 = quantize.scale_format == "fp32"
+    lead = cute.sym_int64(divisibility=4 if fp32 else 16, symbol="lead")
+    element = cutlass.Float32 if fp32 else cutlass.Uint8
+    scales = make_fake_compact_tensor(element, (quantize.blocks, lead), stride_order=(1, 0), assumed_align=16)
+    guard = fake_tensor(cutlass.Int32, (GUARD_WORDS,))
+    return QuantizeDispatchKernel(quantize), x, row_map, out, scales, guard, placeholder_stream(env=tvm_ffi)
 
 
 @compiles
@@ -176,6 +200,12 @@ def dispatch_launcher(dispatch: DispatchPlan, device: str) -> Launcher:
 
 
 @functools.lru_cache(maxsize=64)
+def quantize_launcher(quantize: QuantizePlan, device: str) -> Launcher:
+    """A callable (x, row_map, out, scales) for one fp8 dispatch plan on one device (`guarded_launcher`)."""
+    return guarded_launcher(lambda tvm_ffi: compile_quantize_dispatch(quantize, tvm_ffi=tvm_ffi), device)
+
+
+@functools.lru_cache(maxsize=64)
 def combine_launcher(combine: CombinePlan, device: str) -> Launcher:
     """A callable for one combine plan on one device (`guarded_launcher`): (y, row_map, probs,
     out), or with a `grad` plan (y, grad, row_map, probs, grad_y, partials)."""
@@ -188,6 +218,10 @@ LINT_VARIANTS = {
     "moe-dispatch": LintVariant(
         "the MoE dispatch: bf16 rows of 7168, top-8, each row stored to its experts' rows",
         lambda: compile_dispatch.__wrapped__(DispatchPlan(14336, 8)),
+    ),
+    "moe-dispatch-fp8": LintVariant(
+        "the MoE dispatch that quantizes: bf16 rows of 7168 to e4m3 with fp32 scales, top-8",
+        lambda: compile_quantize_dispatch.__wrapped__(QuantizePlan(7168, 8)),
     ),
     "moe-combine": LintVariant(
         "the MoE combine: bf16 rows of 7168, top-8, weighted sums in fp32",

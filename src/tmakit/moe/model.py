@@ -22,9 +22,13 @@ import numpy as np
 from ..limits import WARP_THREADS
 from ..model.mbarrier import MBarrier
 from .plan import (
+    AMAX_FLOOR,
+    FP8_MAX,
+    QUANT_BLOCK,
     ROUTING_WARPS,
     CombinePlan,
     DispatchPlan,
+    QuantizePlan,
     RoutingPlan,
     routing_block_slots,
     routing_blocks,
@@ -106,6 +110,65 @@ def replay_dispatch(plan: DispatchPlan, row_map: np.ndarray, x: np.ndarray, rows
                         out[row] = stage_rows[stage, slot]
             ring.release(stage)  # the model's stores read the stage at once
     return out
+
+
+E4M3_MANTISSA_BITS = 3
+E4M3_MIN_EXPONENT = -6  # the least normal exponent; below it the quantum stays 2^(-6 - 3)
+
+
+def e4m3_values(values: np.ndarray) -> np.ndarray:
+    """float32 values (|v| <= FP8_MAX) rounded to e4m3fn's nearest, ties to even, as float64:
+    the quantum of v's binade (2^(e - 3), subnormals' 2^-9), `np.rint` rounding half to even."""
+    wide = values.astype(np.float64)
+    magnitude = np.abs(wide)
+    exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
+    quantum = np.exp2(np.maximum(exponent, E4M3_MIN_EXPONENT) - E4M3_MANTISSA_BITS)
+    rounded = np.rint(wide / quantum) * quantum
+    return np.minimum(np.abs(rounded), FP8_MAX) * np.sign(wide)
+
+
+def quantize_blocks(row: np.ndarray, ue8m0: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A row of float32 values quantized by 1 x 128 blocks as the kernel does: (its e4m3 values
+    as float64, each block's scale as float32: amax / FP8_MAX, or that rounded up to a power of
+    two with `ue8m0`)."""
+    blocks = row.astype(np.float32).reshape(-1, QUANT_BLOCK)
+    amax = np.maximum(np.abs(blocks).max(axis=1), np.float32(AMAX_FLOOR))
+    scale = amax / np.float32(FP8_MAX)
+    if ue8m0:
+        bits = scale.view(np.int32)
+        exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0)
+        scale = (exponent << 23).astype(np.int32).view(np.float32)
+        inverse = ((254 - exponent) << 23).astype(np.int32).view(np.float32)
+    else:
+        inverse = np.float32(FP8_MAX) / amax
+    return e4m3_values(blocks * inverse[:, None]).reshape(-1), scale
+
+
+def replay_quantize_dispatch(
+    plan: QuantizePlan, row_map: np.ndarray, x: np.ndarray, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fp8 dispatch of `x` (T, hidden) values (bf16 or fp16 as float32) by `row_map` (T,
+    topk): (each of `rows` rows' e4m3 values as float64, (rows, blocks) float32 scales; rows no
+    slot names 0). The ring as the dispatch's, `plan.consumer_warps` consumer warps."""
+    tokens = len(x)
+    out = np.zeros((rows, plan.hidden), np.float64)
+    scales = np.zeros((rows, plan.blocks), np.float32)
+    stage_rows = np.zeros((plan.stages, plan.tokens_per_stage, plan.hidden), np.float32)
+    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
+        ring = Ring(plan.stages, plan.consumer_warps)
+        for step in walk:
+            first = step * plan.tokens_per_stage
+            moved = min(plan.tokens_per_stage, tokens - first)
+            nbytes = plan.expected_bytes(tokens, step)
+            stage = ring.fill(walk.index(step), [nbytes], [moved * plan.row_bytes])
+            stage_rows[stage, :moved] = x[first : first + moved]
+            for slot in range(moved):
+                values, row_scales = quantize_blocks(stage_rows[stage, slot], plan.scale_format == "ue8m0")
+                for row in row_map[first + slot]:
+                    if 0 <= row < rows:
+                        out[row], scales[row] = values, row_scales
+            ring.release(stage)
+    return out, scales
 
 
 def replay_combine(

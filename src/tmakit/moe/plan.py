@@ -436,10 +436,139 @@ class CombinePlan:
         )
 
 
+# -- the dispatch that quantizes to fp8 -----------------------------------------------------------
+QUANT_BLOCK = 128  # elements a scale covers: 1 x 128 blocks of a row, as DeepGEMM reads them
+FP8_MAX = 448.0  # e4m3fn's largest finite value: a block's amax maps to it
+AMAX_FLOOR = 1e-4  # a block's least amax, so that an all-zero block's scale stays finite
+SCALE_FORMATS = ("fp32", "ue8m0")  # a block's scale: fp32, or a power of two as its exponent byte
+QUANTIZE_DTYPES = ("bf16", "fp16")  # what the kernel quantizes (16-byte vectors of 8 elements)
+QUANTIZE_WARPS = 4  # consumer warps: a half-warp quantizes a block, the warps then store the rows
+QUANTIZE_OP = "fp8-dispatch"  # the route's name of a dispatch that quantizes
+SCALE_ROW_ALIGN_BYTES = 16  # the scales' rows padded so that each block's column starts 16-byte aligned (TMA)
+
+
+def scale_rows(rows: int, scale_format: str) -> int:
+    """The scales' leading dimension for `rows` rows: MN-major (a block's scales of every row
+    contiguous), the row count padded to 16 bytes of scales, as a TMA load of them needs."""
+    per = SCALE_ROW_ALIGN_BYTES // (4 if scale_format == "fp32" else 1)
+    return -(-rows // per) * per
+
+
+def quantize_rule(hidden: int, dtype: str) -> str | None:
+    """Why the fp8 dispatch kernel cannot quantize rows of `hidden` elements of `dtype` (torch
+    name or tmakit's), None where it can."""
+    name = COMBINE_TORCH_DTYPES.get(dtype, dtype)
+    if name not in QUANTIZE_DTYPES:
+        return f"a row of {dtype}: the fp8 dispatch quantizes {', '.join(QUANTIZE_DTYPES)}"
+    if hidden % QUANT_BLOCK:
+        return f"a row of {hidden} elements: the scales cover whole blocks of {QUANT_BLOCK}"
+    return None
+
+
+@dataclass(frozen=True)
+class QuantizePlan:
+    """The dispatch that quantizes as it moves (`moe_dispatch(..., quantize="fp8")`): the
+    dispatch's ring of `tokens_per_stage` token rows of `hidden` elements of `dtype` loaded by one
+    bulk copy a stage; `consumer_warps` warps quantize each 1 x 128 block (a half-warp a block:
+    its amax, its scale, its e4m3 bytes) into the stage's fp8 rows, then store each fp8 row to
+    its `topk` rows by bulk copies and each block's scale to its rows' scales (`scale_format`).
+    Refused where its kernel could not run it (TmaConfigError)."""
+
+    hidden: int
+    topk: int
+    dtype: str = "bf16"
+    scale_format: str = "fp32"
+    stages: int = DISPATCH_STAGES
+    consumer_warps: int = QUANTIZE_WARPS
+    sm_count: int = DEFAULT_SM_COUNT
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        one_of(self.scale_format, "scale format", SCALE_FORMATS)
+        rule = quantize_rule(self.hidden, self.dtype)
+        if rule is not None:
+            raise TmaConfigError(rule)
+        check_routing_sizes(1, self.topk, 1, 1)
+        full = f" ({self.tokens_per_stage} token row(s) of {self.row_bytes} bytes and their fp8 rows)"
+        check_bulk_ring(self.stages, self.sm_count, self.stage_bytes, full, "rows this long are torch's")
+
+    @property
+    def row_bytes(self) -> int:
+        """A token row's bytes as loaded."""
+        return self.hidden * DTYPES[self.dtype].nbytes
+
+    @property
+    def blocks(self) -> int:
+        """Scales a row: its 1 x 128 blocks."""
+        return self.hidden // QUANT_BLOCK
+
+    @property
+    def tokens_per_stage(self) -> int:
+        """Token rows a stage holds: the dispatch's, as many loaded rows as fit the stage target
+        and one barrier phase (their fp8 rows half as many bytes again: four stages still fit)."""
+        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
+
+    @property
+    def loaded_bytes(self) -> int:
+        """A full stage's load: what its barrier expects."""
+        return self.tokens_per_stage * self.row_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """A stage: its loaded rows, then their fp8 rows (the bulk stores' source)."""
+        return self.loaded_bytes + self.tokens_per_stage * self.hidden
+
+    @property
+    def stores_in_flight(self) -> int:
+        """Store groups a consumer lane keeps in flight before the oldest must have read its
+        stage: all but one stage's."""
+        return max(1, self.stages - 1)
+
+    @property
+    def pipeline(self) -> PipelinePlan:
+        """The ring: stages of token rows and their fp8 rows, a producer warp and
+        `consumer_warps`, persistent."""
+        ring = stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
+        return PipelinePlan(
+            ring.load,
+            stages=self.stages,
+            persistent=True,
+            sm_count=self.sm_count,
+            consumer_warps=self.consumer_warps,
+        )
+
+    def steps(self, tokens: int) -> int:
+        return math.ceil(tokens / self.tokens_per_stage)
+
+    def expected_bytes(self, tokens: int, step: int) -> int:
+        """What step `step`'s full barrier expects: its tokens' rows, one copy."""
+        first = step * self.tokens_per_stage
+        return max(0, min(self.tokens_per_stage, tokens - first)) * self.row_bytes
+
+    def summary(self, tokens: int) -> str:
+        steps = self.steps(tokens)
+        scale = "fp32" if self.scale_format == "fp32" else "UE8M0 (a power of two, its exponent byte)"
+        per_fill = self.tokens_per_stage
+        return "\n".join(
+            [
+                f"fp8 dispatch      {tokens} token rows of {self.hidden} {self.dtype}, each quantized to "
+                f"e4m3 in {self.blocks} blocks of {QUANT_BLOCK} and stored to its top-{self.topk} rows",
+                f"scales            one {scale} a block, MN-major (a block's column of rows contiguous)",
+                f"stages            {self.stages} x {per_fill} token row(s) ({self.loaded_bytes} bytes, one "
+                f"bulk load) and their fp8 rows; {self.pipeline.smem_bytes} bytes of shared memory",
+                f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} stage "
+                "fill(s)",
+                f"each fill         1 bulk load, its full barrier expects {self.loaded_bytes} bytes for a "
+                f"full stage; {self.consumer_warps} warps quantize its {per_fill * self.blocks} blocks (a "
+                f"half-warp each), then up to {per_fill * self.topk} bulk stores of one fp8 row",
+            ]
+        )
+
+
 # -- the route ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MoeFacts:
-    """What a dispatch's or combine's path is a function of: `op` ("dispatch" or "combine"), the
+    """What a dispatch's or combine's path is a function of: `op` ("dispatch", QUANTIZE_OP or "combine"), the
     moved rows' tensor (`x` or `y`), the rows written (a new compact tensor the call allocates),
     the row map's device and width, a lazily applied bit."""
 
@@ -472,7 +601,8 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
     if rows.shape[1] > 1 and rows.strides[1] != 1:
         return f"the rows are not contiguous (strides {rows.strides})"
     stride = rows.strides[0] * rows.nbytes if rows.shape[0] > 1 else row_bytes
-    if facts.op == "dispatch" and stride != row_bytes:
+    loads_stages = facts.op in ("dispatch", QUANTIZE_OP)
+    if loads_stages and stride != row_bytes:
         return (
             f"x's rows are {stride} bytes apart, not back to back ({row_bytes}): one bulk copy loads a stage"
         )
@@ -483,6 +613,11 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
     try:
         if facts.op == "dispatch":
             DispatchPlan(row_bytes, facts.topk, stages=1)
+        elif facts.op == QUANTIZE_OP:
+            rule = quantize_rule(rows.shape[1], rows.dtype)
+            if rule is not None:
+                return rule
+            QuantizePlan(rows.shape[1], facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
         else:
             if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
@@ -501,9 +636,10 @@ def moe_route(facts: MoeFacts) -> Route:
     rule = moe_tma_rule(facts)
     if rule is not None:
         return torch_route(facts.op, rule)
-    how = (
-        "a token's row loaded once, stored to its experts' rows"
-        if facts.op == "dispatch"
-        else ("a token's rows loaded a chunk at a time, summed in fp32")
-    )
+    how = {
+        "dispatch": "a token's row loaded once, stored to its experts' rows",
+        QUANTIZE_OP: (
+            "a token's row loaded once, quantized to e4m3 by 1 x 128 blocks, stored to its experts' rows"
+        ),
+    }.get(facts.op, "a token's rows loaded a chunk at a time, summed in fp32")
     return Route(facts.op, "tma-rows-bulk", how)
