@@ -698,3 +698,17 @@ def test_the_fp8_dispatch_compiles_with_e4m3_conversions_and_correctly_rounded_d
         assert "fence.proxy.async.shared::cta" in ptx and re.search(r"bar\.sync\s+1, 128;", ptx)
         assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+
+
+def test_explain_shows_the_fp8_dispatchs_quantize_between_its_load_and_its_stores(capsys):
+    from tmakit.cli import main
+
+    arguments = ["explain", "--kernel", "moe", "--moe", "fp8-dispatch:8:256", "--shape", "4096x7168"]
+    assert main([*arguments, "--dtype", "bf16"]) == 0
+    text = capsys.readouterr().out
+    assert "quantized to e4m3 in 56 blocks of 128" in text and "4 x 2 token row(s) (28672 bytes" in text
+    assert "quantize 112 blocks of 128" in text and "bar.sync 1" in text and "7168 bytes each" in text
+    assert main([*arguments, "--dtype", "fp32"]) == 0
+    assert "torch (a row of float32: the fp8 dispatch quantizes bf16, fp16)" in capsys.readouterr().out
+    assert main(["plan", "--kernel", "moe", "--moe", "fp8-dispatch:2:8", "--shape", "64x100"]) != 0
+    assert "scales cover blocks of 128" in capsys.readouterr().err

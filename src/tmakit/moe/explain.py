@@ -1,7 +1,7 @@
 """`tmakit plan` and `tmakit explain` of mixture-of-experts movement: `--kernel moe --moe
-OP:TOPK:EXPERTS` with `--shape TOKENSxHIDDEN`, the ring of a dispatch, combine or combine's
-backward (combine-grad) of those tokens and, explained, the copies of its first step and the
-bytes its full barrier expects."""
+OP:TOPK:EXPERTS` with `--shape TOKENSxHIDDEN`, the ring of a dispatch, combine, combine's
+backward (combine-grad) or fp8 dispatch (fp8-dispatch: rows quantized to e4m3) of those tokens
+and, explained, the copies of its first step and the bytes its full barrier expects."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from ..limits import WARP_THREADS
 from ..plan.route import Route, TensorFacts
 from .plan import (
     COMBINE_DTYPES,
+    QUANT_BLOCK,
+    QUANTIZE_OP,
     VECTOR_BYTES,
     CombinePlan,
     DispatchPlan,
     MoeFacts,
+    QuantizePlan,
     check_routing_sizes,
     dispatch_rows,
     moe_route,
@@ -27,11 +30,11 @@ from .plan import (
 KERNELS = ("moe",)
 FLAGS = ("moe",)
 WHAT = (
-    "a mixture-of-experts dispatch, combine or combine's backward with --moe OP:TOPK:EXPERTS and --shape "
-    "TOKENSxHIDDEN"
+    "a mixture-of-experts dispatch, combine, combine's backward or fp8 dispatch with --moe OP:TOPK:EXPERTS "
+    "and --shape TOKENSxHIDDEN"
 )
-OPS = ("dispatch", "combine", "combine-grad")
-METAVAR = "dispatch|combine|combine-grad:TOPK:EXPERTS"
+OPS = ("dispatch", "combine", "combine-grad", QUANTIZE_OP)
+METAVAR = "dispatch|combine|combine-grad|fp8-dispatch:TOPK:EXPERTS"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moe", metavar=METAVAR, help="--kernel moe: the op, slots a token and experts")
 
 
-def moe_plan(args: argparse.Namespace) -> tuple[Route, DispatchPlan | CombinePlan | None, int, int]:
+def moe_plan(
+    args: argparse.Namespace,
+) -> tuple[Route, DispatchPlan | CombinePlan | QuantizePlan | None, int, int]:
     """(route on --gpu, the plan where the kernels serve, tokens, topk) of `--moe OP:TOPK:EXPERTS`
     on --shape TOKENSxHIDDEN tokens of --dtype."""
     refused = ("tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps", "copy", "reduce")
@@ -62,6 +67,10 @@ def moe_plan(args: argparse.Namespace) -> tuple[Route, DispatchPlan | CombinePla
         raise CommandError(str(error)) from None
     if op == "combine" and element.name not in COMBINE_DTYPES:
         raise CommandError(f"--dtype {args.dtype}: the combine sums {', '.join(COMBINE_DTYPES)}")
+    if op == QUANTIZE_OP and hidden % QUANT_BLOCK:
+        raise CommandError(
+            f"--shape: hidden {hidden}; the fp8 dispatch's scales cover blocks of {QUANT_BLOCK}"
+        )
     moved = (dispatch_rows(tokens, topk, experts, 1) if op == "combine" else tokens, hidden)
     facts = TensorFacts(moved, compact_strides(moved), element.torch_name, element.nbytes, 1 << 40, 0)
     out_rows = tokens if op == "combine" else dispatch_rows(tokens, topk, experts, 1)
@@ -72,11 +81,27 @@ def moe_plan(args: argparse.Namespace) -> tuple[Route, DispatchPlan | CombinePla
     row_bytes = hidden * element.nbytes
     if op == "dispatch":
         return route, DispatchPlan(row_bytes, topk, **stages), tokens, topk
+    if op == QUANTIZE_OP:
+        return route, QuantizePlan(hidden, topk, element.name, **stages), tokens, topk
     return route, CombinePlan(row_bytes, topk, element.name, grad=grad, **stages), tokens, topk
 
 
-def first_step(plan: DispatchPlan | CombinePlan, tokens: int) -> list[str]:
+def first_step(plan: DispatchPlan | CombinePlan | QuantizePlan, tokens: int) -> list[str]:
     """The copies of block 0's first step, and what its full barrier expects."""
+    if isinstance(plan, QuantizePlan):
+        moved = min(plan.tokens_per_stage, tokens)
+        nbytes = plan.expected_bytes(tokens, 0)
+        return [
+            f"  load   x rows 0-{moved - 1} -> stage 0  (cp.async.bulk, one copy of {nbytes} bytes)",
+            f"  the full barrier expects {nbytes} bytes (mbarrier.arrive.expect_tx by one thread)",
+            f"  quantize {moved * plan.blocks} blocks of {QUANT_BLOCK}, a half-warp each "
+            f"({plan.consumer_warps} warps, two blocks a warp at a time): amax by 4 shuffles, scale amax "
+            f"/ 448 ({plan.scale_format}), the e4m3 bytes to the stage's fp8 rows at {plan.loaded_bytes}, "
+            "the scale to each slot's row of the scales (st.global)",
+            f"  fence.proxy.async, the {plan.consumer_warps} consumer warps meet (bar.sync 1)",
+            f"  store  each fp8 row to its {plan.topk} rows row_map[t, 0..{plan.topk - 1}]  "
+            f"(cp.async.bulk.global.shared::cta, {plan.hidden} bytes each, a consumer lane each)",
+        ]
     if isinstance(plan, DispatchPlan):
         moved = min(plan.tokens_per_stage, tokens)
         nbytes = plan.expected_bytes(tokens, 0)
