@@ -342,17 +342,19 @@ def permute_fp8(
     tokens, hidden = x.shape
     blocks = hidden // QUANT_BLOCK
     lead = scale_rows(rows, scale_format)
-    scales = torch.zeros((blocks, lead), dtype=scale_dtype(scale_format), device=x.device)
-    fp8 = torch.float8_e4m3fn
+    # zero bytes, viewed: e4m3's and UE8M0's zeros are bytes (UE8M0 has no 0.0 to convert)
+    words = torch.float32 if scale_format == "fp32" else torch.uint8
+    scales = torch.zeros((blocks, lead), dtype=words, device=x.device).view(scale_dtype(scale_format))
+    fp8, like = torch.float8_e4m3fn, x.new_empty(0, dtype=torch.uint8)
     if not rows or not tokens or not hidden:
-        return _new_rows((rows, hidden), x.new_empty(0, dtype=fp8), True), scales
+        return _new_rows((rows, hidden), like, True).view(fp8), scales
     route = moe_route(facts(QUANTIZE_OP, x, rows, row_map))
     if not route.by_tma:
         refuse_strict(strict, "moe_dispatch(quantize='fp8')", route.reason)
         quantized, stored = quantize_rows_by_torch(x, scale_format)
         out = _permute_by_torch(quantized.view(torch.uint8), row_map, rows).view(fp8)
         # each slot's scales to its row; the slots that name none to a spare row past the end
-        spare = _scale_words(torch.zeros((rows + 1, blocks), dtype=scales.dtype, device=x.device))
+        spare = torch.zeros((rows + 1, blocks), dtype=words, device=x.device)
         per_slot = _scale_words(stored).repeat_interleave(row_map.shape[1], 0)
         spare.index_copy_(0, slot_rows(row_map, rows), per_slot)
         _scale_words(scales)[:, :rows] = spare[:rows].t()
@@ -360,9 +362,9 @@ def permute_fp8(
     plan = _quantize_plan(
         hidden, row_map.shape[1], dtype_of(x.dtype), scale_format, sm_count=_sm_count(x.get_device())
     )
-    out = _dispatch_out((rows, hidden), x.new_empty(0, dtype=fp8), rows, zero_rows)
-    quantize_launcher(plan, str(x.device)).launch(_bytes(x), row_map, _bytes(out), _scale_words(scales))
-    return out, scales
+    out = _dispatch_out((rows, hidden), like, rows, zero_rows)
+    quantize_launcher(plan, str(x.device)).launch(_bytes(x), row_map, out, _scale_words(scales))
+    return out.view(fp8), scales
 
 
 def _scale_words(scales: torch.Tensor) -> torch.Tensor:
