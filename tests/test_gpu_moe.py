@@ -456,7 +456,10 @@ def test_the_fp8_dispatch_is_the_reference_quantizer_bit_for_bit(
     result = tmakit.moe_dispatch(
         x, ids, num_experts=experts, align=align, quantize="fp8", scale_format=scale_format, strict=True
     )
-    path = tmakit.moe_path("dispatch", x, result.row_map, rows)
+    from tmakit.moe.call import facts
+    from tmakit.moe.plan import QUANTIZE_OP, moe_route
+
+    path = moe_route(facts(QUANTIZE_OP, x, rows, result.row_map))
     assert path.by_tma, path.reason
     check_quantized(torch, x, result, ids_rows, experts, align, scale_format)
 

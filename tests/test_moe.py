@@ -710,5 +710,8 @@ def test_explain_shows_the_fp8_dispatchs_quantize_between_its_load_and_its_store
     assert "quantize 112 blocks of 128" in text and "bar.sync 1" in text and "7168 bytes each" in text
     assert main([*arguments, "--dtype", "fp32"]) == 0
     assert "torch (a row of float32: the fp8 dispatch quantizes bf16, fp16)" in capsys.readouterr().out
+    wide = ["plan", "--kernel", "moe", "--moe", "fp8-dispatch:8:8", "--shape", "64x20480", "--dtype", "bf16"]
+    assert main(wide) == 0  # four stages of 1.5 rows of 40 KiB do not fit: torch's, not a refusal
+    assert "torch (4 stages of" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "fp8-dispatch:2:8", "--shape", "64x100"]) != 0
     assert "scales cover blocks of 128" in capsys.readouterr().err

@@ -48,10 +48,12 @@ class MoeDispatch(NamedTuple):
         expert_offsets: (E + 1,) int32: each expert's first row of `out`, then the rows used.
         probs: (rows,) the probabilities permuted as the rows (0 on padding), or None.
         scales: (rows, S) the per-token scales permuted as the rows (0 on padding), or None;
-            with `quantize="fp8"`, the blockwise scales the call made: (rows, H / 128) fp32 (or
-            float8_e8m0fnu with `scale_format="ue8m0"`), MN-major and TMA-aligned as DeepGEMM
-            reads them (strides (1, lead), lead the rows padded to 16 bytes of scales), zero
-            bytes on padding; out[r, 128 b: 128 (b + 1)] times scales[r, b] is the row's value.
+            with `quantize="fp8"`, the blockwise scales the call made: (rows, H / 128) fp32,
+            MN-major and TMA-aligned as DeepGEMM's Hopper fp8 GEMMs read them (strides (1,
+            lead), lead the rows padded to 16 bytes of scales), or with `scale_format="ue8m0"`
+            one float8_e8m0fnu exponent byte a block in the same layout (not packed four to an
+            int32); zero bytes on padding; out[r, 128 b: 128 (b + 1)] times scales[r, b] is the
+            row's value.
         token_probs: (T, topk) each slot's probability, as `moe_combine` takes it (a mask's
             probabilities gathered per slot; 0 where a slot has no expert), or None.
         dropped: () int32 on the device: slots skipped because their id was out of range (only
@@ -109,8 +111,9 @@ def moe_dispatch(
         align: each expert's group padded to a multiple of this (grouped GEMMs' tile rows).
         quantize: "fp8": each row quantized to float8_e4m3fn as it moves, by 1 x 128 blocks (a
             block's amax, at least 1e-4, maps to 448), its scales in `MoeDispatch.scales` (H a
-            multiple of 128; bf16 and fp16 by the kernel, other floats by torch's expressions).
-            The quantized output carries no gradient.
+            multiple of 128; bf16 and fp16 by the kernel, other floats by torch's expressions;
+            finite values: a NaN's block is not the reference's). The quantized output carries
+            no gradient.
         scale_format: with `quantize`, "fp32" (amax / 448) or "ue8m0" (that rounded up to a power
             of two, stored as its exponent byte).
         check_ids: check the ids on the host (one synchronisation; skipped inside a CUDA-graph

@@ -617,7 +617,7 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
             rule = quantize_rule(rows.shape[1], rows.dtype)
             if rule is not None:
                 return rule
-            QuantizePlan(rows.shape[1], facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
+            QuantizePlan(rows.shape[1], facts.topk, COMBINE_TORCH_DTYPES[rows.dtype])  # the call's ring
         else:
             if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
