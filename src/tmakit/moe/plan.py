@@ -297,7 +297,7 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
         return f"the rows' base address is not {GLOBAL_BASE_ALIGN}-byte aligned"
     try:
         if facts.op == "dispatch":
-            DispatchPlan(row_bytes, facts.topk, stages=1)
+            DispatchPlan(row_bytes, facts.topk)  # the call's ring: rows four stages cannot hold, torch's
         else:
             if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
