@@ -545,6 +545,22 @@ def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
     assert "torch (a row is 10 bytes" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "gather:2:8", "--shape", "64x64"]) != 0
     assert "OP is dispatch, combine, combine-grad" in capsys.readouterr().err
+    wide = ["plan", "--kernel", "moe", "--moe", "dispatch:8:8", "--shape", "64x32768", "--dtype", "bf16"]
+    assert main(wide) == 0  # four stages of a 64 KiB row do not fit: torch's, as the call takes it
+    assert "torch (4 stages of 65536 bytes" in capsys.readouterr().out
+
+
+def test_a_dispatch_of_rows_too_wide_for_the_ring_is_torchs_not_a_refusal():
+    from tmakit.moe.plan import MoeFacts, moe_route
+    from tmakit.plan.route import TensorFacts
+
+    shape = (4, 32768)
+    facts = TensorFacts(shape, (32768, 1), "bfloat16", 2, 1 << 40, 0)
+    route = moe_route(MoeFacts("dispatch", facts, 8, 0, 2))
+    assert not route.by_tma and "do not fit" in route.reason
+    x = torch.randn(shape).bfloat16()
+    out = tmakit.moe_dispatch(x, torch.zeros(4, 2, dtype=torch.int32), num_experts=2).out
+    assert torch.equal(out, x.repeat_interleave(2, 0))
 
 
 def test_empty_shapes_move_nothing():

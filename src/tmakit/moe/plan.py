@@ -612,7 +612,7 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
         return f"the rows' base address is not {GLOBAL_BASE_ALIGN}-byte aligned"
     try:
         if facts.op == "dispatch":
-            DispatchPlan(row_bytes, facts.topk, stages=1)
+            DispatchPlan(row_bytes, facts.topk)  # the call's ring: rows four stages cannot hold, torch's
         elif facts.op == QUANTIZE_OP:
             rule = quantize_rule(rows.shape[1], rows.dtype)
             if rule is not None:
