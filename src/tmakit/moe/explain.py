@@ -88,12 +88,16 @@ def moe_plan(
 
 def first_step(plan: DispatchPlan | CombinePlan | QuantizePlan, tokens: int) -> list[str]:
     """The copies of block 0's first step, and what its full barrier expects."""
-    if isinstance(plan, QuantizePlan):
+    if isinstance(plan, (DispatchPlan, QuantizePlan)):
         moved = min(plan.tokens_per_stage, tokens)
         nbytes = plan.expected_bytes(tokens, 0)
-        return [
+        load = [
             f"  load   x rows 0-{moved - 1} -> stage 0  (cp.async.bulk, one copy of {nbytes} bytes)",
             f"  the full barrier expects {nbytes} bytes (mbarrier.arrive.expect_tx by one thread)",
+        ]
+    if isinstance(plan, QuantizePlan):
+        return [
+            *load,
             f"  quantize {moved * plan.blocks} blocks of {QUANT_BLOCK}, a half-warp each "
             f"({plan.consumer_warps} warps, two blocks a warp at a time): amax by 4 shuffles, scale amax "
             f"/ 448 ({plan.scale_format}), the e4m3 bytes to the stage's fp8 rows at {plan.loaded_bytes}, "
@@ -103,11 +107,8 @@ def first_step(plan: DispatchPlan | CombinePlan | QuantizePlan, tokens: int) -> 
             f"(cp.async.bulk.global.shared::cta, {plan.hidden} bytes each, a consumer lane each)",
         ]
     if isinstance(plan, DispatchPlan):
-        moved = min(plan.tokens_per_stage, tokens)
-        nbytes = plan.expected_bytes(tokens, 0)
         return [
-            f"  load   x rows 0-{moved - 1} -> stage 0  (cp.async.bulk, one copy of {nbytes} bytes)",
-            f"  the full barrier expects {nbytes} bytes (mbarrier.arrive.expect_tx by one thread)",
+            *load,
             f"  store  each of the {moved} row(s) to its {plan.topk} rows row_map[t, 0..{plan.topk - 1}]  "
             f"(cp.async.bulk.global.shared::cta, {plan.row_bytes} bytes each; a slot of -1 stores nothing)",
         ]

@@ -96,11 +96,17 @@ class DispatchKernel(BulkRingKernel):
         """`x`: (tokens, row_bytes) uint8, its rows back to back; `row_map`: (tokens, topk)
         int32; `out`: (rows, row_bytes) uint8, rows a run-time stride apart; `guard`: GUARD_WORDS
         int32 zeros. The caller launches only for one token or more."""
+        self.launch_token_rows(x, (row_map, out), guard, stream)
+
+    @cute.jit
+    def launch_token_rows(self, x: cute.Tensor, sink, guard: cute.Tensor, stream: cuda.CUstream):
+        """The ring over x's token rows, a stage of `tokens_per_stage` a step, on a persistent
+        grid; `sink`: what the consumers read besides the stages."""
         per_stage = self.dispatch.tokens_per_stage
         tokens = cutlass.Int32(cute.size(x, mode=[0]))
         run_time = steps_walk((tokens + (per_stage - 1)) // per_stage, self.pipeline.persistent_blocks)
         shared_layout = shared_tile_layout(self.plan.config.tile)
-        self.launch((x,), (row_map, out), guard, shared_layout, stream, run_time)
+        self.launch((x,), sink, guard, shared_layout, stream, run_time)
 
     @cute.jit
     def step_tokens(self, context: RingContext, tokens, step):
@@ -191,11 +197,7 @@ class QuantizeDispatchKernel(DispatchKernel):
         int32; `out`: (rows, hidden) uint8, rows a run-time stride apart; `scales`: (blocks,
         lead) fp32 (or uint8 exponents), block b's scale of row r at [b, r]; `guard`: GUARD_WORDS
         int32 zeros. The caller launches only for one token or more."""
-        per_stage = self.dispatch.tokens_per_stage
-        tokens = cutlass.Int32(cute.size(x, mode=[0]))
-        run_time = steps_walk((tokens + (per_stage - 1)) // per_stage, self.pipeline.persistent_blocks)
-        shared_layout = shared_tile_layout(self.plan.config.tile)
-        self.launch((x,), (row_map, out, scales), guard, shared_layout, stream, run_time)
+        self.launch_token_rows(x, (row_map, out, scales), guard, stream)
 
     @cute.jit
     def consumer_begin(self, context: RingContext, sink, consumer):

@@ -30,6 +30,7 @@ from .plan import (
     DispatchPlan,
     QuantizePlan,
     RoutingPlan,
+    TokenRowStages,
     routing_block_slots,
     routing_blocks,
 )
@@ -90,25 +91,34 @@ def blocks_of(steps: int, sm_count: int) -> list[range]:
     return [range(block, steps, grid) for block in range(grid)]
 
 
-def replay_dispatch(plan: DispatchPlan, row_map: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
-    """The dispatch of `x` (T, row_bytes) uint8 by `row_map` (T, topk) into a new (rows,
-    row_bytes) uint8 array (rows no slot names stay 0, as the call zeroes them)."""
+def token_row_steps(plan: TokenRowStages, x: np.ndarray, consumer_warps: int):
+    """Each step of a ring of token rows (`TokenRowStages`) over `x`, as its blocks walk it:
+    the stage filled (its declared bytes against the bytes loaded), then (the stage's rows, its
+    first token) handed to the caller, then the stage released (the model's stores read it at
+    once)."""
     tokens = len(x)
-    out = np.zeros((rows, plan.row_bytes), np.uint8)
-    stage_rows = np.zeros((plan.stages, plan.tokens_per_stage, plan.row_bytes), np.uint8)
+    stage_rows = np.zeros((plan.stages, plan.tokens_per_stage, *x.shape[1:]), x.dtype)
     for walk in blocks_of(plan.steps(tokens), plan.sm_count):
-        ring = Ring(plan.stages, 1)
+        ring = Ring(plan.stages, consumer_warps)
         for step in walk:
             first = step * plan.tokens_per_stage
             moved = min(plan.tokens_per_stage, tokens - first)
             nbytes = plan.expected_bytes(tokens, step)
             stage = ring.fill(walk.index(step), [nbytes], [moved * plan.row_bytes])
             stage_rows[stage, :moved] = x[first : first + moved]
-            for slot in range(moved):
-                for row in row_map[first + slot]:
-                    if 0 <= row < rows:
-                        out[row] = stage_rows[stage, slot]
-            ring.release(stage)  # the model's stores read the stage at once
+            yield stage_rows[stage, :moved], first
+            ring.release(stage)
+
+
+def replay_dispatch(plan: DispatchPlan, row_map: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The dispatch of `x` (T, row_bytes) uint8 by `row_map` (T, topk) into a new (rows,
+    row_bytes) uint8 array (rows no slot names stay 0, as the call zeroes them)."""
+    out = np.zeros((rows, plan.row_bytes), np.uint8)
+    for staged, first in token_row_steps(plan, x, 1):
+        for slot, values in enumerate(staged):
+            for row in row_map[first + slot]:
+                if 0 <= row < rows:
+                    out[row] = values
     return out
 
 
@@ -150,24 +160,14 @@ def replay_quantize_dispatch(
     """The fp8 dispatch of `x` (T, hidden) values (bf16 or fp16 as float32) by `row_map` (T,
     topk): (each of `rows` rows' e4m3 values as float64, (rows, blocks) float32 scales; rows no
     slot names 0). The ring as the dispatch's, `plan.consumer_warps` consumer warps."""
-    tokens = len(x)
     out = np.zeros((rows, plan.hidden), np.float64)
     scales = np.zeros((rows, plan.blocks), np.float32)
-    stage_rows = np.zeros((plan.stages, plan.tokens_per_stage, plan.hidden), np.float32)
-    for walk in blocks_of(plan.steps(tokens), plan.sm_count):
-        ring = Ring(plan.stages, plan.consumer_warps)
-        for step in walk:
-            first = step * plan.tokens_per_stage
-            moved = min(plan.tokens_per_stage, tokens - first)
-            nbytes = plan.expected_bytes(tokens, step)
-            stage = ring.fill(walk.index(step), [nbytes], [moved * plan.row_bytes])
-            stage_rows[stage, :moved] = x[first : first + moved]
-            for slot in range(moved):
-                values, row_scales = quantize_blocks(stage_rows[stage, slot], plan.scale_format == "ue8m0")
-                for row in row_map[first + slot]:
-                    if 0 <= row < rows:
-                        out[row], scales[row] = values, row_scales
-            ring.release(stage)
+    for staged, first in token_row_steps(plan, x.astype(np.float32), plan.consumer_warps):
+        for slot, row_values in enumerate(staged):
+            values, row_scales = quantize_blocks(row_values, plan.scale_format == "ue8m0")
+            for row in row_map[first + slot]:
+                if 0 <= row < rows:
+                    out[row], scales[row] = values, row_scales
     return out, scales
 
 

@@ -202,8 +202,36 @@ def whole_rows_rule(row_bytes: int) -> str | None:
     return None
 
 
+class TokenRowStages:
+    """A ring whose stage is `tokens_per_stage` consecutive token rows of `row_bytes`, loaded by
+    one bulk copy (the dispatch's, and the fp8 dispatch's): what its steps load and keep in
+    flight."""
+
+    row_bytes: int
+    stages: int
+
+    @property
+    def tokens_per_stage(self) -> int:
+        """Token rows a stage holds: as many as fit the stage target and one barrier phase."""
+        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
+
+    @property
+    def stores_in_flight(self) -> int:
+        """Store groups a consumer lane keeps in flight before the oldest must have read its
+        stage: all but one stage's."""
+        return max(1, self.stages - 1)
+
+    def steps(self, tokens: int) -> int:
+        return math.ceil(tokens / self.tokens_per_stage)
+
+    def expected_bytes(self, tokens: int, step: int) -> int:
+        """What step `step`'s full barrier expects: its tokens' rows, one copy."""
+        first = step * self.tokens_per_stage
+        return max(0, min(self.tokens_per_stage, tokens - first)) * self.row_bytes
+
+
 @dataclass(frozen=True)
-class DispatchPlan:
+class DispatchPlan(TokenRowStages):
     """The dispatch's ring for rows of `row_bytes` and `topk` destinations a row:
     `tokens_per_stage` consecutive rows of `x` loaded by one bulk copy a stage, `stages` deep,
     steps dealt to a persistent grid of at most `sm_count` blocks. Refused where its kernel could
@@ -225,32 +253,13 @@ class DispatchPlan:
         check_bulk_ring(self.stages, self.sm_count, rows * self.row_bytes, full, "rows this long are torch's")
 
     @property
-    def tokens_per_stage(self) -> int:
-        """Token rows a stage holds: as many as fit the stage target and one barrier phase."""
-        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
-
-    @property
     def stage_bytes(self) -> int:
         return self.tokens_per_stage * self.row_bytes
-
-    @property
-    def stores_in_flight(self) -> int:
-        """Store groups a consumer lane keeps in flight before the oldest must have read its
-        stage: all but one stage's."""
-        return max(1, self.stages - 1)
 
     @property
     def pipeline(self) -> PipelinePlan:
         """The ring: full stages of token rows, a producer and a consumer warp, persistent."""
         return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
-
-    def steps(self, tokens: int) -> int:
-        return math.ceil(tokens / self.tokens_per_stage)
-
-    def expected_bytes(self, tokens: int, step: int) -> int:
-        """What step `step`'s full barrier expects: its tokens' rows, one copy."""
-        first = step * self.tokens_per_stage
-        return max(0, min(self.tokens_per_stage, tokens - first)) * self.row_bytes
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)
@@ -373,14 +382,8 @@ class CombinePlan:
     @property
     def pipeline(self) -> PipelinePlan:
         """The ring: stages of `loads` chunks, a producer warp and `consumer_warps`, persistent."""
-        ring = stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
-        return PipelinePlan(
-            ring.load,
-            stages=self.stages,
-            persistent=True,
-            sm_count=self.sm_count,
-            blocks_per_sm=self.blocks_per_sm,
-            consumer_warps=self.consumer_warps,
+        return stand_in_ring(
+            self.stage_bytes, self.stages, self.sm_count, self.consumer_warps, self.blocks_per_sm
         )
 
     def steps(self, tokens: int) -> int:
@@ -466,7 +469,7 @@ def quantize_rule(hidden: int, dtype: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class QuantizePlan:
+class QuantizePlan(TokenRowStages):
     """The dispatch that quantizes as it moves (`moe_dispatch(..., quantize="fp8")`): the
     dispatch's ring of `tokens_per_stage` token rows of `hidden` elements of `dtype` loaded by one
     bulk copy a stage; `consumer_warps` warps quantize each 1 x 128 block (a half-warp a block:
@@ -503,12 +506,6 @@ class QuantizePlan:
         return self.hidden // QUANT_BLOCK
 
     @property
-    def tokens_per_stage(self) -> int:
-        """Token rows a stage holds: the dispatch's, as many loaded rows as fit the stage target
-        and one barrier phase (their fp8 rows half as many bytes again: four stages still fit)."""
-        return max(1, min(STAGE_TARGET_BYTES // self.row_bytes, MAX_TX_BYTES // self.row_bytes))
-
-    @property
     def loaded_bytes(self) -> int:
         """A full stage's load: what its barrier expects."""
         return self.tokens_per_stage * self.row_bytes
@@ -519,31 +516,10 @@ class QuantizePlan:
         return self.loaded_bytes + self.tokens_per_stage * self.hidden
 
     @property
-    def stores_in_flight(self) -> int:
-        """Store groups a consumer lane keeps in flight before the oldest must have read its
-        stage: all but one stage's."""
-        return max(1, self.stages - 1)
-
-    @property
     def pipeline(self) -> PipelinePlan:
         """The ring: stages of token rows and their fp8 rows, a producer warp and
         `consumer_warps`, persistent."""
-        ring = stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
-        return PipelinePlan(
-            ring.load,
-            stages=self.stages,
-            persistent=True,
-            sm_count=self.sm_count,
-            consumer_warps=self.consumer_warps,
-        )
-
-    def steps(self, tokens: int) -> int:
-        return math.ceil(tokens / self.tokens_per_stage)
-
-    def expected_bytes(self, tokens: int, step: int) -> int:
-        """What step `step`'s full barrier expects: its tokens' rows, one copy."""
-        first = step * self.tokens_per_stage
-        return max(0, min(self.tokens_per_stage, tokens - first)) * self.row_bytes
+        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count, self.consumer_warps)
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)
