@@ -358,3 +358,16 @@ def test_the_kernel_route_zeroes_exactly_the_rows_no_slot_names(monkeypatch, ali
             if row >= 0:
                 expected[row] = x[token]
     assert torch.equal(result.out, expected)  # no NaN left: every unnamed row zeroed
+
+
+def test_a_combine_whose_steps_pass_32_bits_is_torchs():
+    from tmakit.moe.plan import MoeFacts, moe_route
+    from tmakit.plan.route import TensorFacts
+
+    def route(tokens, hidden, topk=8):
+        rows = TensorFacts((tokens * topk, hidden), (hidden, 1), "float32", 4, 1 << 40, 0)
+        return moe_route(MoeFacts("combine", rows, tokens, 0, topk))
+
+    assert route(1 << 20, 7168).by_tma  # 7 chunks a token: 7.3M steps
+    wide = route(400_000_000, 7168)  # 2.8G steps
+    assert not wide.by_tma and "counts them in 32 bits" in wide.reason
