@@ -731,3 +731,16 @@ def test_explain_shows_the_fp8_dispatchs_quantize_between_its_load_and_its_store
     assert "torch (4 stages of" in capsys.readouterr().out
     assert main(["plan", "--kernel", "moe", "--moe", "fp8-dispatch:2:8", "--shape", "64x100"]) != 0
     assert "scales cover blocks of 128" in capsys.readouterr().err
+
+
+def test_a_combine_whose_steps_pass_32_bits_is_torchs():
+    from tmakit.moe.plan import MoeFacts, moe_route
+    from tmakit.plan.route import TensorFacts
+
+    def route(tokens, hidden, topk=8):
+        rows = TensorFacts((tokens * topk, hidden), (hidden, 1), "float32", 4, 1 << 40, 0)
+        return moe_route(MoeFacts("combine", rows, tokens, 0, topk))
+
+    assert route(1 << 20, 7168).by_tma  # 7 chunks a token: 7.3M steps
+    wide = route(400_000_000, 7168)  # 2.8G steps
+    assert not wide.by_tma and "counts them in 32 bits" in wide.reason

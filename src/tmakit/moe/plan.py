@@ -597,7 +597,14 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
         else:
             if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
-            CombinePlan(row_bytes, facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
+            combine = CombinePlan(row_bytes, facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
+            steps, slots = facts.out_rows * combine.chunks, facts.out_rows * facts.topk
+            if max(steps, slots) > MAX_DEVICE_INT:
+                return (
+                    f"{facts.out_rows} tokens x {combine.chunks} chunks ({steps} steps) or x "
+                    f"top-{facts.topk} ({slots} slots): the kernel counts them in 32 bits (at most "
+                    f"{MAX_DEVICE_INT})"
+                )
     except TmaConfigError as error:
         return str(error)
     return None
