@@ -550,13 +550,20 @@ def test_plan_and_explain_show_the_ring_and_its_first_step(capsys):
     assert "torch (4 stages of 65536 bytes" in capsys.readouterr().out
 
 
-def test_a_dispatch_of_rows_too_wide_for_the_ring_is_torchs_not_a_refusal():
+def route_on_a_gpu(op, shape, dtype, out_rows, topk):
+    """`moe_route` of compact rows of `shape` and torch `dtype` on GPU 0 (the facts a Hopper
+    call would read), writing `out_rows` rows."""
     from tmakit.moe.plan import MoeFacts, moe_route
     from tmakit.plan.route import TensorFacts
 
+    element = getattr(torch, dtype)
+    rows = TensorFacts(shape, (shape[1], 1), dtype, element.itemsize, 1 << 40, 0)
+    return moe_route(MoeFacts(op, rows, out_rows, 0, topk))
+
+
+def test_a_dispatch_of_rows_too_wide_for_the_ring_is_torchs_not_a_refusal():
     shape = (4, 32768)
-    facts = TensorFacts(shape, (32768, 1), "bfloat16", 2, 1 << 40, 0)
-    route = moe_route(MoeFacts("dispatch", facts, 8, 0, 2))
+    route = route_on_a_gpu("dispatch", shape, "bfloat16", 8, 2)
     assert not route.by_tma and "do not fit" in route.reason
     x = torch.randn(shape).bfloat16()
     out = tmakit.moe_dispatch(x, torch.zeros(4, 2, dtype=torch.int32), num_experts=2).out
@@ -734,12 +741,8 @@ def test_explain_shows_the_fp8_dispatchs_quantize_between_its_load_and_its_store
 
 
 def test_a_combine_whose_steps_pass_32_bits_is_torchs():
-    from tmakit.moe.plan import MoeFacts, moe_route
-    from tmakit.plan.route import TensorFacts
-
     def route(tokens, hidden, topk=8):
-        rows = TensorFacts((tokens * topk, hidden), (hidden, 1), "float32", 4, 1 << 40, 0)
-        return moe_route(MoeFacts("combine", rows, tokens, 0, topk))
+        return route_on_a_gpu("combine", (tokens * topk, hidden), "float32", tokens, topk)
 
     assert route(1 << 20, 7168).by_tma  # 7 chunks a token: 7.3M steps
     wide = route(400_000_000, 7168)  # 2.8G steps

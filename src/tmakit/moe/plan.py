@@ -586,18 +586,19 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
         return f"the rows are {stride} bytes apart; each must start {GLOBAL_BASE_ALIGN}-byte aligned"
     if rows.address % GLOBAL_BASE_ALIGN:
         return f"the rows' base address is not {GLOBAL_BASE_ALIGN}-byte aligned"
+    # Each op's plan as the call builds it: a ring the call could not build is torch's route.
     try:
         if facts.op == "dispatch":
-            DispatchPlan(row_bytes, facts.topk)  # the call's ring: rows four stages cannot hold, torch's
+            DispatchPlan(row_bytes, facts.topk)
         elif facts.op == QUANTIZE_OP:
             rule = quantize_rule(rows.shape[1], rows.dtype)
             if rule is not None:
                 return rule
-            QuantizePlan(rows.shape[1], facts.topk, COMBINE_TORCH_DTYPES[rows.dtype])  # the call's ring
+            QuantizePlan(rows.shape[1], facts.topk, COMBINE_TORCH_DTYPES[rows.dtype])
         else:
             if rows.dtype not in COMBINE_TORCH_DTYPES:
                 return f"a combine of {rows.dtype}: the kernel sums {', '.join(COMBINE_DTYPES)}"
-            combine = CombinePlan(row_bytes, facts.topk, COMBINE_TORCH_DTYPES[rows.dtype], stages=1)
+            combine = CombinePlan(row_bytes, facts.topk, COMBINE_TORCH_DTYPES[rows.dtype])
             steps, slots = facts.out_rows * combine.chunks, facts.out_rows * facts.topk
             if max(steps, slots) > MAX_DEVICE_INT:
                 return (
