@@ -21,6 +21,9 @@
 #                here), else skipped
 #   moebench     tmakit bench --kernel moe (the study moe.json); ARGs: bench's (e.g. --only dispatch; --only
 #                layer: forward and backward); its TransformerEngine rows need .peers carried, else skipped
+#   moerouting   benchmarks/probes/moe_routing.py: the routing kernels against torch's, checked, then timed
+#   moerings     benchmarks/probes/moe_combine_rings.py: the combine's ring shapes beside TransformerEngine's unpermute
+#   moehost      benchmarks/probes/moe_host.py: an eager MoE call's host time by part, and cProfile
 #   manybench    tmakit bench --kernel many (many.json, part lists); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
 #                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,
@@ -94,6 +97,9 @@ run_step() {
     dropinbench) timeout "$limit" "${bench[@]}" --kernel dropin --samples 30 --json "$OUT/dropin.json" "$@" 2>&1 | tail -40 ;;
     rowsbench) timeout "$limit" "${bench[@]}" --kernel rows --samples 30 --json "$OUT/bench-rows.json" "$@" 2>&1 | tail -45 ;;
     moebench) timeout "$limit" "${bench[@]}" --kernel moe --samples 30 --json "$OUT/moe.json" "$@" 2>&1 | tee "$OUT/moe.log" | tail -60 ;;
+    moerouting) timeout "$limit" python3 benchmarks/probes/moe_routing.py --out "$OUT/moe-routing.json" "$@" 2>&1 | tail -20 ;;
+    moerings) timeout "$limit" python3 benchmarks/probes/moe_combine_rings.py --out "$OUT/moe-combine-rings.json" "$@" 2>&1 | tail -30 ;;
+    moehost) timeout "$limit" python3 benchmarks/probes/moe_host.py "$@" > "$OUT/moe-host.txt" 2>&1; grep -v "^$" "$OUT/moe-host.txt" | head -16 ;;
     allgather) local nproc=$1; shift
       mkdir -p "$OUT/many"
       timeout "$limit" python3 -m torch.distributed.run --nproc-per-node "$nproc" benchmarks/probes/allgather_pack.py --json "$OUT/many/allgather.json" "$@" 2>&1 | tail -8

@@ -1,6 +1,7 @@
 """A reference for the mixture-of-experts tests, written from the definitions in plain Python:
 the row each routed slot lands on (expert-major, tokens in order within an expert, groups padded
-to a multiple of `align`), and the combine in float64."""
+to a multiple of `align`), and the combine in float64; the routings the routing kernels are
+checked on and the check, which names the first wrong slot."""
 
 from __future__ import annotations
 
@@ -65,3 +66,56 @@ def within_output_rounding(out, total, bound) -> bool:
     if out.dtype == torch.float16:  # subnormal spacing
         allowed = allowed + 2.0**-24
     return bool(((out.double() - total).abs() <= allowed).all())
+
+
+ROUTING_CASES = [
+    # tokens, topk, experts, align
+    (1, 1, 1, 1),
+    (1, 8, 3, 16),
+    (7, 1, 1, 128),
+    (40, 6, 9, 16),
+    (300, 8, 256, 128),  # more than a block's warps, most experts one token or none
+    (600, 4, 512, 1),
+    (2049, 1, 8, 16),  # past one block, a partial last block and warp
+    (3000, 8, 256, 128),  # 12 blocks
+    (2000, 3, 1024, 1),  # the most experts
+]
+
+
+def routing_ids(rng, tokens: int, topk: int, experts: int, dtype, spoiled: float = 0.1):
+    """(T, topk) ids: mostly experts, some -1 (no expert) and some outside [0, E) (dropped),
+    among them values past 32 bits for int64 ids (the kernel must not cut them to 32)."""
+    import torch
+
+    wide = dtype == torch.int64
+    bad = [-2, experts, experts + 7, -(2**31)] + ([2**32, 2**32 + 1, -(2**40)] if wide else [2**31 - 1])
+    rows = []
+    for _ in range(tokens):
+        row = []
+        for _ in range(topk):
+            draw = rng.random()
+            row.append(
+                -1 if draw < spoiled else rng.choice(bad) if draw < 2 * spoiled else rng.randrange(experts)
+            )
+        rows.append(row)
+    return torch.tensor(rows, dtype=dtype)
+
+
+def assert_routings_equal(got, expected, what: str) -> None:
+    """Every field bit for bit; the first wrong slot named."""
+    import torch
+
+    names = ("row_map", "tokens_per_expert", "expert_offsets", "dropped")
+    for name, have, want in zip(names, got, expected, strict=True):
+        if isinstance(have, torch.Tensor) and isinstance(want, torch.Tensor):
+            assert (have.dtype, have.device) == (want.dtype, want.device), f"{what}: {name}'s dtype or device"
+        have, want = torch.as_tensor(have).to(torch.int64), torch.as_tensor(want).to(torch.int64)
+        assert have.shape == want.shape, f"{what}: {name} is {tuple(have.shape)}, not {tuple(want.shape)}"
+        wrong = have != want
+        if wrong.any():
+            where = [int(v) for v in wrong.nonzero()[0]] if have.dim() else []
+            place = f"[{', '.join(map(str, where))}]" if where else ""
+            raise AssertionError(
+                f"{what}: {name}{place} is {int(have[tuple(where)])}, torch's routing has "
+                f"{int(want[tuple(where)])} ({int(wrong.sum())} wrong)"
+            )

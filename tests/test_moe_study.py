@@ -38,12 +38,19 @@ def load_fetch_script():
 def test_each_layer_is_a_dispatch_a_combine_and_both_forward_and_backward_of_bf16_rows():
     every = bench.cases()
     names = [case.name for case in every]
-    assert len(set(names)) == len(names) == 12
-    assert [case.op for case in every] == ["dispatch"] * 4 + ["combine"] * 4 + ["layer"] * 4
+    assert len(set(names)) == len(names) == 16
+    ops = ["dispatch"] * 4 + ["combine"] * 4 + ["layer"] * 4 + ["fp8-dispatch"] * 4
+    assert [case.op for case in every] == ops
     shapes = {(c.tokens, c.topk, c.experts, c.hidden) for c in every}
     assert shapes == {(4096, 8, 256, 7168), (16384, 8, 256, 7168), (8192, 2, 8, 4096), (16384, 6, 64, 2048)}
     assert all(case.dtype == "bfloat16" for case in every)
     assert names[0] == "dispatch deepseek-v3: 4096 tokens, top-8 of 256 experts, hidden 7168 bf16"
+
+
+def test_an_fp8_dispatch_reads_bf16_rows_once_and_writes_e4m3_rows_and_fp32_scales():
+    case = bench.MoeCase("fp8-dispatch", "deepseek-v3", 4096, 8, 256, 7168)
+    assert case.bytes_moved == 4096 * 7168 * 2 + 4096 * 8 * (7168 + 56 * 4)
+    assert case.name.startswith("fp8-dispatch deepseek-v3")
 
 
 @pytest.mark.parametrize("op", ["dispatch", "combine"])
@@ -355,7 +362,7 @@ def stand_in_transformer_engine(torch, token_major):
         permute_with_mask_map=lambda inp, row_id_map, probs, scale, pad, t, e, rows, h, s: (
             te_permute(torch, inp, row_id_map, rows),
             None,
-            None,
+            None if scale is None else te_permute(torch, scale, row_id_map, rows),
         ),
         unpermute_with_mask_map=unpermute,
         unpermute_with_mask_map_bwd_with_merging_probs=unpermute_backward,
@@ -433,6 +440,42 @@ def test_a_combine_case_times_every_row_each_within_rounding(on_the_cpu, monkeyp
     ]
     assert all(e["verified"].startswith("ok: within fp32") for e in row["timed"]), row["timed"]
     assert row["bytes_moved"] == (24 * 3 + 24) * 32 * 2
+
+
+@pytest.mark.parametrize("token_major", [False, True])
+def test_an_fp8_dispatch_case_times_the_fused_kernel_against_quantize_then_permute(
+    on_the_cpu, monkeypatch, token_major
+):
+    case = bench.MoeCase("fp8-dispatch", "tiny", 24, 2, 4, 256)
+    _, document = run_case(monkeypatch, case, stand_in_transformer_engine(on_the_cpu, token_major))
+    (row,) = document["rows"]
+    assert [e["name"] for e in row["timed"]] == [
+        bench.TMAKIT_FP8,
+        bench.QUANTIZE_THEN_PERMUTE,
+        bench.TE_QUANTIZE_THEN_PERMUTE,
+    ]
+    assert all("reference quantizer" in e["verified"] for e in row["timed"]), row["timed"]
+    assert all(e.get("compared_with") in (None, bench.TMAKIT_FP8) for e in row["timed"])
+    assert row["path"].startswith("torch")  # CPU tensors: the kernel's torch expressions
+
+
+def test_a_wrong_fp8_byte_or_scale_is_named():
+    torch = pytest.importorskip("torch")
+    from tmakit.moe import call
+
+    x = torch.randn(6, 256).bfloat16()
+    ids = torch.tensor([[0, 1], [1, 2], [0, 2], [2, 1], [1, 0], [0, 1]])
+    source = torch.argsort(ids.reshape(-1), stable=True) // 2
+    row_map = call.route_ids(ids, 3, 1).row_map
+    reference = bench.quantized_reference(x, source)
+    out, scales = call.permute_fp8(x, row_map, 12, None, "fp32", False)
+    assert bench.quantized_verdict((out, scales), reference).startswith("ok")
+    spoiled = out.view(torch.uint8).clone()
+    spoiled[7, 200] ^= 1
+    assert bench.quantized_verdict((spoiled, scales), reference) == "MISMATCH first at row 7"
+    wrong = scales.clone()
+    wrong[1, 3] *= 2
+    assert bench.quantized_verdict((out, wrong), reference) == "MISMATCH: scales first wrong at row 3"
 
 
 def test_without_transformer_engine_its_rows_are_noted_not_timed(on_the_cpu, monkeypatch):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..api.tensors import check_torch_tensor, import_torch
 from ..errors import TmaConfigError
 from ..plan.route import Route
-from ..validate import flag
+from ..validate import flag, one_of
 from .call import (
     check_id_range,
     check_mask_rows,
@@ -26,7 +26,7 @@ from .call import (
     route_ids,
     unnamed_rows,
 )
-from .plan import check_routing_sizes, dispatch_rows, moe_route
+from .plan import QUANT_BLOCK, SCALE_FORMATS, check_routing_sizes, dispatch_rows, moe_route
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +47,13 @@ class MoeDispatch(NamedTuple):
         tokens_per_expert: (E,) int32, the tokens routed to each expert (padding not counted).
         expert_offsets: (E + 1,) int32: each expert's first row of `out`, then the rows used.
         probs: (rows,) the probabilities permuted as the rows (0 on padding), or None.
-        scales: (rows, S) the per-token scales permuted as the rows (0 on padding), or None.
+        scales: (rows, S) the per-token scales permuted as the rows (0 on padding), or None;
+            with `quantize="fp8"`, the blockwise scales the call made: (rows, H / 128) fp32,
+            MN-major and TMA-aligned as DeepGEMM's Hopper fp8 GEMMs read them (strides (1,
+            lead), lead the rows padded to 16 bytes of scales), or with `scale_format="ue8m0"`
+            one float8_e8m0fnu exponent byte a block in the same layout (not packed four to an
+            int32); zero bytes on padding; out[r, 128 b: 128 (b + 1)] times scales[r, b] is the
+            row's value.
         token_probs: (T, topk) each slot's probability, as `moe_combine` takes it (a mask's
             probabilities gathered per slot; 0 where a slot has no expert), or None.
         dropped: () int32 on the device: slots skipped because their id was out of range (only
@@ -85,6 +91,8 @@ def moe_dispatch(
     probs: torch.Tensor | None = None,
     scales: torch.Tensor | None = None,
     align: int = 1,
+    quantize: str | None = None,
+    scale_format: str = "fp32",
     check_ids: bool = True,
     strict: bool = False,
 ) -> MoeDispatch:
@@ -101,6 +109,13 @@ def moe_dispatch(
             (differentiable).
         scales: (T, S) per-token scales (e.g. blockwise quantization scales), permuted as the rows.
         align: each expert's group padded to a multiple of this (grouped GEMMs' tile rows).
+        quantize: "fp8": each row quantized to float8_e4m3fn as it moves, by 1 x 128 blocks (a
+            block's amax, at least 1e-4, maps to 448), its scales in `MoeDispatch.scales` (H a
+            multiple of 128; bf16 and fp16 by the kernel, other floats by torch's expressions;
+            finite values: a NaN's block is not the reference's). The quantized output carries
+            no gradient.
+        scale_format: with `quantize`, "fp32" (amax / 448) or "ue8m0" (that rounded up to a power
+            of two, stored as its exponent byte).
         check_ids: check the ids on the host (one synchronisation; skipped inside a CUDA-graph
             capture and a torch.compile trace, where a bad slot is skipped and counted).
         strict: raise instead of taking torch's expressions where the kernel cannot serve.
@@ -156,6 +171,7 @@ def moe_dispatch(
         )
     token_probs = _token_probs(probs, ids, routing, experts)
     _check_rows_of(scales, "scales", tokens, x.device)
+    quantizing = _check_quantize(quantize, scale_format, scales, x)
     routed = route_ids(ids, experts, align)
     dropped = routed.dropped if extra is None else routed.dropped + extra
     rows = dispatch_rows(tokens, topk, experts, align)
@@ -163,10 +179,16 @@ def moe_dispatch(
     # list); a mask's short rows may leave any number, so its output is zeroed first.
     zero_rows = None if extra is not None else unnamed_rows(routed, topk, align)
     ops = _ops()
-    out = ops.moe_permute(x, routed.row_map, rows, zero_rows, strict)
-    permuted_scales = (
-        None if scales is None else ops.moe_permute(scales, routed.row_map, rows, zero_rows, False)
-    )
+    if quantizing:
+        out, lead_major = ops.moe_permute_fp8(
+            x.detach(), routed.row_map, rows, zero_rows, scale_format, strict
+        )
+        permuted_scales = lead_major.t()[:rows]  # (rows, H / 128), MN-major
+    else:
+        out = ops.moe_permute(x, routed.row_map, rows, zero_rows, strict)
+        permuted_scales = (
+            None if scales is None else ops.moe_permute(scales, routed.row_map, rows, zero_rows, False)
+        )
     permuted_probs = None
     if token_probs is not None:
         flat = routed.row_map.reshape(-1).long()
@@ -183,6 +205,23 @@ def moe_dispatch(
         token_probs,
         dropped,
     )
+
+
+def _check_quantize(quantize: object, scale_format: object, scales: object, x: torch.Tensor) -> bool:
+    """Whether the call quantizes (`quantize="fp8"`), its options checked first."""
+    if quantize is None:
+        return False
+    if quantize != "fp8":
+        raise TmaConfigError(f"moe_dispatch quantize={quantize!r}; it takes None or 'fp8' (e4m3)")
+    one_of(scale_format, "moe_dispatch's scale_format", SCALE_FORMATS)
+    if scales is not None:
+        raise TmaConfigError("moe_dispatch(quantize='fp8') makes the scales: pass scales=None")
+    if not x.is_floating_point() or x.shape[1] % QUANT_BLOCK:
+        raise TmaConfigError(
+            f"x is {tuple(x.shape)} {x.dtype}; moe_dispatch(quantize='fp8') quantizes float rows of a "
+            f"multiple of {QUANT_BLOCK} elements (1 x {QUANT_BLOCK} blocks): pad the hidden size"
+        )
+    return True
 
 
 def _check_rows_of(tensor: object, name: str, tokens: int, device) -> None:

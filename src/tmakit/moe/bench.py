@@ -17,6 +17,12 @@ first: dispatches bit for bit against torch's gather over every used row (Transf
 after mapping its rows to tmakit's, its order said in the row), combines within fp32 accumulation
 and one bf16 rounding of the float64 sum.
 
+The fp8 cases ("fp8-dispatch ...") time the dispatch that quantizes to e4m3 by 1 x 128 blocks as it
+moves (fp32 scales, MN-major as DeepGEMM reads them) against quantize-then-permute: torch's
+reference quantizer compiled by torch.compile, then tmakit's permute or TransformerEngine's (which
+carries the scales beside the rows), the scales then laid MN-major by a transposing copy; all
+checked bit for bit against the reference quantizer's bytes and scales.
+
 The layer cases ("layer ...") time a layer's token movement as training runs it: the dispatch, an
 identity expert and the combine, forward and backward together (`torch.autograd.grad` of x and
 the probabilities for a random output gradient), the routing built in each call: tmakit's
@@ -39,6 +45,7 @@ from ..bench.suites import rotation_buffers
 from ..bench.timing import EAGER, captured, eager_samples_us, interleaved_graph_samples_us
 from ..families import case_study, medians, tabled_study
 from . import api, call, peers
+from .call import facts
 from .peers import (
     combine_indices,
     make_routing,
@@ -54,6 +61,7 @@ from .peers import (
     torch_sorted_dispatch,
     with_gradients,
 )
+from .plan import QUANT_BLOCK, QUANTIZE_OP, moe_route
 
 SEED = 2026  # the routing's and the activations' generator
 DEVICE = "cuda"  # where the study runs (its CPU tests run the same code on "cpu", timers faked)
@@ -66,7 +74,7 @@ SHAPES = (
     ("small-hidden", 16384, 6, 64, 2048),
 )
 LAYER = "layer"  # the op of a case timing dispatch, identity expert and combine, forward and backward
-OPS = ("dispatch", "combine", LAYER)
+OPS = ("dispatch", "combine", LAYER, QUANTIZE_OP)
 
 # The scopes of a timed row: what its timed region holds besides the rows' movement.
 GIVEN = "index built before"  # the row map (or source index) built before the timed region
@@ -86,6 +94,9 @@ TE_COMBINE = "TE unpermute_with_mask_map"
 TMAKIT_LAYER = "tmakit moe_dispatch + moe_combine fwd+bwd"
 TORCH_LAYER = "torch index_select + index_add_ fwd+bwd"
 TE_LAYER = "TE permute + unpermute fwd+bwd"
+TMAKIT_FP8 = "tmakit fp8 dispatch"
+QUANTIZE_THEN_PERMUTE = "inductor quantize + tmakit permute"
+TE_QUANTIZE_THEN_PERMUTE = "inductor quantize + TE permute_with_mask_map"
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,8 @@ class MoeCase:
         T*topk each) and the dispatch's (y's gradient read, x's written): 4T + 5T*topk rows."""
         if self.op == LAYER:
             return (4 * self.tokens + 5 * self.rows) * self.row_bytes
+        if self.op == QUANTIZE_OP:  # x read once, each row written in e4m3 with its fp32 scales
+            return self.tokens * self.row_bytes + self.rows * (self.hidden + 4 * self.hidden // QUANT_BLOCK)
         return (self.tokens + self.rows) * self.row_bytes
 
 
@@ -179,6 +192,33 @@ def dispatch_verdict(got, expected, order=None) -> str:
     if same:
         return "ok: bit-exact against torch, its rows in tmakit's order"
     return "ok: bit-exact against torch after mapping its rows to tmakit's (its order differs)"
+
+
+def quantized_reference(x, source) -> tuple:
+    """(the e4m3 rows' bytes (rows, H) uint8, their fp32 scales (rows, H / 128)): torch's
+    reference quantizer (`moe.call.quantize_rows_by_torch`) gathered by the source index."""
+    import torch
+
+    quantized, scales = call.quantize_rows_by_torch(x, "fp32")
+    return quantized.view(torch.uint8).index_select(0, source), scales.index_select(0, source)
+
+
+def quantized_verdict(got, expected, order=None) -> str:
+    """An fp8 dispatch's (rows, MN-major scales (H / 128, lead)) against `quantized_reference`
+    bit for bit; `order` as `dispatch_verdict`'s."""
+    import torch
+
+    out, scales = got
+    verdict = dispatch_verdict(out.view(torch.uint8), expected[0], order)
+    if not verdict.startswith("ok"):
+        return verdict
+    rows = expected[1].shape[0]
+    by_row = scales.t()[:rows]
+    want = expected[1] if order is None else expected[1].index_select(0, order)
+    if not torch.equal(by_row, want):
+        first = int((by_row != want).any(1).nonzero()[0, 0])
+        return f"MISMATCH: scales first wrong at row {first}"
+    return verdict.replace("bit-exact against torch", "bit-exact against torch's reference quantizer")
 
 
 def combine_reference(y, row_map, probs) -> tuple:
@@ -362,6 +402,60 @@ def dispatch_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
     return found
 
 
+def quantize_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
+    """The fp8 dispatch's rows, the row map given: tmakit's fused kernel, and quantize-then-permute
+    (inductor's quantizer, then tmakit's permute of the rows and of the scales, or
+    TransformerEngine's permute carrying the scales; the scales then copied MN-major)."""
+    experts, rows, hidden, tokens = case.experts, case.rows, case.hidden, case.tokens
+    blocks = hidden // QUANT_BLOCK
+
+    def then_tmakit(s):
+        quantized, scales = s["compiled quantize"](s["x"])
+        empty = s["row_map"].new_empty(0)
+        out = call.permute(quantized, s["row_map"], rows, empty, True)
+        return out, call.permute(scales, s["row_map"], rows, empty, True).t().contiguous()
+
+    found = [
+        Timed(
+            TMAKIT_FP8,
+            GIVEN,
+            "tmakit's fp8 dispatch alone: moe.call.permute_fp8(x, row_map, rows, scale_format='fp32') "
+            "given the row map (each row quantized by 1 x 128 blocks as it moves, scales MN-major)",
+            lambda s: call.permute_fp8(s["x"], s["row_map"], rows, s["row_map"].new_empty(0), "fp32", True),
+        ),
+        Timed(
+            QUANTIZE_THEN_PERMUTE,
+            GIVEN,
+            "torch.compile (mode default) of the reference quantizer (moe.call.quantize_rows_by_torch), "
+            "then tmakit's permute of the e4m3 rows and of the (T, H/128) scales, the scales then "
+            "transposed MN-major (.t().contiguous())",
+            then_tmakit,
+            TMAKIT_FP8,
+        ),
+    ]
+    if te is not None:
+
+        def then_te(s):
+            quantized, scales = s["compiled quantize"](s["x"])
+            out, _, permuted = te.permute_with_mask_map(
+                quantized, s["te_map"], None, scales, None, tokens, experts, rows, hidden, blocks
+            )
+            return out, permuted.t().contiguous()
+
+        found.append(
+            Timed(
+                TE_QUANTIZE_THEN_PERMUTE,
+                GIVEN,
+                "torch.compile of the reference quantizer, then TransformerEngine's Triton permute of "
+                "the e4m3 rows carrying the scales (its row map given), the scales then transposed "
+                "MN-major",
+                then_te,
+                TMAKIT_FP8,
+            )
+        )
+    return found
+
+
 def combine_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
     """The combine's rows: tmakit's, torch's and inductor's index_add_ expression,
     TransformerEngine's unpermute with merging probabilities."""
@@ -474,9 +568,10 @@ def operands(case: MoeCase, generator, device) -> dict:
     ids, probs = make_routing(case.tokens, case.topk, case.experts, generator, device)
     row_map = call.route_ids(ids, case.experts, 1).row_map
     found = {"ids": ids, "probs": probs, "row_map": row_map, "mask": routing_mask(ids, case.experts)}
-    height = case.tokens if case.op == "dispatch" else case.rows
+    dispatching = case.op in ("dispatch", QUANTIZE_OP)
+    height = case.tokens if dispatching else case.rows
     rows = torch.randn(height, case.hidden, generator=generator, device=device).to(element)
-    if case.op == "dispatch":
+    if dispatching:
         found.update(x=rows, source=source_index(ids))
     else:
         found.update(y=rows, merging=merging_probs(ids, probs, case.experts))
@@ -527,6 +622,8 @@ def compiled(case: MoeCase) -> dict[str, Callable[..., Any]]:
         functions = {"compiled gather": torch_dispatch, "compiled sorted gather": torch_sorted_dispatch}
     elif case.op == LAYER:
         functions = {"compiled layer": torch_layer}
+    elif case.op == QUANTIZE_OP:
+        functions = {"compiled quantize": lambda x: call.quantize_rows_by_torch(x, "fp32")}
     else:
         functions = {"compiled combine": torch_combine}
     return {name: torch.compile(function, dynamic=False) for name, function in functions.items()}
@@ -539,6 +636,14 @@ def verify(case: MoeCase, timed: Timed, first: dict, reference: Any) -> str:
     import torch
 
     got = timed.call(first)
+    if case.op == QUANTIZE_OP:
+        verdict = quantized_verdict(
+            got, reference, first["te_order"] if timed.name.startswith("inductor quantize + TE") else None
+        )
+        torch.cuda.synchronize()
+        for output in got:
+            output.view(torch.uint8).fill_(0xFF)
+        return verdict
     if case.op == "combine":
         verdict = combine_verdict(got, *reference)
     elif timed.name.startswith("TE "):
@@ -707,9 +812,11 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
     first = sets[0]
     if case.op == "dispatch":
         reference = torch_dispatch(first["x"], first["source"])
+    elif case.op == QUANTIZE_OP:
+        reference = quantized_reference(first["x"], first["source"])
     else:
         reference = combine_reference(first["y"], first["row_map"], first["probs"])
-    timed = dispatch_rows(case, te) if case.op == "dispatch" else combine_rows(case, te)
+    timed = {"dispatch": dispatch_rows, QUANTIZE_OP: quantize_rows}.get(case.op, combine_rows)(case, te)
     verdicts = {}
     for row in timed:
         if row.name.startswith("tmakit"):  # tmakit's own: a failure is the study's, not a note
@@ -721,7 +828,7 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
             not_timed[row.name] = f"failed: {error!r}"[:2000]
     del reference
     timed = [row for row in timed if row.name in verdicts]
-    path = api.moe_path(case.op, first["x" if case.op == "dispatch" else "y"], first["row_map"], case.rows)
+    path = moe_route(facts(case.op, first["y" if case.op == "combine" else "x"], case.rows, first["row_map"]))
     flat = torch.randn(case.bytes_moved // 2 // ELEMENT_BYTES[case.dtype], generator=generator, device=DEVICE)
     sources = [flat.to(getattr(torch, case.dtype)) for _ in range(count)]
     del flat
@@ -744,7 +851,12 @@ def bench_moe(case: MoeCase, l2_bytes: int, samples: int) -> list[BenchRow]:
 
 def te_names(case: MoeCase) -> list[str]:
     """The TransformerEngine rows of the case's op."""
-    return {"dispatch": [TE_PERMUTE, TE_DISPATCH], "combine": [TE_COMBINE], LAYER: [TE_LAYER]}[case.op]
+    return {
+        "dispatch": [TE_PERMUTE, TE_DISPATCH],
+        "combine": [TE_COMBINE],
+        LAYER: [TE_LAYER],
+        QUANTIZE_OP: [TE_QUANTIZE_THEN_PERMUTE],
+    }[case.op]
 
 
 # -- the study's JSON -----------------------------------------------------------------------------

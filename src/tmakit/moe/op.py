@@ -2,13 +2,18 @@
 imported), differentiable, with fakes (torch.compile, make_fx and CUDA graphs know every size):
 
     torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rows=None, strict=False) -> Tensor
+    torch.ops.tmakit.moe_permute_fp8(x, row_map, rows, zero_rows=None, scale_format="fp32",
+                                     strict=False) -> (Tensor, Tensor)
     torch.ops.tmakit.moe_combine(y, row_map, probs=None, strict=False) -> Tensor
+    torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, strict=False) -> (Tensor, Tensor)
 
 `moe_permute` writes x[t] to row row_map[t, j] of a (rows, H) output (the rows no slot names
 zero, or only those `zero_rows` lists: `moe.call.permute`); its backward is a combine of the
-gradient with weight 1. `moe_combine` sums each token's rows weighted by `probs` in fp32; its
-backward is the gradient permuted and scaled by the slots' probabilities (y's) and each slot's dot
-product of the gradient with its row (probs').
+gradient with weight 1. `moe_permute_fp8` writes x[t] quantized to e4m3 by 1 x 128 blocks and
+each block's scale (`moe.call.permute_fp8`: the e4m3 rows, the scales' (H / 128, lead) memory);
+it has no gradient. `moe_combine` sums each token's rows weighted by `probs` in fp32; its
+backward, `moe_combine_grad` (one kernel), is the gradient permuted and scaled by the slots'
+probabilities (y's) and each slot's dot product of the gradient with its row (probs').
 `tmakit.moe_dispatch` and `tmakit.moe_combine` call them; they run on any device (torch's
 expressions where the kernels cannot serve, unless `strict`)."""
 
@@ -20,14 +25,24 @@ from ..api.tensors import check_torch_tensor
 from ..errors import TmaConfigError
 from ..limits import MAX_DEVICE_INT
 from ..ops_base import NAMESPACE, define
+from ..validate import one_of
 from . import call
+from .plan import QUANT_BLOCK, SCALE_FORMATS, scale_rows
 
 SCHEMAS = {
     "moe_permute": (
         "moe_permute(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, bool strict=False) "
         "-> Tensor"
     ),
+    "moe_permute_fp8": (
+        "moe_permute_fp8(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, "
+        "str scale_format='fp32', bool strict=False) -> (Tensor, Tensor)"
+    ),
     "moe_combine": "moe_combine(Tensor y, Tensor row_map, Tensor? probs=None, bool strict=False) -> Tensor",
+    "moe_combine_grad": (
+        "moe_combine_grad(Tensor grad, Tensor y, Tensor row_map, Tensor probs, bool strict=False) "
+        "-> (Tensor, Tensor)"
+    ),
 }
 
 
@@ -93,6 +108,35 @@ def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False):
     return x.new_empty((rows, x.shape[1]))
 
 
+def _check_fp8(x, scale_format) -> None:
+    one_of(scale_format, f"torch.ops.{NAMESPACE}.moe_permute_fp8's scale_format", SCALE_FORMATS)
+    if not x.is_floating_point() or x.shape[1] % QUANT_BLOCK:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_permute_fp8: x is {tuple(x.shape)} {x.dtype}; it quantizes float "
+            f"rows of a multiple of {QUANT_BLOCK} elements (its 1 x {QUANT_BLOCK} blocks)"
+        )
+
+
+def moe_permute_fp8_impl(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False):
+    _check("moe_permute", x, row_map)
+    _check_rows(rows)
+    _check_zero_rows(zero_rows, x)
+    _check_fp8(x, scale_format)
+    return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, strict)
+
+
+def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False):
+    _check("moe_permute", x, row_map)
+    _check_zero_rows(zero_rows, x)
+    _check_fp8(x, scale_format)
+    torch._check(rows >= 0)
+    scales = (x.shape[1] // QUANT_BLOCK, scale_rows(rows, scale_format))
+    return (
+        x.new_empty((rows, x.shape[1]), dtype=torch.float8_e4m3fn),
+        x.new_empty(scales, dtype=call.scale_dtype(scale_format)),
+    )
+
+
 def moe_combine_impl(y, row_map, probs=None, strict=False):
     _check("moe_combine", y, row_map)
     _check_probs(probs, row_map)
@@ -105,15 +149,45 @@ def moe_combine_fake(y, row_map, probs=None, strict=False):
     return y.new_empty((row_map.shape[0], y.shape[1]))
 
 
+def _check_grad(grad, y, row_map, probs) -> None:
+    _check("moe_combine", y, row_map)
+    if probs is None:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_combine_grad takes probs: an unweighted combine's "
+            "backward is moe_permute of the gradient"
+        )
+    _check_probs(probs, row_map)
+    check_torch_tensor(grad, f"torch.ops.{NAMESPACE}.moe_combine_grad", "grad")
+    if tuple(grad.shape) != (row_map.shape[0], y.shape[1]) or grad.device != y.device:
+        raise TmaConfigError(
+            f"torch.ops.{NAMESPACE}.moe_combine_grad: grad is {tuple(grad.shape)} on {grad.device}; it "
+            f"takes the combine output's gradient ({row_map.shape[0]}, {y.shape[1]}) on {y.device}"
+        )
+
+
+def moe_combine_grad_impl(grad, y, row_map, probs, strict=False):
+    _check_grad(grad, y, row_map, probs)
+    return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, strict)
+
+
+def moe_combine_grad_fake(grad, y, row_map, probs, strict=False):
+    _check_grad(grad, y, row_map, probs)
+    return y.new_empty(y.shape), probs.new_empty(probs.shape)
+
+
 LIBRARY = define(
     SCHEMAS,
     (
         ("moe_permute", moe_permute_impl, moe_permute_fake),
+        ("moe_permute_fp8", moe_permute_fp8_impl, moe_permute_fp8_fake),
         ("moe_combine", moe_combine_impl, moe_combine_fake),
+        ("moe_combine_grad", moe_combine_grad_impl, moe_combine_grad_fake),
     ),
 )
 moe_permute = torch.ops.tmakit.moe_permute.default
+moe_permute_fp8 = torch.ops.tmakit.moe_permute_fp8.default
 moe_combine = torch.ops.tmakit.moe_combine.default
+moe_combine_grad = torch.ops.tmakit.moe_combine_grad.default
 
 
 # -- autograd -------------------------------------------------------------------------------------
@@ -137,21 +211,14 @@ def _combine_context(ctx, inputs, output) -> None:
 def _combine_backward(ctx, grad):
     y, row_map, probs = ctx.saved_tensors
     grad = grad.contiguous()
-    rows = ctx.rows
-    spread = moe_permute(grad, row_map, rows, None, False)  # every row no slot names: zero
-    if not ctx.weighted:
-        return spread, None, None, None
-    flat = row_map.reshape(-1).long()
-    valid = (flat >= 0) & (flat < rows)
-    weights = probs.new_zeros(rows + 1).scatter(0, torch.where(valid, flat, rows), probs.reshape(-1))[:rows]
-    grad_y = (spread.float() * weights.float()[:, None]).to(y.dtype) if ctx.needs_input_grad[0] else None
-    grad_probs = None
-    if ctx.needs_input_grad[2]:
-        tokens, topk = row_map.shape
-        named = y.index_select(0, torch.where(valid, flat, 0)).view(tokens, topk, -1)
-        dots = torch.bmm(named.float(), grad.float().unsqueeze(-1)).squeeze(-1)
-        grad_probs = torch.where(valid.view(tokens, topk), dots, 0).to(probs.dtype)
-    return grad_y, None, grad_probs, None
+    if not ctx.weighted:  # every row no slot names: zero
+        return moe_permute(grad, row_map, ctx.rows, None, False), None, None, None
+    if torch.is_grad_enabled():  # create_graph: a second backward reads these gradients' graph
+        grad_y, grad_probs = call.combine_grad_by_torch(grad, y, row_map, probs)
+    else:
+        grad_y, grad_probs = moe_combine_grad(grad, y, row_map, probs, False)
+    needs = ctx.needs_input_grad
+    return grad_y if needs[0] else None, None, grad_probs if needs[2] else None, None
 
 
 torch.library.register_autograd(
@@ -161,4 +228,4 @@ torch.library.register_autograd(
     f"{NAMESPACE}::moe_combine", _combine_backward, setup_context=_combine_context, lib=LIBRARY
 )
 
-__all__ = ["moe_combine", "moe_permute"]
+__all__ = ["moe_combine", "moe_combine_grad", "moe_permute", "moe_permute_fp8"]

@@ -357,13 +357,23 @@ def stand_in_tile(stage_bytes: int) -> tuple[int, int]:
     return math.ceil(stage_bytes / _STAND_IN_BYTES), _STAND_IN_WIDTH
 
 
-def stand_in_ring(stage_bytes: int, stages: int, sm_count: int) -> PipelinePlan:
+def stand_in_ring(
+    stage_bytes: int, stages: int, sm_count: int, consumer_warps: int = 1, blocks_per_sm: int = 1
+) -> PipelinePlan:
     """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
-    persistent `PipelinePlan` over a stand-in load plan whose tile (`stand_in_tile`) sizes the
-    stages and carries the barriers and walk; no tensor map is made from it."""
+    persistent `PipelinePlan` (`consumer_warps`, `blocks_per_sm` as its) over a stand-in load
+    plan whose tile (`stand_in_tile`) sizes the stages and carries the barriers and walk; no
+    tensor map is made from it."""
     tile = stand_in_tile(stage_bytes)
     load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
-    return PipelinePlan(load, stages=stages, persistent=True, sm_count=sm_count)
+    return PipelinePlan(
+        load,
+        stages=stages,
+        persistent=True,
+        sm_count=sm_count,
+        consumer_warps=consumer_warps,
+        blocks_per_sm=blocks_per_sm,
+    )
 
 
 def check_bulk_ring(stages: int, sm_count: int, stage_bytes: int, what: str, fix: str = "") -> None:
