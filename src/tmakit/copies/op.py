@@ -35,9 +35,11 @@ from ..ops_base import (
     increment_versions,
     on_its_device,
     op_kwargs,
+    op_strict,
     plain_pair,
     refuse_memoryless,
     run_in_place,
+    switched_off,
 )
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
@@ -61,8 +63,8 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
     """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`, strict). The call without
     options, on one GPU, of tensors that need no autograd check (`plain_pair`), goes straight to
     the strict copy's dispatch: it is the op's repeated call."""
-    if options or not plain_pair(dst, src):
-        run_in_place("copy_", dst, src, tma_copy_, strict=True, **copy_kwargs(options))
+    if options or not plain_pair(dst, src) or switched_off():
+        run_in_place("copy_", dst, src, tma_copy_, strict=op_strict(), **copy_kwargs(options))
         return
     STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
@@ -70,7 +72,7 @@ def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
 
 def copy__typed_impl(dst: torch.Tensor, src: torch.Tensor, **typed: Any) -> None:
     """The typed overload's kernel: `tmakit.copy_` with the typed options given, strict."""
-    run_in_place("copy_", dst, src, tma_copy_, strict=True, **op_kwargs("", typed))
+    run_in_place("copy_", dst, src, tma_copy_, strict=op_strict(), **op_kwargs("", typed))
 
 
 def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
@@ -83,8 +85,8 @@ def copy_impl(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tenso
     if type(src) is not Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
     if typed or options or gpu_count() > 1:
-        return on_its_device(src, tma_copy, src, strict=True, **op_kwargs(options, typed))
-    return tma_copy(src, strict=True)  # the repeated call without options, on one GPU
+        return on_its_device(src, tma_copy, src, strict=op_strict(), **op_kwargs(options, typed))
+    return tma_copy(src, strict=op_strict())  # the repeated call without options, on one GPU
 
 
 def copy_fake(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, check_traced, define, refuse_grad
+from ..ops_base import NAMESPACE, check_traced, define, op_strict, refuse_grad
 from . import api as api_many
 from . import call as api_many_route
 
@@ -30,7 +30,7 @@ def copy_many__impl(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
     refuse_grad("copy_many_", *dsts, *srcs)
     on_gpus("copy_many_", "dsts", dsts)
     on_gpus("copy_many_", "srcs", srcs)
-    api_many.copy_many_(dsts, srcs, strict=True)
+    api_many.copy_many_(dsts, srcs, strict=op_strict())
 
 
 def on_gpus(op: str, name: str, tensors: list[torch.Tensor]) -> None:
@@ -51,7 +51,7 @@ def copy_many__fake(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
 def pack_impl(tensors: list[torch.Tensor]) -> torch.Tensor:
     refuse_grad("pack", *tensors)
     on_gpus("pack", "tensors", tensors)
-    return api_many.pack(tensors, strict=True)[0]
+    return api_many.pack(tensors, strict=op_strict())[0]
 
 
 def pack_fake(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -66,7 +66,7 @@ def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     refuse_grad("unpack_", flat, *tensors)
     check_traced("unpack_", flat=flat)
     on_gpus("unpack_", "tensors", tensors)
-    api_many.unpack_(flat, tensors, strict=True)
+    api_many.unpack_(flat, tensors, strict=op_strict())
 
 
 def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:

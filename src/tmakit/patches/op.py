@@ -23,6 +23,7 @@ from ..ops_base import (
     define,
     not_differentiable,
     on_its_device,
+    op_strict,
     refuse_memoryless,
 )
 from ..plan.route import TensorFacts
@@ -51,7 +52,7 @@ def im2col_impl(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:
     strict: TMA's path only, as the fake says); `conv`: `im2col_pairs`'."""
     if type(x) is not torch.Tensor or x.is_meta:
         refuse_memoryless("im2col", x=x)
-    return on_its_device(x, tma_im2col, x, *im2col_pairs(conv), strict=True)
+    return on_its_device(x, tma_im2col, x, *im2col_pairs(conv), strict=op_strict())
 
 
 def im2col_fake(x: torch.Tensor, *conv: list[int]) -> torch.Tensor:

@@ -25,8 +25,10 @@ from ..ops_base import (
     define,
     increment_versions,
     op_kwargs,
+    op_strict,
     plain_pair,
     run_in_place,
+    switched_off,
 )
 from ..plan import check_reduce
 from .api import reduce_dispatch
@@ -46,8 +48,8 @@ SCHEMAS = {
 def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> None:
     """dst = dst op src through TMA (`tmakit.reduce_into_`, strict: the fake refuses what TMA does
     not serve, so the eager op does not fall back to torch's either), as copy_'s kernel runs."""
-    if not plain_pair(dst, src):
-        run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True)
+    if not plain_pair(dst, src) or switched_off():
+        run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=op_strict())
         return
     reduce_dispatch(op, True, NO_OPTIONS).call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
@@ -55,7 +57,7 @@ def reduce_into__impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add") -> 
 
 def reduce_into__typed_impl(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:
     """The typed overload's kernel: `tmakit.reduce_into_` with the typed options given, strict."""
-    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=True, **op_kwargs("", typed))
+    run_in_place("reduce_into_", dst, src, tma_reduce_into_, op, strict=op_strict(), **op_kwargs("", typed))
 
 
 def reduce_into__fake(dst: torch.Tensor, src: torch.Tensor, op: str = "add", **typed: Any) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, check_traced, define, refuse_grad
+from ..ops_base import NAMESPACE, check_traced, define, op_strict, refuse_grad
 from . import api as api_rows
 
 SCHEMAS = {
@@ -57,7 +57,7 @@ def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torc
 def gather_rows_impl(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     refuse_grad("gather_rows", src)
     check_traced("gather_rows", src=src, index=index)
-    return api_rows.gather_rows(src, index, strict=True)
+    return api_rows.gather_rows(src, index, strict=op_strict())
 
 
 def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -68,19 +68,19 @@ def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
     refuse_grad("scatter_rows_", dst, src)
     check_traced("scatter_rows_", dst=dst, index=index, src=src)
-    api_rows.scatter_rows_(dst, index, src, strict=True)
+    api_rows.scatter_rows_(dst, index, src, strict=op_strict())
 
 
 def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
     refuse_grad("index_add_", dst, src)
     check_traced("index_add_", dst=dst, index=index, src=src)
-    api_rows.index_add_(dst, index, src, strict=True)
+    api_rows.index_add_(dst, index, src, strict=op_strict())
 
 
 def index_reduce__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str) -> None:
     refuse_grad("index_reduce_", dst, src)
     check_traced("index_reduce_", dst=dst, index=index, src=src)
-    api_rows.index_reduce_(dst, index, src, reduce, strict=True)
+    api_rows.index_reduce_(dst, index, src, reduce, strict=op_strict())
 
 
 def in_place_fake(op: str):
