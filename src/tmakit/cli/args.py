@@ -168,7 +168,10 @@ def add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_element_arguments(parser: argparse.ArgumentParser) -> None:
-    dtype_help = f"element type, tmakit's name or torch's (fp16, float16 or half; default {SEED.dtype})"
+    dtype_help = (
+        "element type, tmakit's name or torch's in any case "
+        f"(fp16, FP16, float16 or half; default {SEED.dtype})"
+    )
     add_value(parser, "--dtype", DTYPE, None, dtype_help, SEED.dtype)
     add_value(
         parser, "--tile", TILE, "ROWSxCOLS", f"the TMA box: rows x columns (default {SEED_TILE})", SEED.tile
