@@ -1,5 +1,6 @@
-"""What the `tmakit` command says to a user's slip: a dtype in capitals (read as it means).
-An unknown one: exit 2, one line on stderr, nothing on stdout."""
+"""What the `tmakit` command says to a user's slip: a dtype in capitals (read as it means), a
+shape with a negative, zero or malformed dimension (the shape rule, not argparse's confusion over a
+value that starts with a minus). Each refusal: exit 2, one line on stderr, nothing on stdout."""
 
 import argparse
 
@@ -44,3 +45,30 @@ def test_an_unknown_dtype_is_named_as_typed(capsys):
     assert "argument --dtype: dtype 'FP17' is not supported; tmakit knows fp16, bf16" in line
     assert "(torch's names: float16, bfloat16" in refusal(capsys, "plan", "--dtype", "Float17")
     assert "dtype 'DOUBLE' (float64) has no TMA type" in refusal(capsys, "plan", "--dtype", "DOUBLE")
+
+
+SHAPE_COMMANDS = [name for name, command in COMMANDS.items() if "--shape" in command._option_string_actions]
+
+
+@pytest.mark.parametrize("command", SHAPE_COMMANDS)
+@pytest.mark.parametrize("shape", ["-5x10", "5x-10", "0x10", "5xx10", "5x1.5", "-1"])
+def test_a_shape_that_is_not_positive_integers_names_the_shape_rule(command, shape, capsys):
+    said = (
+        f"tmakit: argument --shape: '{shape}': each dimension must be a positive integer, written like "
+        f"8448x1792 (see 'tmakit {command} --help')"
+    )
+    assert refusal(capsys, command, "--shape", shape) == said  # a value, though it starts with a minus
+    assert refusal(capsys, command, f"--shape={shape}") == said
+
+
+def test_a_shape_of_the_wrong_rank_names_the_rank_rule(capsys):
+    assert "argument --shape: tensor has 6 dimensions; tmakit loads 2 to 5" in refusal(
+        capsys, "plan", "--shape", "1x2x3x4x5x6"
+    )
+
+
+def test_other_values_starting_with_a_minus_reach_their_own_rule(capsys):
+    assert "tile rows is -64; a TMA box dimension must be 1..256" in refusal(
+        capsys, "plan", "--tile", "-64x256"
+    )
+    assert "cluster -1x2 has no CTAs along one side" in refusal(capsys, "plan", "--cluster", "-1x2")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -45,6 +46,9 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 _UNSET = object()  # an option's value before the command line is read: still there, not given
 # The actions whose value is set whole (an append or a count reads the value before it).
 _SET_WHOLE = (argparse._StoreAction, argparse._StoreConstAction)
+# A word that starts with a minus and a digit ("-5x10", "-64x256") is a value, a bad one the
+# flag's own check names: no tmakit flag starts with a digit (argparse takes only "-5" as a value).
+_NEGATIVE_VALUE = re.compile(r"-\d")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +58,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tmakit: {message} (see '{self.prog} --help')\n")
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if _NEGATIVE_VALUE.match(arg_string):  # "--shape -5x10": the value, for --shape to refuse
+            return None
+        return super()._parse_optional(arg_string)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         namespace = argparse.Namespace() if namespace is None else namespace

@@ -25,6 +25,7 @@ from ..validate import check_load_config, check_rank
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
+SHAPE_RULE = f"each dimension must be a positive integer, written like {SEED_SHAPE}"
 # --cluster's shapes: the cluster family's (its plan part, read by name).
 CLUSTER_SHAPES = registry.exporting("CLUSTER_SHAPES", "plan").CLUSTER_SHAPES
 CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
@@ -53,7 +54,14 @@ def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 
 def _shape(text: str) -> tuple[int, ...]:
-    shape = parse_extents(text, "shape", rank=None)
+    """--shape's extents: each a positive integer (TmaConfigError naming that rule otherwise), 2 to
+    `MAX_RANK` of them."""
+    try:
+        shape = parse_extents(text, "shape", rank=None)
+    except TmaConfigError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise TmaConfigError(f"{text!r}: {SHAPE_RULE}")
     check_rank(len(shape))
     return shape
 
