@@ -61,7 +61,7 @@ def test_the_default_highlight_is_never_an_error(command):
         (["explain", "--consumer-warps", "4"], "--consumer-warps sets the consumers of a ring"),
         ([], "the following arguments are required: COMMAND"),
         (["plot"], "invalid choice: 'plot'"),
-        (["plan", "--nope"], "unrecognized arguments: --nope"),
+        (["plan", "--nope"], "unknown flag --nope (see 'tmakit plan --help')"),
         (["plan", "--swizzle", "16"], "argument --swizzle: invalid choice: 16"),
         (["check", "--mistake", "typo"], "argument --mistake: invalid choice: 'typo'"),
     ],

@@ -1,11 +1,13 @@
-"""What the `tmakit` command says to a user's slip: a dtype in capitals (read as it means), a
-shape with a negative, zero or malformed dimension (the shape rule, not argparse's confusion over a
-value that starts with a minus). Each refusal: exit 2, one line on stderr, nothing on stdout."""
+"""What the `tmakit` command says to a user's slip: a misspelt flag or choice (the nearest one
+named, and the command's own --help), a dtype in capitals (read as it means), a shape with a
+negative, zero or malformed dimension (the shape rule, not argparse's confusion over a value that
+starts with a minus). Each refusal: exit 2, one line on stderr, nothing on stdout."""
 
 import argparse
 
 import pytest
 
+from entry_point import one_error_line, tmakit
 from tmakit.cli import build_parser, main
 from tmakit.reduce.bench import ReduceCase
 
@@ -15,6 +17,12 @@ COMMANDS = {
     if isinstance(action, argparse._SubParsersAction)
     for name, parser in action.choices.items()
 }
+LONG_FLAGS = [
+    (name, flag)
+    for name, command in COMMANDS.items()
+    for flag in command._option_string_actions
+    if flag.startswith("--") and flag != "--help"
+]
 
 
 def refusal(capsys, *argv: str) -> str:
@@ -24,6 +32,55 @@ def refusal(capsys, *argv: str) -> str:
     lines = err.splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("tmakit: "), (code, out, err)
     return lines[0]
+
+
+def misspelt(flag: str) -> str:
+    """`flag` with its middle letter doubled ("--kerrnel"): no flag's prefix, so argparse cannot
+    take it for an abbreviation."""
+    middle = (len(flag) + 2) // 2
+    return flag[:middle] + flag[middle - 1 :]
+
+
+@pytest.mark.parametrize(("command", "flag"), LONG_FLAGS)
+def test_a_misspelt_flag_of_every_command_names_the_nearest_and_the_commands_help(command, flag, capsys):
+    typo = misspelt(flag)
+    expected = f"tmakit: unknown flag {typo}; did you mean {flag}? (see 'tmakit {command} --help')"
+    assert refusal(capsys, command, typo) == expected
+    assert refusal(capsys, command, f"{typo}=1") == expected  # --flag=value: the flag alone named
+
+
+def test_a_misspelt_flag_in_a_fresh_process_is_one_line_and_exit_2():
+    run = tmakit("plan", "--kernal", "copy")
+    assert run.returncode == 2 and run.stdout == ""
+    assert (
+        one_error_line(run)
+        == "tmakit: unknown flag --kernal; did you mean --kernel? (see 'tmakit plan --help')"
+    )
+
+
+def test_a_flag_near_none_is_refused_without_a_guess(capsys):
+    # Every flag starts with "--": compared with them, "--nope" would be near "--moe".
+    assert refusal(capsys, "plan", "--nope") == "tmakit: unknown flag --nope (see 'tmakit plan --help')"
+    assert (
+        refusal(capsys, "explain", "stray")
+        == "tmakit: unrecognized arguments: stray (see 'tmakit explain --help')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["plnn"], "invalid choice: 'plnn' (choose from 'plan', "),
+        (["plan", "--kernel", "copyy"], "argument --kernel: invalid choice: 'copyy' (choose from 'load', "),
+        (["check", "--mistake", "expect-mroe"], "argument --mistake: invalid choice: 'expect-mroe' ("),
+    ],
+)
+def test_a_misspelt_choice_names_the_nearest(argv, said, capsys):
+    line = refusal(capsys, *argv)
+    nearest = {"plnn": "plan", "copyy": "copy", "expect-mroe": "expect-more"}[argv[-1]]
+    assert said in line and line.endswith(
+        f"; did you mean {nearest}? (see '{' '.join(['tmakit', *argv[:-2]])} --help')"
+    )
 
 
 @pytest.mark.parametrize(
