@@ -349,8 +349,8 @@ def test_plan_describes_each_kernel_a_call_plans(args, shown):
 @pytest.mark.parametrize(
     "args, refusal",
     [
-        (["--kernel", "reduce"], "give --reduce OP"),
-        (["--kernel", "im2col"], "give --im2col"),
+        (["--kernel", "reduce"], "--kernel reduce needs --reduce OP (add, min, max"),
+        (["--kernel", "im2col"], "--kernel im2col needs --im2col kernel=K[,stride=S]"),
         (["--kernel", "copy", "--reduce", "add"], "--reduce does not apply to --kernel copy"),
         (["--kernel", "copy", "--stages", "4"], "--stages does not apply"),
         (["--copy", "stages=4"], "--copy does not apply without --kernel"),

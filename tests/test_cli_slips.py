@@ -1,7 +1,8 @@
 """What the `tmakit` command says to a user's slip: a misspelt flag or choice (the nearest one
 named, and the command's own --help), a dtype in capitals (read as it means), a shape with a
 negative, zero or malformed dimension (the shape rule, not argparse's confusion over a value that
-starts with a minus). Each refusal: exit 2, one line on stderr, nothing on stdout."""
+starts with a minus) and a kernel run without the flag it needs (the flag, its form and an
+example that runs). Each: exit 2, one line on stderr, nothing on stdout."""
 
 import argparse
 
@@ -129,3 +130,44 @@ def test_other_values_starting_with_a_minus_reach_their_own_rule(capsys):
         capsys, "plan", "--tile", "-64x256"
     )
     assert "cluster -1x2 has no CTAs along one side" in refusal(capsys, "plan", "--cluster", "-1x2")
+
+
+# What each kernel of `plan` and `explain` cannot plan without: the flag, its form, an example.
+NEEDED = {
+    "rows": ("--rows gather|scatter|add|min|max:COUNT", "--rows gather:16384"),
+    "moe": ("--moe dispatch|combine|combine-grad|fp8-dispatch:TOPK:EXPERTS", "--moe dispatch:8:256"),
+    "many": ("--many BYTES[xCOUNT],...", "--many 4096x1000,65536"),
+    "reduce": ("--reduce OP (add, min, max, inc, dec, and, or, xor)", "--reduce add"),
+    "im2col": (
+        "--im2col kernel=K[,stride=S][,padding=P][,dilation=D][,tile=PIXELSxCHANNELS][,stages=N]"
+        "[,by=loads|windows]",
+        "--im2col kernel=3,padding=1 --shape 2x56x56x64",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["plan", "explain"])
+@pytest.mark.parametrize("kernel", list(NEEDED))
+def test_a_kernel_without_its_flag_says_what_to_give_and_the_example_runs(command, kernel, capsys):
+    form, example = NEEDED[kernel]
+    said = refusal(capsys, command, "--kernel", kernel)
+    assert said == f"tmakit: --kernel {kernel} needs {form}, e.g. {example}"
+    assert main([command, "--kernel", kernel, *example.split()]) == 0, capsys.readouterr().err
+
+
+def test_every_kernel_that_needs_a_flag_is_listed():
+    """A new kernel that plans nothing from the defaults alone fails here until NEEDED names its flag."""
+    kernels = COMMANDS["plan"]._option_string_actions["--kernel"].choices
+    refused = []
+    for kernel in kernels:
+        if main(["plan", "--kernel", kernel]) != 0:
+            refused.append(kernel)
+    assert sorted(refused) == sorted(NEEDED)
+
+
+def test_a_kernel_without_its_flag_in_a_fresh_process_is_one_line_and_exit_2():
+    run = tmakit("plan", "--kernel", "rows")
+    assert run.returncode == 2 and run.stdout == ""
+    assert one_error_line(run) == (
+        "tmakit: --kernel rows needs --rows gather|scatter|add|min|max:COUNT, e.g. --rows gather:16384"
+    )

@@ -279,6 +279,14 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
 
 
+def needed(value: Any, flag: str, kernel: str, form: str, example: str) -> Any:
+    """`value`, of the option `flag` that `--kernel kernel` cannot plan without; where the command
+    line gave none, CommandError saying what to give: the flag, its `form` and an `example` value."""
+    if value is None:
+        raise CommandError(f"--kernel {kernel} needs {flag} {form}, e.g. {flag} {example}")
+    return value
+
+
 def check_listed_tiles(tiles: int, what: str, fix: str) -> None:
     """CommandError for a block of more `tiles` than `what` lists the phases of (`MAX_LISTED_TILES`);
     `fix` says what to do instead."""
