@@ -68,6 +68,8 @@ def test_the_host_cost_figures_are_the_studys():
 # of two values are computed in DERIVED, by name.
 FIGURE = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?\s?(x|us|ms|GB/s|TB/s|%)?(?![\w^])")
 SCALES = {"us": (1, 1e6), "ms": (1, 1e3), "GB/s": (1, 1e-9), "TB/s": (1e-3, 1e-12), "%": (1, 100), "x": (1,)}
+# A share of the L2 a rule reads (`plan.route.TORCH_FASTER_BEYOND_L2`), not a measured figure.
+L2_SHARE = re.compile(r"\b(?:\d+%|half) of the L2\b|\bhalf the L2\b")
 # Single samples and their spread: a figure is a median or a summary, never one of these.
 SAMPLES = {"samples_us", "us_min_max", "min_us", "max_us", "kernel_us", "samples"}
 
@@ -141,6 +143,7 @@ def _found(text: str, unit: str | None, values: list[float]) -> bool:
 def unmatched_figures(figure: str, files: list[str]) -> tuple[list[str], int]:
     """The figures of the text `figure` that none of `files` holds, and how many were checked."""
     values = [v for name in files for v in numbers(json.loads((RESULTS / name).read_text()))]
+    figure = L2_SHARE.sub("a share of the L2", figure)  # a rule's, checked on its own below
     matches = [m.groups() for m in FIGURE.finditer(figure) if m.group(3) or "." in m.group(1)]
     unmatched, checked = [], 0
     for index, (number, upper, unit) in enumerate(matches):
@@ -219,3 +222,25 @@ def test_the_many_tensors_figures_are_the_studys():
     assert unchecked in figures and unchecked in readme
     wide = [row["device_vs_torch"] for row in reduce_rows if row["row_bytes"] >= 256]
     assert f"from 256 bytes {span(wide)} torch's" in figures
+
+
+def test_every_share_of_the_l2_written_is_the_rules():
+    """A plain `add_` whose three streams pass a share of the L2 is torch's; that share is one
+    value, `TORCH_FASTER_BEYOND_L2["add"]` (data/tuning.json). Every share of the L2 the README,
+    the docs, the changelog and the docstrings write is it; where they say a strict call runs the
+    ring "there", the ring's rule (`RING_BEYOND_L2`) starts at the same share."""
+    from tmakit.plan.route import TORCH_FASTER_BEYOND_L2
+    from tmakit.plan.tuning import TUNING
+
+    share = TORCH_FASTER_BEYOND_L2["add"].share_of_l2
+    assert TUNING["RING_BEYOND_L2"].value["add"].share_of_l2 == share
+    rule = f"{share:.0%} of the L2"
+    texts = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")]
+    texts += [*(ROOT / "benchmarks").glob("*.md"), *(ROOT / "src" / "tmakit").rglob("*.py")]
+    written = {
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in texts
+        for match in L2_SHARE.finditer(" ".join(path.read_text().split()))
+    }
+    assert any(line.startswith("README.md") for line in written)  # the README states it
+    assert [line for line in written if not line.endswith(rule)] == []
