@@ -244,3 +244,25 @@ def test_every_share_of_the_l2_written_is_the_rules():
     }
     assert any(line.startswith("README.md") for line in written)  # the README states it
     assert [line for line in written if not line.endswith(rule)] == []
+
+
+def test_the_api_pages_host_cost_figures_are_the_studys():
+    """docs/api.md's host costs: a new shape against a repeated call, a fresh process's first copy,
+    and the op's dispatcher path against the direct call and a no-op op, all of one run."""
+    us = {(row["group"], row["key"]): row["us"] for row in rows_of("host-cost.json", "calls")}
+    api = " ".join((ROOT / "docs" / "api.md").read_text().split())
+    new, repeated = us["new_shape", "new_shape_call_us"], us["new_shape", "repeated_call_us"]
+    assert (
+        f"A new shape of a compiled class costs {new / repeated:.1f}x a repeated call's host time "
+        f"({new:.1f} against {repeated:.1f} us on the H200's host); a fresh process's first copy "
+        f"of a class kept on disk, {us['first_call', 'warm_disk_cache_first_copy_s'] * 1e3:.1f} ms"
+    ) in api
+    op, direct = us["copy", "tmakit_copy_op_call_us"], us["copy", "tmakit_copy_call_us"]
+    assert (
+        f"({op:.2f} us of host time on the H200's host against {direct:.2f} us for `tmakit.copy_` in "
+        f"the same run, {op / direct:.2f}x; an op of the same schema whose kernel does nothing costs "
+        f"{us['copy', 'tmakit_copy_noop_op_call_us']:.2f} us"
+    ) in api
+    assert json.loads((RESULTS / "host-cost.json").read_text())["parts"]["calls"]["context"]["device"] == (
+        "NVIDIA H200"
+    )
