@@ -266,3 +266,140 @@ def test_the_api_pages_host_cost_figures_are_the_studys():
     assert json.loads((RESULTS / "host-cost.json").read_text())["parts"]["calls"]["context"]["device"] == (
         "NVIDIA H200"
     )
+
+
+# -- docs/results.md: which card each figure was measured on ------------------------------------
+CARD = re.compile(r"\b(H100|H200|CPU)\b")
+RESULTS_LINK = re.compile(
+    r"\]\(\.\./benchmarks/results/([\w.-]+\.json)\)"
+    r"(?:,? (?:part `([\w-]+)`|(`context\.parts`)(?: \"([\w-]+)\")?))?"
+)
+
+
+def card_of(device: object) -> str | None:
+    """ "NVIDIA H100 80GB HBM3" -> "H100"; None for text that names no card."""
+    found = CARD.search(device) if isinstance(device, str) else None
+    return found.group(1) if found else None
+
+
+def cards_in(node: object) -> set[str]:
+    """Every card a results file's node names in a `device` (a run's context, or a part's own)."""
+    if isinstance(node, list):
+        return {card for item in node for card in cards_in(item)}
+    if not isinstance(node, dict):
+        return set()
+    cards = {card_of(node.get("device"))} - {None}
+    return cards.union(*(cards_in(value) for key, value in node.items() if key != "rows"))
+
+
+def measured_on(name: str, part: str, in_context: str, context_part: str) -> set[str]:
+    """The cards a results file (`part` of its `parts`, its `context.parts` or one of them, or
+    the file as a whole; "" where the link names none) was measured on; a context whose device
+    is null ran on the CPU."""
+    document = json.loads((RESULTS / name).read_text())
+    if part:
+        node = document["parts"][part]
+        return cards_in(node) or {card_of(node.get("what"))} - {None}
+    if in_context:
+        parts = document["context"]["parts"]
+        return cards_in(parts[context_part] if context_part else parts)
+    if "context" in document:
+        return {card_of(document["context"]["device"]) or "CPU"}
+    return cards_in(document["parts"])
+
+
+def results_units(text: str):
+    """docs/results.md as (heading, unit) pairs: each table row, bullet and paragraph; code and
+    tables' header rows left out."""
+    heading, unit, in_code = "", [], False
+    lines = [*text.splitlines(), ""]
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        starts = line.startswith(("## ", "| ", "- ")) or not line.strip()
+        if unit and (starts or in_code):
+            yield heading, " ".join(" ".join(unit).split())
+            unit = []
+        if in_code or not line.strip() or line.startswith("|---") or following.startswith("|---"):
+            continue
+        if line.startswith("## "):
+            heading = line
+        else:
+            unit.append(line)
+
+
+def test_every_results_figure_names_the_card_it_was_measured_on():
+    """docs/results.md's rule: each heading names the cards its section's files were measured on;
+    under one that names both, a row, bullet or paragraph measured on the H100 says so (one that
+    names no card is the H200's). A table row that links no file is its previous unit's ("same")."""
+    sections: dict[str, set[str]] = {}
+    wrong, linked = [], None
+    for heading, unit in results_units((ROOT / "docs" / "results.md").read_text()):
+        if heading not in sections:
+            sections[heading], linked = set(), None
+        links = RESULTS_LINK.findall(unit)
+        if links:
+            linked = set().union(
+                *(measured_on(file, part, context, name) for file, part, context, name in links)
+            )
+        elif not unit.startswith("| ") or linked is None:
+            continue
+        sections[heading] |= linked
+        named = set(CARD.findall(unit))
+        heading_cards = set(CARD.findall(heading))
+        allowed = named or (heading_cards if len(heading_cards) == 1 else {"H200"})
+        if not linked <= allowed:
+            wrong.append(f"{sorted(linked)} measured, {sorted(allowed)} read: {unit[:90]}")
+    headings = {heading: set(CARD.findall(heading)) for heading in sections}
+    assert {h: cards for h, cards in headings.items() if cards != sections[h]} == {}, sections
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_results_page_names_the_runs_software_and_stays_short():
+    """The cards paragraph names the driver, CUDA, torch and DSL every GPU run's context holds, and
+    the page stays a summary (200 lines; earlier runs are git history)."""
+    contexts = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            if card_of(node.get("device")) and "driver" in node:
+                contexts.append(node)
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for item in node:
+                collect(item)
+
+    for path in RESULTS.glob("*.json"):
+        collect(json.loads(path.read_text()))
+    text = (ROOT / "docs" / "results.md").read_text()
+    cards = " ".join(text[text.index("The cards:") :].split("\n\n")[0].split())
+    for context in contexts:
+        torch = ".".join(context["torch"].split("+")[0].split(".")[:2])
+        software = (context["driver"], f"CUDA {context['cuda_runtime']}", f"torch {torch}")
+        assert all(item in cards for item in software), (context, cards)
+        assert f"nvidia-cutlass-dsl {context['nvidia_cutlass_dsl']}" in cards
+    assert len(contexts) > 20 and len(text.splitlines()) <= 200
+
+
+def test_every_link_to_a_section_finds_its_heading():
+    """A link to `page.md#section` (or `#section`) names a heading of that page, as GitHub makes
+    its anchor: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+
+    def anchors(page: Path) -> set[str]:
+        headings = [
+            line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")
+        ]
+        return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md"]
+    pages += sorted((ROOT / "docs").glob("*.md"))
+    broken, checked = [], 0
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", page.read_text()):
+            checked += 1
+            linked = (page.parent / target).resolve() if target else page
+            if anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert checked > 5 and broken == []
