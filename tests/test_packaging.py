@@ -1,6 +1,7 @@
 """The package as pip builds and installs it: one version, the license and type hints in the wheel,
 classifiers, the extras a GPU user and a plotting user need, and a build with no warning."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -103,3 +104,12 @@ def test_make_test_adds_torch_only_where_the_venv_has_none():
     plain = dry_run()
     assert plain.index('-c "import torch"') < plain.index("pip install -q 'torch==")  # only if it fails
     assert '[ -n "" ]' in dry_run("TORCH=")  # the install's condition is false
+
+
+def test_the_cuda_classifier_is_the_cuda_the_gpu_checks_ran(pyproject):
+    """The classifier names the CUDA major version the committed GPU check ran (its context)."""
+    context = json.loads((ROOT / "benchmarks" / "results" / "gpu-check.json").read_text())["context"]
+    cuda = "Environment :: GPU :: NVIDIA CUDA"
+    assert [c for c in pyproject["project"]["classifiers"] if c.startswith(cuda)] == [
+        f"{cuda} :: {context['cuda_runtime'].split('.')[0]}"
+    ]
