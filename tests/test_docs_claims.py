@@ -4,7 +4,12 @@ measured figures are tests/test_docs_figures.py's)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import pkgutil
+import re
+
+import pytest
 
 from entry_point import ROOT
 from tmakit.errors import TmaConfigError
@@ -43,3 +48,42 @@ def test_the_software_the_readme_says_the_gpu_checks_ran_is_gpu_checks():
     assert f"the GPU checks ran {context['nvidia_cutlass_dsl']}" in readme
     driver = context["driver"].split(".")[0]
     assert f"(driver {driver}, CUDA {context['cuda_runtime']}, torch {torch})" in readme
+
+
+FILE_SUFFIXES = {"py", "json", "md", "png", "log", "csv", "tgz", "sh", "txt"}  # a file's name, not a module's
+
+
+def test_every_module_and_name_the_docs_cite_exists():
+    """A dotted name in backticks that starts at a tmakit module (`patches.route.im2col_call`,
+    `tmakit.plan.tuning`) is one: a module renamed or a name moved fails here, not in a reader's
+    hands."""
+    pytest.importorskip("torch", reason="some of the cited modules import torch")
+    import tmakit
+
+    packages = {module.name for module in pkgutil.iter_modules(tmakit.__path__)} | {"tmakit", *tmakit.__all__}
+
+    def exists(dotted: str) -> bool:
+        parts = dotted.split(".")
+        parts = parts if parts[0] == "tmakit" else ["tmakit", *parts]
+        for cut in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for name in parts[cut:]:
+                if not hasattr(found, name):
+                    return False
+                found = getattr(found, name)
+            return True
+        return False
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+    cited = {
+        (page.name, name)
+        for page in pages
+        for name in re.findall(r"`([a-z_]\w*(?:\.\w+)+)`", page.read_text())
+        if name.split(".")[0] in packages and name.rpartition(".")[2] not in FILE_SUFFIXES
+    }
+    assert len(cited) > 30
+    missing = sorted(f"{page}: {name}" for page, name in cited if not exists(name))
+    assert missing == [], "\n".join(missing)
