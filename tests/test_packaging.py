@@ -87,7 +87,8 @@ def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
 def test_make_test_adds_torch_only_where_the_venv_has_none():
     """`make test` runs the torch-facing tests too: it installs $(TORCH) behind an `import torch`
     guard (an installed torch, a CUDA build above all, is never replaced), and `TORCH=` runs
-    without it."""
+    without it. Without an NVIDIA GPU it installs the CPU build (torch's CPU index beside the
+    user's) and refuses a CUDA one; CI's run asserts the venv's torch is a CPU build."""
     if shutil.which("make") is None:
         pytest.skip("no make here")
 
@@ -104,6 +105,11 @@ def test_make_test_adds_torch_only_where_the_venv_has_none():
     plain = dry_run()
     assert plain.index('-c "import torch"') < plain.index("pip install -q 'torch==")  # only if it fails
     assert '[ -n "" ]' in dry_run("TORCH=")  # the install's condition is false
+    gpu, cpu = plain.index("nvidia-smi -L"), plain.index("no NVIDIA GPU: installing")
+    cpu_install = "pip install -q --extra-index-url 'https://download.pytorch.org/whl/cpu' 'torch=="
+    assert gpu < plain.index("pip install -q 'torch==") < cpu < plain.index(cpu_install)
+    assert plain.index(cpu_install) < plain.index("sys.exit(torch.version.cuda is not None)")
+    assert "assert torch.version.cuda is None" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_the_cuda_classifier_is_the_cuda_the_gpu_checks_ran(pyproject):
