@@ -41,6 +41,7 @@ from ..ops_base import (
     run_in_place,
     switched_off,
 )
+from ..overrides import HandedBack
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import copy_dispatch
@@ -134,6 +135,30 @@ def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, 
     if typed:
         return torch.ops.tmakit.copy.typed.redispatch(below, src, **typed)
     return torch.ops.tmakit.copy.default.redispatch(below, src, options)
+
+
+# -- torch's own copy_, overridden (`tmakit.enable`) -----------------------------------------------
+def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
+    """aten::copy_ on CUDA tensors: a pair of one shape and dtype laid out differently on one GPU
+    goes to `tmakit.copy_`'s dispatch (its route: TMA, or torch's copy_ where a rule chose it);
+    anything else back to torch's kernel. Below autograd: views that require grad are detached
+    (the same memory), and the version counter is torch's to bump."""
+    if not (type(dst) is Tensor and type(src) is Tensor and dst.is_cuda and src.is_cuda):
+        return HandedBack("not two dense CUDA tensors")
+    if dst.dtype != src.dtype or dst.shape != src.shape or dst.get_device() != src.get_device():
+        return HandedBack("a dtype change, a broadcast or two devices")
+    if dst.stride() == src.stride():
+        return HandedBack("one layout: torch's copy is the memcpy")
+    if dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg():
+        return HandedBack("a lazily applied bit")
+    if dst.requires_grad or src.requires_grad:
+        dst, src = dst.detach(), src.detach()
+    COPIES.call(dst, src, None, None, NO_OPTIONS)
+    return dst
+
+
+COPIES = copy_dispatch()
+ATEN_OVERRIDES = {"copy_": serve_copy_}
 
 
 LIBRARY = define(

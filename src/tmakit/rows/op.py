@@ -21,7 +21,10 @@ import torch
 
 from ..errors import TmaConfigError
 from ..ops_base import NAMESPACE, check_traced, define, op_strict, refuse_grad
+from ..overrides import HandedBack
 from . import api as api_rows
+from .call import facts, rows_call
+from .plan import rows_route
 
 SCHEMAS = {
     "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
@@ -91,6 +94,32 @@ def in_place_fake(op: str):
         _check_fake(op, dst, index, src)
 
     return fake
+
+
+# -- torch's own index_select, overridden (`tmakit.enable`) ------------------------------------------
+def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> object:
+    """aten::index_select on CUDA tensors along dim 0 with a 1-D index: where the rows route
+    takes bulk row copies (`rows.plan.rows_route`), a gather into a new tensor, the index's
+    range asserted on the device as torch's kernel does (no host synchronisation); anything else
+    back to torch's kernel."""
+    if not (type(table) is torch.Tensor and type(index) is torch.Tensor and table.is_cuda and index.is_cuda):
+        return HandedBack("not dense CUDA tensors")
+    if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
+        return HandedBack("not rows of dim 0 by a 1-D index")
+    if index.dtype not in (torch.int32, torch.int64) or table.is_conj() or table.is_neg():
+        return HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
+    if table.requires_grad:
+        table = table.detach()
+    out = table.new_empty((index.shape[0], *table.shape[1:]))
+    route = rows_route(facts("gather", table, index, out))
+    if not route.by_tma:
+        return HandedBack(route.reason)
+    torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), "index_select: index out of range")
+    rows_call("gather", table, index, out, False, False)
+    return out
+
+
+ATEN_OVERRIDES = {"index_select": serve_index_select}
 
 
 LIBRARY = define(
