@@ -19,9 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,11 +31,16 @@ KEY = "CUDA"  # the dispatch key the overrides sit on: tmakit serves CUDA tensor
 SERVED = "tmakit"  # the path a call `serve` took counts under
 
 
-@dataclass(frozen=True)
 class HandedBack:
-    """What `serve` returns for a call it leaves to torch's kernel, and why."""
+    """What `serve` returns for a call it leaves to torch's kernel, and why (`reason`)."""
 
-    reason: str
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"HandedBack({self.reason!r})"
 
 
 Serve = Callable[..., Any]
@@ -58,7 +61,8 @@ class _Inside(threading.local):
 
 
 _INSIDE = _Inside()
-_COUNTS: Counter = Counter()
+_COUNTS: dict[str, dict[str, int]] = {}  # op name -> reason (SERVED_REASON: served) -> calls
+SERVED_REASON = ""
 _INSTALLED: dict[str, Any] = {}  # op name -> the torch.library.Library holding its override
 
 
@@ -75,32 +79,39 @@ def _tensor_arguments(name: str) -> tuple[int, ...]:
 
 def _kept_call(kept: Any, tensors: tuple[int, ...], keyset: Any, args: tuple, kwargs: dict) -> Any:
     """The kept kernel's call, a wrapped number given back as its 0-D tensor."""
-    if any(type(args[i]) in _WRAPPED for i in tensors if i < len(args)):
-        args = tuple(
-            torch.scalar_tensor(value, dtype=_WRAPPED[type(value)])
-            if i in tensors and type(value) in _WRAPPED
-            else value
-            for i, value in enumerate(args)
-        )
+    for i in tensors:
+        if i < len(args) and type(args[i]) in _WRAPPED:
+            args = tuple(
+                torch.scalar_tensor(value, dtype=_WRAPPED[type(value)])
+                if i in tensors and type(value) in _WRAPPED
+                else value
+                for i, value in enumerate(args)
+            )
+            break
     return kept.call_boxed(keyset, *args, **kwargs)
 
 
 def _kernel(name: str, serve: Serve, kept: Any) -> Callable[..., Any]:
-    """The kernel registered for aten op `name`: `serve`, or the kept kernel `kept`."""
+    """The kernel registered for aten op `name`: `serve`, or the kept kernel `kept`. Its calls
+    are counted by reason (`SERVED_REASON` for a served one) in `_COUNTS[name]`, a string key
+    whose hash Python keeps."""
     tensors = _tensor_arguments(name)
+    counts = _COUNTS.setdefault(name, {})
+    inside = _INSIDE
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if _INSIDE.serving:
+        if inside.serving:
             return _kept_call(kept, tensors, keyset, args, kwargs)
-        _INSIDE.serving = True
+        inside.serving = True
         try:
             result = serve(*args, **kwargs)
         finally:
-            _INSIDE.serving = False
+            inside.serving = False
         if type(result) is HandedBack:
-            _COUNTS[(name, "torch", result.reason)] += 1
+            reason = result.reason
+            counts[reason] = counts.get(reason, 0) + 1
             return _kept_call(kept, tensors, keyset, args, kwargs)
-        _COUNTS[(name, SERVED, "")] += 1
+        counts[SERVED_REASON] = counts.get(SERVED_REASON, 0) + 1
         return result
 
     kernel.__name__ = kernel.__qualname__ = f"tmakit_{name}"
@@ -168,7 +179,12 @@ def enabled(ops: object = None, key: str = KEY) -> Iterator[list[str]]:
 def stats(reset: bool = False) -> dict[tuple[str, str, str], int]:
     """Calls the overrides saw, by (op, path, reason): path "tmakit" (its route served the call:
     TMA, or torch's op where the route chose it) or "torch" (handed back, the reason why)."""
-    counts = dict(_COUNTS)
+    found = {
+        (name, SERVED if reason == SERVED_REASON else "torch", reason): calls
+        for name, counts in _COUNTS.items()
+        for reason, calls in counts.items()
+    }
     if reset:
-        _COUNTS.clear()
-    return counts
+        for counts in _COUNTS.values():
+            counts.clear()
+    return found

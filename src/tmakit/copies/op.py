@@ -138,19 +138,25 @@ def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, 
 
 
 # -- torch's own copy_, overridden (`tmakit.enable`) -----------------------------------------------
+NOT_CUDA_PAIR = HandedBack("not two dense CUDA tensors")
+NOT_ONE_KIND = HandedBack("a dtype change, a broadcast or two devices")
+ONE_LAYOUT = HandedBack("one layout: torch's copy is the memcpy")
+LAZY_BIT = HandedBack("a lazily applied bit")
+
+
 def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
     """aten::copy_ on CUDA tensors: a pair of one shape and dtype laid out differently on one GPU
     goes to `tmakit.copy_`'s dispatch (its route: TMA, or torch's copy_ where a rule chose it);
     anything else back to torch's kernel. Below autograd: views that require grad are detached
     (the same memory), and the version counter is torch's to bump."""
     if not (type(dst) is Tensor and type(src) is Tensor and dst.is_cuda and src.is_cuda):
-        return HandedBack("not two dense CUDA tensors")
+        return NOT_CUDA_PAIR
     if dst.dtype != src.dtype or dst.shape != src.shape or dst.get_device() != src.get_device():
-        return HandedBack("a dtype change, a broadcast or two devices")
+        return NOT_ONE_KIND
     if dst.stride() == src.stride():
-        return HandedBack("one layout: torch's copy is the memcpy")
+        return ONE_LAYOUT
     if dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg():
-        return HandedBack("a lazily applied bit")
+        return LAZY_BIT
     if dst.requires_grad or src.requires_grad:
         dst, src = dst.detach(), src.detach()
     COPIES.call(dst, src, None, None, NO_OPTIONS)

@@ -97,17 +97,22 @@ def in_place_fake(op: str):
 
 
 # -- torch's own index_select, overridden (`tmakit.enable`) ------------------------------------------
+NOT_CUDA = HandedBack("not dense CUDA tensors")
+NOT_ROWS = HandedBack("not rows of dim 0 by a 1-D index")
+NOT_TAKEN = HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
+
+
 def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> object:
     """aten::index_select on CUDA tensors along dim 0 with a 1-D index: where the rows route
     takes bulk row copies (`rows.plan.rows_route`), a gather into a new tensor, the index's
     range asserted on the device as torch's kernel does (no host synchronisation); anything else
     back to torch's kernel."""
     if not (type(table) is torch.Tensor and type(index) is torch.Tensor and table.is_cuda and index.is_cuda):
-        return HandedBack("not dense CUDA tensors")
+        return NOT_CUDA
     if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
-        return HandedBack("not rows of dim 0 by a 1-D index")
+        return NOT_ROWS
     if index.dtype not in (torch.int32, torch.int64) or table.is_conj() or table.is_neg():
-        return HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
+        return NOT_TAKEN
     if table.requires_grad:
         table = table.detach()
     out = table.new_empty((index.shape[0], *table.shape[1:]))
