@@ -146,3 +146,22 @@ def test_on_a_hopper_the_overrides_serve_transposing_copies_and_gathers_bit_for_
     assert torch.equal(grad, torch.full_like(x, 2.0))
     assert counts.get(("copy_", "tmakit", ""), 0) >= 4
     assert counts.get(("index_select", "tmakit", ""), 0) == 1
+
+
+def test_the_four_models_small_versions_are_the_same_with_enable_on_the_cpu(tmp_path):
+    """benchmarks/probes/enable_models.py --small: each model on the CPU with and without
+    `tmakit.enable()` (nothing is overridden there: the overrides sit on the CUDA key), outputs
+    and gradients the same bit for bit."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "enable_models.py"
+    out = tmp_path / "models.json"
+    done = subprocess.run([sys.executable, str(script), "--small", "--rounds", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"moe layer", "transformer block", "embedding bags", "fsdp copy-in/out"}
+    assert all(row["same_outputs"] and row["served"] == {} for row in rows.values()), rows

@@ -141,12 +141,16 @@ def chosen(ops: object) -> dict[str, Serve]:
 
 def enable(ops: object = None, key: str = KEY) -> list[str]:
     """Install tmakit's overrides of `ops` (None: every one) on torch's `key` kernels; an op
-    already installed stays as it is. `key` is for tests (the CPU key on a machine without a
-    GPU). Returns the ops installed now, sorted."""
+    already installed stays as it is, one without a kernel on `key` in this build (a CPU build of
+    torch has no CUDA kernel of index_select) is not installed. `key` is for tests (the CPU key on
+    a machine without a GPU). Returns the ops installed now, sorted."""
     for name, serve in chosen(ops).items():
         if name in _INSTALLED:
             continue
-        kept = torch.library.get_kernel(f"aten::{name}", key)
+        try:
+            kept = torch.library.get_kernel(f"aten::{name}", key)
+        except RuntimeError:  # no kernel on `key` in this build (CUDA's in a CPU build): none to serve
+            continue
         library = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():  # replacing torch's kernel is the point; it is kept
             warnings.filterwarnings("ignore", "Warning only once for all operators")
