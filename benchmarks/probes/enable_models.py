@@ -176,8 +176,8 @@ def main() -> None:
     found = run(args.small, args.rounds)
     for name, row in found.items():
         print(
-            f"{name:20s} {row['ms_without']:9.3f} ms without, {row['ms_with']:9.3f} with ({row['speedup']:.3f}x), "
-            f"share {row['overridden_share']}, same {row['same_outputs']}"
+            f"{name:20s} {row['ms_without']:9.3f} ms without, {row['ms_with']:9.3f} with "
+            f"({row['speedup']:.3f}x), share {row['overridden_share']}, same {row['same_outputs']}"
         )
     if args.out:
         context = {"torch": torch.__version__, "tmakit_commit": None}
