@@ -27,6 +27,7 @@ from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
 from .linter import LintReport, lint, lint_text
 from .plan import CopyOptions, LoadPlan, PipelinePlan
+from .validate import flag
 
 __all__ = [
     "SEED",
@@ -77,20 +78,48 @@ def enable(ops: Iterable[str] | str | None = None) -> list[str]:
 
 
 def disable(ops: Iterable[str] | str | None = None) -> list[str]:
-    """Remove the overrides `enable` installed for `ops` (None: all); returns those left."""
+    """Remove the overrides `enable` installed for `ops`; torch's own kernels serve those ops again.
+
+    Args:
+        ops: aten op names; None: every op overridden.
+
+    Returns:
+        The ops still overridden, sorted.
+
+    Raises:
+        TmaConfigError: a name tmakit does not override."""
     return _overrides().disable(ops)
 
 
 def enabled(ops: Iterable[str] | str | None = None) -> Any:
-    """A context manager: `enable(ops)` inside the block, the overrides it installed removed
-    after."""
-    return _overrides().enabled(ops)
+    """`enable(ops)` for a `with` block, the overrides it installed removed after.
+
+    Args:
+        ops: as `enable`'s.
+
+    Returns:
+        A context manager; `with tmakit.enabled() as installed:` gives the ops overridden inside.
+
+    Raises:
+        TmaConfigError: a name tmakit does not override (here, before the block)."""
+    overrides = _overrides()
+    overrides.chosen(ops)  # named now, not when the block starts
+    return overrides.enabled(ops)
 
 
 def stats(reset: bool = False) -> dict[tuple[str, str, str], int]:
-    """Calls the overrides saw since the process began (or the last reset), by (aten op, path,
-    reason): path "tmakit" (tmakit's route served it) or "torch" (handed back, and why)."""
-    return _overrides().stats(reset)
+    """Calls the overrides saw since the process began (or the last reset).
+
+    Args:
+        reset: start the counts again after reading them.
+
+    Returns:
+        Calls by (aten op, path, reason): path "tmakit" (tmakit's route served the call) or
+        "torch" (handed back to torch's kernel, the reason why).
+
+    Raises:
+        TmaConfigError: a `reset` that is not a bool."""
+    return _overrides().stats(flag(reset, "stats' reset"))
 
 
 __all__ += ["disable", "enable", "enabled", "stats"]
