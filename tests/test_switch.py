@@ -221,3 +221,20 @@ def test_on_a_hopper_every_call_and_op_equals_torchs_while_switched_off():
         forget_calls()
     assert torch.equal(tmakit.im2col(images, 3, padding=1), patches)  # TMA's patch matrix: the same
     assert tmakit.copy_path(poisoned(256, 512), x.t()).by_tma
+
+
+def test_tmakit_log_writes_each_route_decided_once():
+    """TMAKIT_LOG=1: a route is logged to stderr the first time it is decided, not again; without
+    the variable nothing is written."""
+    pytest.importorskip("torch")
+    program = (
+        "import torch, tmakit\n"
+        "a, b = torch.zeros(64, 32), torch.ones(32, 64)\n"
+        "for _ in range(3): tmakit.copy_path(a, b.t())\n"
+    )
+    for value, lines in (("1", 1), ("", 0)):
+        env = {**os.environ, "TMAKIT_LOG": value}
+        done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        logged = [line for line in done.stderr.splitlines() if line.startswith("tmakit route: copy_: torch")]
+        assert len(logged) == lines, done.stderr

@@ -13,7 +13,9 @@ bool moves as uint8 and float64 as int64). A copy's route is the copy family's
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from dataclasses import dataclass
 
 from ..config import DTYPES, MOVED_AS, contiguous_index, major_of
@@ -55,6 +57,10 @@ class Route:
     view: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
     tail: int = 0
 
+    def __post_init__(self) -> None:
+        if _LOG_ROUTES:
+            log_route(self)
+
     @property
     def by_tma(self) -> bool:
         """Whether TMA serves the call (an empty one included: nothing to move)."""
@@ -63,6 +69,25 @@ class Route:
     def __str__(self) -> str:
         moved = f", moved as {self.moved_as}" if self.moved_as else ""
         return f"{self.op}: {self.path} ({self.reason}{moved})"
+
+
+# TMAKIT_LOG=1 (read at import): each route decided, logged once by its op, path and reason to the
+# `tmakit` logger at INFO, which then writes to stderr unless the application configured it.
+LOG_VARIABLE = "TMAKIT_LOG"
+_LOG_ROUTES = os.environ.get(LOG_VARIABLE, "") not in ("", "0")
+_LOGGED: set[tuple[str, str, str]] = set()
+LOGGER = logging.getLogger("tmakit")
+if _LOG_ROUTES and not LOGGER.handlers:
+    LOGGER.addHandler(logging.StreamHandler())
+    LOGGER.setLevel(logging.INFO)
+
+
+def log_route(route: Route) -> None:
+    """Log `route` (`TMAKIT_LOG=1`) the first time its op, path and reason are decided."""
+    key = (route.op, route.path, route.reason)
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        LOGGER.info("tmakit route: %s", route)
 
 
 # Not frozen: read off the tensors of every new shape's route, in a third of a frozen one's time.
