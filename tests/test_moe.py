@@ -698,7 +698,7 @@ def test_the_fp8_dispatch_refuses_what_it_cannot_quantize_before_any_write():
             tmakit.moe_dispatch(x, ids, num_experts=2, **kwargs)
     with pytest.raises(TmaConfigError, match="multiple of 128"):
         tmakit.moe_dispatch(x[:, :200], ids, num_experts=2, quantize="fp8")
-    import tmakit.ops  # noqa: F401  registers the ops
+    from tmakit import ops  # noqa: F401  registers the ops
 
     with pytest.raises(TmaConfigError, match="quantizes float"):
         torch.ops.tmakit.moe_permute_fp8(torch.ones(8, 256, dtype=torch.int32), ids, 16)
