@@ -42,7 +42,7 @@ test: $(STAMP)
 	@if [ -n "$(TORCH)" ] && ! $(HAS_TORCH); then \
 		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
 		$(VENV)/bin/python -m pip install -q '$(TORCH)' && \
-		if ! $(HAS_GPU) && ! $(CPU_TORCH); then \
+		if ! ( $(HAS_GPU) ) && ! $(CPU_TORCH); then \
 			echo "no NVIDIA GPU here: replacing pip's CUDA build of torch with the CPU build from $(TORCH_CPU_INDEX)"; \
 			$(VENV)/bin/python -m pip install -q --force-reinstall --no-deps --index-url '$(TORCH_CPU_INDEX)' '$(TORCH)' && \
 			$(CPU_TORCH) || { echo "no CPU build of $(TORCH) at $(TORCH_CPU_INDEX)" \

@@ -71,6 +71,26 @@ def test_a_served_call_returns_what_serve_returns_and_a_serve_never_reenters(mon
     assert overrides.disable() == []
 
 
+def test_a_serve_that_fails_hands_its_call_to_torchs_kernel_warning_once(monkeypatch):
+    def serve(table, dim, index):
+        raise RuntimeError("a launch failed")
+
+    monkeypatch.setattr(overrides, "available", lambda: {"index_select": serve})
+    table = torch.arange(40.0).reshape(10, 4)
+    with overrides.enabled(key=CPU):
+        with pytest.warns(RuntimeWarning, match="index_select handed to torch's kernel: a launch failed"):
+            first = table.index_select(0, torch.tensor([2, 5]))
+        second = table.index_select(0, torch.tensor([9]))  # counted, not warned again
+    assert torch.equal(first, table[[2, 5]]) and torch.equal(second, table[[9]])
+    assert tmakit.stats() == {("index_select", "torch", "tmakit's path failed: RuntimeError"): 2}
+
+
+def test_enable_names_the_torch_it_needs_where_torch_lacks_get_kernel(monkeypatch):
+    monkeypatch.delattr(torch.library, "get_kernel")
+    with pytest.raises(TmaConfigError, match=r"needs torch 2\.9 or newer"):
+        tmakit.enable()
+
+
 def test_enabled_removes_only_what_it_installed():
     overrides.enable(["copy_"], key=CPU)
     with overrides.enabled(key=CPU) as installed:
@@ -122,6 +142,12 @@ def test_on_a_hopper_the_overrides_serve_transposing_copies_and_gathers_bit_for_
         out = torch.full((768, 1024), float("nan"), device="cuda").copy_(x.t())
         contiguous = x.t().contiguous()
         rows = table.index_select(0, index)
+        strided = table.index_select(0, torch.stack([index, index], 1)[:, 0])  # handed back: not one run
+        embedding = torch.nn.Embedding.from_pretrained(table.clone(), freeze=False)
+        looked_up = embedding(index)  # a Parameter's rows: served where the route takes them
+        param = torch.nn.Parameter(torch.empty(768, 1024, device="cuda"))
+        with torch.no_grad():
+            param.copy_(x.t())  # a Parameter's copy-in
         leaf = x.clone().requires_grad_()
         y = leaf.t().contiguous()
         (grad,) = torch.autograd.grad((y * 2).sum(), leaf)
@@ -144,10 +170,13 @@ def test_on_a_hopper_the_overrides_serve_transposing_copies_and_gathers_bit_for_
     )
     assert torch.equal(rows, expected_rows) and torch.equal(y.detach(), expected_t)
     assert torch.equal(grad, torch.full_like(x, 2.0))
-    assert counts.get(("copy_", "tmakit", ""), 0) >= 4
+    assert torch.equal(strided, expected_rows) and torch.equal(looked_up, expected_rows)
+    assert torch.equal(param.detach(), expected_t)
+    assert counts.get(("index_select", "torch", "an index whose entries are not one run"), 0) == 1
+    assert counts.get(("copy_", "tmakit", ""), 0) >= 5
     route = tmakit.rows_path("gather", table, index, rows)  # the route the override read
     key = ("index_select", "tmakit", "") if route.by_tma else ("index_select", "torch", route.reason)
-    assert counts.get(key, 0) == 1, (route, counts)
+    assert counts.get(key, 0) == 2, (route, counts)  # the plain table's and the embedding's
 
 
 def test_the_four_models_small_versions_are_the_same_with_enable_on_the_cpu(tmp_path):

@@ -108,6 +108,7 @@ def test_make_test_adds_torch_only_where_the_venv_has_none():
     assert '[ -n "" ]' in dry_run("TORCH=")  # the install's condition is false
     install = plain.index("pip install -q 'torch==")
     gpu = plain.index("nvidia-smi -L", install)
+    assert "! ( command -v nvidia-smi" in plain  # the negation is the whole GPU test's
     cuda_build = plain.index("sys.exit(torch.version.cuda is not None)")
     cpu_install = "--force-reinstall --no-deps --index-url 'https://download.pytorch.org/whl/cpu' 'torch=="
     assert install < gpu < cuda_build < plain.index(cpu_install)  # the CPU index only after a CUDA build

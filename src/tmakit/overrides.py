@@ -91,6 +91,17 @@ def _kept_call(kept: Any, tensors: tuple[int, ...], keyset: Any, args: tuple, kw
     return kept.call_boxed(keyset, *args, **kwargs)
 
 
+def _failed(name: str, error: Exception) -> HandedBack:
+    """A `serve` that raised: its call handed back (a failed launch wrote nothing torch's kernel
+    does not write again: both ops write their whole output), the error warned about once."""
+    reason = f"tmakit's path failed: {type(error).__name__}"
+    if reason not in _COUNTS.get(name, {}):
+        warnings.warn(
+            f"tmakit.enable(): {name} handed to torch's kernel: {error}", RuntimeWarning, stacklevel=3
+        )
+    return HandedBack(reason)
+
+
 def _kernel(name: str, serve: Serve, kept: Any) -> Callable[..., Any]:
     """The kernel registered for aten op `name`: `serve`, or the kept kernel `kept`. Its calls
     are counted by reason (`SERVED_REASON` for a served one) in `_COUNTS[name]`, a string key
@@ -105,6 +116,8 @@ def _kernel(name: str, serve: Serve, kept: Any) -> Callable[..., Any]:
         inside.serving = True
         try:
             result = serve(*args, **kwargs)
+        except Exception as error:  # tmakit's path failed (a compile, a launch): torch's serves the call
+            result = _failed(name, error)
         finally:
             inside.serving = False
         if type(result) is HandedBack:
@@ -144,6 +157,11 @@ def enable(ops: object = None, key: str = KEY) -> list[str]:
     already installed stays as it is, one without a kernel on `key` in this build (a CPU build of
     torch has no CUDA kernel of index_select) is not installed. `key` is for tests (the CPU key on
     a machine without a GPU). Returns the ops installed now, sorted."""
+    if not hasattr(torch.library, "get_kernel"):
+        raise TmaConfigError(
+            f"tmakit.enable() needs torch 2.9 or newer (torch.library.get_kernel keeps torch's kernel); "
+            f"this is torch {torch.__version__}: upgrade torch, or call tmakit's functions directly"
+        )
     for name, serve in chosen(ops).items():
         if name in _INSTALLED:
             continue
@@ -185,8 +203,8 @@ def stats(reset: bool = False) -> dict[tuple[str, str, str], int]:
     TMA, or torch's op where the route chose it) or "torch" (handed back, the reason why)."""
     found = {
         (name, SERVED if reason == SERVED_REASON else "torch", reason): calls
-        for name, counts in _COUNTS.items()
-        for reason, calls in counts.items()
+        for name, counts in list(_COUNTS.items())
+        for reason, calls in list(counts.items())  # a copy: other threads may count meanwhile
     }
     if reset:
         for counts in _COUNTS.values():

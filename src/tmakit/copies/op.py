@@ -149,17 +149,20 @@ def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False
     goes to `tmakit.copy_`'s dispatch (its route: TMA, or torch's copy_ where a rule chose it);
     anything else back to torch's kernel. Below autograd: views that require grad are detached
     (the same memory), and the version counter is torch's to bump."""
-    if not (type(dst) is Tensor and type(src) is Tensor and dst.is_cuda and src.is_cuda):
-        return NOT_CUDA_PAIR
+    if not (isinstance(dst, Tensor) and isinstance(src, Tensor) and dst.is_cuda and src.is_cuda):
+        return NOT_CUDA_PAIR  # a subclass reaches this key only as a plain one would (a Parameter)
     if dst.dtype != src.dtype or dst.shape != src.shape or dst.get_device() != src.get_device():
         return NOT_ONE_KIND
     if dst.stride() == src.stride():
         return ONE_LAYOUT
     if dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg():
         return LAZY_BIT
-    if dst.requires_grad or src.requires_grad:
-        dst, src = dst.detach(), src.detach()
-    COPIES.call(dst, src, None, None, NO_OPTIONS)
+    written, read = dst, src
+    if type(dst) is not Tensor or dst.requires_grad:
+        written = dst.detach()  # the same memory, a plain tensor TMA's launch takes
+    if type(src) is not Tensor or src.requires_grad:
+        read = src.detach()
+    COPIES.call(written, read, None, None, NO_OPTIONS)
     return dst
 
 

@@ -77,9 +77,10 @@ LOG_VARIABLE = "TMAKIT_LOG"
 _LOG_ROUTES = os.environ.get(LOG_VARIABLE, "") not in ("", "0")
 _LOGGED: set[tuple[str, str, str]] = set()
 LOGGER = logging.getLogger("tmakit")
-if _LOG_ROUTES and not LOGGER.handlers:
+if _LOG_ROUTES and not LOGGER.hasHandlers():  # an application's own logging configuration stands
     LOGGER.addHandler(logging.StreamHandler())
     LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
 
 
 def log_route(route: Route) -> None:
@@ -132,7 +133,10 @@ TORCH_DEVICES = {NOT_SM90: f"a tensor is on {NOT_SM90_REASON}", SWITCHED_OFF: SW
 
 def device_rule(*devices: int) -> str | None:
     """Why torch's op serves a call whose tensors lie on `devices` (route device indices), where
-    one is a GPU TMA does not serve (`TORCH_DEVICES`); None otherwise."""
+    one is a GPU TMA does not serve (`TORCH_DEVICES`); None otherwise, and where one is not a
+    CUDA device (its caller's rule names that, switch or not)."""
+    if -1 in devices:
+        return None
     for device in devices:
         if device < -1:
             return TORCH_DEVICES[device]

@@ -99,6 +99,7 @@ def in_place_fake(op: str):
 # -- torch's own index_select, overridden (`tmakit.enable`) ------------------------------------------
 NOT_CUDA = HandedBack("not dense CUDA tensors")
 NOT_ROWS = HandedBack("not rows of dim 0 by a 1-D index")
+STRIDED_INDEX = HandedBack("an index whose entries are not one run")
 NOT_TAKEN = HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
 
 
@@ -107,13 +108,20 @@ def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> ob
     takes bulk row copies (`rows.plan.rows_route`), a gather into a new tensor, the index's
     range asserted on the device as torch's kernel does (no host synchronisation); anything else
     back to torch's kernel."""
-    if not (type(table) is torch.Tensor and type(index) is torch.Tensor and table.is_cuda and index.is_cuda):
-        return NOT_CUDA
+    if not (
+        isinstance(table, torch.Tensor)
+        and isinstance(index, torch.Tensor)
+        and table.is_cuda
+        and index.is_cuda
+    ):
+        return NOT_CUDA  # a subclass reaches this key only as a plain one would (an embedding's Parameter)
     if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
         return NOT_ROWS
+    if index.stride(0) != 1 and index.shape[0] > 1:
+        return STRIDED_INDEX  # the kernel reads the index as one run
     if index.dtype not in (torch.int32, torch.int64) or table.is_conj() or table.is_neg():
         return NOT_TAKEN
-    if table.requires_grad:
+    if type(table) is not torch.Tensor or table.requires_grad:
         table = table.detach()
     out = table.new_empty((index.shape[0], *table.shape[1:]))
     route = rows_route(facts("gather", table, index, out))
