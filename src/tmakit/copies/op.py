@@ -162,7 +162,7 @@ def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False
         written = dst.detach()  # the same memory, a plain tensor TMA's launch takes
     if type(src) is not Tensor or src.requires_grad:
         read = src.detach()
-    COPIES.call(written, read, None, None, NO_OPTIONS)
+    on_its_device(written, COPIES.call, written, read, None, None, NO_OPTIONS)  # aten::copy_ holds no guard
     return dst
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, check_traced, define, op_strict, refuse_grad
+from ..ops_base import NAMESPACE, check_traced, define, on_its_device, op_strict, refuse_grad
 from ..overrides import HandedBack
 from . import api as api_rows
 from .call import facts, rows_call
@@ -128,7 +128,7 @@ def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> ob
     if not route.by_tma:
         return HandedBack(route.reason)
     torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), "index_select: index out of range")
-    rows_call("gather", table, index, out, False, False)
+    on_its_device(table, rows_call, "gather", table, index, out, False, False)  # the kernel replaced held it
     return out
 
 
