@@ -24,7 +24,7 @@ import torch
 from ..api.tensors import check_torch_tensor
 from ..errors import TmaConfigError
 from ..limits import MAX_DEVICE_INT
-from ..ops_base import NAMESPACE, define
+from ..ops_base import NAMESPACE, define, op_strict
 from ..validate import one_of
 from . import call
 from .plan import QUANT_BLOCK, SCALE_FORMATS, scale_rows
@@ -98,7 +98,7 @@ def moe_permute_impl(x, row_map, rows, zero_rows=None, strict=False):
     _check("moe_permute", x, row_map)
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
-    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict)
+    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict and op_strict())
 
 
 def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False):
@@ -122,7 +122,7 @@ def moe_permute_fp8_impl(x, row_map, rows, zero_rows=None, scale_format="fp32", 
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
     _check_fp8(x, scale_format)
-    return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, strict)
+    return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, strict and op_strict())
 
 
 def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False):
@@ -140,7 +140,7 @@ def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", 
 def moe_combine_impl(y, row_map, probs=None, strict=False):
     _check("moe_combine", y, row_map)
     _check_probs(probs, row_map)
-    return call.combine(y, row_map.contiguous(), probs, strict)
+    return call.combine(y, row_map.contiguous(), probs, strict and op_strict())
 
 
 def moe_combine_fake(y, row_map, probs=None, strict=False):
@@ -167,7 +167,7 @@ def _check_grad(grad, y, row_map, probs) -> None:
 
 def moe_combine_grad_impl(grad, y, row_map, probs, strict=False):
     _check_grad(grad, y, row_map, probs)
-    return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, strict)
+    return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, strict and op_strict())
 
 
 def moe_combine_grad_fake(grad, y, row_map, probs, strict=False):
