@@ -81,14 +81,15 @@ def _kept_call(kept: Any, tensors: tuple[int, ...], keyset: Any, args: tuple, kw
     """The kept kernel's call, a wrapped number given back as its 0-D tensor."""
     for i in tensors:
         if i < len(args) and type(args[i]) in _WRAPPED:
-            args = tuple(
-                torch.scalar_tensor(value, dtype=_WRAPPED[type(value)])
-                if i in tensors and type(value) in _WRAPPED
-                else value
-                for i, value in enumerate(args)
-            )
+            args = tuple(_rewrapped(value) if k in tensors else value for k, value in enumerate(args))
             break
     return kept.call_boxed(keyset, *args, **kwargs)
+
+
+def _rewrapped(value: Any) -> Any:
+    """A wrapped number's 0-D tensor (any other value as it is)."""
+    wrapped = _WRAPPED.get(type(value))
+    return value if wrapped is None else torch.scalar_tensor(value, dtype=wrapped)
 
 
 def _failed(name: str, error: Exception) -> HandedBack:
