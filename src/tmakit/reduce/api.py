@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..api.tensors import (
     bump_versions,
+    compile_check,
     count_write,
     detached,
     out_of_the_plain_path,
     pair_facts,
     pair_guard,
+    recorded_by_autograd,
     special_route,
     version_of,
 )
 from ..plan import CopyOptions, reduce_op
-from ..plan.route import Route, torch_route
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..runtime.dispatch import CallTable, Dispatch
 from ..validate import flag
 from .call import (
@@ -48,6 +50,9 @@ if TYPE_CHECKING:
     from ..plan.copy import CopyKeywords
 
 __all__ = ["ReducePlan", "add_", "reduce_into_", "reduce_path"]
+
+# torch.compiler.is_compiling, asked first by each function: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 
 def reduce_into_(
@@ -94,7 +99,10 @@ def reduce_into_(
             unknown op, unknown or ill-typed options, options TMA refuses for tensors it serves,
             `dst` partly overlapping `src` on a TMA path: the very same view is allowed), for an
             error of torch's op (named); with `strict=True` for anything TMA does not serve,
-            before anything compiles or launches."""
+            before anything compiles or launches. While torch.compile traces the call, what the
+            op's fake implementation refuses, wrapped in dynamo's error."""
+    if is_compiling():
+        return traced_reduce_into_(dst, src, op, tile, stages, strict, options, reduce_by)
     return reduced(dst, src, op, tile, stages, strict, options, reduce_by)
 
 
@@ -118,6 +126,8 @@ def add_(
 
     Raises:
         TmaConfigError: as `reduce_into_`."""
+    if is_compiling():
+        return traced_reduce_into_(dst, src, "add", tile, stages, strict, options, reduce_by)
     if strict is False and reduce_by is None and not options:  # the plain call: its dispatch, once made
         dispatch = _DISPATCHES.get(_PLAIN_ADD)
         if tile is None and stages is None and dispatch is not None and dispatch.guarded(dst, src):
@@ -125,6 +135,44 @@ def add_(
             return dst
         return reduced(dst, src, "add", tile, stages, False, options, None, dispatch)
     return reduced(dst, src, "add", tile, stages, strict, options, reduce_by)
+
+
+def traced_reduce_into_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+    reduce_by: str | None,
+) -> torch.Tensor:
+    """`reduce_into_` while torch.compile or torch.export traces it: `torch.ops.tmakit.reduce_into_`
+    with the call's `strict`, which the trace records as one op and which runs `reduce_into_` at run
+    time (TMA, or torch's op where TMA does not serve and the call is not strict). A call autograd
+    records is torch's op, traced as such, as outside a trace (strict: refused)."""
+    strict = flag(strict, "strict")
+    if recorded_by_autograd(dst, src):
+        route = torch_route(reduce_op(op), RECORDED_BY_AUTOGRAD)
+        if strict:
+            raise strict_refusal(route)
+        reduce_options(tile, stages, options)  # named if wrong, as on every path
+        torch_reduce(dst, src, route.op, route.reason)
+        return dst
+    if tile is None and stages is None and not options and reduce_by is None:
+        _ops().reduce_into_.default(dst, src, op, strict=strict)
+    else:
+        _ops().reduce_into_.typed(
+            dst, src, op, tile=tile, stages=stages, reduce_by=reduce_by, strict=strict, **options
+        )
+    return dst
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 def reduced(

@@ -16,14 +16,15 @@ from __future__ import annotations
 import functools
 import numbers
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..api.tensors import import_torch, recorded_by_autograd
+from ..api.tensors import compile_check, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..validate import flag
 from .call import (
     TORCH_CHECKS_LATE,
+    TORCH_OPS,
     ZERO_D,
     check_entries_unless_capturing,
     check_rows,
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["gather_rows", "index_add_", "index_reduce_", "rows_path", "scatter_rows_"]
 
 TORCH_REDUCES = ("prod", "mean", "amax", "amin")  # what torch's index_reduce_ takes
+
+# torch.compiler.is_compiling, asked first by each function: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 
 def gather_rows(
@@ -72,8 +76,12 @@ def gather_rows(
 
     Raises:
         TmaConfigError: a tensor, dtype, shape or device the op does not take; an index entry out
-            of range (with `check_index`); with `strict`, why bulk row copies cannot serve.
+            of range (with `check_index`); with `strict`, why bulk row copies cannot serve. While
+            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
+            dynamo's error (the entries are checked when the traced program runs).
     """
+    if is_compiling():
+        return traced_rows("gather", src, index, out, {"check_index": check_index, "strict": strict})
     torch = import_torch("gather_rows")
     check_index, strict = flags("gather_rows", check_index, strict)
     given = out is not None
@@ -123,6 +131,8 @@ def scatter_rows_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
+    if is_compiling():
+        return traced_rows("scatter", dst, index, src, {"check_index": check_index, "strict": strict})
     check_index, strict = flags("scatter_rows_", check_index, strict)
     if not known_call("scatter", dst, index, src, check_index, strict):
         rows_call("scatter", dst, checked_index(index, dst, "scatter_rows_"), src, check_index, strict)
@@ -157,6 +167,9 @@ def index_add_(
     Raises:
         TmaConfigError: as `gather_rows`; an `alpha` that is not a number.
     """
+    if is_compiling():
+        options = {"alpha": alpha, "check_index": check_index, "strict": strict}
+        return traced_rows("add", dst, index, src, options)
     check_index, strict = flags("index_add_", check_index, strict)
     if not isinstance(alpha, numbers.Real):
         raise TmaConfigError(f"index_add_'s alpha is {alpha!r} ({type(alpha).__name__}); it must be a number")
@@ -198,6 +211,9 @@ def index_reduce_(
     Raises:
         TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
     """
+    if is_compiling():
+        options = {"include_self": include_self, "check_index": check_index, "strict": strict}
+        return traced_rows("reduce", dst, index, src, options, reduce)
     check_index, strict = flags("index_reduce_", check_index, strict)
     include_self = flag(include_self, "index_reduce_'s include_self")
     known = type(reduce) is str and reduce in INDEX_REDUCES and include_self
@@ -216,6 +232,61 @@ def index_reduce_(
         op, reason = INDEX_REDUCES[reduce], None
     by_torch = functools.partial(dst.index_reduce_, 0, index, src, reduce, include_self=include_self)
     return reduced_rows("index_reduce_", op, reason, (dst, index, src), check_index, strict, by_torch)
+
+
+# Each function's op, by `traced_rows`' op.
+TRACED_OPS = {
+    "gather": "gather_rows",
+    "scatter": "scatter_rows_",
+    "add": "index_add_",
+    "reduce": "index_reduce_",
+}
+
+
+def traced_rows(
+    op: str,
+    table: torch.Tensor,
+    index: torch.Tensor,
+    compact: torch.Tensor | None,
+    options: dict[str, Any],
+    *reduce: str,
+) -> torch.Tensor:
+    """A rows function while torch.compile or torch.export traces it: its `torch.ops.tmakit` op
+    (`TRACED_OPS`) with the call's options, which the trace records as one op and which runs the
+    function at run time (bulk row copies, or torch's op where they do not serve and the call is
+    not strict). A call autograd records is torch's op, traced as such, as outside a trace (strict:
+    refused); its entries are then checked by torch's op itself. Returns what the function does."""
+    name = TRACED_OPS[op]
+    check_index, strict = flags(name, options.pop("check_index"), options.pop("strict"))
+    written = compact if op == "gather" else table
+    if recorded_by_autograd(table, *([] if compact is None else [compact])):
+        refuse_strict(strict, name, RECORDED_BY_AUTOGRAD)
+        if op == "gather":
+            torch = import_torch(name)
+            return torch.index_select(table, 0, index, **({} if compact is None else {"out": compact}))
+        if op == "scatter":
+            TORCH_OPS[op](table, index, compact)
+        elif op == "add":
+            table.index_add_(0, index, compact, **options)
+        else:
+            table.index_reduce_(0, index, compact, *reduce, **options)
+        return table
+    mode = {"check_index": check_index, "strict": strict}
+    packet = getattr(_ops(), name)
+    if compact is None:  # a gather allocating its out
+        return packet.default(table, index, **mode)
+    if op == "gather":
+        packet.out(table, index, out=compact, **mode)
+    else:
+        packet.default(table, index, compact, *reduce, **options, **mode)
+    return written
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 def reduced_rows(
