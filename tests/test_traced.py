@@ -215,6 +215,31 @@ def test_the_trace_records_the_functions_op_not_strict(name):
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
+@pytest.mark.parametrize("backend", ["dynamo", "aot_eager"])
+def test_an_out_of_other_strides_takes_the_patch_or_rows_copied_in(backend):
+    """dynamo takes no `out=` tensor of other strides than a contiguous one's: a traced call into
+    such an out records the op that allocates, then a copy into it; the values are the eager call's."""
+
+    def into(x, src, index, patches, rows):
+        tmakit.im2col(x, 3, padding=1, out=patches)
+        tmakit.gather_rows(src, index, rows)
+        return patches * 1, rows * 1
+
+    def make():
+        return pos(2, 5, 5, 8), pos(5, 8, salt=1), index(), torch.zeros(72, 50).t(), torch.zeros(8, 4).t()
+
+    eager_inputs, traced_inputs = make(), make()
+    want = into(*eager_inputs)
+    recorder = Recorder()
+    got = torch.compile(into, fullgraph=True, backend=recorder if backend == "dynamo" else backend)(
+        *traced_inputs
+    )
+    assert same(got, want) and same(traced_inputs, eager_inputs)
+    if backend == "dynamo":
+        ops = {node.target for node in recorder.calls() if str(node.target).startswith("tmakit.")}
+        assert ops == {OPS.im2col.default, OPS.gather_rows.default}
+
+
 def test_the_options_reach_the_op():
     recorder = Recorder()
     torch.compile(CALLS["copy_ options"][0], fullgraph=True, backend=recorder)(*CALLS["copy_ options"][1]())

@@ -160,7 +160,10 @@ def traced_im2col(
         return torch_im2col(x, *conv, out=out)
     if out is None:
         return _ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict)
-    _ops().im2col.out(x, *conv, out=out, im2col_by=im2col_by, strict=strict)
+    if strict or out.is_contiguous():
+        _ops().im2col.out(x, *conv, out=out, im2col_by=im2col_by, strict=strict)
+    else:  # dynamo takes no out= of other strides (strict, TMA's path refuses one): copied into it
+        out.copy_(_ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict))
     return out
 
 

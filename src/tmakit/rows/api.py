@@ -275,8 +275,10 @@ def traced_rows(
     packet = getattr(_ops(), name)
     if compact is None:  # a gather allocating its out
         return packet.default(table, index, **mode)
-    if op == "gather":
+    if op == "gather" and (strict or compact.is_contiguous()):
         packet.out(table, index, out=compact, **mode)
+    elif op == "gather":  # dynamo takes no out= of other strides (strict, TMA's path refuses one)
+        compact.copy_(packet.default(table, index, **mode))
     else:
         packet.default(table, index, compact, *reduce, **options, **mode)
     return written
