@@ -423,3 +423,20 @@ def test_the_functions_compile_whole_and_run_tmas_path(torch):
     assert same_bits(gathered, rows.index_select(0, index))
     assert same_bits(patches, torch_im2col(act, 3, 1, 1))
     assert all(same_bits(d, s) for d, s in zip(into, many, strict=True))
+
+
+def test_add_with_alpha_is_torchs_add_and_traces(torch):
+    """`add_(dst, src, alpha=a)`: with a = 1 TMA's add (bit for bit torch's), another a torch's
+    `add_`, eagerly and compiled (the op's `alpha`)."""
+    torch._dynamo.reset()
+    src = torch.randn(1000, 776, device="cuda")
+    dst = torch.randn(1000, 776, device="cuda")
+    for alpha in (1, 2, -0.5):
+        want, got = dst.clone().add_(src, alpha=alpha), dst.clone()
+        tmakit.add_(got, src, alpha=alpha)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(got), bits(want)), alpha
+    with pytest.raises(TmaConfigError, match="TMA's adds take src as it is"):
+        tmakit.add_(dst.clone(), src, alpha=2, strict=True)
+    got = torch.compile(lambda d, s: tmakit.add_(d, s, alpha=2) * 1, fullgraph=True)(dst.clone(), src)
+    assert torch.equal(bits(got), bits(dst.clone().add_(src, alpha=2)))

@@ -85,11 +85,13 @@ def test_the_ops_are_registered_with_typed_schemas():
     each copy option its own keyword-only argument with CopyOptions' default, read off its fields."""
     copy_ = torch.ops.tmakit.copy_.default._schema
     assert str(copy_) == (
-        'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="", *, bool strict=True) -> ()'
+        'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="", *, bool non_blocking=False, '
+        "bool strict=True) -> ()"
     )
     assert (
         str(torch.ops.tmakit.copy_.typed._schema)
-        == f"tmakit::copy_.typed(Tensor(a0!) dst, Tensor src, {OPTIONS}, bool strict=True) -> ()"
+        == f"tmakit::copy_.typed(Tensor(a0!) dst, Tensor src, {OPTIONS}, bool non_blocking=False, "
+        "bool strict=True) -> ()"
     )
     assert (
         str(torch.ops.tmakit.copy.typed._schema)
@@ -97,8 +99,8 @@ def test_the_ops_are_registered_with_typed_schemas():
     )
     assert str(torch.ops.tmakit.reduce_into_.typed._schema) == (
         f'tmakit::reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}, '
-        "str? reduce_by=None, bool strict=True) -> ()"
-    )  # and the reduce's kernel, `plan.REDUCE_KERNELS`
+        "str? reduce_by=None, Scalar alpha=1, bool strict=True) -> ()"
+    )  # and the reduce's kernel, `plan.REDUCE_KERNELS`, and add_'s alpha
     assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
     assert copy_.arguments[1].alias_info is None  # ... and only dst
     assert (
@@ -128,7 +130,8 @@ def test_the_ops_are_registered_with_typed_schemas():
         assert torch.Tag.pt2_compliant_tag in op.tags
     reduce = torch.ops.tmakit.reduce_into_.default._schema
     assert str(reduce) == (
-        'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", *, bool strict=True) -> ()'
+        'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", *, Scalar alpha=1, '
+        "bool strict=True) -> ()"
     )
     assert reduce.arguments[0].alias_info.is_write and reduce.arguments[1].alias_info is None
 

@@ -60,6 +60,7 @@ def copy_(
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
     *,
+    non_blocking: bool = False,
     strict: bool = False,
     **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
@@ -76,6 +77,10 @@ def copy_(
         src: the tensor read; an empty one launches nothing.
         tile: (rows, columns) of each TMA box; None: tmakit's default for the class.
         stages: the ring's depth; None: tmakit's default.
+        non_blocking: torch's `copy_`'s (keyword-only here: the third place is `tile`): where
+            torch's copy_ serves a pair on two devices (a host tensor and a GPU's), it copies
+            asynchronously with respect to the host where it can (pinned host memory); a copy on
+            one device, TMA's or torch's, never waits for the GPU anyway.
         strict: raise TmaConfigError where TMA does not serve the pair, instead of torch's copy_.
         **options: the other fields of `CopyOptions` (store_depth, blocks_per_sm, as_rows,
             evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left out takes the
@@ -87,13 +92,23 @@ def copy_(
         TmaConfigError: before anything compiles or launches, for arguments wrong in themselves
             (not tensors, shapes or dtypes that differ, `dst` partly overlapping `src`, unknown or
             ill-typed options, options the planner refuses for a pair TMA serves), and with
-            `strict=True` for a pair TMA does not serve. While torch.compile traces the call,
-            what the op's fake implementation refuses, wrapped in dynamo's error."""
+            `strict=True` for a pair TMA does not serve; a `non_blocking` that is not a bool. While
+            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
+            dynamo's error."""
     if is_compiling():
-        return traced_copy_(dst, src, tile, stages, strict, options)
-    if strict is False and tile is None and stages is None and not options and _COPIES.guarded(dst, src):
+        return traced_copy_(dst, src, tile, stages, strict, options, non_blocking)
+    if (
+        strict is False
+        and non_blocking is False
+        and tile is None
+        and stages is None
+        and not options
+        and _COPIES.guarded(dst, src)
+    ):
         bump_versions((dst,))  # the repeated default call: its guard stands for every read below
         return dst
+    if non_blocking is not False and flag(non_blocking, "copy_'s non_blocking"):
+        return copy_non_blocking(dst, src, tile, stages, strict, options)
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
     before = version_of(dst)
@@ -107,7 +122,7 @@ def copy_(
     return dst
 
 
-def traced_copy_(
+def copy_non_blocking(
     dst: torch.Tensor,
     src: torch.Tensor,
     tile: tuple[int, int] | None,
@@ -115,20 +130,43 @@ def traced_copy_(
     strict: object,
     options: dict[str, Any],
 ) -> torch.Tensor:
+    """`copy_` with `non_blocking=True`: a pair on two devices, whose path is torch's copy_, after
+    every check a copy makes (`copy_path`: the options on TMA's route, strict refused), by torch's
+    `copy_(src, non_blocking=True)`; a pair on one device, the plain call."""
+    check_torch_tensor(dst, "copy_", "dst")
+    check_torch_tensor(src, "copy_", "src")
+    if dst.device == src.device:
+        return copy_(dst, src, tile, stages, strict=strict, **options)
+    copy_path(dst, src, tile, stages, strict=strict, **options)
+    copy_by_torch(dst, src, non_blocking=True)  # counts its write, as torch's in-place ops do
+    return dst
+
+
+def traced_copy_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+    non_blocking: object = False,
+) -> torch.Tensor:
     """`copy_` while torch.compile or torch.export traces it: `torch.ops.tmakit.copy_` with the
-    call's `strict`, which the trace records as one op and which runs this function at run time
-    (TMA, or torch's copy_ where TMA does not serve and the call is not strict). A call autograd
-    records is torch's copy_, traced as such, as outside a trace (strict: refused)."""
+    call's `strict` and `non_blocking`, which the trace records as one op and which runs this
+    function at run time (TMA, or torch's copy_ where TMA does not serve and the call is not
+    strict). A call autograd records is torch's copy_, traced as such, as outside a trace (strict:
+    refused)."""
     strict = flag(strict, "copy_'s strict")
+    mode = {"non_blocking": True} if flag(non_blocking, "copy_'s non_blocking") else {}
     if recorded_by_autograd(dst, src):
         if strict:
             raise TmaConfigError(f"copy_ with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}")
-        dst.copy_(src)
+        dst.copy_(src, **mode)
         return dst
     if tile is None and stages is None and not options:
-        _ops().copy_.default(dst, src, strict=strict)
+        _ops().copy_.default(dst, src, strict=strict, **mode)
     else:
-        _ops().copy_.typed(dst, src, tile=tile, stages=stages, strict=strict, **options)
+        _ops().copy_.typed(dst, src, tile=tile, stages=stages, strict=strict, **mode, **options)
     return dst
 
 

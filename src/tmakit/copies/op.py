@@ -1,6 +1,7 @@
 """Copies as torch operators (registered when `tmakit.ops` is imported):
 
-    torch.ops.tmakit.copy_(dst, src, options="", *, strict=True) -> None; .typed(dst, src, *, tile=None, ...)
+    torch.ops.tmakit.copy_(dst, src, options="", *, non_blocking=False, strict=True) -> None;
+        .typed(dst, src, *, tile=None, ..., non_blocking=False, strict=True)
     torch.ops.tmakit.copy(src, options="", *, strict=True) -> Tensor; .typed(src, *, tile=None, ...)
 
 Defined in a fragment of the `tmakit` library with a fake implementation that is also its Meta
@@ -48,9 +49,11 @@ from .api import copy_dispatch, new_destination
 
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
 # dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
+# copy_'s mode: torch's copy_'s non_blocking, then strict.
+MODE = f"bool non_blocking=False, {STRICT}"
 SCHEMAS = {
-    "copy_": f'copy_(Tensor(a0!) dst, Tensor src, str options="", *, {STRICT}) -> ()',
-    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}, {STRICT}) -> ()",
+    "copy_": f'copy_(Tensor(a0!) dst, Tensor src, str options="", *, {MODE}) -> ()',
+    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}, {MODE}) -> ()",
     "copy": f'copy(Tensor src, str options="", *, {STRICT}) -> Tensor',
     "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}, {STRICT}) -> Tensor",
 }
@@ -60,28 +63,41 @@ SCHEMAS = {
 STRICT_COPIES = copy_dispatch(strict=True)
 
 
-def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "", *, strict: bool = True) -> None:
-    """Copy `src` into `dst` (`tmakit.copy_` with `options` and `strict`). The strict call without
-    options, on one GPU, of tensors that need no autograd check (`plain_pair`), goes straight to
-    the strict copy's dispatch: it is the op's repeated call."""
-    if options or strict is not True or not plain_pair(dst, src):
+def copy__impl(
+    dst: torch.Tensor, src: torch.Tensor, options: str = "", *, strict: bool = True, **mode: bool
+) -> None:
+    """Copy `src` into `dst` (`tmakit.copy_` with `options`, `strict` and `non_blocking`, the
+    `mode` given). The strict call without options, on one GPU, of tensors that need no autograd
+    check (`plain_pair`), goes straight to the strict copy's dispatch: it is the op's repeated
+    call."""
+    if options or strict is not True or mode or not plain_pair(dst, src):
         if strict is not True:
             refuse_grad("copy_", dst, src)
-        run_in_place("copy_", dst, src, tma_copy_, strict=strict, **copy_kwargs(options))
+        run_in_place("copy_", dst, src, tma_copy_, strict=strict, **mode, **copy_kwargs(options))
         return
     STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
 
 
-def copy__typed_impl(dst: torch.Tensor, src: torch.Tensor, *, strict: bool = True, **typed: Any) -> None:
-    """The typed overload's kernel: `tmakit.copy_` with the typed options given and `strict`."""
+def copy__typed_impl(
+    dst: torch.Tensor, src: torch.Tensor, *, strict: bool = True, non_blocking: bool = False, **typed: Any
+) -> None:
+    """The typed overload's kernel: `tmakit.copy_` with the typed options given, `strict` and
+    `non_blocking`."""
     if strict is not True:
         refuse_grad("copy_", dst, src)
-    run_in_place("copy_", dst, src, tma_copy_, strict=strict, **op_kwargs("", typed))
+    mode = {"non_blocking": True} if non_blocking else {}
+    run_in_place("copy_", dst, src, tma_copy_, strict=strict, **mode, **op_kwargs("", typed))
 
 
 def copy__fake(
-    dst: torch.Tensor, src: torch.Tensor, options: str = "", *, strict: bool = True, **typed: Any
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: str = "",
+    *,
+    strict: bool = True,
+    non_blocking: bool = False,
+    **typed: Any,
 ) -> None:
     """A trace's check: strict, the pair TMA serves (`check_traced_pair`); else the options alone
     (what serves the call, TMA or torch's copy_, is decided when it runs)."""

@@ -50,7 +50,7 @@ is_compiling = compile_check(globals(), "is_compiling")
 
 def copy_many_(
     dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
-) -> None:
+) -> Sequence[torch.Tensor]:
     """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch. Every pair is
     checked before any is copied: a refused call writes nothing.
 
@@ -63,7 +63,7 @@ def copy_many_(
         strict: raise TmaConfigError where a pair has no TMA path, instead of torch's op.
 
     Returns:
-        None: the destinations are written.
+        `dsts` itself (the list or tuple passed), written, as torch's `_foreach_copy_` returns it.
 
     Raises:
         TmaConfigError: lists of different lengths, an entry that is not a tensor, a pair torch's
@@ -72,8 +72,9 @@ def copy_many_(
             dynamo's error.
     """
     if is_compiling():
-        return traced_copy_many_(dsts, srcs, grouped, strict)
-    torch = import_torch("copy_many_")
+        traced_copy_many_(dsts, srcs, grouped, strict)
+        return dsts
+    given, torch = dsts, import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
     grouped, strict = flag(grouped, "copy_many_'s grouped"), flag(strict, "copy_many_'s strict")
     if len(dsts) != len(srcs):
@@ -86,6 +87,7 @@ def copy_many_(
         if key is not None and route.complete:
             _ROUTES.keep_guarded(key, layout_check(torch, tensors), route)
     route.run(torch, dsts, srcs)
+    return given
 
 
 def pack(
