@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 # The torch-facing tests need torch; `make test` installs this one into .venv/ only where the venv
 # has none (an installed torch, a CUDA build above all, is never replaced), then the `lint` extra
 # (other projects' kernels for the lint's corpus; QuACK's needs torch, so it comes after it).
-# `make test TORCH=` runs without torch and without the extra: those tests then skip.
+# Where no NVIDIA GPU is and pip brought torch's CUDA build (PyPI's Linux wheel: gigabytes of CUDA
+# libraries no test can use here), it is replaced by the CPU build of the same version from the CPU
+# index, which is asked only then. `make test TORCH=` runs without torch and without the extra:
+# those tests then skip.
 TORCH ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+CPU_TORCH = $(VENV)/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
 # pytest-xdist processes: one a core, at most four (the GPU tests share one GPU's memory).
 WORKERS ?= auto
 HAS_TORCH = $(VENV)/bin/python -c "import torch" 2>/dev/null
@@ -36,7 +41,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	@if [ -n "$(TORCH)" ] && ! $(HAS_TORCH); then \
 		echo "installing $(TORCH) into $(VENV)/ for the torch-facing tests (make test TORCH= skips them)"; \
-		$(VENV)/bin/python -m pip install -q '$(TORCH)'; fi
+		$(VENV)/bin/python -m pip install -q '$(TORCH)' && \
+		if ! $(HAS_GPU) && ! $(CPU_TORCH); then \
+			echo "no NVIDIA GPU here: replacing pip's CUDA build of torch with the CPU build from $(TORCH_CPU_INDEX)"; \
+			$(VENV)/bin/python -m pip install -q --force-reinstall --no-deps --index-url '$(TORCH_CPU_INDEX)' '$(TORCH)' && \
+			$(CPU_TORCH) || { echo "no CPU build of $(TORCH) at $(TORCH_CPU_INDEX)" \
+				"(TORCH_CPU_INDEX= names another index of CPU wheels)" >&2; exit 1; }; fi; fi
 	@if [ -n "$(TORCH)" ] && ! $(HAS_LINT_EXTRA); then \
 		echo "installing tmakit[lint] into $(VENV)/ for the lint's corpus of other projects' kernels"; \
 		$(VENV)/bin/python -m pip install -q -e '.[lint]' $(DSL); fi

@@ -31,3 +31,22 @@ def test_the_reference_page_is_current():
     assert (ROOT / "docs" / "reference.md").read_text() == script.page(), (
         "docs/reference.md is stale: run python scripts/api_reference.py"
     )
+
+
+def test_the_reference_page_has_every_op_and_every_constructor():
+    """Every op `import tmakit.ops` registers (each family's, each overload) with the schema torch
+    holds, and each public class's constructor."""
+    torch = pytest.importorskip("torch", reason="the page lists the torch ops")
+    import tmakit.ops  # noqa: F401
+
+    page = (ROOT / "docs" / "reference.md").read_text()
+    ops = sorted(
+        n.removeprefix("tmakit::") for n in torch._C._dispatch_get_all_op_names() if n.startswith("tmakit::")
+    )
+    assert {"gather_rows", "index_reduce_", "copy_many_", "pack", "unpack_", "moe_combine_grad"} <= set(ops)
+    for name in ops:
+        op, _, overload = name.partition(".")
+        schema = getattr(getattr(torch.ops.tmakit, op), overload or "default")._schema
+        assert f"#### torch.ops.tmakit.{op}.{overload or 'default'}\n\n```text\n{schema}\n```" in page
+    classes = [name for name in tmakit.__all__ if inspect.isclass(getattr(tmakit, name))]
+    assert classes and all(f"\n```text\ntmakit.{name}(" in page for name in classes)

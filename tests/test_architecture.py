@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tmakit.linter",),
     ("tmakit.api",),
     ("tmakit",),
-    ("tmakit.ops", "tmakit.ops_base"),
+    ("tmakit.ops", "tmakit.ops_base", "tmakit.overrides"),
     ("tmakit.check",),
     ("tmakit.bench",),
     ("tmakit.families",),
@@ -89,6 +89,7 @@ IMPURE_TMAKIT = (
     "tmakit.explain",
     "tmakit.ops",
     "tmakit.ops_base",
+    "tmakit.overrides",
     "tmakit.linter.capture",
     "tmakit.linter.kernels",
 )

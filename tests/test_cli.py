@@ -61,7 +61,7 @@ def test_the_default_highlight_is_never_an_error(command):
         (["explain", "--consumer-warps", "4"], "--consumer-warps sets the consumers of a ring"),
         ([], "the following arguments are required: COMMAND"),
         (["plot"], "invalid choice: 'plot'"),
-        (["plan", "--nope"], "unrecognized arguments: --nope"),
+        (["plan", "--nope"], "unknown flag --nope (see 'tmakit plan --help')"),
         (["plan", "--swizzle", "16"], "argument --swizzle: invalid choice: 16"),
         (["check", "--mistake", "typo"], "argument --mistake: invalid choice: 'typo'"),
     ],
@@ -349,8 +349,8 @@ def test_plan_describes_each_kernel_a_call_plans(args, shown):
 @pytest.mark.parametrize(
     "args, refusal",
     [
-        (["--kernel", "reduce"], "give --reduce OP"),
-        (["--kernel", "im2col"], "give --im2col"),
+        (["--kernel", "reduce"], "--kernel reduce needs --reduce OP (add, min, max"),
+        (["--kernel", "im2col"], "--kernel im2col needs --im2col kernel=K[,stride=S]"),
         (["--kernel", "copy", "--reduce", "add"], "--reduce does not apply to --kernel copy"),
         (["--kernel", "copy", "--stages", "4"], "--stages does not apply"),
         (["--copy", "stages=4"], "--copy does not apply without --kernel"),

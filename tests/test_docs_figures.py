@@ -68,6 +68,8 @@ def test_the_host_cost_figures_are_the_studys():
 # of two values are computed in DERIVED, by name.
 FIGURE = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?\s?(x|us|ms|GB/s|TB/s|%)?(?![\w^])")
 SCALES = {"us": (1, 1e6), "ms": (1, 1e3), "GB/s": (1, 1e-9), "TB/s": (1e-3, 1e-12), "%": (1, 100), "x": (1,)}
+# A share of the L2 a rule reads (`plan.route.TORCH_FASTER_BEYOND_L2`), not a measured figure.
+L2_SHARE = re.compile(r"\b(?:\d+%|half) of the L2\b|\bhalf the L2\b")
 # Single samples and their spread: a figure is a median or a summary, never one of these.
 SAMPLES = {"samples_us", "us_min_max", "min_us", "max_us", "kernel_us", "samples"}
 
@@ -141,6 +143,7 @@ def _found(text: str, unit: str | None, values: list[float]) -> bool:
 def unmatched_figures(figure: str, files: list[str]) -> tuple[list[str], int]:
     """The figures of the text `figure` that none of `files` holds, and how many were checked."""
     values = [v for name in files for v in numbers(json.loads((RESULTS / name).read_text()))]
+    figure = L2_SHARE.sub("a share of the L2", figure)  # a rule's, checked on its own below
     matches = [m.groups() for m in FIGURE.finditer(figure) if m.group(3) or "." in m.group(1)]
     unmatched, checked = [], 0
     for index, (number, upper, unit) in enumerate(matches):
@@ -219,3 +222,184 @@ def test_the_many_tensors_figures_are_the_studys():
     assert unchecked in figures and unchecked in readme
     wide = [row["device_vs_torch"] for row in reduce_rows if row["row_bytes"] >= 256]
     assert f"from 256 bytes {span(wide)} torch's" in figures
+
+
+def test_every_share_of_the_l2_written_is_the_rules():
+    """A plain `add_` whose three streams pass a share of the L2 is torch's; that share is one
+    value, `TORCH_FASTER_BEYOND_L2["add"]` (data/tuning.json). Every share of the L2 the README,
+    the docs, the changelog and the docstrings write is it; where they say a strict call runs the
+    ring "there", the ring's rule (`RING_BEYOND_L2`) starts at the same share."""
+    from tmakit.plan.route import TORCH_FASTER_BEYOND_L2
+    from tmakit.plan.tuning import TUNING
+
+    share = TORCH_FASTER_BEYOND_L2["add"].share_of_l2
+    assert TUNING["RING_BEYOND_L2"].value["add"].share_of_l2 == share
+    rule = f"{share:.0%} of the L2"
+    texts = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")]
+    texts += [*(ROOT / "benchmarks").glob("*.md"), *(ROOT / "src" / "tmakit").rglob("*.py")]
+    written = {
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in texts
+        for match in L2_SHARE.finditer(" ".join(path.read_text().split()))
+    }
+    assert any(line.startswith("README.md") for line in written)  # the README states it
+    assert [line for line in written if not line.endswith(rule)] == []
+
+
+def test_the_api_pages_host_cost_figures_are_the_studys():
+    """docs/api.md's host costs: a new shape against a repeated call, a fresh process's first copy,
+    and the op's dispatcher path against the direct call and a no-op op, all of one run."""
+    us = {(row["group"], row["key"]): row["us"] for row in rows_of("host-cost.json", "calls")}
+    api = " ".join((ROOT / "docs" / "api.md").read_text().split())
+    new, repeated = us["new_shape", "new_shape_call_us"], us["new_shape", "repeated_call_us"]
+    assert (
+        f"A new shape of a compiled class costs {new / repeated:.1f}x a repeated call's host time "
+        f"({new:.1f} against {repeated:.1f} us on the H200's host); a fresh process's first copy "
+        f"of a class kept on disk, {us['first_call', 'warm_disk_cache_first_copy_s'] * 1e3:.1f} ms"
+    ) in api
+    op, direct = us["copy", "tmakit_copy_op_call_us"], us["copy", "tmakit_copy_call_us"]
+    assert (
+        f"({op:.2f} us of host time on the H200's host against {direct:.2f} us for `tmakit.copy_` in "
+        f"the same run, {op / direct:.2f}x; an op of the same schema whose kernel does nothing costs "
+        f"{us['copy', 'tmakit_copy_noop_op_call_us']:.2f} us"
+    ) in api
+    assert json.loads((RESULTS / "host-cost.json").read_text())["parts"]["calls"]["context"]["device"] == (
+        "NVIDIA H200"
+    )
+
+
+# -- docs/results.md: which card each figure was measured on ------------------------------------
+CARD = re.compile(r"\b(H100|H200|CPU)\b")
+RESULTS_LINK = re.compile(
+    r"\]\(\.\./benchmarks/results/([\w.-]+\.json)\)"
+    r"(?:,? (?:part `([\w-]+)`|(`context\.parts`)(?: \"([\w-]+)\")?))?"
+)
+
+
+def card_of(device: object) -> str | None:
+    """ "NVIDIA H100 80GB HBM3" -> "H100"; None for text that names no card."""
+    found = CARD.search(device) if isinstance(device, str) else None
+    return found.group(1) if found else None
+
+
+def cards_in(node: object) -> set[str]:
+    """Every card a results file's node names in a `device` (a run's context, or a part's own)."""
+    if isinstance(node, list):
+        return {card for item in node for card in cards_in(item)}
+    if not isinstance(node, dict):
+        return set()
+    cards = {card_of(node.get("device"))} - {None}
+    return cards.union(*(cards_in(value) for key, value in node.items() if key != "rows"))
+
+
+def measured_on(name: str, part: str, in_context: str, context_part: str) -> set[str]:
+    """The cards a results file (`part` of its `parts`, its `context.parts` or one of them, or
+    the file as a whole; "" where the link names none) was measured on; a context whose device
+    is null ran on the CPU."""
+    document = json.loads((RESULTS / name).read_text())
+    if part:
+        node = document["parts"][part]
+        return cards_in(node) or {card_of(node.get("what"))} - {None}
+    if in_context:
+        parts = document["context"]["parts"]
+        return cards_in(parts[context_part] if context_part else parts)
+    if "context" in document:
+        return {card_of(document["context"]["device"]) or "CPU"}
+    return cards_in(document["parts"])
+
+
+def results_units(text: str):
+    """docs/results.md as (heading, unit) pairs: each table row, bullet and paragraph; code and
+    tables' header rows left out."""
+    heading, unit, in_code = "", [], False
+    lines = [*text.splitlines(), ""]
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        starts = line.startswith(("## ", "| ", "- ")) or not line.strip()
+        if unit and (starts or in_code):
+            yield heading, " ".join(" ".join(unit).split())
+            unit = []
+        if in_code or not line.strip() or line.startswith("|---") or following.startswith("|---"):
+            continue
+        if line.startswith("## "):
+            heading = line
+        else:
+            unit.append(line)
+
+
+def test_every_results_figure_names_the_card_it_was_measured_on():
+    """docs/results.md's rule: each heading names the cards its section's files were measured on;
+    under one that names both, a row, bullet or paragraph measured on the H100 says so (one that
+    names no card is the H200's). A table row that links no file is its previous unit's ("same")."""
+    sections: dict[str, set[str]] = {}
+    wrong, linked = [], None
+    for heading, unit in results_units((ROOT / "docs" / "results.md").read_text()):
+        if heading not in sections:
+            sections[heading], linked = set(), None
+        links = RESULTS_LINK.findall(unit)
+        if links:
+            linked = set().union(
+                *(measured_on(file, part, context, name) for file, part, context, name in links)
+            )
+        elif not unit.startswith("| ") or linked is None:
+            continue
+        sections[heading] |= linked
+        named = set(CARD.findall(unit))
+        heading_cards = set(CARD.findall(heading))
+        allowed = named or (heading_cards if len(heading_cards) == 1 else {"H200"})
+        if not linked <= allowed:
+            wrong.append(f"{sorted(linked)} measured, {sorted(allowed)} read: {unit[:90]}")
+    headings = {heading: set(CARD.findall(heading)) for heading in sections}
+    assert {h: cards for h, cards in headings.items() if cards != sections[h]} == {}, sections
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_results_page_names_the_runs_software_and_stays_short():
+    """The cards paragraph names the driver, CUDA, torch and DSL every GPU run's context holds, and
+    the page stays a summary (200 lines; earlier runs are git history)."""
+    contexts = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            if card_of(node.get("device")) and "driver" in node:
+                contexts.append(node)
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for item in node:
+                collect(item)
+
+    for path in RESULTS.glob("*.json"):
+        collect(json.loads(path.read_text()))
+    text = (ROOT / "docs" / "results.md").read_text()
+    cards = " ".join(text[text.index("The cards:") :].split("\n\n")[0].split())
+    for context in contexts:
+        torch = ".".join(context["torch"].split("+")[0].split(".")[:2])
+        software = (context["driver"], f"CUDA {context['cuda_runtime']}", f"torch {torch}")
+        assert all(item in cards for item in software), (context, cards)
+        assert f"nvidia-cutlass-dsl {context['nvidia_cutlass_dsl']}" in cards
+    assert len(contexts) > 20 and len(text.splitlines()) <= 200
+
+
+def test_every_link_to_a_section_finds_its_heading():
+    """A link to `page.md#section` (or `#section`) names a heading of that page, as GitHub makes
+    its anchor: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+
+    def anchors(page: Path) -> set[str]:
+        headings = [
+            line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")
+        ]
+        return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md"]
+    pages += sorted((ROOT / "docs").glob("*.md"))
+    broken, checked = [], 0
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", page.read_text()):
+            checked += 1
+            linked = (page.parent / target).resolve() if target else page
+            if anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert checked > 5 and broken == []

@@ -55,7 +55,7 @@ ROUTES = [
     (facts((2, 8, 8, 8), 7, dtype="float32", nbytes=4, padding=3), "tma", "windows copied, 64 runs of 56"),
     (facts(dilation=2, padding=2), "tma", "im2col loads"),  # windows are runs of undilated taps
     (facts((2, 8, 8, 24)), "tma", "im2col loads"),  # 48-byte channels
-    (facts(device=-2), "torch", "x is on a GPU that is not a Hopper (compute capability 9.0)"),
+    (facts(device=-2), "torch", "a tensor is on a GPU that is not a Hopper (compute capability 9.0)"),
     (facts(padding=1, stride=2, dilation=(1, 2)), "tma", "im2col loads"),
     (facts((1, 1, 2, 8), 1), "tma", "a 1x1 patch matrix: x copied as 2 x 8 rows"),
     (facts(device=-1), "torch", "x is not on a CUDA device"),

@@ -360,9 +360,9 @@ def stand_in_transformer_engine(torch, token_major):
     return SimpleNamespace(
         make_row_id_map=lambda mask, tokens, experts: te_row_id_map(torch, mask, token_major),
         permute_with_mask_map=lambda inp, row_id_map, probs, scale, pad, t, e, rows, h, s: (
-            te_permute(torch, inp, row_id_map, rows),
-            None,
+            te_permute(torch, inp, row_id_map, rows),  # TE's order: the rows, the scales, the probs
             None if scale is None else te_permute(torch, scale, row_id_map, rows),
+            None if probs is None else te_permute(torch, probs, row_id_map, rows),
         ),
         unpermute_with_mask_map=unpermute,
         unpermute_with_mask_map_bwd_with_merging_probs=unpermute_backward,

@@ -1,6 +1,7 @@
 """The package as pip builds and installs it: one version, the license and type hints in the wheel,
 classifiers, the extras a GPU user and a plotting user need, and a build with no warning."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -86,7 +87,9 @@ def test_the_wheel_carries_license_types_and_classifiers(tmp_path):
 def test_make_test_adds_torch_only_where_the_venv_has_none():
     """`make test` runs the torch-facing tests too: it installs $(TORCH) behind an `import torch`
     guard (an installed torch, a CUDA build above all, is never replaced), and `TORCH=` runs
-    without it."""
+    without it. Without an NVIDIA GPU, a CUDA build pip brought is replaced by the CPU build from
+    torch's CPU index (asked only then), or the run stops; CI's run asserts the venv's torch is a
+    CPU build."""
     if shutil.which("make") is None:
         pytest.skip("no make here")
 
@@ -103,3 +106,19 @@ def test_make_test_adds_torch_only_where_the_venv_has_none():
     plain = dry_run()
     assert plain.index('-c "import torch"') < plain.index("pip install -q 'torch==")  # only if it fails
     assert '[ -n "" ]' in dry_run("TORCH=")  # the install's condition is false
+    install = plain.index("pip install -q 'torch==")
+    gpu = plain.index("nvidia-smi -L", install)
+    cuda_build = plain.index("sys.exit(torch.version.cuda is not None)")
+    cpu_install = "--force-reinstall --no-deps --index-url 'https://download.pytorch.org/whl/cpu' 'torch=="
+    assert install < gpu < cuda_build < plain.index(cpu_install)  # the CPU index only after a CUDA build
+    assert plain.index(cpu_install) < plain.rindex("sys.exit(torch.version.cuda is not None)")
+    assert "assert torch.version.cuda is None" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_cuda_classifier_is_the_cuda_the_gpu_checks_ran(pyproject):
+    """The classifier names the CUDA major version the committed GPU check ran (its context)."""
+    context = json.loads((ROOT / "benchmarks" / "results" / "gpu-check.json").read_text())["context"]
+    cuda = "Environment :: GPU :: NVIDIA CUDA"
+    assert [c for c in pyproject["project"]["classifiers"] if c.startswith(cuda)] == [
+        f"{cuda} :: {context['cuda_runtime'].split('.')[0]}"
+    ]

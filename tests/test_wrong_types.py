@@ -269,6 +269,12 @@ def torch_entries() -> list[Entry]:
             {"op": "dispatch", "rows": half(4, 64), "row_map": row_map, "out_rows": 8},
         ),
     ]
+    entries += [  # an empty list installs and removes nothing: a draw's value is what is checked
+        Entry("enable", tmakit.enable, {"ops": []}),
+        Entry("disable", tmakit.disable, {"ops": []}),
+        Entry("enabled", tmakit.enabled, {"ops": []}),
+        Entry("stats", tmakit.stats, {"reset": False}),
+    ]
     # every option of copy_ and reduce_into_ is a keyword argument of its own
     for name in CopyOptions.names():
         if name not in ("tile", "stages"):
@@ -377,6 +383,10 @@ def test_every_public_entry_is_drawn_on():
         "moe_dispatch",
         "moe_combine",
         "moe_path",
+        "enable",
+        "disable",
+        "enabled",
+        "stats",
     }
     assert (
         not missing if HAS_TORCH else missing <= {*torch_only.split(), "reduce_into_", "reduce_path", *rows}

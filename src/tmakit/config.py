@@ -99,9 +99,10 @@ TORCH_DTYPE_ALIASES = {
 
 
 def dtype_from_text(text: str) -> DType:
-    """The dtype a user names on a command line: tmakit's name, torch's ("float16",
-    "torch.float16") or torch's short alias ("half"); TmaConfigError naming the known ones."""
-    name = text.strip().removeprefix("torch.")
+    """The dtype a user names on a command line, in any case: tmakit's name ("fp16", "BF16"),
+    torch's ("float16", "torch.float16", "Float16") or torch's short alias ("half");
+    TmaConfigError naming the known ones."""
+    name = text.strip().lower().removeprefix("torch.")  # every name above is lower case
     name = TORCH_DTYPE_ALIASES.get(name, name)
     if name in MOVED_AS:
         raise TmaConfigError(
@@ -109,6 +110,8 @@ def dtype_from_text(text: str) -> DType:
             f"{MOVED_AS[name]} (name {MOVED_AS[name]} to plan a load or copy of that size; a reduce "
             "of it is torch's op)"
         )
+    if name not in DTYPES and name not in _DTYPE_BY_FRAMEWORK_NAME:
+        return dtype_named(text)  # refused, naming the text as it was typed
     return dtype_named(name)
 
 

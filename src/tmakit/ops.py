@@ -9,6 +9,7 @@
         (`tmakit.patches.op`)
     torch.ops.tmakit.gather_rows (.out), scatter_rows_, index_add_, index_reduce_ (`tmakit.rows.op`)
     torch.ops.tmakit.copy_many_, pack (.out), unpack_ (`tmakit.many.op`)
+    torch.ops.tmakit.moe_permute, moe_permute_fp8, moe_combine, moe_combine_grad (`tmakit.moe.op`)
 
 Each op is defined in a `torch.library.Library`, not as a `custom_op` (whose Python layers cost
 several launches' host time), with a fake implementation that is also its Meta kernel, so

@@ -16,7 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
 from .api import check_copy_layout, check_on_gpu, check_torch_tensor
-from .api.tensors import bump_versions
+from .api.tensors import bump_versions, switched_off
 from .config import dtype_of, major_of
 from .errors import TmaConfigError
 from .plan import CopyOptions
@@ -211,6 +211,18 @@ def check_traced(op: str, **tensors: torch.Tensor) -> None:
             check_on_gpu(tensor, name)  # cpu and any other device
         except TmaConfigError as error:
             raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op} {where}: {error}") from None
+
+
+def op_options(options: dict) -> dict:
+    """An op's keyword options as its function takes them: `strict` (True unless given) as
+    `op_strict` allows it."""
+    return {**options, "strict": options.get("strict", True) and op_strict()}
+
+
+def op_strict() -> bool:
+    """The `strict` a tmakit op runs its function with: TMA's path or a TmaConfigError, unless
+    `TMAKIT_DISABLE=1` sends every call to torch's op (`api.tensors.switched_off`)."""
+    return not switched_off()
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,8 @@ from ..limits import MAX_RANK
 from ..plan.route import (
     NOT_SM90,
     RECORDED_BY_AUTOGRAD,
+    SWITCH_VARIABLE,
+    SWITCHED_OFF,
     PairFacts,
     TensorFacts,
     broadcasts,
@@ -234,11 +237,32 @@ def device_facts(device: torch.device) -> tuple[int, int]:
 
 def cuda_index(tensor: torch.Tensor) -> int:
     """The index of the CUDA device `tensor` is on, as a route's facts take it (`plan.route`): -1
-    for any other device, `NOT_SM90` for a GPU tmakit's kernels cannot run on."""
+    for any other device, `NOT_SM90` for a GPU tmakit's kernels cannot run on, `SWITCHED_OFF` for
+    a Hopper while `TMAKIT_DISABLE=1` is set (`switched_off`)."""
     if not tensor.is_cuda:
         return -1
     index = tensor.get_device()
-    return index if is_sm90(index) else NOT_SM90
+    if not is_sm90(index):
+        return NOT_SM90
+    return SWITCHED_OFF if _SWITCH[0] else index
+
+
+# Whether TMAKIT_DISABLE is set (read at import): every call's route then gives torch's op, and
+# tmakit's torch ops run their functions' torch paths instead of refusing (`ops_base.op_strict`).
+_SWITCH = [os.environ.get(SWITCH_VARIABLE, "") not in ("", "0")]
+
+
+def switched_off() -> bool:
+    """Whether `TMAKIT_DISABLE=1` sends every tmakit call to torch's op in this process."""
+    return _SWITCH[0]
+
+
+def set_switched_off(value: bool) -> bool:
+    """Turn the switch `TMAKIT_DISABLE` stands for on or off in this process (tests and tools;
+    users set the variable), the calls planned before forgotten by the caller
+    (`runtime.dispatch.forget_calls`); returns the value it had."""
+    before, _SWITCH[0] = _SWITCH[0], bool(value)
+    return before
 
 
 @functools.cache

@@ -15,7 +15,9 @@ makes) in `kernels`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -45,6 +47,17 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 _UNSET = object()  # an option's value before the command line is read: still there, not given
 # The actions whose value is set whole (an append or a count reads the value before it).
 _SET_WHOLE = (argparse._StoreAction, argparse._StoreConstAction)
+# A word that starts with a minus and a digit ("-5x10", "-64x256") is a value, a bad one the
+# flag's own check names: no tmakit flag starts with a digit (argparse takes only "-5" as a value).
+_NEGATIVE_VALUE = re.compile(r"-\d")
+
+
+def _nearest(word: str, choices: Any) -> str:
+    """ "; did you mean X?" for the choice nearest `word` (difflib's), or "" where none is near.
+    Flags are compared without their dashes, which every flag shares (--nope is not near --moe)."""
+    names = {str(choice).lstrip("-"): str(choice) for choice in choices}
+    near = difflib.get_close_matches(word.lstrip("-"), list(names), n=1)
+    return f"; did you mean {names[near[0]]}?" if near else ""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +67,38 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tmakit: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, but what no option took is refused by the command that was given it: a
+        misspelt flag with the command's flag nearest it, pointing at that command's --help."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._commands().get(getattr(namespace, "command", None), self)
+            flag = extras[0].partition("=")[0]
+            if flag.startswith("-"):
+                flags = [*command._option_string_actions, *self._option_string_actions]
+                command.error(f"unknown flag {flag}{_nearest(flag, flags)}")
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        """Each subcommand's parser, by name (none for a subcommand's own parser)."""
+        found = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        return dict(found[0].choices) if found else {}
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if _NEGATIVE_VALUE.match(arg_string):  # "--shape -5x10": the value, for --shape to refuse
+            return None
+        return super()._parse_optional(arg_string)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's, with the nearest choice to a misspelt one (`--kernel copyy`)."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as error:
+            raise argparse.ArgumentError(
+                action, f"{error.message}{_nearest(str(value), action.choices)}"
+            ) from None
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         namespace = argparse.Namespace() if namespace is None else namespace

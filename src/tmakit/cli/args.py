@@ -25,6 +25,7 @@ from ..validate import check_load_config, check_rank
 
 SEED_SHAPE = "x".join(map(str, SEED.shape))
 SEED_TILE = "x".join(map(str, SEED.tile))
+SHAPE_RULE = f"each dimension must be a positive integer, written like {SEED_SHAPE}"
 # --cluster's shapes: the cluster family's (its plan part, read by name).
 CLUSTER_SHAPES = registry.exporting("CLUSTER_SHAPES", "plan").CLUSTER_SHAPES
 CLUSTERS = ", ".join("x".join(map(str, shape)) for shape in CLUSTER_SHAPES)
@@ -53,7 +54,14 @@ def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 
 def _shape(text: str) -> tuple[int, ...]:
-    shape = parse_extents(text, "shape", rank=None)
+    """--shape's extents: each a positive integer (TmaConfigError naming that rule otherwise), 2 to
+    `MAX_RANK` of them."""
+    try:
+        shape = parse_extents(text, "shape", rank=None)
+    except TmaConfigError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise TmaConfigError(f"{text!r}: {SHAPE_RULE}")
     check_rank(len(shape))
     return shape
 
@@ -168,7 +176,10 @@ def add_tensor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_element_arguments(parser: argparse.ArgumentParser) -> None:
-    dtype_help = f"element type, tmakit's name or torch's (fp16, float16 or half; default {SEED.dtype})"
+    dtype_help = (
+        "element type, tmakit's name or torch's in any case "
+        f"(fp16, FP16, float16 or half; default {SEED.dtype})"
+    )
     add_value(parser, "--dtype", DTYPE, None, dtype_help, SEED.dtype)
     add_value(
         parser, "--tile", TILE, "ROWSxCOLS", f"the TMA box: rows x columns (default {SEED_TILE})", SEED.tile
@@ -266,6 +277,14 @@ def refuse_given(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> 
     if named:
         verb = "does" if len(named) == 1 else "do"
         raise CommandError(f"{', '.join(named)} {verb} not apply {why}")
+
+
+def needed(value: Any, flag: str, kernel: str, form: str, example: str) -> Any:
+    """`value`, of the option `flag` that `--kernel kernel` cannot plan without; where the command
+    line gave none, CommandError saying what to give: the flag, its `form` and an `example` value."""
+    if value is None:
+        raise CommandError(f"--kernel {kernel} needs {flag} {form}, e.g. {flag} {example}")
+    return value
 
 
 def check_listed_tiles(tiles: int, what: str, fix: str) -> None:

@@ -37,11 +37,14 @@ from ..ops_base import (
     increment_versions,
     on_its_device,
     op_kwargs,
+    op_strict,
     plain_pair,
     refuse_grad,
     refuse_memoryless,
     run_in_place,
+    switched_off,
 )
+from ..overrides import HandedBack
 from ..plan import CopyOptions
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
@@ -70,10 +73,12 @@ def copy__impl(
     `mode` given). The strict call without options, on one GPU, of tensors that need no autograd
     check (`plain_pair`), goes straight to the strict copy's dispatch: it is the op's repeated
     call."""
-    if options or strict is not True or mode or not plain_pair(dst, src):
+    if options or strict is not True or mode or not plain_pair(dst, src) or switched_off():
         if strict is not True:
             refuse_grad("copy_", dst, src)
-        run_in_place("copy_", dst, src, tma_copy_, strict=strict, **mode, **copy_kwargs(options))
+        run_in_place(
+            "copy_", dst, src, tma_copy_, strict=strict and op_strict(), **mode, **copy_kwargs(options)
+        )
         return
     STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
@@ -87,7 +92,7 @@ def copy__typed_impl(
     if strict is not True:
         refuse_grad("copy_", dst, src)
     mode = {"non_blocking": True} if non_blocking else {}
-    run_in_place("copy_", dst, src, tma_copy_, strict=strict, **mode, **op_kwargs("", typed))
+    run_in_place("copy_", dst, src, tma_copy_, strict=strict and op_strict(), **mode, **op_kwargs("", typed))
 
 
 def copy__fake(
@@ -114,8 +119,8 @@ def copy_impl(src: torch.Tensor, options: str = "", *, strict: bool = True, **ty
     if type(src) is not Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
     if typed or options or strict is not True or gpu_count() > 1:
-        return on_its_device(src, tma_copy, src, strict=strict, **op_kwargs(options, typed))
-    return tma_copy(src, strict=True)  # the repeated call without options, on one GPU
+        return on_its_device(src, tma_copy, src, strict=strict and op_strict(), **op_kwargs(options, typed))
+    return tma_copy(src, strict=op_strict())  # the repeated call without options, on one GPU
 
 
 def copy_fake(src: torch.Tensor, options: str = "", *, strict: bool = True, **typed: Any) -> torch.Tensor:
@@ -167,6 +172,36 @@ def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, 
     if typed.keys() - {"strict"}:
         return torch.ops.tmakit.copy.typed.redispatch(below, src, **typed)
     return torch.ops.tmakit.copy.default.redispatch(below, src, options, **typed)
+
+
+# -- torch's own copy_, overridden (`tmakit.enable`) -----------------------------------------------
+NOT_CUDA_PAIR = HandedBack("not two dense CUDA tensors")
+NOT_ONE_KIND = HandedBack("a dtype change, a broadcast or two devices")
+ONE_LAYOUT = HandedBack("one layout: torch's copy is the memcpy")
+LAZY_BIT = HandedBack("a lazily applied bit")
+
+
+def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
+    """aten::copy_ on CUDA tensors: a pair of one shape and dtype laid out differently on one GPU
+    goes to `tmakit.copy_`'s dispatch (its route: TMA, or torch's copy_ where a rule chose it);
+    anything else back to torch's kernel. Below autograd: views that require grad are detached
+    (the same memory), and the version counter is torch's to bump."""
+    if not (type(dst) is Tensor and type(src) is Tensor and dst.is_cuda and src.is_cuda):
+        return NOT_CUDA_PAIR
+    if dst.dtype != src.dtype or dst.shape != src.shape or dst.get_device() != src.get_device():
+        return NOT_ONE_KIND
+    if dst.stride() == src.stride():
+        return ONE_LAYOUT
+    if dst.is_conj() or src.is_conj() or dst.is_neg() or src.is_neg():
+        return LAZY_BIT
+    if dst.requires_grad or src.requires_grad:
+        dst, src = dst.detach(), src.detach()
+    COPIES.call(dst, src, None, None, NO_OPTIONS)
+    return dst
+
+
+COPIES = copy_dispatch()
+ATEN_OVERRIDES = {"copy_": serve_copy_}
 
 
 LIBRARY = define(

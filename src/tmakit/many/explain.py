@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli.args import CommandError, digits_at_most, emit, refuse_given
+from ..cli.args import CommandError, digits_at_most, emit, needed, refuse_given
 from ..cli.kernels import family_flags
 from ..limits import MAX_DEVICE_INT
 from .plan import ManyPlan
@@ -32,7 +32,7 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
                "copy", "reduce", "gpu", *family_flags(but=FLAGS))  # fmt: skip
     refuse_given(args, refused, "to --kernel many (tensors by their bytes, --many)")
     sizes: list[int] = []
-    for part in (args.many or "").split(","):
+    for part in needed(args.many, "--many", "many", METAVAR, "4096x1000,65536").split(","):
         size, times, count = part.strip().partition("x")
         if not (size.isascii() and size.isdigit() and (not times or (count.isascii() and count.isdigit()))):
             raise CommandError(

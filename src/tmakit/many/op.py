@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, STRICT, check_traced, define, refuse_grad
+from ..ops_base import NAMESPACE, STRICT, check_traced, define, op_options, refuse_grad
 from . import api as api_many
 from . import call as api_many_route
 
@@ -38,7 +38,7 @@ def copy_many__impl(dsts: list[torch.Tensor], srcs: list[torch.Tensor], **option
     if options.get("strict", True):
         on_gpus("copy_many_", "dsts", dsts)
         on_gpus("copy_many_", "srcs", srcs)
-    api_many.copy_many_(dsts, srcs, **{"strict": True, **options})
+    api_many.copy_many_(dsts, srcs, **op_options(options))
 
 
 def on_gpus(op: str, name: str, tensors: list[torch.Tensor]) -> None:
@@ -61,7 +61,7 @@ def pack_impl(tensors: list[torch.Tensor], **options: bool) -> torch.Tensor:
     refuse_grad("pack", *tensors)
     if options.get("strict", True):
         on_gpus("pack", "tensors", tensors)
-    return api_many.pack(tensors, **{"strict": True, **options})[0]
+    return api_many.pack(tensors, **op_options(options))[0]
 
 
 def pack_out_impl(tensors: list[torch.Tensor], *, out: torch.Tensor, **options: bool) -> None:
@@ -69,7 +69,7 @@ def pack_out_impl(tensors: list[torch.Tensor], *, out: torch.Tensor, **options: 
     if options.get("strict", True):
         on_gpus("pack", "tensors", tensors)
         check_traced("pack", out=out)
-    api_many.pack(tensors, out, **{"strict": True, **options})
+    api_many.pack(tensors, out, **op_options(options))
 
 
 def pack_fake(tensors: list[torch.Tensor], **options: bool) -> torch.Tensor:
@@ -96,7 +96,7 @@ def unpack__impl(flat: torch.Tensor, tensors: list[torch.Tensor], **options: boo
     if options.get("strict", True):
         check_traced("unpack_", flat=flat)
         on_gpus("unpack_", "tensors", tensors)
-    api_many.unpack_(flat, tensors, **{"strict": True, **options})
+    api_many.unpack_(flat, tensors, **op_options(options))
 
 
 def unpack__fake(flat: torch.Tensor, tensors: list[torch.Tensor], **options: bool) -> None:

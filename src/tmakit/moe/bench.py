@@ -20,8 +20,10 @@ and one bf16 rounding of the float64 sum.
 The fp8 cases ("fp8-dispatch ...") time the dispatch that quantizes to e4m3 by 1 x 128 blocks as it
 moves (fp32 scales, MN-major as DeepGEMM reads them) against quantize-then-permute: torch's
 reference quantizer compiled by torch.compile, then tmakit's permute or TransformerEngine's (which
-carries the scales beside the rows), the scales then laid MN-major by a transposing copy; all
-checked bit for bit against the reference quantizer's bytes and scales.
+carries the scales beside the rows), the scales then laid MN-major by a transposing copy.
+tmakit's is checked bit for bit against the reference quantizer's bytes and scales; each peer
+against its own quantizer's (its permute exact), with how many of those bytes differ from the
+reference's (inductor's divisions need not round as eager torch's do).
 
 The layer cases ("layer ...") time a layer's token movement as training runs it: the dispatch, an
 identity expert and the combine, forward and backward together (`torch.autograd.grad` of x and
@@ -194,13 +196,28 @@ def dispatch_verdict(got, expected, order=None) -> str:
     return "ok: bit-exact against torch after mapping its rows to tmakit's (its order differs)"
 
 
-def quantized_reference(x, source) -> tuple:
+def quantized_reference(x, source, compiled: dict | None = None) -> tuple:
     """(the e4m3 rows' bytes (rows, H) uint8, their fp32 scales (rows, H / 128)): torch's
-    reference quantizer (`moe.call.quantize_rows_by_torch`) gathered by the source index."""
+    reference quantizer (`moe.call.quantize_rows_by_torch`) gathered by the source index; with
+    `compiled` (a case's operands), the quantizer inductor compiled from it instead."""
     import torch
 
-    quantized, scales = call.quantize_rows_by_torch(x, "fp32")
+    quantize = compiled["compiled quantize"] if compiled else call.quantize_rows_by_torch
+    quantized, scales = quantize(x) if compiled else quantize(x, "fp32")
     return quantized.view(torch.uint8).index_select(0, source), scales.index_select(0, source)
+
+
+def quantizer_difference(first: dict, reference: tuple) -> str:
+    """How inductor's compile of the reference quantizer differs from it, byte for byte: its
+    divisions need not round as torch's eager ones do."""
+    inductor = quantized_reference(first["x"], first["source"], compiled=first)
+    rows = int((inductor[0] != reference[0]).sum())
+    scales = int((inductor[1] != reference[1]).sum())
+    total, blocks = reference[0].numel(), reference[1].numel()
+    return (
+        f"inductor's quantizer: {rows} of {total} bytes and {scales} of {blocks} scales differ from "
+        "the reference's"
+    )
 
 
 def quantized_verdict(got, expected, order=None) -> str:
@@ -437,7 +454,7 @@ def quantize_rows(case: MoeCase, te: ModuleType | None) -> list[Timed]:
 
         def then_te(s):
             quantized, scales = s["compiled quantize"](s["x"])
-            out, _, permuted = te.permute_with_mask_map(
+            out, permuted, _ = te.permute_with_mask_map(
                 quantized, s["te_map"], None, scales, None, tokens, experts, rows, hidden, blocks
             )
             return out, permuted.t().contiguous()
@@ -637,9 +654,13 @@ def verify(case: MoeCase, timed: Timed, first: dict, reference: Any) -> str:
 
     got = timed.call(first)
     if case.op == QUANTIZE_OP:
-        verdict = quantized_verdict(
-            got, reference, first["te_order"] if timed.name.startswith("inductor quantize + TE") else None
-        )
+        order = first["te_order"] if timed.name.startswith("inductor quantize + TE") else None
+        if timed.name == TMAKIT_FP8:
+            verdict = quantized_verdict(got, reference, order)
+        else:  # its own quantizer's bytes, moved: the permute exact, the quantizer inductor's
+            verdict = quantized_verdict(got, quantized_reference(first["x"], first["source"], compiled=first),
+                                        order)  # fmt: skip
+            verdict = f"{verdict}; {quantizer_difference(first, reference)}"
         torch.cuda.synchronize()
         for output in got:
             output.view(torch.uint8).fill_(0xFF)

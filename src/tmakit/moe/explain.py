@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli.args import CommandError, emit, refuse_given
+from ..cli.args import CommandError, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..errors import TmaConfigError
@@ -49,7 +49,7 @@ def moe_plan(
     on --shape TOKENSxHIDDEN tokens of --dtype."""
     refused = ("tile", "swizzle", "layout", "pad", "highlight", "cluster", "consumer_warps", "copy", "reduce")
     refuse_given(args, (*refused, *family_flags(but=FLAGS)), "to --kernel moe (whole rows by bulk copies)")
-    parts = (args.moe or "").split(":")
+    parts = needed(args.moe, "--moe", "moe", METAVAR, "dispatch:8:256").split(":")
     if len(parts) != 3 or not all(part.strip().isascii() and part.strip().isdigit() for part in parts[1:]):
         raise CommandError(f"--moe {args.moe!r}: give OP:TOPK:EXPERTS, e.g. dispatch:8:256 ({METAVAR})")
     op, topk, experts = parts[0].strip(), int(parts[1]), int(parts[2])

@@ -33,7 +33,7 @@ from ..config import DTYPES
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, MAX_DEVICE_INT, MAX_TX_BYTES, WARP_THREADS
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
-from ..plan.route import NOT_SM90, NOT_SM90_REASON, Route, TensorFacts, call_rule, torch_route
+from ..plan.route import Route, TensorFacts, call_rule, device_rule, torch_route
 from ..validate import check_field_types, one_of
 
 # What the combine sums (in fp32) and writes: the dtypes of expert outputs.
@@ -561,8 +561,9 @@ def moe_tma_rule(facts: MoeFacts) -> str | None:
     lazily applied bit, rows that are not contiguous 16-byte multiples at 16-byte aligned
     addresses, a combine dtype it does not sum, a ring that does not fit."""
     rows = facts.rows
-    if rows.device == NOT_SM90:
-        return NOT_SM90_REASON
+    unserved = device_rule(rows.device, facts.routing_device)
+    if unserved is not None:
+        return unserved
     if rows.device < 0 or facts.routing_device != rows.device:
         return "the tensors and the routing are not on one CUDA device"
     applied = call_rule(facts.lazy, False)

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..cli.args import CommandError, emit, refuse_given
+from ..cli.args import CommandError, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..explain.common import seed_tile
@@ -105,9 +105,8 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
     refuse_given(
         args, given, f"{why}: the box is SPEC's tile=PIXELSxCHANNELS (and stages=N), of an NHWC tensor"
     )
-    if args.im2col is None:
-        raise CommandError("--kernel im2col plans a convolution: give --im2col kernel=K[,...]")
-    items = [item.strip() for item in args.im2col.split(",")]
+    text = needed(args.im2col, "--im2col", "im2col", IM2COL_SPEC, "kernel=3,padding=1 --shape 2x56x56x64")
+    items = [item.strip() for item in text.split(",")]
     chosen = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "by"]
     spec = ",".join(item for item in items if item.partition("=")[0].strip() != "by")
     if len(chosen) > 1 or any(by not in IM2COL_KERNELS for by in chosen):

@@ -30,6 +30,7 @@ from ..ops_base import (
     define,
     not_differentiable,
     on_its_device,
+    op_options,
     refuse_grad,
     refuse_memoryless,
 )
@@ -60,7 +61,7 @@ def im2col_impl(x: torch.Tensor, *conv: list[int], **options: object) -> torch.T
     `conv`: `im2col_pairs`'."""
     if type(x) is not torch.Tensor or x.is_meta:
         refuse_memoryless("im2col", x=x)
-    return on_its_device(x, tma_im2col, x, *im2col_pairs(conv), **{"strict": True, **options})
+    return on_its_device(x, tma_im2col, x, *im2col_pairs(conv), **op_options(options))
 
 
 def im2col_out_impl(x: torch.Tensor, *conv: list[int], out: torch.Tensor, **options: object) -> None:
@@ -68,7 +69,7 @@ def im2col_out_impl(x: torch.Tensor, *conv: list[int], out: torch.Tensor, **opti
     if type(x) is not torch.Tensor or x.is_meta:
         refuse_memoryless("im2col", x=x)
     refuse_grad("im2col", x, out)
-    on_its_device(x, tma_im2col, x, *im2col_pairs(conv), out=out, **{"strict": True, **options})
+    on_its_device(x, tma_im2col, x, *im2col_pairs(conv), out=out, **op_options(options))
 
 
 def im2col_fake(

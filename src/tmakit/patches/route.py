@@ -16,11 +16,10 @@ from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
 from ..plan.copy_layout import check_copy_layout
 from ..plan.route import (
-    NOT_SM90,
-    NOT_SM90_REASON,
     RECORDED_BY_AUTOGRAD,
     Route,
     TensorFacts,
+    device_rule,
     lazy_reason,
     torch_route,
 )
@@ -138,8 +137,9 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
             raise TmaConfigError(f"im2col_by={facts.im2col_by!r}: TMA does not serve this call: {reason}")
         return Im2colCall(conv, torch_route(IM2COL_OP, reason))
 
-    if facts.x.device == NOT_SM90:
-        return by_torch(f"x is on {NOT_SM90_REASON}")
+    unserved = device_rule(facts.x.device)
+    if unserved is not None:
+        return by_torch(unserved)
     if facts.x.device < 0:
         return by_torch("x is not on a CUDA device; TMA loads GPU memory: move it with .cuda() first")
     dtype = _IM2COL_BY_TORCH.get(facts.x.dtype)

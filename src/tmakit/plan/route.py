@@ -96,6 +96,23 @@ NOT_SM90 = -2
 NOT_SM90_REASON = (
     "a GPU that is not a Hopper (compute capability 9.0); tmakit's TMA kernels are built for sm_90a"
 )
+# The switch that sends every call to torch's op (a Hopper's index reads as `SWITCHED_OFF` while
+# it is set: `api.tensors.cuda_index`), and the device index and reason its routes carry.
+SWITCH_VARIABLE = "TMAKIT_DISABLE"
+SWITCHED_OFF = -3
+SWITCHED_OFF_REASON = f"{SWITCH_VARIABLE}=1 is set: every tmakit call takes torch's op (unset it for TMA's)"
+# Why a route's device index sends a call to torch's op, for the indices of a GPU TMA does not serve.
+TORCH_DEVICES = {NOT_SM90: f"a tensor is on {NOT_SM90_REASON}", SWITCHED_OFF: SWITCHED_OFF_REASON}
+
+
+def device_rule(*devices: int) -> str | None:
+    """Why torch's op serves a call whose tensors lie on `devices` (route device indices), where
+    one is a GPU TMA does not serve (`TORCH_DEVICES`); None otherwise."""
+    for device in devices:
+        if device < -1:
+            return TORCH_DEVICES[device]
+    return None
+
 
 # Why a call autograd records takes torch's op: the reason its route gives.
 RECORDED_BY_AUTOGRAD = (
@@ -119,8 +136,9 @@ def torch_pair_rule(facts: PairFacts, op: str, match: str, one_dtype: str) -> Ro
             f"destination is {dst.shape}, source {src.shape}: the source does not broadcast "
             f"to the destination's shape; {match}"
         )
-    if NOT_SM90 in (src.device, dst.device):
-        return torch_route(op, f"a tensor is on {NOT_SM90_REASON}")
+    device = device_rule(src.device, dst.device)
+    if device is not None:
+        return torch_route(op, device)
     if src.device < 0 or src.device != dst.device:
         return torch_route(op, "the tensors are not both on one CUDA device")
     if src.dtype != dst.dtype:

@@ -12,7 +12,7 @@ import argparse
 import math
 from dataclasses import dataclass, replace
 
-from ..cli.args import PAD_FIX, CommandError, check_listed_tiles, emit
+from ..cli.args import PAD_FIX, CommandError, check_listed_tiles, emit, needed
 from ..cli.kernels import (
     TOO_MANY_TILES_FIX,
     call_options,
@@ -25,7 +25,7 @@ from ..errors import TmaConfigError
 from ..explain import explain as explain_ring
 from ..explain import highlight_tile, to_text
 from ..limits import GPUS
-from ..plan import LoadPlan
+from ..plan import REDUCE_OPS, LoadPlan
 from ..plan.copy_defaults import fits_l2
 from ..plan.route import PairFacts, Route, TensorFacts
 from ..validate import check_load_config
@@ -72,8 +72,7 @@ def reduce_choice(args: argparse.Namespace) -> ReduceChoice:
     route's view of its memory) planned as the call plans it, or its class where only the class
     takes the view."""
     refuse_call_flags(args)
-    if args.reduce is None:
-        raise CommandError("--kernel reduce plans a reduce store: give --reduce OP (add, max, ...)")
+    needed(args.reduce, "--reduce", "reduce", f"OP ({', '.join(REDUCE_OPS)})", "add")
     options = call_options(args)
     if options.as_rows or options.bulk:
         raise CommandError("--kernel reduce: a reduce takes the copy's options but as_rows and bulk")

@@ -33,9 +33,11 @@ from ..ops_base import (
     define,
     increment_versions,
     op_kwargs,
+    op_strict,
     plain_pair,
     refuse_grad,
     run_in_place,
+    switched_off,
 )
 from ..plan import check_reduce, reduce_op
 from .api import add_ as tma_add_
@@ -61,10 +63,12 @@ def reduce_into__impl(
     """dst = dst op src (`tmakit.reduce_into_` with `strict`, or `tmakit.add_` with the `alpha`
     given; strict, the fake refuses what TMA does not serve, so the eager op does not fall back to
     torch's either), as copy_'s kernel runs."""
-    if strict is not True or scaled or not plain_pair(dst, src):
+    if strict is not True or scaled or not plain_pair(dst, src) or switched_off():
         if strict is not True:
             refuse_grad("reduce_into_", dst, src)
-        run_in_place("reduce_into_", dst, src, *scaled_call(op, scaled), strict=strict, **scaled)
+        run_in_place(
+            "reduce_into_", dst, src, *scaled_call(op, scaled), strict=strict and op_strict(), **scaled
+        )
         return
     reduce_dispatch(op, True, NO_OPTIONS).call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
@@ -79,7 +83,9 @@ def reduce_into__typed_impl(
         refuse_grad("reduce_into_", dst, src)
     scaled = {"alpha": typed.pop("alpha")} if "alpha" in typed else {}
     options = op_kwargs("", typed)
-    run_in_place("reduce_into_", dst, src, *scaled_call(op, scaled), strict=strict, **scaled, **options)
+    run_in_place(
+        "reduce_into_", dst, src, *scaled_call(op, scaled), strict=strict and op_strict(), **scaled, **options
+    )
 
 
 def scaled_call(op: str, scaled: dict[str, object]) -> tuple[Any, ...]:

@@ -467,7 +467,7 @@ def rows_path(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.
     """The path a rows call takes and why, without running it.
 
     Args:
-        op: "gather", "scatter", "add", "min" or "max" (`plan.rows.ROW_OPS`).
+        op: "gather", "scatter", "add", "min" or "max" (`rows.plan.ROW_OPS`).
         table: the indexed tensor (a gather's `src`, the others' `dst`).
         index: the index.
         compact: a gather's `out`, the others' `src`.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..cli.args import CommandError, digits_at_most, emit, refuse_given
+from ..cli.args import CommandError, digits_at_most, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..limits import GPUS
@@ -45,7 +45,7 @@ def rows_plan(args: argparse.Namespace) -> tuple[Route, RowsPlan | None, list[in
         *family_flags(but=FLAGS),
     )
     refuse_given(args, refused, "to --kernel rows (whole rows by bulk copies)")
-    op, _, count = (args.rows or "").partition(":")
+    op, _, count = needed(args.rows, "--rows", "rows", METAVAR, "gather:16384").partition(":")
     count = count.strip()
     if not (count.isascii() and count.isdigit()):
         raise CommandError(f"--rows {args.rows!r}: give OP:COUNT, e.g. gather:16384 ({METAVAR})")

@@ -24,8 +24,11 @@ from __future__ import annotations
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, STRICT, check_traced, define, refuse_grad
+from ..ops_base import NAMESPACE, STRICT, check_traced, define, op_options, op_strict, refuse_grad
+from ..overrides import HandedBack
 from . import api as api_rows
+from .call import facts, rows_call
+from .plan import rows_route
 
 # The options every rows op takes, as the functions do.
 ROWS_MODE = f"bool check_index=True, {STRICT}"
@@ -81,7 +84,7 @@ def gather_rows_impl(
     src: torch.Tensor, index: torch.Tensor, *, check_index: bool = True, strict: bool = True
 ) -> torch.Tensor:
     _strict_check("gather_rows", strict, src=src, index=index)
-    return api_rows.gather_rows(src, index, check_index=check_index, strict=strict)
+    return api_rows.gather_rows(src, index, check_index=check_index, strict=strict and op_strict())
 
 
 def gather_rows_out_impl(
@@ -93,7 +96,7 @@ def gather_rows_out_impl(
     strict: bool = True,
 ) -> None:
     _strict_check("gather_rows", strict, src=src, index=index, out=out)
-    api_rows.gather_rows(src, index, out, check_index=check_index, strict=strict)
+    api_rows.gather_rows(src, index, out, check_index=check_index, strict=strict and op_strict())
 
 
 def gather_rows_fake(
@@ -116,19 +119,19 @@ def gather_rows_out_fake(
 
 def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, **options: bool) -> None:
     _strict_check("scatter_rows_", options.get("strict", True), dst=dst, index=index, src=src)
-    api_rows.scatter_rows_(dst, index, src, **{"strict": True, **options})
+    api_rows.scatter_rows_(dst, index, src, **op_options(options))
 
 
 def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, **options: object) -> None:
     _strict_check("index_add_", options.get("strict", True), dst=dst, index=index, src=src)
-    api_rows.index_add_(dst, index, src, **{"strict": True, **options})
+    api_rows.index_add_(dst, index, src, **op_options(options))
 
 
 def index_reduce__impl(
     dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str, **options: bool
 ) -> None:
     _strict_check("index_reduce_", options.get("strict", True), dst=dst, index=index, src=src)
-    api_rows.index_reduce_(dst, index, src, reduce, **{"strict": True, **options})
+    api_rows.index_reduce_(dst, index, src, reduce, **op_options(options))
 
 
 def in_place_fake(op: str):
@@ -141,6 +144,37 @@ def in_place_fake(op: str):
         _check_fake(op, dst, index, src, options.get("strict", True))
 
     return fake
+
+
+# -- torch's own index_select, overridden (`tmakit.enable`) ------------------------------------------
+NOT_CUDA = HandedBack("not dense CUDA tensors")
+NOT_ROWS = HandedBack("not rows of dim 0 by a 1-D index")
+NOT_TAKEN = HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
+
+
+def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> object:
+    """aten::index_select on CUDA tensors along dim 0 with a 1-D index: where the rows route
+    takes bulk row copies (`rows.plan.rows_route`), a gather into a new tensor, the index's
+    range asserted on the device as torch's kernel does (no host synchronisation); anything else
+    back to torch's kernel."""
+    if not (type(table) is torch.Tensor and type(index) is torch.Tensor and table.is_cuda and index.is_cuda):
+        return NOT_CUDA
+    if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
+        return NOT_ROWS
+    if index.dtype not in (torch.int32, torch.int64) or table.is_conj() or table.is_neg():
+        return NOT_TAKEN
+    if table.requires_grad:
+        table = table.detach()
+    out = table.new_empty((index.shape[0], *table.shape[1:]))
+    route = rows_route(facts("gather", table, index, out))
+    if not route.by_tma:
+        return HandedBack(route.reason)
+    torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), "index_select: index out of range")
+    rows_call("gather", table, index, out, False, False)
+    return out
+
+
+ATEN_OVERRIDES = {"index_select": serve_index_select}
 
 
 LIBRARY = define(

@@ -45,7 +45,7 @@ from ..limits import (
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
 from ..plan.reduce_ops import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
-from ..plan.route import NOT_SM90, NOT_SM90_REASON, Route, TensorFacts, call_rule, torch_route
+from ..plan.route import Route, TensorFacts, call_rule, device_rule, torch_route
 from ..plan.tuning import TUNING
 from ..validate import check_field_types, one_of
 
@@ -345,8 +345,9 @@ def rows_tma_rule(facts: RowsFacts, strict: bool = False) -> str | None:
     (`rows_tma_spans`)."""
     table, compact = facts.table, facts.compact
     device = table.device
-    if device == NOT_SM90:
-        return NOT_SM90_REASON
+    unserved = device_rule(device, compact.device, facts.index_device)
+    if unserved is not None:
+        return unserved
     if device < 0 or device != compact.device or facts.index_device != device:
         return "the tensors and the index are not on one CUDA device"
     applied = call_rule(facts.lazy, facts.recorded)

@@ -1,0 +1,169 @@
+"""`tmakit.enable()` on the CPU: the overrides installed under torch's own aten ops (here on the
+CPU key, which the CUDA key's kernels mirror), every call a family's `serve` hands back served by
+the kernel that was there, a served call's result returned, no re-entry into an override from
+inside a `serve`, the counts per op and path, the names checked, and torch's kernels back after
+`disable`. Small models written in torch expressions give the same outputs and gradients with
+and without the overrides. The GPU tests run the same on a Hopper, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+
+import tmakit
+from tmakit import TmaConfigError
+
+torch = pytest.importorskip("torch")
+from tmakit import overrides  # noqa: E402  imports torch
+
+CPU = "CPU"
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    overrides.disable()
+    overrides.stats(reset=True)
+    yield
+    overrides.disable()
+    overrides.stats(reset=True)
+
+
+def test_every_family_override_is_listed_and_names_are_checked():
+    assert {"copy_", "index_select"} <= set(overrides.available())
+    with pytest.raises(TmaConfigError, match=r"'nope' is not an op tmakit overrides; it overrides .*copy_"):
+        tmakit.enable(["nope"])
+    with pytest.raises(TmaConfigError, match="ops is a list of aten op names"):
+        tmakit.enable(3)
+    assert tmakit.disable() == []
+
+
+def test_calls_a_serve_hands_back_run_torchs_kernel_and_are_counted_with_why():
+    x = torch.arange(12.0).reshape(3, 4)
+    table = torch.arange(40.0).reshape(10, 4)
+    index = torch.tensor([3, 0, 9])
+    assert overrides.enable(["copy_", "index_select"], key=CPU) == ["copy_", "index_select"]
+    out = torch.empty(4, 3).copy_(x.t())
+    assert torch.equal(out, x.t()) and torch.equal(x.t().contiguous(), x.t())
+    assert torch.equal(table.index_select(0, index), table[[3, 0, 9]])
+    counts = tmakit.stats()
+    assert counts[("copy_", "torch", "not two dense CUDA tensors")] >= 2
+    assert counts[("index_select", "torch", "not dense CUDA tensors")] == 1
+    assert tmakit.disable() == []
+    torch.empty(4, 3).copy_(x.t())
+    assert tmakit.stats() == counts  # torch's kernel again: nothing counted
+
+
+def test_a_served_call_returns_what_serve_returns_and_a_serve_never_reenters(monkeypatch):
+    """A stand-in serve on the CPU: it serves index_select by calling index_select itself (as a
+    family's fallback to torch's op would), which the guard sends to the kept kernel."""
+    calls = []
+
+    def serve(table, dim, index):
+        calls.append(index.numel())
+        return torch.index_select(table, dim, index) * 1  # re-enters aten::index_select
+
+    monkeypatch.setattr(overrides, "available", lambda: {"index_select": serve})
+    table = torch.arange(40.0).reshape(10, 4)
+    with overrides.enabled(key=CPU) as installed:
+        assert installed == ["index_select"]
+        got = table.index_select(0, torch.tensor([1, 1, 7]))
+    assert torch.equal(got, table[[1, 1, 7]]) and calls == [3]  # one serve: the inner call was torch's
+    assert tmakit.stats() == {("index_select", "tmakit", ""): 1}
+    assert overrides.disable() == []
+
+
+def test_enabled_removes_only_what_it_installed():
+    overrides.enable(["copy_"], key=CPU)
+    with overrides.enabled(key=CPU) as installed:
+        assert installed == ["copy_", "index_select"]
+    assert overrides.disable([]) == ["copy_"]  # the outer enable's stays
+
+
+def tiny_moe(x, router, experts):
+    """An MoE layer in torch expressions: top-2 routing, index_select dispatch, an mm per
+    expert, index_add_ combine, a transposing copy for the heads."""
+    probs, ids = torch.softmax(x @ router, -1).topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e, weight in enumerate(experts):
+        token, slot = (ids == e).nonzero(as_tuple=True)
+        rows = x.index_select(0, token) @ weight
+        out = out.index_add(0, token, rows * probs[token, slot, None])
+    return out.view(x.shape[0], 4, -1).transpose(0, 1).contiguous()
+
+
+def test_a_small_model_is_the_same_with_and_without_the_overrides_forward_and_backward():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 16, generator=generator, requires_grad=True)
+    router = torch.randn(16, 4, generator=generator, requires_grad=True)
+    experts = [torch.randn(16, 16, generator=generator, requires_grad=True) for _ in range(4)]
+
+    def run():
+        out = tiny_moe(x, router, experts)
+        grads = torch.autograd.grad(out.square().sum(), (x, router, *experts))
+        return out.detach(), grads
+
+    without = run()
+    with overrides.enabled(key=CPU):
+        with_overrides = run()
+    assert torch.equal(without[0], with_overrides[0])
+    assert all(torch.equal(a, b) for a, b in zip(without[1], with_overrides[1], strict=True))
+    assert sum(tmakit.stats().values()) > 0  # the overrides saw the model's calls
+
+
+@pytest.mark.gpu
+def test_on_a_hopper_the_overrides_serve_transposing_copies_and_gathers_bit_for_bit():
+    import tmakit.ops  # noqa: F401  registers the ops
+
+    x = torch.randn(1024, 768, device="cuda")
+    table = torch.randn(4096, 128, device="cuda")  # 512-byte rows: bulk copies' span on a Hopper
+    index = torch.randint(0, 4096, (2048,), device="cuda")
+    expected_t, expected_rows = x.t().contiguous(), table.index_select(0, index)
+    with tmakit.enabled() as installed:
+        assert {"copy_", "index_select"} <= set(installed)
+        out = torch.full((768, 1024), float("nan"), device="cuda").copy_(x.t())
+        contiguous = x.t().contiguous()
+        rows = table.index_select(0, index)
+        leaf = x.clone().requires_grad_()
+        y = leaf.t().contiguous()
+        (grad,) = torch.autograd.grad((y * 2).sum(), leaf)
+        graph = torch.cuda.CUDAGraph()
+        captured = torch.empty(768, 1024, device="cuda")
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            captured.copy_(x.t())  # warm: the class compiled outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            captured.copy_(x.t())
+        captured.zero_()
+        graph.replay()
+        counts = tmakit.stats()
+    torch.cuda.synchronize()
+    assert (
+        torch.equal(out, expected_t)
+        and torch.equal(contiguous, expected_t)
+        and torch.equal(captured, expected_t)
+    )
+    assert torch.equal(rows, expected_rows) and torch.equal(y.detach(), expected_t)
+    assert torch.equal(grad, torch.full_like(x, 2.0))
+    assert counts.get(("copy_", "tmakit", ""), 0) >= 4
+    route = tmakit.rows_path("gather", table, index, rows)  # the route the override read
+    key = ("index_select", "tmakit", "") if route.by_tma else ("index_select", "torch", route.reason)
+    assert counts.get(key, 0) == 1, (route, counts)
+
+
+def test_the_four_models_small_versions_are_the_same_with_enable_on_the_cpu(tmp_path):
+    """benchmarks/probes/enable_models.py --small: each model on the CPU with and without
+    `tmakit.enable()` (nothing is overridden there: the overrides sit on the CUDA key), outputs
+    and gradients the same bit for bit."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "enable_models.py"
+    out = tmp_path / "models.json"
+    done = subprocess.run([sys.executable, str(script), "--small", "--rounds", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"moe layer", "transformer block", "embedding bags", "fsdp copy-in/out"}
+    assert all(row["same_outputs"] and row["served"] == {} for row in rows.values()), rows
