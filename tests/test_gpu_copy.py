@@ -375,3 +375,24 @@ def test_options_are_checked_on_every_path_as_on_a_cpu():
         assert str(on_gpu.value) == str(on_cpu.value)
     torch.cuda.synchronize()
     assert not dst.any()
+
+
+def test_non_blocking_copies_between_the_host_and_the_gpu_are_torchs():
+    """`non_blocking=True`, as torch's copy_: a pinned host tensor to the GPU and back by torch's
+    copy_ (two devices), every byte; on one GPU the TMA copy, as without it."""
+    import torch
+
+    host = torch.arange(1000 * 776, dtype=torch.int32).view(1000, 776).pin_memory()
+    gpu = torch.full((1000, 776), -1, dtype=torch.int32, device="cuda")
+    assert tmakit.copy_path(gpu, host).path == "torch"
+    assert tmakit.copy_(gpu, host, non_blocking=True) is gpu
+    back = torch.full((1000, 776), -1, dtype=torch.int32).pin_memory()
+    tmakit.copy_(back, gpu * 3, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(gpu.cpu(), host) and torch.equal(back, host * 3)
+    transposed = torch.full((776, 1000), -1, dtype=torch.int32, device="cuda")
+    assert tmakit.copy_path(transposed, gpu.t()).by_tma
+    tmakit.copy_(transposed, gpu.t(), non_blocking=True)
+    assert torch.equal(transposed, gpu.t())
+    with pytest.raises(TmaConfigError, match="no TMA path"):
+        tmakit.copy_(gpu, host, non_blocking=True, strict=True)

@@ -388,3 +388,55 @@ def test_reduce_into__adds_every_element_and_compiles(torch):
 
     out = torch.compile(accumulate, fullgraph=True)(src)
     assert torch.equal(bits(out), bits((1 + src) * 2))
+
+
+def test_the_functions_compile_whole_and_run_tmas_path(torch):
+    """tmakit.copy_, add_, gather_rows, im2col and copy_many_ inside torch.compile(fullgraph=True)
+    (inductor) on a Hopper GPU: each records its op with strict=False, whose kernel runs the
+    function (TMA's path here, as `*_path` says) when the compiled program runs; every element
+    equals torch's."""
+    torch._dynamo.reset()
+    x = hashed((1000, 776), torch.float32, salt=21)
+    rows = hashed((4096, 256), torch.bfloat16, salt=22)
+    act = hashed((2, 28, 28, 64), torch.float16, salt=23)
+    index = torch.randperm(4096, device="cuda")[:1000]
+    total = torch.arange(776 * 1000, device="cuda", dtype=torch.float32).view(776, 1000)
+    partial = torch.arange(776 * 1000, device="cuda", dtype=torch.float32).flip(0).view(776, 1000)
+    many = [hashed((64, 128), torch.bfloat16, salt=24 + i) for i in range(3)]
+    dst, into = poisoned((776, 1000), torch.float32), [poisoned((64, 128), torch.bfloat16) for _ in many]
+    assert tmakit.copy_path(dst, x.t()).by_tma and tmakit.reduce_path(total, partial).by_tma
+    assert tmakit.im2col_path(act, 3, padding=1).by_tma
+    assert tmakit.rows_path("gather", rows, index, torch.empty_like(rows[:1000])).by_tma
+
+    def step(dst, x, total, partial, rows, index, act, into, many):
+        tmakit.copy_(dst, x.t())
+        tmakit.add_(total, partial)
+        tmakit.copy_many_(into, many)
+        return tmakit.gather_rows(rows, index), tmakit.im2col(act, 3, padding=1)
+
+    want_total = total + partial
+    gathered, patches = torch.compile(step, fullgraph=True)(
+        dst, x, total, partial, rows, index, act, into, many
+    )
+    torch.cuda.synchronize()
+    assert same_bits(dst, x.t()) and same_bits(total, want_total)
+    assert same_bits(gathered, rows.index_select(0, index))
+    assert same_bits(patches, torch_im2col(act, 3, 1, 1))
+    assert all(same_bits(d, s) for d, s in zip(into, many, strict=True))
+
+
+def test_add_with_alpha_is_torchs_add_and_traces(torch):
+    """`add_(dst, src, alpha=a)`: with a = 1 TMA's add (bit for bit torch's), another a torch's
+    `add_`, eagerly and compiled (the op's `alpha`)."""
+    torch._dynamo.reset()
+    src = torch.randn(1000, 776, device="cuda")
+    dst = torch.randn(1000, 776, device="cuda")
+    for alpha in (1, 2, -0.5):
+        want, got = dst.clone().add_(src, alpha=alpha), dst.clone()
+        tmakit.add_(got, src, alpha=alpha)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(got), bits(want)), alpha
+    with pytest.raises(TmaConfigError, match="TMA's adds take src as it is"):
+        tmakit.add_(dst.clone(), src, alpha=2, strict=True)
+    got = torch.compile(lambda d, s: tmakit.add_(d, s, alpha=2) * 1, fullgraph=True)(dst.clone(), src)
+    assert torch.equal(bits(got), bits(dst.clone().add_(src, alpha=2)))

@@ -216,6 +216,35 @@ def test_what_bulk_copies_cannot_serve_takes_torchs_op():
     assert torch.equal(table[1], torch.ones(64, device="cuda"))
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_torchs_order_along_any_dim_matches_torchs_ops(dim):
+    """`gather_rows(src, dim, index)` ... in torch's order: along dim 0 the bulk copies where they
+    serve, along another the view with that dim first (torch's op, its rows not one run); every
+    element equals torch's `index_select`, `index_copy_`, `index_add_` and `index_reduce_`."""
+    import torch
+
+    table = positional((24, 20, 16), torch.int32, seed=dim + 7)
+    rows = table.shape[dim]
+    index = torch.tensor([rows - 1, 0, 3, rows - 1, 1], device="cuda")
+    unique = torch.tensor([rows - 1, 0, 3, 1], device="cuda")
+    shape = list(table.shape)
+    shape[dim] = 5
+    src = positional(tuple(shape), torch.int32, seed=dim + 11)
+    want = torch.index_select(table, dim, index)
+    got = tmakit.gather_rows(table, dim, index)
+    assert torch.equal(got, want) and got.stride() == want.stride()
+    shape[dim] = 4
+    dst, copied = table.clone(), positional(tuple(shape), torch.int32, seed=dim + 13)
+    tmakit.scatter_rows_(dst, dim, unique, copied)
+    assert torch.equal(dst, table.clone().index_copy_(dim, unique, copied))
+    dst = table.clone()
+    tmakit.index_add_(dst, dim, index, src, alpha=3)
+    assert torch.equal(dst, table.clone().index_add_(dim, index, src, alpha=3))
+    dst = table.clone()
+    tmakit.index_reduce_(dst, dim, index, src, "amax")
+    assert torch.equal(dst, table.clone().index_reduce_(dim, index, src, "amax"))
+
+
 def test_rows_inside_a_cuda_graph_replay():
     import torch
 

@@ -84,19 +84,29 @@ def test_the_ops_are_registered_with_typed_schemas():
     """Each op with options has a small `default` overload (the options text) and a `typed` one:
     each copy option its own keyword-only argument with CopyOptions' default, read off its fields."""
     copy_ = torch.ops.tmakit.copy_.default._schema
-    assert str(copy_) == 'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()'
+    assert str(copy_) == (
+        'tmakit::copy_(Tensor(a0!) dst, Tensor src, str options="", *, bool non_blocking=False, '
+        "bool strict=True) -> ()"
+    )
     assert (
         str(torch.ops.tmakit.copy_.typed._schema)
-        == f"tmakit::copy_.typed(Tensor(a0!) dst, Tensor src, {OPTIONS}) -> ()"
+        == f"tmakit::copy_.typed(Tensor(a0!) dst, Tensor src, {OPTIONS}, bool non_blocking=False, "
+        "bool strict=True) -> ()"
     )
-    assert str(torch.ops.tmakit.copy.typed._schema) == f"tmakit::copy.typed(Tensor src, {OPTIONS}) -> Tensor"
+    assert (
+        str(torch.ops.tmakit.copy.typed._schema)
+        == f"tmakit::copy.typed(Tensor src, {OPTIONS}, bool strict=True) -> Tensor"
+    )
     assert str(torch.ops.tmakit.reduce_into_.typed._schema) == (
         f'tmakit::reduce_into_.typed(Tensor(a0!) dst, Tensor src, str op="add", {OPTIONS}, '
-        "str? reduce_by=None) -> ()"
-    )  # and the reduce's kernel, `plan.REDUCE_KERNELS`
+        "str? reduce_by=None, Scalar alpha=1, bool strict=True) -> ()"
+    )  # and the reduce's kernel, `plan.REDUCE_KERNELS`, and add_'s alpha
     assert copy_.arguments[0].alias_info.is_write  # copy_ writes dst ...
     assert copy_.arguments[1].alias_info is None  # ... and only dst
-    assert str(torch.ops.tmakit.copy.default._schema) == 'tmakit::copy(Tensor src, str options="") -> Tensor'
+    assert (
+        str(torch.ops.tmakit.copy.default._schema)
+        == 'tmakit::copy(Tensor src, str options="", *, bool strict=True) -> Tensor'
+    )
     assert str(torch.ops.tmakit.load_tiles.default._schema) == (
         "tmakit::load_tiles(Tensor tensor, int tile_rows=64, int tile_cols=256, int swizzle=0) -> Tensor"
     )
@@ -108,14 +118,21 @@ def test_the_ops_are_registered_with_typed_schemas():
         torch.ops.tmakit.load_tiles.default,
     )
     assert str(torch.ops.tmakit.im2col.default._schema) == (
-        "tmakit::im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1) "
-        "-> Tensor"
+        "tmakit::im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
+        "*, str? im2col_by=None, bool strict=True) -> Tensor"
+    )
+    assert str(torch.ops.tmakit.im2col.out._schema) == (
+        "tmakit::im2col.out(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
+        "*, Tensor(a!) out, str? im2col_by=None, bool strict=True) -> ()"
     )
     typed = (torch.ops.tmakit.copy_.typed, torch.ops.tmakit.copy.typed, torch.ops.tmakit.reduce_into_.typed)
     for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col, *typed):
         assert torch.Tag.pt2_compliant_tag in op.tags
     reduce = torch.ops.tmakit.reduce_into_.default._schema
-    assert str(reduce) == 'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add") -> ()'
+    assert str(reduce) == (
+        'tmakit::reduce_into_(Tensor(a0!) dst, Tensor src, str op="add", *, Scalar alpha=1, '
+        "bool strict=True) -> ()"
+    )
     assert reduce.arguments[0].alias_info.is_write and reduce.arguments[1].alias_info is None
 
 
@@ -513,7 +530,7 @@ def test_every_op_that_writes_a_tensor_has_kernels_for_lazy_bits_and_no_other_op
             writers.add(name.removeprefix("tmakit::"))
     assert writers == {
         "copy_", "copy_.typed", "reduce_into_", "reduce_into_.typed", "copy_many_", "unpack_",
-        "scatter_rows_", "index_add_", "index_reduce_",
+        "scatter_rows_", "index_add_", "index_reduce_", "gather_rows.out", "pack.out", "im2col.out",
     }  # fmt: skip
 
 
@@ -526,6 +543,9 @@ LAZY_DESTINATIONS = {
     "scatter_rows_": lambda d, s: torch.ops.tmakit.scatter_rows_(d, torch.tensor([0]), s[:1]),
     "index_add_": lambda d, s: torch.ops.tmakit.index_add_(d, torch.tensor([0]), s[:1]),
     "index_reduce_": lambda d, s: torch.ops.tmakit.index_reduce_(d, torch.tensor([0]), s[:1], "amax"),
+    "gather_rows.out": lambda d, s: torch.ops.tmakit.gather_rows.out(s, torch.tensor([0, 1, 2, 3]), out=d),
+    "pack.out": lambda d, s: torch.ops.tmakit.pack.out([s[0]], out=d.view(-1)),
+    "im2col.out": lambda d, s: torch.ops.tmakit.im2col.out(s.view(1, 1, 4, 8), [1, 1], out=d),
 }
 
 

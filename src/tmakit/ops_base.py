@@ -22,6 +22,9 @@ from .errors import TmaConfigError
 from .plan import CopyOptions
 
 NAMESPACE = "tmakit"
+# Every op's mode, a keyword-only schema argument: strict (TMA, or TmaConfigError) unless False,
+# the call of the op's `tmakit` function (torch's op where TMA does not serve, on any device).
+STRICT = "bool strict=True"
 increment_versions = bump_versions  # an op's write of its tensors, counted as torch's in-place ops count it
 TRACING = "while tracing (torch.compile, make_fx, torch.export or a FakeTensorMode)"
 
@@ -56,7 +59,7 @@ def define(schemas: dict[str, str], kernels: tuple) -> torch.library.Library:
         op, _, overload = name.partition(".")
         packet = getattr(torch.ops.tmakit, op)
         for bit in LAZY_BITS:
-            kernel = lazy_bit_kernel(getattr(packet, overload or "default"), bit)
+            kernel = lazy_bit_kernel(getattr(packet, overload or "default"), bit, impl)
             if kernel is not None:
                 library.impl(name, kernel, bit.key)
     return library
@@ -79,12 +82,14 @@ LAZY_BITS = (
 )
 
 
-def lazy_bit_kernel(overload: Any, bit: LazyBit) -> Any:
+def lazy_bit_kernel(overload: Any, bit: LazyBit, impl: Callable[..., Any]) -> Any:
     """The kernel of an op that writes a tensor, for arguments with `bit`; None for an op that
     writes none. torch's fallback for the bit resolves each argument into a new tensor, so a
     written one would be written in that copy (and, the op returning nothing, the fallback fails
-    after the launch): a written tensor with the bit is refused before anything runs. The others
-    are resolved and the op called again on them."""
+    after the launch): a strict call's written tensor with the bit is refused before anything
+    runs, the others are resolved and the op called again on them. A call with `strict=False`
+    runs `impl` (the op's kernel: its `tmakit` function) on the tensors as they are, which hands
+    such a view to torch's op."""
     schema = overload._schema
     written = [
         (i, argument.name)
@@ -103,6 +108,8 @@ def lazy_bit_kernel(overload: Any, bit: LazyBit) -> Any:
         return value
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("strict", True) is False:
+            return impl(*args, **kwargs)
         for i, name in written:
             value = args[i] if i < len(args) else kwargs.get(name)
             listed = isinstance(value, (list, tuple))
@@ -126,11 +133,16 @@ class NotDifferentiable(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, op: str, below: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any
+        ctx: Any,
+        op: str,
+        below: torch._C.DispatchKeySet,
+        tensor: torch.Tensor,
+        kwargs: dict[str, Any],
+        *args: Any,
     ) -> torch.Tensor:
         ctx.op = op
         with BelowAutograd():
-            return getattr(torch.ops.tmakit, op).default.redispatch(below, tensor, *args)
+            return getattr(torch.ops.tmakit, op).default.redispatch(below, tensor, *args, **kwargs)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> None:
@@ -145,15 +157,18 @@ def not_differentiable(op: str, name: str, impl: Any) -> Any:
     tensor (the argument `name`) needs a gradient, else `impl` called directly (plain tensors) or
     the kernels below autograd."""
 
-    def autograd_kernel(keyset: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any) -> torch.Tensor:
+    def autograd_kernel(
+        keyset: torch._C.DispatchKeySet, tensor: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
         if tensor is None:  # the dispatcher passes None for a Tensor argument
             refuse_memoryless(op, **{name: tensor})
         if tensor.requires_grad and torch.is_grad_enabled():
-            return NotDifferentiable.apply(op, keyset & BELOW_AUTOGRAD, tensor, *args)
+            return NotDifferentiable.apply(op, keyset & BELOW_AUTOGRAD, tensor, kwargs, *args)
         if keyset.raw_repr() in PLAIN:
-            return impl(tensor, *args)
+            return impl(tensor, *args, **kwargs)
         with BelowAutograd():
-            return getattr(torch.ops.tmakit, op).default.redispatch(keyset & BELOW_AUTOGRAD, tensor, *args)
+            below = keyset & BELOW_AUTOGRAD
+            return getattr(torch.ops.tmakit, op).default.redispatch(below, tensor, *args, **kwargs)
 
     return autograd_kernel
 
@@ -196,6 +211,12 @@ def check_traced(op: str, **tensors: torch.Tensor) -> None:
             check_on_gpu(tensor, name)  # cpu and any other device
         except TmaConfigError as error:
             raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op} {where}: {error}") from None
+
+
+def op_options(options: dict) -> dict:
+    """An op's keyword options as its function takes them: `strict` (True unless given) as
+    `op_strict` allows it."""
+    return {**options, "strict": options.get("strict", True) and op_strict()}
 
 
 def op_strict() -> bool:

@@ -50,6 +50,31 @@ def import_torch(what: str) -> Any:
     return torch
 
 
+def compile_check(namespace: dict[str, Any], name: str) -> Callable[[], bool]:
+    """`torch.compiler.is_compiling`, for a module that asks it first thing in each public
+    function (kept as `namespace[name]`, its globals): while torch.compile or torch.export traces
+    the call, the function hands it to its torch op, which the trace can record. Torch's own
+    function where torch is loaded, so the repeated call pays that one call; else a stand-in
+    whose first call outside a trace puts torch's in its place (dynamo reads torch's as True
+    while it traces, so the stand-in traced stores nothing); with torch not loaded, nothing
+    traces, and the function's own checks name what it was given."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "compiler"):
+        return torch.compiler.is_compiling
+
+    def first_call() -> bool:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        is_compiling = torch.compiler.is_compiling
+        if not is_compiling():
+            namespace[name] = is_compiling
+        return is_compiling()
+
+    first_call.__name__ = first_call.__qualname__ = name
+    return first_call
+
+
 def is_torch_tensor(value: object) -> bool:
     """Whether `value` is a torch tensor, without importing torch (no torch loaded: none is)."""
     torch = sys.modules.get("torch")

@@ -17,18 +17,20 @@ from ..api.tensors import (
     bump_versions,
     check_gpu_tensor,
     check_torch_tensor,
+    compile_check,
     count_write,
     detached,
     import_torch,
     out_of_the_plain_path,
     pair_facts,
     pair_guard,
+    recorded_by_autograd,
     special_route,
     version_of,
 )
 from ..errors import TmaConfigError
 from ..plan import CopyOptions
-from ..plan.route import Route
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route
 from ..runtime.dispatch import Dispatch
 from ..validate import flag
 from .call import (
@@ -48,6 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["copy", "copy_", "copy_path"]
 
+# torch.compiler.is_compiling, asked first by each function: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
+
 
 def copy_(
     dst: torch.Tensor,
@@ -55,6 +60,7 @@ def copy_(
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
     *,
+    non_blocking: bool = False,
     strict: bool = False,
     **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
@@ -71,6 +77,10 @@ def copy_(
         src: the tensor read; an empty one launches nothing.
         tile: (rows, columns) of each TMA box; None: tmakit's default for the class.
         stages: the ring's depth; None: tmakit's default.
+        non_blocking: torch's `copy_`'s (keyword-only here: the third place is `tile`): where
+            torch's copy_ serves a pair on two devices (a host tensor and a GPU's), it copies
+            asynchronously with respect to the host where it can (pinned host memory); a copy on
+            one device, TMA's or torch's, never waits for the GPU anyway.
         strict: raise TmaConfigError where TMA does not serve the pair, instead of torch's copy_.
         **options: the other fields of `CopyOptions` (store_depth, blocks_per_sm, as_rows,
             evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left out takes the
@@ -82,10 +92,23 @@ def copy_(
         TmaConfigError: before anything compiles or launches, for arguments wrong in themselves
             (not tensors, shapes or dtypes that differ, `dst` partly overlapping `src`, unknown or
             ill-typed options, options the planner refuses for a pair TMA serves), and with
-            `strict=True` for a pair TMA does not serve."""
-    if strict is False and tile is None and stages is None and not options and _COPIES.guarded(dst, src):
+            `strict=True` for a pair TMA does not serve; a `non_blocking` that is not a bool. While
+            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
+            dynamo's error."""
+    if is_compiling():
+        return traced_copy_(dst, src, tile, stages, strict, options, non_blocking)
+    if (
+        strict is False
+        and non_blocking is False
+        and tile is None
+        and stages is None
+        and not options
+        and _COPIES.guarded(dst, src)
+    ):
         bump_versions((dst,))  # the repeated default call: its guard stands for every read below
         return dst
+    if non_blocking is not False and flag(non_blocking, "copy_'s non_blocking"):
+        return copy_non_blocking(dst, src, tile, stages, strict, options)
     if out_of_the_plain_path(dst, src):
         return copy_special(dst, src, tile, stages, strict, options)
     before = version_of(dst)
@@ -97,6 +120,61 @@ def copy_(
         (_STRICT_COPIES if flag(strict, "copy_'s strict") else _COPIES).call(dst, src, tile, stages, options)
     count_write(dst, before)  # as torch's in-place ops: a dst saved for backward is caught there
     return dst
+
+
+def copy_non_blocking(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    """`copy_` with `non_blocking=True`: a pair on two devices, whose path is torch's copy_, after
+    every check a copy makes (`copy_path`: the options on TMA's route, strict refused), by torch's
+    `copy_(src, non_blocking=True)`; a pair on one device, the plain call."""
+    check_torch_tensor(dst, "copy_", "dst")
+    check_torch_tensor(src, "copy_", "src")
+    if dst.device == src.device:
+        return copy_(dst, src, tile, stages, strict=strict, **options)
+    copy_path(dst, src, tile, stages, strict=strict, **options)
+    copy_by_torch(dst, src, non_blocking=True)  # counts its write, as torch's in-place ops do
+    return dst
+
+
+def traced_copy_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+    non_blocking: object = False,
+) -> torch.Tensor:
+    """`copy_` while torch.compile or torch.export traces it: `torch.ops.tmakit.copy_` with the
+    call's `strict` and `non_blocking`, which the trace records as one op and which runs this
+    function at run time (TMA, or torch's copy_ where TMA does not serve and the call is not
+    strict). A call autograd records is torch's copy_, traced as such, as outside a trace (strict:
+    refused)."""
+    strict = flag(strict, "copy_'s strict")
+    mode = {"non_blocking": True} if flag(non_blocking, "copy_'s non_blocking") else {}
+    if recorded_by_autograd(dst, src):
+        if strict:
+            raise TmaConfigError(f"copy_ with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}")
+        dst.copy_(src, **mode)
+        return dst
+    if tile is None and stages is None and not options:
+        _ops().copy_.default(dst, src, strict=strict, **mode)
+    else:
+        _ops().copy_.typed(dst, src, tile=tile, stages=stages, strict=strict, **mode, **options)
+    return dst
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 def specialised_copy_(
@@ -156,15 +234,40 @@ def copy(
         The new tensor, on `src`'s device.
     Raises:
         TmaConfigError: as `copy_`'s (strict: also for a `src` not on a CUDA device)."""
-    torch = import_torch("copy")
+    if is_compiling():
+        return traced_copy(src, tile, stages, strict, options)
+    import_torch("copy")
     (check_gpu_tensor if strict else check_torch_tensor)(src, "copy", "src")
+    return copy_(new_destination(src), src, tile, stages, strict=strict, **options)
+
+
+def new_destination(src: torch.Tensor) -> torch.Tensor:
+    """The tensor `copy` allocates for `src` (what `torch.ops.tmakit.copy`'s fake returns too):
+    `src`'s shape, dtype, device and strides, compact for an expanded source."""
+    torch = import_torch("copy")
     if src.is_contiguous():  # the usual source: its row-major strides, allocated the cheapest way
-        dst = torch.empty_like(src)
-    elif any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
-        dst = torch.empty_like(src)  # an expanded source's strides would make dst overlap itself
-    else:
-        dst = torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
-    return copy_(dst, src, tile, stages, strict=strict, **options)
+        return torch.empty_like(src)
+    if any(stride <= 0 for stride, extent in zip(src.stride(), src.shape, strict=True) if extent > 1):
+        return torch.empty_like(src)  # an expanded source's strides would make dst overlap itself
+    return torch.empty_strided(tuple(src.shape), tuple(src.stride()), dtype=src.dtype, device=src.device)
+
+
+def traced_copy(
+    src: torch.Tensor,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    """`copy` while torch.compile or torch.export traces it: `torch.ops.tmakit.copy` with the
+    call's `strict` (differentiable: the identity's gradient, as torch's copy_ records outside a
+    trace; strict refuses a call autograd records, as outside a trace)."""
+    strict = flag(strict, "copy's strict")
+    if strict and recorded_by_autograd(src):
+        raise TmaConfigError(f"copy_ with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}")
+    if tile is None and stages is None and not options:
+        return _ops().copy.default(src, strict=strict)
+    return _ops().copy.typed(src, tile=tile, stages=stages, strict=strict, **options)
 
 
 def copy_path(

@@ -1,7 +1,8 @@
 """Copies as torch operators (registered when `tmakit.ops` is imported):
 
-    torch.ops.tmakit.copy_(dst, src, options="") -> None; .typed(dst, src, *, tile=None, ...)
-    torch.ops.tmakit.copy(src, options="") -> Tensor; .typed(src, *, tile=None, ...)
+    torch.ops.tmakit.copy_(dst, src, options="", *, non_blocking=False, strict=True) -> None;
+        .typed(dst, src, *, tile=None, ..., non_blocking=False, strict=True)
+    torch.ops.tmakit.copy(src, options="", *, strict=True) -> Tensor; .typed(src, *, tile=None, ...)
 
 Defined in a fragment of the `tmakit` library with a fake implementation that is also its Meta
 kernel, as every tmakit op (`tmakit.ops`): `copy_` under CompositeExplicitAutograd, returning None
@@ -10,9 +11,9 @@ an Autograd kernel that calls the real implementation directly for a plain tenso
 autograd.Function (the identity's gradient) for one that needs a gradient, and redispatches
 anything else. The `typed` overloads take each `CopyOptions` field as a typed keyword
 (`ops_base.OPTIONS`); `default` takes the options text `CopyOptions.parse` reads, and boxes fewer
-arguments. Strict: TMA on a Hopper GPU, TmaConfigError for what TMA does not serve
-(`tmakit.copy_path` says why; the functions `tmakit.copy_` and `tmakit.copy` take torch's copy_
-there)."""
+arguments. Strict by default: TMA on a Hopper GPU, TmaConfigError for what TMA does not serve
+(`tmakit.copy_path` says why); `strict=False` is the functions' call, torch's copy_ there and on
+any device (what `tmakit.copy_` and `tmakit.copy` record while torch.compile traces them)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..ops_base import (
     NO_OPTIONS,
     OPTIONS,
     PLAIN,
+    STRICT,
     BelowAutograd,
     Tensor,
     check_traced,
@@ -37,22 +39,26 @@ from ..ops_base import (
     op_kwargs,
     op_strict,
     plain_pair,
+    refuse_grad,
     refuse_memoryless,
     run_in_place,
     switched_off,
 )
 from ..overrides import HandedBack
+from ..plan import CopyOptions
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
-from .api import copy_dispatch
+from .api import copy_dispatch, new_destination
 
 # Each op with options has two overloads: `default`'s call boxes a few arguments, `typed`'s a
 # dozen and more, given or not, which costs host time; a call's option keywords find `typed`.
+# copy_'s mode: torch's copy_'s non_blocking, then strict.
+MODE = f"bool non_blocking=False, {STRICT}"
 SCHEMAS = {
-    "copy_": 'copy_(Tensor(a0!) dst, Tensor src, str options="") -> ()',
-    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}) -> ()",
-    "copy": 'copy(Tensor src, str options="") -> Tensor',
-    "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}) -> Tensor",
+    "copy_": f'copy_(Tensor(a0!) dst, Tensor src, str options="", *, {MODE}) -> ()',
+    "copy_.typed": f"copy_.typed(Tensor(a0!) dst, Tensor src, *, {OPTIONS}, {MODE}) -> ()",
+    "copy": f'copy(Tensor src, str options="", *, {STRICT}) -> Tensor',
+    "copy.typed": f"copy.typed(Tensor src, *, {OPTIONS}, {STRICT}) -> Tensor",
 }
 
 
@@ -60,41 +66,72 @@ SCHEMAS = {
 STRICT_COPIES = copy_dispatch(strict=True)
 
 
-def copy__impl(dst: torch.Tensor, src: torch.Tensor, options: str = "") -> None:
-    """Copy `src` into `dst` through TMA (`tmakit.copy_` with `options`, strict). The call without
-    options, on one GPU, of tensors that need no autograd check (`plain_pair`), goes straight to
-    the strict copy's dispatch: it is the op's repeated call."""
-    if options or not plain_pair(dst, src) or switched_off():
-        run_in_place("copy_", dst, src, tma_copy_, strict=op_strict(), **copy_kwargs(options))
+def copy__impl(
+    dst: torch.Tensor, src: torch.Tensor, options: str = "", *, strict: bool = True, **mode: bool
+) -> None:
+    """Copy `src` into `dst` (`tmakit.copy_` with `options`, `strict` and `non_blocking`, the
+    `mode` given). The strict call without options, on one GPU, of tensors that need no autograd
+    check (`plain_pair`), goes straight to the strict copy's dispatch: it is the op's repeated
+    call."""
+    if options or strict is not True or mode or not plain_pair(dst, src) or switched_off():
+        if strict is not True:
+            refuse_grad("copy_", dst, src)
+        run_in_place(
+            "copy_", dst, src, tma_copy_, strict=strict and op_strict(), **mode, **copy_kwargs(options)
+        )
         return
     STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
     increment_versions((dst,))
 
 
-def copy__typed_impl(dst: torch.Tensor, src: torch.Tensor, **typed: Any) -> None:
-    """The typed overload's kernel: `tmakit.copy_` with the typed options given, strict."""
-    run_in_place("copy_", dst, src, tma_copy_, strict=op_strict(), **op_kwargs("", typed))
+def copy__typed_impl(
+    dst: torch.Tensor, src: torch.Tensor, *, strict: bool = True, non_blocking: bool = False, **typed: Any
+) -> None:
+    """The typed overload's kernel: `tmakit.copy_` with the typed options given, `strict` and
+    `non_blocking`."""
+    if strict is not True:
+        refuse_grad("copy_", dst, src)
+    mode = {"non_blocking": True} if non_blocking else {}
+    run_in_place("copy_", dst, src, tma_copy_, strict=strict and op_strict(), **mode, **op_kwargs("", typed))
 
 
-def copy__fake(dst: torch.Tensor, src: torch.Tensor, options: str = "", **typed: Any) -> None:
-    check_traced_pair("copy_", dst, src, op_kwargs(options, typed))
+def copy__fake(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    options: str = "",
+    *,
+    strict: bool = True,
+    non_blocking: bool = False,
+    **typed: Any,
+) -> None:
+    """A trace's check: strict, the pair TMA serves (`check_traced_pair`); else the options alone
+    (what serves the call, TMA or torch's copy_, is decided when it runs)."""
+    if strict:
+        check_traced_pair("copy_", dst, src, op_kwargs(options, typed))
+    else:
+        CopyOptions.of(**op_kwargs(options, typed))
 
 
 # -- copy ---------------------------------------------------------------------------------------
-def copy_impl(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
-    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with the options)."""
+def copy_impl(src: torch.Tensor, options: str = "", *, strict: bool = True, **typed: Any) -> torch.Tensor:
+    """A new tensor with `src`'s shape, strides and values (`tmakit.copy` with the options and
+    `strict`)."""
     if type(src) is not Tensor or src.is_meta:
         refuse_memoryless("copy", src=src)
-    if typed or options or gpu_count() > 1:
-        return on_its_device(src, tma_copy, src, strict=op_strict(), **op_kwargs(options, typed))
+    if typed or options or strict is not True or gpu_count() > 1:
+        return on_its_device(src, tma_copy, src, strict=strict and op_strict(), **op_kwargs(options, typed))
     return tma_copy(src, strict=op_strict())  # the repeated call without options, on one GPU
 
 
-def copy_fake(src: torch.Tensor, options: str = "", **typed: Any) -> torch.Tensor:
-    """What `tmakit.copy` allocates: `src`'s shape and strides, dtype and device."""
-    check_traced("copy", src=src)
-    check_traced_pair("copy", src, src, op_kwargs(options, typed))
-    return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
+def copy_fake(src: torch.Tensor, options: str = "", *, strict: bool = True, **typed: Any) -> torch.Tensor:
+    """What `tmakit.copy` allocates (`copies.api.new_destination`): `src`'s shape and strides,
+    dtype and device (strict: a pair TMA serves, so never an expanded source)."""
+    if strict:
+        check_traced("copy", src=src)
+        check_traced_pair("copy", src, src, op_kwargs(options, typed))
+        return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
+    CopyOptions.of(**op_kwargs(options, typed))
+    return new_destination(src)
 
 
 class CopyFunction(torch.autograd.Function):
@@ -130,11 +167,11 @@ def copy_autograd(
 
 
 def copy_below(below: torch._C.DispatchKeySet, src: torch.Tensor, options: str, typed: dict[str, Any]) -> Any:
-    """copy redispatched below autograd: the overload it was called as (`typed` given: the typed
-    one, which has no options text)."""
-    if typed:
+    """copy redispatched below autograd: the overload it was called as (an option given as a
+    keyword: the typed one, which has no options text; `strict` both take)."""
+    if typed.keys() - {"strict"}:
         return torch.ops.tmakit.copy.typed.redispatch(below, src, **typed)
-    return torch.ops.tmakit.copy.default.redispatch(below, src, options)
+    return torch.ops.tmakit.copy.default.redispatch(below, src, options, **typed)
 
 
 # -- torch's own copy_, overridden (`tmakit.enable`) -----------------------------------------------

@@ -82,11 +82,11 @@ def restrided(
     return replace(launcher, launch=launch, shape_generic=True)
 
 
-def copy_by_torch(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """torch's own `copy_` (its refusals as TorchOpError; a list's pair `i` is
-    `many.call.torch_copy_pair`'s)."""
+def copy_by_torch(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> None:
+    """torch's own `copy_`, `non_blocking` as torch's (its refusals as TorchOpError; a list's pair
+    `i` is `many.call.torch_copy_pair`'s)."""
     try:
-        dst.copy_(src)
+        dst.copy_(src, non_blocking=non_blocking)
     except RuntimeError as error:
         raise TorchOpError(f"torch's copy_, the fallback for this pair, refused it: {error}") from None
 

@@ -5,10 +5,10 @@ core's: `tmakit.api`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..api.load import config_for
-from ..api.tensors import check_torch_tensor, import_torch
+from ..api.tensors import check_torch_tensor, compile_check, import_torch
 from ..config import SEED
 from ..plan import LoadPlan, check_run_time_extents, stand_in_config
 from ..runtime.compile import to_cute_tensor
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["load_tiles"]
+
+# torch.compiler.is_compiling, asked first by `load_tiles`: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 
 def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle: int = 0) -> torch.Tensor:
@@ -38,7 +41,10 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
         A row-major tensor of the padded shape (whole tiles), TMA's zeros past the tensor's edge.
 
     Raises:
-        TmaConfigError: before anything compiles, for what TMA cannot load (`config_for`)."""
+        TmaConfigError: before anything compiles, for what TMA cannot load (`config_for`); while
+            torch.compile traces the call, what the op's fake refuses, wrapped in dynamo's error."""
+    if is_compiling():  # its op, which a trace records (TMA's loads alone, as this function)
+        return _ops().load_tiles.default(tensor, *tile, swizzle)
     torch = import_torch("load_tiles")
     padded_shape, launch = _LOADS.known(
         lambda: (tensor.shape, tensor.stride(), tensor.dtype, tensor.device, typed(tile), typed(swizzle)),
@@ -48,6 +54,13 @@ def load_tiles(tensor: torch.Tensor, tile: tuple[int, int] = SEED.tile, swizzle:
     out = torch.empty(padded_shape, dtype=tensor.dtype, device=tensor.device)
     launch(tensor, out)
     return out
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 # The calls seen (`runtime.dispatch.CallTable`): (padded shape, launch) by the tensor's shape, strides, dtype

@@ -26,10 +26,11 @@ torch's own loop in C++; a `GroupedCopy` reads only each tensor's address per ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..api.tensors import check_torch_tensor, import_torch, recorded_by_autograd
+from ..api.tensors import check_torch_tensor, compile_check, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
+from ..plan.route import RECORDED_BY_AUTOGRAD
 from ..runtime.dispatch import GuardedCalls
 from ..validate import flag
 from .call import GRAD, ListRoute, addresses, layout_check, packed_layout, recorded
@@ -43,11 +44,13 @@ if TYPE_CHECKING:
 __all__ = ["GroupedCopy", "copy_many_", "pack", "unpack_"]
 
 _ROUTES = GuardedCalls()  # by a call's addresses, each route with its layout check
+# torch.compiler.is_compiling, asked first by each function: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 
 def copy_many_(
     dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
-) -> None:
+) -> Sequence[torch.Tensor]:
     """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch. Every pair is
     checked before any is copied: a refused call writes nothing.
 
@@ -60,13 +63,18 @@ def copy_many_(
         strict: raise TmaConfigError where a pair has no TMA path, instead of torch's op.
 
     Returns:
-        None: the destinations are written.
+        `dsts` itself (the list or tuple passed), written, as torch's `_foreach_copy_` returns it.
 
     Raises:
         TmaConfigError: lists of different lengths, an entry that is not a tensor, a pair torch's
-            `copy_` refuses (`TorchOpError`), or with `strict` a pair TMA does not serve.
+            `copy_` refuses (`TorchOpError`), or with `strict` a pair TMA does not serve. While
+            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
+            dynamo's error.
     """
-    torch = import_torch("copy_many_")
+    if is_compiling():
+        traced_copy_many_(dsts, srcs, grouped, strict)
+        return dsts
+    given, torch = dsts, import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
     grouped, strict = flag(grouped, "copy_many_'s grouped"), flag(strict, "copy_many_'s strict")
     if len(dsts) != len(srcs):
@@ -79,6 +87,7 @@ def copy_many_(
         if key is not None and route.complete:
             _ROUTES.keep_guarded(key, layout_check(torch, tensors), route)
     route.run(torch, dsts, srcs)
+    return given
 
 
 def pack(
@@ -104,6 +113,8 @@ def pack(
         TmaConfigError: an entry that is not a tensor, tensors on different devices, an `out`
             too short or of another dtype; as `copy_many_`'s.
     """
+    if is_compiling():
+        return traced_pack(tensors, out, grouped, strict)
     torch = import_torch("pack")
     kept = kept_packing(torch, tensors, "destination", flag(grouped, "pack's grouped"))
     if kept is not None and (out is None or kept.fits(torch, out)):  # its kept table, on this buffer
@@ -131,6 +142,8 @@ def unpack_(
     Raises:
         TmaConfigError: as `pack`.
     """
+    if is_compiling():
+        return traced_unpack_(flat, tensors, grouped, strict)
     torch = import_torch("unpack_")
     kept = kept_packing(torch, tensors, "source", flag(grouped, "unpack_'s grouped"))
     if kept is not None and kept.fits(torch, flat):  # its kept table, on this buffer
@@ -138,6 +151,78 @@ def unpack_(
         return
     dsts, srcs = _unpack_pairs(torch, flat, tensors)
     copy_many_(dsts, srcs, grouped=grouped, strict=strict)
+
+
+def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: object) -> None:
+    """`copy_many_` while torch.compile or torch.export traces it: `torch.ops.tmakit.copy_many_`
+    with the call's options, which the trace records as one op and which runs `copy_many_` at run
+    time (TMA, or torch's `_foreach_copy_` for the pairs TMA does not serve unless the call is
+    strict). A call autograd records is torch's `_foreach_copy_`, traced as such, as outside a
+    trace (strict: refused)."""
+    torch = import_torch("copy_many_")
+    dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
+    mode = _mode("copy_many_", grouped, strict)
+    if len(dsts) != len(srcs):
+        raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
+    if recorded_by_autograd(*dsts, *srcs):
+        _refuse_strict("copy_many_", mode)
+        torch._foreach_copy_(dsts, srcs)
+        return
+    _ops().copy_many_.default(dsts, srcs, **mode)
+
+
+def traced_pack(
+    tensors: object, out: torch.Tensor | None, grouped: object, strict: object
+) -> tuple[torch.Tensor, list[int]]:
+    """`pack` while torch.compile or torch.export traces it: `torch.ops.tmakit.pack` (or its `out`
+    overload) with the call's options, the offsets read off the tensors' sizes and dtypes
+    (`call.packed_layout`), as `traced_copy_many_` runs `copy_many_`."""
+    torch = import_torch("pack")
+    tensors = _tensor_list(tensors, "pack", "tensors")
+    mode = _mode("pack", grouped, strict)
+    if recorded_by_autograd(*tensors, *([] if out is None else [out])):
+        _refuse_strict("pack", mode)
+        flat, offsets, dsts, srcs = _pack_pairs(torch, tensors, out)
+        torch._foreach_copy_(dsts, srcs)
+        return flat, offsets
+    if out is None:
+        flat = _ops().pack.default(tensors, **mode)
+    else:
+        _ops().pack.out(tensors, out=out, **mode)
+        flat = out
+    dtype, offsets, _ = packed_layout(torch, tensors)
+    return flat, [offset // dtype.itemsize for offset in offsets]
+
+
+def traced_unpack_(flat: torch.Tensor, tensors: object, grouped: object, strict: object) -> None:
+    """`unpack_` while torch.compile or torch.export traces it: `torch.ops.tmakit.unpack_` with the
+    call's options, as `traced_copy_many_` runs `copy_many_`."""
+    torch = import_torch("unpack_")
+    tensors = _tensor_list(tensors, "unpack_", "tensors")
+    mode = _mode("unpack_", grouped, strict)
+    if recorded_by_autograd(flat, *tensors):
+        _refuse_strict("unpack_", mode)
+        torch._foreach_copy_(*_unpack_pairs(torch, flat, tensors))
+        return
+    _ops().unpack_.default(flat, tensors, **mode)
+
+
+def _mode(what: str, grouped: object, strict: object) -> dict[str, bool]:
+    return {"grouped": flag(grouped, f"{what}'s grouped"), "strict": flag(strict, f"{what}'s strict")}
+
+
+def _refuse_strict(what: str, mode: dict[str, bool]) -> None:
+    if mode["strict"]:
+        raise TmaConfigError(
+            f"{what} with strict=True: no TMA path, {RECORDED_BY_AUTOGRAD}; nothing was copied"
+        )
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 class GroupedCopyKeywords(TypedDict, total=False):

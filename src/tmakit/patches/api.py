@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..api.tensors import (
     bump_versions,
     check_torch_tensor,
     check_written,
+    compile_check,
     detached,
     device_facts,
     import_torch,
@@ -23,7 +24,7 @@ from ..api.tensors import (
 )
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import DEFAULT_SM_COUNT
-from ..plan.route import Route
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route
 from ..runtime.dispatch import CallTable
 from ..validate import flag, span_bytes, typed
 from .launch import im2col_launcher
@@ -39,6 +40,8 @@ __all__ = ["Im2colPlan", "im2col", "im2col_path"]
 # The copy family's `copy_`, bound at its first call (`registry.bound_on_first_call`: a family
 # imports no other): then each call reads one global, as an imported name's.
 copy_ = registry.bound_on_first_call("copy_", globals())
+# torch.compiler.is_compiling, asked first by `im2col`: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 Launch = Callable[["torch.Tensor", "torch.Tensor"], None]
 
@@ -94,7 +97,10 @@ def im2col(
 
     Raises:
         TmaConfigError: as above: in either mode for arguments no path serves, with `strict=True`
-            for what TMA's path does not serve."""
+            for what TMA's path does not serve. While torch.compile traces the call, what the op's
+            fake implementation refuses, wrapped in dynamo's error."""
+    if is_compiling():
+        return traced_im2col(x, (kernel, stride, padding, dilation), out, strict, im2col_by)
     torch = import_torch("im2col")
     if strict is not False and strict is not True:
         strict = flag(strict, "strict")  # a string such as 'false' would read as true
@@ -131,6 +137,41 @@ def im2col(
         if given and not call.windows:  # a caller's out, counted as an out= op counts it (the
             bump_versions((out,))  # windows copy's `copy_` calls count it through out's views)
     return out
+
+
+def traced_im2col(
+    x: torch.Tensor,
+    conv: tuple[object, object, object, object],
+    out: torch.Tensor | None,
+    strict: object,
+    im2col_by: str | None,
+) -> torch.Tensor:
+    """`im2col` while torch.compile or torch.export traces it: `torch.ops.tmakit.im2col` (or its
+    `out` overload) with the call's `strict`, which the trace records as one op and which runs
+    `im2col` at run time (TMA, or torch's expression where TMA does not serve and the call is not
+    strict). A call autograd records is torch's expression, traced as such, as outside a trace
+    (strict: refused). `conv`: (kernel, stride, padding, dilation)."""
+    strict = flag(strict, "strict")
+    if recorded_by_autograd(*((x,) if out is None else (x, out))):
+        if strict:
+            raise TmaConfigError(
+                f"{RECORDED_BY_AUTOGRAD} (strict=False computes it with torch's expression instead)"
+            )
+        return torch_im2col(x, *conv, out=out)
+    if out is None:
+        return _ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict)
+    if strict or out.is_contiguous():
+        _ops().im2col.out(x, *conv, out=out, im2col_by=im2col_by, strict=strict)
+    else:  # dynamo takes no out= of other strides (strict, TMA's path refuses one): copied into it
+        out.copy_(_ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict))
+    return out
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 def im2col_path(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import DTYPES, LoadConfig
 from ..errors import TmaConfigError
@@ -335,22 +335,22 @@ class Im2colConv:
     stride: tuple[int, int]
     padding: tuple[int, int]
     dilation: tuple[int, int]
+    # (P, Q): output pixels per image along height and width; (M, K) = (N*P*Q, R*S*C): the patch
+    # matrix `tmakit.im2col` returns. Fields set once, not cached properties: a repeated call reads
+    # them, and torch.compile traces their reads (a cached property's lock it cannot).
+    output_shape: tuple[int, int] = field(init=False, compare=False)
+    patch_shape: tuple[int, int] = field(init=False, compare=False)
 
-    # Cached: a repeated im2col call reads the patch shape of the convolution it looked up.
-    @functools.cached_property
-    def output_shape(self) -> tuple[int, int]:
-        """(P, Q): output pixels per image along height and width."""
+    def __post_init__(self) -> None:
         _, height, width, _ = self.shape
-        return tuple(
+        output = tuple(
             output_extent(size, self.filter[d], self.stride[d], self.padding[d], self.dilation[d])
             for d, size in enumerate((height, width))
-        )  # type: ignore[return-value]
-
-    @functools.cached_property
-    def patch_shape(self) -> tuple[int, int]:
-        """(M, K) = (N*P*Q, R*S*C): the patch matrix `tmakit.im2col` returns."""
+        )
         batch, _, _, channels = self.shape
-        return batch * math.prod(self.output_shape), self.filter[0] * self.filter[1] * channels
+        patch = (batch * math.prod(output), self.filter[0] * self.filter[1] * channels)
+        object.__setattr__(self, "output_shape", output)
+        object.__setattr__(self, "patch_shape", patch)
 
     @property
     def run(self) -> int:

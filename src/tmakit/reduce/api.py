@@ -12,20 +12,24 @@ an element-wise check can decide). `ReducePlan` (`reduce.plan`) is exported with
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import TYPE_CHECKING, Any
 
 from ..api.tensors import (
     bump_versions,
+    compile_check,
     count_write,
     detached,
     out_of_the_plain_path,
     pair_facts,
     pair_guard,
+    recorded_by_autograd,
     special_route,
     version_of,
 )
+from ..errors import TmaConfigError
 from ..plan import CopyOptions, reduce_op
-from ..plan.route import Route, torch_route
+from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..runtime.dispatch import CallTable, Dispatch
 from ..validate import flag
 from .call import (
@@ -48,6 +52,9 @@ if TYPE_CHECKING:
     from ..plan.copy import CopyKeywords
 
 __all__ = ["ReducePlan", "add_", "reduce_into_", "reduce_path"]
+
+# torch.compiler.is_compiling, asked first by each function: a trace records its torch op instead.
+is_compiling = compile_check(globals(), "is_compiling")
 
 
 def reduce_into_(
@@ -94,7 +101,10 @@ def reduce_into_(
             unknown op, unknown or ill-typed options, options TMA refuses for tensors it serves,
             `dst` partly overlapping `src` on a TMA path: the very same view is allowed), for an
             error of torch's op (named); with `strict=True` for anything TMA does not serve,
-            before anything compiles or launches."""
+            before anything compiles or launches. While torch.compile traces the call, what the
+            op's fake implementation refuses, wrapped in dynamo's error."""
+    if is_compiling():
+        return traced_reduce_into_(dst, src, op, tile, stages, strict, options, reduce_by)
     return reduced(dst, src, op, tile, stages, strict, options, reduce_by)
 
 
@@ -104,20 +114,30 @@ def add_(
     tile: tuple[int, int] | None = None,
     stages: int | None = None,
     *,
+    alpha: int | float = 1,
     strict: bool = False,
     reduce_by: str | None = None,
     **options: Unpack[CopyKeywords],
 ) -> torch.Tensor:
-    """dst += src: `reduce_into_(dst, src, "add", ...)`.
+    """dst += alpha * src, as torch's `dst.add_(src, alpha=alpha)`: with `alpha` 1,
+    `reduce_into_(dst, src, "add", ...)`; another `alpha` is torch's `add_` (TMA's adds take `src`
+    as it is), after the checks every path makes.
 
     Args:
         dst, src, tile, stages, strict, reduce_by, **options: as `reduce_into_`'s.
+        alpha: the multiplier of `src` (keyword-only, as torch's): a number; other than 1, torch's
+            `add_` serves the call (`strict=True` and a `reduce_by` refuse it).
 
     Returns:
         `dst`.
 
     Raises:
-        TmaConfigError: as `reduce_into_`."""
+        TmaConfigError: as `reduce_into_`; an `alpha` that is not a number; an `alpha` other than 1
+            with `strict=True` or a `reduce_by`."""
+    if is_compiling():
+        return traced_reduce_into_(dst, src, "add", tile, stages, strict, options, reduce_by, alpha)
+    if type(alpha) is not int or alpha != 1:
+        return scaled_add(dst, src, alpha, tile, stages, strict, options, reduce_by)
     if strict is False and reduce_by is None and not options:  # the plain call: its dispatch, once made
         dispatch = _DISPATCHES.get(_PLAIN_ADD)
         if tile is None and stages is None and dispatch is not None and dispatch.guarded(dst, src):
@@ -125,6 +145,91 @@ def add_(
             return dst
         return reduced(dst, src, "add", tile, stages, False, options, None, dispatch)
     return reduced(dst, src, "add", tile, stages, strict, options, reduce_by)
+
+
+def scaled_add(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    alpha: object,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+    reduce_by: object,
+) -> torch.Tensor:
+    """`add_` with an `alpha` other than 1: torch's `dst.add_(src, alpha=alpha)`, TMA's adds taking
+    `src` as it is. First what every path checks: `alpha` a number, the tensors, the options (on
+    the route TMA would take, `check_reduce_options`), a kernel named; then refused where the
+    call asks for TMA (strict, or a `reduce_by`). An `alpha` equal to 1 (1.0) is `add_`'s own,
+    but a float one on integers, which torch's add_ refuses."""
+    check_reduce_arguments(dst, src)
+    if checked_alpha(alpha) == 1 and (isinstance(alpha, numbers.Integral) or dst.is_floating_point()):
+        return add_(dst, src, tile, stages, strict=strict, reduce_by=reduce_by, **options)
+    strict, kernel = flag(strict, "strict"), chosen_kernel(reduce_by)
+    chosen = reduce_options(tile, stages, options)
+    if chosen != CopyOptions():
+        check_reduce_options(detached(dst), detached(src), "add", chosen, kernel)
+    reason = f"alpha={alpha}: TMA's adds take src as it is"
+    if strict:
+        raise strict_refusal(torch_route("add", reason))
+    if kernel is not None:
+        raise TmaConfigError(
+            f"add_ with reduce_by={kernel!r} and {reason}: torch's add_ serves an alpha other than 1; "
+            "leave reduce_by out (or scale src first)"
+        )
+    torch_reduce(dst, src, "add", reason, alpha)
+    return dst
+
+
+def checked_alpha(alpha: object) -> object:
+    """`add_`'s `alpha`: a number (not a bool), or TmaConfigError naming it."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Number):
+        raise TmaConfigError(
+            f"add_'s alpha is {alpha!r} ({type(alpha).__name__}); it takes a number, as torch's add_ "
+            "(1, the default, is TMA's add)"
+        )
+    return alpha
+
+
+def traced_reduce_into_(
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    op: str,
+    tile: tuple[int, int] | None,
+    stages: int | None,
+    strict: object,
+    options: dict[str, Any],
+    reduce_by: str | None,
+    alpha: object = 1,
+) -> torch.Tensor:
+    """`reduce_into_` (and `add_`, with its `alpha`) while torch.compile or torch.export traces
+    it: `torch.ops.tmakit.reduce_into_` with the call's `strict`, which the trace records as one op
+    and which runs the function at run time (TMA, or torch's op where TMA does not serve and the
+    call is not strict). A call autograd records is torch's op, traced as such, as outside a trace
+    (strict: refused)."""
+    strict, alpha = flag(strict, "strict"), checked_alpha(alpha)
+    if recorded_by_autograd(dst, src):
+        route = torch_route(reduce_op(op), RECORDED_BY_AUTOGRAD)
+        if strict:
+            raise strict_refusal(route)
+        reduce_options(tile, stages, options)  # named if wrong, as on every path
+        torch_reduce(dst, src, route.op, route.reason, alpha)
+        return dst
+    scaled = {} if alpha == 1 else {"alpha": alpha}  # the op's default: the cheaper call
+    if tile is None and stages is None and not options and reduce_by is None:
+        _ops().reduce_into_.default(dst, src, op, strict=strict, **scaled)
+    else:
+        _ops().reduce_into_.typed(
+            dst, src, op, tile=tile, stages=stages, reduce_by=reduce_by, strict=strict, **options, **scaled
+        )
+    return dst
+
+
+def _ops() -> Any:
+    """`torch.ops.tmakit`, its ops registered (`tmakit.ops`, imported by the first traced call)."""
+    from .. import ops
+
+    return ops.torch.ops.tmakit
 
 
 def reduced(

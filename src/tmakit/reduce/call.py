@@ -282,12 +282,16 @@ TORCH_OPS: dict[str, str] = {
 }
 
 
-def torch_reduce(dst: torch.Tensor, src: torch.Tensor, op: str, reason: str) -> None:
-    """dst = dst op src by torch (`TORCH_OPS`); a RuntimeError of torch's (NotImplementedError
-    included) raised as TmaConfigError naming the op, why torch runs it and torch's message."""
+def torch_reduce(dst: torch.Tensor, src: torch.Tensor, op: str, reason: str, alpha: object = 1) -> None:
+    """dst = dst op src by torch (`TORCH_OPS`; an add with `alpha`, `add_`'s: dst += alpha * src);
+    a RuntimeError of torch's (NotImplementedError included) raised as TmaConfigError naming the
+    op, why torch runs it and torch's message."""
     torch = import_torch("reduce_into_")
     try:
-        _TORCH_REDUCES[op](torch, dst, src)
+        if type(alpha) is int and alpha == 1:  # a float 1.0 is torch's to refuse on integers
+            _TORCH_REDUCES[op](torch, dst, src)
+        else:
+            dst.add_(src, alpha=alpha)
     except RuntimeError as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise TorchOpError(

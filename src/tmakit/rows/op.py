@@ -1,47 +1,71 @@
 """Rows by index as torch operators (registered when `tmakit.ops` is imported):
 
-    torch.ops.tmakit.gather_rows(src, index) -> Tensor
-    torch.ops.tmakit.scatter_rows_(dst, index, src) -> None
-    torch.ops.tmakit.index_add_(dst, index, src) -> None
-    torch.ops.tmakit.index_reduce_(dst, index, src, reduce) -> None
+    torch.ops.tmakit.gather_rows(src, index, *, check_index=True, strict=True) -> Tensor
+    torch.ops.tmakit.gather_rows.out(src, index, *, out, check_index=True, strict=True) -> None
+    torch.ops.tmakit.scatter_rows_(dst, index, src, *, check_index=True, strict=True) -> None
+    torch.ops.tmakit.index_add_(dst, index, src, *, alpha=1, check_index=True, strict=True) -> None
+    torch.ops.tmakit.index_reduce_(dst, index, src, reduce, *, include_self=True, check_index=True,
+                                   strict=True) -> None
 
 Each is defined in a fragment of the `tmakit` library with a fake implementation that is also its
 Meta kernel (`torch.compile`, `make_fx` and `torch.export` know its output without running it),
-and runs `tmakit.api`'s function strictly, as every tmakit op does (`tmakit.ops`): bulk row copies
-on a Hopper GPU, TmaConfigError for a tensor off a CUDA device (eagerly and while tracing) or a
-call bulk row copies cannot serve (`tmakit.rows_path` says why; the functions `tmakit.gather_rows`
-... take torch's op there). The in-place ops return None (aot_autograd functionalizes them from
-`Tensor(a0!) dst`); the API bumps dst's version. The index is checked on the host except inside
-a CUDA-graph capture (`tmakit.rows.api`). Not differentiable: the ops refuse inputs that require
-grad while grad mode is on."""
+and runs `tmakit.api`'s function with the options given. Strict by default, as every tmakit op
+(`tmakit.ops`): bulk row copies on a Hopper GPU, TmaConfigError for a tensor off a CUDA device
+(eagerly and while tracing) or a call bulk row copies cannot serve (`tmakit.rows_path` says why);
+`strict=False` is the function's call, torch's op there and on any device (what
+`tmakit.gather_rows` ... record while torch.compile traces them). The in-place ops and `out`
+return None (aot_autograd functionalizes them from `Tensor(a0!) dst`); the API bumps the written
+tensor's version. The index is checked on the host except inside a CUDA-graph capture
+(`tmakit.rows.api`) or with `check_index=False`. Not differentiable: the ops refuse inputs that
+require grad while grad mode is on."""
 
 from __future__ import annotations
 
 import torch
 
 from ..errors import TmaConfigError
-from ..ops_base import NAMESPACE, check_traced, define, on_its_device, op_strict, refuse_grad
+from ..ops_base import (
+    NAMESPACE,
+    STRICT,
+    check_traced,
+    define,
+    on_its_device,
+    op_options,
+    op_strict,
+    refuse_grad,
+)
 from ..overrides import HandedBack
 from . import api as api_rows
 from .call import facts, rows_call
 from .plan import rows_route
 
+# The options every rows op takes, as the functions do.
+ROWS_MODE = f"bool check_index=True, {STRICT}"
 SCHEMAS = {
-    "gather_rows": "gather_rows(Tensor src, Tensor index) -> Tensor",
-    "scatter_rows_": "scatter_rows_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
-    "index_add_": "index_add_(Tensor(a0!) dst, Tensor index, Tensor src) -> ()",
-    "index_reduce_": "index_reduce_(Tensor(a0!) dst, Tensor index, Tensor src, str reduce) -> ()",
+    "gather_rows": f"gather_rows(Tensor src, Tensor index, *, {ROWS_MODE}) -> Tensor",
+    "gather_rows.out": f"gather_rows.out(Tensor src, Tensor index, *, Tensor(a!) out, {ROWS_MODE}) -> ()",
+    "scatter_rows_": f"scatter_rows_(Tensor(a0!) dst, Tensor index, Tensor src, *, {ROWS_MODE}) -> ()",
+    "index_add_": (
+        f"index_add_(Tensor(a0!) dst, Tensor index, Tensor src, *, Scalar alpha=1, {ROWS_MODE}) -> ()"
+    ),
+    "index_reduce_": (
+        "index_reduce_(Tensor(a0!) dst, Tensor index, Tensor src, str reduce, *, bool include_self=True, "
+        f"{ROWS_MODE}) -> ()"
+    ),
 }
 
 
-def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None) -> None:
-    """A trace's check (and an eager call's, first): every tensor on a CUDA device, and what
-    `tmakit.rows.api` checks of shapes, dtypes and devices (the index's entries are read only when
-    the op runs)."""
+def _check_fake(
+    op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor | None, strict: bool
+) -> None:
+    """A trace's check (and a strict eager call's, first): strict, every tensor on a CUDA device;
+    and what `tmakit.rows.api` checks of shapes, dtypes and devices on every path (the index's
+    entries are read only when the op runs)."""
     where = f"torch.ops.{NAMESPACE}.{op}"
-    check_traced(op, **{"src" if compact is None else "dst": table, "index": index})
-    if compact is not None:
-        check_traced(op, src=compact)
+    if strict:
+        check_traced(op, **{"src" if compact is None else "dst": table, "index": index})
+        if compact is not None:
+            check_traced(op, src=compact)
     if index.dtype not in (torch.int32, torch.int64) or index.dim() > 1:
         raise TmaConfigError(
             f"{where}: index is {tuple(index.shape)} {index.dtype}; it takes a 1-D int32 or int64 index"
@@ -51,47 +75,82 @@ def _check_fake(op: str, table: torch.Tensor, index: torch.Tensor, compact: torc
     if compact is not None and table.dim():
         expected = (index.numel(), *table.shape[1:])
         if tuple(compact.shape) != expected or compact.dtype != table.dtype or compact.device != table.device:
+            name = "out" if op == "gather_rows" else "src"
             raise TmaConfigError(
-                f"{where}: src is {tuple(compact.shape)} {compact.dtype} on {compact.device}; for this "
+                f"{where}: {name} is {tuple(compact.shape)} {compact.dtype} on {compact.device}; for this "
                 f"index and table it must be {expected} {table.dtype} on {table.device}"
             )
 
 
-def gather_rows_impl(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    refuse_grad("gather_rows", src)
-    check_traced("gather_rows", src=src, index=index)
-    return api_rows.gather_rows(src, index, strict=op_strict())
+def _strict_check(op: str, strict: bool, **tensors: torch.Tensor) -> None:
+    """An eager call's first checks: no tensor autograd would record; strict, each on a CUDA device."""
+    refuse_grad(op, *tensors.values())
+    if strict:
+        check_traced(op, **tensors)
 
 
-def gather_rows_fake(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    _check_fake("gather_rows", src, index, None)
+def gather_rows_impl(
+    src: torch.Tensor, index: torch.Tensor, *, check_index: bool = True, strict: bool = True
+) -> torch.Tensor:
+    _strict_check("gather_rows", strict, src=src, index=index)
+    return api_rows.gather_rows(src, index, check_index=check_index, strict=strict and op_strict())
+
+
+def gather_rows_out_impl(
+    src: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    out: torch.Tensor,
+    check_index: bool = True,
+    strict: bool = True,
+) -> None:
+    _strict_check("gather_rows", strict, src=src, index=index, out=out)
+    api_rows.gather_rows(src, index, out, check_index=check_index, strict=strict and op_strict())
+
+
+def gather_rows_fake(
+    src: torch.Tensor, index: torch.Tensor, *, check_index: bool = True, strict: bool = True
+) -> torch.Tensor:
+    _check_fake("gather_rows", src, index, None, strict)
     return src.new_empty((index.numel(), *src.shape[1:]) if src.dim() else ())
 
 
-def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
-    refuse_grad("scatter_rows_", dst, src)
-    check_traced("scatter_rows_", dst=dst, index=index, src=src)
-    api_rows.scatter_rows_(dst, index, src, strict=op_strict())
+def gather_rows_out_fake(
+    src: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    out: torch.Tensor,
+    check_index: bool = True,
+    strict: bool = True,
+) -> None:
+    _check_fake("gather_rows", src, index, out, strict)
 
 
-def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
-    refuse_grad("index_add_", dst, src)
-    check_traced("index_add_", dst=dst, index=index, src=src)
-    api_rows.index_add_(dst, index, src, strict=op_strict())
+def scatter_rows__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, **options: bool) -> None:
+    _strict_check("scatter_rows_", options.get("strict", True), dst=dst, index=index, src=src)
+    api_rows.scatter_rows_(dst, index, src, **op_options(options))
 
 
-def index_reduce__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str) -> None:
-    refuse_grad("index_reduce_", dst, src)
-    check_traced("index_reduce_", dst=dst, index=index, src=src)
-    api_rows.index_reduce_(dst, index, src, reduce, strict=op_strict())
+def index_add__impl(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, **options: object) -> None:
+    _strict_check("index_add_", options.get("strict", True), dst=dst, index=index, src=src)
+    api_rows.index_add_(dst, index, src, **op_options(options))
+
+
+def index_reduce__impl(
+    dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, reduce: str, **options: bool
+) -> None:
+    _strict_check("index_reduce_", options.get("strict", True), dst=dst, index=index, src=src)
+    api_rows.index_reduce_(dst, index, src, reduce, **op_options(options))
 
 
 def in_place_fake(op: str):
-    def fake(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, *reduce: str) -> None:
+    def fake(
+        dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor, *reduce: str, **options: object
+    ) -> None:
         if reduce and reduce[0] not in api_rows.TORCH_REDUCES:
             takes = ", ".join(api_rows.TORCH_REDUCES)
             raise TmaConfigError(f"torch.ops.{NAMESPACE}.{op}: reduce={reduce[0]!r}; it takes {takes}")
-        _check_fake(op, dst, index, src)
+        _check_fake(op, dst, index, src, options.get("strict", True))
 
     return fake
 
@@ -139,6 +198,7 @@ LIBRARY = define(
     SCHEMAS,
     (
         ("gather_rows", gather_rows_impl, gather_rows_fake),
+        ("gather_rows.out", gather_rows_out_impl, gather_rows_out_fake),
         ("scatter_rows_", scatter_rows__impl, in_place_fake("scatter_rows_")),
         ("index_add_", index_add__impl, in_place_fake("index_add_")),
         ("index_reduce_", index_reduce__impl, in_place_fake("index_reduce_")),
