@@ -1,7 +1,8 @@
 """Where an eager moe_dispatch / moe_combine call's host time goes: each part's host cost on a
 tiny layer (`bench.timing.host_costs_us`: the GPU no bound), the public calls eagerly at
 Mixtral's layer (`bench.timing.eager_samples_us`, host and device), then cProfile of the two
-public calls there.
+public calls there; then the bench's layer forward and backward (DeepSeek-V3 4096, Mixtral): its
+host time against its eager time, torch.profiler's ops by host time and cProfile.
 
     python benchmarks/probes/moe_host.py
 """
@@ -9,6 +10,7 @@ public calls there.
 import cProfile
 import pstats
 import statistics
+import time
 
 import torch
 
@@ -58,3 +60,49 @@ for name, fn in public.items():
     torch.cuda.synchronize()
     print(f"== cProfile of 100 calls of {name} (Mixtral's layer)")
     pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+
+
+def layer_call(x, ids, probs, grad, experts):
+    """One forward and backward of the bench's tmakit layer (`moe.bench.tmakit_layer`)."""
+    from tmakit.moe.bench import tmakit_layer
+    from tmakit.moe.peers import with_gradients
+
+    return lambda: with_gradients(tmakit_layer(x, ids, probs, experts), (x, probs), grad)
+
+
+for label, (tokens, topk, experts, hidden) in {
+    "DeepSeek-V3 4096": (4096, 8, 256, 7168),
+    "Mixtral": (8192, 2, 8, 4096),
+}.items():
+    x, ids, probs, _ = layer(tokens, topk, experts, hidden)
+    x.requires_grad_()
+    probs.requires_grad_()
+    grad = torch.randn_like(x)
+    fwd_bwd = layer_call(x, ids, probs, grad, experts)
+    fwd_bwd()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(30):  # the host's time of one call, the GPU idle at its start
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fwd_bwd()
+        host.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    eager = statistics.median(eager_samples_us({"layer": [fwd_bwd]})["layer"])
+    print(f"layer fwd+bwd {label}: host us a call {statistics.median(host):.1f}, eager us a call {eager:.1f}")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        for _ in range(5):
+            fwd_bwd()
+        torch.cuda.synchronize()
+    print(f"== torch.profiler of 5 layer calls ({label})")
+    print(trace.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    profile_ = cProfile.Profile()
+    profile_.enable()
+    for _ in range(20):
+        fwd_bwd()
+    profile_.disable()
+    torch.cuda.synchronize()
+    print(f"== cProfile of 20 layer calls ({label}), by cumulative time")
+    pstats.Stats(profile_).sort_stats("cumtime").print_stats(40)
