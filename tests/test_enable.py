@@ -28,7 +28,9 @@ def clean():
 
 
 def test_every_family_override_is_listed_and_names_are_checked():
-    assert {"copy_", "index_select"} <= set(overrides.available())
+    assert {"copy_", "index_select", "index_add_", "index_copy_", "index_reduce_"} <= set(
+        overrides.available()
+    )
     with pytest.raises(TmaConfigError, match=r"'nope' is not an op tmakit overrides; it overrides .*copy_"):
         tmakit.enable(["nope"])
     with pytest.raises(TmaConfigError, match="ops is a list of aten op names"):
@@ -92,9 +94,10 @@ def test_enable_names_the_torch_it_needs_where_torch_lacks_get_kernel(monkeypatc
 
 
 def test_enabled_removes_only_what_it_installed():
+    rows_ops = {"index_select", "index_add_", "index_add", "index_copy_", "index_reduce_"}
     overrides.enable(["copy_"], key=CPU)
     with overrides.enabled(key=CPU) as installed:
-        assert installed == ["copy_", "index_select"]
+        assert installed == ["copy_", *sorted(rows_ops)]
     assert overrides.disable([]) == ["copy_"]  # the outer enable's stays
 
 
@@ -107,6 +110,7 @@ def tiny_moe(x, router, experts):
         token, slot = (ids == e).nonzero(as_tuple=True)
         rows = x.index_select(0, token) @ weight
         out = out.index_add(0, token, rows * probs[token, slot, None])
+    out = out.clone().index_add_(0, torch.arange(x.shape[0] - 1, -1, -1), out.detach())
     return out.view(x.shape[0], 4, -1).transpose(0, 1).contiguous()
 
 
@@ -177,6 +181,77 @@ def test_on_a_hopper_the_overrides_serve_transposing_copies_and_gathers_bit_for_
     route = tmakit.rows_path("gather", table, index, rows)  # the route the override read
     key = ("index_select", "tmakit", "") if route.by_tma else ("index_select", "torch", route.reason)
     assert counts.get(key, 0) == 2, (route, counts)  # the plain table's and the embedding's
+
+
+@pytest.mark.gpu
+def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand_back_the_rest():
+    """index_add_, index_copy_ and index_reduce_ under `enable()`: served where the rows route
+    takes the call (each read from `rows_path`), exact against torch's kernels without the
+    overrides (integer-valued floats: a repeated row's sums are exact in any order), every other
+    call handed back with its reason; index_select's backward (an index_add_) too."""
+    import tmakit.ops  # noqa: F401  registers the ops
+    from tmakit.rows import op as rows_op
+
+    rows, width = 4096, 128  # 512-byte float rows, 1 KiB int64 rows
+    base = torch.arange(rows * width, device="cuda").reshape(rows, width)
+    index = torch.randint(0, rows, (3000,), device="cuda")  # repeats
+    unique = torch.randperm(rows, device="cuda")[:2500]
+    source = (base[:3000] % 97).float()
+    ints = (base[:3000] * 7919) % 100003
+    grad_rows = (base[:3000] % 13).float()
+
+    def calls():
+        added = (base % 31).float().index_add_(0, index, source)
+        copied = torch.full((rows, width), -1.0, device="cuda").index_copy_(0, unique, source[:2500])
+        maxed = (base % 50000).index_reduce_(0, index, ints, "amax")
+        mined = (base % 50000).index_reduce_(0, index, ints, "amin")
+        scaled = torch.zeros(rows, width, device="cuda").index_add_(0, index, source, alpha=2)
+        produced = (base % 50000).index_reduce_(0, index[:8], ints[:8] % 3 + 1, "prod")
+        table = (base % 101).float().requires_grad_()
+        (grad,) = torch.autograd.grad(table.index_select(0, index), table, grad_rows)
+        return added, copied, maxed, mined, scaled, produced, grad
+
+    expected = calls()
+    torch.cuda.synchronize()
+    with tmakit.enabled() as installed:
+        assert {"index_add_", "index_copy_", "index_reduce_"} <= set(installed)
+        got = calls()
+        with _deterministic():
+            kept = torch.zeros(rows, width, device="cuda").index_add_(0, index, source)
+        counts = tmakit.stats()
+    torch.cuda.synchronize()
+    for name, want, have in zip(
+        ("add", "copy", "amax", "amin", "alpha", "prod", "grad"), expected, got, strict=True
+    ):
+        assert torch.equal(want, have), name
+    assert torch.equal(kept, torch.zeros(rows, width, device="cuda").index_add_(0, index, source))
+    for aten, handed in (
+        ("index_add_", rows_op.ALPHA),
+        ("index_reduce_", rows_op.REDUCE),
+        ("index_add_", rows_op.DETERMINISTIC),
+    ):
+        assert counts.get((aten, "torch", handed.reason), 0) == 1, (aten, handed, counts)
+
+    def served(op, table, compact, aten, calls):
+        route = tmakit.rows_path(op, table, index[: compact.shape[0]], compact)
+        key = (aten, "tmakit", "") if route.by_tma else (aten, "torch", route.reason)
+        assert counts.get(key, 0) == calls, (aten, route, counts)
+
+    served("add", expected[0], source, "index_add_", 1)
+    served("add", expected[0], grad_rows, "index_add", 1)  # index_select's backward
+    served("scatter", expected[1], source[:2500], "index_copy_", 1)
+    served("max", expected[2], ints, "index_reduce_", 2)  # amax and amin
+
+
+class _deterministic:
+    """`torch.use_deterministic_algorithms(True)` for a block, the setting restored after."""
+
+    def __enter__(self):
+        self.before = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.before)
 
 
 def test_the_four_models_small_versions_are_the_same_with_enable_on_the_cpu(tmp_path):

@@ -26,7 +26,7 @@ from ..limits import GLOBAL_BASE_ALIGN
 from ..runtime.dispatch import KEY_ERRORS, CallTable
 from ..validate import flag
 from .launch import rows_launcher
-from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_tma_rule
+from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_route, rows_tma_rule
 
 if TYPE_CHECKING:
     import torch
@@ -155,6 +155,29 @@ def _launch(launch: Callable, op: str, table, index, compact, check_index: bool)
     check_entries_unless_capturing(index, table.shape[0], check_index)
     launch(_byte_rows(table), index, _byte_rows(compact))
     torch.autograd.graph.increment_version(written(op, table, compact))
+
+
+def kernel_below_autograd(
+    op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor
+) -> Callable[[], None] | str:
+    """A rows call as torch's own kernel for its aten op runs it (`tmakit.enable`): where the
+    route (`plan.rows_route`) takes the call, its launch (of no argument; the tensors checked by
+    the caller, holding no autograd record: the dispatcher recorded the call), which asserts the
+    index's range on the device as torch's kernels do (no synchronisation) and bumps no version
+    (the dispatcher does); else the route's reason. Nothing is written before the launch."""
+    torch = torch_module()
+    route = rows_route(facts(op, table, index, compact))
+    if not route.by_tma:
+        return route.reason
+    row_bytes = table.element_size() * _row_elements(table)
+    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
+    launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+
+    def run() -> None:
+        torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), f"{op}: index out of range")
+        launch(_byte_rows(table), index, _byte_rows(compact))
+
+    return run
 
 
 @functools.lru_cache(maxsize=256)

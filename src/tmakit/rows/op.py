@@ -21,6 +21,8 @@ require grad while grad mode is on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..errors import TmaConfigError
@@ -36,8 +38,8 @@ from ..ops_base import (
 )
 from ..overrides import HandedBack
 from . import api as api_rows
-from .call import facts, rows_call
-from .plan import rows_route
+from .call import kernel_below_autograd
+from .plan import INDEX_REDUCES
 
 # The options every rows op takes, as the functions do.
 ROWS_MODE = f"bool check_index=True, {STRICT}"
@@ -155,11 +157,45 @@ def in_place_fake(op: str):
     return fake
 
 
-# -- torch's own index_select, overridden (`tmakit.enable`) ------------------------------------------
+# -- torch's own rows ops, overridden (`tmakit.enable`) ----------------------------------------------
 NOT_CUDA = HandedBack("not dense CUDA tensors")
 NOT_ROWS = HandedBack("not rows of dim 0 by a 1-D index")
 STRIDED_INDEX = HandedBack("an index whose entries are not one run")
 NOT_TAKEN = HandedBack("an index dtype or a lazily applied bit torch's kernel serves")
+DETERMINISTIC = HandedBack("deterministic algorithms are on: torch's op orders the writes of a repeated row")
+NOT_ITS_SOURCE = HandedBack("a source of another dtype or shape (torch's op names it)")
+SHARED_MEMORY = HandedBack("tensors that share memory, or a written tensor with overlapping rows")
+ALPHA = HandedBack("alpha other than 1")
+REDUCE = HandedBack("a reduce other than amax and amin, or include_self=False")
+
+
+def _rows_handed_back(table: object, dim: object, index: object, *others: object) -> HandedBack | None:
+    """Why an aten rows call on these arguments goes back to torch's kernel before any route is
+    read: not CUDA tensors, not dim 0 by a 1-D index of one run, an index dtype or a lazily applied
+    bit the kernels do not take. None: the route decides."""
+    tensors = (table, index, *others)
+    if not all(isinstance(tensor, torch.Tensor) and tensor.is_cuda for tensor in tensors):
+        return NOT_CUDA  # a subclass reaches this key only as a plain one would (an embedding's Parameter)
+    if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
+        return NOT_ROWS
+    if index.stride(0) != 1 and index.shape[0] > 1:
+        return STRIDED_INDEX  # the kernel reads the index as one run
+    if index.dtype not in (torch.int32, torch.int64):
+        return NOT_TAKEN
+    if any(tensor.is_conj() or tensor.is_neg() for tensor in (table, *others)):
+        return NOT_TAKEN
+    return None
+
+
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's memory without autograd's record: below autograd the call is recorded already."""
+    return tensor.detach() if type(tensor) is not torch.Tensor or tensor.requires_grad else tensor
+
+
+def _launched(tensor: torch.Tensor, kernel: Any) -> None:
+    """A kernel of `kernel_below_autograd` launched under the guard of `tensor`'s GPU (the kernel
+    a override replaced held it)."""
+    on_its_device(tensor, kernel)
 
 
 def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> object:
@@ -167,31 +203,110 @@ def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> ob
     takes bulk row copies (`rows.plan.rows_route`), a gather into a new tensor, the index's
     range asserted on the device as torch's kernel does (no host synchronisation); anything else
     back to torch's kernel."""
-    if not (
-        isinstance(table, torch.Tensor)
-        and isinstance(index, torch.Tensor)
-        and table.is_cuda
-        and index.is_cuda
-    ):
-        return NOT_CUDA  # a subclass reaches this key only as a plain one would (an embedding's Parameter)
-    if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
-        return NOT_ROWS
-    if index.stride(0) != 1 and index.shape[0] > 1:
-        return STRIDED_INDEX  # the kernel reads the index as one run
-    if index.dtype not in (torch.int32, torch.int64) or table.is_conj() or table.is_neg():
-        return NOT_TAKEN
-    if type(table) is not torch.Tensor or table.requires_grad:
-        table = table.detach()
+    handed = _rows_handed_back(table, dim, index)
+    if handed is not None:
+        return handed
+    table = _plain(table)
     out = table.new_empty((index.shape[0], *table.shape[1:]))
-    route = rows_route(facts("gather", table, index, out))
-    if not route.by_tma:
-        return HandedBack(route.reason)
-    torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), "index_select: index out of range")
-    on_its_device(table, rows_call, "gather", table, index, out, False, False)  # the kernel replaced held it
+    kernel = kernel_below_autograd("gather", table, index, out)
+    if type(kernel) is str:
+        return HandedBack(kernel)
+    _launched(table, kernel)
     return out
 
 
-ATEN_OVERRIDES = {"index_select": serve_index_select}
+def _into_handed_back(dst: object, dim: object, index: object, source: object) -> HandedBack | None:
+    """`_rows_handed_back` for an op writing dst's rows from source's, and what such an op hands
+    back besides: deterministic mode (torch's ops have deterministic forms), a source torch's op
+    refuses, memory shared between the tensors."""
+    handed = _rows_handed_back(dst, dim, index, source)
+    if handed is not None:
+        return handed
+    if torch.are_deterministic_algorithms_enabled():
+        return DETERMINISTIC
+    if source.dtype != dst.dtype or tuple(source.shape) != (index.shape[0], *dst.shape[1:]):
+        return NOT_ITS_SOURCE
+    storage = dst.untyped_storage().data_ptr()
+    if (
+        storage in (source.untyped_storage().data_ptr(), index.untyped_storage().data_ptr())
+        or torch._debug_has_internal_overlap(dst) == 1
+    ):
+        return SHARED_MEMORY  # torch's op refuses these, naming them
+    return None
+
+
+def _serve_into(op: str, dst: object, dim: object, index: object, source: object) -> object:
+    """An in-place aten rows op writing dst's rows from source's by index (`op`: "scatter",
+    "add", "min", "max"): where the rows route takes the call, the kernel, dst returned; else
+    back to torch's kernel, nothing written."""
+    handed = _into_handed_back(dst, dim, index, source)
+    if handed is not None:
+        return handed
+    kernel = kernel_below_autograd(op, _plain(dst), index, _plain(source))
+    if type(kernel) is str:
+        return HandedBack(kernel)
+    _launched(dst, kernel)  # the last step: a call that raised wrote nothing torch's kernel adds to
+    return dst
+
+
+def serve_index_copy_(dst: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> object:
+    """aten::index_copy_ on CUDA tensors along dim 0: the rows route's bulk row copies where it
+    takes them (`_serve_into`)."""
+    return _serve_into("scatter", dst, dim, index, source)
+
+
+def serve_index_add_(
+    dst: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: object = 1
+) -> object:
+    """aten::index_add_ on CUDA tensors along dim 0 with alpha 1: the rows route's bulk reduce
+    adds where it takes them (`_serve_into`)."""
+    if type(alpha) is bool or alpha != 1:
+        return ALPHA
+    return _serve_into("add", dst, dim, index, source)
+
+
+def serve_index_add(
+    table: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: object = 1
+) -> object:
+    """aten::index_add (a new tensor: what index_select's backward calls) on CUDA tensors along
+    dim 0 with alpha 1: a contiguous copy of `table`, then the bulk reduce adds where the rows
+    route takes them; anything else back to torch's kernel, before the copy."""
+    if type(alpha) is bool or alpha != 1:
+        return ALPHA
+    handed = _into_handed_back(table, dim, index, source)
+    if handed is not None:
+        return handed
+    out = torch.empty(table.shape, dtype=table.dtype, device=table.device)  # torch's op's layout
+    kernel = kernel_below_autograd("add", out, index, _plain(source))
+    if type(kernel) is str:
+        return HandedBack(kernel)
+    out.copy_(_plain(table))  # torch's kernel: the guard sends a serve's own aten calls there
+    _launched(out, kernel)
+    return out
+
+
+def serve_index_reduce_(
+    dst: torch.Tensor,
+    dim: int,
+    index: torch.Tensor,
+    source: torch.Tensor,
+    reduce: str,
+    include_self: bool = True,
+) -> object:
+    """aten::index_reduce_ on CUDA tensors along dim 0, "amax" or "amin" including dst's rows:
+    the rows route's bulk reduce where it takes them (`_serve_into`)."""
+    if reduce not in INDEX_REDUCES or not include_self:
+        return REDUCE
+    return _serve_into(INDEX_REDUCES[reduce], dst, dim, index, source)
+
+
+ATEN_OVERRIDES = {
+    "index_select": serve_index_select,
+    "index_copy_": serve_index_copy_,
+    "index_add_": serve_index_add_,
+    "index_add": serve_index_add,
+    "index_reduce_": serve_index_reduce_,
+}
 
 
 LIBRARY = define(
