@@ -37,6 +37,14 @@ def test_every_kernel_variant_lints_clean_with_its_expect_tx_proven(name):
     json.dumps(report.to_dict())  # what --json writes
 
 
+def test_every_kernel_a_profiler_shows_carries_tmakit_in_its_name():
+    """The DSL names a kernel by its function and module: each `.entry` of every variant reads
+    as tmakit's in a profiler's trace (`kernel_cutlass_<function>_tmakit...`)."""
+    for name in VARIANTS:
+        entries = re.findall(r"\.entry\s+(\w+)", captured(name).ptx)
+        assert entries and all("_tmakit" in entry for entry in entries), (name, entries)
+
+
 def test_the_corpus_proves_nine_in_ten_expect_tx_sites_and_waits():
     """Over every variant: the share of expect_tx sites and of waits proven, and each check's
     counts."""

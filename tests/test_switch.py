@@ -240,3 +240,36 @@ def test_tmakit_log_writes_each_route_decided_once():
         assert done.returncode == 0, done.stderr
         logged = [line for line in done.stderr.splitlines() if "tmakit route: copy_: torch" in line]
         assert len(logged) == lines, done.stderr
+
+
+def test_an_nvtx_range_wraps_each_call_raised_or_not(monkeypatch):
+    from tmakit.api import nvtx
+
+    events = []
+    recorder = SimpleNamespace(range_push=lambda label: events.append(("push", label)),
+                               range_pop=lambda: events.append(("pop",)))  # fmt: skip
+    monkeypatch.setattr(nvtx, "_nvtx", lambda: recorder)
+
+    def copy_(dst, src, *, strict=False):
+        if strict:
+            raise ValueError("refused")
+        return dst + src
+
+    ranged = nvtx.ranged("copy_", copy_)
+    assert ranged(1, 2) == 3 and ranged.__wrapped__ is copy_ and ranged.__name__ == "copy_"
+    with pytest.raises(ValueError, match="refused"):
+        ranged(1, 2, strict=True)
+    assert events == [("push", "tmakit.copy_"), ("pop",)] * 2
+
+
+def test_tmakit_nvtx_wraps_the_public_functions_at_import_and_nothing_without_it():
+    check = (
+        "import sys, tmakit; from tmakit.copies import api; from tmakit.rows import api as rows; "
+        "wrapped = getattr(tmakit.index_add_, '__wrapped__', None); "
+        "print(tmakit.copy_ is api.copy_, wrapped is rows.index_add_, tmakit.CopyOptions.__name__, "
+        "'torch' in sys.modules)"
+    )
+    for value, expected in (("1", "False True CopyOptions False"), ("", "True False CopyOptions False")):
+        env = {**os.environ, "TMAKIT_NVTX": value}
+        out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
+        assert out.stdout.split() == expected.split(), (value, out.stderr)

@@ -18,11 +18,13 @@ Each family is a package named apart from its functions (`tmakit.copies` beside 
 """
 
 import importlib
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
 from . import api, registry
 from .api import *  # noqa: F403  the ops: `api.__all__` (the copy's among them: `tmakit.copies`)
+from .api import nvtx
 from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
 from .linter import LintReport, lint, lint_text
@@ -49,6 +51,10 @@ _exports = {name: getattr(module, name) for module in registry.parts("api") for 
 globals().update(_exports)
 __all__ += [name for name in _exports if name not in api.__all__]
 del _exports
+if nvtx.NVTX_ON:  # TMAKIT_NVTX=1: each public function in an NVTX range of its name
+    globals().update(
+        {name: nvtx.ranged(name, globals()[name]) for name in __all__ if inspect.isfunction(globals()[name])}
+    )
 __version__ = "0.1.0"
 
 
