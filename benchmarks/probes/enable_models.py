@@ -2,7 +2,8 @@
 `tmakit.enable()`, in interleaved rounds in one process: each model's median step time both ways,
 their ratio, the share of the step's device time the overridden aten ops take (torch.profiler,
 without the overrides), the calls the overrides served (`tmakit.stats`), and whether the outputs
-and gradients are the same bit for bit.
+and gradients are the same bit for bit (else the largest difference, beside torch's own between
+two runs without: a row summed from many rows by atomic adds differs run to run).
 
     python benchmarks/probes/enable_models.py [--small] [--rounds N] [--out FILE]
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -139,12 +141,22 @@ def same(a: list, b: list) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def largest_difference(a: list, b: list) -> float:
+    """The largest elementwise |a - b| over the outputs and gradients (0.0: the same)."""
+    return max(
+        float((x.double() - y.double()).abs().max()) if x.numel() else 0.0 for x, y in zip(a, b, strict=True)
+    )
+
+
 def run(small: bool, rounds: int) -> dict:
     device = "cpu" if small else "cuda"
     found = {}
     for name, make in MODELS.items():
         step = make(device, small)
         without = step()
+        again = (
+            step()
+        )  # torch's own run-to-run difference: its index_add_ adds a repeated row's sums in any order
         with tmakit.enabled():
             tmakit.stats(reset=True)
             with_overrides = step()
@@ -163,6 +175,8 @@ def run(small: bool, rounds: int) -> dict:
             "overridden_share": overridden_share(step, device),
             "served": served,
             "same_outputs": same(without, with_overrides),
+            "largest_difference": largest_difference(without, with_overrides),
+            "torch_run_to_run_difference": largest_difference(without, again),
         }
     return found
 
@@ -180,7 +194,7 @@ def main() -> None:
             f"({row['speedup']:.3f}x), share {row['overridden_share']}, same {row['same_outputs']}"
         )
     if args.out:
-        context = {"torch": torch.__version__, "tmakit_commit": None}
+        context = {"torch": torch.__version__, "tmakit_commit": os.environ.get("TMAKIT_COMMIT")}
         if torch.cuda.is_available():
             context["device"] = torch.cuda.get_device_name()
         document = {
