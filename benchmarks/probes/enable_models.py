@@ -234,7 +234,8 @@ def main() -> None:
     host = {} if args.small else handed_back_host_us()
     for name, row in host.items():
         print(
-            f"{name:34s} host {row['host_us_without']:6.2f} us a call, +{row['added_us']:.2f} us under enable()"
+            f"{name:34s} host {row['host_us_without']:6.2f} us a call, "
+            f"+{row['added_us']:.2f} us under enable()"
         )
     for name, row in found.items():
         print(
