@@ -218,6 +218,8 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
         got = calls()
         with _deterministic():
             kept = torch.zeros(rows, width, device="cuda").index_add_(0, index, source)
+        with pytest.raises(RuntimeError, match="long tensor for index"):  # torch's refusal stands
+            torch.zeros(rows, width, device="cuda").index_copy_(0, unique.int(), source[:2500])
         counts = tmakit.stats()
     torch.cuda.synchronize()
     for name, want, have in zip(
@@ -229,6 +231,7 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
         ("index_add_", rows_op.ALPHA),
         ("index_reduce_", rows_op.REDUCE),
         ("index_add_", rows_op.DETERMINISTIC),
+        ("index_copy_", rows_op.INT32_COPY_INDEX),
     ):
         assert counts.get((aten, "torch", handed.reason), 0) == 1, (aten, handed, counts)
 

@@ -167,6 +167,8 @@ NOT_ITS_SOURCE = HandedBack("a source of another dtype or shape (torch's op name
 SHARED_MEMORY = HandedBack("tensors that share memory, or a written tensor with overlapping rows")
 ALPHA = HandedBack("alpha other than 1")
 REDUCE = HandedBack("a reduce other than amax and amin, or include_self=False")
+# The override replaces the kernel whose checks refuse what torch's op refuses: so is it refused.
+INT32_COPY_INDEX = HandedBack("an int32 index, which torch's index_copy_ refuses (int64 alone)")
 
 
 def _rows_handed_back(table: object, dim: object, index: object, *others: object) -> HandedBack | None:
@@ -251,7 +253,9 @@ def _serve_into(op: str, dst: object, dim: object, index: object, source: object
 
 def serve_index_copy_(dst: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> object:
     """aten::index_copy_ on CUDA tensors along dim 0: the rows route's bulk row copies where it
-    takes them (`_serve_into`)."""
+    takes them (`_serve_into`); an int32 index to torch's kernel, which refuses it."""
+    if isinstance(index, torch.Tensor) and index.dtype == torch.int32:
+        return INT32_COPY_INDEX
     return _serve_into("scatter", dst, dim, index, source)
 
 
