@@ -101,6 +101,71 @@ def test_enabled_removes_only_what_it_installed():
     assert overrides.disable([]) == ["copy_"]  # the outer enable's stays
 
 
+def test_the_rows_overrides_rules_on_cpu_tensors_standing_in_for_a_hoppers(monkeypatch):
+    """The rows overrides' rules (`tmakit.rows.op`) on CPU tensors standing in for CUDA ones: a
+    call they hand back names its reason and launches nothing; a call the route takes (a stand-in
+    of `kernel_below_autograd` that records what it is given, or refuses) launches once, on
+    tensors holding no autograd record, and the serve writes nothing itself."""
+    from tmakit.rows import op as rows_op
+
+    launched, refusing = [], {"max"}
+
+    def kernel_below_autograd(op, table, index, compact):
+        if op in refusing:
+            return f"the route refuses {op}"
+        return lambda: launched.append((op, table, index, compact))
+
+    monkeypatch.setattr(rows_op, "on_cuda", lambda *tensors: True)
+    monkeypatch.setattr(rows_op, "kernel_below_autograd", kernel_below_autograd)
+    dst, src = torch.zeros(8, 4), torch.ones(3, 4)
+    index = torch.tensor([1, 5, 1])
+
+    def handed(result, reason):
+        assert isinstance(result, overrides.HandedBack) and result.reason == reason, result
+        assert not launched and torch.equal(dst, torch.zeros(8, 4))
+
+    handed(rows_op.serve_index_add_(dst, 0, index, src, alpha=2), rows_op.ALPHA.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index, src, alpha=True), rows_op.ALPHA.reason)
+    handed(rows_op.serve_index_add_(dst, 1, index, src), rows_op.NOT_ROWS.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index.view(3, 1), src), rows_op.NOT_ROWS.reason)
+    strided = torch.tensor([1, 0, 5, 0, 1, 0])[::2]
+    handed(rows_op.serve_index_add_(dst, 0, strided, src), rows_op.STRIDED_INDEX.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index.float(), src), rows_op.NOT_TAKEN.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index, src.double()), rows_op.NOT_ITS_SOURCE.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index, src[:2]), rows_op.NOT_ITS_SOURCE.reason)
+    handed(rows_op.serve_index_add_(dst, 0, index, dst[:3]), rows_op.SHARED_MEMORY.reason)
+    handed(rows_op.serve_index_add_(dst[:1].expand(8, 4), 0, index, src), rows_op.SHARED_MEMORY.reason)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        handed(rows_op.serve_index_add_(dst, 0, index, src), rows_op.DETERMINISTIC.reason)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    handed(rows_op.serve_index_copy_(dst, 0, index.int(), src), rows_op.INT32_COPY_INDEX.reason)
+    handed(rows_op.serve_index_reduce_(dst, 0, index, src, "prod"), rows_op.REDUCE.reason)
+    handed(rows_op.serve_index_reduce_(dst, 0, index, src, "amax", include_self=False), rows_op.REDUCE.reason)
+    handed(rows_op.serve_index_reduce_(dst, 0, index, src, "amax"), "the route refuses max")
+    handed(rows_op.serve_index_add(dst, 0, index, src, alpha=3), rows_op.ALPHA.reason)
+
+    leaf = torch.zeros(8, 4, requires_grad=True)
+    assert rows_op.serve_index_add_(leaf, -2, index, src) is leaf
+    assert rows_op.serve_index_copy_(dst, 0, index, src) is dst
+    assert rows_op.serve_index_reduce_(dst, 0, index, src, "amin") is dst
+    table = torch.arange(32.0).view(8, 4)
+    added = rows_op.serve_index_add(table, 0, index, src)  # a new tensor: the table copied, then added into
+    gathered = rows_op.serve_index_select(table, 0, index)
+    assert [(op, tuple(c.shape)) for op, _, _, c in launched] == [
+        ("add", (3, 4)),
+        ("scatter", (3, 4)),
+        ("min", (3, 4)),
+        ("add", (3, 4)),
+        ("gather", (3, 4)),
+    ]
+    assert not launched[0][1].requires_grad and launched[0][1].data_ptr() == leaf.data_ptr()
+    assert launched[3][1] is added and torch.equal(added, table) and added.data_ptr() != table.data_ptr()
+    assert launched[4][3] is gathered and torch.equal(dst, torch.zeros(8, 4))
+
+
 def tiny_moe(x, router, experts):
     """An MoE layer in torch expressions: top-2 routing, index_select dispatch, an mm per
     expert, index_add_ combine, a transposing copy for the heads."""

@@ -171,12 +171,16 @@ REDUCE = HandedBack("a reduce other than amax and amin, or include_self=False")
 INT32_COPY_INDEX = HandedBack("an int32 index, which torch's index_copy_ refuses (int64 alone)")
 
 
+def on_cuda(*tensors: object) -> bool:
+    """Whether every argument is a torch tensor on a CUDA device (what the overrides serve)."""
+    return all(isinstance(tensor, torch.Tensor) and tensor.is_cuda for tensor in tensors)
+
+
 def _rows_handed_back(table: object, dim: object, index: object, *others: object) -> HandedBack | None:
     """Why an aten rows call on these arguments goes back to torch's kernel before any route is
     read: not CUDA tensors, not dim 0 by a 1-D index of one run, an index dtype or a lazily applied
     bit the kernels do not take. None: the route decides."""
-    tensors = (table, index, *others)
-    if not all(isinstance(tensor, torch.Tensor) and tensor.is_cuda for tensor in tensors):
+    if not on_cuda(table, index, *others):
         return NOT_CUDA  # a subclass reaches this key only as a plain one would (an embedding's Parameter)
     if table.dim() == 0 or dim not in (0, -table.dim()) or index.dim() != 1:
         return NOT_ROWS
