@@ -146,6 +146,8 @@ def test_the_rows_overrides_rules_on_cpu_tensors_standing_in_for_a_hoppers(monke
     handed(rows_op.serve_index_reduce_(dst, 0, index, src, "amax", include_self=False), rows_op.REDUCE.reason)
     handed(rows_op.serve_index_reduce_(dst, 0, index, src, "amax"), "the route refuses max")
     handed(rows_op.serve_index_add(dst, 0, index, src, alpha=3), rows_op.ALPHA.reason)
+    wide = torch.zeros(8, 4, dtype=torch.uint32)
+    handed(rows_op.serve_index_add_(wide, 0, index, src.to(torch.uint32)), rows_op.NOT_TORCHS_DTYPE.reason)
 
     leaf = torch.zeros(8, 4, requires_grad=True)
     assert rows_op.serve_index_add_(leaf, -2, index, src) is leaf
@@ -164,6 +166,34 @@ def test_the_rows_overrides_rules_on_cpu_tensors_standing_in_for_a_hoppers(monke
     assert not launched[0][1].requires_grad and launched[0][1].data_ptr() == leaf.data_ptr()
     assert launched[3][1] is added and torch.equal(added, table) and added.data_ptr() != table.data_ptr()
     assert launched[4][3] is gathered and torch.equal(dst, torch.zeros(8, 4))
+
+
+def test_a_served_add_that_fails_at_its_launch_is_raised_not_handed_back(monkeypatch):
+    """Through the override's kernel (`overrides._kernel`, the kept kernel a stand-in): a copy's
+    launch that fails is handed to torch's kernel (it writes the same rows again); an add's is
+    raised, for torch's kernel would add the rows a second time."""
+    from types import SimpleNamespace
+
+    from tmakit.rows import op as rows_op
+
+    def failing(op, table, index, compact):
+        def run():
+            raise RuntimeError("the launch failed")
+
+        return run
+
+    monkeypatch.setattr(rows_op, "on_cuda", lambda *tensors: True)
+    monkeypatch.setattr(rows_op, "kernel_below_autograd", failing)
+    kept_calls = []
+    kept = SimpleNamespace(call_boxed=lambda keyset, *args, **kwargs: kept_calls.append(args[0]) or args[0])
+    dst, src, index = torch.zeros(8, 4), torch.ones(3, 4), torch.tensor([1, 5, 1])
+    copy_kernel = overrides._kernel("index_copy_", rows_op.serve_index_copy_, kept)
+    with pytest.warns(RuntimeWarning, match="the launch failed"):
+        assert copy_kernel(None, dst, 0, index, src) is dst and kept_calls == [dst]
+    add_kernel = overrides._kernel("index_add_", rows_op.serve_index_add_, kept)
+    with pytest.raises(rows_op.AddedBeforeRaising, match="the launch failed"):
+        add_kernel(None, dst, 0, index, src)
+    assert kept_calls == [dst]  # the add was not handed back
 
 
 def tiny_moe(x, router, experts):
@@ -253,7 +283,8 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
     """index_add_, index_copy_ and index_reduce_ under `enable()`: served where the rows route
     takes the call (each read from `rows_path`), exact against torch's kernels without the
     overrides (integer-valued floats: a repeated row's sums are exact in any order), every other
-    call handed back with its reason; index_select's backward (an index_add_) too."""
+    call handed back with its reason; index_select's backward (an index_add_) and the out-of-place
+    index_add too."""
     import tmakit.ops  # noqa: F401  registers the ops
     from tmakit.rows import op as rows_op
 
@@ -273,8 +304,9 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
         scaled = torch.zeros(rows, width, device="cuda").index_add_(0, index, source, alpha=2)
         produced = (base % 50000).index_reduce_(0, index[:8], ints[:8] % 3 + 1, "prod")
         table = (base % 101).float().requires_grad_()
-        (grad,) = torch.autograd.grad(table.index_select(0, index), table, grad_rows)
-        return added, copied, maxed, mined, scaled, produced, grad
+        (grad,) = torch.autograd.grad(table.index_select(0, index), table, grad_rows)  # an index_add_
+        summed = torch.index_add((base % 7).float(), 0, index, source)  # the out-of-place op
+        return added, copied, maxed, mined, scaled, produced, grad, summed
 
     expected = calls()
     torch.cuda.synchronize()
@@ -285,10 +317,16 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
             kept = torch.zeros(rows, width, device="cuda").index_add_(0, index, source)
         with pytest.raises(RuntimeError, match="long tensor for index"):  # torch's refusal stands
             torch.zeros(rows, width, device="cuda").index_copy_(0, unique.int(), source[:2500])
+        try:  # uint32 sums: torch's kernel's to take or refuse, never tmakit's
+            torch.zeros(rows, width, dtype=torch.uint32, device="cuda").index_add_(
+                0, index, ints.to(torch.uint32)
+            )
+        except (RuntimeError, NotImplementedError):
+            pass
         counts = tmakit.stats()
     torch.cuda.synchronize()
     for name, want, have in zip(
-        ("add", "copy", "amax", "amin", "alpha", "prod", "grad"), expected, got, strict=True
+        ("add", "copy", "amax", "amin", "alpha", "prod", "grad", "index_add"), expected, got, strict=True
     ):
         assert torch.equal(want, have), name
     assert torch.equal(kept, torch.zeros(rows, width, device="cuda").index_add_(0, index, source))
@@ -297,6 +335,7 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
         ("index_reduce_", rows_op.REDUCE),
         ("index_add_", rows_op.DETERMINISTIC),
         ("index_copy_", rows_op.INT32_COPY_INDEX),
+        ("index_add_", rows_op.NOT_TORCHS_DTYPE),
     ):
         assert counts.get((aten, "torch", handed.reason), 0) == 1, (aten, handed, counts)
 
@@ -305,8 +344,8 @@ def test_on_a_hopper_the_rows_overrides_write_what_torchs_kernels_write_and_hand
         key = (aten, "tmakit", "") if route.by_tma else (aten, "torch", route.reason)
         assert counts.get(key, 0) == calls, (aten, route, counts)
 
-    served("add", expected[0], source, "index_add_", 1)
-    served("add", expected[0], grad_rows, "index_add", 1)  # index_select's backward
+    served("add", expected[0], source, "index_add_", 2)  # the call and index_select's backward
+    served("add", expected[0], source, "index_add", 1)
     served("scatter", expected[1], source[:2500], "index_copy_", 1)
     served("max", expected[2], ints, "index_reduce_", 2)  # amax and amin
 

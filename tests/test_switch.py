@@ -243,12 +243,15 @@ def test_tmakit_log_writes_each_route_decided_once():
 
 
 def test_an_nvtx_range_wraps_each_call_raised_or_not(monkeypatch):
+    pytest.importorskip("torch")
+    import torch
+
     from tmakit.api import nvtx
 
     events = []
-    recorder = SimpleNamespace(range_push=lambda label: events.append(("push", label)),
-                               range_pop=lambda: events.append(("pop",)))  # fmt: skip
-    monkeypatch.setattr(nvtx, "_nvtx", lambda: recorder)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda label: events.append(("push", label)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append(("pop",)))
+    monkeypatch.setattr(nvtx, "_FOUND", {})
 
     def copy_(dst, src, *, strict=False):
         if strict:
@@ -259,7 +262,25 @@ def test_an_nvtx_range_wraps_each_call_raised_or_not(monkeypatch):
     assert ranged(1, 2) == 3 and ranged.__wrapped__ is copy_ and ranged.__name__ == "copy_"
     with pytest.raises(ValueError, match="refused"):
         ranged(1, 2, strict=True)
-    assert events == [("push", "tmakit.copy_"), ("pop",)] * 2
+    probe = [("push", "tmakit.probe"), ("pop",)]  # NVTX tried once, at the first call
+    assert events == probe + [("push", "tmakit.copy_"), ("pop",)] * 2
+
+
+def test_without_nvtx_in_torch_the_calls_run_as_they_are_warned_once(monkeypatch):
+    pytest.importorskip("torch")
+    import torch
+
+    from tmakit.api import nvtx
+
+    def missing(label):
+        raise RuntimeError("NVTX functions not installed")
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", missing)
+    monkeypatch.setattr(nvtx, "_FOUND", {})
+    ranged = nvtx.ranged("add_", lambda a, b: a + b)
+    with pytest.warns(UserWarning, match="no NVTX here"):
+        assert ranged(1, 2) == 3
+    assert ranged(2, 2) == 4 and nvtx._FOUND == {"torch": None}
 
 
 def test_tmakit_nvtx_wraps_the_public_functions_at_import_and_nothing_without_it():
@@ -267,9 +288,12 @@ def test_tmakit_nvtx_wraps_the_public_functions_at_import_and_nothing_without_it
         "import sys, tmakit; from tmakit.copies import api; from tmakit.rows import api as rows; "
         "wrapped = getattr(tmakit.index_add_, '__wrapped__', None); "
         "print(tmakit.copy_ is api.copy_, wrapped is rows.index_add_, tmakit.CopyOptions.__name__, "
-        "'torch' in sys.modules)"
+        "hasattr(tmakit.lint_text, '__wrapped__'), 'torch' in sys.modules)"
     )
-    for value, expected in (("1", "False True CopyOptions False"), ("", "True False CopyOptions False")):
+    for value, expected in (
+        ("1", "False True CopyOptions False False"),
+        ("", "True False CopyOptions False False"),
+    ):
         env = {**os.environ, "TMAKIT_NVTX": value}
         out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
         assert out.stdout.split() == expected.split(), (value, out.stderr)

@@ -51,9 +51,13 @@ _exports = {name: getattr(module, name) for module in registry.parts("api") for 
 globals().update(_exports)
 __all__ += [name for name in _exports if name not in api.__all__]
 del _exports
-if nvtx.NVTX_ON:  # TMAKIT_NVTX=1: each public function in an NVTX range of its name
+if nvtx.NVTX_ON:  # TMAKIT_NVTX=1: each public function reading tensors in an NVTX range
     globals().update(
-        {name: nvtx.ranged(name, globals()[name]) for name in __all__ if inspect.isfunction(globals()[name])}
+        {
+            name: nvtx.ranged(name, globals()[name])
+            for name in __all__
+            if inspect.isfunction(globals()[name]) and name not in nvtx.UNRANGED
+        }
     )
 __version__ = "0.1.0"
 

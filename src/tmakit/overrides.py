@@ -46,6 +46,11 @@ class HandedBack:
 Serve = Callable[..., Any]
 
 
+class Unrecoverable(RuntimeError):
+    """A serve's failure torch's kernel cannot repair (it wrote what a second run would change):
+    raised to the caller, never handed back."""
+
+
 def available() -> dict[str, Serve]:
     """Every family's overrides (its op part's `ATEN_OVERRIDES`), by aten op name."""
     found: dict[str, Serve] = {}
@@ -93,8 +98,10 @@ def _rewrapped(value: Any) -> Any:
 
 
 def _failed(name: str, error: Exception) -> HandedBack:
-    """A `serve` that raised: its call handed back (a failed launch wrote nothing torch's kernel
-    does not write again: both ops write their whole output), the error warned about once."""
+    """A `serve` that raised: its call handed back, the error warned about once. A serve raises
+    only where torch's kernel may then serve the call whole: before writing, or having written
+    what the kept kernel writes again (a copy's rows); one that accumulated raises an error this
+    module does not catch (`rows.op.AddedBeforeRaising`)."""
     reason = f"tmakit's path failed: {type(error).__name__}"
     if reason not in _COUNTS.get(name, {}):
         warnings.warn(
@@ -117,6 +124,8 @@ def _kernel(name: str, serve: Serve, kept: Any) -> Callable[..., Any]:
         inside.serving = True
         try:
             result = serve(*args, **kwargs)
+        except Unrecoverable:
+            raise
         except Exception as error:  # tmakit's path failed (a compile, a launch): torch's serves the call
             result = _failed(name, error)
         finally:

@@ -36,7 +36,7 @@ from ..ops_base import (
     op_strict,
     refuse_grad,
 )
-from ..overrides import HandedBack
+from ..overrides import HandedBack, Unrecoverable
 from . import api as api_rows
 from .call import kernel_below_autograd
 from .plan import INDEX_REDUCES
@@ -169,6 +169,22 @@ ALPHA = HandedBack("alpha other than 1")
 REDUCE = HandedBack("a reduce other than amax and amin, or include_self=False")
 # The override replaces the kernel whose checks refuse what torch's op refuses: so is it refused.
 INT32_COPY_INDEX = HandedBack("an int32 index, which torch's index_copy_ refuses (int64 alone)")
+NOT_TORCHS_DTYPE = HandedBack("a dtype torch's CUDA kernel for the op does not take (its refusal stands)")
+# The dtypes torch's CUDA kernels of the written ops dispatch on, by the rows op serving them: the
+# route moves some that torch refuses (uint32/uint64 sums, float8 rows), which stay refused.
+_STANDARD = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+             torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)  # fmt: skip
+TORCH_DTYPES = {
+    "scatter": _STANDARD,
+    "add": _STANDARD,
+    "max": tuple(d for d in _STANDARD if not d.is_complex and d is not torch.bool),
+    "min": tuple(d for d in _STANDARD if not d.is_complex and d is not torch.bool),
+}
+
+
+class AddedBeforeRaising(Unrecoverable):
+    """A served add raised once its kernel was launched: handing the call to torch's kernel could
+    add the rows twice, so the error is raised (`overrides` hands back every other failure)."""
 
 
 def on_cuda(*tensors: object) -> bool:
@@ -198,10 +214,17 @@ def _plain(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach() if type(tensor) is not torch.Tensor or tensor.requires_grad else tensor
 
 
-def _launched(tensor: torch.Tensor, kernel: Any) -> None:
+def _launched(tensor: torch.Tensor, kernel: Any, adds: bool = False) -> None:
     """A kernel of `kernel_below_autograd` launched under the guard of `tensor`'s GPU (the kernel
-    a override replaced held it)."""
-    on_its_device(tensor, kernel)
+    an override replaced held it). `adds`: a failure is raised as `AddedBeforeRaising`, never
+    handed back (a copy, a min or a max run again changes nothing; an add does)."""
+    if not adds:
+        on_its_device(tensor, kernel)
+        return
+    try:
+        on_its_device(tensor, kernel)
+    except Exception as error:
+        raise AddedBeforeRaising(f"tmakit's index_add_ failed at its launch: {error}") from error
 
 
 def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> object:
@@ -221,13 +244,15 @@ def serve_index_select(table: torch.Tensor, dim: int, index: torch.Tensor) -> ob
     return out
 
 
-def _into_handed_back(dst: object, dim: object, index: object, source: object) -> HandedBack | None:
-    """`_rows_handed_back` for an op writing dst's rows from source's, and what such an op hands
-    back besides: deterministic mode (torch's ops have deterministic forms), a source torch's op
-    refuses, memory shared between the tensors."""
+def _into_handed_back(op: str, dst: object, dim: object, index: object, source: object) -> HandedBack | None:
+    """`_rows_handed_back` for an op writing dst's rows from source's (`op`, the rows op), and what
+    such an op hands back besides: a dtype torch's kernel refuses, deterministic mode (torch's ops
+    have deterministic forms), a source torch's op refuses, memory shared between the tensors."""
     handed = _rows_handed_back(dst, dim, index, source)
     if handed is not None:
         return handed
+    if dst.dtype not in TORCH_DTYPES[op]:
+        return NOT_TORCHS_DTYPE
     if torch.are_deterministic_algorithms_enabled():
         return DETERMINISTIC
     if source.dtype != dst.dtype or tuple(source.shape) != (index.shape[0], *dst.shape[1:]):
@@ -245,13 +270,13 @@ def _serve_into(op: str, dst: object, dim: object, index: object, source: object
     """An in-place aten rows op writing dst's rows from source's by index (`op`: "scatter",
     "add", "min", "max"): where the rows route takes the call, the kernel, dst returned; else
     back to torch's kernel, nothing written."""
-    handed = _into_handed_back(dst, dim, index, source)
+    handed = _into_handed_back(op, dst, dim, index, source)
     if handed is not None:
         return handed
     kernel = kernel_below_autograd(op, _plain(dst), index, _plain(source))
     if type(kernel) is str:
         return HandedBack(kernel)
-    _launched(dst, kernel)  # the last step: a call that raised wrote nothing torch's kernel adds to
+    _launched(dst, kernel, adds=op == "add")  # the last step
     return dst
 
 
@@ -276,12 +301,13 @@ def serve_index_add_(
 def serve_index_add(
     table: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: object = 1
 ) -> object:
-    """aten::index_add (a new tensor: what index_select's backward calls) on CUDA tensors along
-    dim 0 with alpha 1: a contiguous copy of `table`, then the bulk reduce adds where the rows
-    route takes them; anything else back to torch's kernel, before the copy."""
+    """aten::index_add (the out-of-place form: `torch.index_add`, and index_select's backward
+    under a dispatch mode or for a tensor subclass) on CUDA tensors along dim 0 with alpha 1: a
+    contiguous copy of `table`, then the bulk reduce adds where the rows route takes them;
+    anything else back to torch's kernel, before the copy."""
     if type(alpha) is bool or alpha != 1:
         return ALPHA
-    handed = _into_handed_back(table, dim, index, source)
+    handed = _into_handed_back("add", table, dim, index, source)
     if handed is not None:
         return handed
     out = torch.empty(table.shape, dtype=table.dtype, device=table.device)  # torch's op's layout
@@ -289,7 +315,7 @@ def serve_index_add(
     if type(kernel) is str:
         return HandedBack(kernel)
     out.copy_(_plain(table))  # torch's kernel: the guard sends a serve's own aten calls there
-    _launched(out, kernel)
+    _launched(out, kernel)  # a new tensor: a failure handed back recomputes it whole
     return out
 
 
