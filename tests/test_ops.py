@@ -29,6 +29,7 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 import tmakit  # noqa: E402
 import tmakit.ops  # noqa: E402
+from graph_recorder import Recorder  # noqa: E402
 from tmakit import TmaConfigError  # noqa: E402
 from tmakit.patches.api import torch_im2col  # noqa: E402
 
@@ -56,20 +57,6 @@ def fake():
 
 def cuda(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device="cuda")
-
-
-class Recorder:
-    """A torch.compile backend that keeps the graphs it is given and runs them as they are."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
-
-    def targets(self, index=-1):
-        return [node.target for node in self.graphs[index].graph.nodes if node.op == "call_function"]
 
 
 # -- registration ---------------------------------------------------------------------------------

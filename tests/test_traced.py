@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import tmakit  # noqa: E402
 import tmakit.ops  # noqa: E402
+from graph_recorder import Recorder  # noqa: E402
 from tmakit import TmaConfigError  # noqa: E402
 from tmakit.api.tensors import compile_check  # noqa: E402
 
@@ -38,20 +39,6 @@ def fresh_dynamo():
     counters.clear()
     yield
     torch._dynamo.reset()
-
-
-class Recorder:
-    """A torch.compile backend that keeps dynamo's graph and runs it as it is."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
-
-    def calls(self):
-        return [node for gm in self.graphs for node in gm.graph.nodes if node.op == "call_function"]
 
 
 def pos(*shape, salt=0, dtype=torch.float32):

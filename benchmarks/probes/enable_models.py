@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 import tmakit
+from tmakit.bench.timing import host_costs_us
 
 
 def moe_layer(device: str, small: bool) -> Callable[[], list]:
@@ -164,31 +165,25 @@ def handed_back_host_us(calls: int = 2000, rounds: int = 15) -> dict:
         "index_select direct (4 KiB rows)": lambda: table.index_select(0, index),
     }
 
-    def per_call_us(call: Callable[[], object]) -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        elapsed = time.perf_counter() - start
-        torch.cuda.synchronize()
-        return elapsed * 1e6 / calls
-
-    found = {}
-    for name, call in cases.items():
+    with tmakit.enabled():
+        for call in cases.values():
+            call()  # each path warm
+    differences: dict[str, list[float]] = {name: [] for name in cases}
+    without: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):  # a round each way, interleaved: the host's speed drifts within a run
+        off = host_costs_us(cases, calls=calls, repeats=1)
         with tmakit.enabled():
-            call()  # each side warm
-        differences, without = [], []
-        for _ in range(rounds):
-            off = per_call_us(call)
-            with tmakit.enabled():
-                on = per_call_us(call)
-            differences.append(on - off)
-            without.append(off)
-        found[name] = {
-            "host_us_without": statistics.median(without),
-            "added_us": statistics.median(differences),
+            on = host_costs_us(cases, calls=calls, repeats=1)
+        for name in cases:
+            differences[name].append(on[name] - off[name])
+            without[name].append(off[name])
+    return {
+        name: {
+            "host_us_without": statistics.median(without[name]),
+            "added_us": statistics.median(differences[name]),
         }
-    return found
+        for name in cases
+    }
 
 
 def run(small: bool, rounds: int) -> dict:

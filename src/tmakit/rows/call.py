@@ -77,10 +77,7 @@ def rows_call(
         refuse_strict(strict, f"rows op {op}", rule)
         run = functools.partial(_by_torch, op)
     else:
-        row_bytes = table.element_size() * _row_elements(table)
-        dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
-        launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
-        run = functools.partial(_launch, launch, op)
+        run = functools.partial(_launch, _launch_of(op, table, index), op)
     if read.lazy is None and not read.recorded:  # what the key holds is all the route read
         _KNOWN.keep(_call_key(op, table, index, compact, strict), run)  # bounded: index lengths vary
     run(table, index, compact, check_index)
@@ -169,15 +166,20 @@ def kernel_below_autograd(
     route = rows_route(facts(op, table, index, compact))
     if not route.by_tma:
         return route.reason
-    row_bytes = table.element_size() * _row_elements(table)
-    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
-    launch = _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+    launch = _launch_of(op, table, index)
 
     def run() -> None:
         torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), f"{op}: index out of range")
         launch(_byte_rows(table), index, _byte_rows(compact))
 
     return run
+
+
+def _launch_of(op: str, table: torch.Tensor, index: torch.Tensor) -> Callable:
+    """The compiled kernel's launch for a call the route gave bulk row copies (`_launcher`)."""
+    row_bytes = table.element_size() * _row_elements(table)
+    dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
+    return _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
 
 
 @functools.lru_cache(maxsize=256)
