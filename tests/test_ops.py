@@ -63,7 +63,7 @@ def cuda(*shape, dtype=torch.float16):
 OPTIONS = (
     "*, int[2]? tile=None, int? stages=None, int? store_depth=None, int blocks_per_sm=1, "
     "bool as_rows=False, bool? evict_first=None, bool pdl=True, str? load_hint=None, "
-    'str? store_hint=None, str tile_order="interleaved", bool bulk=False'
+    'str? store_hint=None, str tile_order="interleaved", bool bulk=False, int? sms=None'
 )
 
 

@@ -8,7 +8,8 @@ path), `gather_rows`, `scatter_rows_`, `index_add_`, `index_reduce_` (rows by in
 row copies; `rows_path` names the path), `copy_many_`, `pack`, `unpack_` (many tensors, one
 launch; `GroupedCopy` prepares them once for lists that stay put), `lint` (a CuTe DSL function's
 TMA data movement checked from its compiled PTX and MLIR; `lint_text` of captured text; both give
-a `LintReport`), the configuration and plan types and the errors (`TmaConfigError`;
+a `LintReport`), `sm_budget` (every movement call inside it on a budget of SMs, as its
+`sms=`), the configuration and plan types and the errors (`TmaConfigError`;
 `TorchOpError`, torch's own op refusing a call tmakit handed it, is also a `RuntimeError`).
 `tmakit.lint` is the function; its package is `tmakit.linter`.
 Building blocks for your own kernel: `tmakit.plan` (the plans), `tmakit.kernels` (`TileRing`
@@ -29,6 +30,7 @@ from .config import SEED, LoadConfig
 from .errors import TmaConfigError, TmaHangError, TorchOpError
 from .linter import LintReport, lint, lint_text
 from .plan import CopyOptions, LoadPlan, PipelinePlan
+from .plan.budget import sm_budget
 from .validate import flag
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "TorchOpError",
     "lint",
     "lint_text",
+    "sm_budget",
 ]
 __all__ += api.__all__
 # Each family's public functions: its api's `__all__` (`tmakit.registry`); the copy's are also

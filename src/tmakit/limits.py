@@ -48,6 +48,7 @@ MAX_PIXELS_PER_COLUMN = 1024  # pixelsPerColumn: pixels of one im2col box
 # -- a Hopper (sm_90) block and grid (CUDA's launch limits) ---------------------------------------
 WARP_THREADS = 32
 SMEM_PER_BLOCK = 227 * 1024  # bytes of shared memory one block may request
+SMEM_PER_SM = 228 * 1024  # bytes of shared memory one SM holds (each resident block reserves 1 KiB of it)
 MBARRIER_BYTES = 8  # one 64-bit mbarrier
 MAX_TX_BYTES = (1 << 20) - 1  # an mbarrier phase's transaction count (tx-count range)
 # CTAs of a portable thread-block cluster: every sm_90 launch may use up to 8; 16 needs the

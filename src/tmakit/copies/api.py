@@ -30,6 +30,7 @@ from ..api.tensors import (
 )
 from ..errors import TmaConfigError
 from ..plan import CopyOptions
+from ..plan.budget import with_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route
 from ..runtime.dispatch import Dispatch
 from ..validate import flag
@@ -83,8 +84,9 @@ def copy_(
             one device, TMA's or torch's, never waits for the GPU anyway.
         strict: raise TmaConfigError where TMA does not serve the pair, instead of torch's copy_.
         **options: the other fields of `CopyOptions` (store_depth, blocks_per_sm, as_rows,
-            evict_first, pdl, load_hint, store_hint, tile_order, bulk); each left out takes the
-            default, the fastest measured.
+            evict_first, pdl, load_hint, store_hint, tile_order, bulk, sms); each left out takes
+            the default, the fastest measured; `sms` left out takes the enclosing
+            `tmakit.sm_budget`'s, if any.
 
     Returns:
         `dst`.
@@ -95,6 +97,7 @@ def copy_(
             `strict=True` for a pair TMA does not serve; a `non_blocking` that is not a bool. While
             torch.compile traces the call, what the op's fake implementation refuses, wrapped in
             dynamo's error."""
+    options = with_budget(options)
     if is_compiling():
         return traced_copy_(dst, src, tile, stages, strict, options, non_blocking)
     if (
@@ -292,7 +295,7 @@ def copy_path(
         TmaConfigError: what `copy_` refuses in the same mode (not tensors, unknown options, a
         TMA-served pair's planner refusing the options given; strict: a pair TMA does not serve)."""
     strict = flag(strict, "copy_path's strict")
-    chosen = CopyOptions.of(tile=tile, stages=stages, **options)
+    chosen = CopyOptions.of(tile=tile, stages=stages, **with_budget(options))
     if out_of_the_plain_path(dst, src):
         reason = special_route(dst, src, "copy_")
         if reason is not None:

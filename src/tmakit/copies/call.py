@@ -37,7 +37,15 @@ from ..runtime.dispatch import (
     Signature,
 )
 from ..runtime.launch import NOTHING, Launcher, copy_launcher, tvm_ffi_available
-from .plan import BY_THE_DRIVER, CopyDecision, PairPlan, copy_route, decide_copy, plan_pair
+from .plan import (
+    BY_THE_DRIVER,
+    ON_THE_COPY_ENGINE,
+    CopyDecision,
+    PairPlan,
+    copy_route,
+    decide_copy,
+    plan_pair,
+)
 from .views import (
     TORCH_COPY,
     driver_launcher,
@@ -221,9 +229,12 @@ def routed_copy_launcher(
         raise
     if options != _DEFAULT_OPTIONS:
         check_options(dst, src, options, facts_read)
-    route = copy_route(facts_read, l2_bytes=None if strict else l2_of(src))  # strict: TMA, no rule
+    l2_rule = None if strict else l2_of(src)  # strict: TMA, no rule
+    route = copy_route(facts_read, l2_bytes=l2_rule, budgeted=options.sms is not None)
     if route.reason == BY_THE_DRIVER:  # torch's copy_, or its element-wise kernel in a large capture
         return driver_launcher(src.numel() * src.element_size())
+    if route.reason == ON_THE_COPY_ENGINE:  # the memcpy, a memcpy node in a capture: no SM
+        return TORCH_COPY
     route, launcher = routed(dst, src, options, route, strict)
     if strict:
         refuse_unless_tma(dst, src, options, route, facts)

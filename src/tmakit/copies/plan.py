@@ -10,7 +10,8 @@ A copy's route, in order (`copy_route`):
    tensors not on one CUDA device, a dtype change, a broadcast source, a bit torch applies lazily
    (a conjugate or negative view), a destination that may overlap itself; then a dtype with no
    same-size type TMA moves, and a base address that is not 16-byte aligned;
-2. nothing to move: an empty copy; then torch's `copy_` for a row-major copy of one layout past
+2. nothing to move: an empty copy; then torch's `copy_` for a compact copy of one layout on an SM
+   budget (`ON_THE_COPY_ENGINE`: the copy engine, no SM; never for a strict call), and for one past
    `TORCH_FASTER_BEYOND_L2["copy"]` of the L2 (`BY_THE_DRIVER`: the driver's memcpy, measured
    faster there; never for a strict call, which asks for TMA);
 3. TMA as the tensors are laid out: rank 2 to 5, a stride-1 dim among the last two, outer strides
@@ -61,12 +62,23 @@ BY_THE_DRIVER = (
     "the same bits (a graph's memcpy node is slower there)"
 )
 
+# The reason of a budgeted compact copy of one layout (`copy_route`): torch's copy_, whose
+# cudaMemcpyAsync runs on the copy engine.
+ON_THE_COPY_ENGINE = (
+    "a compact copy of one layout on an SM budget: the copy engine (torch's copy_, the driver's "
+    "memcpy), which takes no SM; strict=True asks for TMA"
+)
 
-def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None) -> Route:
+
+def copy_route(
+    facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None, budgeted: bool = False
+) -> Route:
     """The route of a copy of `facts`' tensors (the module's docstring gives the order). The
     copy's planner may still refuse a "tma" or "tma-view" route for what only it checks (its
     tile against the shape); the API then takes torch's path with that reason. `l2_bytes`: the
-    device's L2, for the measured rule (None: a pure plan, a strict call)."""
+    device's L2, for the measured rule (None: a pure plan, a strict call); `budgeted`: the call
+    runs on an SM budget (`plan.budget`), whose compact copy of one layout takes the copy engine
+    (`ON_THE_COPY_ENGINE`) where the measured rule applies."""
     dst, src = facts.dst, facts.src
     shared = torch_pair_rule(
         facts, op, "they must match (tmakit.copy(src) allocates a matching one)", "TMA moves bits"
@@ -82,6 +94,8 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
     for name, address in (("src", src.address), ("dst", dst.address)):
         if address % GLOBAL_BASE_ALIGN:
             return torch_route(op, f"{name}'s base address is not {GLOBAL_BASE_ALIGN}-byte aligned")
+    if budgeted and l2_bytes is not None and one_compact_layout(facts):
+        return torch_route(op, ON_THE_COPY_ENGINE)
     if by_the_driver(facts, l2_bytes):
         return torch_route(op, BY_THE_DRIVER)
     as_laid_out = strided_rule(dst.shape, src.strides, dst.strides, src.nbytes)
@@ -102,11 +116,16 @@ def copy_route(facts: PairFacts, op: str = "copy_", l2_bytes: int | None = None)
 def by_the_driver(facts: PairFacts, l2_bytes: int | None) -> bool:
     """Whether `TORCH_FASTER_BEYOND_L2` gives a copy to the driver's memcpy: row-major, one
     layout, both streams past its share of the L2."""
-    dst, src = facts.dst, facts.src
-    if l2_bytes is None or src.strides != dst.strides:
+    if l2_bytes is None or not one_compact_layout(facts):
         return False
-    moved = 2 * math.prod(dst.shape) * src.nbytes
-    return is_compact(dst.shape, src.strides) and torch_faster("copy", src.dtype, moved, l2_bytes)
+    moved = 2 * math.prod(facts.dst.shape) * facts.src.nbytes
+    return torch_faster("copy", facts.src.dtype, moved, l2_bytes)
+
+
+def one_compact_layout(facts: PairFacts) -> bool:
+    """Whether both tensors are compact, row-major, with the same strides: bytes the driver's
+    memcpy moves as they lie."""
+    return facts.src.strides == facts.dst.strides and is_compact(facts.dst.shape, facts.src.strides)
 
 
 def compact_route(op: str, numel: int, nbytes: int, moved_as: str | None) -> Route:
@@ -218,7 +237,7 @@ def decide_copy(
         strict = copy_route(facts)
         if strict.path not in ("torch", "empty"):
             plan_route(facts, strict, options, device)  # the planner's refusal, raised
-    route = copy_route(facts, l2_bytes=l2_rule)
+    route = copy_route(facts, l2_bytes=l2_rule, budgeted=options.sms is not None)
     if route.path in ("torch", "empty"):
         return CopyDecision(route)
     try:

@@ -114,7 +114,7 @@ class TmaRingKernel:
         return {
             "grid": grid if cluster is None else cluster.launch_grid,
             "block": (pipeline.threads_per_block, 1, 1),
-            "smem": self.smem_bytes,
+            "smem": pipeline.launch_smem(self.smem_bytes),
             "stream": stream,
             "use_pdl": pipeline.pdl,
             **options,

@@ -27,6 +27,7 @@ from ..validate import (
     check_field_types,
     one_of,
 )
+from .budget import budget_stages, budgeted_sm_count, check_sms
 from .copy_defaults import (
     MIN_STORES_IN_FLIGHT,
     SMALL_TRANSPOSE_TILES,
@@ -69,7 +70,10 @@ class CopyOptions:
       `evict_first` there;
     - `tile_order`: the persistent grid's walk, one of `TILE_ORDERS`;
     - `bulk`: compact tensors of one layout copied as contiguous runs with non-tensor bulk copies
-      (`cp.async.bulk`, by address and byte count, no tensor maps).
+      (`cp.async.bulk`, by address and byte count, no tensor maps);
+    - `sms`: an SM budget (`plan.budget`): a persistent grid of this many blocks, one per SM,
+      each with a deeper ring (default stages); a compact copy of one layout then takes the copy
+      engine unless strict. None (default): the whole GPU, or the enclosing `tmakit.sm_budget`'s.
     The defaults are what measured fastest on the H200; docs/results.md has what the others cost.
     """
 
@@ -84,6 +88,7 @@ class CopyOptions:
     store_hint: str | None = None
     tile_order: str = "interleaved"
     bulk: bool = False
+    sms: int | None = None
 
     def __post_init__(self) -> None:
         # The types here, before anything is hashed or planned; the values' ranges where they are
@@ -99,6 +104,7 @@ class CopyOptions:
         check_l2_hint(self.load_hint, "copy option load_hint")
         check_l2_hint(self.store_hint, "copy option store_hint")
         one_of(self.tile_order, "copy option tile_order", TILE_ORDERS)
+        check_sms(self.sms, "copy option sms")
 
     def __hash__(self) -> int:  # a key of every copy class: hashed once, not per lookup
         return self._hash
@@ -172,6 +178,7 @@ class CopyOptions:
         layout-changing copy's, `small_transpose`, where `tensor_bytes` is given)."""
         if self.tile is not None:
             return self.tile
+        sm_count = budgeted_sm_count(self.sms, sm_count)
         nbytes = DTYPES[dtype_name].nbytes
         if rows_view is not None:
             return rows_view_tile(*rows_view, nbytes, sm_count)
@@ -186,14 +193,18 @@ class CopyOptions:
         stages = self.stages
         if stages is None:
             deepest = CopyPlan(PipelinePlan(load, 1, consumer_warps), transpose).max_stages
-            stages = min(copy_stages(math.prod(load.config.tile) * load.config.element.nbytes), deepest)
+            tile_bytes = math.prod(load.config.tile) * load.config.element.nbytes
+            stages = min(copy_stages(tile_bytes), deepest)
+            if self.sms is not None:
+                stages = budget_stages(tile_bytes, stages, deepest)
         ring = PipelinePlan(
             load,
             stages=stages,
             consumer_warps=consumer_warps,
             persistent=True,
-            sm_count=sm_count,
+            sm_count=budgeted_sm_count(self.sms, sm_count),
             blocks_per_sm=self.blocks_per_sm,
+            one_block_per_sm=self.sms is not None,
             evict_first=fits_l2 if self.evict_first is None else self.evict_first,
             pdl=self.pdl,
             load_hint=self.load_hint,
@@ -374,6 +385,7 @@ class CopyKeywords(TypedDict, total=False):
     store_hint: str | None
     tile_order: str
     bulk: bool
+    sms: int | None
 
 
 # A CopyOptions field's annotation -> its torch schema type (`schema_arguments`).

@@ -19,6 +19,7 @@ from ..limits import (
     WARP_THREADS,
 )
 from ..validate import check_field_types, one_of
+from .budget import ONE_BLOCK_PER_SM_SMEM
 from .load import LoadPlan, ceil_div, check_tile_count
 from .mappings import RowSumMapping
 from .tuning import TUNING
@@ -56,6 +57,9 @@ class PipelinePlan:
     persistent: bool = False
     sm_count: int = DEFAULT_SM_COUNT
     blocks_per_sm: int = 1
+    # An SM budget's grid (`plan.budget`): each block asks for more than half an SM's shared
+    # memory, so the `sm_count` blocks take one SM each.
+    one_block_per_sm: bool = False
     prefetch_tiles: int = 0  # the producer also prefetches the tile this many loads ahead into L2
     prefetch_descriptor: bool = False  # prefetch the TMA descriptor at kernel start
     # Loads (and a copy's stores: `CopyPlan`) hint L2 to evict their lines first: a streaming copy
@@ -84,6 +88,11 @@ class PipelinePlan:
         if self.sm_count < 1 or self.blocks_per_sm < 1:
             raise TmaConfigError(
                 f"sm_count {self.sm_count} and blocks_per_sm {self.blocks_per_sm} must be >= 1"
+            )
+        if self.one_block_per_sm and self.blocks_per_sm != 1:
+            raise TmaConfigError(
+                f"blocks_per_sm {self.blocks_per_sm} on an SM budget: a budget runs one block per SM "
+                "(leave blocks_per_sm at 1)"
             )
         if self.persistent and self.persistent_blocks > MAX_DEVICE_INT:  # a shape-generic grid's count
             raise TmaConfigError(
@@ -233,7 +242,17 @@ class PipelinePlan:
             )
         if self.persistent:
             lines.append(f"persistent grid   {self.grid} blocks, {self.tiles_of_block(0)} tiles for block 0")
+        if self.one_block_per_sm:
+            lines.append(
+                f"SM budget         {self.sm_count} SMs, one block each (each asks for at least "
+                f"{ONE_BLOCK_PER_SM_SMEM} bytes of shared memory)"
+            )
         return "\n".join(lines)
+
+    def launch_smem(self, kernel_bytes: int) -> int:
+        """The shared memory a block is launched with, its kernel using `kernel_bytes`: on an SM
+        budget at least `ONE_BLOCK_PER_SM_SMEM`, so that no two blocks share an SM."""
+        return max(kernel_bytes, ONE_BLOCK_PER_SM_SMEM) if self.one_block_per_sm else kernel_bytes
 
 
 @dataclass(frozen=True)
@@ -358,12 +377,17 @@ def stand_in_tile(stage_bytes: int) -> tuple[int, int]:
 
 
 def stand_in_ring(
-    stage_bytes: int, stages: int, sm_count: int, consumer_warps: int = 1, blocks_per_sm: int = 1
+    stage_bytes: int,
+    stages: int,
+    sm_count: int,
+    consumer_warps: int = 1,
+    blocks_per_sm: int = 1,
+    one_block_per_sm: bool = False,
 ) -> PipelinePlan:
     """A ring of `stages` stages of at least `stage_bytes` for kernels of bulk copies: a
-    persistent `PipelinePlan` (`consumer_warps`, `blocks_per_sm` as its) over a stand-in load
-    plan whose tile (`stand_in_tile`) sizes the stages and carries the barriers and walk; no
-    tensor map is made from it."""
+    persistent `PipelinePlan` (`consumer_warps`, `blocks_per_sm`, `one_block_per_sm` as its)
+    over a stand-in load plan whose tile (`stand_in_tile`) sizes the stages and carries the
+    barriers and walk; no tensor map is made from it."""
     tile = stand_in_tile(stage_bytes)
     load = LoadPlan(LoadConfig(shape=tile, dtype="int32", tile=tile))
     return PipelinePlan(
@@ -373,6 +397,7 @@ def stand_in_ring(
         sm_count=sm_count,
         consumer_warps=consumer_warps,
         blocks_per_sm=blocks_per_sm,
+        one_block_per_sm=one_block_per_sm,
     )
 
 

@@ -29,6 +29,7 @@ from ..api.tensors import (
 )
 from ..errors import TmaConfigError
 from ..plan import CopyOptions, reduce_op
+from ..plan.budget import with_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..runtime.dispatch import CallTable, Dispatch
 from ..validate import flag
@@ -91,7 +92,8 @@ def reduce_into_(
         strict: raise TmaConfigError where TMA does not serve the call, instead of torch's op.
         reduce_by: "store" (TMA reduce stores) or "ring" (the load-add-store ring); None:
             tmakit's rule. A kernel chosen that cannot serve the call raises, strict or not.
-        **options: the copy's (`CopyOptions`) but `as_rows` and `bulk`.
+        **options: the copy's (`CopyOptions`) but `as_rows` and `bulk`; `sms` left out takes
+            the enclosing `tmakit.sm_budget`'s, if any.
 
     Returns:
         `dst`.
@@ -103,6 +105,7 @@ def reduce_into_(
             error of torch's op (named); with `strict=True` for anything TMA does not serve,
             before anything compiles or launches. While torch.compile traces the call, what the
             op's fake implementation refuses, wrapped in dynamo's error."""
+    options = with_budget(options)
     if is_compiling():
         return traced_reduce_into_(dst, src, op, tile, stages, strict, options, reduce_by)
     return reduced(dst, src, op, tile, stages, strict, options, reduce_by)
@@ -134,6 +137,7 @@ def add_(
     Raises:
         TmaConfigError: as `reduce_into_`; an `alpha` that is not a number; an `alpha` other than 1
             with `strict=True` or a `reduce_by`."""
+    options = with_budget(options)
     if is_compiling():
         return traced_reduce_into_(dst, src, "add", tile, stages, strict, options, reduce_by, alpha)
     if type(alpha) is not int or alpha != 1:
@@ -320,6 +324,7 @@ def reduce_path(
         TmaConfigError: what the call itself raises before it launches (wrong arguments, options
         TMA refuses for tensors it serves with its defaults, with `strict=True` anything TMA does
         not serve)."""
+    options = dict(with_budget(options))
     tile, stages = options.pop("tile", None), options.pop("stages", None)
     strict = flag(options.pop("strict", False), "strict")
     reduce_by = chosen_kernel(options.pop("reduce_by", None))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..api.tensors import check_torch_tensor, compile_check, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
+from ..plan.budget import call_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
 from ..validate import flag
 from .call import (
@@ -58,6 +59,7 @@ def gather_rows(
     *,
     check_index: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """`torch.index_select(src, dim, index, out=out)`: the rows of `src` that `index` names, in its
     order. Torch's order, `gather_rows(src, dim, index)`, or tmakit's, `gather_rows(src, index)`
@@ -80,6 +82,8 @@ def gather_rows(
             capture): torch's own check writes part of the rows before it raises on the CPU, and
             ends the process on a GPU.
         strict: raise instead of taking torch's op where bulk row copies cannot serve.
+        sms: an SM budget (`tmakit.sm_budget`): the bulk row copies' persistent grid takes this
+            many SMs, one block each; None: the enclosing budget's, else the whole GPU.
 
     Returns:
         `out`.
@@ -87,25 +91,28 @@ def gather_rows(
     Raises:
         TmaConfigError: a tensor, dtype, shape or device the op does not take; a `dim` that is not
             one of the table's; an argument missing or given twice; an index entry out of range
-            (with `check_index`); with `strict`, why bulk row copies cannot serve. While
-            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
-            dynamo's error (the entries are checked when the traced program runs).
+            (with `check_index`); an `sms` past the GPU's SM count; with `strict`, why bulk
+            row copies cannot serve. While torch.compile traces the call, what the op's fake
+            implementation refuses, wrapped in dynamo's error (the entries are checked when the
+            traced program runs).
     """
+    sms = call_budget(sms)
     if out is None and type(dim) is not int and (index is None or type(index) is type(dim)):
         # tmakit's order, (src, index) or (src, index, out): each argument one place along
         dim, index, out = 0, dim, index
     elif type(dim) is not int or dim or index is None:
         dim, (index, out) = rows_arguments("gather_rows", src, dim, (index, out), ("index",))
         if dim:
-            return gathered_along(src, dim, index, out, check_index, strict)
+            return gathered_along(src, dim, index, out, check_index, strict, sms)
     if is_compiling():
-        return traced_rows("gather", src, index, out, {"check_index": check_index, "strict": strict})
+        mode = {"check_index": check_index, "strict": strict, "sms": sms}
+        return traced_rows("gather", src, index, out, mode)
     torch = import_torch("gather_rows")
     check_index, strict = flags("gather_rows", check_index, strict)
     given = out is not None
     if not given and plain_tensors(src, index) and src.dim():
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
-    if out is not None and known_call("gather", src, index, out, check_index, strict):
+    if out is not None and known_call("gather", src, index, out, check_index, strict, sms):
         return out  # a call like one served before: its checks and route passed then
     index = checked_index(index, src, "gather_rows")
     if not given and recorded_by_autograd(src):  # index_select's out= records no gradient
@@ -120,8 +127,8 @@ def gather_rows(
         return out
     if out is None:
         out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype, device=src.device)
-    if not known_call("gather", src, index, out, check_index, strict):
-        rows_call("gather", src, index, out, check_index, strict)
+    if not known_call("gather", src, index, out, check_index, strict, sms):
+        rows_call("gather", src, index, out, check_index, strict, sms)
     return out
 
 
@@ -133,6 +140,7 @@ def scatter_rows_(
     *,
     check_index: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """`dst.index_copy_(dim, index, src)`: row i of `src` into row `index[i]` of `dst` (with
     repeated entries, which one lands is not defined, as in torch). Torch's order,
@@ -145,7 +153,7 @@ def scatter_rows_(
         index: 1-D int32 or int64, entries in [0, dst.shape[dim]).
         src: `dst`'s shape but len(index) along `dim`, dst's dtype.
         check_index: as `gather_rows`'s (unchecked, an out-of-range entry writes nothing).
-        strict: as `gather_rows`'s.
+        strict, sms: as `gather_rows`'s.
 
     Returns:
         `dst`.
@@ -153,20 +161,21 @@ def scatter_rows_(
     Raises:
         TmaConfigError: as `gather_rows`.
     """
+    sms = call_budget(sms)
+    mode = {"check_index": check_index, "strict": strict, "sms": sms}
     if src is None and type(index) is type(dim):  # tmakit's order, (dst, index, src)
         dim, index, src = 0, dim, index
     elif type(dim) is not int or dim or src is None:
         dim, (index, src) = rows_arguments("scatter_rows_", dst, dim, (index, src), ("index", "src"))
         if dim:
-            scatter_rows_(
-                *along("scatter_rows_", dim, dst, index, src), check_index=check_index, strict=strict
-            )
+            scatter_rows_(*along("scatter_rows_", dim, dst, index, src), **mode)
             return dst
     if is_compiling():
-        return traced_rows("scatter", dst, index, src, {"check_index": check_index, "strict": strict})
+        return traced_rows("scatter", dst, index, src, mode)
     check_index, strict = flags("scatter_rows_", check_index, strict)
-    if not known_call("scatter", dst, index, src, check_index, strict):
-        rows_call("scatter", dst, checked_index(index, dst, "scatter_rows_"), src, check_index, strict)
+    if not known_call("scatter", dst, index, src, check_index, strict, sms):
+        index = checked_index(index, dst, "scatter_rows_")
+        rows_call("scatter", dst, index, src, check_index, strict, sms)
     return dst
 
 
@@ -179,6 +188,7 @@ def index_add_(
     alpha: int | float = 1,
     check_index: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """`dst.index_add_(dim, index, src, alpha=alpha)`: row i of `src` added into row `index[i]` of
     `dst` by the bulk reduce, each element's add atomic, so repeated entries all count (float
@@ -194,7 +204,7 @@ def index_add_(
         src: `dst`'s shape but len(index) along `dim`, dst's dtype.
         alpha: the multiplier of `src`.
         check_index: as `gather_rows`'s (unchecked, an out-of-range entry adds nothing).
-        strict: as `gather_rows`'s.
+        strict, sms: as `gather_rows`'s.
 
     Returns:
         `dst`.
@@ -202,27 +212,29 @@ def index_add_(
     Raises:
         TmaConfigError: as `gather_rows`; an `alpha` that is not a number.
     """
+    sms = call_budget(sms)
     if src is None and type(index) is type(dim):  # tmakit's order, (dst, index, src)
         dim, index, src = 0, dim, index
     elif type(dim) is not int or dim or src is None:
         dim, (index, src) = rows_arguments("index_add_", dst, dim, (index, src), ("index", "src"))
         if dim:
-            options = {"alpha": alpha, "check_index": check_index, "strict": strict}
+            options = {"alpha": alpha, "check_index": check_index, "strict": strict, "sms": sms}
             index_add_(*along("index_add_", dim, dst, index, src), **options)
             return dst
     if is_compiling():
-        options = {"alpha": alpha, "check_index": check_index, "strict": strict}
+        options = {"alpha": alpha, "check_index": check_index, "strict": strict, "sms": sms}
         return traced_rows("add", dst, index, src, options)
     check_index, strict = flags("index_add_", check_index, strict)
     if not isinstance(alpha, numbers.Real):
         raise TmaConfigError(f"index_add_'s alpha is {alpha!r} ({type(alpha).__name__}); it must be a number")
     alpha = int(alpha) if isinstance(alpha, numbers.Integral) else float(alpha)
-    if alpha == 1 and known_call("add", dst, index, src, check_index, strict):
+    if alpha == 1 and known_call("add", dst, index, src, check_index, strict, sms):
         return dst
     index = checked_index(index, dst, "index_add_")
     reason = None if alpha == 1 else f"alpha={alpha}: the bulk reduce adds the rows as they are"
     by_torch = functools.partial(dst.index_add_, 0, index, src, alpha=alpha)
-    return reduced_rows("index_add_", "add", reason, (dst, index, src), check_index, strict, by_torch)
+    mode = (check_index, strict, sms)
+    return reduced_rows("index_add_", "add", reason, (dst, index, src), mode, by_torch)
 
 
 def index_reduce_(
@@ -235,6 +247,7 @@ def index_reduce_(
     include_self: bool = True,
     check_index: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """`dst.index_reduce_(dim, index, src, reduce, include_self=include_self)`: "amax" and "amin"
     of int32, int64, uint32 and uint64 rows by the bulk reduce (signed types compared signed);
@@ -249,8 +262,7 @@ def index_reduce_(
         src: `dst`'s shape but len(index) along `dim`, dst's dtype.
         reduce: "amax", "amin", "prod" or "mean".
         include_self: whether `dst`'s rows take part (the bulk reduce's only form).
-        check_index: as `gather_rows`'s.
-        strict: as `gather_rows`'s.
+        check_index, strict, sms: as `gather_rows`'s.
 
     Returns:
         `dst`.
@@ -258,6 +270,8 @@ def index_reduce_(
     Raises:
         TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
     """
+    sms = call_budget(sms)
+    options = {"include_self": include_self, "check_index": check_index, "strict": strict, "sms": sms}
     if reduce is None and type(index) is type(dim):  # tmakit's order, (dst, index, src, reduce)
         dim, index, src, reduce = 0, dim, index, src
     elif type(dim) is not int or dim or reduce is None:
@@ -265,16 +279,14 @@ def index_reduce_(
             "index_reduce_", dst, dim, (index, src, reduce), ("index", "src", "reduce")
         )
         if dim:
-            options = {"include_self": include_self, "check_index": check_index, "strict": strict}
             index_reduce_(*along("index_reduce_", dim, dst, index, src), reduce, **options)
             return dst
     if is_compiling():
-        options = {"include_self": include_self, "check_index": check_index, "strict": strict}
         return traced_rows("reduce", dst, index, src, options, reduce)
     check_index, strict = flags("index_reduce_", check_index, strict)
     include_self = flag(include_self, "index_reduce_'s include_self")
     known = type(reduce) is str and reduce in INDEX_REDUCES and include_self
-    if known and known_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict):
+    if known and known_call(INDEX_REDUCES[reduce], dst, index, src, check_index, strict, sms):
         return dst
     index = checked_index(index, dst, "index_reduce_")
     if type(reduce) is not str or reduce not in TORCH_REDUCES:
@@ -288,7 +300,8 @@ def index_reduce_(
     else:
         op, reason = INDEX_REDUCES[reduce], None
     by_torch = functools.partial(dst.index_reduce_, 0, index, src, reduce, include_self=include_self)
-    return reduced_rows("index_reduce_", op, reason, (dst, index, src), check_index, strict, by_torch)
+    mode = (check_index, strict, sms)
+    return reduced_rows("index_reduce_", op, reason, (dst, index, src), mode, by_torch)
 
 
 # Each function's calls in both orders, for the errors that name them.
@@ -362,6 +375,7 @@ def gathered_along(
     out: torch.Tensor | None,
     check_index: bool,
     strict: bool,
+    sms: int | None,
 ) -> torch.Tensor:
     """`gather_rows` along `dim` (not 0): into `out`, or a new contiguous tensor, seen with `dim`
     first; where autograd records the call (no `out`), torch's `index_select` itself, as along
@@ -377,7 +391,8 @@ def gathered_along(
         check_torch_tensor(index, "gather_rows", "index")
         shape = (*src.shape[:dim], index.numel(), *src.shape[dim + 1 :])
         out = torch.empty(shape, dtype=src.dtype, device=src.device)
-    gather_rows(*along("gather_rows", dim, src, index, out, "out"), check_index=check_index, strict=strict)
+    mode = {"check_index": check_index, "strict": strict, "sms": sms}
+    gather_rows(*along("gather_rows", dim, src, index, out, "out"), **mode)
     return out
 
 
@@ -405,6 +420,7 @@ def traced_rows(
     refused); its entries are then checked by torch's op itself. Returns what the function does."""
     name = TRACED_OPS[op]
     check_index, strict = flags(name, options.pop("check_index"), options.pop("strict"))
+    sms = options.pop("sms")
     written = compact if op == "gather" else table
     if recorded_by_autograd(table, *([] if compact is None else [compact])):
         refuse_strict(strict, name, RECORDED_BY_AUTOGRAD)
@@ -418,7 +434,7 @@ def traced_rows(
         else:
             table.index_reduce_(0, index, compact, *reduce, **options)
         return table
-    mode = {"check_index": check_index, "strict": strict}
+    mode = {"check_index": check_index, "strict": strict, "sms": sms}
     packet = getattr(_ops(), name)
     if compact is None:  # a gather allocating its out
         return packet.default(table, index, **mode)
@@ -443,17 +459,17 @@ def reduced_rows(
     op: str,
     reason: str | None,
     rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    check_index: bool,
-    strict: bool,
+    mode: tuple[bool, bool, int | None],
     by_torch: Callable[[], object],
 ) -> torch.Tensor:
-    """`what`'s call on `rows` (dst, its checked index, src): the bulk reduce's `op` of src's rows
-    into dst's, or where `reason` says why that cannot serve (TmaConfigError with `strict`),
-    torch's op `by_torch()` after the checks the bulk path makes of the rows and the index (a 0-D
-    dst has no rows to check). Returns dst."""
+    """`what`'s call on `rows` (dst, its checked index, src) in `mode` (check_index, strict,
+    sms): the bulk reduce's `op` of src's rows into dst's, or where `reason` says why that cannot
+    serve (TmaConfigError with `strict`), torch's op `by_torch()` after the checks the bulk path
+    makes of the rows and the index (a 0-D dst has no rows to check). Returns dst."""
     dst, index, src = rows
+    check_index, strict, sms = mode
     if reason is None:
-        rows_call(op, dst, index, src, check_index, strict)
+        rows_call(op, dst, index, src, check_index, strict, sms)
         return dst
     refuse_strict(strict, what, reason)
     if dst.dim():

@@ -23,10 +23,12 @@ from ..api.tensors import (
 from ..config import dtype_of
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import GLOBAL_BASE_ALIGN
+from ..plan.budget import budget_stages, budgeted_sm_count, call_budget
+from ..plan.copy_defaults import MAX_DEFAULT_STAGES
 from ..runtime.dispatch import KEY_ERRORS, CallTable
 from ..validate import flag
 from .launch import rows_launcher
-from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, rows_route, rows_tma_rule
+from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, full_stage_rows, rows_route, rows_tma_rule
 
 if TYPE_CHECKING:
     import torch
@@ -60,15 +62,24 @@ _TENSOR_TYPE = _STRIDED = None  # torch.Tensor and torch.strided once torch is i
 
 
 def rows_call(
-    op: str, table: torch.Tensor, index: torch.Tensor, compact: torch.Tensor, check_index: bool, strict: bool
+    op: str,
+    table: torch.Tensor,
+    index: torch.Tensor,
+    compact: torch.Tensor,
+    check_index: bool,
+    strict: bool,
+    sms: int | None = None,
 ) -> None:
-    """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row)."""
+    """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row) on
+    an SM budget of `sms` (`plan.budget`; refused past the GPU's SM count on every path)."""
     if table.dim() == 0:
         refuse_strict(strict, f"rows op {op}", ZERO_D)
         check_written(written(op, table, compact), f"rows op {op}", "the written tensor")
         torch_op(TORCH_OPS[op], table, index, compact)
         return
     check_rows(op, table, index, compact)
+    if sms is not None and table.is_cuda:
+        budgeted_sm_count(sms, device_facts(table.device)[0])
     if not index.numel():
         return
     read = facts(op, table, index, compact)
@@ -77,9 +88,9 @@ def rows_call(
         refuse_strict(strict, f"rows op {op}", rule)
         run = functools.partial(_by_torch, op)
     else:
-        run = functools.partial(_launch, _launch_of(op, table, index), op)
+        run = functools.partial(_launch, _launch_of(op, table, index, sms), op)
     if read.lazy is None and not read.recorded:  # what the key holds is all the route read
-        _KNOWN.keep(_call_key(op, table, index, compact, strict), run)  # bounded: index lengths vary
+        _KNOWN.keep(_call_key(op, table, index, compact, strict, sms), run)  # bounded: index lengths vary
     run(table, index, compact, check_index)
 
 
@@ -89,10 +100,11 @@ def rows_call(
 _KNOWN: CallTable = CallTable()
 
 
-def _call_key(op: str, table, index, compact, strict: bool) -> tuple:
+def _call_key(op: str, table, index, compact, strict: bool, sms: int | None) -> tuple:
     return (
         op,
         strict,
+        sms,
         table.shape,
         table.stride(),
         compact.shape,
@@ -118,7 +130,9 @@ def plain_tensors(*values: object) -> bool:
     )
 
 
-def known_call(op: str, table, index, compact, check_index: bool, strict: bool) -> bool:
+def known_call(
+    op: str, table, index, compact, check_index: bool, strict: bool, sms: int | None = None
+) -> bool:
     """Run a call whose key was served before (True), else nothing (False)."""
     if not plain_tensors(table, index, compact):
         return False
@@ -129,7 +143,7 @@ def known_call(op: str, table, index, compact, check_index: bool, strict: bool) 
     if table.is_conj() or compact.is_conj():
         return False
     try:
-        run = _KNOWN.get(_call_key(op, table, index, compact, strict))
+        run = _KNOWN.get(_call_key(op, table, index, compact, strict, sms))
         if run is None or table.untyped_storage().data_ptr() == compact.untyped_storage().data_ptr():
             return False
     except KEY_ERRORS:  # a tensor whose strides or memory cannot be read: the full path names it
@@ -161,12 +175,13 @@ def kernel_below_autograd(
     route (`plan.rows_route`) takes the call, its launch (of no argument; the tensors checked by
     the caller, holding no autograd record: the dispatcher recorded the call), which asserts the
     index's range on the device as torch's kernels do (no synchronisation) and bumps no version
-    (the dispatcher does); else the route's reason. Nothing is written before the launch."""
+    (the dispatcher does); else the route's reason. Nothing is written before the launch. Inside
+    a `tmakit.sm_budget`, on that budget."""
     torch = torch_module()
     route = rows_route(facts(op, table, index, compact))
     if not route.by_tma:
         return route.reason
-    launch = _launch_of(op, table, index)
+    launch = _launch_of(op, table, index, call_budget(None))
 
     def run() -> None:
         torch._assert_async(((index >= 0) & (index < table.shape[0])).all(), f"{op}: index out of range")
@@ -175,22 +190,31 @@ def kernel_below_autograd(
     return run
 
 
-def _launch_of(op: str, table: torch.Tensor, index: torch.Tensor) -> Callable:
+def _launch_of(op: str, table: torch.Tensor, index: torch.Tensor, sms: int | None = None) -> Callable:
     """The compiled kernel's launch for a call the route gave bulk row copies (`_launcher`)."""
     row_bytes = table.element_size() * _row_elements(table)
     dtype = None if op in ("gather", "scatter") else dtype_of(dtype_name(table.dtype))
-    return _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device())
+    return _launcher(op, row_bytes, dtype, dtype_name(index.dtype), table.get_device(), sms)
 
 
 @functools.lru_cache(maxsize=256)
-def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int):
+def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int, sms: int | None):
     """The launch of the compiled rows kernel for one (op, row size, reduce dtype, index dtype) on
-    one device (the `Launcher`'s function itself: a repeated call pays no wrapper): the deepest
-    ring of up to `DEFAULT_ROW_STAGES` stages that fits."""
-    sm_count, _ = device_facts(torch_module().device("cuda", device))
-    for stages in range(DEFAULT_ROW_STAGES, 0, -1):
+    one device and SM budget (the `Launcher`'s function itself: a repeated call pays no wrapper):
+    the deepest ring of up to `DEFAULT_ROW_STAGES` stages that fits (on a budget, up to
+    `plan.budget.budget_stages`' depth)."""
+    sm_count = budgeted_sm_count(sms, device_facts(torch_module().device("cuda", device))[0])
+    deepest = DEFAULT_ROW_STAGES
+    if sms is not None:
+        deepest = budget_stages(
+            full_stage_rows(row_bytes) * row_bytes, DEFAULT_ROW_STAGES, MAX_DEFAULT_STAGES
+        )
+    for stages in range(deepest, 0, -1):
         try:
-            plan = RowsPlan(op, 1, row_bytes, 1 << 20, stages=stages, sm_count=sm_count, dtype=dtype)
+            plan = RowsPlan(
+                op, 1, row_bytes, 1 << 20, stages=stages, sm_count=sm_count, dtype=dtype,
+                one_block_per_sm=sms is not None,
+            )  # fmt: skip
         except TmaConfigError:
             if stages == 1:
                 raise

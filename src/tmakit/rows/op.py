@@ -1,11 +1,12 @@
 """Rows by index as torch operators (registered when `tmakit.ops` is imported):
 
-    torch.ops.tmakit.gather_rows(src, index, *, check_index=True, strict=True) -> Tensor
-    torch.ops.tmakit.gather_rows.out(src, index, *, out, check_index=True, strict=True) -> None
-    torch.ops.tmakit.scatter_rows_(dst, index, src, *, check_index=True, strict=True) -> None
-    torch.ops.tmakit.index_add_(dst, index, src, *, alpha=1, check_index=True, strict=True) -> None
+    torch.ops.tmakit.gather_rows(src, index, *, check_index=True, sms=None, strict=True) -> Tensor
+    torch.ops.tmakit.gather_rows.out(src, index, *, out, check_index=True, sms=None, strict=True) -> None
+    torch.ops.tmakit.scatter_rows_(dst, index, src, *, check_index=True, sms=None, strict=True) -> None
+    torch.ops.tmakit.index_add_(dst, index, src, *, alpha=1, check_index=True, sms=None,
+                                strict=True) -> None
     torch.ops.tmakit.index_reduce_(dst, index, src, reduce, *, include_self=True, check_index=True,
-                                   strict=True) -> None
+                                   sms=None, strict=True) -> None
 
 Each is defined in a fragment of the `tmakit` library with a fake implementation that is also its
 Meta kernel (`torch.compile`, `make_fx` and `torch.export` know its output without running it),
@@ -42,7 +43,7 @@ from .call import kernel_below_autograd
 from .plan import INDEX_REDUCES
 
 # The options every rows op takes, as the functions do.
-ROWS_MODE = f"bool check_index=True, {STRICT}"
+ROWS_MODE = f"bool check_index=True, int? sms=None, {STRICT}"
 SCHEMAS = {
     "gather_rows": f"gather_rows(Tensor src, Tensor index, *, {ROWS_MODE}) -> Tensor",
     "gather_rows.out": f"gather_rows.out(Tensor src, Tensor index, *, Tensor(a!) out, {ROWS_MODE}) -> ()",
@@ -92,10 +93,16 @@ def _strict_check(op: str, strict: bool, **tensors: torch.Tensor) -> None:
 
 
 def gather_rows_impl(
-    src: torch.Tensor, index: torch.Tensor, *, check_index: bool = True, strict: bool = True
+    src: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    check_index: bool = True,
+    sms: int | None = None,
+    strict: bool = True,
 ) -> torch.Tensor:
     _strict_check("gather_rows", strict, src=src, index=index)
-    return api_rows.gather_rows(src, index, check_index=check_index, strict=strict and op_strict())
+    mode = {"check_index": check_index, "sms": sms, "strict": strict and op_strict()}
+    return api_rows.gather_rows(src, index, **mode)
 
 
 def gather_rows_out_impl(
@@ -104,14 +111,21 @@ def gather_rows_out_impl(
     *,
     out: torch.Tensor,
     check_index: bool = True,
+    sms: int | None = None,
     strict: bool = True,
 ) -> None:
     _strict_check("gather_rows", strict, src=src, index=index, out=out)
-    api_rows.gather_rows(src, index, out, check_index=check_index, strict=strict and op_strict())
+    mode = {"check_index": check_index, "sms": sms, "strict": strict and op_strict()}
+    api_rows.gather_rows(src, index, out, **mode)
 
 
 def gather_rows_fake(
-    src: torch.Tensor, index: torch.Tensor, *, check_index: bool = True, strict: bool = True
+    src: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    check_index: bool = True,
+    sms: int | None = None,
+    strict: bool = True,
 ) -> torch.Tensor:
     _check_fake("gather_rows", src, index, None, strict)
     return src.new_empty((index.numel(), *src.shape[1:]) if src.dim() else ())
@@ -123,6 +137,7 @@ def gather_rows_out_fake(
     *,
     out: torch.Tensor,
     check_index: bool = True,
+    sms: int | None = None,
     strict: bool = True,
 ) -> None:
     _check_fake("gather_rows", src, index, out, strict)

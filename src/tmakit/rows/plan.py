@@ -109,6 +109,7 @@ class RowsPlan:
     stages: int = DEFAULT_ROW_STAGES
     sm_count: int = DEFAULT_SM_COUNT
     dtype: str | None = None  # what a reduce reduces (`ROW_REDUCE_DTYPES`); copies move bytes
+    one_block_per_sm: bool = False  # an SM budget's grid (`plan.budget`)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -188,7 +189,10 @@ class RowsPlan:
     def pipeline(self) -> PipelinePlan:
         """The ring the kernel runs on, whatever the count: full stages of the stand-in tile
         (int32, 256 wide, whole KiB), a producer and a consumer warp, persistent."""
-        return stand_in_ring(self.full_stage_rows * self.row_bytes, self.stages, self.sm_count)
+        return stand_in_ring(
+            self.full_stage_rows * self.row_bytes, self.stages, self.sm_count,
+            one_block_per_sm=self.one_block_per_sm,
+        )  # fmt: skip
 
     @property
     def steps(self) -> int:

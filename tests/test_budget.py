@@ -1,0 +1,129 @@
+"""An SM budget (`tmakit.plan.budget`) on the CPU: what `sms=` and `tmakit.sm_budget` plan (a
+persistent grid of exactly that many blocks, each taking an SM of its own by shared memory, a
+deeper ring), the route of a budgeted compact copy (the copy engine), and the refusals."""
+
+import pytest
+
+import tmakit
+from route_facts import flat_pair
+from tmakit import CopyOptions, TmaConfigError
+from tmakit.copies.plan import BY_THE_DRIVER, ON_THE_COPY_ENGINE, decide_copy
+from tmakit.limits import DEFAULT_DEVICE_FACTS, DEFAULT_L2_BYTES, DEFAULT_SM_COUNT, SMEM_PER_SM
+from tmakit.plan import copy_class
+from tmakit.plan.budget import (
+    BUDGET_BYTES_IN_FLIGHT,
+    ONE_BLOCK_PER_SM_SMEM,
+    budgeted_sm_count,
+    call_budget,
+    sm_budget,
+    with_budget,
+)
+from tmakit.rows.plan import RowsPlan
+
+RESERVED_PER_BLOCK = 1024  # what each resident block also takes of an SM's shared memory
+
+
+def one_per_sm(ring) -> bool:
+    """Whether two blocks launched as `ring`'s cannot share an SM."""
+    return 2 * (ring.launch_smem(ring.smem_bytes) + RESERVED_PER_BLOCK) > SMEM_PER_SM
+
+
+@pytest.mark.parametrize("sms", [1, 8, 16, 32, DEFAULT_SM_COUNT])
+@pytest.mark.parametrize("transpose", [False, True], ids=["same-layout", "transposing"])
+def test_a_budgeted_copy_runs_exactly_that_many_blocks_one_per_sm(sms, transpose):
+    major, tile = ("col", (128, 128)) if transpose else ("row", (16, 256))
+    budgeted = copy_class(CopyOptions(sms=sms), "fp16", 2, major, transpose, tile, DEFAULT_SM_COUNT, False)
+    full = copy_class(CopyOptions(), "fp16", 2, major, transpose, tile, DEFAULT_SM_COUNT, False)
+    ring = budgeted.ring
+    assert ring.persistent_blocks == sms and ring.one_block_per_sm and one_per_sm(ring)
+    assert full.ring.persistent_blocks == DEFAULT_SM_COUNT and not full.ring.one_block_per_sm
+    assert full.ring.launch_smem(full.smem_bytes) == full.smem_bytes  # a full grid asks what it uses
+    # The ring keeps the budget's bytes in flight where shared memory allows, never fewer than a full grid's.
+    assert ring.stages >= full.ring.stages
+    assert ring.ring_bytes >= BUDGET_BYTES_IN_FLIGHT or ring.stages == budgeted.max_stages
+    assert "SM budget" in ring.summary() and "SM budget" not in full.ring.summary()
+
+
+def test_a_budget_past_the_gpu_or_not_a_whole_number_is_refused_naming_the_rule():
+    with pytest.raises(TmaConfigError, match=f"sms=200: this GPU has {DEFAULT_SM_COUNT} SMs"):
+        copy_class(CopyOptions(sms=200), "fp16", 2, "row", False, (16, 256), DEFAULT_SM_COUNT, False)
+    assert budgeted_sm_count(DEFAULT_SM_COUNT, DEFAULT_SM_COUNT) == DEFAULT_SM_COUNT
+    assert budgeted_sm_count(None, 114) == 114
+    with pytest.raises(TmaConfigError, match="sms=115: this GPU has 114 SMs"):
+        budgeted_sm_count(115, 114)
+    for wrong in (0, -4, True, 2.5, "16"):
+        with pytest.raises(TmaConfigError, match="sms"):
+            CopyOptions(sms=wrong)
+        with pytest.raises(TmaConfigError, match="SM budget"):
+            with sm_budget(wrong):
+                pass
+    with pytest.raises(TmaConfigError, match="blocks_per_sm 2 on an SM budget"):
+        copy_class(CopyOptions(sms=8, blocks_per_sm=2), "fp16", 2, "row", False, (16, 256), 132, False)
+
+
+def test_the_context_gives_each_call_its_budget_and_a_calls_own_wins():
+    assert call_budget(None) is None and with_budget({}) == {}
+    with sm_budget(16) as sms:
+        assert sms == 16 and call_budget(None) == 16 and call_budget(8) == 8
+        assert with_budget({"tile": (16, 256)}) == {"tile": (16, 256), "sms": 16}
+        assert with_budget({"sms": 4}) == {"sms": 4}
+        with sm_budget(None):  # lifts the enclosing budget
+            assert call_budget(None) is None
+        with pytest.raises(RuntimeError):
+            with sm_budget(32):
+                raise RuntimeError("inside")
+        assert call_budget(None) == 16  # restored after an error
+    assert call_budget(None) is None
+
+
+def compact_pair(shape=(4096, 4096), strides=(4096, 1), dst_strides=(4096, 1)):
+    return flat_pair(shape, shape, strides, dst_strides, "float16", "float16", 2, 0, 1 << 30, 0, 0)
+
+
+def test_a_budgeted_compact_copy_takes_the_copy_engine_unless_strict():
+    facts = compact_pair()
+    budgeted = CopyOptions(sms=16)
+    route = decide_copy(facts, budgeted, DEFAULT_DEVICE_FACTS, DEFAULT_L2_BYTES).route
+    assert route.path == "torch" and route.reason == ON_THE_COPY_ENGINE
+    strict = decide_copy(facts, budgeted, DEFAULT_DEVICE_FACTS, None)  # a strict call: TMA
+    assert strict.route.by_tma and strict.pair.copy.ring.persistent_blocks == 16
+    # A transposing pair has no engine path: TMA on the budget.
+    transposing = decide_copy(
+        compact_pair(dst_strides=(1, 4096)), budgeted, DEFAULT_DEVICE_FACTS, DEFAULT_L2_BYTES
+    )
+    assert transposing.route.by_tma and transposing.pair.copy.ring.persistent_blocks == 16
+    # Without a budget the same small pair is TMA's, a large one the driver's.
+    assert decide_copy(compact_pair((256, 256), (256, 1), (256, 1)), CopyOptions(), DEFAULT_DEVICE_FACTS,
+                       DEFAULT_L2_BYTES).route.by_tma  # fmt: skip
+    large = decide_copy(compact_pair((8192, 8192), (8192, 1), (8192, 1)), CopyOptions(), DEFAULT_DEVICE_FACTS,
+                        DEFAULT_L2_BYTES).route  # fmt: skip
+    assert large.reason == BY_THE_DRIVER
+
+
+@pytest.mark.parametrize("op", ["gather", "add"])
+def test_a_budgeted_rows_ring_takes_one_sm_a_block(op):
+    dtype = None if op == "gather" else "fp32"
+    plan = RowsPlan(op, 1, 512, 1 << 20, stages=2, sm_count=16, dtype=dtype, one_block_per_sm=True)
+    ring = plan.pipeline
+    assert ring.persistent_blocks == 16 and one_per_sm(ring)
+    assert RowsPlan(op, 1, 512, 1 << 20, sm_count=16, dtype=dtype).pipeline.launch_smem(1) == 1
+    assert ONE_BLOCK_PER_SM_SMEM <= 227 * 1024  # what one block may ask for
+
+
+def test_the_copy_and_rows_functions_take_sms_and_their_ops_carry_it():
+    torch = pytest.importorskip("torch")
+    from tmakit import ops  # noqa: F401  registers the ops
+
+    x = torch.arange(64 * 64, dtype=torch.float16).reshape(64, 64)
+    # CPU tensors: torch's path, after the checks every path makes (a budget past the GPU is refused).
+    y = torch.empty_like(x)
+    assert torch.equal(tmakit.copy_(y, x.t(), sms=16), x.t())
+    with pytest.raises(TmaConfigError, match=f"sms=999: this GPU has {DEFAULT_SM_COUNT} SMs"):
+        tmakit.copy_(y, x.t(), sms=999)
+    with sm_budget(999), pytest.raises(TmaConfigError, match="sms=999"):
+        tmakit.copy_(y, x.t())
+    index = torch.tensor([3, 1, 2])
+    assert torch.equal(tmakit.gather_rows(x, index, sms=8), x[index])
+    assert "int? sms=None" in str(torch.ops.tmakit.copy_.typed._schema)
+    for name in ("gather_rows", "scatter_rows_", "index_add_", "index_reduce_"):
+        assert "int? sms=None" in str(getattr(torch.ops.tmakit, name).default._schema), name
