@@ -26,6 +26,8 @@
 #   moehost      benchmarks/probes/moe_host.py: an eager MoE call's host time by part, and cProfile
 #   enablemodels benchmarks/probes/enable_models.py: four models with and without tmakit.enable()
 #                (enable-models.json); ARGs: the script's (e.g. --rounds 10)
+#   smbudget     benchmarks/probes/sm_budget.py: the rate against the SM count (sms=) beside torch's op in a
+#                green context, and a budgeted copy beside a bf16 GEMM (sm-budget.json); ARGs: the script's
 #   manybench    tmakit bench --kernel many (many.json, part lists); ARGs: bench's (e.g. --only pack)
 #   abbench      scripts/ab_bench.py: this tree against another's, every family's device time and each public
 #                call's host cost (ab-bench.json); ARGs: the base (its src/ folder, e.g. a carried .ab-base/src,
@@ -102,6 +104,7 @@ run_step() {
     moerouting) timeout "$limit" python3 benchmarks/probes/moe_routing.py --out "$OUT/moe-routing.json" "$@" 2>&1 | tail -20 ;;
     moerings) timeout "$limit" python3 benchmarks/probes/moe_combine_rings.py --out "$OUT/moe-combine-rings.json" "$@" 2>&1 | tail -30 ;;
     enablemodels) timeout "$limit" python3 benchmarks/probes/enable_models.py --out "$OUT/enable-models.json" "$@" 2>&1 | tail -12 ;;
+    smbudget) timeout "$limit" python3 benchmarks/probes/sm_budget.py --json "$OUT/sm-budget.json" "$@" 2>&1 | tail -40 ;;
     moehost) timeout "$limit" python3 benchmarks/probes/moe_host.py "$@" > "$OUT/moe-host.txt" 2>&1; grep -v "^$" "$OUT/moe-host.txt" | head -16 ;;
     allgather) local nproc=$1; shift
       mkdir -p "$OUT/many"

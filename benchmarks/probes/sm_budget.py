@@ -1,0 +1,202 @@
+"""tmakit's movement on a budget of SMs (`sms=`): the rate against the SM count beside torch's op
+confined to as many SMs by a green context (and the copy engine for same-layout bytes), then the
+budgeted op beside a bf16 GEMM given the other SMs (cuBLASLt's SM carveout where torch has it,
+else a green context). Writes sm-budget.json.
+
+    python benchmarks/probes/sm_budget.py --json sm-budget.json [--sizes-mib 512] [--reps 7]
+
+Device time: CUDA events around each call, median of `--reps` after a warm call (tensors of
+hundreds of MiB: the L2 holds none of them). The curve's rate is bytes read plus written a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+
+import torch
+
+import tmakit
+from tmakit.bench.report import device_context
+
+SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 66, 96, 132)
+
+
+def elapsed_ms(fn, reps: int, stream=None) -> float:
+    """Median device ms of `fn()` over `reps` calls after one warm call, on `stream`."""
+    stream = stream or torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        fn()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def green(sms: int):
+    """torch's work inside on a green context of `sms` SMs (yields its stream), or raises
+    RuntimeError where torch or the driver has none."""
+    from torch.cuda.green_contexts import GreenContext
+
+    context = GreenContext.create(num_sms=sms, device_id=0)
+    context.set_context()
+    try:
+        yield torch.cuda.current_stream()
+    finally:
+        context.pop_context()
+
+
+def cases(mib: int) -> dict:
+    """name -> (bytes moved, tmakit's call of sms, torch's call): a same-layout copy, a
+    transposing copy and a gather of 512-byte rows, each about `mib` MiB read."""
+    side = int((mib * 2**20 // 2) ** 0.5) // 128 * 128
+    x = torch.randn(side, side, device="cuda").to(torch.float16)
+    out = torch.empty_like(x)
+    table = torch.randn(mib * 2**20 // 512, 256, device="cuda").to(torch.float16)
+    index = torch.randint(0, table.shape[0], (table.shape[0],), device="cuda")
+    gathered = torch.empty_like(table)
+    moved, rows = 2 * x.numel() * 2, 2 * table.numel() * 2
+    return {
+        "copy": (moved, lambda k: tmakit.copy_(out, x, sms=k, strict=True), lambda: out.copy_(x)),
+        "transpose": (
+            moved,
+            lambda k: tmakit.copy_(out, x.t(), sms=k, strict=True),
+            lambda: out.copy_(x.t()),
+        ),
+        "gather512": (
+            rows,
+            lambda k: tmakit.gather_rows(table, index, gathered, sms=k, check_index=False, strict=True),
+            lambda: torch.index_select(table, 0, index, out=gathered),
+        ),
+    }
+
+
+def curve(mib: int, reps: int, steps: list[int]) -> dict:
+    """Each case's GB/s by SM count: tmakit's, torch's in a green context, and the engine's."""
+    result = {}
+    for name, (moved, ours, theirs) in cases(mib).items():
+        rows = []
+        for k in steps:
+            row = {"sms": k, "tmakit_gbs": moved / elapsed_ms(lambda k=k, ours=ours: ours(k), reps) / 1e6}
+            try:
+                with green(k) as stream:
+                    row["torch_green_gbs"] = moved / elapsed_ms(theirs, reps, stream) / 1e6
+            except Exception as error:  # no green contexts here: say why
+                row["torch_green"] = f"{type(error).__name__}: {error}"[:200]
+            rows.append(row)
+            print(name, row, flush=True)
+        entry = {
+            "bytes": moved,
+            "by_sms": rows,
+            "tmakit_full_gbs": moved / elapsed_ms(lambda ours=ours: ours(None), reps) / 1e6,
+        }
+        # torch's same-layout copy_ is the driver's memcpy: the copy engine, no SM (so too in a
+        # green context), what a budgeted non-strict tmakit.copy_ takes.
+        entry["torch_full_gbs"] = moved / elapsed_ms(theirs, reps) / 1e6
+        for row in rows:
+            row["of_full"] = row["tmakit_gbs"] / entry["tmakit_full_gbs"]
+        result[name] = entry
+    return result
+
+
+def carveout(sms: int | None) -> bool:
+    """cuBLAS leaves `sms` SMs free (None: none); False where torch has no carveout."""
+    setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
+    if setter is None:
+        return False
+    setter(sms)
+    return True
+
+
+def beside_gemm(gib: float, budget: int, reps: int) -> dict:
+    """A bf16 8192^3 GEMM with `budget` SMs carved out on one stream and a budgeted transposing
+    copy of `gib` GiB on another: each alone, together, and one after the other."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    side = int((gib * 2**30 / 2) ** 0.5) // 128 * 128
+    x = torch.randn(side, side, device="cuda").to(torch.float16)
+    out = torch.empty_like(x)
+    gemm = lambda: torch.mm(a, b, out=c)  # noqa: E731
+    op = lambda: tmakit.copy_(out, x.t(), sms=budget, strict=True)  # noqa: E731
+    full_op = lambda: tmakit.copy_(out, x.t(), strict=True)  # noqa: E731
+    torch_op = lambda: out.copy_(x.t())  # noqa: E731
+    record = {"gib": gib, "budget": budget, "gemm_full_ms": elapsed_ms(gemm, reps)}
+    record["carveout"] = carveout(budget)
+    record["gemm_carved_ms"] = elapsed_ms(gemm, reps)
+    record["op_alone_ms"] = elapsed_ms(op, reps)
+    record["op_full_ms"] = elapsed_ms(full_op, reps)
+    record["torch_op_full_ms"] = elapsed_ms(torch_op, reps)
+    for name, moving in (("tmakit", op), ("torch_full", torch_op)):
+        record[f"pair_{name}"] = together(gemm, moving, reps)
+    carveout(None)
+    record["serial_full_ms"] = record["gemm_full_ms"] + record["op_full_ms"]
+    record["speedup_vs_serial"] = record["serial_full_ms"] / record["pair_tmakit"]["wall_ms"]
+    record["gemm_kept"] = record["gemm_carved_ms"] / record["pair_tmakit"]["gemm_beside_ms"]
+    return record
+
+
+def together(gemm, op, reps: int) -> dict:
+    """The GEMM on one stream and the op on another, started together: the wall time of both and
+    each one's own time beside the other (medians)."""
+    first, second = torch.cuda.Stream(), torch.cuda.Stream()
+    walls, gemms, ops = [], [], []
+    for _ in range(reps + 1):
+        torch.cuda.synchronize()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        events[0].record()
+        first.wait_event(events[0])
+        second.wait_event(events[0])
+        with torch.cuda.stream(first):
+            gemm()
+            events[1].record(first)
+        with torch.cuda.stream(second):
+            events[2].record(second)
+            op()
+            events[3].record(second)
+        torch.cuda.current_stream().wait_stream(first)
+        torch.cuda.current_stream().wait_stream(second)
+        events[4].record()
+        events[4].synchronize()
+        walls.append(events[0].elapsed_time(events[4]))
+        gemms.append(events[0].elapsed_time(events[1]))
+        ops.append(events[2].elapsed_time(events[3]))
+    return {
+        "wall_ms": statistics.median(walls[1:]),
+        "gemm_beside_ms": statistics.median(gemms[1:]),
+        "op_beside_ms": statistics.median(ops[1:]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="sm-budget.json")
+    parser.add_argument("--sizes-mib", type=int, default=512)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--budgets", default="16,32")
+    parser.add_argument("--skip-curve", action="store_true")
+    args = parser.parse_args()
+    full = torch.cuda.get_device_properties(0).multi_processor_count
+    steps = sorted({k for k in SM_STEPS if k <= full} | {full})
+    study = {"context": device_context(os.environ.get("TMAKIT_COMMIT")), "mib": args.sizes_mib}
+    if not args.skip_curve:
+        study["curve"] = curve(args.sizes_mib, args.reps, steps)
+    study["beside_gemm"] = [
+        beside_gemm(gib, int(budget), args.reps) for budget in args.budgets.split(",") for gib in (1, 3)
+    ]
+    with open(args.json, "w") as file:
+        json.dump(study, file, indent=1)
+    print(json.dumps(study["beside_gemm"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
