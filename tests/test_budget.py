@@ -127,3 +127,59 @@ def test_the_copy_and_rows_functions_take_sms_and_their_ops_carry_it():
     assert "int? sms=None" in str(torch.ops.tmakit.copy_.typed._schema)
     for name in ("gather_rows", "scatter_rows_", "index_add_", "index_reduce_"):
         assert "int? sms=None" in str(getattr(torch.ops.tmakit, name).default._schema), name
+
+
+def test_every_familys_budgeted_ring_takes_its_sms_one_block_each():
+    from tmakit.many.plan import ManyPlan
+    from tmakit.moe.plan import CombinePlan, DispatchPlan, QuantizePlan
+    from tmakit.patches.plan import Im2colPlan
+
+    budgeted = {
+        "many": ManyPlan(sm_count=16, one_block_per_sm=True).pipeline,
+        "dispatch": DispatchPlan(14336, 2, sm_count=16, one_block_per_sm=True).pipeline,
+        "combine": CombinePlan(14336, 2, "bf16", sm_count=16, one_block_per_sm=True).pipeline,
+        "quantize": QuantizePlan(7168, 8, sm_count=16, one_block_per_sm=True).pipeline,
+        "im2col": Im2colPlan(
+            (8, 56, 56, 64), "fp16", 3, padding=1, sm_count=16, one_block_per_sm=True
+        ).copy.ring,
+    }
+    for name, ring in budgeted.items():
+        assert ring.persistent_blocks == 16 and one_per_sm(ring), name
+    full = Im2colPlan((8, 56, 56, 64), "fp16", 3, padding=1)
+    im2col = Im2colPlan((8, 56, 56, 64), "fp16", 3, padding=1, sm_count=16, one_block_per_sm=True)
+    assert im2col.stages >= full.stages and not full.copy.ring.one_block_per_sm
+
+
+def test_the_list_im2col_and_moe_functions_take_sms_and_their_ops_carry_it():
+    torch = pytest.importorskip("torch")
+    from tmakit import ops  # noqa: F401  registers the ops
+
+    srcs = [torch.arange(n, dtype=torch.float32) for n in (3, 100, 7)]
+    dsts = [torch.empty_like(t) for t in srcs]
+    tmakit.copy_many_(dsts, srcs, sms=8)
+    assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    flat, offsets = tmakit.pack(srcs, sms=8)
+    back = [torch.empty_like(t) for t in srcs]
+    tmakit.unpack_(flat, back, sms=8)
+    assert all(torch.equal(b, s) for b, s in zip(back, srcs, strict=True))
+    x = torch.arange(2 * 8 * 8 * 16, dtype=torch.float32).reshape(2, 8, 8, 16)
+    assert torch.equal(tmakit.im2col(x, 3, padding=1, sms=8), tmakit.im2col(x, 3, padding=1))
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0]])
+    tokens = torch.arange(3 * 16, dtype=torch.float32).reshape(3, 16)
+    routed = tmakit.moe_dispatch(tokens, ids, num_experts=3, sms=8)
+    assert torch.equal(tmakit.moe_combine(routed.out, routed.row_map, sms=8), 2 * tokens)
+    for wrong in (0, 2.5, True):
+        with pytest.raises(TmaConfigError, match="sms"):
+            tmakit.copy_many_(dsts, srcs, sms=wrong)
+    schemas = {
+        "copy_many_": "default",
+        "pack": "default",
+        "unpack_": "default",
+        "im2col": "default",
+        "moe_permute": "default",
+        "moe_permute_fp8": "default",
+        "moe_combine": "default",
+        "moe_combine_grad": "default",
+    }
+    for name, overload in schemas.items():
+        assert "int? sms=None" in str(getattr(getattr(torch.ops.tmakit, name), overload)._schema), name

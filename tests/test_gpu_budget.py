@@ -110,3 +110,28 @@ def test_a_budget_past_the_gpu_is_refused_before_anything_is_written():
         with pytest.raises(TmaConfigError, match=f"this GPU has {count} SMs"):
             call()
         assert torch.equal(out.view(torch.int16), before.view(torch.int16))
+
+
+def test_budgeted_lists_im2col_and_moe_are_exact_on_every_budget():
+    srcs = [positions((n, 64), torch.float32) for n in (1, 1000, 37, 4096, 3)]
+    x = positions((4, 28, 28, 64))
+    want = tmakit.im2col(x, 3, padding=1, strict=True)
+    tokens = positions((4096, 1024), torch.bfloat16)
+    ids = torch.randint(0, 8, (4096, 2), device="cuda", dtype=torch.int32)
+    reference = tmakit.moe_dispatch(tokens, ids, num_experts=8, strict=True)
+    combined = tmakit.moe_combine(reference.out, reference.row_map, strict=True)
+    for sms in budgets():
+        dsts = [torch.full_like(t, float("nan")) for t in srcs]
+        tmakit.copy_many_(dsts, srcs, sms=sms, strict=True)
+        assert all(torch.equal(d, s) for d, s in zip(dsts, srcs, strict=True)), sms
+        flat, _ = tmakit.pack(srcs, sms=sms, strict=True)
+        back = [torch.full_like(t, float("nan")) for t in srcs]
+        tmakit.unpack_(flat, back, sms=sms, strict=True)
+        assert all(torch.equal(b, s) for b, s in zip(back, srcs, strict=True)), sms
+        out = poisoned(want.shape)
+        tmakit.im2col(x, 3, padding=1, out=out, sms=sms, strict=True)
+        assert torch.equal(out, want), (sms, first_wrong(out, want))
+        routed = tmakit.moe_dispatch(tokens, ids, num_experts=8, sms=sms, strict=True)
+        assert torch.equal(routed.out.view(torch.int16), reference.out.view(torch.int16)), sms
+        summed = tmakit.moe_combine(routed.out, routed.row_map, sms=sms, strict=True)
+        assert torch.equal(summed.view(torch.int16), combined.view(torch.int16)), sms

@@ -507,7 +507,7 @@ def test_the_windows_route_copies_the_padded_input_as_tmakit_copy_would(
     monkeypatch.setattr(api_im2col, "copy_windows", copy_windows)  # the fixture's stand-in undone
     copies = []
 
-    def copy_(dst, src, tile=None, stages=None, *, strict=False):
+    def copy_(dst, src, tile=None, stages=None, *, strict=False, sms=None):
         copies.append((tile, strict))
         return dst.copy_(src)
 

@@ -474,7 +474,9 @@ def test_a_kept_packing_is_found_by_addresses_and_refuses_buffers_it_cannot_serv
     monkeypatch.setattr(many_kept, "groupable", lambda dst, src: True)
     monkeypatch.setattr(many_kept, "encode", lambda torch, device, src, dst, nbytes: (src, dst, nbytes))
     monkeypatch.setattr(
-        many_kept, "launch_table", lambda torch, device, table, side, flat: launches.append((table, side))
+        many_kept,
+        "launch_table",
+        lambda torch, device, table, side, flat, sms: launches.append((table, side)),
     )
     many_kept._KEPT.clear()
     tensors = [torch.arange(12.0), torch.arange(3.0), torch.zeros(0), torch.arange(8.0)]

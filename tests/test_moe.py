@@ -604,7 +604,7 @@ def test_the_kernel_route_zeroes_exactly_the_rows_no_slot_names(monkeypatch, ali
 
     monkeypatch.setattr(call, "dispatch_launcher", lambda *args: Launcher(emulated))
     monkeypatch.setattr(call, "_new_rows", poisoned)
-    monkeypatch.setattr(call, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(call, "_device_sm_count", lambda device: 132)
     tokens, topk, experts = 23, 3, 5
     generator = torch.Generator().manual_seed(align)
     x = torch.randn(tokens, 8, generator=generator)

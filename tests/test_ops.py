@@ -106,11 +106,11 @@ def test_the_ops_are_registered_with_typed_schemas():
     )
     assert str(torch.ops.tmakit.im2col.default._schema) == (
         "tmakit::im2col(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
-        "*, str? im2col_by=None, bool strict=True) -> Tensor"
+        "*, str? im2col_by=None, int? sms=None, bool strict=True) -> Tensor"
     )
     assert str(torch.ops.tmakit.im2col.out._schema) == (
         "tmakit::im2col.out(Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
-        "*, Tensor(a!) out, str? im2col_by=None, bool strict=True) -> ()"
+        "*, Tensor(a!) out, str? im2col_by=None, int? sms=None, bool strict=True) -> ()"
     )
     typed = (torch.ops.tmakit.copy_.typed, torch.ops.tmakit.copy.typed, torch.ops.tmakit.reduce_into_.typed)
     for op in (ops.copy_, ops.copy, ops.reduce_into_, ops.load_tiles, ops.im2col, *typed):

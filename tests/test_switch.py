@@ -253,7 +253,7 @@ def test_an_nvtx_range_wraps_each_call_raised_or_not(monkeypatch):
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append(("pop",)))
     monkeypatch.setattr(nvtx, "_FOUND", {})
 
-    def copy_(dst, src, *, strict=False):
+    def copy_(dst, src, *, strict=False, sms=None):
         if strict:
             raise ValueError("refused")
         return dst + src

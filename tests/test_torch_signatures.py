@@ -309,10 +309,10 @@ def test_the_ops_schemas_carry_the_functions_options():
         "scatter_rows_": "bool check_index=True, int? sms=None, bool strict=True",
         "index_add_": "Scalar alpha=1, bool check_index=True, int? sms=None, bool strict=True",
         "index_reduce_": "bool include_self=True, bool check_index=True, int? sms=None, bool strict=True",
-        "copy_many_": "bool grouped=True, bool strict=True",
-        "pack.out": "Tensor(a!) out, bool grouped=True, bool strict=True",
-        "unpack_": "bool grouped=True, bool strict=True",
-        "im2col.out": "Tensor(a!) out, str? im2col_by=None, bool strict=True",
+        "copy_many_": "bool grouped=True, int? sms=None, bool strict=True",
+        "pack.out": "Tensor(a!) out, bool grouped=True, int? sms=None, bool strict=True",
+        "unpack_": "bool grouped=True, int? sms=None, bool strict=True",
+        "im2col.out": "Tensor(a!) out, str? im2col_by=None, int? sms=None, bool strict=True",
     }
     for name, options in schemas.items():
         op, _, overload = name.partition(".")

@@ -139,6 +139,7 @@ PURE = [
         lambda **kw: tmakit.lint(kw["host_function"], reduce_dtype=kw["reduce_dtype"]),
         {"host_function": None, "reduce_dtype": "int32"},
     ),
+    Entry("sm_budget", lambda sms: tmakit.sm_budget(sms).__enter__(), {"sms": 16}),  # refused on entry
 ]
 
 
@@ -150,7 +151,7 @@ def torch_entries() -> list[Entry]:
 
     pair = {"dst": half(64, 64), "src": half(64, 64), "tile": None, "stages": None}
     entries = [
-        Entry("copy_", tmakit.copy_, {**pair, "strict": False}),
+        Entry("copy_", tmakit.copy_, {**pair, "strict": False, "sms": 8}),
         Entry("copy_ strict", tmakit.copy_, {**pair, "strict": True}),
         Entry("copy", tmakit.copy, {"src": half(64, 64), "tile": None, "stages": None, "strict": False}),
         Entry("copy_path", tmakit.copy_path, dict(pair)),
@@ -188,7 +189,7 @@ def torch_entries() -> list[Entry]:
             {"x": half(2, 8, 8, 16), "kernel": 3, "stride": 1, "padding": 1, "dilation": 1, "out": None},
         ),
     ]
-    rows = {"index": torch.arange(8), "check_index": True, "strict": False}
+    rows = {"index": torch.arange(8), "check_index": True, "strict": False, "sms": 8}
     table = {"dst": half(64, 64), "src": half(8, 64)}
     entries += [
         Entry("gather_rows", tmakit.gather_rows, {"src": half(64, 64), "out": None, **rows}),

@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..api.tensors import check_torch_tensor, compile_check, import_torch, recorded_by_autograd
+from ..api.tensors import check_torch_tensor, compile_check, device_facts, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
+from ..plan.budget import budgeted_sm_count, call_budget, check_sms
 from ..plan.route import RECORDED_BY_AUTOGRAD
 from ..runtime.dispatch import GuardedCalls
 from ..validate import flag
@@ -49,7 +50,12 @@ is_compiling = compile_check(globals(), "is_compiling")
 
 
 def copy_many_(
-    dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
+    dsts: Sequence[torch.Tensor],
+    srcs: Sequence[torch.Tensor],
+    *,
+    grouped: bool = True,
+    strict: bool = False,
+    sms: int | None = None,
 ) -> Sequence[torch.Tensor]:
     """Copy each `srcs[i]` into `dsts[i]`: every compact aligned pair in one launch. Every pair is
     checked before any is copied: a refused call writes nothing.
@@ -61,18 +67,23 @@ def copy_many_(
         grouped: run the compact aligned pairs on the grouped TMA kernel; False sends them to
             torch's `_foreach_copy_`.
         strict: raise TmaConfigError where a pair has no TMA path, instead of torch's op.
+        sms: an SM budget (`tmakit.sm_budget`): the grouped copy's persistent grid (and each pair
+            `copy_` serves) takes this many SMs, one block each; None: the enclosing budget's,
+            else the whole GPU. Pairs torch's op serves are not confined.
 
     Returns:
         `dsts` itself (the list or tuple passed), written, as torch's `_foreach_copy_` returns it.
 
     Raises:
         TmaConfigError: lists of different lengths, an entry that is not a tensor, a pair torch's
-            `copy_` refuses (`TorchOpError`), or with `strict` a pair TMA does not serve. While
+            `copy_` refuses (`TorchOpError`), or with `strict` a pair TMA does not serve; an `sms`
+            past the GPU's SM count. While
             torch.compile traces the call, what the op's fake implementation refuses, wrapped in
             dynamo's error.
     """
+    sms = call_budget(sms)
     if is_compiling():
-        traced_copy_many_(dsts, srcs, grouped, strict)
+        traced_copy_many_(dsts, srcs, grouped, strict, sms)
         return dsts
     given, torch = dsts, import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
@@ -80,10 +91,10 @@ def copy_many_(
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
     tensors = dsts + srcs
-    key = addresses(torch, tensors, (grouped, strict))
+    key = addresses(torch, tensors, (grouped, strict, sms))
     route = _ROUTES.find(key, tensors)
     if route is GuardedCalls.MISSING:
-        route = ListRoute(torch, dsts, srcs, grouped, "copy_many_", strict)
+        route = ListRoute(torch, dsts, srcs, grouped, "copy_many_", strict, sms)
         if key is not None and route.complete:
             _ROUTES.keep_guarded(key, layout_check(torch, tensors), route)
     route.run(torch, dsts, srcs)
@@ -96,6 +107,7 @@ def pack(
     *,
     grouped: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> tuple[torch.Tensor, list[int]]:
     """Every tensor, flattened, into one 1-D buffer, each at a 16-byte-aligned offset.
 
@@ -104,7 +116,7 @@ def pack(
         out: the buffer, 1-D and compact, of the tensors' dtype when they share one (else uint8,
             the offsets then in bytes), at least as long as `pack_offsets` says; allocated when None
             (the bytes between spans then zeros).
-        grouped, strict: as `copy_many_`'s.
+        grouped, strict, sms: as `copy_many_`'s.
 
     Returns:
         (the buffer, the offset of each tensor in it, in the buffer's elements).
@@ -113,28 +125,35 @@ def pack(
         TmaConfigError: an entry that is not a tensor, tensors on different devices, an `out`
             too short or of another dtype; as `copy_many_`'s.
     """
+    sms = call_budget(sms)
     if is_compiling():
-        return traced_pack(tensors, out, grouped, strict)
+        return traced_pack(tensors, out, grouped, strict, sms)
     torch = import_torch("pack")
     kept = kept_packing(torch, tensors, "destination", flag(grouped, "pack's grouped"))
     if kept is not None and (out is None or kept.fits(torch, out)):  # its kept table, on this buffer
+        checked_budget(kept, sms)
         flat = kept.allocate(torch) if out is None else out
-        kept.run(torch, flat, tensors)
+        kept.run(torch, flat, tensors, sms)
         return flat, list(kept.offsets)
     flat, offsets, spans, sources = _pack_pairs(torch, tensors, out)
-    copy_many_(spans, sources, grouped=grouped, strict=strict)
+    copy_many_(spans, sources, grouped=grouped, strict=strict, sms=sms)
     return flat, offsets
 
 
 def unpack_(
-    flat: torch.Tensor, tensors: Sequence[torch.Tensor], *, grouped: bool = True, strict: bool = False
+    flat: torch.Tensor,
+    tensors: Sequence[torch.Tensor],
+    *,
+    grouped: bool = True,
+    strict: bool = False,
+    sms: int | None = None,
 ) -> None:
     """Copy each tensor's span of a buffer `pack` wrote back into the tensor.
 
     Args:
         flat: the packed buffer.
         tensors: the tensors, in `pack`'s order; each gets its span, reshaped to its shape.
-        grouped, strict: as `copy_many_`'s.
+        grouped, strict, sms: as `copy_many_`'s.
 
     Returns:
         None: the tensors are written.
@@ -142,18 +161,26 @@ def unpack_(
     Raises:
         TmaConfigError: as `pack`.
     """
+    sms = call_budget(sms)
     if is_compiling():
-        return traced_unpack_(flat, tensors, grouped, strict)
+        return traced_unpack_(flat, tensors, grouped, strict, sms)
     torch = import_torch("unpack_")
     kept = kept_packing(torch, tensors, "source", flag(grouped, "unpack_'s grouped"))
     if kept is not None and kept.fits(torch, flat):  # its kept table, on this buffer
-        kept.run(torch, flat, list(tensors))
+        checked_budget(kept, sms)
+        kept.run(torch, flat, list(tensors), sms)
         return
     dsts, srcs = _unpack_pairs(torch, flat, tensors)
-    copy_many_(dsts, srcs, grouped=grouped, strict=strict)
+    copy_many_(dsts, srcs, grouped=grouped, strict=strict, sms=sms)
 
 
-def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: object) -> None:
+def checked_budget(kept: object, sms: int | None) -> None:
+    """A kept packing's budget, refused past its GPU's SM count before anything is copied."""
+    if sms is not None:
+        budgeted_sm_count(sms, device_facts(kept.device)[0])
+
+
+def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: object, sms: object) -> None:
     """`copy_many_` while torch.compile or torch.export traces it: `torch.ops.tmakit.copy_many_`
     with the call's options, which the trace records as one op and which runs `copy_many_` at run
     time (TMA, or torch's `_foreach_copy_` for the pairs TMA does not serve unless the call is
@@ -161,7 +188,7 @@ def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: objec
     trace (strict: refused)."""
     torch = import_torch("copy_many_")
     dsts, srcs = _tensor_list(dsts, "copy_many_", "dsts"), _tensor_list(srcs, "copy_many_", "srcs")
-    mode = _mode("copy_many_", grouped, strict)
+    mode = _mode("copy_many_", grouped, strict, sms)
     if len(dsts) != len(srcs):
         raise TmaConfigError(f"copy_many_ got {len(dsts)} destinations and {len(srcs)} sources; one each")
     if recorded_by_autograd(*dsts, *srcs):
@@ -172,14 +199,14 @@ def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: objec
 
 
 def traced_pack(
-    tensors: object, out: torch.Tensor | None, grouped: object, strict: object
+    tensors: object, out: torch.Tensor | None, grouped: object, strict: object, sms: object
 ) -> tuple[torch.Tensor, list[int]]:
     """`pack` while torch.compile or torch.export traces it: `torch.ops.tmakit.pack` (or its `out`
     overload) with the call's options, the offsets read off the tensors' sizes and dtypes
     (`call.packed_layout`), as `traced_copy_many_` runs `copy_many_`."""
     torch = import_torch("pack")
     tensors = _tensor_list(tensors, "pack", "tensors")
-    mode = _mode("pack", grouped, strict)
+    mode = _mode("pack", grouped, strict, sms)
     if recorded_by_autograd(*tensors, *([] if out is None else [out])):
         _refuse_strict("pack", mode)
         flat, offsets, dsts, srcs = _pack_pairs(torch, tensors, out)
@@ -194,12 +221,12 @@ def traced_pack(
     return flat, [offset // dtype.itemsize for offset in offsets]
 
 
-def traced_unpack_(flat: torch.Tensor, tensors: object, grouped: object, strict: object) -> None:
+def traced_unpack_(flat: torch.Tensor, tensors: object, grouped: object, strict: object, sms: object) -> None:
     """`unpack_` while torch.compile or torch.export traces it: `torch.ops.tmakit.unpack_` with the
     call's options, as `traced_copy_many_` runs `copy_many_`."""
     torch = import_torch("unpack_")
     tensors = _tensor_list(tensors, "unpack_", "tensors")
-    mode = _mode("unpack_", grouped, strict)
+    mode = _mode("unpack_", grouped, strict, sms)
     if recorded_by_autograd(flat, *tensors):
         _refuse_strict("unpack_", mode)
         torch._foreach_copy_(*_unpack_pairs(torch, flat, tensors))
@@ -207,8 +234,12 @@ def traced_unpack_(flat: torch.Tensor, tensors: object, grouped: object, strict:
     _ops().unpack_.default(flat, tensors, **mode)
 
 
-def _mode(what: str, grouped: object, strict: object) -> dict[str, bool]:
-    return {"grouped": flag(grouped, f"{what}'s grouped"), "strict": flag(strict, f"{what}'s strict")}
+def _mode(what: str, grouped: object, strict: object, sms: object) -> dict[str, object]:
+    return {
+        "grouped": flag(grouped, f"{what}'s grouped"),
+        "strict": flag(strict, f"{what}'s strict"),
+        "sms": check_sms(sms, f"{what}'s sms"),
+    }
 
 
 def _refuse_strict(what: str, mode: dict[str, bool]) -> None:
@@ -230,6 +261,7 @@ class GroupedCopyKeywords(TypedDict, total=False):
 
     grouped: bool
     check_addresses: bool
+    sms: int | None
 
 
 class GroupedCopy:
@@ -246,6 +278,8 @@ class GroupedCopy:
         check_addresses: read each tensor's address (and, with grad mode on, `requires_grad`)
             per call; False reads neither, a CUDA graph's contract: the tensors stay as prepared
             (what is left per pair is bumping the destinations' version counters).
+        sms: as `copy_many_`'s, fixed when prepared (None: the enclosing `tmakit.sm_budget`'s
+            then, else the whole GPU).
 
     Raises:
         TmaConfigError: as `copy_many_`'s, or prepared inside a CUDA-graph capture (prepare it
@@ -262,8 +296,10 @@ class GroupedCopy:
         *,
         grouped: bool = True,
         check_addresses: bool = True,
+        sms: int | None = None,
     ) -> None:
         torch = import_torch("GroupedCopy")
+        self._sms = call_budget(sms)
         self._check = flag(check_addresses, "GroupedCopy's check_addresses")
         dsts, srcs = _tensor_list(dsts, "GroupedCopy", "dsts"), _tensor_list(srcs, "GroupedCopy", "srcs")
         grouped = flag(grouped, "GroupedCopy's grouped")
@@ -277,7 +313,7 @@ class GroupedCopy:
                 "prepare it before the capture and call it inside"
             )
         self._dsts, self._srcs, self._grouped = dsts, srcs, grouped
-        self._route = ListRoute(torch, dsts, srcs, grouped, "GroupedCopy")
+        self._route = ListRoute(torch, dsts, srcs, grouped, "GroupedCopy", sms=self._sms)
         names = [f"dsts[{i}]" for i in range(len(dsts))] + [f"srcs[{i}]" for i in range(len(srcs))]
         self._watch(torch, dsts + srcs, names, lambda: (dsts, srcs))
 
@@ -301,7 +337,7 @@ class GroupedCopy:
 
         Args:
             tensors, out: as `pack`'s.
-            **options: `grouped` and `check_addresses`, as `GroupedCopy`'s.
+            **options: `grouped`, `check_addresses` and `sms`, as `GroupedCopy`'s.
 
         Returns:
             the prepared copy, its buffer and offsets as attributes `flat` and `offsets`.
@@ -328,7 +364,7 @@ class GroupedCopy:
 
         Args:
             flat, tensors: as `unpack_`'s.
-            **options: `grouped` and `check_addresses`, as `GroupedCopy`'s.
+            **options: `grouped`, `check_addresses` and `sms`, as `GroupedCopy`'s.
 
         Returns:
             the prepared copy.
@@ -383,7 +419,7 @@ class GroupedCopy:
         kept = self._routes.get(autograd)
         if kept is None:  # grad mode or requires_grad changed since: paired and routed afresh
             dsts, srcs = self._pairs()
-            kept = ListRoute(torch, dsts, srcs, self._grouped, "GroupedCopy"), dsts, srcs
+            kept = ListRoute(torch, dsts, srcs, self._grouped, "GroupedCopy", sms=self._sms), dsts, srcs
             if kept[0].complete:
                 self._routes[autograd] = kept
         self._route, dsts, srcs = kept

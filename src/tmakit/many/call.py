@@ -23,9 +23,11 @@ from ..api.tensors import (
     write_refusal,
 )
 from ..errors import TmaConfigError, TorchOpError
+from ..plan.budget import budget_stages, budgeted_sm_count
+from ..plan.ring import STAGE_TARGET_BYTES, stages_fitting
 from ..validate import overlap_verdict
 from .launch import many_launcher
-from .plan import ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
+from .plan import DEFAULT_MANY_STAGES, ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
 
 if TYPE_CHECKING:
     import torch
@@ -44,8 +46,21 @@ class ListRoute:
     `_foreach_copy_`. A whole list's route, made of each pair's (`plan.route.Route`: one call's
     path and why). Holds no tensor, so a kept route keeps no memory of the caller's alive."""
 
-    def __init__(self, torch, dsts: list, srcs: list, grouped: bool, what: str, strict: bool = False) -> None:
+    def __init__(
+        self,
+        torch,
+        dsts: list,
+        srcs: list,
+        grouped: bool,
+        what: str,
+        strict: bool = False,
+        sms: int | None = None,
+    ) -> None:
         together, self.one_by_one, self.rest = [], [], []
+        self.sms = sms  # the SM budget of its kernels (`plan.budget`), checked on each GPU first
+        if sms is not None:
+            for device in dict.fromkeys(t.device for t in dsts if isinstance(t, torch.Tensor) and t.is_cuda):
+                budgeted_sm_count(sms, device_facts(device)[0])
         if strict and not grouped:
             raise TmaConfigError(
                 f"{what} with strict=True and grouped=False: strict takes TMA's path alone, grouped=False "
@@ -114,15 +129,15 @@ class ListRoute:
     def run(self, torch, dsts: list, srcs: list) -> None:
         if self.in_order is not None:
             for i, by_tma in self.in_order:
-                copy_(dsts[i], srcs[i]) if by_tma else torch_copy_pair(dsts, srcs, i)
+                copy_(dsts[i], srcs[i], sms=self.sms) if by_tma else torch_copy_pair(dsts, srcs, i)
             return
         for device, table, pairs in self.launches:
-            launch_table(torch, device, table)
+            launch_table(torch, device, table, sms=self.sms)
             torch.autograd.graph.increment_version(
                 dsts if len(pairs) == len(dsts) else [dsts[i] for i in pairs]
             )
         for i in self.one_by_one:
-            copy_(dsts[i], srcs[i])
+            copy_(dsts[i], srcs[i], sms=self.sms)
         if self.rest:
             try:
                 torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])
@@ -131,15 +146,17 @@ class ListRoute:
                     torch_copy_pair(dsts, srcs, i)
 
 
-def launch_table(torch, device, table: tuple, relative: str | None = None, buffer=None) -> None:
+def launch_table(
+    torch, device, table: tuple, relative: str | None = None, buffer=None, sms: int | None = None
+) -> None:
     """The grouped copy of an encoded `table` on `device`'s current stream (with `relative`, its
-    offsets into `buffer`)."""
+    offsets into `buffer`), on an SM budget of `sms` (`plan.budget`; None: the whole GPU)."""
     with torch.cuda.device(device):  # the pairs' GPU: its stream is the one captured and launched on
         if torch.cuda.is_current_stream_capturing():  # a graph's replays read this table
             CAPTURED[id(table)] = table
         # both views are one buffer's: freed only after this stream's use
         table[0].record_stream(torch.cuda.current_stream(device))
-        launch = many_launcher(plan_of(device.index), str(device), relative).launch
+        launch = many_launcher(plan_of(device.index, sms), str(device), relative).launch
         launch(*table) if relative is None else launch(*table, buffer.view(torch.uint8))
 
 
@@ -266,9 +283,14 @@ def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 
 @functools.cache
-def plan_of(device: int) -> ManyPlan:
-    sm_count, _ = device_facts(import_torch("copy_many_").device("cuda", device))
-    return ManyPlan(sm_count=sm_count)
+def plan_of(device: int, sms: int | None = None) -> ManyPlan:
+    """The grouped copy's ring on `device`: on an SM budget of `sms`, that many blocks, one an
+    SM, each ring deeper (`plan.budget`)."""
+    sm_count = budgeted_sm_count(sms, device_facts(import_torch("copy_many_").device("cuda", device))[0])
+    if sms is None:
+        return ManyPlan(sm_count=sm_count)
+    stages = budget_stages(STAGE_TARGET_BYTES, DEFAULT_MANY_STAGES, stages_fitting(STAGE_TARGET_BYTES))
+    return ManyPlan(stages=stages, sm_count=sm_count, one_block_per_sm=True)
 
 
 def packed_layout(torch, tensors: list) -> tuple[torch.dtype, list[int], int]:

@@ -66,9 +66,10 @@ class Packed:
         before = bisect.bisect_left(self.starts, end)  # the tensors that start before the buffer ends
         return before == 0 or self.reach[before - 1] <= start
 
-    def run(self, torch, flat: torch.Tensor, tensors: list) -> None:
+    def run(self, torch, flat: torch.Tensor, tensors: list, sms: int | None = None) -> None:
+        """The kept table's grouped copy between `flat` and `tensors`, on an SM budget of `sms`."""
         if self.table is not None:
-            launch_table(torch, self.device, self.table, self.relative, flat)
+            launch_table(torch, self.device, self.table, self.relative, flat, sms)
         written = [flat] if self.relative == "destination" else tensors
         torch.autograd.graph.increment_version(written)
 

@@ -1,9 +1,9 @@
 """Many tensors, one launch, as torch operators (registered when `tmakit.ops` is imported):
 
-    torch.ops.tmakit.copy_many_(dsts, srcs, *, grouped=True, strict=True) -> None
-    torch.ops.tmakit.pack(tensors, *, grouped=True, strict=True) -> Tensor
-    torch.ops.tmakit.pack.out(tensors, *, out, grouped=True, strict=True) -> None
-    torch.ops.tmakit.unpack_(flat, tensors, *, grouped=True, strict=True) -> None
+    torch.ops.tmakit.copy_many_(dsts, srcs, *, grouped=True, sms=None, strict=True) -> None
+    torch.ops.tmakit.pack(tensors, *, grouped=True, sms=None, strict=True) -> Tensor
+    torch.ops.tmakit.pack.out(tensors, *, out, grouped=True, sms=None, strict=True) -> None
+    torch.ops.tmakit.unpack_(flat, tensors, *, grouped=True, sms=None, strict=True) -> None
 
 (pack's offsets: `tmakit.many.plan.pack_offsets`.) Each in a fragment of the `tmakit` library
 with a fake implementation (also its Meta kernel), so `torch.compile` and `torch.export` trace
@@ -24,7 +24,7 @@ from . import api as api_many
 from . import call as api_many_route
 
 # The options every op of lists takes, as the functions do.
-MANY_MODE = f"bool grouped=True, {STRICT}"
+MANY_MODE = f"bool grouped=True, int? sms=None, {STRICT}"
 SCHEMAS = {
     "copy_many_": f"copy_many_(Tensor(a!)[] dsts, Tensor[] srcs, *, {MANY_MODE}) -> ()",
     "pack": f"pack(Tensor[] tensors, *, {MANY_MODE}) -> Tensor",

@@ -65,6 +65,7 @@ class ManyPlan:
     stages: int = DEFAULT_MANY_STAGES
     sm_count: int = DEFAULT_SM_COUNT
     stage_bytes: int = STAGE_TARGET_BYTES
+    one_block_per_sm: bool = False  # an SM budget's grid (`plan.budget`)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -86,7 +87,9 @@ class ManyPlan:
     def pipeline(self) -> PipelinePlan:
         """The ring the kernel runs on: stages of a stand-in tile of the stage's bytes (int32,
         256 wide), a producer and a consumer warp, persistent."""
-        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
+        return stand_in_ring(
+            self.stage_bytes, self.stages, self.sm_count, one_block_per_sm=self.one_block_per_sm
+        )
 
     def chunk_table(
         self, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int]

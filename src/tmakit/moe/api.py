@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..api.tensors import check_torch_tensor, import_torch
 from ..errors import TmaConfigError
+from ..plan.budget import call_budget
 from ..plan.route import Route
 from ..validate import flag, one_of
 from .call import (
@@ -95,6 +96,7 @@ def moe_dispatch(
     scale_format: str = "fp32",
     check_ids: bool = True,
     strict: bool = False,
+    sms: int | None = None,
 ) -> MoeDispatch:
     """Each token's row copied to the rows of its experts, grouped by expert (the permute before
     the expert GEMMs): one bulk load per stage of token rows, one bulk store per (token, expert).
@@ -119,6 +121,9 @@ def moe_dispatch(
         check_ids: check the ids on the host (one synchronisation; skipped inside a CUDA-graph
             capture and a torch.compile trace, where a bad slot is skipped and counted).
         strict: raise instead of taking torch's expressions where the kernel cannot serve.
+        sms: an SM budget (`tmakit.sm_budget`): the kernel's persistent grid (and its backward's)
+            takes this many SMs, one block each; None: the enclosing budget's, else the whole GPU.
+            The routing's own small kernels are not confined.
 
     Returns:
         A `MoeDispatch`.
@@ -126,9 +131,10 @@ def moe_dispatch(
     Raises:
         TmaConfigError: a tensor, shape, dtype or device it does not take; an id out of range or
             a mask row past `topk` (eagerly, with `check_ids`); with `strict`, why the kernel
-            cannot serve.
+            cannot serve; an `sms` past the GPU's SM count.
     """
     torch = import_torch("moe_dispatch")
+    sms = call_budget(sms)
     check_torch_tensor(x, "moe_dispatch", "x")
     check_torch_tensor(routing, "moe_dispatch", "routing")
     checking = flag(check_ids, "moe_dispatch's check_ids") and host_checks_allowed(x, routing)
@@ -181,13 +187,13 @@ def moe_dispatch(
     ops = _ops()
     if quantizing:
         out, lead_major = ops.moe_permute_fp8(
-            x.detach(), routed.row_map, rows, zero_rows, scale_format, strict
+            x.detach(), routed.row_map, rows, zero_rows, scale_format, strict, sms
         )
         permuted_scales = lead_major.t()[:rows]  # (rows, H / 128), MN-major
     else:
-        out = ops.moe_permute(x, routed.row_map, rows, zero_rows, strict)
+        out = ops.moe_permute(x, routed.row_map, rows, zero_rows, strict, sms)
         permuted_scales = (
-            None if scales is None else ops.moe_permute(scales, routed.row_map, rows, zero_rows, False)
+            None if scales is None else ops.moe_permute(scales, routed.row_map, rows, zero_rows, False, sms)
         )
     permuted_probs = None
     if token_probs is not None:
@@ -260,6 +266,7 @@ def moe_combine(
     probs: torch.Tensor | None = None,
     *,
     strict: bool = False,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """Each token's expert rows summed back (the unpermute after the expert GEMMs): out[t] = sum
     over slots j, in order, of probs[t, j] * y[row_map[t, j]], accumulated in fp32.
@@ -271,14 +278,16 @@ def moe_combine(
         probs: (T, topk) float weights (`MoeDispatch.token_probs`), or None for weight 1
             (differentiable).
         strict: raise instead of taking torch's expressions where the kernel cannot serve.
+        sms: as `moe_dispatch`'s.
 
     Returns:
         (T, H) of y's dtype.
 
     Raises:
         TmaConfigError: a tensor, shape, dtype or device it does not take; with `strict`, why the
-            kernel cannot serve.
+            kernel cannot serve; an `sms` past the GPU's SM count.
     """
+    sms = call_budget(sms)
     check_torch_tensor(y, "moe_combine", "y")
     check_row_map(row_map, y, "moe_combine")
     strict = flag(strict, "moe_combine's strict")
@@ -293,7 +302,7 @@ def moe_combine(
                 f"probs is {tuple(probs.shape)} {probs.dtype} on {probs.device}; it must be a float tensor "
                 f"{tuple(row_map.shape)} on {y.device}, as the row map"
             )
-    return _ops().moe_combine(y, row_map, probs, strict)
+    return _ops().moe_combine(y, row_map, probs, strict, sms)
 
 
 def check_row_map(row_map: object, rows: torch.Tensor, what: str) -> None:

@@ -13,6 +13,7 @@ from ..api.tensors import cuda_index, device_facts, import_torch, lazy_bit, tens
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
+from ..plan.budget import budgeted_sm_count
 from ..plan.route import torch_route
 from .launch import combine_launcher, dispatch_launcher, quantize_launcher, routing_launcher
 from .plan import (
@@ -208,9 +209,22 @@ _quantize_plan = functools.lru_cache(maxsize=256)(QuantizePlan)
 
 
 @functools.lru_cache(maxsize=16)
-def _sm_count(device: int) -> int:
+def _device_sm_count(device: int) -> int:
     torch = torch_module()
     return device_facts(torch.device("cuda", device))[0] if device >= 0 else DEFAULT_SM_COUNT
+
+
+def _grid(device: int, sms: int | None) -> dict:
+    """A plan's grid on `device` on an SM budget of `sms` (`plan.budget`; None: the whole GPU):
+    the rings keep their depth, already past the budget's bytes in flight."""
+    sm_count = budgeted_sm_count(sms, _device_sm_count(device))
+    return {"sm_count": sm_count, "one_block_per_sm": sms is not None}
+
+
+def check_budget(tensor: torch.Tensor, sms: int | None) -> None:
+    """A call's budget refused past its GPU's SM count, on every path, before anything is written."""
+    if sms is not None and tensor.is_cuda:
+        budgeted_sm_count(sms, _device_sm_count(tensor.get_device()))
 
 
 # -- dispatch -------------------------------------------------------------------------------------
@@ -242,11 +256,17 @@ def _new_rows(shape: tuple[int, ...], like: torch.Tensor, zeroed: bool) -> torch
 
 
 def permute(
-    x: torch.Tensor, row_map: torch.Tensor, rows: int, zero_rows: torch.Tensor | None, strict: bool
+    x: torch.Tensor,
+    row_map: torch.Tensor,
+    rows: int,
+    zero_rows: torch.Tensor | None,
+    strict: bool,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]. The rows no slot names are
     zero where `zero_rows` is None; else only those `zero_rows` lists (entries outside [0, rows)
-    name none) are zeroed, the others no slot names left as allocated."""
+    name none) are zeroed, the others no slot names left as allocated. On an SM budget of `sms`."""
+    check_budget(x, sms)
     shape = (rows, *x.shape[1:])
     if not rows or not x.shape[0] or not x[0].numel():
         return _new_rows(shape, x, True)
@@ -255,7 +275,7 @@ def permute(
         refuse_strict(strict, "moe_dispatch", route.reason)
         return _permute_by_torch(x, row_map, rows)
     width = x[0].numel() * x.element_size()
-    plan = _dispatch_plan(width, row_map.shape[1], sm_count=_sm_count(x.get_device()))
+    plan = _dispatch_plan(width, row_map.shape[1], **_grid(x.get_device(), sms))
     launch = dispatch_launcher(plan, str(x.device)).launch
     out = _dispatch_out(shape, x, rows, zero_rows)
     launch(_bytes(x), row_map, _bytes(out))
@@ -333,12 +353,14 @@ def permute_fp8(
     zero_rows: torch.Tensor | None,
     scale_format: str,
     strict: bool,
+    sms: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`permute` of x quantized to e4m3 (`quantize_rows_by_torch`): (the (rows, H) e4m3 rows, the
     scales' memory (H / 128, lead) of `scale_dtype`, row r's block b at [b, r], lead =
     `scale_rows(rows)`; a row no slot names has scale 0). The rows no slot names are zero as
     `permute` says."""
     torch = torch_module()
+    check_budget(x, sms)
     tokens, hidden = x.shape
     blocks = hidden // QUANT_BLOCK
     lead = scale_rows(rows, scale_format)
@@ -360,7 +382,7 @@ def permute_fp8(
         _scale_words(scales)[:, :rows] = spare[:rows].t()
         return out, scales
     plan = _quantize_plan(
-        hidden, row_map.shape[1], dtype_of(x.dtype), scale_format, sm_count=_sm_count(x.get_device())
+        hidden, row_map.shape[1], dtype_of(x.dtype), scale_format, **_grid(x.get_device(), sms)
     )
     out = _dispatch_out((rows, hidden), like, rows, zero_rows)
     quantize_launcher(plan, str(x.device)).launch(_bytes(x), row_map, out, _scale_words(scales))
@@ -374,10 +396,14 @@ def _scale_words(scales: torch.Tensor) -> torch.Tensor:
 
 
 # -- combine --------------------------------------------------------------------------------------
-def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, strict: bool) -> torch.Tensor:
+def combine(
+    y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, strict: bool, sms: int | None = None
+) -> torch.Tensor:
     """(T, *y.shape[1:]) of y's dtype: out[t] = sum over slots j, in order, of probs[t, j] *
-    y[row_map[t, j]] in fp32 (weight 1 without probs; a slot naming no row of y adds nothing)."""
+    y[row_map[t, j]] in fp32 (weight 1 without probs; a slot naming no row of y adds nothing). On
+    an SM budget of `sms`."""
     torch = torch_module()
+    check_budget(y, sms)
     tokens, topk = row_map.shape
     out = torch.empty((tokens, *y.shape[1:]), dtype=y.dtype, device=y.device)
     if not tokens:
@@ -390,7 +416,7 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
         return _combine_by_torch(y, row_map, probs)
     width = y[0].numel() * y.element_size()
     plan = _combine_plan(
-        width, topk, dtype_of(y.dtype), weighted=probs is not None, sm_count=_sm_count(y.get_device())
+        width, topk, dtype_of(y.dtype), weighted=probs is not None, **_grid(y.get_device(), sms)
     )
     weights = _no_weights(y.device) if probs is None else probs.to(torch.float32).contiguous()
     combine_launcher(plan, str(y.device)).launch(_bytes(y), row_map, weights, out.view(tokens, -1))
@@ -398,14 +424,20 @@ def combine(y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor | None, 
 
 
 def combine_grad(
-    grad: torch.Tensor, y: torch.Tensor, row_map: torch.Tensor, probs: torch.Tensor, strict: bool
+    grad: torch.Tensor,
+    y: torch.Tensor,
+    row_map: torch.Tensor,
+    probs: torch.Tensor,
+    strict: bool,
+    sms: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of a weighted combine out = moe_combine(y, row_map, probs) given the
     output's gradient `grad` (T, H): (y's, (rows, H) of y's dtype: row row_map[t, j] holds
     probs[t, j] * grad[t] computed in fp32, the rows no slot names zero; probs', (T, topk) of
     probs' dtype: the dot product of grad[t] with row row_map[t, j] in fp32, 0 where the slot
-    names no row)."""
+    names no row). On an SM budget of `sms`."""
     torch = torch_module()
+    check_budget(y, sms)
     tokens, topk = row_map.shape
     rows = y.shape[0]
     if not tokens or not rows or not y.shape[1]:  # nothing named: no gradient
@@ -419,7 +451,7 @@ def combine_grad(
         refuse_strict(strict, "moe_combine's backward", refused.reason)
         return combine_grad_by_torch(grad, y, row_map, probs)
     width = y[0].numel() * y.element_size()
-    plan = _combine_plan(width, topk, dtype_of(y.dtype), grad=True, sm_count=_sm_count(y.get_device()))
+    plan = _combine_plan(width, topk, dtype_of(y.dtype), grad=True, **_grid(y.get_device(), sms))
     partials = torch.empty((tokens, topk, plan.partials), dtype=torch.float32, device=y.device)
     weights = probs.to(torch.float32).contiguous()
     grad_y = torch.empty(y.shape, dtype=y.dtype, device=y.device)  # the kernel zeroes the unnamed

@@ -1,11 +1,12 @@
 """Mixture-of-experts token movement as torch operators (registered when `tmakit.ops` is
 imported), differentiable, with fakes (torch.compile, make_fx and CUDA graphs know every size):
 
-    torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rows=None, strict=False) -> Tensor
+    torch.ops.tmakit.moe_permute(x, row_map, rows, zero_rows=None, strict=False, sms=None) -> Tensor
     torch.ops.tmakit.moe_permute_fp8(x, row_map, rows, zero_rows=None, scale_format="fp32",
-                                     strict=False) -> (Tensor, Tensor)
-    torch.ops.tmakit.moe_combine(y, row_map, probs=None, strict=False) -> Tensor
-    torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, strict=False) -> (Tensor, Tensor)
+                                     strict=False, sms=None) -> (Tensor, Tensor)
+    torch.ops.tmakit.moe_combine(y, row_map, probs=None, strict=False, sms=None) -> Tensor
+    torch.ops.tmakit.moe_combine_grad(grad, y, row_map, probs, strict=False, sms=None)
+        -> (Tensor, Tensor)
 
 `moe_permute` writes x[t] to row row_map[t, j] of a (rows, H) output (the rows no slot names
 zero, or only those `zero_rows` lists: `moe.call.permute`); its backward is a combine of the
@@ -31,17 +32,20 @@ from .plan import QUANT_BLOCK, SCALE_FORMATS, scale_rows
 
 SCHEMAS = {
     "moe_permute": (
-        "moe_permute(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, bool strict=False) "
-        "-> Tensor"
+        "moe_permute(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, bool strict=False, "
+        "int? sms=None) -> Tensor"
     ),
     "moe_permute_fp8": (
         "moe_permute_fp8(Tensor x, Tensor row_map, SymInt rows, Tensor? zero_rows=None, "
-        "str scale_format='fp32', bool strict=False) -> (Tensor, Tensor)"
+        "str scale_format='fp32', bool strict=False, int? sms=None) -> (Tensor, Tensor)"
     ),
-    "moe_combine": "moe_combine(Tensor y, Tensor row_map, Tensor? probs=None, bool strict=False) -> Tensor",
+    "moe_combine": (
+        "moe_combine(Tensor y, Tensor row_map, Tensor? probs=None, bool strict=False, int? sms=None) "
+        "-> Tensor"
+    ),
     "moe_combine_grad": (
-        "moe_combine_grad(Tensor grad, Tensor y, Tensor row_map, Tensor probs, bool strict=False) "
-        "-> (Tensor, Tensor)"
+        "moe_combine_grad(Tensor grad, Tensor y, Tensor row_map, Tensor probs, bool strict=False, "
+        "int? sms=None) -> (Tensor, Tensor)"
     ),
 }
 
@@ -94,14 +98,14 @@ def _check_zero_rows(zero_rows, x) -> None:
         )
 
 
-def moe_permute_impl(x, row_map, rows, zero_rows=None, strict=False):
+def moe_permute_impl(x, row_map, rows, zero_rows=None, strict=False, sms=None):
     _check("moe_permute", x, row_map)
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
-    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict and op_strict())
+    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict and op_strict(), sms)
 
 
-def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False):
+def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False, sms=None):
     _check("moe_permute", x, row_map)
     _check_zero_rows(zero_rows, x)
     torch._check(rows >= 0)
@@ -117,15 +121,16 @@ def _check_fp8(x, scale_format) -> None:
         )
 
 
-def moe_permute_fp8_impl(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False):
+def moe_permute_fp8_impl(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False, sms=None):
     _check("moe_permute", x, row_map)
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
     _check_fp8(x, scale_format)
-    return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, strict and op_strict())
+    mode = strict and op_strict(), sms
+    return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, *mode)
 
 
-def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False):
+def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", strict=False, sms=None):
     _check("moe_permute", x, row_map)
     _check_zero_rows(zero_rows, x)
     _check_fp8(x, scale_format)
@@ -137,13 +142,13 @@ def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", 
     )
 
 
-def moe_combine_impl(y, row_map, probs=None, strict=False):
+def moe_combine_impl(y, row_map, probs=None, strict=False, sms=None):
     _check("moe_combine", y, row_map)
     _check_probs(probs, row_map)
-    return call.combine(y, row_map.contiguous(), probs, strict and op_strict())
+    return call.combine(y, row_map.contiguous(), probs, strict and op_strict(), sms)
 
 
-def moe_combine_fake(y, row_map, probs=None, strict=False):
+def moe_combine_fake(y, row_map, probs=None, strict=False, sms=None):
     _check("moe_combine", y, row_map)
     _check_probs(probs, row_map)
     return y.new_empty((row_map.shape[0], y.shape[1]))
@@ -165,12 +170,13 @@ def _check_grad(grad, y, row_map, probs) -> None:
         )
 
 
-def moe_combine_grad_impl(grad, y, row_map, probs, strict=False):
+def moe_combine_grad_impl(grad, y, row_map, probs, strict=False, sms=None):
     _check_grad(grad, y, row_map, probs)
-    return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, strict and op_strict())
+    mode = strict and op_strict(), sms
+    return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, *mode)
 
 
-def moe_combine_grad_fake(grad, y, row_map, probs, strict=False):
+def moe_combine_grad_fake(grad, y, row_map, probs, strict=False, sms=None):
     _check_grad(grad, y, row_map, probs)
     return y.new_empty(y.shape), probs.new_empty(probs.shape)
 
@@ -192,17 +198,24 @@ moe_combine_grad = torch.ops.tmakit.moe_combine_grad.default
 
 # -- autograd -------------------------------------------------------------------------------------
 def _permute_context(ctx, inputs, output) -> None:
-    x, row_map, *_ = inputs
+    x, row_map, _, _, _, sms = _filled(inputs, 6)
+    ctx.sms = sms  # the backward on the forward's SM budget
     ctx.save_for_backward(row_map)
+
+
+def _filled(inputs: tuple, count: int) -> tuple:
+    """An op's inputs as the autograd context gets them, the trailing defaults filled in (None)."""
+    return (*inputs, *(None,) * (count - len(inputs)))
 
 
 def _permute_backward(ctx, grad):
     (row_map,) = ctx.saved_tensors
-    return moe_combine(grad.contiguous(), row_map, None), None, None, None, None
+    return moe_combine(grad.contiguous(), row_map, None, False, ctx.sms), None, None, None, None, None
 
 
 def _combine_context(ctx, inputs, output) -> None:
-    y, row_map, probs, *_ = inputs
+    y, row_map, probs, _, sms = _filled(inputs, 5)
+    ctx.sms = sms  # the backward on the forward's SM budget
     ctx.rows = y.shape[0]
     ctx.weighted = probs is not None
     ctx.save_for_backward(y, row_map, probs if probs is not None else row_map)
@@ -212,13 +225,13 @@ def _combine_backward(ctx, grad):
     y, row_map, probs = ctx.saved_tensors
     grad = grad.contiguous()
     if not ctx.weighted:  # every row no slot names: zero
-        return moe_permute(grad, row_map, ctx.rows, None, False), None, None, None
+        return moe_permute(grad, row_map, ctx.rows, None, False, ctx.sms), None, None, None, None
     if torch.is_grad_enabled():  # create_graph: a second backward reads these gradients' graph
         grad_y, grad_probs = call.combine_grad_by_torch(grad, y, row_map, probs)
     else:
-        grad_y, grad_probs = moe_combine_grad(grad, y, row_map, probs, False)
+        grad_y, grad_probs = moe_combine_grad(grad, y, row_map, probs, False, ctx.sms)
     needs = ctx.needs_input_grad
-    return grad_y if needs[0] else None, None, grad_probs if needs[2] else None, None
+    return grad_y if needs[0] else None, None, grad_probs if needs[2] else None, None, None
 
 
 torch.library.register_autograd(

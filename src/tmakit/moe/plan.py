@@ -241,6 +241,7 @@ class DispatchPlan(TokenRowStages):
     topk: int
     stages: int = DISPATCH_STAGES
     sm_count: int = DEFAULT_SM_COUNT
+    one_block_per_sm: bool = False  # an SM budget's grid (`plan.budget`)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -259,7 +260,9 @@ class DispatchPlan(TokenRowStages):
     @property
     def pipeline(self) -> PipelinePlan:
         """The ring: full stages of token rows, a producer and a consumer warp, persistent."""
-        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count)
+        return stand_in_ring(
+            self.stage_bytes, self.stages, self.sm_count, one_block_per_sm=self.one_block_per_sm
+        )
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)
@@ -309,6 +312,7 @@ class CombinePlan:
     sm_count: int = DEFAULT_SM_COUNT
     grad: bool = False
     blocks_per_sm: int = 1
+    one_block_per_sm: bool = False  # an SM budget's grid (`plan.budget`)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -383,7 +387,12 @@ class CombinePlan:
     def pipeline(self) -> PipelinePlan:
         """The ring: stages of `loads` chunks, a producer warp and `consumer_warps`, persistent."""
         return stand_in_ring(
-            self.stage_bytes, self.stages, self.sm_count, self.consumer_warps, self.blocks_per_sm
+            self.stage_bytes,
+            self.stages,
+            self.sm_count,
+            self.consumer_warps,
+            self.blocks_per_sm,
+            self.one_block_per_sm,
         )
 
     def steps(self, tokens: int) -> int:
@@ -484,6 +493,7 @@ class QuantizePlan(TokenRowStages):
     stages: int = DISPATCH_STAGES
     consumer_warps: int = QUANTIZE_WARPS
     sm_count: int = DEFAULT_SM_COUNT
+    one_block_per_sm: bool = False  # an SM budget's grid (`plan.budget`)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -519,7 +529,10 @@ class QuantizePlan(TokenRowStages):
     def pipeline(self) -> PipelinePlan:
         """The ring: stages of token rows and their fp8 rows, a producer warp and
         `consumer_warps`, persistent."""
-        return stand_in_ring(self.stage_bytes, self.stages, self.sm_count, self.consumer_warps)
+        return stand_in_ring(
+            self.stage_bytes, self.stages, self.sm_count, self.consumer_warps,
+            one_block_per_sm=self.one_block_per_sm,
+        )  # fmt: skip
 
     def summary(self, tokens: int) -> str:
         steps = self.steps(tokens)

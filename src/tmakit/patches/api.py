@@ -24,6 +24,7 @@ from ..api.tensors import (
 )
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import DEFAULT_SM_COUNT
+from ..plan.budget import call_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route
 from ..runtime.dispatch import CallTable
 from ..validate import flag, span_bytes, typed
@@ -56,6 +57,7 @@ def im2col(
     out: torch.Tensor | None = None,
     strict: bool = False,
     im2col_by: str | None = None,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """The patch matrix of a 2-D convolution over the NHWC activation `x`, gathered by TMA im2col
     loads: a new (N*P*Q, R*S*C) tensor of `x`'s dtype whose row n*P*Q + p*Q + q holds output
@@ -91,16 +93,20 @@ def im2col(
         im2col_by: "loads" (TMA im2col loads) or "windows" (the padded input's overlapping
             windows copied by TMA); None: tmakit's rule (`patches.route`: windows for
             narrow channels in long filter rows). A kernel chosen that cannot serve the call raises.
+        sms: an SM budget (`tmakit.sm_budget`): TMA's persistent grid takes this many SMs, one
+            block each; None: the enclosing budget's, else the whole GPU.
 
     Returns:
         The (N*P*Q, R*S*C) patch matrix (`out` if given).
 
     Raises:
         TmaConfigError: as above: in either mode for arguments no path serves, with `strict=True`
-            for what TMA's path does not serve. While torch.compile traces the call, what the op's
-            fake implementation refuses, wrapped in dynamo's error."""
+            for what TMA's path does not serve; an `sms` past the GPU's SM count. While
+            torch.compile traces the call, what the op's fake implementation refuses, wrapped in
+            dynamo's error."""
+    sms = call_budget(sms)
     if is_compiling():
-        return traced_im2col(x, (kernel, stride, padding, dilation), out, strict, im2col_by)
+        return traced_im2col(x, (kernel, stride, padding, dilation), out, strict, im2col_by, sms)
     torch = import_torch("im2col")
     if strict is not False and strict is not True:
         strict = flag(strict, "strict")  # a string such as 'false' would read as true
@@ -110,9 +116,9 @@ def im2col(
             x.stride(),
             x.dtype,
             x.device,
-            typed((kernel, stride, padding, dilation, im2col_by)),
+            typed((kernel, stride, padding, dilation, im2col_by, sms)),
         ),
-        lambda: plan_im2col(x, kernel, stride, padding, dilation, im2col_by),
+        lambda: plan_im2col(x, kernel, stride, padding, dilation, im2col_by, sms),
     )
     patch_shape = call.conv.patch_shape
     if out is not None:
@@ -131,7 +137,7 @@ def im2col(
     if out is None:
         out = torch.empty(patch_shape, dtype=x.dtype, device=x.device)
     if launch is None:  # a 1x1 patch matrix: x's own memory as (N*H*W, C) rows
-        copy_(out.view(call.conv.shape), x, strict=strict)
+        copy_(out.view(call.conv.shape), x, strict=strict, sms=sms)
     else:
         launch(detached(x), detached(out))  # under torch.no_grad(): the same memory, no autograd
         if given and not call.windows:  # a caller's out, counted as an out= op counts it (the
@@ -145,6 +151,7 @@ def traced_im2col(
     out: torch.Tensor | None,
     strict: object,
     im2col_by: str | None,
+    sms: int | None = None,
 ) -> torch.Tensor:
     """`im2col` while torch.compile or torch.export traces it: `torch.ops.tmakit.im2col` (or its
     `out` overload) with the call's `strict`, which the trace records as one op and which runs
@@ -158,12 +165,13 @@ def traced_im2col(
                 f"{RECORDED_BY_AUTOGRAD} (strict=False computes it with torch's expression instead)"
             )
         return torch_im2col(x, *conv, out=out)
+    mode = {"im2col_by": im2col_by, "sms": sms, "strict": strict}
     if out is None:
-        return _ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict)
+        return _ops().im2col.default(x, *conv, **mode)
     if strict or out.is_contiguous():
-        _ops().im2col.out(x, *conv, out=out, im2col_by=im2col_by, strict=strict)
+        _ops().im2col.out(x, *conv, out=out, **mode)
     else:  # dynamo takes no out= of other strides (strict, TMA's path refuses one): copied into it
-        out.copy_(_ops().im2col.default(x, *conv, im2col_by=im2col_by, strict=strict))
+        out.copy_(_ops().im2col.default(x, *conv, **mode))
     return out
 
 
@@ -183,6 +191,7 @@ def im2col_path(
     *,
     out: torch.Tensor | None = None,
     im2col_by: str | None = None,
+    sms: int | None = None,
 ) -> Route:
     """The path `im2col` takes for these arguments, and why; nothing compiles or launches.
 
@@ -190,7 +199,7 @@ def im2col_path(
         x: the NHWC activation, as `im2col` takes it.
         kernel, stride, padding, dilation: the convolution, each an int or a (height, width) pair.
         out: the patch matrix `im2col` would write into, where one is given.
-        im2col_by: the kernel chosen, as `im2col` takes it.
+        im2col_by, sms: as `im2col` takes them.
 
     Returns:
         A `plan.route.Route` of op "im2col": path "tma" (TMA im2col loads, the padded input's
@@ -201,7 +210,7 @@ def im2col_path(
         TmaConfigError: for arguments no path serves (`im2col`'s docstring lists them).
     """
     import_torch("im2col_path")
-    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by))
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by, call_budget(sms)))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
     tensors = (x,) if out is None else (x, out)
@@ -274,7 +283,13 @@ _CALLS: CallTable = CallTable()
 
 
 def im2col_facts(
-    x: object, kernel: object, stride: object, padding: object, dilation: object, im2col_by: object = None
+    x: object,
+    kernel: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    im2col_by: object = None,
+    sms: int | None = None,
 ) -> Im2colFacts:
     """What `patches.route.im2col_call` reads off x (a dense torch tensor, or TmaConfigError) and the
     device; x's address is this call's."""
@@ -288,6 +303,7 @@ def im2col_facts(
         dilation,
         sm_count=device_facts(x.device)[0] if read.device >= 0 else DEFAULT_SM_COUNT,
         im2col_by=im2col_by,  # type: ignore[arg-type]  # checked by the route
+        sms=sms,
     )
 
 
@@ -298,16 +314,17 @@ def plan_im2col(
     padding: object,
     dilation: object,
     im2col_by: object = None,
+    sms: int | None = None,
 ) -> tuple[Im2colCall, Launch | None]:
     """A new call's checks in full: its layout's route (`patches.route.im2col_call`) and how TMA's im2col
     loads launch it (None on torch's path and for x's rows). TmaConfigError for arguments no
     path serves."""
     import_torch("im2col")
-    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by))
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by, sms))
     if not call.route.by_tma or call.as_rows:
         return call, None  # torch's expression, or x's rows copied by `copy_`
     if call.windows:
-        return call, functools.partial(copy_windows, call.conv)
+        return call, functools.partial(copy_windows, call.conv, sms=sms)
     plan, device, launchers = call.plan, str(x.device), []
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
@@ -318,7 +335,7 @@ def plan_im2col(
     return call, launch
 
 
-def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
+def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor, sms: int | None = None) -> None:
     """The patch matrix as TMA copies (`patches.plan.Im2colWindows`): x into the interior of a
     zero-filled padded input (x itself without padding), then the padded input's overlapping
     windows into `out`'s rows, a run of taps a tile row."""
@@ -330,12 +347,13 @@ def copy_windows(conv: Im2colConv, x: torch.Tensor, out: torch.Tensor) -> None:
         # Whole image rows a run (a box per pixel's C channels would move 16- or 32-byte columns).
         rows = windows.interior_shape
         interior = padded.as_strided(rows, windows.interior_strides, windows.interior_offset)
-        copy_(interior, x.view(rows), strict=True)
+        copy_(interior, x.view(rows), strict=True, sms=sms)
     copy_(
         out.as_strided(windows.shape, windows.dst_strides),
         padded.as_strided(windows.shape, windows.src_strides),
         windows.tile,
         strict=True,
+        sms=sms,
     )
 
 

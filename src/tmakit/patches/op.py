@@ -1,9 +1,9 @@
 """im2col as a torch operator (registered when `tmakit.ops` is imported):
 
     torch.ops.tmakit.im2col(x, kernel, stride=1, padding=0, dilation=1, *, im2col_by=None,
-                            strict=True) -> Tensor
+                            sms=None, strict=True) -> Tensor
     torch.ops.tmakit.im2col.out(x, kernel, stride=1, padding=0, dilation=1, *, out,
-                                im2col_by=None, strict=True) -> None
+                                im2col_by=None, sms=None, strict=True) -> None
 
 Defined in a fragment of the `tmakit` library with a fake implementation that is also its Meta
 kernel (the patch matrix's shape; strict, what TMA serves checked while tracing), and run as every
@@ -41,9 +41,10 @@ from .route import Im2colFacts, im2col_call
 
 # (height, width) pairs, an int standing for both, as conv2d's schema takes them
 CONV = "Tensor x, int[2] kernel, int[2] stride=1, int[2] padding=0, int[2] dilation=1"
+IM2COL_MODE = f"str? im2col_by=None, int? sms=None, {STRICT}"  # the options the function takes
 SCHEMAS = {
-    "im2col": f"im2col({CONV}, *, str? im2col_by=None, {STRICT}) -> Tensor",
-    "im2col.out": f"im2col.out({CONV}, *, Tensor(a!) out, str? im2col_by=None, {STRICT}) -> ()",
+    "im2col": f"im2col({CONV}, *, {IM2COL_MODE}) -> Tensor",
+    "im2col.out": f"im2col.out({CONV}, *, Tensor(a!) out, {IM2COL_MODE}) -> ()",
 }
 
 IM2COL_DEFAULTS = ((1, 1), (0, 0), (1, 1))  # the schema's stride, padding and dilation
@@ -73,7 +74,11 @@ def im2col_out_impl(x: torch.Tensor, *conv: list[int], out: torch.Tensor, **opti
 
 
 def im2col_fake(
-    x: torch.Tensor, *conv: list[int], im2col_by: str | None = None, strict: bool = True
+    x: torch.Tensor,
+    *conv: list[int],
+    im2col_by: str | None = None,
+    sms: int | None = None,
+    strict: bool = True,
 ) -> torch.Tensor:
     """What `tmakit.im2col` allocates: the (N*P*Q, R*S*C) patch matrix, row-major. A static shape
     gets the convolution's checks and, strict, the route's whole check (what TMA serves); a
@@ -87,7 +92,7 @@ def im2col_fake(
         if not strict:
             return torch.empty(im2col_conv(shape, *pairs).patch_shape, dtype=x.dtype, device=x.device)
         read = TensorFacts(shape, strides, dtype_name(x.dtype), x.element_size(), 0, x.device.index or 0)
-        facts = Im2colFacts(read, *pairs, sm_count=DEFAULT_SM_COUNT, im2col_by=im2col_by)
+        facts = Im2colFacts(read, *pairs, sm_count=DEFAULT_SM_COUNT, im2col_by=im2col_by, sms=sms)
         call = im2col_call(facts)
         if not call.route.by_tma:
             raise TmaConfigError(f"{where}: {call.route.reason}")
@@ -111,12 +116,17 @@ def im2col_fake(
 
 
 def im2col_out_fake(
-    x: torch.Tensor, *conv: list[int], out: torch.Tensor, im2col_by: str | None = None, strict: bool = True
+    x: torch.Tensor,
+    *conv: list[int],
+    out: torch.Tensor,
+    im2col_by: str | None = None,
+    sms: int | None = None,
+    strict: bool = True,
 ) -> None:
     """`im2col_fake`'s checks, and `out` of the patch matrix's shape, dtype and device."""
     if strict:
         check_traced("im2col", out=out)
-    patches = im2col_fake(x, *conv, im2col_by=im2col_by, strict=strict)
+    patches = im2col_fake(x, *conv, im2col_by=im2col_by, sms=sms, strict=strict)
     if out.shape != patches.shape or out.dtype != x.dtype or out.device != x.device:
         raise TmaConfigError(
             f"torch.ops.{NAMESPACE}.im2col: out is {tuple(out.shape)} {out.dtype} on {out.device}; this "

@@ -36,6 +36,7 @@ from ..limits import (
     MAX_SPECIALISED_ELEMENTS,
     SWIZZLE_MODES,
 )
+from ..plan.budget import budget_stages
 from ..plan.copy import CopyPlan
 from ..plan.copy_defaults import copy_stages
 from ..plan.load import LoadPlan, ceil_div
@@ -453,6 +454,7 @@ class Im2colPlan:
     tile: tuple[int, int] | None = None
     stages: int | None = None
     sm_count: int = DEFAULT_SM_COUNT
+    one_block_per_sm: bool = False  # an SM budget's grid of `sm_count` blocks (`plan.budget`)
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -475,7 +477,10 @@ class Im2colPlan:
         check_tile(self)
         if self.stages is None:
             deepest = PipelinePlan(self.patch_load, 1, persistent=True, sm_count=self.sm_count).max_stages
-            fix(self, "stages", min(copy_stages(self.expected_tx_bytes), deepest))
+            stages = min(copy_stages(self.expected_tx_bytes), deepest)
+            if self.one_block_per_sm:
+                stages = budget_stages(self.expected_tx_bytes, stages, deepest)
+            fix(self, "stages", stages)
         self.copy  # noqa: B018 - the ring's and the store's own checks (stages, the patch matrix)
 
     @classmethod
@@ -631,7 +636,10 @@ class Im2colPlan:
     def copy(self) -> CopyPlan:
         """The copy's ring over the patch matrix: one producer warp loading boxes, one consumer
         warp storing them, a persistent grid walking the boxes tap by tap along each row block."""
-        ring = PipelinePlan(self.patch_load, stages=self.stages, persistent=True, sm_count=self.sm_count)
+        ring = PipelinePlan(
+            self.patch_load, stages=self.stages, persistent=True, sm_count=self.sm_count,
+            one_block_per_sm=self.one_block_per_sm,
+        )  # fmt: skip
         return CopyPlan(ring, store_depth=max(2, self.stages // 2))
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..config import DTYPES, compact_strides, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
+from ..plan.budget import budgeted_sm_count
 from ..plan.copy_layout import check_copy_layout
 from ..plan.route import (
     RECORDED_BY_AUTOGRAD,
@@ -74,6 +75,7 @@ class Im2colFacts:
     records_grad: bool = False
     lazy: str | None = None
     im2col_by: str | None = None
+    sms: int | None = None  # an SM budget (`plan.budget`): TMA's grid on that many SMs
 
 
 @dataclass(frozen=True)
@@ -147,10 +149,12 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         takes = ", ".join(DTYPES[name].torch_name for name in IM2COL_DTYPES)
         return by_torch(f"dtype {facts.x.dtype}; TMA im2col takes {takes}: convert x with .to() first")
     plan: Im2colPlan | None
+    sm_count = budgeted_sm_count(facts.sms, facts.sm_count)  # a budget past the GPU: raised
     try:
         plan = Im2colPlan(
-            conv.shape, dtype, conv.filter, conv.stride, conv.padding, conv.dilation, sm_count=facts.sm_count
-        )
+            conv.shape, dtype, conv.filter, conv.stride, conv.padding, conv.dilation, sm_count=sm_count,
+            one_block_per_sm=facts.sms is not None,
+        )  # fmt: skip
     except Im2colTooSmall as small:
         if not small.is_reshape:
             return by_torch(str(small))
