@@ -46,6 +46,7 @@ from ..ops_base import (
 )
 from ..overrides import HandedBack
 from ..plan import CopyOptions
+from ..plan.budget import with_budget
 from .api import copy as tma_copy
 from .api import copy_ as tma_copy_
 from .api import copy_dispatch, new_destination
@@ -185,7 +186,8 @@ def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False
     """aten::copy_ on CUDA tensors: a pair of one shape and dtype laid out differently on one GPU
     goes to `tmakit.copy_`'s dispatch (its route: TMA, or torch's copy_ where a rule chose it);
     anything else back to torch's kernel. Below autograd: views that require grad are detached
-    (the same memory), and the version counter is torch's to bump."""
+    (the same memory), and the version counter is torch's to bump. Inside a `tmakit.sm_budget`,
+    on its SMs."""
     if not (isinstance(dst, Tensor) and isinstance(src, Tensor) and dst.is_cuda and src.is_cuda):
         return NOT_CUDA_PAIR  # a subclass reaches this key only as a plain one would (a Parameter)
     if dst.dtype != src.dtype or dst.shape != src.shape or dst.get_device() != src.get_device():
@@ -199,7 +201,8 @@ def serve_copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False
         written = dst.detach()  # the same memory, a plain tensor TMA's launch takes
     if type(src) is not Tensor or src.requires_grad:
         read = src.detach()
-    on_its_device(written, COPIES.call, written, read, None, None, NO_OPTIONS)  # aten::copy_ holds no guard
+    # aten::copy_ holds no guard; inside a `tmakit.sm_budget`, on its budget
+    on_its_device(written, COPIES.call, written, read, None, None, with_budget(NO_OPTIONS))
     return dst
 
 
