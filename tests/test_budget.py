@@ -183,3 +183,25 @@ def test_the_list_im2col_and_moe_functions_take_sms_and_their_ops_carry_it():
     }
     for name, overload in schemas.items():
         assert "int? sms=None" in str(getattr(getattr(torch.ops.tmakit, name), overload)._schema), name
+
+
+def test_a_call_traced_inside_a_budget_records_it_and_one_outside_does_not():
+    torch = pytest.importorskip("torch")
+    from graph_recorder import Recorder
+
+    x = torch.arange(64 * 64, dtype=torch.float16).reshape(64, 64)
+    recorder = Recorder()
+
+    @torch.compile(backend=recorder, fullgraph=True, dynamic=False)
+    def transpose(dst, src):
+        return tmakit.copy_(dst, src.t())
+
+    dst = torch.empty_like(x)
+    with sm_budget(16):
+        transpose(dst, x)
+    assert torch.equal(dst, x.t())
+    recorded = [node.kwargs.get("sms") for node in recorder.calls() if "tmakit" in str(node.target)]
+    assert recorded == [16], recorder.calls()
+    transpose(dst, x)  # outside the budget: traced again, without it (the budget is guarded)
+    recorded = [node.kwargs.get("sms") for node in recorder.calls() if "tmakit" in str(node.target)]
+    assert recorded == [16, None], recorded
