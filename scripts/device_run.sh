@@ -104,7 +104,8 @@ run_step() {
     moerouting) timeout "$limit" python3 benchmarks/probes/moe_routing.py --out "$OUT/moe-routing.json" "$@" 2>&1 | tail -20 ;;
     moerings) timeout "$limit" python3 benchmarks/probes/moe_combine_rings.py --out "$OUT/moe-combine-rings.json" "$@" 2>&1 | tail -30 ;;
     enablemodels) timeout "$limit" python3 benchmarks/probes/enable_models.py --out "$OUT/enable-models.json" "$@" 2>&1 | tail -12 ;;
-    smbudget) timeout "$limit" python3 benchmarks/probes/sm_budget.py --json "$OUT/sm-budget.json" "$@" 2>&1 | tail -40 ;;
+    smbudget) timeout "$limit" python3 benchmarks/probes/sm_budget.py --json "$OUT/sm-budget.json" "$@" 2>&1 | tail -40
+      python3 scripts/plot_sm_budget.py "$OUT/sm-budget.json" "$OUT/sm-budget.svg" ;;
     moehost) timeout "$limit" python3 benchmarks/probes/moe_host.py "$@" > "$OUT/moe-host.txt" 2>&1; grep -v "^$" "$OUT/moe-host.txt" | head -16 ;;
     allgather) local nproc=$1; shift
       mkdir -p "$OUT/many"

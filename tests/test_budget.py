@@ -205,3 +205,28 @@ def test_a_call_traced_inside_a_budget_records_it_and_one_outside_does_not():
     transpose(dst, x)  # outside the budget: traced again, without it (the budget is guarded)
     recorded = [node.kwargs.get("sms") for node in recorder.calls() if "tmakit" in str(node.target)]
     assert recorded == [16, None], recorded
+
+
+def test_the_curves_plot_draws_each_case_from_its_file(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "plot_sm_budget.py"
+    spec = importlib.util.spec_from_file_location("plot_sm_budget", path)
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    rows = [{"sms": k, "tmakit_gbs": 100.0 * k, "torch_green_gbs": 10.0 * k} for k in (1, 8, 16)]
+    study = {
+        "curve": {"transpose": {"by_sms": rows, "torch_full_gbs": 1600.0}, "gather512": {"by_sms": rows[:2]}}
+    }
+    source, target = tmp_path / "sm-budget.json", tmp_path / "sm-budget.svg"
+    source.write_text(json.dumps(study))
+    monkeypatch.setattr("sys.argv", ["plot", str(source), str(target)])
+    plot.main()
+    svg = target.read_text()
+    assert svg.count("<polyline") == 4 and ">transpose<" in svg and ">gather512<" in svg
+    # tmakit's line rises with the SMs: each point higher on the page (a smaller y) than the last
+    first = svg.split('points="')[1].split('"')[0]
+    heights = [float(point.split(",")[1]) for point in first.split()]
+    assert heights == sorted(heights, reverse=True) and len(heights) == 3

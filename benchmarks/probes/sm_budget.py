@@ -12,7 +12,6 @@ hundreds of MiB: the L2 holds none of them). The curve's rate is bytes read plus
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -41,23 +40,30 @@ def elapsed_ms(fn, reps: int, stream=None) -> float:
     return statistics.median(times)
 
 
-@contextlib.contextmanager
-def green(sms: int):
-    """torch's work inside on a green context of `sms` SMs (yields its stream), or raises
-    RuntimeError where torch or the driver has none."""
-    from torch.cuda.green_contexts import GreenContext
+class Green:
+    """A green context of `sms` SMs: `run(fn)` runs torch's work of `fn` on its stream (`stream`).
+    Raises RuntimeError where torch or the driver has none."""
 
-    context = GreenContext.create(num_sms=sms, device_id=0)
-    context.set_context()
-    try:
-        yield torch.cuda.current_stream()
-    finally:
-        context.pop_context()
+    def __init__(self, sms: int) -> None:
+        from torch.cuda.green_contexts import GreenContext
+
+        self.context = GreenContext.create(num_sms=sms, device_id=0)
+        self.context.set_context()
+        self.stream = torch.cuda.current_stream()
+        self.context.pop_context()
+
+    def run(self, fn) -> None:
+        self.context.set_context()
+        try:
+            fn()
+        finally:
+            self.context.pop_context()
 
 
 def cases(mib: int) -> dict:
     """name -> (bytes moved, tmakit's call of sms, torch's call): a same-layout copy, a
-    transposing copy and a gather of 512-byte rows, each about `mib` MiB read."""
+    transposing copy, a gather of 512-byte rows and 1,000 tensors copied at once, each about `mib`
+    MiB read."""
     side = int((mib * 2**20 // 2) ** 0.5) // 128 * 128
     x = torch.randn(side, side, device="cuda").to(torch.float16)
     out = torch.empty_like(x)
@@ -65,6 +71,10 @@ def cases(mib: int) -> dict:
     index = torch.randint(0, table.shape[0], (table.shape[0],), device="cuda")
     gathered = torch.empty_like(table)
     moved, rows = 2 * x.numel() * 2, 2 * table.numel() * 2
+    sizes = [(mib * 2**20 // 1000 // 4 + 64 * (i % 7)) // 4 * 4 for i in range(1000)]
+    srcs = [torch.randn(n, device="cuda") for n in sizes]
+    dsts = [torch.empty_like(t) for t in srcs]
+    listed = 2 * sum(sizes) * 4
     return {
         "copy": (moved, lambda k: tmakit.copy_(out, x, sms=k, strict=True), lambda: out.copy_(x)),
         "transpose": (
@@ -77,6 +87,11 @@ def cases(mib: int) -> dict:
             lambda k: tmakit.gather_rows(table, index, gathered, sms=k, check_index=False, strict=True),
             lambda: torch.index_select(table, 0, index, out=gathered),
         ),
+        "many1000": (
+            listed,
+            lambda k: tmakit.copy_many_(dsts, srcs, sms=k, strict=True),
+            lambda: torch._foreach_copy_(dsts, srcs),
+        ),
     }
 
 
@@ -88,8 +103,9 @@ def curve(mib: int, reps: int, steps: list[int]) -> dict:
         for k in steps:
             row = {"sms": k, "tmakit_gbs": moved / elapsed_ms(lambda k=k, ours=ours: ours(k), reps) / 1e6}
             try:
-                with green(k) as stream:
-                    row["torch_green_gbs"] = moved / elapsed_ms(theirs, reps, stream) / 1e6
+                confined = Green(k)
+                run = lambda confined=confined, theirs=theirs: confined.run(theirs)  # noqa: E731
+                row["torch_green_gbs"] = moved / elapsed_ms(run, reps, confined.stream) / 1e6
             except Exception as error:  # no green contexts here: say why
                 row["torch_green"] = f"{type(error).__name__}: {error}"[:200]
             rows.append(row)
@@ -138,6 +154,11 @@ def beside_gemm(gib: float, budget: int, reps: int) -> dict:
     record["torch_op_full_ms"] = elapsed_ms(torch_op, reps)
     for name, moving in (("tmakit", op), ("torch_full", torch_op)):
         record[f"pair_{name}"] = together(gemm, moving, reps)
+    try:  # torch's op confined to as many SMs by a green context, beside the same GEMM
+        confined = Green(budget)
+        record["pair_torch_green"] = together(gemm, lambda: confined.run(torch_op), reps, confined.stream)
+    except Exception as error:
+        record["pair_torch_green"] = f"{type(error).__name__}: {error}"[:200]
     carveout(None)
     record["serial_full_ms"] = record["gemm_full_ms"] + record["op_full_ms"]
     record["speedup_vs_serial"] = record["serial_full_ms"] / record["pair_tmakit"]["wall_ms"]
@@ -145,10 +166,10 @@ def beside_gemm(gib: float, budget: int, reps: int) -> dict:
     return record
 
 
-def together(gemm, op, reps: int) -> dict:
-    """The GEMM on one stream and the op on another, started together: the wall time of both and
-    each one's own time beside the other (medians)."""
-    first, second = torch.cuda.Stream(), torch.cuda.Stream()
+def together(gemm, op, reps: int, op_stream=None) -> dict:
+    """The GEMM on one stream and the op on another (`op_stream`, e.g. a green context's),
+    started together: the wall time of both and each one's own time beside the other (medians)."""
+    first, second = torch.cuda.Stream(), op_stream or torch.cuda.Stream()
     walls, gemms, ops = [], [], []
     for _ in range(reps + 1):
         torch.cuda.synchronize()

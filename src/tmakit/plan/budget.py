@@ -22,6 +22,7 @@ from ..validate import whole_number
 
 # Loads in flight per budgeted block: Little's law at about 85% of the H200's copy ceiling over
 # ~16 SMs and ~0.6 us of latency asks 65-90 KB; a ring of twice that keeps the stores' stages too.
+# Not yet measured: benchmarks/probes/sm_budget.py gives the rate against the SM count.
 BUDGET_BYTES_IN_FLIGHT = 128 * 1024
 # The shared memory a budgeted block asks for at least: two blocks of this (and the 1 KiB each
 # block reserves) exceed one SM's, so the grid's blocks take one SM each.
