@@ -1,4 +1,5 @@
-"""The SM-budget curve as an SVG: for each case of sm-budget.json (benchmarks/probes/sm_budget.py),
+"""The SM-budget curve as an SVG: for each case of sm-budget.json's rows of part "curve"
+(benchmarks/probes/sm_budget.py),
 GB/s against the SM count, tmakit's (`sms=k`) beside torch's op in a green context of k SMs, and
 torch's full-grid op as a level line. Plain SVG, no plotting library.
 
@@ -52,9 +53,21 @@ def panel(name: str, case: dict, left: int) -> list[str]:
     return parts
 
 
+def curve_cases(study: dict) -> dict:
+    """The study's curve by case: its rows of part "curve" ("by_sms") and its full-grid rates."""
+    cases: dict = {}
+    for row in study["rows"]:
+        if row.get("part") == "curve":
+            cases.setdefault(row["case"], {"by_sms": []})["by_sms"].append(row)
+    for row in study["rows"]:
+        if row.get("part") == "full" and row["case"] in cases:
+            cases[row["case"]].update(row)
+    return cases
+
+
 def figure(study: dict) -> str:
-    """The SVG of every case of `study["curve"]`, side by side, with a legend."""
-    cases = study["curve"]
+    """The SVG of every case of the study's curve, side by side, with a legend."""
+    cases = curve_cases(study)
     parts = []
     for i, (name, case) in enumerate(cases.items()):
         parts += panel(name, case, i * WIDTH)
@@ -78,7 +91,7 @@ def main() -> None:
     source, target = sys.argv[1:3]
     with open(source) as file:
         study = json.load(file)
-    if "curve" not in study:
+    if not curve_cases(study):
         sys.exit(f"{source} holds no curve (run without --skip-curve)")
     with open(target, "w") as file:
         file.write(figure(study))

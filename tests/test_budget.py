@@ -218,7 +218,9 @@ def test_the_curves_plot_draws_each_case_from_its_file(tmp_path, monkeypatch):
     spec.loader.exec_module(plot)
     rows = [{"sms": k, "tmakit_gbs": 100.0 * k, "torch_green_gbs": 10.0 * k} for k in (1, 8, 16)]
     study = {
-        "curve": {"transpose": {"by_sms": rows, "torch_full_gbs": 1600.0}, "gather512": {"by_sms": rows[:2]}}
+        "rows": [{"part": "curve", "case": "transpose", **row} for row in rows]
+        + [{"part": "curve", "case": "gather512", **row} for row in rows[:2]]
+        + [{"part": "full", "case": "transpose", "torch_full_gbs": 1600.0}, {"part": "gemm", "gib": 1}]
     }
     source, target = tmp_path / "sm-budget.json", tmp_path / "sm-budget.svg"
     source.write_text(json.dumps(study))

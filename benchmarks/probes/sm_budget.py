@@ -198,6 +198,29 @@ def together(gemm, op, reps: int, op_stream=None) -> dict:
     }
 
 
+def summary_of(curve_cases: dict, gemm_rows: list[dict]) -> dict:
+    """The issue's ratios: each case's share of its own full-grid rate at 16 and 32 SMs, tmakit's
+    rate over torch's in a green context of as many SMs, and beside the GEMM the share of its
+    speed it keeps and the pair's speed-up over running one after the other."""
+    summary: dict = {"of_full": {}, "over_torch_green": {}}
+    for name, case in curve_cases.items():
+        for row in case["by_sms"]:
+            if row["sms"] in (16, 32):
+                summary["of_full"][f"{name}@{row['sms']}"] = row["of_full"]
+                if "torch_green_gbs" in row:
+                    summary["over_torch_green"][f"{name}@{row['sms']}"] = (
+                        row["tmakit_gbs"] / row["torch_green_gbs"]
+                    )
+    summary["beside_gemm"] = {
+        f"{row['gib']}GiB@{row['budget']}": {
+            "gemm_kept": row["gemm_kept"],
+            "speedup_vs_serial": row["speedup_vs_serial"],
+        }
+        for row in gemm_rows
+    }
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="sm-budget.json")
@@ -208,15 +231,35 @@ def main() -> None:
     args = parser.parse_args()
     full = torch.cuda.get_device_properties(0).multi_processor_count
     steps = sorted({k for k in SM_STEPS if k <= full} | {full})
-    study = {"context": device_context(os.environ.get("TMAKIT_COMMIT")), "mib": args.sizes_mib}
-    if not args.skip_curve:
-        study["curve"] = curve(args.sizes_mib, args.reps, steps)
-    study["beside_gemm"] = [
+    context = {**device_context(os.environ.get("TMAKIT_COMMIT")), "step": "smbudget", "mib": args.sizes_mib}
+    curve_cases = {} if args.skip_curve else curve(args.sizes_mib, args.reps, steps)
+    gemm_rows = [
         beside_gemm(gib, int(budget), args.reps) for budget in args.budgets.split(",") for gib in (1, 3)
     ]
+    rows = [
+        {"part": "curve", "case": name, **row} for name, case in curve_cases.items() for row in case["by_sms"]
+    ]
+    rows += [
+        {"part": "full", "case": name, **{key: value for key, value in case.items() if key != "by_sms"}}
+        for name, case in curve_cases.items()
+    ]
+    rows += [{"part": "gemm", **row} for row in gemm_rows]
+    study = {
+        "study": "sm-budget",
+        "what": (
+            "GB/s (bytes read + written) of each movement op on k SMs (sms=k, strict: TMA) beside torch's "
+            "op in a green context of k SMs, CUDA events, median of the reps after a warm call, tensors "
+            "far past the L2; then a budgeted transposing copy beside a bf16 8192^3 GEMM with k SMs "
+            "carved out (torch._C._set_sm_carveout_experimental), each alone, together on two streams "
+            "and one after the other"
+        ),
+        "context": context,
+        "rows": rows,
+        "summary": summary_of(curve_cases, gemm_rows),
+    }
     with open(args.json, "w") as file:
         json.dump(study, file, indent=1)
-    print(json.dumps(study["beside_gemm"], indent=1))
+    print(json.dumps(study["summary"], indent=1))
 
 
 if __name__ == "__main__":
