@@ -232,3 +232,72 @@ def test_the_curves_plot_draws_each_case_from_its_file(tmp_path, monkeypatch):
     first = svg.split('points="')[1].split('"')[0]
     heights = [float(point.split(",")[1]) for point in first.split()]
     assert heights == sorted(heights, reverse=True) and len(heights) == 3
+
+
+def test_a_budget_is_its_threads_whatever_order_the_blocks_end_in():
+    import threading
+
+    entered, leave_a, seen = threading.Event(), threading.Event(), {}
+
+    def a():
+        with sm_budget(16):
+            entered.set()
+            leave_a.wait()
+        seen["a after"] = call_budget(None)
+
+    def b():
+        entered.wait()
+        with sm_budget(32):
+            leave_a.set()
+            thread_a.join()  # a's block ends inside b's
+            seen["b inside"] = call_budget(None)
+        seen["b after"] = call_budget(None)
+
+    thread_a, thread_b = threading.Thread(target=a), threading.Thread(target=b)
+    thread_a.start()
+    thread_b.start()
+    thread_b.join()
+    assert seen == {"a after": None, "b inside": 32, "b after": None}
+    assert call_budget(None) is None
+
+
+def test_a_budget_past_the_gpu_is_refused_on_torchs_paths_too():
+    torch = pytest.importorskip("torch")
+    from tmakit import ops  # noqa: F401  registers the ops
+
+    count = DEFAULT_SM_COUNT
+    x16, x32 = torch.zeros(64, 64, dtype=torch.float16), torch.zeros(64, 64)
+    table, index = torch.zeros(64, 64), torch.arange(8)
+    leaf = torch.zeros(64, 64, requires_grad=True)
+    calls = {
+        "copy_ with a dtype change": lambda: tmakit.copy_(x32, x16, sms=count + 1),
+        "add_ with alpha": lambda: tmakit.add_(x32, x32, alpha=2, sms=count + 1),
+        "index_add_ with alpha": lambda: tmakit.index_add_(table, index, table[:8], alpha=2, sms=count + 1),
+        "index_reduce_ mean": lambda: tmakit.index_reduce_(table, index, table[:8], "mean", sms=count + 1),
+        "gather_rows recorded": lambda: tmakit.gather_rows(leaf, index, sms=count + 1),
+        "im2col of int32": lambda: tmakit.im2col(
+            torch.zeros(1, 8, 8, 16, dtype=torch.int32), 3, sms=count + 1
+        ),
+        "copy_many_": lambda: tmakit.copy_many_([x32], [x32.clone()], sms=count + 1),
+        "moe_combine": lambda: tmakit.moe_combine(table, torch.zeros(4, 2, dtype=torch.int32), sms=count + 1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TmaConfigError, match=f"this GPU has {count} SMs"):
+            call()
+        assert not table.any() and not x32.any(), name  # nothing written
+    with sm_budget(count + 1), pytest.raises(TmaConfigError, match=f"this GPU has {count} SMs"):
+        torch.ops.tmakit.moe_combine(table, torch.zeros(4, 2, dtype=torch.int32), None, False)
+
+
+def test_copy_traced_inside_a_budget_records_it():
+    torch = pytest.importorskip("torch")
+    from graph_recorder import Recorder
+
+    recorder = Recorder()
+    compiled = torch.compile(
+        lambda src: tmakit.copy(src.t()), backend=recorder, fullgraph=True, dynamic=False
+    )
+    x = torch.arange(64 * 64, dtype=torch.float16).reshape(64, 64)
+    with sm_budget(8):
+        assert torch.equal(compiled(x), x.t())
+    assert [node.kwargs.get("sms") for node in recorder.calls() if "tmakit" in str(node.target)] == [8]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import dtype_of
 from ..errors import TmaConfigError, TorchOpError
-from ..limits import MAX_RANK
+from ..limits import DEFAULT_SM_COUNT, MAX_RANK
+from ..plan.budget import budgeted_sm_count
 from ..plan.route import (
     NOT_SM90,
     RECORDED_BY_AUTOGRAD,
@@ -233,6 +234,20 @@ def device_facts(device: torch.device) -> tuple[int, int]:
     torch = import_torch("copy_")
     properties = torch.cuda.get_device_properties(device)
     return properties.multi_processor_count, properties.L2_cache_size
+
+
+def check_budget(sms: int | None, tensor: object) -> None:
+    """A call's SM budget refused (TmaConfigError naming the count) past the SM count of the GPU
+    `tensor` is on, or of a Hopper GPU (`limits.DEFAULT_SM_COUNT`) for a tensor on none, as a
+    call's options are checked there: whatever path then serves the call, before it writes. While
+    torch.compile traces the call, nothing (the traced op's run checks it)."""
+    if sms is None or _budget_traced():
+        return
+    on_gpu = getattr(tensor, "is_cuda", False) is True
+    budgeted_sm_count(sms, device_facts(tensor.device)[0] if on_gpu else DEFAULT_SM_COUNT)
+
+
+_budget_traced = compile_check(globals(), "_budget_traced")
 
 
 def cuda_index(tensor: torch.Tensor) -> int:

@@ -237,6 +237,7 @@ def copy(
         The new tensor, on `src`'s device.
     Raises:
         TmaConfigError: as `copy_`'s (strict: also for a `src` not on a CUDA device)."""
+    options = with_budget(options)
     if is_compiling():
         return traced_copy(src, tile, stages, strict, options)
     import_torch("copy")

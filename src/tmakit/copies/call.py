@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..api.tensors import (
+    check_budget,
     check_tensor_pair,
     check_torch_tensor,
     device_facts,
@@ -246,7 +247,8 @@ def check_options(dst: torch.Tensor, src: torch.Tensor, options: CopyOptions, fa
     the route a strict call takes (as on a Hopper GPU, `limits.DEFAULT_DEVICE_FACTS`, for tensors
     that are not on one), so whatever then serves the call (TMA, the driver's memcpy past the L2,
     torch's copy_ off a Hopper GPU) a call with options its planner refuses raises, on a laptop as
-    on an H100."""
+    on an H100. A budget (`sms`) is checked against the tensors' GPU on every path."""
+    check_budget(options.sms, src)
     src_device, dst_device = facts.src.device, facts.dst.device
     if src_device >= 0 and dst_device == src_device:
         routed(dst, src, options, copy_route(facts), compiled=False)  # the planner's refusal, raised

@@ -81,7 +81,7 @@ def copy__impl(
             "copy_", dst, src, tma_copy_, strict=strict and op_strict(), **mode, **copy_kwargs(options)
         )
         return
-    STRICT_COPIES.call(dst, src, None, None, NO_OPTIONS)
+    STRICT_COPIES.call(dst, src, None, None, with_budget(NO_OPTIONS))  # inside an sm_budget, its
     increment_versions((dst,))
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..api.tensors import check_torch_tensor, compile_check, device_facts, import_torch, recorded_by_autograd
+from ..api.tensors import check_budget, check_torch_tensor, compile_check, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
-from ..plan.budget import budgeted_sm_count, call_budget, check_sms
+from ..plan.budget import call_budget, check_sms, sm_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD
 from ..runtime.dispatch import GuardedCalls
 from ..validate import flag
@@ -131,7 +131,7 @@ def pack(
     torch = import_torch("pack")
     kept = kept_packing(torch, tensors, "destination", flag(grouped, "pack's grouped"))
     if kept is not None and (out is None or kept.fits(torch, out)):  # its kept table, on this buffer
-        checked_budget(kept, sms)
+        check_budget(sms, tensors[0])
         flat = kept.allocate(torch) if out is None else out
         kept.run(torch, flat, tensors, sms)
         return flat, list(kept.offsets)
@@ -167,17 +167,11 @@ def unpack_(
     torch = import_torch("unpack_")
     kept = kept_packing(torch, tensors, "source", flag(grouped, "unpack_'s grouped"))
     if kept is not None and kept.fits(torch, flat):  # its kept table, on this buffer
-        checked_budget(kept, sms)
+        check_budget(sms, flat)
         kept.run(torch, flat, list(tensors), sms)
         return
     dsts, srcs = _unpack_pairs(torch, flat, tensors)
     copy_many_(dsts, srcs, grouped=grouped, strict=strict, sms=sms)
-
-
-def checked_budget(kept: object, sms: int | None) -> None:
-    """A kept packing's budget, refused past its GPU's SM count before anything is copied."""
-    if sms is not None:
-        budgeted_sm_count(sms, device_facts(kept.device)[0])
 
 
 def traced_copy_many_(dsts: object, srcs: object, grouped: object, strict: object, sms: object) -> None:
@@ -423,7 +417,8 @@ class GroupedCopy:
             if kept[0].complete:
                 self._routes[autograd] = kept
         self._route, dsts, srcs = kept
-        self._route.run(torch, dsts, srcs)
+        with sm_budget(self._sms):  # the pairs copy_ serves on the budget prepared, as the table
+            self._route.run(torch, dsts, srcs)
 
 
 def _pack_pairs(torch, tensors, out):

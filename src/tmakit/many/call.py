@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import registry
 from ..api.tensors import (
+    check_budget,
     check_torch_tensor,
     cuda_index,
     device_facts,
@@ -57,10 +58,12 @@ class ListRoute:
         sms: int | None = None,
     ) -> None:
         together, self.one_by_one, self.rest = [], [], []
-        self.sms = sms  # the SM budget of its kernels (`plan.budget`), checked on each GPU first
-        if sms is not None:
-            for device in dict.fromkeys(t.device for t in dsts if isinstance(t, torch.Tensor) and t.is_cuda):
-                budgeted_sm_count(sms, device_facts(device)[0])
+        # the SM budget of its kernels (`plan.budget`), checked on each GPU first; copy_'s keyword
+        # only where there is one (its plain call keeps its fast path)
+        self.sms, self.budget = sms, {} if sms is None else {"sms": sms}
+        if sms is not None:  # against each device's SM count (a tensor's, for one of each)
+            for tensor in {getattr(t, "device", None): t for t in dsts}.values():
+                check_budget(sms, tensor)
         if strict and not grouped:
             raise TmaConfigError(
                 f"{what} with strict=True and grouped=False: strict takes TMA's path alone, grouped=False "
@@ -129,7 +132,7 @@ class ListRoute:
     def run(self, torch, dsts: list, srcs: list) -> None:
         if self.in_order is not None:
             for i, by_tma in self.in_order:
-                copy_(dsts[i], srcs[i], sms=self.sms) if by_tma else torch_copy_pair(dsts, srcs, i)
+                copy_(dsts[i], srcs[i], **self.budget) if by_tma else torch_copy_pair(dsts, srcs, i)
             return
         for device, table, pairs in self.launches:
             launch_table(torch, device, table, sms=self.sms)
@@ -137,7 +140,7 @@ class ListRoute:
                 dsts if len(pairs) == len(dsts) else [dsts[i] for i in pairs]
             )
         for i in self.one_by_one:
-            copy_(dsts[i], srcs[i], sms=self.sms)
+            copy_(dsts[i], srcs[i], **self.budget)
         if self.rest:
             try:
                 torch._foreach_copy_([dsts[i] for i in self.rest], [srcs[i] for i in self.rest])

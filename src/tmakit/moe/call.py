@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..api.tensors import cuda_index, device_facts, import_torch, lazy_bit, tensor_facts
+from ..api.tensors import check_budget, cuda_index, device_facts, import_torch, lazy_bit, tensor_facts
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
@@ -221,12 +221,6 @@ def _grid(device: int, sms: int | None) -> dict:
     return {"sm_count": sm_count, "one_block_per_sm": sms is not None}
 
 
-def check_budget(tensor: torch.Tensor, sms: int | None) -> None:
-    """A call's budget refused past its GPU's SM count, on every path, before anything is written."""
-    if sms is not None and tensor.is_cuda:
-        budgeted_sm_count(sms, _device_sm_count(tensor.get_device()))
-
-
 # -- dispatch -------------------------------------------------------------------------------------
 def unnamed_rows(routed: Routing, topk: int, align: int) -> torch.Tensor:
     """The rows of a dispatch's output no slot of a routing of ids names, as a static-size int64
@@ -266,7 +260,7 @@ def permute(
     """(rows, *x.shape[1:]) of x's dtype: row row_map[t, j] holds x[t]. The rows no slot names are
     zero where `zero_rows` is None; else only those `zero_rows` lists (entries outside [0, rows)
     name none) are zeroed, the others no slot names left as allocated. On an SM budget of `sms`."""
-    check_budget(x, sms)
+    check_budget(sms, x)
     shape = (rows, *x.shape[1:])
     if not rows or not x.shape[0] or not x[0].numel():
         return _new_rows(shape, x, True)
@@ -360,7 +354,7 @@ def permute_fp8(
     `scale_rows(rows)`; a row no slot names has scale 0). The rows no slot names are zero as
     `permute` says."""
     torch = torch_module()
-    check_budget(x, sms)
+    check_budget(sms, x)
     tokens, hidden = x.shape
     blocks = hidden // QUANT_BLOCK
     lead = scale_rows(rows, scale_format)
@@ -403,7 +397,7 @@ def combine(
     y[row_map[t, j]] in fp32 (weight 1 without probs; a slot naming no row of y adds nothing). On
     an SM budget of `sms`."""
     torch = torch_module()
-    check_budget(y, sms)
+    check_budget(sms, y)
     tokens, topk = row_map.shape
     out = torch.empty((tokens, *y.shape[1:]), dtype=y.dtype, device=y.device)
     if not tokens:
@@ -437,7 +431,7 @@ def combine_grad(
     probs' dtype: the dot product of grad[t] with row row_map[t, j] in fp32, 0 where the slot
     names no row). On an SM budget of `sms`."""
     torch = torch_module()
-    check_budget(y, sms)
+    check_budget(sms, y)
     tokens, topk = row_map.shape
     rows = y.shape[0]
     if not tokens or not rows or not y.shape[1]:  # nothing named: no gradient

@@ -26,6 +26,7 @@ from ..api.tensors import check_torch_tensor
 from ..errors import TmaConfigError
 from ..limits import MAX_DEVICE_INT
 from ..ops_base import NAMESPACE, define, op_strict
+from ..plan.budget import call_budget
 from ..validate import one_of
 from . import call
 from .plan import QUANT_BLOCK, SCALE_FORMATS, scale_rows
@@ -102,7 +103,7 @@ def moe_permute_impl(x, row_map, rows, zero_rows=None, strict=False, sms=None):
     _check("moe_permute", x, row_map)
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
-    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict and op_strict(), sms)
+    return call.permute(x, row_map.contiguous(), rows, zero_rows, strict and op_strict(), call_budget(sms))
 
 
 def moe_permute_fake(x, row_map, rows, zero_rows=None, strict=False, sms=None):
@@ -126,7 +127,7 @@ def moe_permute_fp8_impl(x, row_map, rows, zero_rows=None, scale_format="fp32", 
     _check_rows(rows)
     _check_zero_rows(zero_rows, x)
     _check_fp8(x, scale_format)
-    mode = strict and op_strict(), sms
+    mode = strict and op_strict(), call_budget(sms)
     return call.permute_fp8(x, row_map.contiguous(), rows, zero_rows, scale_format, *mode)
 
 
@@ -145,7 +146,7 @@ def moe_permute_fp8_fake(x, row_map, rows, zero_rows=None, scale_format="fp32", 
 def moe_combine_impl(y, row_map, probs=None, strict=False, sms=None):
     _check("moe_combine", y, row_map)
     _check_probs(probs, row_map)
-    return call.combine(y, row_map.contiguous(), probs, strict and op_strict(), sms)
+    return call.combine(y, row_map.contiguous(), probs, strict and op_strict(), call_budget(sms))
 
 
 def moe_combine_fake(y, row_map, probs=None, strict=False, sms=None):
@@ -172,7 +173,7 @@ def _check_grad(grad, y, row_map, probs) -> None:
 
 def moe_combine_grad_impl(grad, y, row_map, probs, strict=False, sms=None):
     _check_grad(grad, y, row_map, probs)
-    mode = strict and op_strict(), sms
+    mode = strict and op_strict(), call_budget(sms)
     return call.combine_grad(grad.contiguous(), y, row_map.contiguous(), probs, *mode)
 
 
@@ -199,7 +200,7 @@ moe_combine_grad = torch.ops.tmakit.moe_combine_grad.default
 # -- autograd -------------------------------------------------------------------------------------
 def _permute_context(ctx, inputs, output) -> None:
     x, row_map, _, _, _, sms = _filled(inputs, 6)
-    ctx.sms = sms  # the backward on the forward's SM budget
+    ctx.sms = call_budget(sms)  # the backward (another thread) on the forward's SM budget
     ctx.save_for_backward(row_map)
 
 
@@ -215,7 +216,7 @@ def _permute_backward(ctx, grad):
 
 def _combine_context(ctx, inputs, output) -> None:
     y, row_map, probs, _, sms = _filled(inputs, 5)
-    ctx.sms = sms  # the backward on the forward's SM budget
+    ctx.sms = call_budget(sms)  # the backward (another thread) on the forward's SM budget
     ctx.rows = y.shape[0]
     ctx.weighted = probs is not None
     ctx.save_for_backward(y, row_map, probs if probs is not None else row_map)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import registry
 from ..api.tensors import (
     bump_versions,
+    check_budget,
     check_torch_tensor,
     check_written,
     compile_check,
@@ -105,6 +106,7 @@ def im2col(
             torch.compile traces the call, what the op's fake implementation refuses, wrapped in
             dynamo's error."""
     sms = call_budget(sms)
+    check_budget(sms, x)
     if is_compiling():
         return traced_im2col(x, (kernel, stride, padding, dilation), out, strict, im2col_by, sms)
     torch = import_torch("im2col")
@@ -210,7 +212,9 @@ def im2col_path(
         TmaConfigError: for arguments no path serves (`im2col`'s docstring lists them).
     """
     import_torch("im2col_path")
-    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by, call_budget(sms)))
+    sms = call_budget(sms)
+    check_budget(sms, x)
+    call = im2col_call(im2col_facts(x, kernel, stride, padding, dilation, im2col_by, sms))
     if out is not None:
         check_im2col_out(out, x, call.conv.patch_shape)
     tensors = (x,) if out is None else (x, out)

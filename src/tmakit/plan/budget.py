@@ -14,6 +14,7 @@ call is strict (which asks for TMA).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 from ..errors import TmaConfigError
@@ -28,9 +29,9 @@ BUDGET_BYTES_IN_FLIGHT = 128 * 1024
 # block reserves) exceed one SM's, so the grid's blocks take one SM each.
 ONE_BLOCK_PER_SM_SMEM = SMEM_PER_SM // 2
 
-# The enclosing `sm_budget`'s SMs, for every thread of the process (a list: torch.compile reads
-# it as a constant it guards, so a traced call records the budget it was traced under).
-_BUDGET: list[int | None] = [None]
+# The enclosing `sm_budget`'s SMs, per thread (torch.compile reads it as a value it guards, so a
+# traced call records the budget it was traced under).
+_BUDGET = threading.local()
 
 
 def check_sms(sms: object, what: str = "sms") -> int | None:
@@ -42,9 +43,10 @@ def check_sms(sms: object, what: str = "sms") -> int | None:
 
 @contextlib.contextmanager
 def sm_budget(sms: int | None) -> Iterator[int | None]:
-    """Every tmakit movement call inside the block, from any thread of the process, runs on
-    `sms` SMs, as if it passed `sms=` (a call's own `sms=` wins); `None` lifts an enclosing
-    budget. A function torch.compile traces inside the block records the budget.
+    """Every tmakit movement call the thread makes inside the block runs on `sms` SMs, as if it
+    passed `sms=` (a call's own `sms=` wins); `None` lifts an enclosing budget. A function
+    torch.compile traces inside the block records the budget; autograd's backward threads see
+    none (`moe_dispatch` and `moe_combine` keep their forward's for their backward).
 
     Args:
         sms: the SMs each call's persistent grid takes (1..the GPU's SM count, checked per call
@@ -55,22 +57,28 @@ def sm_budget(sms: int | None) -> Iterator[int | None]:
         TmaConfigError: `sms` not a whole number >= 1 (a budget past the GPU's SM count is refused
             by the call that would run on it)."""
     sms = check_sms(sms)
-    outer, _BUDGET[0] = _BUDGET[0], sms
+    outer = current_budget()
+    _BUDGET.sms = sms
     try:
         yield sms
     finally:
-        _BUDGET[0] = outer
+        _BUDGET.sms = outer
+
+
+def current_budget() -> int | None:
+    """The enclosing `sm_budget`'s SMs in this thread, or None."""
+    return getattr(_BUDGET, "sms", None)
 
 
 def call_budget(sms: object) -> int | None:
     """A call's budget: its own `sms` (checked), else the enclosing `sm_budget`'s."""
-    return _BUDGET[0] if sms is None else check_sms(sms)
+    return current_budget() if sms is None else check_sms(sms)
 
 
 def with_budget(options: dict) -> dict:
     """A call's keyword options with the enclosing `sm_budget`'s `sms` where the call gave none
     (the same dict where there is no budget to add: the common call pays one lookup)."""
-    budget = _BUDGET[0]
+    budget = current_budget()
     if budget is None or options.get("sms") is not None:
         return options
     return {**options, "sms": budget}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..api.tensors import (
+    check_budget,
     check_tensor_pair,
     check_torch_tensor,
     cuda_index,
@@ -109,7 +110,9 @@ def check_reduce_options(
     """Options given, checked the same way on every path, before the route is taken: the call
     planned on the route TMA would take (no rule of the L2), as on a Hopper GPU
     (`limits.DEFAULT_DEVICE_FACTS`) for tensors that are not on one, its planner's refusal raised
-    whatever then serves the call (`copies.call.check_options`'s rule, for a reduce)."""
+    whatever then serves the call (`copies.call.check_options`'s rule, for a reduce); a budget
+    (`sms`) against the tensors' GPU."""
+    check_budget(options.sms, src)
     src_device = cuda_index(src)
     on_gpu = src_device >= 0 and cuda_index(dst) == src_device
     on = device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS

@@ -40,6 +40,7 @@ from ..ops_base import (
     switched_off,
 )
 from ..plan import check_reduce, reduce_op
+from ..plan.budget import with_budget
 from .api import add_ as tma_add_
 from .api import reduce_dispatch
 from .api import reduce_into_ as tma_reduce_into_
@@ -70,7 +71,7 @@ def reduce_into__impl(
             "reduce_into_", dst, src, *scaled_call(op, scaled), strict=strict and op_strict(), **scaled
         )
         return
-    reduce_dispatch(op, True, NO_OPTIONS).call(dst, src, None, None, NO_OPTIONS)
+    reduce_dispatch(op, True, NO_OPTIONS).call(dst, src, None, None, with_budget(NO_OPTIONS))
     increment_versions((dst,))
 
 

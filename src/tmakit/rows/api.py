@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..api.tensors import check_torch_tensor, compile_check, import_torch, recorded_by_autograd
+from ..api.tensors import check_budget, check_torch_tensor, compile_check, import_torch, recorded_by_autograd
 from ..errors import TmaConfigError
 from ..plan.budget import call_budget
 from ..plan.route import RECORDED_BY_AUTOGRAD, Route, torch_route
@@ -97,6 +97,7 @@ def gather_rows(
             traced program runs).
     """
     sms = call_budget(sms)
+    check_budget(sms, src)
     if out is None and type(dim) is not int and (index is None or type(index) is type(dim)):
         # tmakit's order, (src, index) or (src, index, out): each argument one place along
         dim, index, out = 0, dim, index
@@ -162,6 +163,7 @@ def scatter_rows_(
         TmaConfigError: as `gather_rows`.
     """
     sms = call_budget(sms)
+    check_budget(sms, dst)
     mode = {"check_index": check_index, "strict": strict, "sms": sms}
     if src is None and type(index) is type(dim):  # tmakit's order, (dst, index, src)
         dim, index, src = 0, dim, index
@@ -213,6 +215,7 @@ def index_add_(
         TmaConfigError: as `gather_rows`; an `alpha` that is not a number.
     """
     sms = call_budget(sms)
+    check_budget(sms, dst)
     if src is None and type(index) is type(dim):  # tmakit's order, (dst, index, src)
         dim, index, src = 0, dim, index
     elif type(dim) is not int or dim or src is None:
@@ -271,6 +274,7 @@ def index_reduce_(
         TmaConfigError: as `gather_rows`; a `reduce` torch does not name.
     """
     sms = call_budget(sms)
+    check_budget(sms, dst)
     options = {"include_self": include_self, "check_index": check_index, "strict": strict, "sms": sms}
     if reduce is None and type(index) is type(dim):  # tmakit's order, (dst, index, src, reduce)
         dim, index, src, reduce = 0, dim, index, src
