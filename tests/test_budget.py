@@ -301,3 +301,28 @@ def test_copy_traced_inside_a_budget_records_it():
     with sm_budget(8):
         assert torch.equal(compiled(x), x.t())
     assert [node.kwargs.get("sms") for node in recorder.calls() if "tmakit" in str(node.target)] == [8]
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        ["--kernel", "transpose", "--shape", "4096x4096"],
+        ["--kernel", "reduce", "--reduce", "add", "--shape", "4096x4096", "--dtype", "fp32"],
+        ["--kernel", "rows", "--rows", "gather:16384", "--shape", "100000x256"],
+        ["--kernel", "many", "--many", "4096x1000"],
+        ["--kernel", "moe", "--moe", "dispatch:2:8", "--shape", "4096x4096"],
+        ["--kernel", "im2col", "--im2col", "kernel=3,padding=1", "--shape", "8x56x56x64"],
+    ],
+    ids=lambda argv: argv[1],
+)
+def test_plan_prints_the_calls_budgeted_grid_and_refuses_one_past_the_gpu(kernel, capsys):
+    from tmakit import cli
+
+    assert cli.main(["plan", *kernel, "--sms", "16"]) == 0
+    text = capsys.readouterr().out
+    assert "persistent grid   16 blocks" in text or "16 persistent block(s)" in text, text
+    assert "SM budget" in text, text
+    assert cli.main(["plan", *kernel]) == 0
+    assert "SM budget" not in capsys.readouterr().out
+    assert cli.main(["plan", *kernel, "--sms", str(DEFAULT_SM_COUNT + 1)]) == 2
+    assert f"this GPU has {DEFAULT_SM_COUNT} SMs" in capsys.readouterr().err

@@ -66,6 +66,7 @@ VALUE = {
     "ncu": None,
     "commit": "abc1234",
     "plot": "PLOT",
+    "sms": "16",
 }
 # What a flag needs beside it to apply (the run it configures): by dest, then by (command, dest)
 # where one command differs; the baseline has it too.
@@ -77,6 +78,8 @@ CONTEXT = {
     ("demo", "shape"): [],
     ("plan", "gpu"): ["--kernel", "copy"],  # the GPU whose call a kernel's route and plan are
     ("explain", "gpu"): ["--kernel", "rows", "--rows", "gather:100", "--shape", "1000x64"],
+    ("plan", "sms"): ["--kernel", "transpose"],  # an SM budget: the grid of a call's kernel
+    ("explain", "sms"): ["--kernel", "rows", "--rows", "gather:100", "--shape", "1000x64"],
 }
 
 

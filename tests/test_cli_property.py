@@ -209,6 +209,13 @@ KERNELS = {
         ),
         f"{IM2COL} kernel=N",
     ),
+    "sms": lines(
+        "--kernel transpose --sms N",
+        "--kernel rows --rows gather:100 --sms N",
+        "--kernel many --many 4096x10 --sms N",
+        "--kernel moe --moe dispatch:2:8 --shape 64x64 --sms N",
+        f"{IM2COL} kernel=3 --sms N",
+    ),
 }
 HUGE_FLAGS = {
     "plan": {**LOAD, **STAGES, **KERNELS},

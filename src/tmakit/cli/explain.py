@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel != "load":
         return kernels.family_kernels()[args.kernel].explain(args)  # argparse's choices leave no other
     named = ", ".join(kernels.family_kernels())
-    refuse_given(args, ("copy", "gpu", *kernels.family_flags()), f"without --kernel {named}")
+    refuse_given(args, ("copy", "gpu", "sms", *kernels.family_flags()), f"without --kernel {named}")
     load = load_plan(args)
     if args.consumer_warps > 1 and args.stages == 1:
         raise CommandError("--consumer-warps sets the consumers of a ring: give --stages 2 or more")

@@ -5,13 +5,14 @@ first (its route, the GPU, the facts assumed), every check before anything runs 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from types import ModuleType
 
 from .. import registry
 from ..limits import DEFAULT_GPU, GPUS
 from ..plan import CopyOptions
 from ..plan.route import Route
-from .args import REDUCE_OP, CommandError, refuse_given
+from .args import COUNT, REDUCE_OP, CommandError, add_count, refuse_given
 
 KERNELS = ("load",)  # plan's and explain's own --kernel (the families' are theirs)
 TOO_MANY_TILES_FIX = "use larger tiles; `tmakit plan` shows the block without listing it"
@@ -63,11 +64,21 @@ def refuse_call_flags(args: argparse.Namespace) -> None:
 
 
 def call_options(args: argparse.Namespace) -> CopyOptions:
-    """`--copy`'s options (tmakit.CopyOptions), the tile given once (--tile or --copy's)."""
+    """`--copy`'s options (tmakit.CopyOptions), the tile given once (--tile or --copy's) and the
+    budget once (--sms or --copy sms=)."""
     options = CopyOptions.parse(args.copy or "")
     if options.tile is not None and "tile" in args.given:
         raise CommandError("give the tile once: --tile or --copy tile=..., not both")
-    return options
+    return with_sms(args, options)
+
+
+def with_sms(args: argparse.Namespace, options: CopyOptions) -> CopyOptions:
+    """`options` with --sms's budget, given once (--sms or --copy sms=)."""
+    if args.sms is None:
+        return options
+    if options.sms is not None:
+        raise CommandError("give the budget once: --sms or --copy sms=..., not both")
+    return dataclasses.replace(options, sms=args.sms)
 
 
 def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: str) -> None:
@@ -85,6 +96,13 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, kernel: str, reduce: s
         "--copy", metavar="NAME=VALUE,...", help="--kernel copy/transpose/reduce: tmakit.CopyOptions fields"
     )
     parser.add_argument("--reduce", type=REDUCE_OP, metavar="OP", help=reduce)
+    add_count(
+        parser,
+        "--sms",
+        COUNT,
+        "--kernel copy/transpose/reduce/rows/many/im2col/moe: an SM budget, the call's sms=N (a grid of N "
+        "blocks, one an SM); for copy/transpose/reduce also --copy sms=N",
+    )
     for family in registry.parts("explain"):
         family.add_arguments(parser)
 

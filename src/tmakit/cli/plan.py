@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return _plan_kernel(args)
     refuse_given(
         args,
-        ("copy", "reduce", "gpu", *family_flags()),
+        ("copy", "reduce", "gpu", "sms", *family_flags()),
         f"without --kernel {', '.join(family_kernels())}",
     )
     load, multicast, highlight = shown_load(args)

@@ -9,7 +9,7 @@ import argparse
 from dataclasses import dataclass, replace
 
 from ..cli.args import PAD_FIX, CommandError, check_listed_tiles, emit, refuse_given
-from ..cli.kernels import TOO_MANY_TILES_FIX, described_route, family_flags, route_lines
+from ..cli.kernels import TOO_MANY_TILES_FIX, described_route, family_flags, route_lines, with_sms
 from ..config import DTYPES, SEED, LoadConfig, dtype_named, padded_strides
 from ..errors import TmaConfigError
 from ..explain import explain as explain_ring
@@ -61,7 +61,7 @@ def copy_choice(args: argparse.Namespace) -> CopyChoice:
         (*refused, *family_flags()),
         f"to --kernel {kernel} (tmakit's copy plans its own ring, unswizzled)",
     )
-    options = CopyOptions.parse(args.copy or "")
+    options = with_sms(args, CopyOptions.parse(args.copy or ""))
     if "tile" in args.given:
         if options.tile is not None:
             raise CommandError("give the tile once: --tile or --copy tile=..., not both")

@@ -24,11 +24,9 @@ from ..api.tensors import (
     write_refusal,
 )
 from ..errors import TmaConfigError, TorchOpError
-from ..plan.budget import budget_stages, budgeted_sm_count
-from ..plan.ring import STAGE_TARGET_BYTES, stages_fitting
 from ..validate import overlap_verdict
 from .launch import many_launcher
-from .plan import DEFAULT_MANY_STAGES, ManyPlan, aligned_pair, pack_offsets, pairs_disjoint
+from .plan import ManyPlan, aligned_pair, call_plan, pack_offsets, pairs_disjoint
 
 if TYPE_CHECKING:
     import torch
@@ -287,13 +285,8 @@ def groupable(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 @functools.cache
 def plan_of(device: int, sms: int | None = None) -> ManyPlan:
-    """The grouped copy's ring on `device`: on an SM budget of `sms`, that many blocks, one an
-    SM, each ring deeper (`plan.budget`)."""
-    sm_count = budgeted_sm_count(sms, device_facts(import_torch("copy_many_").device("cuda", device))[0])
-    if sms is None:
-        return ManyPlan(sm_count=sm_count)
-    stages = budget_stages(STAGE_TARGET_BYTES, DEFAULT_MANY_STAGES, stages_fitting(STAGE_TARGET_BYTES))
-    return ManyPlan(stages=stages, sm_count=sm_count, one_block_per_sm=True)
+    """The grouped copy's ring on `device`, on an SM budget of `sms` (`many.plan.call_plan`)."""
+    return call_plan(device_facts(import_torch("copy_many_").device("cuda", device))[0], sms)
 
 
 def packed_layout(torch, tensors: list) -> tuple[torch.dtype, list[int], int]:

@@ -4,11 +4,12 @@ the plan of a list of tensors of those sizes and, explained, the chunks of block
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..cli.args import CommandError, digits_at_most, emit, needed, refuse_given
 from ..cli.kernels import family_flags
-from ..limits import MAX_DEVICE_INT
-from .plan import ManyPlan
+from ..limits import DEFAULT_SM_COUNT, MAX_DEVICE_INT
+from .plan import ManyPlan, call_plan
 
 KERNELS = ("many",)  # the --kernel names this family plans and explains
 FLAGS = ("many",)  # the options only it reads: every other kernel refuses them
@@ -44,7 +45,7 @@ def many_plan(args: argparse.Namespace) -> tuple[ManyPlan, list[int]]:
             raise CommandError(f"--many {args.many!r}: {most}")
         sizes += [int(size)] * (int(count) if count else 1)
     stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = ManyPlan(**stages)
+    plan = replace(call_plan(DEFAULT_SM_COUNT, args.sms), **stages)  # the call's, on --sms's budget
     if plan.counts(sizes)[1] > MAX_DEVICE_INT:
         raise CommandError(f"--many {args.many!r}: more than {MAX_DEVICE_INT} chunks, the kernel's count")
     return plan, sizes

@@ -28,8 +28,9 @@ import numpy as np
 
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, GLOBAL_BASE_ALIGN, WARP_THREADS
+from ..plan.budget import budget_grid, budget_stages
 from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
-from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
+from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stages_fitting, stand_in_ring
 from ..plan.tuning import TUNING
 from ..validate import check_field_types
 
@@ -55,6 +56,15 @@ def has_gaps(offsets: Sequence[int], nbytes: Sequence[int], buffer_bytes: int) -
     of a `buffer_bytes` buffer uncovered: bytes a new packed buffer must zero."""
     ends = [offset + size for offset, size in zip(offsets, nbytes, strict=True)]
     return ends[:-1] != list(offsets[1:]) or ends[-1] != buffer_bytes
+
+
+def call_plan(sm_count: int, sms: int | None = None) -> ManyPlan:
+    """The grouped copy's ring on a GPU of `sm_count` SMs: on an SM budget of `sms`
+    (`plan.budget`), that many blocks, one an SM, each ring as deep as `budget_stages` says."""
+    if sms is None:
+        return ManyPlan(sm_count=sm_count)
+    stages = budget_stages(STAGE_TARGET_BYTES, DEFAULT_MANY_STAGES, stages_fitting(STAGE_TARGET_BYTES))
+    return ManyPlan(stages=stages, **budget_grid(sms, sm_count))
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,7 @@ class ManyPlan:
             lines.append(
                 f"grid              {self.grid(steps)} persistent block(s), {steps} step(s)"
                 + ("" if chunks is None else f", {chunks} chunk(s)")
+                + self.pipeline.budget_note
             )
         return "\n".join(lines)
 

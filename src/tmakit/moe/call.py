@@ -13,7 +13,7 @@ from ..api.tensors import check_budget, cuda_index, device_facts, import_torch, 
 from ..config import dtype_of
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT
-from ..plan.budget import budgeted_sm_count
+from ..plan.budget import budget_grid
 from ..plan.route import torch_route
 from .launch import combine_launcher, dispatch_launcher, quantize_launcher, routing_launcher
 from .plan import (
@@ -217,8 +217,7 @@ def _device_sm_count(device: int) -> int:
 def _grid(device: int, sms: int | None) -> dict:
     """A plan's grid on `device` on an SM budget of `sms` (`plan.budget`; None: the whole GPU):
     the rings keep their depth, already past the budget's bytes in flight."""
-    sm_count = budgeted_sm_count(sms, _device_sm_count(device))
-    return {"sm_count": sm_count, "one_block_per_sm": sms is not None}
+    return budget_grid(sms, _device_sm_count(device))
 
 
 # -- dispatch -------------------------------------------------------------------------------------

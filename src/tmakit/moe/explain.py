@@ -11,7 +11,8 @@ from ..cli.args import CommandError, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..errors import TmaConfigError
-from ..limits import WARP_THREADS
+from ..limits import GPUS, WARP_THREADS
+from ..plan.budget import budget_grid
 from ..plan.route import Route, TensorFacts
 from .plan import (
     COMBINE_DTYPES,
@@ -78,6 +79,7 @@ def moe_plan(
     if route.path != "tma-rows-bulk":
         return route, None, tokens, topk
     stages = {"stages": args.stages} if "stages" in args.given else {}
+    stages.update(budget_grid(args.sms, GPUS[args.gpu][1]))  # the call's grid, on --sms's budget
     row_bytes = hidden * element.nbytes
     if op == "dispatch":
         return route, DispatchPlan(row_bytes, topk, **stages), tokens, topk

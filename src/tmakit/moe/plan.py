@@ -273,7 +273,7 @@ class DispatchPlan(TokenRowStages):
                 f"stages            {self.stages} x {self.tokens_per_stage} token row(s) ({self.stage_bytes} "
                 f"bytes, one bulk load); {self.pipeline.smem_bytes} bytes of shared memory",
                 f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} stage "
-                "fill(s)",
+                "fill(s)" + self.pipeline.budget_note,
                 f"in flight         up to {self.stages * self.stage_bytes} bytes of loads a block, "
                 f"{self.stores_in_flight} stage(s) of stores a lane before the oldest must be read",
                 f"each fill         1 bulk load, its full barrier expects {self.stage_bytes} bytes for a "
@@ -546,7 +546,7 @@ class QuantizePlan(TokenRowStages):
                 f"stages            {self.stages} x {per_fill} token row(s) ({self.loaded_bytes} bytes, one "
                 f"bulk load) and their fp8 rows; {self.pipeline.smem_bytes} bytes of shared memory",
                 f"grid              {min(max(steps, 1), self.sm_count)} persistent block(s), {steps} stage "
-                "fill(s)",
+                "fill(s)" + self.pipeline.budget_note,
                 f"each fill         1 bulk load, its full barrier expects {self.loaded_bytes} bytes for a "
                 f"full stage; {self.consumer_warps} warps quantize its {per_fill * self.blocks} blocks (a "
                 f"half-warp each), then up to {per_fill * self.topk} bulk stores of one fp8 row",

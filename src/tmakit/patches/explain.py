@@ -19,6 +19,7 @@ from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..explain.common import seed_tile
 from ..limits import GPUS
+from ..plan.budget import budget_grid
 from ..plan.route import TensorFacts
 from ..runtime.compile import compile_kernel, fake_tensor
 from .model import im2col_box
@@ -119,12 +120,14 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
         raise CommandError("--im2col by=windows copies runs of taps: tile= and stages= are the loads' box")
     how = f"by={by}" if by else "tile=/stages= given: the loads" if box_given else "the rule"
     if box_given:  # the loads of SPEC's own box
-        plan = Im2colPlan(tuple(args.shape), element.name, sm_count=sm_count, **fields)  # type: ignore[arg-type]
+        grid = budget_grid(args.sms, sm_count)  # the call's, on --sms's budget
+        plan = Im2colPlan(tuple(args.shape), element.name, **grid, **fields)  # type: ignore[arg-type]
         return Im2colChoice(plan, planned_route(plan, "loads"), how, element.name)
     shape = tuple(args.shape)
     x = TensorFacts(shape, compact_strides(shape), element.torch_name, element.nbytes, 0, 0)
     conv = {"filter": "kernel"}
-    facts = Im2colFacts(x, **{conv.get(k, k): v for k, v in fields.items()}, sm_count=sm_count, im2col_by=by)
+    arguments = {conv.get(k, k): v for k, v in fields.items()}
+    facts = Im2colFacts(x, **arguments, sm_count=sm_count, im2col_by=by, sms=args.sms)
     call = im2col_call(facts)
     return Im2colChoice(call.plan, call, how, element.name)
 

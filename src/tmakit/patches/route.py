@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..config import DTYPES, compact_strides, is_compact
 from ..errors import TmaConfigError
 from ..limits import DEFAULT_SM_COUNT, MAX_BOX_EXTENT
-from ..plan.budget import budgeted_sm_count
+from ..plan.budget import budget_grid
 from ..plan.copy_layout import check_copy_layout
 from ..plan.route import (
     RECORDED_BY_AUTOGRAD,
@@ -149,12 +149,9 @@ def im2col_call(facts: Im2colFacts) -> Im2colCall:
         takes = ", ".join(DTYPES[name].torch_name for name in IM2COL_DTYPES)
         return by_torch(f"dtype {facts.x.dtype}; TMA im2col takes {takes}: convert x with .to() first")
     plan: Im2colPlan | None
-    sm_count = budgeted_sm_count(facts.sms, facts.sm_count)  # a budget past the GPU: raised
+    grid = budget_grid(facts.sms, facts.sm_count)  # a budget past the GPU: raised
     try:
-        plan = Im2colPlan(
-            conv.shape, dtype, conv.filter, conv.stride, conv.padding, conv.dilation, sm_count=sm_count,
-            one_block_per_sm=facts.sms is not None,
-        )  # fmt: skip
+        plan = Im2colPlan(conv.shape, dtype, conv.filter, conv.stride, conv.padding, conv.dilation, **grid)
     except Im2colTooSmall as small:
         if not small.is_reshape:
             return by_torch(str(small))

@@ -104,6 +104,12 @@ def budgeted_sm_count(sms: int | None, sm_count: int) -> int:
     return sms
 
 
+def budget_grid(sms: int | None, sm_count: int) -> dict[str, object]:
+    """A plan's grid fields on a GPU of `sm_count` SMs on a budget of `sms` (None: none):
+    `sm_count` (`budgeted_sm_count`) and `one_block_per_sm`, as the plans take them."""
+    return {"sm_count": budgeted_sm_count(sms, sm_count), "one_block_per_sm": sms is not None}
+
+
 def budget_stages(stage_bytes: int, least: int, most: int) -> int:
     """A budgeted ring's depth: `BUDGET_BYTES_IN_FLIGHT` of stages of `stage_bytes`, at least
     `least` (a full grid's default), at most `most` (what shared memory holds)."""

@@ -249,6 +249,14 @@ class PipelinePlan:
             )
         return "\n".join(lines)
 
+    @property
+    def budget_note(self) -> str:
+        """What an SM budget's grid adds to a grid line: its blocks one an SM ("" without one)."""
+        if not self.one_block_per_sm:
+            return ""
+        smem = ONE_BLOCK_PER_SM_SMEM
+        return f", one an SM (an SM budget: each asks for {smem} bytes of shared memory or more)"
+
     def launch_smem(self, kernel_bytes: int) -> int:
         """The shared memory a block is launched with, its kernel using `kernel_bytes`: on an SM
         budget at least `ONE_BLOCK_PER_SM_SMEM`, so that no two blocks share an SM."""

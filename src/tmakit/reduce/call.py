@@ -184,8 +184,7 @@ def reduce_decision(
     facts = checked_facts(dst, src, op, strict, on_device_0=on is not None)
     on_gpu = facts.src.device >= 0
     device = on or (device_facts(src.device) if on_gpu else DEFAULT_DEVICE_FACTS)
-    # A budgeted call stays on TMA past the L2 too: torch's op would take every SM.
-    l2_rule = device[1] if on is None and on_gpu and copy_options.sms is None else None
+    l2_rule = device[1] if on is None and on_gpu else None
     decision = decide_reduce(
         facts, op, copy_options, device, l2_rule, reduce_by, strict, check_copy_shape, specialised(on)
     )

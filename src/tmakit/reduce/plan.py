@@ -338,8 +338,11 @@ def decide_reduce(
     The addresses are read as given: the call plans at 0 and checks each call's own.
     `check_shape`: the shape's check (None: `plan.check_copy_shape`; the call passes its own).
     `specialised`: the reduce planned for this exact shape and these strides, where no
-    shape-generic kernel can be compiled (`plan_reduce_view`), instead of its class."""
+    shape-generic kernel can be compiled (`plan_reduce_view`), instead of its class. A call on an
+    SM budget (`options.sms`) reads no rule of the L2: torch's op would take every SM."""
     op = reduce_op(op)
+    if options.sms is not None:
+        l2_rule = None
     if options != CopyOptions():
         at_zero = dataclasses.replace(
             facts,

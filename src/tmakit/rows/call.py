@@ -23,12 +23,11 @@ from ..api.tensors import (
 from ..config import dtype_of
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..plan.budget import budget_stages, budgeted_sm_count, call_budget
-from ..plan.copy_defaults import MAX_DEFAULT_STAGES
+from ..plan.budget import budgeted_sm_count, call_budget
 from ..runtime.dispatch import KEY_ERRORS, CallTable
 from ..validate import flag
 from .launch import rows_launcher
-from .plan import DEFAULT_ROW_STAGES, RowsFacts, RowsPlan, full_stage_rows, rows_route, rows_tma_rule
+from .plan import RowsFacts, call_plan, rows_route, rows_tma_rule
 
 if TYPE_CHECKING:
     import torch
@@ -200,28 +199,12 @@ def _launch_of(op: str, table: torch.Tensor, index: torch.Tensor, sms: int | Non
 @functools.lru_cache(maxsize=256)
 def _launcher(op: str, row_bytes: int, dtype: str | None, index_dtype: str, device: int, sms: int | None):
     """The launch of the compiled rows kernel for one (op, row size, reduce dtype, index dtype) on
-    one device and SM budget (the `Launcher`'s function itself: a repeated call pays no wrapper):
-    the deepest ring of up to `DEFAULT_ROW_STAGES` stages that fits (on a budget, up to
-    `plan.budget.budget_stages`' depth)."""
-    sm_count = budgeted_sm_count(sms, device_facts(torch_module().device("cuda", device))[0])
-    deepest = DEFAULT_ROW_STAGES
-    if sms is not None:
-        deepest = budget_stages(
-            full_stage_rows(row_bytes) * row_bytes, DEFAULT_ROW_STAGES, MAX_DEFAULT_STAGES
-        )
-    for stages in range(deepest, 0, -1):
-        try:
-            plan = RowsPlan(
-                op, 1, row_bytes, 1 << 20, stages=stages, sm_count=sm_count, dtype=dtype,
-                one_block_per_sm=sms is not None,
-            )  # fmt: skip
-        except TmaConfigError:
-            if stages == 1:
-                raise
-            continue
-        index = "int64" if index_dtype == "int64" else "int32"
-        return rows_launcher(plan.kernel_plan(), index, f"cuda:{device}").launch
-    raise AssertionError("unreachable")
+    one device and SM budget (the `Launcher`'s function itself: a repeated call pays no wrapper),
+    of `rows.plan.call_plan`."""
+    sm_count = device_facts(torch_module().device("cuda", device))[0]
+    plan = call_plan(op, row_bytes, dtype, sm_count, sms)
+    index = "int64" if index_dtype == "int64" else "int32"
+    return rows_launcher(plan, index, f"cuda:{device}").launch
 
 
 def _byte_rows(tensor: torch.Tensor) -> torch.Tensor:

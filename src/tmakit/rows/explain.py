@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 
 from ..cli.args import CommandError, digits_at_most, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
@@ -13,7 +14,7 @@ from ..limits import GPUS
 from ..plan.reduce_ops import REDUCE_OP_ALIASES
 from ..plan.route import Route, TensorFacts
 from ..validate import one_of
-from .plan import MAX_INDEX_ENTRIES, ROW_OPS, RowsFacts, RowsPlan, rows_route
+from .plan import MAX_INDEX_ENTRIES, ROW_OPS, RowsFacts, RowsPlan, call_plan, rows_route
 
 KERNELS = ("rows",)  # the --kernel names this family plans and explains
 FLAGS = ("rows",)  # the options only it reads: every other kernel refuses them
@@ -62,7 +63,9 @@ def rows_plan(args: argparse.Namespace) -> tuple[Route, RowsPlan | None, list[in
     if route.path != "tma-rows-bulk":
         return route, None, []
     stages = {"stages": args.stages} if "stages" in args.given else {}
-    plan = RowsPlan(op, rows, row_bytes, int(count), dtype=element.name, **stages)
+    # the call's plan (its ring, on --sms's budget), for these rows and this count
+    called = call_plan(op, row_bytes, element.name, GPUS[args.gpu][1], args.sms)
+    plan = replace(called, rows=rows, count=int(count), **stages)
     # The first fill's entries alone (at most a stage's rows), never COUNT of them.
     return route, plan, [(i * 7919) % rows for i in plan.entries(0)]
 

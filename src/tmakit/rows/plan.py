@@ -42,7 +42,8 @@ from ..limits import (
     MAX_TENSOR_BYTES,
     MAX_TX_BYTES,
 )
-from ..plan.copy_defaults import MIN_STORES_IN_FLIGHT
+from ..plan.budget import budget_grid, budget_stages
+from ..plan.copy_defaults import MAX_DEFAULT_STAGES, MIN_STORES_IN_FLIGHT
 from ..plan.reduce_ops import PTX_TYPES, REDUCE_OP_ALIASES
 from ..plan.ring import STAGE_TARGET_BYTES, PipelinePlan, check_bulk_ring, stand_in_ring
 from ..plan.route import Route, TensorFacts, call_rule, device_rule, torch_route
@@ -66,6 +67,25 @@ ROW_ADD_AS = {"int64": "uint64"}
 # (benchmarks/probes/copy_defaults.py measures it).
 DEFAULT_ROW_STAGES = 4
 MAX_INDEX_ENTRIES = MAX_DEVICE_INT  # the kernel's entry count is a 32-bit integer
+
+
+def call_plan(op: str, row_bytes: int, dtype: str | None, sm_count: int, sms: int | None = None) -> RowsPlan:
+    """The plan a rows call's kernel is compiled for, on a GPU of `sm_count` SMs and a budget of
+    `sms` (`plan.budget`): the deepest ring up to `DEFAULT_ROW_STAGES` stages that fits (on a
+    budget, up to `budget_stages`' depth), full stages, its count and rows standing in (the
+    kernel reads both at each call). TmaConfigError where not even one stage fits."""
+    deepest = DEFAULT_ROW_STAGES
+    if sms is not None:
+        deepest = budget_stages(
+            full_stage_rows(row_bytes) * row_bytes, DEFAULT_ROW_STAGES, MAX_DEFAULT_STAGES
+        )
+    grid = budget_grid(sms, sm_count)
+    for stages in range(deepest, 1, -1):
+        try:
+            return RowsPlan(op, 1, row_bytes, 1 << 20, stages=stages, dtype=dtype, **grid).kernel_plan()
+        except TmaConfigError:
+            continue
+    return RowsPlan(op, 1, row_bytes, 1 << 20, stages=1, dtype=dtype, **grid).kernel_plan()
 
 
 def full_stage_rows(row_bytes: int) -> int:
@@ -263,7 +283,8 @@ class RowsPlan:
                 f"a tensor of {self.rows} rows{reduce}",
                 f"stages            {self.stages} x {self.rows_per_stage} rows ({self.stage_bytes} bytes); "
                 f"{self.smem_bytes} bytes of shared memory",
-                f"grid              {self.grid} persistent block(s), {self.steps} stage fill(s)",
+                f"grid              {self.grid} persistent block(s), {self.steps} stage fill(s)"
+                + self.pipeline.budget_note,
                 f"each fill         up to {self.rows_per_stage} bulk copies of one row "
                 + (
                     "in, then one of the stage out"
