@@ -2,6 +2,8 @@
 persistent grid of exactly that many blocks, each taking an SM of its own by shared memory, a
 deeper ring), the route of a budgeted compact copy (the copy engine), and the refusals."""
 
+import re
+
 import pytest
 
 import tmakit
@@ -326,3 +328,16 @@ def test_plan_prints_the_calls_budgeted_grid_and_refuses_one_past_the_gpu(kernel
     assert "SM budget" not in capsys.readouterr().out
     assert cli.main(["plan", *kernel, "--sms", str(DEFAULT_SM_COUNT + 1)]) == 2
     assert f"this GPU has {DEFAULT_SM_COUNT} SMs" in capsys.readouterr().err
+
+
+def test_a_budgeted_copy_class_compiles_for_sm90a():
+    pytest.importorskip("cutlass")
+    from tmakit.plan import copy_destination
+    from tmakit.ptx import expect_tx_byte_counts
+    from tmakit.runtime.launch import compile_copy
+
+    copy = copy_class(CopyOptions(sms=16), "fp16", 2, "col", True, (128, 128), DEFAULT_SM_COUNT, False)
+    compiled = compile_copy(copy, keep_ptx=True, destination=copy_destination(copy), shape_generic=True)
+    assert set(expect_tx_byte_counts(compiled.ptx)) == {copy.load.expected_tx_bytes}
+    # the deeper ring's stages are in the kernel: its barriers sit past them in shared memory
+    assert re.search(rf"\[%r\d+\+{copy.ring.ring_bytes}\]", compiled.ptx)
