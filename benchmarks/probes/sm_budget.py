@@ -124,6 +124,31 @@ def curve(mib: int, reps: int, steps: list[int]) -> dict:
     return result
 
 
+def depths(mib: int, reps: int, budgets: list[int]) -> list[dict]:
+    """The ring's depth on a budget (what `plan.budget.BUDGET_BYTES_IN_FLIGHT` sets): the
+    same-layout copy (8 KiB tiles) and the transposing copy (32 KiB tiles) at each budget, GB/s
+    by stages, the default's among them."""
+    side = int((mib * 2**20 // 2) ** 0.5) // 128 * 128
+    x = torch.randn(side, side, device="cuda").to(torch.float16)
+    out = torch.empty_like(x)
+    moved = 2 * x.numel() * 2
+    cases = {"copy": (x, (2, 4, 8, 12, 16, 24)), "transpose": (x.t(), (2, 3, 4, 5, 6))}
+    rows = []
+    for budget in budgets:
+        for name, (source, stages_list) in cases.items():
+            for stages in (None, *stages_list):
+                try:
+                    options = {"stages": stages, "sms": budget, "strict": True}
+                    run = lambda source=source, options=options: tmakit.copy_(out, source, **options)  # noqa: E731
+                    gbs = moved / elapsed_ms(run, reps) / 1e6
+                except Exception as error:  # a ring that does not fit: say so
+                    rows.append({"case": name, "sms": budget, "stages": stages, "error": str(error)[:200]})
+                    continue
+                rows.append({"case": name, "sms": budget, "stages": stages or "default", "gbs": gbs})
+                print("depth", rows[-1], flush=True)
+    return rows
+
+
 def carveout(sms: int | None) -> bool:
     """cuBLAS leaves `sms` SMs free (None: none); False where torch has no carveout."""
     setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
@@ -233,9 +258,9 @@ def main() -> None:
     steps = sorted({k for k in SM_STEPS if k <= full} | {full})
     context = {**device_context(os.environ.get("TMAKIT_COMMIT")), "step": "smbudget", "mib": args.sizes_mib}
     curve_cases = {} if args.skip_curve else curve(args.sizes_mib, args.reps, steps)
-    gemm_rows = [
-        beside_gemm(gib, int(budget), args.reps) for budget in args.budgets.split(",") for gib in (1, 3)
-    ]
+    budgets = [int(budget) for budget in args.budgets.split(",")]
+    depth_rows = [] if args.skip_curve else depths(args.sizes_mib, args.reps, budgets)
+    gemm_rows = [beside_gemm(gib, budget, args.reps) for budget in budgets for gib in (1, 3)]
     rows = [
         {"part": "curve", "case": name, **row} for name, case in curve_cases.items() for row in case["by_sms"]
     ]
@@ -243,13 +268,15 @@ def main() -> None:
         {"part": "full", "case": name, **{key: value for key, value in case.items() if key != "by_sms"}}
         for name, case in curve_cases.items()
     ]
+    rows += [{"part": "depth", **row} for row in depth_rows]
     rows += [{"part": "gemm", **row} for row in gemm_rows]
     study = {
         "study": "sm-budget",
         "what": (
             "GB/s (bytes read + written) of each movement op on k SMs (sms=k, strict: TMA) beside torch's "
             "op in a green context of k SMs, CUDA events, median of the reps after a warm call, tensors "
-            "far past the L2; then a budgeted transposing copy beside a bf16 8192^3 GEMM with k SMs "
+            "far past the L2; the copies' ring depth on each budget (part depth); then a budgeted "
+            "transposing copy beside a bf16 8192^3 GEMM with k SMs "
             "carved out (torch._C._set_sm_carveout_experimental), each alone, together on two streams "
             "and one after the other"
         ),
