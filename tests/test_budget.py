@@ -341,3 +341,20 @@ def test_a_budgeted_copy_class_compiles_for_sm90a():
     assert set(expect_tx_byte_counts(compiled.ptx)) == {copy.load.expected_tx_bytes}
     # the deeper ring's stages are in the kernel: its barriers sit past them in shared memory
     assert re.search(rf"\[%r\d+\+{copy.ring.ring_bytes}\]", compiled.ptx)
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        ["--kernel", "rows", "--rows", "scatter:1000", "--shape", "1000x64"],
+        ["--kernel", "moe", "--moe", "combine:2:8", "--shape", "16x7"],
+    ],
+    ids=["rows", "moe"],
+)
+def test_plan_refuses_a_budget_past_the_gpu_on_torchs_route_too(kernel, capsys):
+    from tmakit import cli
+
+    assert cli.main(["plan", *kernel]) == 0
+    assert "route             torch" in capsys.readouterr().out  # torch's route: no kernel to budget
+    assert cli.main(["plan", *kernel, "--sms", str(DEFAULT_SM_COUNT + 1)]) == 2
+    assert f"this GPU has {DEFAULT_SM_COUNT} SMs" in capsys.readouterr().err

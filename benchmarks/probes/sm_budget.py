@@ -1,7 +1,8 @@
 """tmakit's movement on a budget of SMs (`sms=`): the rate against the SM count beside torch's op
-confined to as many SMs by a green context (and the copy engine for same-layout bytes), then the
-budgeted op beside a bf16 GEMM given the other SMs (cuBLASLt's SM carveout where torch has it,
-else a green context). Writes sm-budget.json.
+confined to as many SMs by a green context (and the copy engine for same-layout bytes), the
+copies' ring depth on each budget, then the budgeted op beside a bf16 GEMM given the other SMs
+(cuBLASLt's SM carveout, the GEMM on cuBLASLt for it; where torch has none, or the GEMM did not
+take it, `carveout` / `carve_took` say so). Writes sm-budget.json.
 
     python benchmarks/probes/sm_budget.py --json sm-budget.json [--sizes-mib 512] [--reps 7]
 
@@ -12,6 +13,7 @@ hundreds of MiB: the L2 holds none of them). The curve's rate is bytes read plus
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -22,6 +24,9 @@ import tmakit
 from tmakit.bench.report import device_context
 
 SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 66, 96, 132)
+# Hopper splits SMs into green contexts in groups of this many (`cuDevSmResourceSplitByCount`
+# rounds up): torch's confined op is timed only at budgets it can take exactly.
+GREEN_SMS_STEP = 8
 
 
 def elapsed_ms(fn, reps: int, stream=None) -> float:
@@ -98,16 +103,22 @@ def cases(mib: int) -> dict:
 def curve(mib: int, reps: int, steps: list[int]) -> dict:
     """Each case's GB/s by SM count: tmakit's, torch's in a green context, and the engine's."""
     result = {}
+    full = torch.cuda.get_device_properties(0).multi_processor_count
     for name, (moved, ours, theirs) in cases(mib).items():
         rows = []
         for k in steps:
             row = {"sms": k, "tmakit_gbs": moved / elapsed_ms(lambda k=k, ours=ours: ours(k), reps) / 1e6}
-            try:
-                confined = Green(k)
-                run = lambda confined=confined, theirs=theirs: confined.run(theirs)  # noqa: E731
-                row["torch_green_gbs"] = moved / elapsed_ms(run, reps, confined.stream) / 1e6
-            except Exception as error:  # no green contexts here: say why
-                row["torch_green"] = f"{type(error).__name__}: {error}"[:200]
+            if k % GREEN_SMS_STEP or k >= full:  # a green context would round k up, or take all
+                row["torch_green"] = (
+                    f"green contexts take SMs in multiples of {GREEN_SMS_STEP}, fewer than all"
+                )
+            else:
+                try:
+                    confined = Green(k)
+                    run = lambda confined=confined, theirs=theirs: confined.run(theirs)  # noqa: E731
+                    row["torch_green_gbs"] = moved / elapsed_ms(run, reps, confined.stream) / 1e6
+                except Exception as error:  # no green contexts here: say why
+                    row["torch_green"] = f"{type(error).__name__}: {error}"[:200]
             rows.append(row)
             print(name, row, flush=True)
         entry = {
@@ -142,7 +153,8 @@ def depths(mib: int, reps: int, budgets: list[int]) -> list[dict]:
                     run = lambda source=source, options=options: tmakit.copy_(out, source, **options)  # noqa: E731
                     gbs = moved / elapsed_ms(run, reps) / 1e6
                 except Exception as error:  # a ring that does not fit: say so
-                    rows.append({"case": name, "sms": budget, "stages": stages, "error": str(error)[:200]})
+                    label = stages or "default"
+                    rows.append({"case": name, "sms": budget, "stages": label, "error": str(error)[:200]})
                     continue
                 rows.append({"case": name, "sms": budget, "stages": stages or "default", "gbs": gbs})
                 print("depth", rows[-1], flush=True)
@@ -158,6 +170,19 @@ def carveout(sms: int | None) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def carved(sms: int | None):
+    """cuBLASLt (the carveout reaches its path alone) with `sms` SMs left free inside the block
+    (None: none), both restored after; yields whether torch has the carveout."""
+    library = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        yield carveout(sms)
+    finally:
+        carveout(None)
+        torch.backends.cuda.preferred_blas_library(library)
+
+
 def beside_gemm(gib: float, budget: int, reps: int) -> dict:
     """A bf16 8192^3 GEMM with `budget` SMs carved out on one stream and a budgeted transposing
     copy of `gib` GiB on another: each alone, together, and one after the other."""
@@ -171,23 +196,30 @@ def beside_gemm(gib: float, budget: int, reps: int) -> dict:
     op = lambda: tmakit.copy_(out, x.t(), sms=budget, strict=True)  # noqa: E731
     full_op = lambda: tmakit.copy_(out, x.t(), strict=True)  # noqa: E731
     torch_op = lambda: out.copy_(x.t())  # noqa: E731
-    record = {"gib": gib, "budget": budget, "gemm_full_ms": elapsed_ms(gemm, reps)}
-    record["carveout"] = carveout(budget)
-    record["gemm_carved_ms"] = elapsed_ms(gemm, reps)
+    record = {"gib": gib, "budget": budget}
+    with carved(None):  # the same library, every SM
+        record["gemm_full_ms"] = elapsed_ms(gemm, reps)
     record["op_alone_ms"] = elapsed_ms(op, reps)
     record["op_full_ms"] = elapsed_ms(full_op, reps)
     record["torch_op_full_ms"] = elapsed_ms(torch_op, reps)
-    for name, moving in (("tmakit", op), ("torch_full", torch_op)):
-        record[f"pair_{name}"] = together(gemm, moving, reps)
-    try:  # torch's op confined to as many SMs by a green context, beside the same GEMM
-        confined = Green(budget)
-        record["pair_torch_green"] = together(gemm, lambda: confined.run(torch_op), reps, confined.stream)
-    except Exception as error:
-        record["pair_torch_green"] = f"{type(error).__name__}: {error}"[:200]
-    carveout(None)
+    with carved(budget) as has_carveout:
+        record["carveout"] = has_carveout
+        record["gemm_carved_ms"] = elapsed_ms(gemm, reps)
+        for name, moving in (("tmakit", op), ("torch_full", torch_op)):
+            record[f"pair_{name}"] = together(gemm, moving, reps)
+        try:  # torch's op confined to as many SMs by a green context, beside the same GEMM
+            confined = Green(budget)
+            pair = together(gemm, lambda: confined.run(torch_op), reps, confined.stream)
+        except Exception as error:
+            pair = f"{type(error).__name__}: {error}"[:200]
+        record["pair_torch_green"] = pair
+    # A carveout the GEMM did not take (cuBLAS's path, or none): its carved time is its full one.
+    record["carve_took"] = record["gemm_carved_ms"] > 1.01 * record["gemm_full_ms"]
     record["serial_full_ms"] = record["gemm_full_ms"] + record["op_full_ms"]
     record["speedup_vs_serial"] = record["serial_full_ms"] / record["pair_tmakit"]["wall_ms"]
-    record["gemm_kept"] = record["gemm_carved_ms"] / record["pair_tmakit"]["gemm_beside_ms"]
+    beside = record["pair_tmakit"]["gemm_beside_ms"]
+    record["gemm_kept"] = record["gemm_carved_ms"] / beside  # of its speed at the carveout
+    record["gemm_kept_of_full"] = record["gemm_full_ms"] / beside  # of its speed on every SM
     return record
 
 
@@ -256,7 +288,14 @@ def main() -> None:
     args = parser.parse_args()
     full = torch.cuda.get_device_properties(0).multi_processor_count
     steps = sorted({k for k in SM_STEPS if k <= full} | {full})
-    context = {**device_context(os.environ.get("TMAKIT_COMMIT")), "step": "smbudget", "mib": args.sizes_mib}
+    context = {
+        **device_context(os.environ.get("TMAKIT_COMMIT")),
+        "step": "smbudget",
+        "mib": args.sizes_mib,
+        "reps": args.reps,
+        "budgets": args.budgets,
+        "skip_curve": args.skip_curve,
+    }
     curve_cases = {} if args.skip_curve else curve(args.sizes_mib, args.reps, steps)
     budgets = [int(budget) for budget in args.budgets.split(",")]
     depth_rows = [] if args.skip_curve else depths(args.sizes_mib, args.reps, budgets)
@@ -282,7 +321,7 @@ def main() -> None:
         ),
         "context": context,
         "rows": rows,
-        "summary": summary_of(curve_cases, gemm_rows),
+        "summary": {**summary_of(curve_cases, gemm_rows), "source": "benchmarks/probes/sm_budget.py"},
     }
     with open(args.json, "w") as file:
         json.dump(study, file, indent=1)

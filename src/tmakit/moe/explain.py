@@ -75,11 +75,12 @@ def moe_plan(
     moved = (dispatch_rows(tokens, topk, experts, 1) if op == "combine" else tokens, hidden)
     facts = TensorFacts(moved, compact_strides(moved), element.torch_name, element.nbytes, 1 << 40, 0)
     out_rows = tokens if op == "combine" else dispatch_rows(tokens, topk, experts, 1)
+    grid = budget_grid(args.sms, GPUS[args.gpu][1])  # the call's, on --sms's budget (refused past the GPU)
     route = moe_route(MoeFacts(op, facts, out_rows, 0, topk))
     if route.path != "tma-rows-bulk":
         return route, None, tokens, topk
     stages = {"stages": args.stages} if "stages" in args.given else {}
-    stages.update(budget_grid(args.sms, GPUS[args.gpu][1]))  # the call's grid, on --sms's budget
+    stages.update(grid)
     row_bytes = hidden * element.nbytes
     if op == "dispatch":
         return route, DispatchPlan(row_bytes, topk, **stages), tokens, topk

@@ -439,7 +439,7 @@ class CombinePlan:
                 f"{self.topk} slots' rows and weights ({self.stage_bytes} bytes); {self.pipeline.smem_bytes} "
                 "bytes of shared memory",
                 f"grid              {min(max(steps, 1), self.pipeline.persistent_blocks)} persistent "
-                f"block(s), {steps} steps ({self.chunks} a token)",
+                f"block(s), {steps} steps ({self.chunks} a token)" + self.pipeline.budget_note,
                 f"in flight         up to {self.stages * self.loaded_bytes} bytes of loads a block "
                 f"({self.stages * self.loads} chunks)",
                 f"each step         up to {self.loads} bulk loads of one chunk, its full barrier expects "

@@ -67,6 +67,7 @@ class Im2colChoice:
     call: Im2colCall
     how: str
     dtype: str
+    sms: int | None = None  # --sms: the call's SM budget (the windows copy's copy_ takes it)
 
     @property
     def reason(self) -> str:
@@ -78,7 +79,7 @@ class Im2colChoice:
     def lines(self, gpu: str) -> list[str]:
         """The route on `gpu`, the facts assumed, how the kernel was chosen, then its plan."""
         if self.call.windows:
-            summary = windows_summary(self.call.conv, self.dtype).splitlines()
+            summary = windows_summary(self.call.conv, self.dtype, self.sms).splitlines()
         else:
             summary = [] if self.plan is None else self.plan.summary().splitlines()
         route = replace(self.call.route, reason=self.reason)
@@ -129,7 +130,7 @@ def im2col_plan(args: argparse.Namespace, why: str) -> Im2colChoice:
     arguments = {conv.get(k, k): v for k, v in fields.items()}
     facts = Im2colFacts(x, **arguments, sm_count=sm_count, im2col_by=by, sms=args.sms)
     call = im2col_call(facts)
-    return Im2colChoice(call.plan, call, how, element.name)
+    return Im2colChoice(call.plan, call, how, element.name, args.sms)
 
 
 def plan(args: argparse.Namespace) -> int:

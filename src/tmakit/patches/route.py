@@ -211,9 +211,10 @@ def planned_route(plan: Im2colPlan, im2col_by: str | None = None) -> Im2colCall:
     return im2col_call(facts)
 
 
-def windows_summary(conv: Im2colConv, dtype: str) -> str:
+def windows_summary(conv: Im2colConv, dtype: str, sms: int | None = None) -> str:
     """The plan of the windows copy of `conv` on `dtype` (tmakit's name), as `Im2colPlan.summary`
-    gives the loads': the runs, the padded input and x's way into it, the two views copied."""
+    gives the loads': the runs, the padded input and x's way into it, the two views copied (on an
+    SM budget of `sms`, as the call's `copy_` takes it)."""
     windows = im2col_windows(conv)
     nbytes = DTYPES[dtype].nbytes
     run = windows.shape[-1]
@@ -234,7 +235,7 @@ def windows_summary(conv: Im2colConv, dtype: str) -> str:
             f"{windows.src_strides} (neighbouring windows overlap)",
             f"into              the patch matrix as {windows.shape}, element strides {windows.dst_strides}",
             f"tile              {windows.tile[0]} runs x {windows.tile[1]} elements, tmakit.copy_'s ring "
-            "(strict)",
+            "(strict)" + ("" if sms is None else f" on an SM budget of {sms} SMs (copy_'s sms={sms})"),
         ]
     )
 

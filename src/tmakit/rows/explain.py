@@ -11,6 +11,7 @@ from ..cli.args import CommandError, digits_at_most, emit, needed, refuse_given
 from ..cli.kernels import described_route, family_flags, route_lines
 from ..config import compact_strides, dtype_named
 from ..limits import GPUS
+from ..plan.budget import budgeted_sm_count
 from ..plan.reduce_ops import REDUCE_OP_ALIASES
 from ..plan.route import Route, TensorFacts
 from ..validate import one_of
@@ -59,6 +60,7 @@ def rows_plan(args: argparse.Namespace) -> tuple[Route, RowsPlan | None, list[in
     one_of(op, "rows op", ROW_OPS)
     element = dtype_named(args.dtype)
     rows, row_bytes = args.shape[0], math.prod(args.shape[1:]) * element.nbytes
+    budgeted_sm_count(args.sms, GPUS[args.gpu][1])  # refused past the GPU on every route, as the call
     route = route_on_gpu(args, op, int(count))
     if route.path != "tma-rows-bulk":
         return route, None, []
