@@ -23,7 +23,8 @@ import torch
 import tmakit
 from tmakit.bench.report import device_context
 
-SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 66, 96, 132)
+# The SM counts, and 64 and 128, where a green context takes torch's op exactly.
+SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 66, 96, 128, 132)
 # Hopper splits SMs into green contexts in groups of this many (`cuDevSmResourceSplitByCount`
 # rounds up): torch's confined op is timed only at budgets it can take exactly.
 GREEN_SMS_STEP = 8
