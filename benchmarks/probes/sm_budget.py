@@ -6,8 +6,9 @@ take it, `carveout` / `carve_took` say so). Writes sm-budget.json.
 
     python benchmarks/probes/sm_budget.py --json sm-budget.json [--sizes-mib 512] [--reps 7]
 
-Device time: CUDA events around each call, median of `--reps` after a warm call (tensors of
-hundreds of MiB: the L2 holds none of them). The curve's rate is bytes read plus written a second.
+Device time: `bench.timing`'s CUDA-graph replays (an eager loop on a stream for torch's op in a green
+context), and the eager call, host included; medians of `--reps` (tensors of hundreds of MiB: the
+L2 holds none of them). The curve's rate is bytes read plus written a second.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 import tmakit
 from tmakit.bench.report import device_context
+from tmakit.bench.timing import eager_samples_us, graph_samples_us, stream_samples_us
 
 # The issue's SM counts, and 64 and 128, where a green context takes torch's op exactly.
 SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 66, 96, 128, 132)
@@ -30,20 +32,17 @@ SM_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 66, 96, 128, 132)
 GREEN_SMS_STEP = 8
 
 
-def elapsed_ms(fn, reps: int, stream=None) -> float:
-    """Median device ms of `fn()` over `reps` calls after one warm call, on `stream`."""
-    stream = stream or torch.cuda.current_stream()
-    with torch.cuda.stream(stream):
-        fn()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def elapsed_ms(fn, reps: int, graph: bool = True) -> float:
+    """Median device ms of one `fn()` (`bench.timing`): `reps` replays of a CUDA graph of it, or
+    with `graph=False` of an eager loop on a stream (torch's op in a green context, which no
+    capture takes)."""
+    timer = graph_samples_us if graph else stream_samples_us
+    return statistics.median(timer([fn], samples=reps, min_launches=1)) / 1000
+
+
+def eager_ms(fn, reps: int) -> float:
+    """Median wall ms of one `fn()` as an eager caller gets it, host included (`bench.timing`)."""
+    return statistics.median(eager_samples_us({"call": [fn]}, repeats=reps, min_calls=1)["call"]) / 1000
 
 
 class Green:
@@ -108,7 +107,9 @@ def curve(mib: int, reps: int, steps: list[int]) -> dict:
     for name, (moved, ours, theirs) in cases(mib).items():
         rows = []
         for k in steps:
-            row = {"sms": k, "tmakit_gbs": moved / elapsed_ms(lambda k=k, ours=ours: ours(k), reps) / 1e6}
+            call = lambda k=k, ours=ours: ours(k)  # noqa: E731
+            row = {"sms": k, "tmakit_gbs": moved / elapsed_ms(call, reps) / 1e6}
+            row["tmakit_eager_gbs"] = moved / eager_ms(call, reps) / 1e6
             if k % GREEN_SMS_STEP or k >= full:  # a green context would round k up, or take all
                 row["torch_green"] = (
                     f"green contexts take SMs in multiples of {GREEN_SMS_STEP}, fewer than all"
@@ -117,7 +118,7 @@ def curve(mib: int, reps: int, steps: list[int]) -> dict:
                 try:
                     confined = Green(k)
                     run = lambda confined=confined, theirs=theirs: confined.run(theirs)  # noqa: E731
-                    row["torch_green_gbs"] = moved / elapsed_ms(run, reps, confined.stream) / 1e6
+                    row["torch_green_gbs"] = moved / elapsed_ms(run, reps, graph=False) / 1e6
                 except Exception as error:  # no green contexts here: say why
                     row["torch_green"] = f"{type(error).__name__}: {error}"[:200]
             rows.append(row)
@@ -130,6 +131,7 @@ def curve(mib: int, reps: int, steps: list[int]) -> dict:
         # torch's same-layout copy_ is the driver's memcpy: the copy engine, no SM (so too in a
         # green context), what a budgeted non-strict tmakit.copy_ takes.
         entry["torch_full_gbs"] = moved / elapsed_ms(theirs, reps) / 1e6
+        entry["torch_full_eager_gbs"] = moved / eager_ms(theirs, reps) / 1e6
         for row in rows:
             row["of_full"] = row["tmakit_gbs"] / entry["tmakit_full_gbs"]
         result[name] = entry
@@ -313,8 +315,9 @@ def main() -> None:
     study = {
         "study": "sm-budget",
         "what": (
-            "GB/s (bytes read + written) of each movement op on k SMs (sms=k, strict: TMA) beside torch's "
-            "op in a green context of k SMs, CUDA events, median of the reps after a warm call, tensors "
+            "GB/s (bytes read + written) of each movement op on k SMs (sms=k, strict: TMA; CUDA-graph "
+            "replays, and the eager call host included) beside torch's op in a green context of k SMs "
+            "(an eager loop on a stream), medians of the reps, tensors "
             "far past the L2; the copies' ring depth on each budget (part depth); then a budgeted "
             "transposing copy beside a bf16 8192^3 GEMM with k SMs "
             "carved out (torch._C._set_sm_carveout_experimental), each alone, together on two streams "

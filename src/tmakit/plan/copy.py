@@ -27,7 +27,7 @@ from ..validate import (
     check_field_types,
     one_of,
 )
-from .budget import budget_stages, budgeted_sm_count, check_sms
+from .budget import budget_grid, budget_stages, budgeted_sm_count, check_sms
 from .copy_defaults import (
     MIN_STORES_IN_FLIGHT,
     SMALL_TRANSPOSE_TILES,
@@ -202,9 +202,8 @@ class CopyOptions:
             stages=stages,
             consumer_warps=consumer_warps,
             persistent=True,
-            sm_count=budgeted_sm_count(self.sms, sm_count),
             blocks_per_sm=self.blocks_per_sm,
-            one_block_per_sm=self.sms is not None,
+            **budget_grid(self.sms, sm_count),
             evict_first=fits_l2 if self.evict_first is None else self.evict_first,
             pdl=self.pdl,
             load_hint=self.load_hint,

@@ -23,7 +23,7 @@ from ..api.tensors import (
 from ..config import dtype_of
 from ..errors import TmaConfigError, TorchOpError
 from ..limits import GLOBAL_BASE_ALIGN
-from ..plan.budget import budgeted_sm_count, call_budget
+from ..plan.budget import call_budget
 from ..runtime.dispatch import KEY_ERRORS, CallTable
 from ..validate import flag
 from .launch import rows_launcher
@@ -70,15 +70,14 @@ def rows_call(
     sms: int | None = None,
 ) -> None:
     """Check, route and run one rows call (a 0-D table: torch's op, which takes it as a row) on
-    an SM budget of `sms` (`plan.budget`; refused past the GPU's SM count on every path)."""
+    an SM budget of `sms` (`plan.budget`; the public functions refused one past the GPU's SM
+    count first, `api.tensors.check_budget`)."""
     if table.dim() == 0:
         refuse_strict(strict, f"rows op {op}", ZERO_D)
         check_written(written(op, table, compact), f"rows op {op}", "the written tensor")
         torch_op(TORCH_OPS[op], table, index, compact)
         return
     check_rows(op, table, index, compact)
-    if sms is not None and table.is_cuda:
-        budgeted_sm_count(sms, device_facts(table.device)[0])
     if not index.numel():
         return
     read = facts(op, table, index, compact)
